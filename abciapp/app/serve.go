@@ -1,0 +1,117 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	abciserver "github.com/cometbft/cometbft/abci/server"
+	abci "github.com/cometbft/cometbft/abci/types"
+	"google.golang.org/grpc"
+)
+
+// Transports the app can be served over.
+const (
+	TransportGRPC   = "grpc"
+	TransportSocket = "socket"
+)
+
+// maxGRPCMessageBytes bounds one ABCI message over gRPC in either direction.
+// It sits well above any block a correctly configured chain produces (the
+// node's own client keeps gRPC's 4 MiB default, which is what genesis
+// block.max_bytes must stay under), so the app is never the side that fails.
+const maxGRPCMessageBytes = 64 << 20
+
+// ServeConfig says where and how to serve the app.
+type ServeConfig struct {
+	// Transport is "grpc" (default) or "socket" (CometBFT's own protocol).
+	Transport string
+	// Listen is host:port. With gRPC, the node's proxy_app is this address
+	// without a scheme; with the socket transport it is tcp://host:port.
+	Listen string
+}
+
+// DefaultServeConfig returns the defaults: gRPC on 127.0.0.1:26658.
+func DefaultServeConfig() ServeConfig {
+	return ServeConfig{Transport: TransportGRPC, Listen: "127.0.0.1:26658"}
+}
+
+// Validate says what is wrong with c, naming the field.
+func (c ServeConfig) Validate() error {
+	switch c.Transport {
+	case TransportGRPC, TransportSocket:
+	default:
+		return fmt.Errorf("transport %q: must be %q or %q", c.Transport, TransportGRPC, TransportSocket)
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen %q: want host:port: %w", c.Listen, err)
+	}
+	return nil
+}
+
+// Serve serves application on c until ctx is done.
+func Serve(ctx context.Context, c ServeConfig, application abci.Application) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Transport == TransportSocket {
+		return serveSocket(ctx, c.Listen, application)
+	}
+	return serveGRPC(ctx, c.Listen, application)
+}
+
+func serveGRPC(ctx context.Context, addr string, application abci.Application) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen for ABCI over gRPC on %s: %w", addr, err)
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxGRPCMessageBytes), grpc.MaxSendMsgSize(maxGRPCMessageBytes))
+	abci.RegisterABCIServer(srv, grpcShim{application})
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve ABCI over gRPC on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	// CometBFT holds its connections open forever: give in-flight calls a
+	// moment, then cut the rest.
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		srv.Stop()
+		<-done
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve ABCI over gRPC on %s: %w", addr, err)
+	}
+	return nil
+}
+
+func serveSocket(ctx context.Context, addr string, application abci.Application) error {
+	srv := abciserver.NewSocketServer("tcp://"+addr, application)
+	if err := srv.Start(); err != nil {
+		return fmt.Errorf("serve ABCI over a socket on %s: %w", addr, err)
+	}
+	<-ctx.Done()
+	if err := srv.Stop(); err != nil {
+		return fmt.Errorf("stop ABCI socket server: %w", err)
+	}
+	return nil
+}
+
+// grpcShim adds the two connection-level calls that the gRPC service has and
+// the Application interface does not.
+type grpcShim struct{ abci.Application }
+
+func (grpcShim) Echo(_ context.Context, req *abci.RequestEcho) (*abci.ResponseEcho, error) {
+	return &abci.ResponseEcho{Message: req.Message}, nil
+}
+
+func (grpcShim) Flush(context.Context, *abci.RequestFlush) (*abci.ResponseFlush, error) {
+	return &abci.ResponseFlush{}, nil
+}

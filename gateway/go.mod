@@ -1,0 +1,3 @@
+module github.com/byzlog/byzlog/gateway
+
+go 1.26.0

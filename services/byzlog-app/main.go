@@ -1,0 +1,98 @@
+// Command byzlog-app is byzlog's ABCI application: the replicated log state
+// machine that a stock CometBFT node drives over gRPC (or CometBFT's socket
+// protocol), with its state in RocksDB. This file is wiring only.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/abciapp/app"
+	"github.com/byzlog/byzlog/abciapp/store"
+	"github.com/byzlog/byzlog/services/internal/logging"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	serve := app.DefaultServeConfig()
+	logCfg := logging.Default()
+	dataDir := "byzlog-app-data"
+	cmd := &cobra.Command{
+		Use:   "byzlog-app",
+		Short: "byzlog's ABCI application, driven by a stock CometBFT node",
+		Long: `byzlog-app serves byzlog's replicated log state machine to one CometBFT node.
+
+Run one byzlog-app next to each validator. With the default gRPC transport the
+node's config.toml needs:
+
+  proxy_app = "127.0.0.1:26658"   # host:port, no tcp:// scheme
+  abci = "grpc"
+
+With --transport socket use proxy_app = "tcp://127.0.0.1:26658" and abci = "socket".
+State is kept in RocksDB under --data-dir; on restart the app reports its last
+committed height and CometBFT replays the blocks it is missing.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			err := run(cmd.Context(), serve, logCfg, dataDir)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "byzlog-app:", err)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&serve.Listen, "listen", serve.Listen, "host:port to serve ABCI on")
+	f.StringVar(&serve.Transport, "transport", serve.Transport, "ABCI transport: grpc or socket")
+	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")
+	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
+	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
+	return cmd
+}
+
+func run(ctx context.Context, serve app.ServeConfig, logCfg logging.Config, dataDir string) error {
+	if err := serve.Validate(); err != nil {
+		return err
+	}
+	log, err := logging.New(logCfg, os.Stderr, "byzlog-app")
+	if err != nil {
+		return err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	st, err := store.Open(dataDir)
+	if err != nil {
+		return err
+	}
+	a, err := app.New(st, log)
+	if err != nil {
+		_ = st.Close()
+		return err
+	}
+	defer func() {
+		if err := a.Close(); err != nil {
+			log.Error().Err(err).Msg("close")
+		}
+	}()
+	log.Info().Str("listen", serve.Listen).Str("transport", serve.Transport).Str("data_dir", dataDir).Msg("serving ABCI")
+	if err := app.Serve(ctx, serve, a); err != nil {
+		return err
+	}
+	log.Info().Msg("stopped")
+	return nil
+}

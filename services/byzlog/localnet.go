@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+func newLocalnetCommand() *cobra.Command {
+	cfg := localnet.Default()
+	cmd := &cobra.Command{
+		Use:   "localnet",
+		Short: "Run a validator network of stock cometbft nodes and byzlog-app on this machine",
+		Long: `Run a validator network on loopback: one stock cometbft node and one byzlog-app
+per validator. Node i listens on p2p BASE+100i, RPC BASE+100i+1 and ABCI
+BASE+100i+2 (BASE defaults to 26656). Everything (node homes, app data, logs,
+PID files) lives under --dir; "down" stops exactly the processes "up" started.`,
+	}
+	cmd.PersistentFlags().StringVar(&cfg.Dir, "dir", cfg.Dir, "run directory of the network")
+	cmd.AddCommand(newLocalnetUpCommand(&cfg), newLocalnetDownCommand(&cfg), newLocalnetStatusCommand(&cfg))
+	return cmd
+}
+
+func newLocalnetUpCommand(cfg *localnet.Config) *cobra.Command {
+	wait := 2 * time.Minute
+	timeoutCommit := time.Duration(cfg.TimeoutCommit)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Create (or resume) the network, start it and wait until every node has committed height 3",
+		Long: `Create the network in --dir with "cometbft testnet" if it holds none, or resume
+the one it holds with its data; start every byzlog-app and cometbft node in the
+background and wait until every node has committed height 3. Starting a network
+that is already running is an error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.TimeoutCommit = localnet.Duration(timeoutCommit)
+			bin := binDir()
+			if cfg.CometBFT == "" {
+				cfg.CometBFT = findBinary(bin, "cometbft")
+			}
+			if cfg.App == "" {
+				cfg.App = findBinary(bin, "byzlog-app")
+			}
+			n, err := localnet.Open(*cfg)
+			if err != nil {
+				return err
+			}
+			if n.Existing() {
+				if err := checkShape(cmd, *cfg, n.Config()); err != nil {
+					return err
+				}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
+			defer cancel()
+			if err := n.Up(ctx, cmd.ErrOrStderr()); err != nil {
+				return err
+			}
+			c := n.Config()
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "localnet up: %d validators, chain %s, data in %s\n", c.Validators, c.ChainID, c.Dir)
+			for i := 0; i < c.Validators; i++ {
+				fmt.Fprintf(out, "  node%d  rpc %s  p2p 127.0.0.1:%d  abci 127.0.0.1:%d (%s)\n",
+					i, c.RPCAddr(i), c.P2PPort(i), c.ABCIPort(i), c.Transport)
+			}
+			fmt.Fprintf(out, "status: byzlog localnet status --dir %s\nstop:   byzlog localnet down --dir %s\n", c.Dir, c.Dir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&cfg.Validators, "validators", "n", cfg.Validators, "number of validators (a new network only)")
+	f.IntVar(&cfg.BasePort, "base-port", cfg.BasePort, "node 0's p2p port; node i uses BASE+100i.. (a new network only)")
+	f.StringVar(&cfg.Transport, "transport", cfg.Transport, "ABCI transport, grpc or socket (a new network only)")
+	f.DurationVar(&timeoutCommit, "timeout-commit", timeoutCommit, "consensus timeout_commit, the floor of the block interval (a new network only)")
+	f.StringVar(&cfg.CometBFT, "cometbft", "", "cometbft binary (default: next to byzlog, else on PATH)")
+	f.StringVar(&cfg.App, "app", "", "byzlog-app binary (default: next to byzlog, else on PATH)")
+	f.DurationVar(&wait, "wait", wait, "how long to wait for every node to reach height 3")
+	return cmd
+}
+
+// checkShape refuses flags that would change an existing network's shape.
+func checkShape(cmd *cobra.Command, want, have localnet.Config) error {
+	mismatch := func(flag string, w, h any) error {
+		return fmt.Errorf("--%s %v: the network in %s was created with %v; remove the directory to start afresh", flag, w, have.Dir, h)
+	}
+	f := cmd.Flags()
+	switch {
+	case f.Changed("validators") && want.Validators != have.Validators:
+		return mismatch("validators", want.Validators, have.Validators)
+	case f.Changed("base-port") && want.BasePort != have.BasePort:
+		return mismatch("base-port", want.BasePort, have.BasePort)
+	case f.Changed("transport") && want.Transport != have.Transport:
+		return mismatch("transport", want.Transport, have.Transport)
+	case f.Changed("timeout-commit") && want.TimeoutCommit != have.TimeoutCommit:
+		return mismatch("timeout-commit", time.Duration(want.TimeoutCommit), time.Duration(have.TimeoutCommit))
+	}
+	return nil
+}
+
+func newLocalnetDownCommand(cfg *localnet.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "down",
+		Short: "Stop every process of the network (data stays in --dir)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := localnet.Open(*cfg)
+			if err != nil {
+				return err
+			}
+			if !n.Existing() {
+				return fmt.Errorf("no network in %s", n.Config().Dir)
+			}
+			if len(n.Running()) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "nothing running in %s\n", n.Config().Dir)
+				return nil
+			}
+			if err := n.Down(cmd.OutOrStdout()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "stopped; data stays in %s\n", n.Config().Dir)
+			return nil
+		},
+	}
+}
+
+func newLocalnetStatusCommand(cfg *localnet.Config) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Print every node's processes, height and app hash",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := localnet.Open(*cfg)
+			if err != nil {
+				return err
+			}
+			if !n.Existing() {
+				return fmt.Errorf("no network in %s", n.Config().Dir)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "NODE\tCOMETBFT\tAPP\tHEIGHT\tAPP HASH\tNOTE")
+			for _, s := range n.Status(cmd.Context()) {
+				note := ""
+				switch {
+				case s.Err != nil:
+					note = "rpc unreachable"
+				case s.CatchingUp:
+					note = "catching up"
+				}
+				fmt.Fprintf(w, "node%d\t%s\t%s\t%d\t%s\t%s\n", s.Node, pidText(s.CometBFTPID), pidText(s.AppPID), s.Height, s.AppHash, note)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+func pidText(pid int) string {
+	if pid == 0 {
+		return "stopped"
+	}
+	return fmt.Sprintf("pid %d", pid)
+}
+
+// binDir is the folder of the running byzlog binary: `make build` puts
+// cometbft and byzlog-app beside it.
+func binDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Dir(exe)
+}
+
+func findBinary(dir, name string) string {
+	if dir != "" {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	return name
+}

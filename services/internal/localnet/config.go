@@ -1,0 +1,144 @@
+// Package localnet runs a byzlog validator network on one machine: one stock
+// cometbft node and one byzlog-app per validator, on loopback ports, with all
+// data, logs and PID files under one run directory. It generates the network
+// with `cometbft testnet`, rewrites each node's config for loopback, starts
+// and stops the processes, and reads their status over CometBFT RPC. It only
+// ever signals processes whose PID file it wrote and whose command line names
+// its own run directory.
+package localnet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Config is the shape of a local network and where its binaries are.
+type Config struct {
+	// Dir is the run directory: node homes, app data, logs, PID files.
+	Dir string `json:"-"`
+	// Validators is the number of validators (3f+1 tolerates f faults).
+	Validators int `json:"validators"`
+	// BasePort is node 0's p2p port; node i uses BasePort+100i for p2p,
+	// +1 for RPC and +2 for ABCI.
+	BasePort int `json:"base_port"`
+	// Transport is the ABCI transport between node and app: grpc or socket.
+	Transport string `json:"transport"`
+	// ChainID names the chain.
+	ChainID string `json:"chain_id"`
+	// TimeoutCommit is how long a node waits after a commit before the next
+	// height: the floor of the block interval.
+	TimeoutCommit Duration `json:"timeout_commit"`
+	// BlockMaxBytes is genesis block.max_bytes. With the gRPC transport it
+	// must stay under 4 MiB: CometBFT's gRPC ABCI client keeps gRPC's default
+	// message cap and halts on a larger block.
+	BlockMaxBytes int64 `json:"block_max_bytes"`
+	// CometBFT and App are the paths of the cometbft and byzlog-app binaries.
+	CometBFT string `json:"-"`
+	App      string `json:"-"`
+}
+
+// Duration is a time.Duration that reads and writes as "300ms" in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	v, err := time.ParseDuration(s)
+	*d = Duration(v)
+	return err
+}
+
+const grpcMessageCap = 4 << 20
+
+// Default returns a 4-validator gRPC network on ports 26656.. in ./run/localnet.
+func Default() Config {
+	return Config{
+		Dir:           filepath.Join("run", "localnet"),
+		Validators:    4,
+		BasePort:      26656,
+		Transport:     "grpc",
+		ChainID:       "byzlog-localnet",
+		TimeoutCommit: Duration(300 * time.Millisecond),
+		BlockMaxBytes: 3 << 20,
+	}
+}
+
+// Validate says which field is wrong and how to fix it.
+func (c Config) Validate() error {
+	if c.Dir == "" {
+		return errors.New("dir: a run directory is required")
+	}
+	if c.Validators < 1 || c.Validators > 50 {
+		return fmt.Errorf("validators (%d): must be between 1 and 50", c.Validators)
+	}
+	if c.BasePort < 1024 || c.BasePort+100*(c.Validators-1)+2 > 65535 {
+		return fmt.Errorf("base_port (%d): with %d validators the ports must fit in 1024..65535", c.BasePort, c.Validators)
+	}
+	switch c.Transport {
+	case "grpc":
+		if c.BlockMaxBytes >= grpcMessageCap-64<<10 {
+			return fmt.Errorf("block_max_bytes (%d) must stay below 4 MiB minus headroom (%d) with the grpc transport, or the chain halts on a large block",
+				c.BlockMaxBytes, grpcMessageCap-64<<10)
+		}
+	case "socket":
+	default:
+		return fmt.Errorf("transport %q: must be grpc or socket", c.Transport)
+	}
+	if c.BlockMaxBytes < 1<<16 {
+		return fmt.Errorf("block_max_bytes (%d): must be at least 64 KiB", c.BlockMaxBytes)
+	}
+	if c.ChainID == "" {
+		return errors.New("chain_id: must not be empty")
+	}
+	if d := time.Duration(c.TimeoutCommit); d < 10*time.Millisecond || d > time.Minute {
+		return fmt.Errorf("timeout_commit (%s): must be between 10ms and 1m", d)
+	}
+	for _, b := range []struct{ name, path string }{{"cometbft", c.CometBFT}, {"byzlog-app", c.App}} {
+		if b.path == "" {
+			return fmt.Errorf("%s binary: path is empty", b.name)
+		}
+		if st, err := os.Stat(b.path); err != nil || st.IsDir() {
+			return fmt.Errorf("%s binary %s: not found (run `make build`, or pass its path)", b.name, b.path)
+		}
+	}
+	return nil
+}
+
+// P2PPort, RPCPort and ABCIPort are node i's loopback ports.
+func (c Config) P2PPort(i int) int  { return c.BasePort + 100*i }
+func (c Config) RPCPort(i int) int  { return c.BasePort + 100*i + 1 }
+func (c Config) ABCIPort(i int) int { return c.BasePort + 100*i + 2 }
+
+// RPCAddr is node i's CometBFT RPC address for clients.
+func (c Config) RPCAddr(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.RPCPort(i)) }
+
+func (c Config) home(i int) string { return filepath.Join(c.Dir, fmt.Sprintf("node%d", i)) }
+
+func (c Config) savedPath() string { return filepath.Join(c.Dir, "localnet.json") }
+
+// load reads the shape saved by a previous Init in c.Dir; ok is false when
+// the directory holds no network yet.
+func load(dir string) (saved Config, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, "localnet.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return Config{}, false, nil
+	}
+	if err != nil {
+		return Config{}, false, fmt.Errorf("read localnet config: %w", err)
+	}
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return Config{}, false, fmt.Errorf("read localnet config %s: %w", filepath.Join(dir, "localnet.json"), err)
+	}
+	saved.Dir = dir
+	return saved, true, nil
+}

@@ -1,0 +1,418 @@
+package localnet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	cmtcfg "github.com/cometbft/cometbft/config"
+	"github.com/cometbft/cometbft/p2p"
+	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+	cmttypes "github.com/cometbft/cometbft/types"
+)
+
+// ErrRunning is returned by Up when processes of the network still run.
+var ErrRunning = errors.New("localnet is already running")
+
+// Net is a local network in a run directory.
+type Net struct {
+	cfg      Config
+	existing bool
+
+	mu       sync.Mutex
+	children map[string]<-chan struct{} // pidPath -> exit of a process this Net started
+}
+
+// Open returns the network in cfg.Dir. When the directory already holds one,
+// its saved shape (validators, ports, transport, chain) wins over cfg's and
+// Existing reports true; cfg's binary paths are used either way.
+func Open(cfg Config) (*Net, error) {
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("run directory %s: %w", cfg.Dir, err)
+	}
+	cfg.Dir = dir
+	saved, ok, err := load(dir)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		saved.CometBFT, saved.App = cfg.CometBFT, cfg.App
+		cfg = saved
+	}
+	return &Net{cfg: cfg, existing: ok, children: map[string]<-chan struct{}{}}, nil
+}
+
+// Config returns the network's shape.
+func (n *Net) Config() Config { return n.cfg }
+
+// Existing reports whether the run directory held a network when opened.
+func (n *Net) Existing() bool { return n.existing }
+
+func (n *Net) cometbft(i int) proc {
+	home := n.cfg.home(i)
+	return proc{
+		name: fmt.Sprintf("node%d/cometbft", i), bin: n.cfg.CometBFT,
+		args: []string{"start", "--home", home}, mark: home,
+		logPath: filepath.Join(home, "cometbft.log"), pidPath: filepath.Join(home, "cometbft.pid"),
+	}
+}
+
+func (n *Net) app(i int) proc {
+	home := n.cfg.home(i)
+	data := filepath.Join(home, "app")
+	return proc{
+		name: fmt.Sprintf("node%d/byzlog-app", i), bin: n.cfg.App,
+		args: []string{
+			"--listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i)), "--transport", n.cfg.Transport,
+			"--data-dir", data, "--log-format", "json",
+		},
+		mark:    data,
+		logPath: filepath.Join(home, "app.log"), pidPath: filepath.Join(home, "app.pid"),
+	}
+}
+
+// procs lists every process of the network, nodes' cometbft first: they are
+// stopped before the apps they depend on.
+func (n *Net) procs() []proc {
+	var ps []proc
+	for i := 0; i < n.cfg.Validators; i++ {
+		ps = append(ps, n.cometbft(i))
+	}
+	for i := 0; i < n.cfg.Validators; i++ {
+		ps = append(ps, n.app(i))
+	}
+	return ps
+}
+
+// Running lists the processes of the network that are alive, as "name (pid N)".
+func (n *Net) Running() []string {
+	var out []string
+	for _, p := range n.procs() {
+		if pid := p.pid(); pid != 0 {
+			out = append(out, fmt.Sprintf("%s (pid %d)", p.name, pid))
+		}
+	}
+	return out
+}
+
+// Up creates the network if the directory holds none, starts every node and
+// waits until each has committed height 3. It refuses to start a second copy.
+func (n *Net) Up(ctx context.Context, progress io.Writer) error {
+	if err := n.cfg.Validate(); err != nil {
+		return err
+	}
+	if running := n.Running(); len(running) > 0 {
+		return fmt.Errorf("%w in %s: %s; stop it with `byzlog localnet down --dir %s`",
+			ErrRunning, n.cfg.Dir, strings.Join(running, ", "), n.cfg.Dir)
+	}
+	if !n.existing {
+		fmt.Fprintf(progress, "creating a %d-validator network in %s\n", n.cfg.Validators, n.cfg.Dir)
+		if err := n.create(ctx); err != nil {
+			return err
+		}
+		n.existing = true
+	} else {
+		fmt.Fprintf(progress, "resuming the %d-validator network in %s\n", n.cfg.Validators, n.cfg.Dir)
+	}
+	for i := 0; i < n.cfg.Validators; i++ {
+		if err := n.StartNode(ctx, i); err != nil {
+			_ = n.Down(io.Discard)
+			return err
+		}
+	}
+	all := make([]int, n.cfg.Validators)
+	for i := range all {
+		all[i] = i
+	}
+	if err := n.WaitHeight(ctx, all, 3, progress); err != nil {
+		_ = n.Down(io.Discard)
+		return err
+	}
+	return nil
+}
+
+// StartNode starts node i's app, waits for its ABCI port, then starts its
+// cometbft node.
+func (n *Net) StartNode(ctx context.Context, i int) error {
+	a := n.app(i)
+	if err := n.startProc(a); err != nil {
+		return err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i))
+	if err := waitListening(ctx, addr, 15*time.Second, n.exited(a)); err != nil {
+		return fmt.Errorf("%s did not listen on %s: %w\nlast lines of %s:\n%s", a.name, addr, err, a.logPath, a.tail(15))
+	}
+	return n.startProc(n.cometbft(i))
+}
+
+func (n *Net) startProc(p proc) error {
+	if pid := p.pid(); pid != 0 {
+		return fmt.Errorf("%w: %s has pid %d", ErrRunning, p.name, pid)
+	}
+	done, err := p.start()
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.children[p.pidPath] = done
+	n.mu.Unlock()
+	return nil
+}
+
+// exited returns a channel that closes when p, started by this Net, exits;
+// nil (never ready) for a process started elsewhere.
+func (n *Net) exited(p proc) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.children[p.pidPath]
+}
+
+// KillNode sends SIGKILL to node i's cometbft and app: a crash, not a stop.
+func (n *Net) KillNode(i int) error {
+	for _, p := range []proc{n.cometbft(i), n.app(i)} {
+		was, err := p.signal(syscall.SIGKILL, 10*time.Second)
+		if err != nil {
+			return err
+		}
+		if !was {
+			return fmt.Errorf("kill %s: it is not running", p.name)
+		}
+		if done := n.exited(p); done != nil {
+			<-done
+		}
+		_ = os.Remove(p.pidPath)
+	}
+	return nil
+}
+
+// Down stops every process of the network (SIGTERM, then SIGKILL after a
+// grace period), nodes before apps, and reports each one it stopped.
+func (n *Net) Down(progress io.Writer) error {
+	var errs []error
+	for _, p := range n.procs() {
+		was, err := p.stop(10 * time.Second)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if done := n.exited(p); done != nil {
+			<-done
+		}
+		if was {
+			fmt.Fprintf(progress, "stopped %s\n", p.name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Client returns a CometBFT RPC client for node i.
+func (n *Net) Client(i int) (*rpchttp.HTTP, error) {
+	c, err := rpchttp.New(n.cfg.RPCAddr(i), "/websocket")
+	if err != nil {
+		return nil, fmt.Errorf("rpc client for node %d: %w", i, err)
+	}
+	return c, nil
+}
+
+// NodeStatus is one validator's processes and chain position.
+type NodeStatus struct {
+	Node        int
+	CometBFTPID int // 0 when not running
+	AppPID      int
+	Height      int64
+	AppHash     string
+	CatchingUp  bool
+	Err         error // why the RPC status could not be read
+}
+
+// Status reads every node's processes and RPC status.
+func (n *Net) Status(ctx context.Context) []NodeStatus {
+	out := make([]NodeStatus, n.cfg.Validators)
+	for i := range out {
+		s := NodeStatus{Node: i, CometBFTPID: n.cometbft(i).pid(), AppPID: n.app(i).pid()}
+		c, err := n.Client(i)
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			res, serr := c.Status(cctx)
+			cancel()
+			if serr != nil {
+				err = serr
+			} else {
+				s.Height = res.SyncInfo.LatestBlockHeight
+				s.AppHash = res.SyncInfo.LatestAppHash.String()
+				s.CatchingUp = res.SyncInfo.CatchingUp
+			}
+		}
+		s.Err = err
+		out[i] = s
+	}
+	return out
+}
+
+// WaitHeight waits until every node in nodes has committed height h, writing
+// a status line to progress as heights move.
+func (n *Net) WaitHeight(ctx context.Context, nodes []int, h int64, progress io.Writer) error {
+	var last string
+	for {
+		st := n.Status(ctx)
+		done := true
+		var b strings.Builder
+		for _, i := range nodes {
+			if st[i].Height < h {
+				done = false
+			}
+			fmt.Fprintf(&b, " node%d=%d", i, st[i].Height)
+		}
+		line := fmt.Sprintf("waiting for height %d:%s", h, b.String())
+		if line != last {
+			fmt.Fprintf(progress, "\r%s", line)
+			last = line
+		}
+		if done {
+			fmt.Fprintln(progress)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(progress)
+			return fmt.Errorf("waiting for height %d:%s: %w%s", h, b.String(), ctx.Err(), n.tails(st, nodes, h))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// tails collects the last log lines of the nodes that are behind.
+func (n *Net) tails(st []NodeStatus, nodes []int, h int64) string {
+	var b strings.Builder
+	for _, i := range nodes {
+		if st[i].Height >= h {
+			continue
+		}
+		for _, p := range []proc{n.cometbft(i), n.app(i)} {
+			fmt.Fprintf(&b, "\n--- last lines of %s ---\n%s", p.logPath, p.tail(8))
+		}
+	}
+	return b.String()
+}
+
+func waitListening(ctx context.Context, addr string, timeout time.Duration, exited <-chan struct{}) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listening after %s: %w", timeout, err)
+		}
+		select {
+		case <-exited:
+			return errors.New("process exited")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// create generates the network with `cometbft testnet` in a scratch folder,
+// rewrites every node's config and the shared genesis, then moves the nodes
+// into place and saves the shape; a failure leaves no half-made network.
+func (n *Net) create(ctx context.Context) error {
+	c := n.cfg
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return fmt.Errorf("create run directory: %w", err)
+	}
+	tmp, err := os.MkdirTemp(c.Dir, ".create-")
+	if err != nil {
+		return fmt.Errorf("create run directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	out, err := exec.CommandContext(ctx, c.CometBFT, "testnet", "--v", strconv.Itoa(c.Validators), "--o", tmp,
+		"--starting-ip-address", "127.0.0.1").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cometbft testnet: %w\n%s", err, out)
+	}
+	ids := make([]p2p.ID, c.Validators)
+	for i := range ids {
+		key, err := p2p.LoadNodeKey(filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "node_key.json"))
+		if err != nil {
+			return fmt.Errorf("read node %d key: %w", i, err)
+		}
+		ids[i] = key.ID()
+	}
+	gen, err := cmttypes.GenesisDocFromFile(filepath.Join(tmp, "node0", "config", "genesis.json"))
+	if err != nil {
+		return fmt.Errorf("read generated genesis: %w", err)
+	}
+	gen.ChainID = c.ChainID
+	gen.ConsensusParams.Block.MaxBytes = c.BlockMaxBytes
+	if gen.AppState == nil {
+		gen.AppState = json.RawMessage("{}")
+	}
+	for i := 0; i < c.Validators; i++ {
+		home := filepath.Join(tmp, fmt.Sprintf("node%d", i))
+		if err := gen.SaveAs(filepath.Join(home, "config", "genesis.json")); err != nil {
+			return fmt.Errorf("write node %d genesis: %w", i, err)
+		}
+		cmtcfg.WriteConfigFile(filepath.Join(home, "config", "config.toml"), c.nodeConfig(i, ids))
+	}
+	for i := 0; i < c.Validators; i++ {
+		if err := os.Rename(filepath.Join(tmp, fmt.Sprintf("node%d", i)), c.home(i)); err != nil {
+			return fmt.Errorf("move node %d into place: %w", i, err)
+		}
+	}
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(c.savedPath(), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("save localnet config: %w", err)
+	}
+	return nil
+}
+
+// nodeConfig is node i's config.toml: loopback ports, the app's address for
+// the chosen transport, and the settings measured to matter on this kind of
+// machine (see DESIGN.md, "Known traps").
+func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
+	cfg := cmtcfg.DefaultConfig()
+	cfg.SetRoot(c.home(i))
+	cfg.Moniker = fmt.Sprintf("node%d", i)
+	cfg.ABCI = c.Transport
+	if c.Transport == "grpc" {
+		cfg.ProxyApp = fmt.Sprintf("127.0.0.1:%d", c.ABCIPort(i)) // no tcp:// with gRPC
+	} else {
+		cfg.ProxyApp = fmt.Sprintf("tcp://127.0.0.1:%d", c.ABCIPort(i))
+	}
+	cfg.RPC.ListenAddress = fmt.Sprintf("tcp://127.0.0.1:%d", c.RPCPort(i))
+	cfg.P2P.ListenAddress = fmt.Sprintf("tcp://127.0.0.1:%d", c.P2PPort(i))
+	var peers []string
+	for j, id := range ids {
+		if j != i {
+			peers = append(peers, fmt.Sprintf("%s@127.0.0.1:%d", id, c.P2PPort(j)))
+		}
+	}
+	cfg.P2P.PersistentPeers = strings.Join(peers, ",")
+	cfg.P2P.AllowDuplicateIP = true
+	cfg.P2P.AddrBookStrict = false
+	cfg.P2P.PexReactor = false
+	cfg.P2P.SendRate = 100 << 20 // the 5 MB/s default throttles large blocks
+	cfg.P2P.RecvRate = 100 << 20
+	cfg.Mempool.Recheck = false // races with the gRPC ABCI client under load
+	cfg.Consensus.TimeoutCommit = time.Duration(c.TimeoutCommit)
+	cfg.Consensus.TimeoutPropose = 10 * time.Second // 3 s causes extra rounds with large blocks
+	return cfg
+}
