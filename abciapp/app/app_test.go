@@ -1,0 +1,217 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	abci "github.com/cometbft/cometbft/abci/types"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/app"
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/store"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+var ctx = context.Background()
+
+func open(t *testing.T, dir string) *app.App {
+	t.Helper()
+	st, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(st, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func validTx(t *testing.T, seq uint64) []byte {
+	t.Helper()
+	seed := make([]byte, ed25519.SeedSize)
+	k := ed25519.NewKeyFromSeed(seed)
+	body, err := proto.Marshal(&byzlogv1.BatchBody{Topic: "t", Sequence: seq, Records: []byte{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{
+		Batches: []*byzlogv1.SignedBatch{{Body: body, ProducerKey: k.Public().(ed25519.PublicKey), Signature: ed25519.Sign(k, body)}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+func finalize(t *testing.T, a *app.App, height int64, txs ...[]byte) []byte {
+	t.Helper()
+	res, err := a.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: height, Txs: txs})
+	if err != nil {
+		t.Fatalf("FinalizeBlock(%d) = %v", height, err)
+	}
+	if len(res.TxResults) != len(txs) {
+		t.Fatalf("FinalizeBlock(%d): %d results for %d txs", height, len(res.TxResults), len(txs))
+	}
+	return res.AppHash
+}
+
+func commit(t *testing.T, a *app.App) {
+	t.Helper()
+	if _, err := a.Commit(ctx, &abci.RequestCommit{}); err != nil {
+		t.Fatalf("Commit() = %v", err)
+	}
+}
+
+func info(t *testing.T, a *app.App) *abci.ResponseInfo {
+	t.Helper()
+	res, err := a.Info(ctx, &abci.RequestInfo{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestRestartAndReplay is the crash story: what Commit persisted survives a
+// restart, a block finalized but not committed is forgotten, and CometBFT's
+// replay of that block gives the same app hash.
+func TestRestartAndReplay(t *testing.T) {
+	dir := t.TempDir()
+	a := open(t, dir)
+	h1 := finalize(t, a, 1, validTx(t, 0))
+	commit(t, a)
+	h2 := finalize(t, a, 2, validTx(t, 1), validTx(t, 2))
+	// Crash after FinalizeBlock, before Commit.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	a = open(t, dir)
+	defer a.Close()
+	if got := info(t, a); got.LastBlockHeight != 1 || !bytes.Equal(got.LastBlockAppHash, h1) {
+		t.Fatalf("Info() after restart = height %d hash %X, want height 1 hash %X", got.LastBlockHeight, got.LastBlockAppHash, h1)
+	}
+	if replayed := finalize(t, a, 2, validTx(t, 1), validTx(t, 2)); !bytes.Equal(replayed, h2) {
+		t.Fatalf("replayed block 2 app hash = %X, want %X as before the crash", replayed, h2)
+	}
+	commit(t, a)
+	if got := info(t, a); got.LastBlockHeight != 2 || !bytes.Equal(got.LastBlockAppHash, h2) {
+		t.Errorf("Info() = height %d hash %X, want height 2 hash %X", got.LastBlockHeight, got.LastBlockAppHash, h2)
+	}
+}
+
+// TestFreshReplayMatches replays the same blocks into a fresh store: two
+// validators executing one chain must agree on every app hash.
+func TestFreshReplayMatches(t *testing.T) {
+	blocks := [][][]byte{{validTx(t, 0)}, nil, {validTx(t, 1), []byte("junk")}}
+	run := func() [][]byte {
+		a := open(t, t.TempDir())
+		defer a.Close()
+		var hashes [][]byte
+		for i, txs := range blocks {
+			hashes = append(hashes, finalize(t, a, int64(i+1), txs...))
+			commit(t, a)
+		}
+		return hashes
+	}
+	x, y := run(), run()
+	for i := range x {
+		if !bytes.Equal(x[i], y[i]) {
+			t.Fatalf("height %d: app hash %X on one store, %X on another", i+1, x[i], y[i])
+		}
+	}
+}
+
+func TestCommitWithoutFinalizeFails(t *testing.T) {
+	a := open(t, t.TempDir())
+	defer a.Close()
+	if _, err := a.Commit(ctx, &abci.RequestCommit{}); err == nil {
+		t.Fatal("Commit() before any FinalizeBlock = nil error, want an error")
+	}
+	finalize(t, a, 1)
+	commit(t, a)
+	if _, err := a.Commit(ctx, &abci.RequestCommit{}); err == nil {
+		t.Fatal("a second Commit() of the same block = nil error, want an error")
+	}
+	if _, err := a.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: 3}); err == nil {
+		t.Fatal("FinalizeBlock(3) after committing 1 = nil error, want an error")
+	}
+}
+
+func TestMempoolAndProposals(t *testing.T) {
+	a := open(t, t.TempDir())
+	defer a.Close()
+	good, bad := validTx(t, 0), []byte("junk")
+
+	for _, c := range []struct {
+		tx   []byte
+		want core.Code
+	}{{good, core.CodeOK}, {bad, core.CodeMalformedTx}} {
+		res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: c.tx})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if core.Code(res.Code) != c.want || (c.want != core.CodeOK && (res.Log == "" || res.Codespace != core.Codespace)) {
+			t.Errorf("CheckTx(%q) = code %d log %q codespace %q, want %s with a reason", c.tx[:4], res.Code, res.Log, res.Codespace, c.want)
+		}
+	}
+
+	prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Txs: [][]byte{bad, good, good}, MaxTxBytes: int64(len(good)) + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(prep.Txs) != 1 || !bytes.Equal(prep.Txs[0], good) {
+		t.Errorf("PrepareProposal(junk, good, good; room for one) proposed %d txs, want just the valid one", len(prep.Txs))
+	}
+
+	for _, c := range []struct {
+		txs  [][]byte
+		want abci.ResponseProcessProposal_ProposalStatus
+	}{
+		{[][]byte{good}, abci.ResponseProcessProposal_ACCEPT},
+		{nil, abci.ResponseProcessProposal_ACCEPT},
+		{[][]byte{good, bad}, abci.ResponseProcessProposal_REJECT},
+	} {
+		res, err := a.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: 1, Txs: c.txs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != c.want {
+			t.Errorf("ProcessProposal(%d txs) = %s, want %s", len(c.txs), res.Status, c.want)
+		}
+	}
+}
+
+func TestQuery(t *testing.T) {
+	a := open(t, t.TempDir())
+	defer a.Close()
+	hash := finalize(t, a, 1)
+	commit(t, a)
+	res, err := a.Query(ctx, &abci.RequestQuery{Path: "/state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Height  int64  `json:"height"`
+		AppHash string `json:"app_hash"`
+	}
+	if err := json.Unmarshal(res.Value, &st); err != nil {
+		t.Fatalf("Query(/state) value %q: %v", res.Value, err)
+	}
+	if st.Height != 1 || st.AppHash != fmt.Sprintf("%X", hash) || res.Code != 0 {
+		t.Errorf("Query(/state) = %+v code %d, want height 1 and hash %X", st, res.Code, hash)
+	}
+	res, err = a.Query(ctx, &abci.RequestQuery{Path: "/nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if core.Code(res.Code) != core.CodeUnknownQuery || res.Log == "" {
+		t.Errorf("Query(/nope) = code %d log %q, want %s with a reason", res.Code, res.Log, core.CodeUnknownQuery)
+	}
+}

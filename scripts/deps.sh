@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything byzlog's build and tests need, skipping what is present:
+# Debian packages (RocksDB headers, protoc, a C compiler for cgo) and the pinned
+# Go tools, built into $BIN. Versions come from the Makefile (one place);
+# a tool is rebuilt only when its pinned version changes.
+set -euo pipefail
+
+: "${BIN:?set BIN to the folder for tools}"
+: "${COMETBFT_VERSION:?}" "${NATS_SERVER_VERSION:?}" "${NATSCLI_VERSION:?}"
+: "${PROTOC_GEN_GO_VERSION:?}" "${PROTOC_GEN_GO_GRPC_VERSION:?}"
+
+say() { printf 'deps: %s\n' "$*" >&2; }
+
+if ! command -v go >/dev/null 2>&1; then
+  say "Go is not on PATH; install Go 1.26 or newer (byzlog needs nothing else by hand)"
+  exit 1
+fi
+
+# Debian packages.
+missing=()
+for pkg in librocksdb-dev protobuf-compiler; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
+done
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  say "installing ${missing[*]} with apt-get"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Go tools, each pinned; a stamp file records what was installed.
+mkdir -p "$BIN"
+install_tool() { # name package version
+  local name=$1 pkg=$2 version=$3 stamp="$BIN/.$1.version"
+  if [ -x "$BIN/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$pkg@$version" ]; then
+    return
+  fi
+  say "building $name ($pkg@$version); the first build takes a few minutes"
+  local start=$SECONDS
+  GOBIN="$BIN" GOWORK=off GOFLAGS=-mod=mod go install "$pkg@$version"
+  echo "$pkg@$version" >"$stamp"
+  say "built $name in $((SECONDS - start))s"
+}
+install_tool cometbft github.com/cometbft/cometbft/cmd/cometbft "$COMETBFT_VERSION"
+install_tool nats-server github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION"
+install_tool nats github.com/nats-io/natscli/nats "$NATSCLI_VERSION"
+install_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
+install_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
