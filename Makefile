@@ -44,7 +44,7 @@ verify-proto: deps ## fail when the committed generated code differs from what p
 lint: ## gofmt check and go vet over the workspace
 	@unformatted=$$(gofmt -l abciapp gateway indexer protos services); \
 	if [ -n "$$unformatted" ]; then echo "lint: gofmt would change:"; echo "$$unformatted"; exit 1; fi
-	go vet work
+	go vet -tags e2e work
 
 .PHONY: unit
 unit: ## unit and integration tests (real RocksDB) with the race detector

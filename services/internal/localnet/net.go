@@ -20,6 +20,7 @@ import (
 	"github.com/cometbft/cometbft/p2p"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/mattn/go-isatty"
 )
 
 // ErrRunning is returned by Up when processes of the network still run.
@@ -262,9 +263,10 @@ func (n *Net) Status(ctx context.Context) []NodeStatus {
 }
 
 // WaitHeight waits until every node in nodes has committed height h, writing
-// a status line to progress as heights move.
+// a status line to progress as heights move (rewritten in place on a
+// terminal, one line per change otherwise).
 func (n *Net) WaitHeight(ctx context.Context, nodes []int, h int64, progress io.Writer) error {
-	var last string
+	show := statusLine(progress)
 	for {
 		st := n.Status(ctx)
 		done := true
@@ -275,21 +277,36 @@ func (n *Net) WaitHeight(ctx context.Context, nodes []int, h int64, progress io.
 			}
 			fmt.Fprintf(&b, " node%d=%d", i, st[i].Height)
 		}
-		line := fmt.Sprintf("waiting for height %d:%s", h, b.String())
-		if line != last {
-			fmt.Fprintf(progress, "\r%s", line)
-			last = line
-		}
+		show(fmt.Sprintf("waiting for height %d:%s", h, b.String()), done)
 		if done {
-			fmt.Fprintln(progress)
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(progress)
+			show("", true)
 			return fmt.Errorf("waiting for height %d:%s: %w%s", h, b.String(), ctx.Err(), n.tails(st, nodes, h))
 		case <-time.After(250 * time.Millisecond):
 		}
+	}
+}
+
+// statusLine returns a function that shows a changing one-line status on w;
+// final ends the line.
+func statusLine(w io.Writer) func(line string, final bool) {
+	f, ok := w.(*os.File)
+	tty := ok && isatty.IsTerminal(f.Fd())
+	last := ""
+	return func(line string, final bool) {
+		switch {
+		case tty && line != last:
+			fmt.Fprintf(w, "\r\033[K%s", line)
+		case !tty && line != last && line != "":
+			fmt.Fprintln(w, line)
+		}
+		if tty && final {
+			fmt.Fprintln(w)
+		}
+		last = line
 	}
 }
 

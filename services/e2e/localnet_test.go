@@ -1,0 +1,292 @@
+//go:build e2e
+
+// Package e2e holds byzlog's end-to-end tests. They run the real binaries
+// (stock cometbft, byzlog-app, the byzlog CLI) on loopback, never stand-ins,
+// and stop every process they start, even when they fail. Run them with
+// `make e2e`, which builds the binaries first and points BYZLOG_BIN at them.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	cmttypes "github.com/cometbft/cometbft/types"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// binDir finds the built binaries; a missing one fails the test, it never skips.
+func binDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("BYZLOG_BIN")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin")
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"byzlog", "byzlog-app", "cometbft"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("%s not found in %s (BYZLOG_BIN): run `make build` first: %v", name, dir, err)
+		}
+	}
+	return dir
+}
+
+// basePort lets two checkouts run the e2e tests side by side.
+func basePort(t *testing.T) int {
+	if s := os.Getenv("BYZLOG_E2E_BASE_PORT"); s != "" {
+		p, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("BYZLOG_E2E_BASE_PORT=%q: %v", s, err)
+		}
+		return p
+	}
+	return 36656
+}
+
+// producer signs batches the way the producer SDK will.
+type producer struct {
+	key ed25519.PrivateKey
+	seq uint64
+}
+
+func (p *producer) tx(t *testing.T, topic string) []byte {
+	t.Helper()
+	body, err := proto.Marshal(&byzlogv1.BatchBody{Topic: topic, Sequence: p.seq, Records: []byte(fmt.Sprintf("record %d", p.seq))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.seq++
+	tx, err := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{
+		Batches: []*byzlogv1.SignedBatch{{Body: body, ProducerKey: p.key.Public().(ed25519.PublicKey), Signature: ed25519.Sign(p.key, body)}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// submit sends n transactions to node i and returns their hashes; each must
+// pass CheckTx.
+func submit(ctx context.Context, t *testing.T, n *localnet.Net, i int, p *producer, count int) [][]byte {
+	t.Helper()
+	c, err := n.Client(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hashes [][]byte
+	for k := 0; k < count; k++ {
+		tx := p.tx(t, "e2e")
+		res, err := c.BroadcastTxSync(ctx, tx)
+		if err != nil {
+			t.Fatalf("broadcast to node%d: %v", i, err)
+		}
+		if res.Code != 0 {
+			t.Fatalf("broadcast to node%d: CheckTx code %d: %s", i, res.Code, res.Log)
+		}
+		hashes = append(hashes, cmttypes.Tx(tx).Hash())
+	}
+	return hashes
+}
+
+// assertAgree checks every app in nodes against the agreed chain: the app
+// hash each app reports for its last committed height h must be the one in
+// the header of block h+1, which 2/3+ of the validators signed.
+func assertAgree(ctx context.Context, t *testing.T, n *localnet.Net, nodes []int) {
+	t.Helper()
+	ref, err := n.Client(nodes[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range nodes {
+		c, err := n.Client(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.ABCIInfo(ctx)
+		if err != nil {
+			t.Fatalf("node%d abci_info: %v", i, err)
+		}
+		h, appHash := info.Response.LastBlockHeight, info.Response.LastBlockAppHash
+		if h < 1 {
+			t.Fatalf("node%d: app has committed no block", i)
+		}
+		if err := n.WaitHeight(ctx, nodes[:1], h+1, testWriter{t}); err != nil {
+			t.Fatal(err)
+		}
+		next := h + 1
+		commit, err := ref.Commit(ctx, &next)
+		if err != nil {
+			t.Fatalf("node%d commit %d: %v", nodes[0], next, err)
+		}
+		if want := commit.SignedHeader.Header.AppHash; !bytes.Equal(appHash, want) {
+			t.Fatalf("node%d's app hash after height %d is %X; the chain agreed on %X", i, h, appHash, want)
+		}
+		t.Logf("node%d: app at height %d, app hash %X matches the signed header of block %d", i, h, appHash, next)
+	}
+}
+
+func maxHeight(ctx context.Context, n *localnet.Net, nodes []int) int64 {
+	st := n.Status(ctx)
+	var h int64
+	for _, i := range nodes {
+		h = max(h, st[i].Height)
+	}
+	return h
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	if s := strings.TrimSpace(string(p)); s != "" {
+		w.t.Log(s)
+	}
+	return len(p), nil
+}
+
+// TestLocalnetCrashAndCatchUp runs four validators, checks they agree, kills
+// one validator's cometbft and app with SIGKILL, checks the other three keep
+// committing, restarts the dead one and checks it catches up to the same
+// height and app hash, with the blocks it missed replayed into its app.
+func TestLocalnetCrashAndCatchUp(t *testing.T) {
+	bin := binDir(t)
+	dir := t.TempDir()
+	// Well inside go test's -timeout, so the cleanups below always run.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	cli := func(args ...string) (string, error) {
+		// Its own deadline: the cleanup's `down` runs after ctx is cancelled.
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(cctx, filepath.Join(bin, "byzlog"), args...).CombinedOutput()
+		return string(out), err
+	}
+	n, err := localnet.Open(localnet.Config{Dir: dir, CometBFT: filepath.Join(bin, "cometbft"), App: filepath.Join(bin, "byzlog-app")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		out, err := cli("localnet", "down", "--dir", dir)
+		t.Logf("localnet down: %v\n%s", err, out)
+		// Whatever the CLI could not stop, stop from here: nothing outlives the test.
+		if err := n.Down(testWriter{t}); err != nil {
+			t.Errorf("stop localnet: %v", err)
+		}
+		if running := n.Running(); len(running) > 0 {
+			t.Errorf("processes still running after down: %v", running)
+		}
+	})
+
+	start := time.Now()
+	out, err := cli("localnet", "up", "--dir", dir, "--base-port", strconv.Itoa(basePort(t)))
+	if err != nil {
+		t.Fatalf("localnet up: %v\n%s", err, out)
+	}
+	t.Logf("localnet up in %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	// Open again now that `up` has written the network's shape.
+	if n, err = localnet.Open(n.Config()); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("second up is refused", func(t *testing.T) {
+		out, err := cli("localnet", "up", "--dir", dir)
+		if err == nil || !strings.Contains(out, "already running") {
+			t.Fatalf("second localnet up = %v, output %q; want an error saying it is already running", err, out)
+		}
+	})
+
+	t.Run("bad transaction is rejected with a reason", func(t *testing.T) {
+		c, err := n.Client(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.BroadcastTxSync(ctx, []byte("not a byzlog transaction"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if core.Code(res.Code) != core.CodeMalformedTx || res.Codespace != core.Codespace || res.Log == "" {
+			t.Fatalf("CheckTx(junk) = code %d codespace %q log %q, want %s with a reason", res.Code, res.Codespace, res.Log, core.CodeMalformedTx)
+		}
+	})
+
+	seed := sha256.Sum256([]byte(t.Name()))
+	p := &producer{key: ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize])}
+	all, survivors := []int{0, 1, 2, 3}, []int{0, 1, 2}
+
+	submit(ctx, t, n, 0, p, 10)
+	if err := n.WaitHeight(ctx, all, maxHeight(ctx, n, all)+2, testWriter{t}); err != nil {
+		t.Fatal(err)
+	}
+	assertAgree(ctx, t, n, all)
+
+	// Crash node 3: SIGKILL to its cometbft and its app.
+	if err := n.KillNode(3); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := maxHeight(ctx, n, survivors)
+	t.Logf("killed node3 at height %d", killedAt)
+	missed := submit(ctx, t, n, 1, p, 20)
+	waitStart := time.Now()
+	if err := n.WaitHeight(ctx, survivors, killedAt+5, testWriter{t}); err != nil {
+		t.Fatalf("the three surviving validators stopped committing: %v", err)
+	}
+	t.Logf("3 of 4 validators committed 5 blocks in %s", time.Since(waitStart).Round(time.Millisecond))
+	assertAgree(ctx, t, n, survivors)
+
+	// Restart node 3: it must catch up to the same height and app hash.
+	if err := n.StartNode(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	target := maxHeight(ctx, n, survivors)
+	catchStart := time.Now()
+	if err := n.WaitHeight(ctx, []int{3}, target, testWriter{t}); err != nil {
+		t.Fatalf("node3 did not catch up: %v", err)
+	}
+	t.Logf("node3 caught up from height %d to %d in %s", killedAt, target, time.Since(catchStart).Round(time.Millisecond))
+	if err := n.WaitHeight(ctx, all, target+2, testWriter{t}); err != nil {
+		t.Fatalf("the network did not keep committing with node3 back: %v", err)
+	}
+	assertAgree(ctx, t, n, append([]int{3}, survivors...))
+
+	// The blocks node 3 missed are in its own store, executed by its own app.
+	c3, err := n.Client(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range missed {
+		res, err := c3.Tx(ctx, h, false)
+		if err != nil {
+			t.Fatalf("node3 does not have tx %X submitted while it was down: %v", h, err)
+		}
+		if res.TxResult.Code != 0 {
+			t.Fatalf("tx %X: code %d on node3: %s", h, res.TxResult.Code, res.TxResult.Log)
+		}
+	}
+
+	out, err = cli("localnet", "status", "--dir", dir)
+	if err != nil {
+		t.Fatalf("localnet status: %v\n%s", err, out)
+	}
+	for _, node := range []string{"node0", "node1", "node2", "node3"} {
+		if !strings.Contains(out, node+" ") || strings.Contains(out, "stopped") {
+			t.Fatalf("localnet status does not show %s running:\n%s", node, out)
+		}
+	}
+	t.Logf("localnet status:\n%s", out)
+}
