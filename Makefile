@@ -41,13 +41,13 @@ verify-proto: deps ## fail when the committed generated code differs from what p
 	scripts/proto.sh verify
 
 .PHONY: lint
-lint: ## gofmt check and go vet over the workspace
+lint: deps ## gofmt check and go vet over the workspace
 	@unformatted=$$(gofmt -l abciapp gateway indexer protos services); \
 	if [ -n "$$unformatted" ]; then echo "lint: gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet -tags e2e work
 
 .PHONY: unit
-unit: ## unit and integration tests (real RocksDB) with the race detector
+unit: deps ## unit and integration tests (real RocksDB) with the race detector
 	go test -race -count=1 -timeout $(UNIT_TIMEOUT) work
 
 .PHONY: e2e
