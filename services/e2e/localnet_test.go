@@ -126,7 +126,7 @@ func assertAgree(ctx context.Context, t *testing.T, n *localnet.Net, nodes []int
 		if h < 1 {
 			t.Fatalf("node%d: app has committed no block", i)
 		}
-		if err := n.WaitHeight(ctx, nodes[:1], h+1, testWriter{t}); err != nil {
+		if err := waitHeight(ctx, t, n, nodes[:1], h+1); err != nil {
 			t.Fatal(err)
 		}
 		next := h + 1
@@ -148,6 +148,17 @@ func maxHeight(ctx context.Context, n *localnet.Net, nodes []int) int64 {
 		h = max(h, st[i].Height)
 	}
 	return h
+}
+
+// stepTimeout bounds each wait, so a node that never catches up fails the
+// test in minutes with the nodes' last log lines, not at the overall deadline.
+const stepTimeout = 2 * time.Minute
+
+func waitHeight(ctx context.Context, t *testing.T, n *localnet.Net, nodes []int, h int64) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	return n.WaitHeight(ctx, nodes, h, testWriter{t})
 }
 
 type testWriter struct{ t *testing.T }
@@ -230,7 +241,7 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 	all, survivors := []int{0, 1, 2, 3}, []int{0, 1, 2}
 
 	submit(ctx, t, n, 0, p, 10)
-	if err := n.WaitHeight(ctx, all, maxHeight(ctx, n, all)+2, testWriter{t}); err != nil {
+	if err := waitHeight(ctx, t, n, all, maxHeight(ctx, n, all)+2); err != nil {
 		t.Fatal(err)
 	}
 	assertAgree(ctx, t, n, all)
@@ -243,7 +254,7 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 	t.Logf("killed node3 at height %d", killedAt)
 	missed := submit(ctx, t, n, 1, p, 20)
 	waitStart := time.Now()
-	if err := n.WaitHeight(ctx, survivors, killedAt+5, testWriter{t}); err != nil {
+	if err := waitHeight(ctx, t, n, survivors, killedAt+5); err != nil {
 		t.Fatalf("the three surviving validators stopped committing: %v", err)
 	}
 	t.Logf("3 of 4 validators committed 5 blocks in %s", time.Since(waitStart).Round(time.Millisecond))
@@ -255,11 +266,11 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 	}
 	target := maxHeight(ctx, n, survivors)
 	catchStart := time.Now()
-	if err := n.WaitHeight(ctx, []int{3}, target, testWriter{t}); err != nil {
+	if err := waitHeight(ctx, t, n, []int{3}, target); err != nil {
 		t.Fatalf("node3 did not catch up: %v", err)
 	}
 	t.Logf("node3 caught up from height %d to %d in %s", killedAt, target, time.Since(catchStart).Round(time.Millisecond))
-	if err := n.WaitHeight(ctx, all, target+2, testWriter{t}); err != nil {
+	if err := waitHeight(ctx, t, n, all, target+2); err != nil {
 		t.Fatalf("the network did not keep committing with node3 back: %v", err)
 	}
 	assertAgree(ctx, t, n, append([]int{3}, survivors...))
