@@ -16,9 +16,11 @@ NATSCLI_VERSION            := v0.5.0
 export COMETBFT_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION NATS_SERVER_VERSION NATSCLI_VERSION BIN
 
 COMMANDS := byzlog byzlog-app
+MODULES := protos abciapp gateway indexer services
 LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m
 E2E_TIMEOUT ?= 15m
+FUZZTIME ?= 30s
 
 .PHONY: help
 help: ## list the targets
@@ -41,10 +43,14 @@ verify-proto: deps ## fail when the committed generated code differs from what p
 	scripts/proto.sh verify
 
 .PHONY: lint
-lint: deps ## gofmt check and go vet over the workspace
-	@unformatted=$$(gofmt -l abciapp gateway indexer protos services); \
+lint: deps ## gofmt, go vet over the workspace, every module tidy and building on its own
+	@unformatted=$$(gofmt -l $(MODULES)); \
 	if [ -n "$$unformatted" ]; then echo "lint: gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet -tags e2e work
+	@for m in $(MODULES); do \
+	  (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "lint: $$m/go.mod or go.sum is not tidy: run (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; \
+	  (cd $$m && GOWORK=off go build ./...) || { echo "lint: $$m does not build on its own (GOWORK=off)"; exit 1; }; \
+	done
 
 .PHONY: unit
 unit: deps ## unit and integration tests (real RocksDB) with the race detector
@@ -53,6 +59,14 @@ unit: deps ## unit and integration tests (real RocksDB) with the race detector
 .PHONY: e2e
 e2e: build ## end-to-end tests on the real binaries: a 4-validator localnet, crash and catch-up
 	BYZLOG_BIN=$(BIN) go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v github.com/byzlog/byzlog/services/e2e
+
+.PHONY: fuzz
+fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
+	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' abciapp gateway indexer protos services | xargs -n1 dirname | sort -u); do \
+	  for target in $$(grep -h '^func Fuzz' $$dir/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \
+	    echo "fuzz: $$dir $$target"; (cd $$dir && go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) .); \
+	  done; \
+	done
 
 .PHONY: test
 test: deps build lint verify-proto unit e2e ## everything CI runs

@@ -40,7 +40,7 @@ install_tool() { # name package version
   fi
   say "building $name ($pkg@$version); the first build takes a few minutes"
   local start=$SECONDS
-  GOBIN="$BIN" GOWORK=off GOFLAGS=-mod=mod go install "$pkg@$version"
+  GOBIN="$BIN" GOWORK=off GOFLAGS= go install "$pkg@$version"
   echo "$pkg@$version" >"$stamp"
   say "built $name in $((SECONDS - start))s"
 }
