@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/byzlog/byzlog/protos v0.0.0
 	github.com/cometbft/cometbft v0.40.0
+	github.com/klauspost/compress v1.20.3
 	github.com/linxGnu/grocksdb v1.8.14
 	github.com/rs/zerolog v1.35.1
 	google.golang.org/grpc v1.85.0

@@ -3,9 +3,8 @@ package app_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	abci "github.com/cometbft/cometbft/abci/types"
@@ -14,12 +13,17 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/app"
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/internal/workload"
+	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/abciapp/store"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 var ctx = context.Background()
 
+const chainID = "app-test"
+
+// open opens the app on dir, running InitChain on a new store (topic "t").
 func open(t *testing.T, dir string) *app.App {
 	t.Helper()
 	st, err := store.Open(dir)
@@ -30,20 +34,23 @@ func open(t *testing.T, dir string) *app.App {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if info(t, a).LastBlockHeight == 0 {
+		if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(`{"topics": [{"name": "t", "partitions": 1}]}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return a
 }
 
+// validTx is batch seq of one producer to t/0, valid once seq-1 is committed.
 func validTx(t *testing.T, seq uint64) []byte {
 	t.Helper()
-	seed := make([]byte, ed25519.SeedSize)
-	k := ed25519.NewKeyFromSeed(seed)
-	body, err := proto.Marshal(&byzlogv1.BatchBody{Topic: "t", Sequence: seq, Records: []byte{1}})
+	b, err := sign.NewSigner(workload.Key("producer"), chainID).Batch("t", 0, seq, byzlogv1.Codec_CODEC_NONE,
+		[]*byzlogv1.Record{{Value: []byte(fmt.Sprint("record ", seq))}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{
-		Batches: []*byzlogv1.SignedBatch{{Body: body, ProducerKey: k.Public().(ed25519.PublicKey), Signature: ed25519.Sign(k, body)}},
-	}}})
+	tx, err := sign.BundleTx(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,16 +113,27 @@ func TestRestartAndReplay(t *testing.T) {
 	}
 }
 
-// TestFreshReplayMatches replays the same blocks into a fresh store: two
-// validators executing one chain must agree on every app hash.
+// TestFreshReplayMatches replays the same seeded workload into two fresh
+// RocksDB stores: two validators executing one chain must agree on every app
+// hash, and the store must read back exactly what it wrote.
 func TestFreshReplayMatches(t *testing.T) {
-	blocks := [][][]byte{{validTx(t, 0)}, nil, {validTx(t, 1), []byte("junk")}}
 	run := func() [][]byte {
-		a := open(t, t.TempDir())
+		g := workload.New(7, chainID)
+		st, err := store.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := app.New(st, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
 		defer a.Close()
+		if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: g.Genesis()}); err != nil {
+			t.Fatal(err)
+		}
 		var hashes [][]byte
-		for i, txs := range blocks {
-			hashes = append(hashes, finalize(t, a, int64(i+1), txs...))
+		for h := int64(1); h <= 25; h++ {
+			hashes = append(hashes, finalize(t, a, h, g.Block(10)...))
 			commit(t, a)
 		}
 		return hashes
@@ -191,27 +209,52 @@ func TestMempoolAndProposals(t *testing.T) {
 func TestQuery(t *testing.T) {
 	a := open(t, t.TempDir())
 	defer a.Close()
-	hash := finalize(t, a, 1)
+	hash := finalize(t, a, 1, validTx(t, 0))
 	commit(t, a)
-	res, err := a.Query(ctx, &abci.RequestQuery{Path: "/state"})
+	res, err := a.Query(ctx, &abci.RequestQuery{Path: core.PathState})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var st struct {
-		Height  int64  `json:"height"`
-		AppHash string `json:"app_hash"`
+	var st byzlogv1.AppState
+	if err := proto.Unmarshal(res.Value, &st); err != nil {
+		t.Fatalf("Query(/state) value: %v", err)
 	}
-	if err := json.Unmarshal(res.Value, &st); err != nil {
-		t.Fatalf("Query(/state) value %q: %v", res.Value, err)
+	if st.Height != 1 || !bytes.Equal(st.AppHash, hash) || st.Params.GetChainId() != chainID || res.Code != 0 || res.Height != 1 {
+		t.Errorf("Query(/state) = %v code %d, want height 1, hash %X, chain %s", &st, res.Code, hash, chainID)
 	}
-	if st.Height != 1 || st.AppHash != fmt.Sprintf("%X", hash) || res.Code != 0 {
-		t.Errorf("Query(/state) = %+v code %d, want height 1 and hash %X", st, res.Code, hash)
+	req, err := proto.Marshal(&byzlogv1.RecordsRequest{Topic: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = a.Query(ctx, &abci.RequestQuery{Path: core.PathRecords, Data: req})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs byzlogv1.RecordsResponse
+	if err := proto.Unmarshal(res.Value, &recs); err != nil || len(recs.Records) != 1 || recs.NextOffset != 1 {
+		t.Errorf("Query(/records) = %v (%v), want the one committed record", &recs, err)
 	}
 	res, err = a.Query(ctx, &abci.RequestQuery{Path: "/nope"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if core.Code(res.Code) != core.CodeUnknownQuery || res.Log == "" {
+	if core.Code(res.Code) != core.CodeUnknownQuery || res.Log == "" || res.Codespace != core.Codespace {
 		t.Errorf("Query(/nope) = code %d log %q, want %s with a reason", res.Code, res.Log, core.CodeUnknownQuery)
+	}
+}
+
+func TestInitChainRejectsBadGenesis(t *testing.T) {
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(st, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	_, err = a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(`{"admins": ["xyz"]}`)})
+	if err == nil || !strings.Contains(err.Error(), "admins[0]") {
+		t.Errorf("InitChain(bad admin key) = %v, want an error naming admins[0]", err)
 	}
 }

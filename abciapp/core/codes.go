@@ -3,7 +3,7 @@ package core
 // Code is the result code of one transaction, as CometBFT reports it in
 // CheckTx and in the block results. Zero is success; every other code means
 // the transaction changed nothing. Codes are part of the wire contract: never
-// renumber one.
+// renumber one. Each comes with a message that tells the client what to fix.
 type Code uint32
 
 // Codespace names byzlog's result codes in CometBFT responses.
@@ -12,9 +12,11 @@ const Codespace = "byzlog"
 const (
 	// CodeOK: the transaction was accepted.
 	CodeOK Code = 0
-	// CodeMalformedTx: the bytes are not a protobuf byzlog.v1.Tx.
+	// CodeMalformedTx: the bytes are not a protobuf byzlog.v1.Tx, or a signed
+	// body inside it does not decode.
 	CodeMalformedTx Code = 1
-	// CodeUnknownTxKind: the Tx envelope carries no kind this version knows.
+	// CodeUnknownTxKind: the envelope (or an admin body) carries no kind this
+	// version knows.
 	CodeUnknownTxKind Code = 2
 	// CodeTxTooLarge: the transaction is larger than the chain accepts.
 	CodeTxTooLarge Code = 3
@@ -28,29 +30,76 @@ const (
 	CodeEmptyBody Code = 7
 	// CodeUnknownQuery: the query path is not one the app answers.
 	CodeUnknownQuery Code = 8
+	// CodeWrongChain: a signed body names another chain.
+	CodeWrongChain Code = 9
+	// CodeUnknownTopic: the topic does not exist.
+	CodeUnknownTopic Code = 10
+	// CodeUnknownPartition: the topic has fewer partitions.
+	CodeUnknownPartition Code = 11
+	// CodeNotAllowed: the topic's allowed_producers does not list the key.
+	CodeNotAllowed Code = 12
+	// CodeDuplicate: the batch's sequence is already committed; the result's
+	// data carries the original offsets. A retry is answered with this.
+	CodeDuplicate Code = 13
+	// CodeSequenceGap: the batch skips a sequence; send the missing one first.
+	CodeSequenceGap Code = 14
+	// CodeRecordTooLarge: a record exceeds the topic's or chain's max record bytes.
+	CodeRecordTooLarge Code = 15
+	// CodeBatchTooLarge: too many records, too many bytes, or a wrong declared
+	// uncompressed size.
+	CodeBatchTooLarge Code = 16
+	// CodeTooManyHeaders: a record has more headers than the chain allows.
+	CodeTooManyHeaders Code = 17
+	// CodeBadCompression: the records do not decompress with the declared codec.
+	CodeBadCompression Code = 18
+	// CodeEmptyBatch: a batch holds no record.
+	CodeEmptyBatch Code = 19
+	// CodeNotAdmin: the admin key is not listed in genesis.
+	CodeNotAdmin Code = 20
+	// CodeBadNonce: the nonce is not the key's next one.
+	CodeBadNonce Code = 21
+	// CodeBadTopicName: a topic name is empty, too long or has a character
+	// outside [a-zA-Z0-9._-].
+	CodeBadTopicName Code = 22
+	// CodeTopicExists: create of a topic that exists.
+	CodeTopicExists Code = 23
+	// CodeBadTopicConfig: a topic config is out of bounds (or shrinks partitions).
+	CodeBadTopicConfig Code = 24
+	// CodeBadGroup: a consumer group name is empty, too long or holds a NUL.
+	CodeBadGroup Code = 25
+	// CodeNotGroupOwner: the group's offsets belong to another key.
+	CodeNotGroupOwner Code = 26
+	// CodeOffsetBackwards: an offset commit moves backwards without reset.
+	CodeOffsetBackwards Code = 27
+	// CodeOffsetBeyondEnd: an offset commit is past the partition's end.
+	CodeOffsetBeyondEnd Code = 28
+	// CodeBadQuery: the query's arguments are malformed or out of range.
+	CodeBadQuery Code = 29
+	// CodeOffsetOutOfRange: the requested offset was deleted by retention or
+	// is beyond the log end.
+	CodeOffsetOutOfRange Code = 30
+	// CodeNotFound: the queried topic, group or key has no state.
+	CodeNotFound Code = 31
 )
+
+var codeNames = map[Code]string{
+	CodeOK: "ok", CodeMalformedTx: "malformed_tx", CodeUnknownTxKind: "unknown_tx_kind",
+	CodeTxTooLarge: "tx_too_large", CodeEmptyBundle: "empty_bundle", CodeBadPublicKey: "bad_public_key",
+	CodeBadSignature: "bad_signature", CodeEmptyBody: "empty_body", CodeUnknownQuery: "unknown_query",
+	CodeWrongChain: "wrong_chain", CodeUnknownTopic: "unknown_topic", CodeUnknownPartition: "unknown_partition",
+	CodeNotAllowed: "not_allowed", CodeDuplicate: "duplicate", CodeSequenceGap: "sequence_gap",
+	CodeRecordTooLarge: "record_too_large", CodeBatchTooLarge: "batch_too_large", CodeTooManyHeaders: "too_many_headers",
+	CodeBadCompression: "bad_compression", CodeEmptyBatch: "empty_batch", CodeNotAdmin: "not_admin",
+	CodeBadNonce: "bad_nonce", CodeBadTopicName: "bad_topic_name", CodeTopicExists: "topic_exists",
+	CodeBadTopicConfig: "bad_topic_config", CodeBadGroup: "bad_group", CodeNotGroupOwner: "not_group_owner",
+	CodeOffsetBackwards: "offset_backwards", CodeOffsetBeyondEnd: "offset_beyond_end", CodeBadQuery: "bad_query",
+	CodeOffsetOutOfRange: "offset_out_of_range", CodeNotFound: "not_found",
+}
 
 // String names the code for logs and messages.
 func (c Code) String() string {
-	switch c {
-	case CodeOK:
-		return "ok"
-	case CodeMalformedTx:
-		return "malformed_tx"
-	case CodeUnknownTxKind:
-		return "unknown_tx_kind"
-	case CodeTxTooLarge:
-		return "tx_too_large"
-	case CodeEmptyBundle:
-		return "empty_bundle"
-	case CodeBadPublicKey:
-		return "bad_public_key"
-	case CodeBadSignature:
-		return "bad_signature"
-	case CodeEmptyBody:
-		return "empty_body"
-	case CodeUnknownQuery:
-		return "unknown_query"
+	if s, ok := codeNames[c]; ok {
+		return s
 	}
 	return "unknown_code"
 }

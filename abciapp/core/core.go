@@ -1,27 +1,24 @@
-// Package core is byzlog's replicated state machine: given the committed state
-// and a block decided by consensus, it returns each transaction's result and
-// the next state. Every validator runs it and must reach the same answer, so
-// it never performs I/O, reads a clock, draws random numbers, starts
-// goroutines, iterates maps or uses floats. The ABCI adapter and the store do
-// all I/O around it.
+// Package core is byzlog's replicated state machine: given a read view of
+// the committed state and a block decided by consensus, it returns each
+// transaction's result, the events, the change set to persist and the next
+// app hash. Every validator runs it and must reach the same answer, so it
+// never performs I/O, reads a clock, draws random numbers, starts goroutines,
+// iterates maps in their own order or uses floats. Time comes from the block
+// header. The ABCI adapter and the store do all I/O around it.
 package core
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 
-	"github.com/cometbft/cometbft/crypto/merkle"
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // MaxTxBytes is the largest transaction the chain accepts. It is a chain rule,
 // not a node setting: a proposal holding a larger transaction is rejected by
 // every correct validator.
 const MaxTxBytes = 2 << 20
-
-// appHashDomain separates byzlog's app hash from any other use of SHA-256
-// over the same bytes, and versions its layout.
-const appHashDomain = "byzlog/app-hash/v1"
 
 // State is the part of the committed state that identifies it: the last
 // committed height and the app hash after it.
@@ -30,10 +27,13 @@ type State struct {
 	AppHash []byte
 }
 
-// Block is a block as consensus decided it.
+// Block is a block as consensus decided (or a proposer proposes) it.
 type Block struct {
 	Height int64
-	Txs    [][]byte
+	// TimeUnixNano is the block time from the header: the log-append time of
+	// every record in the block, and the clock retention runs on.
+	TimeUnixNano int64
+	Txs          [][]byte
 }
 
 // Result is the outcome of one transaction.
@@ -41,55 +41,178 @@ type Result struct {
 	Code Code
 	// Log says what was wrong, in words a client can act on; empty on success.
 	Log string
+	// Data is the serialized TxOutcome of a ProduceBundle (offsets, or which
+	// batch was rejected and why).
+	Data   []byte
+	Events []Event
 }
 
 // OK reports whether the transaction was accepted.
 func (r Result) OK() bool { return r.Code == CodeOK }
 
-// Outcome is what applying a block produces.
+// Event is an ABCI event: a type and ordered attributes.
+type Event struct {
+	Type  string
+	Attrs []Attr
+}
+
+// Attr is one event attribute.
+type Attr struct{ Key, Value string }
+
+// Outcome is what executing a block produces.
 type Outcome struct {
-	// State is the state after the block, to be persisted by Commit.
+	// State is the state after the block, to be persisted with Changes.
 	State State
 	// Results holds one result per transaction, in block order.
 	Results []Result
+	// Changes is everything the block writes.
+	Changes ChangeSet
+	// Digest is what the app hash commits to.
+	Digest Digest
 }
 
-// Apply executes block b on top of prev. The new app hash chains the previous
-// one, the height and a Merkle root of the block's accepted transactions:
-//
-//	app_hash(h) = SHA-256(domain || app_hash(h-1) || be64(h) || txs_root(h))
-//
-// so it is a deterministic function of every committed block. An error means
-// the caller is broken (a height out of sequence), never that a transaction
-// is bad: bad transactions get a result code.
-func Apply(prev State, b Block) (Outcome, error) {
+// mode says how strictly a transaction is checked against state.
+type mode int
+
+const (
+	// modeBlock: in a block, every rule holds exactly (sequences and nonces
+	// are the next ones) and effects are written.
+	modeBlock mode = iota
+	// modeMempool: CheckTx against committed state. Sequences and nonces may
+	// run ahead (earlier ones may still be in the mempool); nothing is written.
+	modeMempool
+)
+
+var deterministic = proto.MarshalOptions{Deterministic: true}
+
+func marshal(m proto.Message) []byte {
+	b, err := deterministic.Marshal(m)
+	if err != nil {
+		// Marshalling a valid in-memory message cannot fail; if it does the
+		// binary is broken and must stop rather than diverge.
+		panic(fmt.Sprintf("marshal %T: %v", m, err))
+	}
+	return b
+}
+
+// LoadParams reads the chain params InitChain stored.
+func LoadParams(r Reader) (*byzlogv1.ChainParams, error) {
+	b, err := r.Get(CFMeta, keyParams)
+	if err != nil {
+		return nil, err
+	}
+	if b == nil {
+		return nil, fmt.Errorf("chain params missing: InitChain has not run on this store")
+	}
+	var p byzlogv1.ChainParams
+	if err := proto.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("decode chain params: %w", err)
+	}
+	return &p, nil
+}
+
+// InitChain returns the change set that sets up genesis state: chain params
+// and the genesis topics.
+func InitChain(params *byzlogv1.ChainParams, topics []*byzlogv1.TopicState) ChangeSet {
+	o := newOverlay(emptyReader{})
+	o.put(CFMeta, keyParams, marshal(params))
+	for _, t := range topics {
+		writeTopic(o, t, 0)
+	}
+	return o.changeSet()
+}
+
+type emptyReader struct{}
+
+func (emptyReader) Get(CF, []byte) ([]byte, error) { return nil, nil }
+
+// Execute runs block b on the committed state r (whose identity is prev) and
+// returns the results, the change set and the next state. An error means the
+// caller or the store is broken (a height out of sequence, a read failure),
+// never that a transaction is bad: bad transactions get a result code.
+func Execute(r Reader, prev State, b Block) (Outcome, error) {
 	if prev.Height != 0 && b.Height != prev.Height+1 {
-		return Outcome{}, fmt.Errorf("apply block %d: the committed height is %d, expected block %d", b.Height, prev.Height, prev.Height+1)
+		return Outcome{}, fmt.Errorf("execute block %d: the committed height is %d, expected block %d", b.Height, prev.Height, prev.Height+1)
 	}
 	if b.Height <= 0 {
-		return Outcome{}, fmt.Errorf("apply block %d: heights start at 1", b.Height)
+		return Outcome{}, fmt.Errorf("execute block %d: heights start at 1", b.Height)
 	}
+	params, err := LoadParams(r)
+	if err != nil {
+		return Outcome{}, err
+	}
+	ex := newExecutor(r, params, b)
 	results := make([]Result, len(b.Txs))
-	accepted := make([][]byte, 0, len(b.Txs))
 	for i, tx := range b.Txs {
-		results[i] = ValidateTx(tx)
-		if results[i].OK() {
-			accepted = append(accepted, tx)
+		if results[i], err = ex.apply(tx); err != nil {
+			return Outcome{}, fmt.Errorf("execute block %d tx %d: %w", b.Height, i, err)
 		}
 	}
+	changes := ex.block.changeSet()
+	digest := digestOf(prev.AppHash, b.Height, ex.appended, changes)
 	return Outcome{
-		State:   State{Height: b.Height, AppHash: nextAppHash(prev.AppHash, b.Height, accepted)},
+		State:   State{Height: b.Height, AppHash: digest.AppHash()},
 		Results: results,
+		Changes: changes,
+		Digest:  digest,
 	}, nil
 }
 
-func nextAppHash(prev []byte, height int64, txs [][]byte) []byte {
-	h := sha256.New()
-	h.Write([]byte(appHashDomain))
-	h.Write(prev)
-	var be [8]byte
-	binary.BigEndian.PutUint64(be[:], uint64(height))
-	h.Write(be[:])
-	h.Write(merkle.HashFromByteSlices(txs))
-	return h.Sum(nil)
+// Prepare picks, in order, the transactions of txs that are valid in a block
+// on top of r and fit in maxBytes: what a correct proposer proposes.
+func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
+	params, err := LoadParams(r)
+	if err != nil {
+		return nil, err
+	}
+	ex := newExecutor(r, params, b)
+	var picked [][]byte
+	var size int64
+	for _, tx := range b.Txs {
+		if size+int64(len(tx)) > maxBytes {
+			continue // a smaller one further on may still fit
+		}
+		res, err := ex.apply(tx)
+		if err != nil {
+			return nil, err
+		}
+		if res.OK() {
+			picked = append(picked, tx)
+			size += int64(len(tx))
+		}
+	}
+	return picked, nil
+}
+
+// Verify checks a proposed block: every transaction must be valid in order.
+// It returns the index and result of the first invalid one, or -1.
+func Verify(r Reader, b Block) (int, Result, error) {
+	params, err := LoadParams(r)
+	if err != nil {
+		return 0, Result{}, err
+	}
+	ex := newExecutor(r, params, b)
+	for i, tx := range b.Txs {
+		res, err := ex.apply(tx)
+		if err != nil {
+			return 0, Result{}, err
+		}
+		if !res.OK() {
+			return i, res, nil
+		}
+	}
+	return -1, Result{}, nil
+}
+
+// Check is CheckTx: the stateless checks plus the cheap stateful ones against
+// committed state (known topic and partition, allowed producer, sequence not
+// already committed, admin key, nonce not already used). It writes nothing.
+func Check(r Reader, tx []byte) (Result, error) {
+	params, err := LoadParams(r)
+	if err != nil {
+		return Result{}, err
+	}
+	ex := newExecutor(r, params, Block{})
+	ex.mode = modeMempool
+	return ex.apply(tx)
 }

@@ -3,44 +3,53 @@ package core
 import (
 	"crypto/ed25519"
 	"fmt"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-// ValidateTx checks what can be checked of a transaction without state: that
-// it decodes, is within size, and that every signature verifies over exactly
-// the body bytes it carries. CheckTx, ProcessProposal and FinalizeBlock all
-// call it, so a transaction one of them accepts the others accept too.
+// ValidateTx runs the stateless checks of a transaction: it decodes, is
+// within size, and every signature verifies over exactly the body bytes it
+// carries. Execute, Prepare, Verify and Check all start with it.
 func ValidateTx(tx []byte) Result {
+	_, r := decodeTx(tx)
+	return r
+}
+
+func decodeTx(tx []byte) (*byzlogv1.Tx, Result) {
 	if len(tx) > MaxTxBytes {
-		return reject(CodeTxTooLarge, "transaction is %d bytes, the chain accepts at most %d", len(tx), MaxTxBytes)
+		return nil, reject(CodeTxTooLarge, "transaction is %d bytes, the chain accepts at most %d", len(tx), MaxTxBytes)
 	}
 	var env byzlogv1.Tx
 	if err := proto.Unmarshal(tx, &env); err != nil {
-		return reject(CodeMalformedTx, "transaction is not a byzlog.v1.Tx: %v", err)
+		return nil, reject(CodeMalformedTx, "transaction is not a byzlog.v1.Tx: %v", err)
 	}
 	switch k := env.Kind.(type) {
 	case *byzlogv1.Tx_ProduceBundle:
 		if len(k.ProduceBundle.GetBatches()) == 0 {
-			return reject(CodeEmptyBundle, "produce bundle holds no batch")
+			return nil, reject(CodeEmptyBundle, "produce bundle holds no batch")
 		}
 		for i, b := range k.ProduceBundle.Batches {
 			if r := checkSigned(fmt.Sprintf("batch %d", i), b.GetBody(), b.GetProducerKey(), b.GetSignature()); !r.OK() {
-				return r
+				return nil, r
 			}
 		}
-	case *byzlogv1.Tx_CreateTopic:
-		c := k.CreateTopic
-		return checkSigned("create topic", c.GetBody(), c.GetAdminKey(), c.GetSignature())
+	case *byzlogv1.Tx_Admin:
+		a := k.Admin
+		if r := checkSigned("admin request", a.GetBody(), a.GetAdminKey(), a.GetSignature()); !r.OK() {
+			return nil, r
+		}
 	case *byzlogv1.Tx_CommitOffsets:
 		c := k.CommitOffsets
-		return checkSigned("commit offsets", c.GetBody(), c.GetConsumerKey(), c.GetSignature())
+		if r := checkSigned("commit offsets", c.GetBody(), c.GetConsumerKey(), c.GetSignature()); !r.OK() {
+			return nil, r
+		}
 	default:
-		return reject(CodeUnknownTxKind, "transaction has no kind this version knows (empty envelope or a newer client)")
+		return nil, reject(CodeUnknownTxKind, "transaction has no kind this version knows (empty envelope or a newer client)")
 	}
-	return Result{Code: CodeOK}
+	return &env, Result{Code: CodeOK}
 }
 
 func checkSigned(what string, body, key, sig []byte) Result {
@@ -58,4 +67,64 @@ func checkSigned(what string, body, key, sig []byte) Result {
 
 func reject(c Code, format string, args ...any) Result {
 	return Result{Code: c, Log: fmt.Sprintf(format, args...)}
+}
+
+// MaxTopicName is Kafka's limit on topic name length.
+const MaxTopicName = 249
+
+func checkTopicName(name string) Result {
+	if name == "" || len(name) > MaxTopicName {
+		return reject(CodeBadTopicName, "topic name %q must be 1 to %d characters", name, MaxTopicName)
+	}
+	for _, c := range []byte(name) {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return reject(CodeBadTopicName, "topic name %q has %q: use only a-z, A-Z, 0-9, '.', '_' and '-'", name, c)
+		}
+	}
+	if name == "." || name == ".." {
+		return reject(CodeBadTopicName, "topic name %q is reserved", name)
+	}
+	return Result{}
+}
+
+// MaxGroupName bounds consumer group names, in bytes.
+const MaxGroupName = 255
+
+func checkGroupName(group string) Result {
+	if group == "" || len(group) > MaxGroupName || !utf8.ValidString(group) {
+		return reject(CodeBadGroup, "group name must be 1 to %d bytes of UTF-8", MaxGroupName)
+	}
+	for _, c := range []byte(group) {
+		if c == 0 {
+			return reject(CodeBadGroup, "group name %q holds a NUL byte", group)
+		}
+	}
+	return Result{}
+}
+
+// maxAllowedProducers bounds a topic's producer list.
+const maxAllowedProducers = 1000
+
+func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig) Result {
+	switch {
+	case c == nil:
+		return reject(CodeBadTopicConfig, "topic config is missing")
+	case c.Partitions == 0 || c.Partitions > l.MaxPartitions:
+		return reject(CodeBadTopicConfig, "partitions (%d) must be between 1 and the chain's max_partitions (%d)", c.Partitions, l.MaxPartitions)
+	case c.MaxRecordBytes > l.MaxRecordBytes:
+		return reject(CodeBadTopicConfig, "max_record_bytes (%d) must not exceed the chain's max_record_bytes (%d); 0 means the chain's", c.MaxRecordBytes, l.MaxRecordBytes)
+	case c.RetentionMs < 0:
+		return reject(CodeBadTopicConfig, "retention_ms (%d) must be 0 (forever) or positive", c.RetentionMs)
+	case c.RetentionBytes < 0:
+		return reject(CodeBadTopicConfig, "retention_bytes (%d) must be 0 (no limit) or positive", c.RetentionBytes)
+	case len(c.AllowedProducers) > maxAllowedProducers:
+		return reject(CodeBadTopicConfig, "allowed_producers lists %d keys, at most %d", len(c.AllowedProducers), maxAllowedProducers)
+	}
+	for i, k := range c.AllowedProducers {
+		if len(k) != ed25519.PublicKeySize {
+			return reject(CodeBadTopicConfig, "allowed_producers[%d] is %d bytes, an ed25519 public key is %d", i, len(k), ed25519.PublicKeySize)
+		}
+	}
+	return Result{}
 }

@@ -1,8 +1,9 @@
-// Package store keeps byzlog-app's committed state in RocksDB. It owns the
-// column families and the atomic, synced write of each commit; it knows
-// nothing of transactions or hashing, which belong to core. A commit is one
-// RocksDB WriteBatch written with sync, so after a crash the store holds
-// either all of a block's effects or none of them.
+// Package store keeps byzlog-app's committed state in RocksDB: one column
+// family per core.CF plus "app" for the last committed height and app hash.
+// It owns the atomic, synced write of each commit and reads for the core; it
+// knows nothing of transactions or hashing, which belong to core. A commit is
+// one RocksDB WriteBatch written with sync, so after a crash the store holds
+// either all of a block's effects (with its height and app hash) or none.
 package store
 
 import (
@@ -12,6 +13,8 @@ import (
 	"os"
 
 	"github.com/linxGnu/grocksdb"
+
+	"github.com/byzlog/byzlog/abciapp/core"
 )
 
 // Column families. "default" must exist in every RocksDB database; byzlog
@@ -39,11 +42,21 @@ type Store struct {
 	opts *grocksdb.Options
 	cfs  []*grocksdb.ColumnFamilyHandle // in the order of cfNames
 	app  *grocksdb.ColumnFamilyHandle
+	byCF map[core.CF]*grocksdb.ColumnFamilyHandle
 	ro   *grocksdb.ReadOptions
 	wo   *grocksdb.WriteOptions
 }
 
-var cfNames = []string{cfDefault, cfApp}
+// cfNames are "default", "app", then core's column families in order.
+var cfNames = func() []string {
+	names := []string{cfDefault, cfApp}
+	for _, cf := range core.CFs {
+		names = append(names, cf.String())
+	}
+	return names
+}()
+
+var _ core.Scanner = (*Store)(nil)
 
 // Open opens (creating if needed) the database in dir.
 func Open(dir string) (*Store, error) {
@@ -66,7 +79,11 @@ func Open(dir string) (*Store, error) {
 	}
 	wo := grocksdb.NewDefaultWriteOptions()
 	wo.SetSync(true)
-	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
+	byCF := map[core.CF]*grocksdb.ColumnFamilyHandle{}
+	for i, cf := range core.CFs {
+		byCF[cf] = cfs[2+i]
+	}
+	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
 }
 
 // Last returns the last committed height and app hash; a new store returns
@@ -89,13 +106,91 @@ func (s *Store) Last() (Committed, error) {
 	return Committed{Height: int64(binary.BigEndian.Uint64(h)), AppHash: hash}, nil
 }
 
-// Commit durably records c as the last committed state, in one synced write.
-func (s *Store) Commit(c Committed) error {
+// Get reads one key of committed state; a missing key is nil.
+func (s *Store) Get(cf core.CF, key []byte) ([]byte, error) {
+	h, ok := s.byCF[cf]
+	if !ok {
+		return nil, fmt.Errorf("read: unknown column family %s", cf)
+	}
+	return s.get(h, key)
+}
+
+// Scan walks [start, end) of a column family in key order.
+func (s *Store) Scan(cf core.CF, start, end []byte, fn func(key, value []byte) bool) error {
+	h, ok := s.byCF[cf]
+	if !ok {
+		return fmt.Errorf("scan: unknown column family %s", cf)
+	}
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	if end != nil {
+		ro.SetIterateUpperBound(end)
+	}
+	it := s.db.NewIteratorCF(ro, h)
+	defer it.Close()
+	for it.Seek(start); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		more := fn(k.Data(), v.Data())
+		k.Free()
+		v.Free()
+		if !more {
+			break
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("scan %s: %w", cf, err)
+	}
+	return nil
+}
+
+// Apply writes changes without moving the committed height: genesis state
+// from InitChain, which CometBFT runs again if the app crashes before its
+// first commit.
+func (s *Store) Apply(changes core.ChangeSet) error {
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	if err := s.stage(wb, changes); err != nil {
+		return err
+	}
+	if err := s.db.Write(s.wo, wb); err != nil {
+		return fmt.Errorf("write genesis state: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) stage(wb *grocksdb.WriteBatch, changes core.ChangeSet) error {
+	for _, r := range changes.RangeDeletes {
+		h, ok := s.byCF[r.CF]
+		if !ok {
+			return fmt.Errorf("range delete: unknown column family %s", r.CF)
+		}
+		wb.DeleteRangeCF(h, r.Start, r.End)
+	}
+	for _, c := range changes.Changes {
+		h, ok := s.byCF[c.CF]
+		if !ok {
+			return fmt.Errorf("write: unknown column family %s", c.CF)
+		}
+		if c.Delete {
+			wb.DeleteCF(h, c.Key)
+		} else {
+			wb.PutCF(h, c.Key, c.Value)
+		}
+	}
+	return nil
+}
+
+// Commit durably records a block's changes and c as the last committed
+// state, in one synced write.
+func (s *Store) Commit(c Committed, changes core.ChangeSet) error {
 	if c.Height <= 0 {
 		return fmt.Errorf("commit height %d: heights start at 1", c.Height)
 	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
+	if err := s.stage(wb, changes); err != nil {
+		return fmt.Errorf("commit height %d: %w", c.Height, err)
+	}
 	var be [8]byte
 	binary.BigEndian.PutUint64(be[:], uint64(c.Height))
 	wb.PutCF(s.app, keyHeight, be[:])

@@ -20,10 +20,12 @@ import (
 	"testing"
 	"time"
 
+	coretypes "github.com/cometbft/cometbft/rpc/core/types"
 	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
@@ -59,22 +61,23 @@ func basePort(t *testing.T) int {
 	return 36656
 }
 
-// producer signs batches the way the producer SDK will.
+// producer signs one batch per transaction to one topic-partition, with
+// consecutive sequences, the way the producer SDK will.
 type producer struct {
-	key ed25519.PrivateKey
-	seq uint64
+	signer *sign.Signer
+	topic  string
+	seq    uint64
 }
 
-func (p *producer) tx(t *testing.T, topic string) []byte {
+func (p *producer) tx(t *testing.T) []byte {
 	t.Helper()
-	body, err := proto.Marshal(&byzlogv1.BatchBody{Topic: topic, Sequence: p.seq, Records: []byte(fmt.Sprintf("record %d", p.seq))})
+	b, err := p.signer.Batch(p.topic, 0, p.seq, byzlogv1.Codec_CODEC_NONE,
+		[]*byzlogv1.Record{{Key: []byte("k"), Value: []byte(fmt.Sprintf("record %d", p.seq))}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p.seq++
-	tx, err := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{
-		Batches: []*byzlogv1.SignedBatch{{Body: body, ProducerKey: p.key.Public().(ed25519.PublicKey), Signature: ed25519.Sign(p.key, body)}},
-	}}})
+	tx, err := sign.BundleTx(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +94,7 @@ func submit(ctx context.Context, t *testing.T, n *localnet.Net, i int, p *produc
 	}
 	var hashes [][]byte
 	for k := 0; k < count; k++ {
-		tx := p.tx(t, "e2e")
+		tx := p.tx(t)
 		res, err := c.BroadcastTxSync(ctx, tx)
 		if err != nil {
 			t.Fatalf("broadcast to node%d: %v", i, err)
@@ -236,8 +239,19 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 		}
 	})
 
+	chain := n.Config().ChainID
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createTopic(ctx, t, n, sign.NewSigner(adminKey, chain), "e2e", 2)
+
+	t.Run("bundle committed and read back identically from every validator", func(t *testing.T) {
+		bundleReadBack(ctx, t, n, chain)
+	})
+
 	seed := sha256.Sum256([]byte(t.Name()))
-	p := &producer{key: ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize])}
+	p := &producer{signer: sign.NewSigner(ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize]), chain), topic: "e2e"}
 	all, survivors := []int{0, 1, 2, 3}, []int{0, 1, 2}
 
 	submit(ctx, t, n, 0, p, 10)
@@ -300,4 +314,113 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 		}
 	}
 	t.Logf("localnet status:\n%s", out)
+}
+
+// commitTx sends tx to node i with broadcast_tx_commit and requires it to
+// pass CheckTx and be committed with code 0.
+func commitTx(ctx context.Context, t *testing.T, n *localnet.Net, i int, tx []byte) *coretypes.ResultBroadcastTxCommit {
+	t.Helper()
+	c, err := n.Client(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.BroadcastTxCommit(ctx, tx)
+	if err != nil {
+		t.Fatalf("broadcast_tx_commit to node%d: %v", i, err)
+	}
+	if res.CheckTx.Code != 0 || res.TxResult.Code != 0 {
+		t.Fatalf("broadcast_tx_commit to node%d: CheckTx %d %q, FinalizeBlock %d %q", i, res.CheckTx.Code, res.CheckTx.Log, res.TxResult.Code, res.TxResult.Log)
+	}
+	return res
+}
+
+func createTopic(ctx context.Context, t *testing.T, n *localnet.Net, admin *sign.Signer, name string, partitions uint32) {
+	t.Helper()
+	req, err := admin.Admin(0, &byzlogv1.CreateTopic{Name: name, Config: &byzlogv1.TopicConfig{Partitions: partitions}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := sign.AdminTx(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := commitTx(ctx, t, n, 0, tx)
+	t.Logf("created topic %s with %d partitions at height %d", name, partitions, res.Height)
+}
+
+// bundleReadBack commits a bundle of several producers' batches with
+// broadcast_tx_commit, then reads the records back from every validator:
+// the same offsets, the same bytes, everywhere.
+func bundleReadBack(ctx context.Context, t *testing.T, n *localnet.Net, chain string) {
+	var batches []*byzlogv1.SignedBatch
+	for i := 0; i < 3; i++ {
+		s := sign.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{byte(i + 1)}, ed25519.SeedSize)), chain)
+		var recs []*byzlogv1.Record
+		for j := 0; j < 4; j++ {
+			recs = append(recs, &byzlogv1.Record{Key: []byte(fmt.Sprintf("p%d", i)), Value: []byte(fmt.Sprintf("producer %d record %d", i, j))})
+		}
+		b, err := s.Batch("e2e", 1, 0, byzlogv1.Codec_CODEC_ZSTD, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches = append(batches, b)
+	}
+	tx, err := sign.BundleTx(batches...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := commitTx(ctx, t, n, 2, tx)
+	var out byzlogv1.TxOutcome
+	if err := proto.Unmarshal(res.TxResult.Data, &out); err != nil {
+		t.Fatalf("tx result data: %v", err)
+	}
+	for i, b := range out.Batches {
+		if b.BaseOffset != uint64(4*i) || b.RecordCount != 4 || b.Partition != 1 {
+			t.Fatalf("batch %d landed at %v, want offsets %d..%d of e2e/1", i, b, 4*i, 4*i+3)
+		}
+	}
+	t.Logf("bundle of 3 batches committed at height %d: offsets 0..11 of e2e/1", res.Height)
+	if err := waitHeight(ctx, t, n, []int{0, 1, 2, 3}, res.Height); err != nil {
+		t.Fatal(err)
+	}
+	req, err := proto.Marshal(&byzlogv1.RecordsRequest{Topic: "e2e", Partition: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first [][]byte
+	for i := 0; i < 4; i++ {
+		c, err := n.Client(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+		if err != nil {
+			t.Fatalf("node%d abci_query: %v", i, err)
+		}
+		if q.Response.Code != 0 {
+			t.Fatalf("node%d abci_query %s: code %d %s", i, core.PathRecords, q.Response.Code, q.Response.Log)
+		}
+		var recs byzlogv1.RecordsResponse
+		if err := proto.Unmarshal(q.Response.Value, &recs); err != nil {
+			t.Fatal(err)
+		}
+		if len(recs.Records) != 12 || recs.NextOffset != 12 {
+			t.Fatalf("node%d holds %d records of e2e/1 (next offset %d), want 12", i, len(recs.Records), recs.NextOffset)
+		}
+		for j, b := range recs.Records {
+			var r byzlogv1.StoredRecord
+			if err := proto.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("producer %d record %d", j/4, j%4); r.Offset != uint64(j) || string(r.Value) != want || r.Height != res.Height {
+				t.Fatalf("node%d record %d = offset %d %q height %d, want offset %d %q height %d", i, j, r.Offset, r.Value, r.Height, j, want, res.Height)
+			}
+			if first != nil && !bytes.Equal(b, first[j]) {
+				t.Fatalf("node%d's record %d differs from node0's", i, j)
+			}
+		}
+		if first == nil {
+			first = recs.Records
+		}
+	}
 }

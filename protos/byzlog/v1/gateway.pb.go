@@ -319,72 +319,28 @@ func (x *Receipt) GetDuplicate() bool {
 	return false
 }
 
-type CreateTopicRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CreateTopic   *CreateTopic           `protobuf:"bytes,1,opt,name=create_topic,json=createTopic,proto3" json:"create_topic,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CreateTopicRequest) Reset() {
-	*x = CreateTopicRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CreateTopicRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CreateTopicRequest) ProtoMessage() {}
-
-func (x *CreateTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CreateTopicRequest.ProtoReflect.Descriptor instead.
-func (*CreateTopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *CreateTopicRequest) GetCreateTopic() *CreateTopic {
-	if x != nil {
-		return x.CreateTopic
-	}
-	return nil
-}
-
-type CreateTopicResponse struct {
+type AdminResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Height        int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *CreateTopicResponse) Reset() {
-	*x = CreateTopicResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+func (x *AdminResponse) Reset() {
+	*x = AdminResponse{}
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *CreateTopicResponse) String() string {
+func (x *AdminResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*CreateTopicResponse) ProtoMessage() {}
+func (*AdminResponse) ProtoMessage() {}
 
-func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+func (x *AdminResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,12 +351,12 @@ func (x *CreateTopicResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use CreateTopicResponse.ProtoReflect.Descriptor instead.
-func (*CreateTopicResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{4}
+// Deprecated: Use AdminResponse.ProtoReflect.Descriptor instead.
+func (*AdminResponse) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *CreateTopicResponse) GetHeight() int64 {
+func (x *AdminResponse) GetHeight() int64 {
 	if x != nil {
 		return x.Height
 	}
@@ -415,7 +371,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +383,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +396,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 type ListTopicsResponse struct {
@@ -452,7 +408,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +420,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +433,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicInfo {
@@ -496,7 +452,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +464,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +477,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -540,7 +496,7 @@ type DescribeTopicResponse struct {
 
 func (x *DescribeTopicResponse) Reset() {
 	*x = DescribeTopicResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -552,7 +508,7 @@ func (x *DescribeTopicResponse) String() string {
 func (*DescribeTopicResponse) ProtoMessage() {}
 
 func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -565,74 +521,12 @@ func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DescribeTopicResponse) GetTopic() *TopicInfo {
 	if x != nil {
 		return x.Topic
-	}
-	return nil
-}
-
-// TopicInfo is a topic as committed state holds it.
-type TopicInfo struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Config *TopicConfig           `protobuf:"bytes,2,opt,name=config,proto3" json:"config,omitempty"`
-	// The next offset of each partition, indexed by partition number.
-	EndOffsets    []uint64 `protobuf:"varint,3,rep,packed,name=end_offsets,json=endOffsets,proto3" json:"end_offsets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TopicInfo) Reset() {
-	*x = TopicInfo{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TopicInfo) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TopicInfo) ProtoMessage() {}
-
-func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
-func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *TopicInfo) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *TopicInfo) GetConfig() *TopicConfig {
-	if x != nil {
-		return x.Config
-	}
-	return nil
-}
-
-func (x *TopicInfo) GetEndOffsets() []uint64 {
-	if x != nil {
-		return x.EndOffsets
 	}
 	return nil
 }
@@ -645,7 +539,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +551,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +564,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 type HealthResponse struct {
@@ -682,7 +576,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -694,7 +588,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -707,7 +601,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HealthResponse) GetNodes() []*NodeHealth {
@@ -730,7 +624,7 @@ type NodeHealth struct {
 
 func (x *NodeHealth) Reset() {
 	*x = NodeHealth{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +636,7 @@ func (x *NodeHealth) String() string {
 func (*NodeHealth) ProtoMessage() {}
 
 func (x *NodeHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +649,7 @@ func (x *NodeHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealth.ProtoReflect.Descriptor instead.
 func (*NodeHealth) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeHealth) GetAddress() string {
@@ -790,7 +684,7 @@ var File_byzlog_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x17byzlog/v1/gateway.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\x7f\n" +
+	"\x17byzlog/v1/gateway.proto\x12\tbyzlog.v1\x1a\x15byzlog/v1/state.proto\x1a\x12byzlog/v1/tx.proto\"\x7f\n" +
 	"\x0eProduceRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12,\n" +
@@ -812,10 +706,8 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\vbase_offset\x18\x06 \x01(\x04R\n" +
 	"baseOffset\x12!\n" +
 	"\frecord_count\x18\a \x01(\rR\vrecordCount\x12\x1c\n" +
-	"\tduplicate\x18\b \x01(\bR\tduplicate\"O\n" +
-	"\x12CreateTopicRequest\x129\n" +
-	"\fcreate_topic\x18\x01 \x01(\v2\x16.byzlog.v1.CreateTopicR\vcreateTopic\"-\n" +
-	"\x13CreateTopicResponse\x12\x16\n" +
+	"\tduplicate\x18\b \x01(\bR\tduplicate\"'\n" +
+	"\rAdminResponse\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\"\x13\n" +
 	"\x11ListTopicsRequest\"B\n" +
 	"\x12ListTopicsResponse\x12,\n" +
@@ -823,12 +715,7 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\x14DescribeTopicRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"C\n" +
 	"\x15DescribeTopicResponse\x12*\n" +
-	"\x05topic\x18\x01 \x01(\v2\x14.byzlog.v1.TopicInfoR\x05topic\"p\n" +
-	"\tTopicInfo\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\x12\x1f\n" +
-	"\vend_offsets\x18\x03 \x03(\x04R\n" +
-	"endOffsets\"\x0f\n" +
+	"\x05topic\x18\x01 \x01(\v2\x14.byzlog.v1.TopicInfoR\x05topic\"\x0f\n" +
 	"\rHealthRequest\"=\n" +
 	"\x0eHealthResponse\x12+\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x15.byzlog.v1.NodeHealthR\x05nodes\"n\n" +
@@ -843,11 +730,11 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\bACK_NONE\x10\x01\x12\x0f\n" +
 	"\vACK_MEMPOOL\x10\x02\x12\x0e\n" +
 	"\n" +
-	"ACK_COMMIT\x10\x032\xc3\x03\n" +
+	"ACK_COMMIT\x10\x032\xb1\x03\n" +
 	"\aGateway\x12@\n" +
 	"\aProduce\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse\x12J\n" +
-	"\rProduceStream\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse(\x010\x01\x12L\n" +
-	"\vCreateTopic\x12\x1d.byzlog.v1.CreateTopicRequest\x1a\x1e.byzlog.v1.CreateTopicResponse\x12I\n" +
+	"\rProduceStream\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse(\x010\x01\x12:\n" +
+	"\x05Admin\x12\x17.byzlog.v1.AdminRequest\x1a\x18.byzlog.v1.AdminResponse\x12I\n" +
 	"\n" +
 	"ListTopics\x12\x1c.byzlog.v1.ListTopicsRequest\x1a\x1d.byzlog.v1.ListTopicsResponse\x12R\n" +
 	"\rDescribeTopic\x12\x1f.byzlog.v1.DescribeTopicRequest\x1a .byzlog.v1.DescribeTopicResponse\x12=\n" +
@@ -866,53 +753,49 @@ func file_byzlog_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(Ack)(0),                      // 0: byzlog.v1.Ack
 	(*ProduceRequest)(nil),        // 1: byzlog.v1.ProduceRequest
 	(*ProduceResponse)(nil),       // 2: byzlog.v1.ProduceResponse
 	(*Receipt)(nil),               // 3: byzlog.v1.Receipt
-	(*CreateTopicRequest)(nil),    // 4: byzlog.v1.CreateTopicRequest
-	(*CreateTopicResponse)(nil),   // 5: byzlog.v1.CreateTopicResponse
-	(*ListTopicsRequest)(nil),     // 6: byzlog.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),    // 7: byzlog.v1.ListTopicsResponse
-	(*DescribeTopicRequest)(nil),  // 8: byzlog.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil), // 9: byzlog.v1.DescribeTopicResponse
-	(*TopicInfo)(nil),             // 10: byzlog.v1.TopicInfo
-	(*HealthRequest)(nil),         // 11: byzlog.v1.HealthRequest
-	(*HealthResponse)(nil),        // 12: byzlog.v1.HealthResponse
-	(*NodeHealth)(nil),            // 13: byzlog.v1.NodeHealth
-	(*SignedBatch)(nil),           // 14: byzlog.v1.SignedBatch
-	(*CreateTopic)(nil),           // 15: byzlog.v1.CreateTopic
-	(*TopicConfig)(nil),           // 16: byzlog.v1.TopicConfig
+	(*AdminResponse)(nil),         // 4: byzlog.v1.AdminResponse
+	(*ListTopicsRequest)(nil),     // 5: byzlog.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),    // 6: byzlog.v1.ListTopicsResponse
+	(*DescribeTopicRequest)(nil),  // 7: byzlog.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil), // 8: byzlog.v1.DescribeTopicResponse
+	(*HealthRequest)(nil),         // 9: byzlog.v1.HealthRequest
+	(*HealthResponse)(nil),        // 10: byzlog.v1.HealthResponse
+	(*NodeHealth)(nil),            // 11: byzlog.v1.NodeHealth
+	(*SignedBatch)(nil),           // 12: byzlog.v1.SignedBatch
+	(*TopicInfo)(nil),             // 13: byzlog.v1.TopicInfo
+	(*AdminRequest)(nil),          // 14: byzlog.v1.AdminRequest
 }
 var file_byzlog_v1_gateway_proto_depIdxs = []int32{
-	14, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
+	12, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
 	0,  // 1: byzlog.v1.ProduceRequest.ack:type_name -> byzlog.v1.Ack
 	3,  // 2: byzlog.v1.ProduceResponse.receipt:type_name -> byzlog.v1.Receipt
 	0,  // 3: byzlog.v1.Receipt.ack:type_name -> byzlog.v1.Ack
-	15, // 4: byzlog.v1.CreateTopicRequest.create_topic:type_name -> byzlog.v1.CreateTopic
-	10, // 5: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
-	10, // 6: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
-	16, // 7: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	13, // 8: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
-	1,  // 9: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
-	1,  // 10: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
-	4,  // 11: byzlog.v1.Gateway.CreateTopic:input_type -> byzlog.v1.CreateTopicRequest
-	6,  // 12: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
-	8,  // 13: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
-	11, // 14: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
-	2,  // 15: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
-	2,  // 16: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
-	5,  // 17: byzlog.v1.Gateway.CreateTopic:output_type -> byzlog.v1.CreateTopicResponse
-	7,  // 18: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
-	9,  // 19: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
-	12, // 20: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	13, // 4: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
+	13, // 5: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
+	11, // 6: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
+	1,  // 7: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
+	1,  // 8: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
+	14, // 9: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
+	5,  // 10: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
+	7,  // 11: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
+	9,  // 12: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
+	2,  // 13: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
+	2,  // 14: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
+	4,  // 15: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
+	6,  // 16: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
+	8,  // 17: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
+	10, // 18: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_gateway_proto_init() }
@@ -920,6 +803,7 @@ func file_byzlog_v1_gateway_proto_init() {
 	if File_byzlog_v1_gateway_proto != nil {
 		return
 	}
+	file_byzlog_v1_state_proto_init()
 	file_byzlog_v1_tx_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -927,7 +811,7 @@ func file_byzlog_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_gateway_proto_rawDesc), len(file_byzlog_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

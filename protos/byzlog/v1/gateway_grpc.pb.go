@@ -27,7 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Gateway_Produce_FullMethodName       = "/byzlog.v1.Gateway/Produce"
 	Gateway_ProduceStream_FullMethodName = "/byzlog.v1.Gateway/ProduceStream"
-	Gateway_CreateTopic_FullMethodName   = "/byzlog.v1.Gateway/CreateTopic"
+	Gateway_Admin_FullMethodName         = "/byzlog.v1.Gateway/Admin"
 	Gateway_ListTopics_FullMethodName    = "/byzlog.v1.Gateway/ListTopics"
 	Gateway_DescribeTopic_FullMethodName = "/byzlog.v1.Gateway/DescribeTopic"
 	Gateway_Health_FullMethodName        = "/byzlog.v1.Gateway/Health"
@@ -44,8 +44,9 @@ type GatewayClient interface {
 	// ProduceStream carries many in-flight batches; responses arrive as their
 	// batches reach the requested ack, matched by request_id, in any order.
 	ProduceStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProduceRequest, ProduceResponse], error)
-	// CreateTopic forwards an admin-signed CreateTopic transaction.
-	CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error)
+	// Admin forwards an admin-signed request (create, update or delete a
+	// topic) and answers once it is committed.
+	Admin(ctx context.Context, in *AdminRequest, opts ...grpc.CallOption) (*AdminResponse, error)
 	// ListTopics lists the topics in committed state.
 	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
 	// DescribeTopic returns one topic's config and partition end offsets.
@@ -85,10 +86,10 @@ func (c *gatewayClient) ProduceStream(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Gateway_ProduceStreamClient = grpc.BidiStreamingClient[ProduceRequest, ProduceResponse]
 
-func (c *gatewayClient) CreateTopic(ctx context.Context, in *CreateTopicRequest, opts ...grpc.CallOption) (*CreateTopicResponse, error) {
+func (c *gatewayClient) Admin(ctx context.Context, in *AdminRequest, opts ...grpc.CallOption) (*AdminResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CreateTopicResponse)
-	err := c.cc.Invoke(ctx, Gateway_CreateTopic_FullMethodName, in, out, cOpts...)
+	out := new(AdminResponse)
+	err := c.cc.Invoke(ctx, Gateway_Admin_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -136,8 +137,9 @@ type GatewayServer interface {
 	// ProduceStream carries many in-flight batches; responses arrive as their
 	// batches reach the requested ack, matched by request_id, in any order.
 	ProduceStream(grpc.BidiStreamingServer[ProduceRequest, ProduceResponse]) error
-	// CreateTopic forwards an admin-signed CreateTopic transaction.
-	CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error)
+	// Admin forwards an admin-signed request (create, update or delete a
+	// topic) and answers once it is committed.
+	Admin(context.Context, *AdminRequest) (*AdminResponse, error)
 	// ListTopics lists the topics in committed state.
 	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
 	// DescribeTopic returns one topic's config and partition end offsets.
@@ -160,8 +162,8 @@ func (UnimplementedGatewayServer) Produce(context.Context, *ProduceRequest) (*Pr
 func (UnimplementedGatewayServer) ProduceStream(grpc.BidiStreamingServer[ProduceRequest, ProduceResponse]) error {
 	return status.Error(codes.Unimplemented, "method ProduceStream not implemented")
 }
-func (UnimplementedGatewayServer) CreateTopic(context.Context, *CreateTopicRequest) (*CreateTopicResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method CreateTopic not implemented")
+func (UnimplementedGatewayServer) Admin(context.Context, *AdminRequest) (*AdminResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Admin not implemented")
 }
 func (UnimplementedGatewayServer) ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTopics not implemented")
@@ -218,20 +220,20 @@ func _Gateway_ProduceStream_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Gateway_ProduceStreamServer = grpc.BidiStreamingServer[ProduceRequest, ProduceResponse]
 
-func _Gateway_CreateTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CreateTopicRequest)
+func _Gateway_Admin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AdminRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(GatewayServer).CreateTopic(ctx, in)
+		return srv.(GatewayServer).Admin(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: Gateway_CreateTopic_FullMethodName,
+		FullMethod: Gateway_Admin_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(GatewayServer).CreateTopic(ctx, req.(*CreateTopicRequest))
+		return srv.(GatewayServer).Admin(ctx, req.(*AdminRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -302,8 +304,8 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Gateway_Produce_Handler,
 		},
 		{
-			MethodName: "CreateTopic",
-			Handler:    _Gateway_CreateTopic_Handler,
+			MethodName: "Admin",
+			Handler:    _Gateway_Admin_Handler,
 		},
 		{
 			MethodName: "ListTopics",

@@ -2,6 +2,9 @@ package localnet
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -376,8 +379,13 @@ func (n *Net) create(ctx context.Context) error {
 	}
 	gen.ChainID = c.ChainID
 	gen.ConsensusParams.Block.MaxBytes = c.BlockMaxBytes
-	if gen.AppState == nil {
-		gen.AppState = json.RawMessage("{}")
+	admin, err := newAdminKey(filepath.Join(tmp, adminKeyFile))
+	if err != nil {
+		return err
+	}
+	gen.AppState, err = json.Marshal(map[string]any{"admins": []string{hex.EncodeToString(admin.Public().(ed25519.PublicKey))}})
+	if err != nil {
+		return err
 	}
 	for i := 0; i < c.Validators; i++ {
 		home := filepath.Join(tmp, fmt.Sprintf("node%d", i))
@@ -390,6 +398,9 @@ func (n *Net) create(ctx context.Context) error {
 		if err := os.Rename(filepath.Join(tmp, fmt.Sprintf("node%d", i)), c.home(i)); err != nil {
 			return fmt.Errorf("move node %d into place: %w", i, err)
 		}
+	}
+	if err := os.Rename(filepath.Join(tmp, adminKeyFile), filepath.Join(c.Dir, adminKeyFile)); err != nil {
+		return fmt.Errorf("move admin key into place: %w", err)
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -432,4 +443,33 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	cfg.Consensus.TimeoutCommit = time.Duration(c.TimeoutCommit)
 	cfg.Consensus.TimeoutPropose = 10 * time.Second // 3 s causes extra rounds with large blocks
 	return cfg
+}
+
+// adminKeyFile holds the localnet's admin key (the hex ed25519 seed), the one
+// key genesis lists in app_state admins. It stays in the run directory.
+const adminKeyFile = "admin.key"
+
+func newAdminKey(path string) (ed25519.PrivateKey, error) {
+	seed := make([]byte, ed25519.SeedSize)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, fmt.Errorf("generate admin key: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(hex.EncodeToString(seed)+"\n"), 0o600); err != nil {
+		return nil, fmt.Errorf("write admin key: %w", err)
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
+}
+
+// AdminKey reads the network's admin key, which genesis lists as its admin.
+func (n *Net) AdminKey() (ed25519.PrivateKey, error) {
+	path := filepath.Join(n.cfg.Dir, adminKeyFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read admin key: %w", err)
+	}
+	seed, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, fmt.Errorf("admin key %s: want %d hex-encoded bytes", path, ed25519.SeedSize)
+	}
+	return ed25519.NewKeyFromSeed(seed), nil
 }

@@ -1,0 +1,474 @@
+package core
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// executor applies transactions of one block (or one CheckTx) in order.
+type executor struct {
+	params *byzlogv1.ChainParams
+	block  *overlay
+	b      Block
+	mode   mode
+	// appended collects the records appended in this block per partition,
+	// for the records root; keyed by recordPrefix, hashed in key order.
+	appended map[string]*appendedRun
+}
+
+// appendedRun is the records one block appended to one partition.
+type appendedRun struct {
+	topic     string
+	partition uint32
+	first     uint64
+	leaves    [][]byte // stored record bytes, in offset order
+}
+
+func newExecutor(r Reader, params *byzlogv1.ChainParams, b Block) *executor {
+	return &executor{params: params, block: newOverlay(r), b: b, appended: map[string]*appendedRun{}}
+}
+
+// apply runs one transaction on a child overlay and keeps its writes only if
+// it succeeds. Errors are store failures.
+func (ex *executor) apply(tx []byte) (Result, error) {
+	env, res := decodeTx(tx)
+	if !res.OK() {
+		return res, nil
+	}
+	txo := newOverlay(ex.block)
+	var pending []*appendedRun
+	var err error
+	switch k := env.Kind.(type) {
+	case *byzlogv1.Tx_ProduceBundle:
+		res, pending, err = ex.produce(txo, k.ProduceBundle)
+	case *byzlogv1.Tx_Admin:
+		res, err = ex.admin(txo, k.Admin)
+	case *byzlogv1.Tx_CommitOffsets:
+		res, err = ex.commitOffsets(txo, k.CommitOffsets)
+	}
+	if err != nil || !res.OK() || ex.mode == modeMempool {
+		return res, err
+	}
+	txo.mergeInto(ex.block)
+	for _, run := range pending {
+		key := string(recordPrefix(run.topic, run.partition))
+		if have, ok := ex.appended[key]; ok && have.first+uint64(len(have.leaves)) == run.first {
+			have.leaves = append(have.leaves, run.leaves...)
+		} else {
+			// A topic deleted and created again in this block restarts at 0:
+			// the later run replaces the earlier, deleted one.
+			ex.appended[key] = run
+		}
+	}
+	return res, nil
+}
+
+// produce applies a bundle: every batch must be valid, or none is applied.
+func (ex *executor) produce(o *overlay, bundle *byzlogv1.ProduceBundle) (Result, []*appendedRun, error) {
+	l := ex.params.Limits
+	if n := len(bundle.Batches); n > int(l.MaxBundleBatches) {
+		return reject(CodeBatchTooLarge, "bundle holds %d batches, the chain allows %d", n, l.MaxBundleBatches), nil, nil
+	}
+	outcome := &byzlogv1.TxOutcome{Batches: make([]*byzlogv1.BatchResult, len(bundle.Batches))}
+	var failed *Result
+	var runs []*appendedRun
+	var events []Event
+	for i, sb := range bundle.Batches {
+		br, run, err := ex.batch(o, sb)
+		if err != nil {
+			return Result{}, nil, err
+		}
+		outcome.Batches[i] = br
+		if br.Code != uint32(CodeOK) && failed == nil {
+			r := reject(Code(br.Code), "batch %d (%s/%d sequence %d): %s", i, br.Topic, br.Partition, br.Sequence, br.Log)
+			failed = &r
+		}
+		if run != nil {
+			runs = append(runs, run)
+			events = append(events, Event{Type: "byzlog.append", Attrs: []Attr{
+				{"topic", br.Topic}, {"partition", strconv.FormatUint(uint64(br.Partition), 10)},
+				{"base_offset", strconv.FormatUint(br.BaseOffset, 10)}, {"count", strconv.FormatUint(uint64(br.RecordCount), 10)},
+				{"producer", hex.EncodeToString(sb.ProducerKey)}, {"sequence", strconv.FormatUint(br.Sequence, 10)},
+			}})
+		}
+	}
+	if failed != nil {
+		for _, br := range outcome.Batches {
+			if br.Code == uint32(CodeOK) {
+				br.BaseOffset, br.RecordCount = 0, 0
+				br.Log = "not applied: another batch of the bundle was rejected"
+			}
+		}
+		failed.Data = marshal(outcome)
+		return *failed, nil, nil
+	}
+	return Result{Code: CodeOK, Data: marshal(outcome), Events: events}, runs, nil
+}
+
+// batch validates one signed batch and, in a block, appends its records.
+func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.BatchResult, *appendedRun, error) {
+	var body byzlogv1.BatchBody
+	if err := proto.Unmarshal(sb.Body, &body); err != nil {
+		return failBatch(&body, CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err), nil, nil
+	}
+	if body.ChainId != ex.params.ChainId {
+		return failBatch(&body, CodeWrongChain, "signed for chain %q, this is %q", body.ChainId, ex.params.ChainId), nil, nil
+	}
+	topic, err := loadTopic(o, body.Topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	if topic == nil {
+		return failBatch(&body, CodeUnknownTopic, "topic %q does not exist; create it first", body.Topic), nil, nil
+	}
+	if body.Partition >= topic.Config.Partitions {
+		return failBatch(&body, CodeUnknownPartition, "topic %q has partitions 0..%d", body.Topic, topic.Config.Partitions-1), nil, nil
+	}
+	if !allowed(topic.Config, sb.ProducerKey) {
+		return failBatch(&body, CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
+	}
+	pkey := producerKey(sb.ProducerKey, body.Topic, body.Partition)
+	var ps byzlogv1.ProducerState
+	if ok, err := getProto(o, CFProducers, pkey, &ps); err != nil {
+		return nil, nil, err
+	} else if !ok {
+		ps.Reset()
+	}
+	if body.Sequence < ps.NextSequence {
+		var ref byzlogv1.BatchRef
+		if _, err := getProto(o, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence), &ref); err != nil {
+			return nil, nil, err
+		}
+		br := failBatch(&body, CodeDuplicate, "sequence %d is already committed at offsets %d..%d (height %d); the next sequence is %d",
+			body.Sequence, ref.BaseOffset, ref.BaseOffset+uint64(ref.RecordCount)-1, ref.Height, ps.NextSequence)
+		br.Duplicate, br.BaseOffset, br.RecordCount = true, ref.BaseOffset, ref.RecordCount
+		return br, nil, nil
+	}
+	if body.Sequence > ps.NextSequence && ex.mode == modeBlock {
+		return failBatch(&body, CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, ps.NextSequence), nil, nil
+	}
+	records, code, msg := ex.decodeRecords(&body, topic.Config)
+	if code != CodeOK {
+		return failBatch(&body, code, "%s", msg), nil, nil
+	}
+	br := &byzlogv1.BatchResult{Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence, RecordCount: uint32(len(records))}
+	if ex.mode == modeMempool {
+		return br, nil, nil
+	}
+
+	pk := partitionKey(body.Topic, body.Partition)
+	var part byzlogv1.PartitionState
+	if _, err := getProto(o, CFMeta, pk, &part); err != nil {
+		return nil, nil, err
+	}
+	run := &appendedRun{topic: body.Topic, partition: body.Partition, first: part.NextOffset}
+	br.BaseOffset = part.NextOffset
+	for _, rec := range records {
+		stored := marshal(&byzlogv1.StoredRecord{
+			Topic: body.Topic, Partition: body.Partition, Offset: part.NextOffset,
+			TimestampUnixNano: ex.b.TimeUnixNano, CreateTimeUnixNano: rec.CreateTimeUnixNano,
+			Key: rec.Key, Value: rec.Value, Headers: rec.Headers,
+			ProducerKey: sb.ProducerKey, Sequence: body.Sequence, Height: ex.b.Height,
+		})
+		o.put(CFRecords, recordKey(body.Topic, body.Partition, part.NextOffset), stored)
+		run.leaves = append(run.leaves, stored)
+		part.NextOffset++
+		part.SizeBytes += uint64(len(stored))
+	}
+	o.put(CFMeta, pk, marshal(&part))
+	o.put(CFProducers, pkey, marshal(&byzlogv1.ProducerState{NextSequence: body.Sequence + 1}))
+	o.put(CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence),
+		marshal(&byzlogv1.BatchRef{BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Height: ex.b.Height}))
+	return br, run, nil
+}
+
+func failBatch(body *byzlogv1.BatchBody, code Code, format string, args ...any) *byzlogv1.BatchResult {
+	return &byzlogv1.BatchResult{
+		Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence,
+		Code: uint32(code), Log: fmt.Sprintf(format, args...),
+	}
+}
+
+// decodeRecords inflates and checks a batch's records against the limits.
+func (ex *executor) decodeRecords(body *byzlogv1.BatchBody, cfg *byzlogv1.TopicConfig) ([]*byzlogv1.Record, Code, string) {
+	l := ex.params.Limits
+	if body.UncompressedSize > l.MaxBatchBytes {
+		return nil, CodeBatchTooLarge, fmt.Sprintf("declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes)
+	}
+	raw, err := decompress(body.Codec, body.Records, int(body.UncompressedSize))
+	if err != nil {
+		return nil, CodeBadCompression, err.Error()
+	}
+	if len(raw) != int(body.UncompressedSize) {
+		return nil, CodeBatchTooLarge, fmt.Sprintf("records are %d bytes uncompressed, the batch declares %d", len(raw), body.UncompressedSize)
+	}
+	var set byzlogv1.RecordSet
+	if err := proto.Unmarshal(raw, &set); err != nil {
+		return nil, CodeMalformedTx, fmt.Sprintf("records are not a byzlog.v1.RecordSet: %v", err)
+	}
+	switch n := len(set.Records); {
+	case n == 0:
+		return nil, CodeEmptyBatch, "batch holds no record"
+	case n > int(l.MaxBatchRecords):
+		return nil, CodeBatchTooLarge, fmt.Sprintf("batch holds %d records, the chain allows %d", n, l.MaxBatchRecords)
+	}
+	maxRecord := l.MaxRecordBytes
+	if cfg.MaxRecordBytes != 0 && cfg.MaxRecordBytes < maxRecord {
+		maxRecord = cfg.MaxRecordBytes
+	}
+	for i, r := range set.Records {
+		if len(r.Headers) > int(l.MaxHeaders) {
+			return nil, CodeTooManyHeaders, fmt.Sprintf("record %d has %d headers, the chain allows %d", i, len(r.Headers), l.MaxHeaders)
+		}
+		if size := recordSize(r); size > uint64(maxRecord) {
+			return nil, CodeRecordTooLarge, fmt.Sprintf("record %d is %d bytes (key + value + headers), the topic allows %d", i, size, maxRecord)
+		}
+	}
+	return set.Records, CodeOK, ""
+}
+
+func recordSize(r *byzlogv1.Record) uint64 {
+	n := uint64(len(r.Key) + len(r.Value))
+	for _, h := range r.Headers {
+		n += uint64(len(h.Key) + len(h.Value))
+	}
+	return n
+}
+
+func allowed(cfg *byzlogv1.TopicConfig, key []byte) bool {
+	if len(cfg.AllowedProducers) == 0 {
+		return true
+	}
+	for _, k := range cfg.AllowedProducers {
+		if bytes.Equal(k, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// admin applies an admin-signed topic change.
+func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error) {
+	var body byzlogv1.AdminBody
+	if err := proto.Unmarshal(req.Body, &body); err != nil {
+		return reject(CodeMalformedTx, "admin body is not a byzlog.v1.AdminBody: %v", err), nil
+	}
+	if body.ChainId != ex.params.ChainId {
+		return reject(CodeWrongChain, "admin request signed for chain %q, this is %q", body.ChainId, ex.params.ChainId), nil
+	}
+	if !isAdmin(ex.params, req.AdminKey) {
+		return reject(CodeNotAdmin, "key %x is not an admin of this chain (genesis app_state admins)", req.AdminKey), nil
+	}
+	if r, err := ex.useNonce(o, req.AdminKey, body.Nonce); err != nil || !r.OK() {
+		return r, err
+	}
+	l := ex.params.Limits
+	switch op := body.Op.(type) {
+	case *byzlogv1.AdminBody_CreateTopic:
+		c := op.CreateTopic
+		if r := checkTopicName(c.Name); !r.OK() {
+			return r, nil
+		}
+		if r := checkTopicConfig(l, c.Config); !r.OK() {
+			return r, nil
+		}
+		have, err := loadTopic(o, c.Name)
+		if err != nil {
+			return Result{}, err
+		}
+		if have != nil {
+			return reject(CodeTopicExists, "topic %q exists (created at height %d); update or delete it instead", c.Name, have.CreatedHeight), nil
+		}
+		writeTopic(o, &byzlogv1.TopicState{Name: c.Name, Config: c.Config}, ex.b.Height)
+		return adminOK("create_topic", c.Name), nil
+	case *byzlogv1.AdminBody_UpdateTopic:
+		u := op.UpdateTopic
+		have, err := loadTopic(o, u.Name)
+		if err != nil {
+			return Result{}, err
+		}
+		if have == nil {
+			return reject(CodeUnknownTopic, "topic %q does not exist", u.Name), nil
+		}
+		if r := checkTopicConfig(l, u.Config); !r.OK() {
+			return r, nil
+		}
+		if u.Config.Partitions < have.Config.Partitions {
+			return reject(CodeBadTopicConfig, "partitions can grow, never shrink: topic %q has %d, the update asks for %d", u.Name, have.Config.Partitions, u.Config.Partitions), nil
+		}
+		for p := have.Config.Partitions; p < u.Config.Partitions; p++ {
+			o.put(CFMeta, partitionKey(u.Name, p), marshal(&byzlogv1.PartitionState{}))
+		}
+		have.Config = u.Config
+		o.put(CFMeta, topicKey(u.Name), marshal(have))
+		return adminOK("update_topic", u.Name), nil
+	case *byzlogv1.AdminBody_DeleteTopic:
+		d := op.DeleteTopic
+		have, err := loadTopic(o, d.Name)
+		if err != nil {
+			return Result{}, err
+		}
+		if have == nil {
+			return reject(CodeUnknownTopic, "topic %q does not exist", d.Name), nil
+		}
+		o.del(CFMeta, topicKey(d.Name))
+		for p := uint32(0); p < have.Config.Partitions; p++ {
+			o.del(CFMeta, partitionKey(d.Name, p))
+		}
+		start, end := topicRecords(d.Name)
+		o.deleteRange(CFRecords, start, end)
+		return adminOK("delete_topic", d.Name), nil
+	}
+	return reject(CodeUnknownTxKind, "admin request has no operation this version knows"), nil
+}
+
+func adminOK(op, topic string) Result {
+	return Result{Code: CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{{"op", op}, {"topic", topic}}}}}
+}
+
+func isAdmin(p *byzlogv1.ChainParams, key []byte) bool {
+	for _, a := range p.Admins {
+		if bytes.Equal(a, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// useNonce checks that nonce is key's next one (in a block) or not already
+// used (in the mempool), and in a block advances it.
+func (ex *executor) useNonce(o *overlay, key []byte, nonce uint64) (Result, error) {
+	next, err := loadNonce(o, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if nonce < next || (nonce > next && ex.mode == modeBlock) {
+		return reject(CodeBadNonce, "nonce %d is not key %x's next nonce, %d", nonce, key, next), nil
+	}
+	o.put(CFMeta, nonceKey(key), be64(nonce+1))
+	return Result{}, nil
+}
+
+func loadNonce(r Reader, key []byte) (uint64, error) {
+	b, err := r.Get(CFMeta, nonceKey(key))
+	if err != nil || b == nil {
+		return 0, err
+	}
+	if len(b) != 8 {
+		return 0, fmt.Errorf("nonce of %x: stored value is %d bytes, want 8", key, len(b))
+	}
+	return binary.BigEndian.Uint64(b), nil
+}
+
+// maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
+const maxOffsetMetadata = 4096
+
+// commitOffsets applies a consumer-signed offset commit.
+func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Result, error) {
+	var body byzlogv1.CommitOffsetsBody
+	if err := proto.Unmarshal(req.Body, &body); err != nil {
+		return reject(CodeMalformedTx, "commit offsets body is not a byzlog.v1.CommitOffsetsBody: %v", err), nil
+	}
+	if body.ChainId != ex.params.ChainId {
+		return reject(CodeWrongChain, "offset commit signed for chain %q, this is %q", body.ChainId, ex.params.ChainId), nil
+	}
+	if r := checkGroupName(body.Group); !r.OK() {
+		return r, nil
+	}
+	if n := len(body.Offsets); n == 0 || n > int(ex.params.Limits.MaxCommitOffsets) {
+		return reject(CodeMalformedTx, "an offset commit holds 1 to %d offsets, this one %d", ex.params.Limits.MaxCommitOffsets, n), nil
+	}
+	if r, err := ex.useNonce(o, req.ConsumerKey, body.Nonce); err != nil || !r.OK() {
+		return r, err
+	}
+	owner, err := o.Get(CFMeta, groupKey(body.Group))
+	if err != nil {
+		return Result{}, err
+	}
+	if owner != nil && !bytes.Equal(owner, req.ConsumerKey) {
+		return reject(CodeNotGroupOwner, "group %q belongs to key %x", body.Group, owner), nil
+	}
+	if owner == nil {
+		o.put(CFMeta, groupKey(body.Group), req.ConsumerKey)
+	}
+	seen := map[string]bool{}
+	for i, po := range body.Offsets {
+		k := offsetKey(body.Group, po.Topic, po.Partition)
+		if seen[string(k)] {
+			return reject(CodeMalformedTx, "offsets[%d]: %s/%d is listed twice", i, po.Topic, po.Partition), nil
+		}
+		seen[string(k)] = true
+		if len(po.Metadata) > maxOffsetMetadata {
+			return reject(CodeMalformedTx, "offsets[%d]: metadata is %d bytes, at most %d", i, len(po.Metadata), maxOffsetMetadata), nil
+		}
+		topic, err := loadTopic(o, po.Topic)
+		if err != nil {
+			return Result{}, err
+		}
+		if topic == nil {
+			return reject(CodeUnknownTopic, "offsets[%d]: topic %q does not exist", i, po.Topic), nil
+		}
+		if po.Partition >= topic.Config.Partitions {
+			return reject(CodeUnknownPartition, "offsets[%d]: topic %q has partitions 0..%d", i, po.Topic, topic.Config.Partitions-1), nil
+		}
+		var part byzlogv1.PartitionState
+		if _, err := getProto(o, CFMeta, partitionKey(po.Topic, po.Partition), &part); err != nil {
+			return Result{}, err
+		}
+		if po.Offset > part.NextOffset {
+			return reject(CodeOffsetBeyondEnd, "offsets[%d]: offset %d is past %s/%d's end (%d)", i, po.Offset, po.Topic, po.Partition, part.NextOffset), nil
+		}
+		var have byzlogv1.GroupOffset
+		found, err := getProto(o, CFOffsets, k, &have)
+		if err != nil {
+			return Result{}, err
+		}
+		if found && po.Offset < have.Offset && !body.Rewind {
+			return reject(CodeOffsetBackwards, "offsets[%d]: %s/%d would move back from %d to %d; set rewind to move it back", i, po.Topic, po.Partition, have.Offset, po.Offset), nil
+		}
+		o.put(CFOffsets, k, marshal(&byzlogv1.GroupOffset{Offset: po.Offset, Metadata: po.Metadata, Height: ex.b.Height}))
+	}
+	return Result{Code: CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"count", strconv.Itoa(len(body.Offsets))}}}}}, nil
+}
+
+func loadTopic(r Reader, name string) (*byzlogv1.TopicState, error) {
+	var t byzlogv1.TopicState
+	ok, err := getProto(r, CFMeta, topicKey(name), &t)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if t.Config == nil {
+		t.Config = &byzlogv1.TopicConfig{}
+	}
+	return &t, nil
+}
+
+func writeTopic(o *overlay, t *byzlogv1.TopicState, height int64) {
+	t.CreatedHeight = height
+	o.put(CFMeta, topicKey(t.Name), marshal(t))
+	for p := uint32(0); p < t.Config.Partitions; p++ {
+		o.put(CFMeta, partitionKey(t.Name, p), marshal(&byzlogv1.PartitionState{}))
+	}
+}
+
+// getProto reads and decodes key into m; ok is false when the key is absent.
+func getProto(r Reader, cf CF, key []byte, m proto.Message) (bool, error) {
+	b, err := r.Get(cf, key)
+	if err != nil {
+		return false, fmt.Errorf("read %s %x: %w", cf, key, err)
+	}
+	if b == nil {
+		return false, nil
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return false, fmt.Errorf("decode %s %x: %w", cf, key, err)
+	}
+	return true, nil
+}

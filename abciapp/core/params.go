@@ -1,0 +1,154 @@
+package core
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// DefaultLimits are the chain's bounds when genesis does not set them.
+func DefaultLimits() *byzlogv1.Limits {
+	return &byzlogv1.Limits{
+		MaxRecordBytes:   1 << 20,
+		MaxBatchRecords:  10000,
+		MaxBatchBytes:    4 << 20,
+		MaxHeaders:       64,
+		MaxBundleBatches: 4096,
+		MaxPartitions:    1024,
+		MaxCommitOffsets: 1024,
+	}
+}
+
+// GenesisState is the app_state of the genesis file.
+type GenesisState struct {
+	// Admins are hex ed25519 public keys; any one may sign admin requests.
+	Admins []string `json:"admins"`
+	// Limits override DefaultLimits field by field (zero keeps the default).
+	Limits *GenesisLimits `json:"limits,omitempty"`
+	// Topics are created at genesis.
+	Topics []GenesisTopic `json:"topics,omitempty"`
+}
+
+// GenesisLimits is the JSON form of Limits.
+type GenesisLimits struct {
+	MaxRecordBytes   uint32 `json:"max_record_bytes,omitempty"`
+	MaxBatchRecords  uint32 `json:"max_batch_records,omitempty"`
+	MaxBatchBytes    uint32 `json:"max_batch_bytes,omitempty"`
+	MaxHeaders       uint32 `json:"max_headers,omitempty"`
+	MaxBundleBatches uint32 `json:"max_bundle_batches,omitempty"`
+	MaxPartitions    uint32 `json:"max_partitions,omitempty"`
+	MaxCommitOffsets uint32 `json:"max_commit_offsets,omitempty"`
+}
+
+// GenesisTopic is a topic created at genesis.
+type GenesisTopic struct {
+	Name             string   `json:"name"`
+	Partitions       uint32   `json:"partitions"`
+	MaxRecordBytes   uint32   `json:"max_record_bytes,omitempty"`
+	RetentionMs      int64    `json:"retention_ms,omitempty"`
+	RetentionBytes   int64    `json:"retention_bytes,omitempty"`
+	AllowedProducers []string `json:"allowed_producers,omitempty"`
+}
+
+// ParseGenesis reads the genesis app_state (empty means no admins, default
+// limits, no topics) into chain params and the topics to create.
+func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*byzlogv1.TopicState, error) {
+	var g GenesisState
+	if len(bytes.TrimSpace(appState)) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(appState))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&g); err != nil {
+			return nil, nil, fmt.Errorf("genesis app_state: %w (want {\"admins\": [hex keys], \"limits\": {...}, \"topics\": [...]})", err)
+		}
+	}
+	if chainID == "" {
+		return nil, nil, fmt.Errorf("genesis chain_id is empty")
+	}
+	params := &byzlogv1.ChainParams{ChainId: chainID, Limits: DefaultLimits()}
+	for i, s := range g.Admins {
+		k, err := parseKey(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("genesis app_state admins[%d]: %w", i, err)
+		}
+		params.Admins = append(params.Admins, k)
+	}
+	sort.Slice(params.Admins, func(i, j int) bool { return bytes.Compare(params.Admins[i], params.Admins[j]) < 0 })
+	for i := 1; i < len(params.Admins); i++ {
+		if bytes.Equal(params.Admins[i-1], params.Admins[i]) {
+			return nil, nil, fmt.Errorf("genesis app_state admins: key %x is listed twice", params.Admins[i])
+		}
+	}
+	if l := g.Limits; l != nil {
+		d := params.Limits
+		for _, f := range []struct {
+			v   uint32
+			dst *uint32
+		}{
+			{l.MaxRecordBytes, &d.MaxRecordBytes}, {l.MaxBatchRecords, &d.MaxBatchRecords}, {l.MaxBatchBytes, &d.MaxBatchBytes},
+			{l.MaxHeaders, &d.MaxHeaders}, {l.MaxBundleBatches, &d.MaxBundleBatches}, {l.MaxPartitions, &d.MaxPartitions},
+			{l.MaxCommitOffsets, &d.MaxCommitOffsets},
+		} {
+			if f.v != 0 {
+				*f.dst = f.v
+			}
+		}
+	}
+	if err := validateLimits(params.Limits); err != nil {
+		return nil, nil, fmt.Errorf("genesis app_state limits: %w", err)
+	}
+	var topics []*byzlogv1.TopicState
+	seen := map[string]bool{}
+	for i, t := range g.Topics {
+		cfg := &byzlogv1.TopicConfig{
+			Partitions: t.Partitions, MaxRecordBytes: t.MaxRecordBytes,
+			RetentionMs: t.RetentionMs, RetentionBytes: t.RetentionBytes,
+		}
+		for j, s := range t.AllowedProducers {
+			k, err := parseKey(s)
+			if err != nil {
+				return nil, nil, fmt.Errorf("genesis app_state topics[%d].allowed_producers[%d]: %w", i, j, err)
+			}
+			cfg.AllowedProducers = append(cfg.AllowedProducers, k)
+		}
+		if r := checkTopicName(t.Name); !r.OK() {
+			return nil, nil, fmt.Errorf("genesis app_state topics[%d]: %s", i, r.Log)
+		}
+		if r := checkTopicConfig(params.Limits, cfg); !r.OK() {
+			return nil, nil, fmt.Errorf("genesis app_state topics[%d] (%s): %s", i, t.Name, r.Log)
+		}
+		if seen[t.Name] {
+			return nil, nil, fmt.Errorf("genesis app_state topics[%d]: topic %q is listed twice", i, t.Name)
+		}
+		seen[t.Name] = true
+		topics = append(topics, &byzlogv1.TopicState{Name: t.Name, Config: cfg})
+	}
+	return params, topics, nil
+}
+
+func parseKey(s string) ([]byte, error) {
+	k, err := hex.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("key %q is not hex: %w", s, err)
+	}
+	if len(k) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("key %q is %d bytes, an ed25519 public key is %d", s, len(k), ed25519.PublicKeySize)
+	}
+	return k, nil
+}
+
+func validateLimits(l *byzlogv1.Limits) error {
+	switch {
+	case l.MaxBatchBytes > 64<<20:
+		return fmt.Errorf("max_batch_bytes (%d) must be at most 64 MiB", l.MaxBatchBytes)
+	case l.MaxRecordBytes > l.MaxBatchBytes:
+		return fmt.Errorf("max_record_bytes (%d) must not exceed max_batch_bytes (%d)", l.MaxRecordBytes, l.MaxBatchBytes)
+	case l.MaxPartitions > 1<<16:
+		return fmt.Errorf("max_partitions (%d) must be at most 65536", l.MaxPartitions)
+	}
+	return nil
+}

@@ -1,0 +1,242 @@
+package core
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/binary"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Query paths: the ABCI query path selects, the data is the request message
+// (see byzlog/v1/state.proto), the value the response message.
+const (
+	PathState    = "/state"
+	PathTopics   = "/topics"
+	PathTopic    = "/topic"
+	PathRecords  = "/records"
+	PathGroup    = "/group"
+	PathProducer = "/producer"
+	PathNonce    = "/nonce"
+)
+
+// QueryPaths lists the paths Query answers, for error messages.
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce}
+
+// Records query bounds.
+const (
+	DefaultQueryRecords = 1000
+	DefaultQueryBytes   = 1 << 20
+	MaxQueryBytes       = 4 << 20
+)
+
+// Query answers a read of committed state st held in s. A bad request gets a
+// result code and a message; an error means the store is broken.
+func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error) {
+	switch path {
+	case PathState:
+		params, err := LoadParams(s)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		return marshal(&byzlogv1.AppState{Height: st.Height, AppHash: st.AppHash, Params: params}), Result{}, nil
+	case PathTopics:
+		return queryTopics(s)
+	case PathTopic:
+		var req byzlogv1.TopicRequest
+		if r := decodeQuery(data, &req); !r.OK() {
+			return nil, r, nil
+		}
+		t, err := loadTopic(s, req.Name)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		if t == nil {
+			return nil, reject(CodeUnknownTopic, "topic %q does not exist", req.Name), nil
+		}
+		info, err := topicInfo(s, t)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		return marshal(info), Result{}, nil
+	case PathRecords:
+		var req byzlogv1.RecordsRequest
+		if r := decodeQuery(data, &req); !r.OK() {
+			return nil, r, nil
+		}
+		return queryRecords(s, &req)
+	case PathGroup:
+		var req byzlogv1.GroupRequest
+		if r := decodeQuery(data, &req); !r.OK() {
+			return nil, r, nil
+		}
+		return queryGroup(s, req.Group)
+	case PathProducer:
+		var req byzlogv1.ProducerRequest
+		if r := decodeQuery(data, &req); !r.OK() {
+			return nil, r, nil
+		}
+		if len(req.ProducerKey) != ed25519.PublicKeySize {
+			return nil, reject(CodeBadQuery, "producer_key is %d bytes, an ed25519 public key is %d", len(req.ProducerKey), ed25519.PublicKeySize), nil
+		}
+		var ps byzlogv1.ProducerState
+		if _, err := getProto(s, CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition), &ps); err != nil {
+			return nil, Result{}, err
+		}
+		return marshal(&ps), Result{}, nil
+	case PathNonce:
+		var req byzlogv1.NonceRequest
+		if r := decodeQuery(data, &req); !r.OK() {
+			return nil, r, nil
+		}
+		if len(req.Key) != ed25519.PublicKeySize {
+			return nil, reject(CodeBadQuery, "key is %d bytes, an ed25519 public key is %d", len(req.Key), ed25519.PublicKeySize), nil
+		}
+		n, err := loadNonce(s, req.Key)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		return marshal(&byzlogv1.NonceResponse{NextNonce: n}), Result{}, nil
+	}
+	return nil, reject(CodeUnknownQuery, "unknown query path %q; the paths are %v", path, QueryPaths), nil
+}
+
+func decodeQuery(data []byte, m proto.Message) Result {
+	if err := proto.Unmarshal(data, m); err != nil {
+		return reject(CodeBadQuery, "query data is not a %s: %v", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return Result{}
+}
+
+func queryTopics(s Scanner) ([]byte, Result, error) {
+	var list byzlogv1.TopicList
+	var decodeErr error
+	err := s.Scan(CFMeta, prefixTopic, prefixEnd(prefixTopic), func(_, v []byte) bool {
+		var t byzlogv1.TopicState
+		if decodeErr = proto.Unmarshal(v, &t); decodeErr != nil {
+			return false
+		}
+		list.Topics = append(list.Topics, &byzlogv1.TopicInfo{Name: t.Name, Config: t.Config, CreatedHeight: t.CreatedHeight})
+		return true
+	})
+	if err = firstErr(err, decodeErr); err != nil {
+		return nil, Result{}, fmt.Errorf("list topics: %w", err)
+	}
+	for i, ti := range list.Topics {
+		full, err := topicInfo(s, &byzlogv1.TopicState{Name: ti.Name, Config: ti.Config, CreatedHeight: ti.CreatedHeight})
+		if err != nil {
+			return nil, Result{}, err
+		}
+		list.Topics[i] = full
+	}
+	return marshal(&list), Result{}, nil
+}
+
+func topicInfo(r Reader, t *byzlogv1.TopicState) (*byzlogv1.TopicInfo, error) {
+	info := &byzlogv1.TopicInfo{Name: t.Name, Config: t.Config, CreatedHeight: t.CreatedHeight}
+	for p := uint32(0); p < t.GetConfig().GetPartitions(); p++ {
+		var ps byzlogv1.PartitionState
+		if _, err := getProto(r, CFMeta, partitionKey(t.Name, p), &ps); err != nil {
+			return nil, err
+		}
+		info.Partitions = append(info.Partitions, &byzlogv1.PartitionInfo{
+			Partition: p, LogStartOffset: ps.LogStartOffset, NextOffset: ps.NextOffset, SizeBytes: ps.SizeBytes,
+		})
+	}
+	return info, nil
+}
+
+func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, error) {
+	t, err := loadTopic(s, req.Topic)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if t == nil {
+		return nil, reject(CodeUnknownTopic, "topic %q does not exist", req.Topic), nil
+	}
+	if req.Partition >= t.Config.Partitions {
+		return nil, reject(CodeUnknownPartition, "topic %q has partitions 0..%d", req.Topic, t.Config.Partitions-1), nil
+	}
+	maxRecords, maxBytes := int(req.MaxRecords), int(req.MaxBytes)
+	if maxRecords == 0 || maxRecords > DefaultQueryRecords {
+		maxRecords = DefaultQueryRecords
+	}
+	if maxBytes == 0 {
+		maxBytes = DefaultQueryBytes
+	}
+	if maxBytes > MaxQueryBytes {
+		return nil, reject(CodeBadQuery, "max_bytes (%d) must be at most %d", maxBytes, MaxQueryBytes), nil
+	}
+	var ps byzlogv1.PartitionState
+	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {
+		return nil, Result{}, err
+	}
+	if req.Offset < ps.LogStartOffset {
+		return nil, reject(CodeOffsetOutOfRange, "offset %d of %s/%d is below the log start offset %d: retention deleted it", req.Offset, req.Topic, req.Partition, ps.LogStartOffset), nil
+	}
+	if req.Offset > ps.NextOffset {
+		return nil, reject(CodeOffsetOutOfRange, "offset %d of %s/%d is beyond the log end offset %d", req.Offset, req.Topic, req.Partition, ps.NextOffset), nil
+	}
+	resp := &byzlogv1.RecordsResponse{LogStartOffset: ps.LogStartOffset, NextOffset: ps.NextOffset}
+	size := 0
+	err = s.Scan(CFRecords, recordKey(req.Topic, req.Partition, req.Offset), prefixEnd(recordPrefix(req.Topic, req.Partition)), func(_, v []byte) bool {
+		if len(resp.Records) > 0 && size+len(v) > maxBytes {
+			return false
+		}
+		resp.Records = append(resp.Records, append([]byte(nil), v...))
+		size += len(v)
+		return len(resp.Records) < maxRecords
+	})
+	if err != nil {
+		return nil, Result{}, fmt.Errorf("read records of %s/%d: %w", req.Topic, req.Partition, err)
+	}
+	return marshal(resp), Result{}, nil
+}
+
+func queryGroup(s Scanner, group string) ([]byte, Result, error) {
+	if r := checkGroupName(group); !r.OK() {
+		return nil, Result{Code: CodeBadQuery, Log: r.Log}, nil
+	}
+	owner, err := s.Get(CFMeta, groupKey(group))
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if owner == nil {
+		return nil, reject(CodeNotFound, "group %q has committed no offsets", group), nil
+	}
+	resp := &byzlogv1.GroupOffsets{Group: group, OwnerKey: owner}
+	start, end := groupOffsets(group)
+	var decodeErr error
+	err = s.Scan(CFOffsets, start, end, func(k, v []byte) bool {
+		rest := k[len(start):]
+		i := bytes.IndexByte(rest, 0)
+		if i < 0 || len(rest) != i+5 {
+			decodeErr = fmt.Errorf("offset key %x is malformed", k)
+			return false
+		}
+		var g byzlogv1.GroupOffset
+		if decodeErr = proto.Unmarshal(v, &g); decodeErr != nil {
+			return false
+		}
+		resp.Offsets = append(resp.Offsets, &byzlogv1.PartitionOffset{
+			Topic: string(rest[:i]), Partition: binary.BigEndian.Uint32(rest[i+1:]), Offset: g.Offset, Metadata: g.Metadata,
+		})
+		return true
+	})
+	if err = firstErr(err, decodeErr); err != nil {
+		return nil, Result{}, fmt.Errorf("read offsets of group %q: %w", group, err)
+	}
+	return marshal(resp), Result{}, nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

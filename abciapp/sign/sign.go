@@ -1,0 +1,115 @@
+// Package sign builds and signs byzlog transactions: producer batches (with
+// optional zstd compression), admin requests and offset commits, each signed
+// with ed25519 over exactly the body bytes it carries, for one chain. It is
+// the one place that knows how a signed body is made; the producer SDK, the
+// CLI and tests use it. It never holds a key longer than its Signer does.
+package sign
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Signer signs for one key on one chain.
+type Signer struct {
+	key     ed25519.PrivateKey
+	chainID string
+}
+
+// NewSigner returns a Signer for key on the chain named chainID.
+func NewSigner(key ed25519.PrivateKey, chainID string) *Signer {
+	return &Signer{key: key, chainID: chainID}
+}
+
+// PublicKey is the signer's ed25519 public key.
+func (s *Signer) PublicKey() ed25519.PublicKey { return s.key.Public().(ed25519.PublicKey) }
+
+var (
+	encoderOnce sync.Once
+	encoder     *zstd.Encoder
+)
+
+// zstdEncoder writes single-segment frames: they always declare their
+// content size, which validators require to bound decompression up front.
+func zstdEncoder() *zstd.Encoder {
+	encoderOnce.Do(func() { encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithSingleSegment(true)) })
+	return encoder
+}
+
+// Batch signs a batch of records for topic/partition with the producer
+// sequence seq, compressing the records with codec.
+func (s *Signer) Batch(topic string, partition uint32, seq uint64, codec byzlogv1.Codec, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
+	raw, err := proto.Marshal(&byzlogv1.RecordSet{Records: records})
+	if err != nil {
+		return nil, fmt.Errorf("encode records: %w", err)
+	}
+	body := &byzlogv1.BatchBody{
+		ChainId: s.chainID, Topic: topic, Partition: partition, Sequence: seq,
+		Codec: codec, UncompressedSize: uint32(len(raw)), Records: raw,
+	}
+	switch codec {
+	case byzlogv1.Codec_CODEC_NONE:
+	case byzlogv1.Codec_CODEC_ZSTD:
+		body.Records = zstdEncoder().EncodeAll(raw, make([]byte, 0, len(raw)/2+64))
+	default:
+		return nil, fmt.Errorf("codec %v: sign knows none and zstd", codec)
+	}
+	b, err := proto.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode batch body: %w", err)
+	}
+	return &byzlogv1.SignedBatch{Body: b, ProducerKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
+}
+
+// Admin signs an admin request with the key's next nonce.
+func (s *Signer) Admin(nonce uint64, op isAdminOp) (*byzlogv1.AdminRequest, error) {
+	body := &byzlogv1.AdminBody{ChainId: s.chainID, Nonce: nonce}
+	switch o := op.(type) {
+	case *byzlogv1.CreateTopic:
+		body.Op = &byzlogv1.AdminBody_CreateTopic{CreateTopic: o}
+	case *byzlogv1.UpdateTopic:
+		body.Op = &byzlogv1.AdminBody_UpdateTopic{UpdateTopic: o}
+	case *byzlogv1.DeleteTopic:
+		body.Op = &byzlogv1.AdminBody_DeleteTopic{DeleteTopic: o}
+	default:
+		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic or DeleteTopic", op)
+	}
+	b, err := proto.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode admin body: %w", err)
+	}
+	return &byzlogv1.AdminRequest{Body: b, AdminKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
+}
+
+// isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic.
+type isAdminOp = proto.Message
+
+// CommitOffsets signs a consumer group's offset commit with the key's next nonce.
+func (s *Signer) CommitOffsets(nonce uint64, group string, rewind bool, offsets ...*byzlogv1.PartitionOffset) (*byzlogv1.CommitOffsets, error) {
+	b, err := proto.Marshal(&byzlogv1.CommitOffsetsBody{ChainId: s.chainID, Group: group, Offsets: offsets, Nonce: nonce, Rewind: rewind})
+	if err != nil {
+		return nil, fmt.Errorf("encode offsets body: %w", err)
+	}
+	return &byzlogv1.CommitOffsets{Body: b, ConsumerKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
+}
+
+// BundleTx is the transaction of a bundle of signed batches.
+func BundleTx(batches ...*byzlogv1.SignedBatch) ([]byte, error) {
+	return proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{Batches: batches}}})
+}
+
+// AdminTx is the transaction of an admin request.
+func AdminTx(req *byzlogv1.AdminRequest) ([]byte, error) {
+	return proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_Admin{Admin: req}})
+}
+
+// OffsetsTx is the transaction of an offset commit.
+func OffsetsTx(c *byzlogv1.CommitOffsets) ([]byte, error) {
+	return proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_CommitOffsets{CommitOffsets: c}})
+}
