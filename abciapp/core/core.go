@@ -126,11 +126,12 @@ type emptyReader struct{}
 
 func (emptyReader) Get(CF, []byte) ([]byte, error) { return nil, nil }
 
-// Execute runs block b on the committed state r (whose identity is prev) and
-// returns the results, the change set and the next state. An error means the
+// Execute runs block b on the committed state r (whose identity is prev):
+// retention from the block time, then every transaction in order. It returns
+// the results, the change set and the next state. An error means the
 // caller or the store is broken (a height out of sequence, a read failure),
 // never that a transaction is bad: bad transactions get a result code.
-func Execute(r Reader, prev State, b Block) (Outcome, error) {
+func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 	if prev.Height != 0 && b.Height != prev.Height+1 {
 		return Outcome{}, fmt.Errorf("execute block %d: the committed height is %d, expected block %d", b.Height, prev.Height, prev.Height+1)
 	}
@@ -142,18 +143,23 @@ func Execute(r Reader, prev State, b Block) (Outcome, error) {
 		return Outcome{}, err
 	}
 	ex := newExecutor(r, params, b)
+	// Retention first, on committed state, from the block time. Prepare and
+	// Verify skip it: no transaction's validity depends on what it deletes.
+	if err := retain(r, ex.block, b.TimeUnixNano); err != nil {
+		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+	}
 	results := make([]Result, len(b.Txs))
 	for i, tx := range b.Txs {
 		if results[i], err = ex.apply(tx); err != nil {
 			return Outcome{}, fmt.Errorf("execute block %d tx %d: %w", b.Height, i, err)
 		}
 	}
-	changes := ex.block.changeSet()
-	digest := digestOf(prev.AppHash, b.Height, ex.appended, changes)
+	digest := digestOf(prev.AppHash, b.Height, ex.appended, ex.block.changeSet())
+	ex.block.put(CFMeta, digestKey(b.Height), marshal(digest.proto()))
 	return Outcome{
 		State:   State{Height: b.Height, AppHash: digest.AppHash()},
 		Results: results,
-		Changes: changes,
+		Changes: ex.block.changeSet(),
 		Digest:  digest,
 	}, nil
 }

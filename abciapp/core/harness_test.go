@@ -248,3 +248,12 @@ func values(recs []*byzlogv1.StoredRecord) string {
 	}
 	return b.String()
 }
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -21,10 +21,11 @@ const (
 	PathGroup    = "/group"
 	PathProducer = "/producer"
 	PathNonce    = "/nonce"
+	PathProof    = "/proof"
 )
 
 // QueryPaths lists the paths Query answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof}
 
 // Records query bounds.
 const (
@@ -100,6 +101,16 @@ func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error
 			return nil, Result{}, err
 		}
 		return marshal(&byzlogv1.NonceResponse{NextNonce: n}), Result{}, nil
+	case PathProof:
+		var req byzlogv1.ProofRequest
+		if r := decodeQuery(data, &req); !r.OK() {
+			return nil, r, nil
+		}
+		p, r, err := proveRecord(s, &req)
+		if err != nil || !r.OK() {
+			return nil, r, err
+		}
+		return marshal(p), Result{}, nil
 	}
 	return nil, reject(CodeUnknownQuery, "unknown query path %q; the paths are %v", path, QueryPaths), nil
 }

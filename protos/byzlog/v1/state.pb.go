@@ -1449,6 +1449,392 @@ func (x *NonceResponse) GetNextNonce() uint64 {
 	return 0
 }
 
+// BlockDigest is what one block's app hash commits to (see core.Digest),
+// stored per height so records can be proven later.
+type BlockDigest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Height        int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	PrevAppHash   []byte                 `protobuf:"bytes,2,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
+	RecordsRoot   []byte                 `protobuf:"bytes,3,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
+	MetaRoot      []byte                 `protobuf:"bytes,4,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
+	Partitions    []*PartitionRoot       `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockDigest) Reset() {
+	*x = BlockDigest{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockDigest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockDigest) ProtoMessage() {}
+
+func (x *BlockDigest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
+func (*BlockDigest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *BlockDigest) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *BlockDigest) GetPrevAppHash() []byte {
+	if x != nil {
+		return x.PrevAppHash
+	}
+	return nil
+}
+
+func (x *BlockDigest) GetRecordsRoot() []byte {
+	if x != nil {
+		return x.RecordsRoot
+	}
+	return nil
+}
+
+func (x *BlockDigest) GetMetaRoot() []byte {
+	if x != nil {
+		return x.MetaRoot
+	}
+	return nil
+}
+
+func (x *BlockDigest) GetPartitions() []*PartitionRoot {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// PartitionRoot is the Merkle root of the records one block appended to one
+// partition; its item in the records root is
+// topic || 0x00 || be32(partition) || be64(first_offset) || be32(count) || root.
+type PartitionRoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	FirstOffset   uint64                 `protobuf:"varint,3,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	Count         uint32                 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	Root          []byte                 `protobuf:"bytes,5,opt,name=root,proto3" json:"root,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionRoot) Reset() {
+	*x = PartitionRoot{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionRoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionRoot) ProtoMessage() {}
+
+func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
+func (*PartitionRoot) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PartitionRoot) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionRoot) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionRoot) GetFirstOffset() uint64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+func (x *PartitionRoot) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *PartitionRoot) GetRoot() []byte {
+	if x != nil {
+		return x.Root
+	}
+	return nil
+}
+
+// MerkleProof is an RFC 6962 inclusion proof (CometBFT's crypto/merkle
+// layout): the leaf's index among total leaves and the sibling hashes from
+// the leaf up.
+type MerkleProof struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Total         int64                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Index         int64                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Aunts         [][]byte               `protobuf:"bytes,3,rep,name=aunts,proto3" json:"aunts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MerkleProof) Reset() {
+	*x = MerkleProof{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MerkleProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MerkleProof) ProtoMessage() {}
+
+func (x *MerkleProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
+func (*MerkleProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MerkleProof) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *MerkleProof) GetIndex() int64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *MerkleProof) GetAunts() [][]byte {
+	if x != nil {
+		return x.Aunts
+	}
+	return nil
+}
+
+// "/proof": ProofRequest; RecordProof.
+type ProofRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProofRequest) Reset() {
+	*x = ProofRequest{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProofRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProofRequest) ProtoMessage() {}
+
+func (x *ProofRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
+func (*ProofRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ProofRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ProofRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ProofRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+// RecordProof proves a stored record against app_hash(height), which the
+// header of block height+1 carries, signed by 2/3+ of the validators.
+type RecordProof struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The StoredRecord, exactly as stored.
+	Record []byte `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The record within its partition root.
+	RecordProof *MerkleProof   `protobuf:"bytes,2,opt,name=record_proof,json=recordProof,proto3" json:"record_proof,omitempty"`
+	Partition   *PartitionRoot `protobuf:"bytes,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The partition's item within the records root.
+	PartitionProof *MerkleProof `protobuf:"bytes,4,opt,name=partition_proof,json=partitionProof,proto3" json:"partition_proof,omitempty"`
+	Height         int64        `protobuf:"varint,5,opt,name=height,proto3" json:"height,omitempty"`
+	PrevAppHash    []byte       `protobuf:"bytes,6,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
+	RecordsRoot    []byte       `protobuf:"bytes,7,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
+	MetaRoot       []byte       `protobuf:"bytes,8,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RecordProof) Reset() {
+	*x = RecordProof{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordProof) ProtoMessage() {}
+
+func (x *RecordProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
+func (*RecordProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *RecordProof) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *RecordProof) GetRecordProof() *MerkleProof {
+	if x != nil {
+		return x.RecordProof
+	}
+	return nil
+}
+
+func (x *RecordProof) GetPartition() *PartitionRoot {
+	if x != nil {
+		return x.Partition
+	}
+	return nil
+}
+
+func (x *RecordProof) GetPartitionProof() *MerkleProof {
+	if x != nil {
+		return x.PartitionProof
+	}
+	return nil
+}
+
+func (x *RecordProof) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *RecordProof) GetPrevAppHash() []byte {
+	if x != nil {
+		return x.PrevAppHash
+	}
+	return nil
+}
+
+func (x *RecordProof) GetRecordsRoot() []byte {
+	if x != nil {
+		return x.RecordsRoot
+	}
+	return nil
+}
+
+func (x *RecordProof) GetMetaRoot() []byte {
+	if x != nil {
+		return x.MetaRoot
+	}
+	return nil
+}
+
 var File_byzlog_v1_state_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_state_proto_rawDesc = "" +
@@ -1562,7 +1948,38 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\fR\x03key\".\n" +
 	"\rNonceResponse\x12\x1d\n" +
 	"\n" +
-	"next_nonce\x18\x01 \x01(\x04R\tnextNonceB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
+	"next_nonce\x18\x01 \x01(\x04R\tnextNonce\"\xc3\x01\n" +
+	"\vBlockDigest\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12\"\n" +
+	"\rprev_app_hash\x18\x02 \x01(\fR\vprevAppHash\x12!\n" +
+	"\frecords_root\x18\x03 \x01(\fR\vrecordsRoot\x12\x1b\n" +
+	"\tmeta_root\x18\x04 \x01(\fR\bmetaRoot\x128\n" +
+	"\n" +
+	"partitions\x18\x05 \x03(\v2\x18.byzlog.v1.PartitionRootR\n" +
+	"partitions\"\x90\x01\n" +
+	"\rPartitionRoot\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12!\n" +
+	"\ffirst_offset\x18\x03 \x01(\x04R\vfirstOffset\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\rR\x05count\x12\x12\n" +
+	"\x04root\x18\x05 \x01(\fR\x04root\"O\n" +
+	"\vMerkleProof\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x03R\x05index\x12\x14\n" +
+	"\x05aunts\x18\x03 \x03(\fR\x05aunts\"Z\n" +
+	"\fProofRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\"\xd5\x02\n" +
+	"\vRecordProof\x12\x16\n" +
+	"\x06record\x18\x01 \x01(\fR\x06record\x129\n" +
+	"\frecord_proof\x18\x02 \x01(\v2\x16.byzlog.v1.MerkleProofR\vrecordProof\x126\n" +
+	"\tpartition\x18\x03 \x01(\v2\x18.byzlog.v1.PartitionRootR\tpartition\x12?\n" +
+	"\x0fpartition_proof\x18\x04 \x01(\v2\x16.byzlog.v1.MerkleProofR\x0epartitionProof\x12\x16\n" +
+	"\x06height\x18\x05 \x01(\x03R\x06height\x12\"\n" +
+	"\rprev_app_hash\x18\x06 \x01(\fR\vprevAppHash\x12!\n" +
+	"\frecords_root\x18\a \x01(\fR\vrecordsRoot\x12\x1b\n" +
+	"\tmeta_root\x18\b \x01(\fR\bmetaRootB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
 
 var (
 	file_byzlog_v1_state_proto_rawDescOnce sync.Once
@@ -1576,7 +1993,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),    // 0: byzlog.v1.StoredRecord
 	(*Limits)(nil),          // 1: byzlog.v1.Limits
@@ -1600,25 +2017,34 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*ProducerRequest)(nil), // 19: byzlog.v1.ProducerRequest
 	(*NonceRequest)(nil),    // 20: byzlog.v1.NonceRequest
 	(*NonceResponse)(nil),   // 21: byzlog.v1.NonceResponse
-	(*RecordHeader)(nil),    // 22: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),     // 23: byzlog.v1.TopicConfig
-	(*PartitionOffset)(nil), // 24: byzlog.v1.PartitionOffset
+	(*BlockDigest)(nil),     // 22: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),   // 23: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),     // 24: byzlog.v1.MerkleProof
+	(*ProofRequest)(nil),    // 25: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),     // 26: byzlog.v1.RecordProof
+	(*RecordHeader)(nil),    // 27: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),     // 28: byzlog.v1.TopicConfig
+	(*PartitionOffset)(nil), // 29: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	22, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	27, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
 	1,  // 1: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	23, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	28, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
 	8,  // 3: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	23, // 4: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	28, // 4: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	10, // 5: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	2,  // 6: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	11, // 7: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	24, // 8: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	29, // 8: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	23, // 9: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	24, // 10: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	23, // 11: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	24, // 12: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -1633,7 +2059,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,126 @@
+package core
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+
+	"github.com/cometbft/cometbft/crypto/merkle"
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// prefixDigest keys each height's BlockDigest in CFMeta. Digests are
+// derived from the app hash's inputs, so they are not among them.
+var prefixDigest = []byte("h/")
+
+func digestKey(height int64) []byte { return cat(prefixDigest, be64(uint64(height))) }
+
+func (d Digest) proto() *byzlogv1.BlockDigest {
+	out := &byzlogv1.BlockDigest{Height: d.Height, PrevAppHash: d.PrevAppHash, RecordsRoot: d.RecordsRoot, MetaRoot: d.MetaRoot}
+	for _, p := range d.Partitions {
+		out.Partitions = append(out.Partitions, &byzlogv1.PartitionRoot{
+			Topic: p.Topic, Partition: p.Partition, FirstOffset: p.FirstOffset, Count: p.Count, Root: p.Root,
+		})
+	}
+	return out
+}
+
+func partitionItem(p *byzlogv1.PartitionRoot) []byte {
+	return PartitionRoot{Topic: p.Topic, Partition: p.Partition, FirstOffset: p.FirstOffset, Count: p.Count, Root: p.Root}.Item()
+}
+
+// proveRecord builds the proof of one stored record from its block's digest.
+func proveRecord(r Reader, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, Result, error) {
+	raw, err := r.Get(CFRecords, recordKey(req.Topic, req.Partition, req.Offset))
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if raw == nil {
+		return nil, reject(CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, or deleted by retention)", req.Topic, req.Partition, req.Offset), nil
+	}
+	var rec byzlogv1.StoredRecord
+	if err := proto.Unmarshal(raw, &rec); err != nil {
+		return nil, Result{}, fmt.Errorf("decode record: %w", err)
+	}
+	var d byzlogv1.BlockDigest
+	ok, err := getProto(r, CFMeta, digestKey(rec.Height), &d)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if !ok {
+		return nil, Result{}, fmt.Errorf("no digest stored for height %d", rec.Height)
+	}
+	pi := -1
+	items := make([][]byte, len(d.Partitions))
+	for i, p := range d.Partitions {
+		items[i] = partitionItem(p)
+		if p.Topic == req.Topic && p.Partition == req.Partition && req.Offset >= p.FirstOffset && req.Offset < p.FirstOffset+uint64(p.Count) {
+			pi = i
+		}
+	}
+	if pi < 0 {
+		return nil, Result{}, fmt.Errorf("digest of height %d does not cover %s/%d offset %d", rec.Height, req.Topic, req.Partition, req.Offset)
+	}
+	part := d.Partitions[pi]
+	leaves := make([][]byte, part.Count)
+	for i := range leaves {
+		if leaves[i], err = r.Get(CFRecords, recordKey(part.Topic, part.Partition, part.FirstOffset+uint64(i))); err != nil {
+			return nil, Result{}, err
+		}
+		if leaves[i] == nil {
+			return nil, reject(CodeOffsetOutOfRange, "offset %d of %s/%d can no longer be proven: retention deleted records of its block", req.Offset, req.Topic, req.Partition), nil
+		}
+	}
+	_, recProofs := merkle.ProofsFromByteSlices(leaves)
+	_, partProofs := merkle.ProofsFromByteSlices(items)
+	rp, pp := recProofs[req.Offset-part.FirstOffset], partProofs[pi]
+	return &byzlogv1.RecordProof{
+		Record:         raw,
+		RecordProof:    &byzlogv1.MerkleProof{Total: rp.Total, Index: rp.Index, Aunts: rp.Aunts},
+		Partition:      part,
+		PartitionProof: &byzlogv1.MerkleProof{Total: pp.Total, Index: pp.Index, Aunts: pp.Aunts},
+		Height:         d.Height, PrevAppHash: d.PrevAppHash, RecordsRoot: d.RecordsRoot, MetaRoot: d.MetaRoot,
+	}, Result{}, nil
+}
+
+// VerifyRecord checks that p proves a record against appHash, the app hash
+// after block p.Height (carried by the header of block p.Height+1). It
+// returns the proven record. It is pure: callers supply an app hash they
+// trust, typically from a header verified by CometBFT's light client.
+func VerifyRecord(p *byzlogv1.RecordProof, appHash []byte) (*byzlogv1.StoredRecord, error) {
+	if p == nil || p.Partition == nil || p.RecordProof == nil || p.PartitionProof == nil {
+		return nil, errors.New("verify record: proof is incomplete")
+	}
+	var rec byzlogv1.StoredRecord
+	if err := proto.Unmarshal(p.Record, &rec); err != nil {
+		return nil, fmt.Errorf("verify record: record does not decode: %w", err)
+	}
+	part := p.Partition
+	switch {
+	case rec.Topic != part.Topic || rec.Partition != part.Partition:
+		return nil, fmt.Errorf("verify record: record is of %s/%d, the proof's partition is %s/%d", rec.Topic, rec.Partition, part.Topic, part.Partition)
+	case rec.Offset < part.FirstOffset || rec.Offset-part.FirstOffset != uint64(p.RecordProof.Index) || p.RecordProof.Total != int64(part.Count):
+		return nil, fmt.Errorf("verify record: offset %d is not leaf %d of %d starting at %d", rec.Offset, p.RecordProof.Index, p.RecordProof.Total, part.FirstOffset)
+	case rec.Height != p.Height:
+		return nil, fmt.Errorf("verify record: record is of height %d, the proof of height %d", rec.Height, p.Height)
+	}
+	if err := verifyLeaf(p.RecordProof, part.Root, p.Record); err != nil {
+		return nil, fmt.Errorf("verify record: not in its partition root: %w", err)
+	}
+	if err := verifyLeaf(p.PartitionProof, p.RecordsRoot, partitionItem(part)); err != nil {
+		return nil, fmt.Errorf("verify record: partition not in the records root: %w", err)
+	}
+	if got := chainStep(p.PrevAppHash, p.Height, p.RecordsRoot, p.MetaRoot); !bytes.Equal(got, appHash) {
+		return nil, fmt.Errorf("verify record: the proof yields app hash %X at height %d, the trusted one is %X", got, p.Height, appHash)
+	}
+	return &rec, nil
+}
+
+func verifyLeaf(mp *byzlogv1.MerkleProof, root, leaf []byte) error {
+	lh := sha256.Sum256(append([]byte{0}, leaf...)) // RFC 6962 leaf hash
+	proof := merkle.Proof{Total: mp.Total, Index: mp.Index, LeafHash: lh[:], Aunts: mp.Aunts}
+	return proof.Verify(root, leaf)
+}

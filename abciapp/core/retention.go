@@ -1,0 +1,93 @@
+package core
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// MaxRetentionDeletes bounds how many records retention deletes from one
+// partition in one block, so lowering a topic's retention on a large log
+// spreads the work over blocks instead of stalling one.
+const MaxRetentionDeletes = 10000
+
+// retain applies every topic's retention at the start of a block, from the
+// block time: records whose log-append time is older than retention_ms, and
+// the oldest records of a partition larger than retention_bytes, are deleted
+// with one range delete per partition, and its log start offset moves up.
+// It reads committed state only: records appended in this block are never
+// older than the block itself.
+func retain(s Scanner, o *overlay, blockTime int64) error {
+	var topics []*byzlogv1.TopicState
+	var decodeErr error
+	err := s.Scan(CFMeta, prefixTopic, prefixEnd(prefixTopic), func(_, v []byte) bool {
+		var t byzlogv1.TopicState
+		if decodeErr = proto.Unmarshal(v, &t); decodeErr != nil {
+			return false
+		}
+		if t.Config.GetRetentionMs() > 0 || t.Config.GetRetentionBytes() > 0 {
+			topics = append(topics, &t)
+		}
+		return true
+	})
+	if err = firstErr(err, decodeErr); err != nil {
+		return fmt.Errorf("retention: list topics: %w", err)
+	}
+	for _, t := range topics {
+		for p := uint32(0); p < t.Config.Partitions; p++ {
+			if err := retainPartition(s, o, t, p, blockTime); err != nil {
+				return fmt.Errorf("retention of %s/%d: %w", t.Name, p, err)
+			}
+		}
+	}
+	return nil
+}
+
+func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, blockTime int64) error {
+	pk := partitionKey(t.Name, p)
+	var ps byzlogv1.PartitionState
+	if _, err := getProto(s, CFMeta, pk, &ps); err != nil {
+		return err
+	}
+	if ps.LogStartOffset == ps.NextOffset {
+		return nil
+	}
+	limit := ps.NextOffset
+	if limit-ps.LogStartOffset > MaxRetentionDeletes {
+		limit = ps.LogStartOffset + MaxRetentionDeletes
+	}
+	cutoff := int64(-1 << 63)
+	if ms := t.Config.RetentionMs; ms > 0 {
+		cutoff = blockTime - ms*1_000_000
+	}
+	// Walk from the oldest record: delete while it is too old or the
+	// partition is still over its byte budget. Timestamps never decrease
+	// along the log, so the walk stops at the first record to keep.
+	newStart, size := ps.LogStartOffset, ps.SizeBytes
+	var decodeErr error
+	err := s.Scan(CFRecords, recordKey(t.Name, p, ps.LogStartOffset), recordKey(t.Name, p, limit), func(_, v []byte) bool {
+		overBytes := t.Config.RetentionBytes > 0 && size > uint64(t.Config.RetentionBytes)
+		var r byzlogv1.StoredRecord
+		if decodeErr = proto.Unmarshal(v, &r); decodeErr != nil {
+			return false
+		}
+		if r.TimestampUnixNano >= cutoff && !overBytes {
+			return false
+		}
+		newStart = r.Offset + 1
+		size -= uint64(len(v))
+		return true
+	})
+	if err = firstErr(err, decodeErr); err != nil {
+		return err
+	}
+	if newStart == ps.LogStartOffset {
+		return nil
+	}
+	o.deleteRange(CFRecords, recordKey(t.Name, p, ps.LogStartOffset), recordKey(t.Name, p, newStart))
+	ps.LogStartOffset, ps.SizeBytes = newStart, size
+	o.put(CFMeta, pk, marshal(&ps))
+	return nil
+}
