@@ -47,6 +47,7 @@ lint: deps ## gofmt, go vet over the workspace, every module tidy and building o
 	@unformatted=$$(gofmt -l $(MODULES)); \
 	if [ -n "$$unformatted" ]; then echo "lint: gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet -tags e2e work
+	go vet -tags failpoints github.com/byzlog/byzlog/abciapp/...
 	@for m in $(MODULES); do \
 	  (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "lint: $$m/go.mod or go.sum is not tidy: run (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; \
 	  (cd $$m && GOWORK=off go build ./...) || { echo "lint: $$m does not build on its own (GOWORK=off)"; exit 1; }; \
@@ -57,7 +58,8 @@ unit: deps ## unit and integration tests (real RocksDB) with the race detector
 	go test -race -count=1 -timeout $(UNIT_TIMEOUT) work
 
 .PHONY: e2e
-e2e: build ## end-to-end tests on the real binaries: a 4-validator localnet, crash and catch-up
+e2e: build ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer
+	go build -tags failpoints -o $(BIN)/byzlog-app-failpoints github.com/byzlog/byzlog/services/byzlog-app
 	BYZLOG_BIN=$(BIN) go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v github.com/byzlog/byzlog/services/e2e
 
 .PHONY: fuzz
@@ -86,5 +88,5 @@ localnet-down: ## stop the localnet (its data stays)
 .PHONY: clean
 clean: ## stop the localnet, remove built binaries and run data (keeps installed tools)
 	@if [ -x $(BIN)/byzlog ] && [ -f $(LOCALNET_DIR)/localnet.json ]; then $(BIN)/byzlog localnet down --dir $(LOCALNET_DIR); fi
-	rm -f $(addprefix $(BIN)/,$(COMMANDS))
+	rm -f $(addprefix $(BIN)/,$(COMMANDS)) $(BIN)/byzlog-app-failpoints
 	rm -rf run

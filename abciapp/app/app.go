@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/abciapp/store"
 )
 
@@ -41,6 +42,7 @@ type App struct {
 	closed    bool
 	committed core.State
 	staged    *core.Outcome // set by FinalizeBlock, persisted and cleared by Commit
+	lastTxs   [][]byte      // failpoints builds only: the last block's txs, for a Byzantine replay
 }
 
 // errClosed is returned by calls that arrive while or after the app shuts down.
@@ -137,6 +139,11 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 	if err != nil {
 		return nil, fmt.Errorf("prepare proposal %d: %w", req.Height, err)
 	}
+	if kind, ok := failpoint.Value(failpoint.ByzantineProposer); ok {
+		a.mu.RLock()
+		txs = a.misbehave(kind, txs)
+		a.mu.RUnlock()
+	}
 	return &abci.ResponsePrepareProposal{Txs: txs}, nil
 }
 
@@ -168,6 +175,8 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	if a.closed {
 		return nil, errClosed
 	}
+	failpoint.Crash(failpoint.FinalizeStart, req.Height)
+	a.remember(req)
 	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs})
 	if err != nil {
 		return nil, fmt.Errorf("finalize block: %w", err)
@@ -191,9 +200,11 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 		return nil, fmt.Errorf("commit: no block was finalized since the last commit at height %d", a.committed.Height)
 	}
 	next := a.staged.State
+	failpoint.Crash(failpoint.CommitBeforeWrite, next.Height)
 	if err := a.store.Commit(store.Committed{Height: next.Height, AppHash: next.AppHash}, a.staged.Changes); err != nil {
 		return nil, err
 	}
+	failpoint.Crash(failpoint.CommitAfterWrite, next.Height)
 	a.committed, a.staged = next, nil
 	a.log.Debug().Int64("height", next.Height).Hex("app_hash", next.AppHash).Msg("committed")
 	return &abci.ResponseCommit{}, nil

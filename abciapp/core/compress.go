@@ -9,11 +9,20 @@ import (
 )
 
 // zstdDecoder is shared and stateless between calls; DecodeAll runs on the
-// caller's goroutine (concurrency 1), so the core starts none.
-// WithDecoderMaxMemory caps what any frame may inflate to at the largest
+// caller's goroutine (concurrency 1), so the core starts none. DecodeAll never
+// writes past cap(dst), which decompress sets to the declared size, however
+// many frames follow; WithDecoderMaxMemory is a second fence at the largest
 // max_batch_bytes genesis may set.
 var zstdDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-	zstd.WithDecoderMaxMemory(64<<20))
+	zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(64<<20))
+
+// MaxCompressionRatio bounds a zstd batch's declared uncompressed size by
+// its compressed size (with a 64 KiB floor), so that the memory a validator
+// sets aside for decompression is proportional to the bytes it was sent,
+// not to what a frame header claims. It is a chain rule.
+const MaxCompressionRatio = 256
+
+const minInflateAllowance = 64 << 10
 
 // decompress returns records inflated per codec, refusing to produce more
 // than limit bytes: a decompression bomb fails here, bounded, instead of
@@ -23,6 +32,10 @@ func decompress(codec byzlogv1.Codec, records []byte, limit int) ([]byte, error)
 	case byzlogv1.Codec_CODEC_NONE:
 		return records, nil
 	case byzlogv1.Codec_CODEC_ZSTD:
+		if allowed := max(minInflateAllowance, MaxCompressionRatio*len(records)); limit > allowed {
+			return nil, fmt.Errorf("declares %d bytes uncompressed from %d compressed, more than the chain's ratio of %d allows (%d)",
+				limit, len(records), MaxCompressionRatio, allowed)
+		}
 		h := zstd.Header{}
 		if err := h.Decode(records); err != nil {
 			return nil, fmt.Errorf("records are not a zstd frame: %v", err)
@@ -35,10 +48,7 @@ func decompress(codec byzlogv1.Codec, records []byte, limit int) ([]byte, error)
 		}
 		out, err := zstdDecoder.DecodeAll(records, make([]byte, 0, limit))
 		if err != nil {
-			return nil, fmt.Errorf("records do not decompress with zstd: %v", err)
-		}
-		if len(out) > limit {
-			return nil, fmt.Errorf("records inflate past the declared %d bytes", limit)
+			return nil, fmt.Errorf("records do not decompress with zstd within the declared %d bytes: %v", limit, err)
 		}
 		return out, nil
 	}

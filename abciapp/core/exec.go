@@ -38,7 +38,7 @@ func newExecutor(r Reader, params *byzlogv1.ChainParams, b Block) *executor {
 // apply runs one transaction on a child overlay and keeps its writes only if
 // it succeeds. Errors are store failures.
 func (ex *executor) apply(tx []byte) (Result, error) {
-	env, res := decodeTx(tx)
+	env, res := decodeTx(tx, ex.params.Limits.MaxBundleBatches)
 	if !res.OK() {
 		return res, nil
 	}
@@ -72,10 +72,6 @@ func (ex *executor) apply(tx []byte) (Result, error) {
 
 // produce applies a bundle: every batch must be valid, or none is applied.
 func (ex *executor) produce(o *overlay, bundle *byzlogv1.ProduceBundle) (Result, []*appendedRun, error) {
-	l := ex.params.Limits
-	if n := len(bundle.Batches); n > int(l.MaxBundleBatches) {
-		return reject(CodeBatchTooLarge, "bundle holds %d batches, the chain allows %d", n, l.MaxBundleBatches), nil, nil
-	}
 	outcome := &byzlogv1.TxOutcome{Batches: make([]*byzlogv1.BatchResult, len(bundle.Batches))}
 	var failed *Result
 	var runs []*appendedRun

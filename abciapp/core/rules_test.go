@@ -460,3 +460,16 @@ func TestExecuteRejectsHeightsOutOfSequence(t *testing.T) {
 		t.Error("Execute on a store without InitChain = nil error, want an error")
 	}
 }
+
+func TestBundleBatchLimitBeforeSignatures(t *testing.T) {
+	c := newChain(t, `{"limits": {"max_bundle_batches": 2}, "topics": [{"name": "t", "partitions": 1}]}`)
+	p := sign.NewSigner(key("p"), chainID)
+	b := batch(t, p, "t", 0, 0, records("a"))
+	forged := batch(t, p, "t", 0, 1, records("b"))
+	forged.Signature = make([]byte, ed25519.SignatureSize)
+	// Three batches, the last forged: the count is what is reported, because
+	// it is checked before any signature is verified.
+	if r := c.check(bundle(t, b, b, forged)); r.Code != core.CodeBatchTooLarge {
+		t.Errorf("Check(3 batches, limit 2) = %s %q, want %s", r.Code, r.Log, core.CodeBatchTooLarge)
+	}
+}

@@ -14,11 +14,14 @@ import (
 // within size, and every signature verifies over exactly the body bytes it
 // carries. Execute, Prepare, Verify and Check all start with it.
 func ValidateTx(tx []byte) Result {
-	_, r := decodeTx(tx)
+	_, r := decodeTx(tx, 0)
 	return r
 }
 
-func decodeTx(tx []byte) (*byzlogv1.Tx, Result) {
+// decodeTx decodes and checks tx. With maxBatches > 0 a bundle with more
+// batches is rejected before any signature is verified, so an oversized
+// bundle costs one decode, not thousands of verifications.
+func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 	if len(tx) > MaxTxBytes {
 		return nil, reject(CodeTxTooLarge, "transaction is %d bytes, the chain accepts at most %d", len(tx), MaxTxBytes)
 	}
@@ -28,8 +31,12 @@ func decodeTx(tx []byte) (*byzlogv1.Tx, Result) {
 	}
 	switch k := env.Kind.(type) {
 	case *byzlogv1.Tx_ProduceBundle:
-		if len(k.ProduceBundle.GetBatches()) == 0 {
+		n := len(k.ProduceBundle.GetBatches())
+		if n == 0 {
 			return nil, reject(CodeEmptyBundle, "produce bundle holds no batch")
+		}
+		if maxBatches > 0 && n > int(maxBatches) {
+			return nil, reject(CodeBatchTooLarge, "bundle holds %d batches, the chain allows %d", n, maxBatches)
 		}
 		for i, b := range k.ProduceBundle.Batches {
 			if r := checkSigned(fmt.Sprintf("batch %d", i), b.GetBody(), b.GetProducerKey(), b.GetSignature()); !r.OK() {

@@ -150,7 +150,14 @@ func (n *Net) Up(ctx context.Context, progress io.Writer) error {
 // StartNode starts node i's app, waits for its ABCI port, then starts its
 // cometbft node.
 func (n *Net) StartNode(ctx context.Context, i int) error {
+	return n.StartNodeWith(ctx, i, n.cfg.App, nil)
+}
+
+// StartNodeWith starts node i with another byzlog-app binary and extra
+// environment, such as a failpoints test build and its BYZLOG_FAILPOINTS.
+func (n *Net) StartNodeWith(ctx context.Context, i int, appBin string, env []string) error {
 	a := n.app(i)
+	a.bin, a.env = appBin, env
 	if err := n.startProc(a); err != nil {
 		return err
 	}
@@ -184,13 +191,25 @@ func (n *Net) exited(p proc) <-chan struct{} {
 }
 
 // KillNode sends SIGKILL to node i's cometbft and app: a crash, not a stop.
-func (n *Net) KillNode(i int) error {
+// Both must be running.
+func (n *Net) KillNode(i int) error { return n.kill(i, true) }
+
+// KillRest sends SIGKILL to whichever of node i's processes still run, as
+// after one of them crashed.
+func (n *Net) KillRest(i int) error { return n.kill(i, false) }
+
+// Alive reports whether node i's cometbft and app are running.
+func (n *Net) Alive(i int) (cometbft, app bool) {
+	return n.cometbft(i).pid() != 0, n.app(i).pid() != 0
+}
+
+func (n *Net) kill(i int, mustRun bool) error {
 	for _, p := range []proc{n.cometbft(i), n.app(i)} {
 		was, err := p.signal(syscall.SIGKILL, 10*time.Second)
 		if err != nil {
 			return err
 		}
-		if !was {
+		if !was && mustRun {
 			return fmt.Errorf("kill %s: it is not running", p.name)
 		}
 		if done := n.exited(p); done != nil {

@@ -20,6 +20,7 @@ type proc struct {
 	bin     string
 	args    []string
 	mark    string // an argument only this process has (a path under Dir)
+	env     []string // added to the inherited environment
 	logPath string
 	pidPath string
 }
@@ -35,6 +36,9 @@ func (p proc) start() (<-chan struct{}, error) {
 	defer logf.Close()
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s (%s): %w", p.name, p.bin, err)

@@ -1,0 +1,84 @@
+//go:build failpoints
+
+package app
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+
+	abci "github.com/cometbft/cometbft/abci/types"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/sign"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// misbehave makes this validator a Byzantine proposer (test builds only):
+// it puts an invalid transaction of the given kind at the head of its
+// proposal, which every honest validator's ProcessProposal must reject.
+func (a *App) misbehave(kind string, txs [][]byte) [][]byte {
+	var bad []byte
+	switch kind {
+	case "replay":
+		if len(a.lastTxs) == 0 {
+			return txs
+		}
+		bad = a.lastTxs[0]
+	case "forged":
+		bad = a.signedBadly(func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+			b, _ := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("FORGED")}})
+			b.Signature = make([]byte, ed25519.SignatureSize)
+			return b
+		})
+	case "oversized":
+		bad = a.signedBadly(func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+			b, _ := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: make([]byte, core.DefaultLimits().MaxRecordBytes+1)}})
+			return b
+		})
+	case "unknown-topic":
+		bad = a.signedBadly(func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+			b, _ := s.Batch("no-such-topic", 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("FORGED")}})
+			return b
+		})
+	default:
+		return txs
+	}
+	if bad == nil {
+		return txs
+	}
+	a.log.Warn().Str("kind", kind).Msg("failpoint: proposing an invalid transaction")
+	return append([][]byte{bad}, txs...)
+}
+
+// signedBadly builds a bundle with a fresh key for the chain's first topic.
+func (a *App) signedBadly(build func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch) []byte {
+	params, err := core.LoadParams(a.store)
+	if err != nil {
+		return nil
+	}
+	v, _, err := core.Query(a.store, a.committed, core.PathTopics, nil)
+	if err != nil {
+		return nil
+	}
+	var list byzlogv1.TopicList
+	if proto.Unmarshal(v, &list) != nil || len(list.Topics) == 0 {
+		return nil
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil
+	}
+	tx, err := sign.BundleTx(build(sign.NewSigner(key, params.ChainId), params.ChainId, list.Topics[0].Name))
+	if err != nil {
+		return nil
+	}
+	return tx
+}
+
+// remember keeps the last block's transactions for "replay".
+func (a *App) remember(req *abci.RequestFinalizeBlock) {
+	if len(req.Txs) > 0 {
+		a.lastTxs = req.Txs
+	}
+}

@@ -1,0 +1,65 @@
+// Package failpoint lets test builds of byzlog-app crash or misbehave at
+// named points, to prove that crashes lose nothing and that honest
+// validators reject a Byzantine proposer. Failpoints exist only in binaries
+// built with `-tags failpoints`; in every other build each call is an empty
+// function the compiler removes, and the environment is never read.
+//
+// A test build reads BYZLOG_FAILPOINTS, a comma-separated list of
+// name[@height][=value] terms: "commit-after-write@12" crashes the process
+// (SIGKILL to itself) when it reaches that point at height 12;
+// "byzantine-proposer=replay" turns on a misbehaviour with a mode.
+package failpoint
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// EnvVar names the environment variable test builds read.
+const EnvVar = "BYZLOG_FAILPOINTS"
+
+// Points where byzlog-app can be made to crash.
+const (
+	// CommitBeforeWrite: in Commit, before the block's RocksDB write.
+	CommitBeforeWrite = "commit-before-write"
+	// CommitAfterWrite: in Commit, after the synced write, before answering.
+	CommitAfterWrite = "commit-after-write"
+	// FinalizeStart: at the start of FinalizeBlock (the previous Commit done).
+	FinalizeStart = "finalize-start"
+	// ByzantineProposer: PrepareProposal adds an invalid transaction; the
+	// value says which kind (forged, replay, oversized, unknown-topic).
+	ByzantineProposer = "byzantine-proposer"
+)
+
+type term struct {
+	name   string
+	height int64 // 0: any height
+	value  string
+}
+
+func parse(s string) ([]term, error) {
+	var out []term
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		var t term
+		t.name, t.value, _ = strings.Cut(part, "=")
+		if name, h, ok := strings.Cut(t.name, "@"); ok {
+			height, err := strconv.ParseInt(h, 10, 64)
+			if err != nil || height <= 0 {
+				return nil, fmt.Errorf("%s %q: height %q is not a positive integer", EnvVar, part, h)
+			}
+			t.name, t.height = name, height
+		}
+		switch t.name {
+		case CommitBeforeWrite, CommitAfterWrite, FinalizeStart, ByzantineProposer:
+		default:
+			return nil, fmt.Errorf("%s %q: unknown failpoint %q", EnvVar, part, t.name)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}

@@ -1,0 +1,301 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/failpoint"
+	"github.com/byzlog/byzlog/abciapp/sign"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// startNet brings up a fresh 4-validator network on its own ports with a
+// topic "log", and stops it when the test ends.
+func startNet(ctx context.Context, t *testing.T, portOffset int) (*localnet.Net, string) {
+	t.Helper()
+	bin := binDir(t)
+	cfg := localnet.Default()
+	cfg.Dir, cfg.BasePort = t.TempDir(), basePort(t)+portOffset
+	cfg.CometBFT, cfg.App = filepath.Join(bin, "cometbft"), filepath.Join(bin, "byzlog-app")
+	n, err := localnet.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Down(testWriter{t}); err != nil {
+			t.Errorf("stop localnet: %v", err)
+		}
+	})
+	if err := n.Up(ctx, testWriter{t}); err != nil {
+		t.Fatal(err)
+	}
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createTopic(ctx, t, n, sign.NewSigner(adminKey, cfg.ChainID), "log", 1)
+	return n, cfg.ChainID
+}
+
+// failpointApp is the failpoints test build of byzlog-app (`make e2e` builds it).
+func failpointApp(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(binDir(t), "byzlog-app-failpoints")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s not found: `make e2e` builds it with -tags failpoints: %v", p, err)
+	}
+	return p
+}
+
+// ackProducer writes one record per batch with broadcast_tx_commit to nodes
+// 0..2 in turn, as a producer that waits for commit would, and retries a
+// failed send with the same sequence: retries never duplicate. It records
+// every sequence whose commit was acknowledged.
+type ackProducer struct {
+	n      *localnet.Net
+	signer *sign.Signer
+	mu     sync.Mutex
+	acked  []uint64
+	errs   []string
+}
+
+func (p *ackProducer) run(ctx context.Context, t *testing.T, maxBatches int) {
+	for seq := uint64(0); seq < uint64(maxBatches) && ctx.Err() == nil; {
+		b, err := p.signer.Batch("log", 0, seq, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte(fmt.Sprintf("v%d", seq))}})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		tx, err := sign.BundleTx(b)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		c, err := p.n.Client(int(seq % 3))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		res, err := c.BroadcastTxCommit(cctx, tx)
+		cancel()
+		switch {
+		case err == nil && res.CheckTx.Code == 0 && res.TxResult.Code == 0,
+			err == nil && core.Code(res.CheckTx.Code) == core.CodeDuplicate: // committed by an earlier try
+			p.mu.Lock()
+			p.acked = append(p.acked, seq)
+			p.mu.Unlock()
+			seq++
+		default:
+			p.mu.Lock()
+			p.errs = append(p.errs, fmt.Sprintf("seq %d: %v %+v", seq, err, res))
+			p.mu.Unlock()
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// readLog returns the records of log/0 on node i.
+func readLog(ctx context.Context, t *testing.T, n *localnet.Net, i int) [][]byte {
+	t.Helper()
+	c, err := n.Client(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := proto.Marshal(&byzlogv1.RecordsRequest{Topic: "log"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+	if err != nil || q.Response.Code != 0 {
+		t.Fatalf("node%d records query: %v %s", i, err, q.Response.Log)
+	}
+	var resp byzlogv1.RecordsResponse
+	if err := proto.Unmarshal(q.Response.Value, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return resp.Records
+}
+
+// checkLog requires every node to hold the same records, dense from offset
+// 0, each sequence exactly once and in order, and every acknowledged one.
+func checkLog(ctx context.Context, t *testing.T, n *localnet.Net, acked []uint64) {
+	t.Helper()
+	ref := readLog(ctx, t, n, 0)
+	for i := 1; i < 4; i++ {
+		got := readLog(ctx, t, n, i)
+		if len(got) != len(ref) {
+			t.Fatalf("node%d holds %d records, node0 %d", i, len(got), len(ref))
+		}
+		for j := range got {
+			if string(got[j]) != string(ref[j]) {
+				t.Fatalf("node%d's record %d differs from node0's", i, j)
+			}
+		}
+	}
+	for j, b := range ref {
+		var r byzlogv1.StoredRecord
+		if err := proto.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset != uint64(j) || r.Sequence != uint64(j) || string(r.Value) != fmt.Sprintf("v%d", j) {
+			t.Fatalf("record %d = offset %d sequence %d %q: want dense offsets, one record per sequence, in order", j, r.Offset, r.Sequence, r.Value)
+		}
+	}
+	for _, seq := range acked {
+		if seq >= uint64(len(ref)) {
+			t.Fatalf("acknowledged sequence %d is missing: the log holds %d records", seq, len(ref))
+		}
+	}
+	t.Logf("all 4 validators hold the same %d records; %d acknowledged, none lost or doubled", len(ref), len(acked))
+}
+
+// TestCrashReplay crashes node 3's app at each crash point of Commit while
+// records are being written, restarts it, and checks that it converges to
+// the others' app hash with no record lost or doubled.
+func TestCrashReplay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	fpApp := failpointApp(t)
+	n, chain := startNet(ctx, t, 1000)
+	p := &ackProducer{n: n, signer: sign.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), chain)}
+	pctx, stopProducer := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); p.run(pctx, t, 2000) }()
+	defer func() { stopProducer(); wg.Wait() }()
+
+	all := []int{0, 1, 2, 3}
+	for _, point := range []string{failpoint.CommitBeforeWrite, failpoint.CommitAfterWrite, failpoint.FinalizeStart} {
+		if err := n.KillNode(3); err != nil {
+			t.Fatal(err)
+		}
+		at := maxHeight(ctx, n, []int{0, 1, 2}) + 4
+		env := []string{fmt.Sprintf("%s=%s@%d", failpoint.EnvVar, point, at)}
+		if err := n.StartNodeWith(ctx, 3, fpApp, env); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		for {
+			if _, appAlive := n.Alive(3); !appAlive {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node3's app did not crash at %s@%d within 90 s", point, at)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := n.KillRest(3); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("node3's app crashed at %s, height %d", point, at)
+		if err := n.StartNode(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		target := maxHeight(ctx, n, []int{0, 1, 2})
+		if err := waitHeight(ctx, t, n, all, target+1); err != nil {
+			t.Fatalf("node3 did not recover from a crash at %s: %v", point, err)
+		}
+		assertAgree(ctx, t, n, []int{3, 0})
+	}
+	stopProducer()
+	wg.Wait()
+	p.mu.Lock()
+	acked, errs := p.acked, p.errs
+	p.mu.Unlock()
+	if len(acked) < 10 {
+		t.Fatalf("only %d records acknowledged during the crashes (errors: %v)", len(acked), errs)
+	}
+	t.Logf("%d failed sends retried with the same sequence", len(errs))
+	if err := waitHeight(ctx, t, n, all, maxHeight(ctx, n, all)+2); err != nil {
+		t.Fatal(err)
+	}
+	assertAgree(ctx, t, n, all)
+	checkLog(ctx, t, n, acked)
+}
+
+// rejections counts the proposals node i's app rejected, from its log.
+func rejections(t *testing.T, n *localnet.Net, i int) int {
+	t.Helper()
+	f, err := os.Open(filepath.Join(n.Config().Dir, fmt.Sprintf("node%d", i), "app.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	count := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "rejecting proposal with an invalid transaction") {
+			count++
+		}
+	}
+	return count
+}
+
+// TestByzantineProposer makes node 0 propose an invalid transaction of each
+// kind: honest validators reject every such proposal, the chain keeps
+// committing, nothing invalid is ever committed and all app hashes agree.
+func TestByzantineProposer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	fpApp := failpointApp(t)
+	n, chain := startNet(ctx, t, 2000)
+	p := &ackProducer{n: n, signer: sign.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), chain)}
+	pctx, stopProducer := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); p.run(pctx, t, 2000) }()
+	defer func() { stopProducer(); wg.Wait() }()
+
+	all := []int{0, 1, 2, 3}
+	for _, kind := range []string{"forged", "replay", "oversized", "unknown-topic"} {
+		before := rejections(t, n, 1) + rejections(t, n, 2) + rejections(t, n, 3)
+		if err := n.KillNode(0); err != nil {
+			t.Fatal(err)
+		}
+		env := []string{fmt.Sprintf("%s=%s=%s", failpoint.EnvVar, failpoint.ByzantineProposer, kind)}
+		if err := n.StartNodeWith(ctx, 0, fpApp, env); err != nil {
+			t.Fatal(err)
+		}
+		start := maxHeight(ctx, n, []int{1, 2, 3})
+		deadline := time.Now().Add(2 * time.Minute)
+		for rejections(t, n, 1)+rejections(t, n, 2)+rejections(t, n, 3) <= before {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no honest validator rejected a proposal of node0 within 2 minutes", kind)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if err := waitHeight(ctx, t, n, all, start+4); err != nil {
+			t.Fatalf("%s: the chain stopped committing with a Byzantine proposer: %v", kind, err)
+		}
+		after := rejections(t, n, 1) + rejections(t, n, 2) + rejections(t, n, 3)
+		t.Logf("%s: honest validators rejected %d proposals; the chain went from height %d to %d", kind, after-before, start, maxHeight(ctx, n, all))
+		assertAgree(ctx, t, n, all)
+	}
+	stopProducer()
+	wg.Wait()
+	p.mu.Lock()
+	acked := p.acked
+	p.mu.Unlock()
+	checkLog(ctx, t, n, acked)
+	for _, b := range readLog(ctx, t, n, 1) {
+		if strings.Contains(string(b), "FORGED") {
+			t.Fatal("a record of the Byzantine proposer was committed")
+		}
+	}
+}
