@@ -19,7 +19,7 @@ type proc struct {
 	name    string // "node2/cometbft"
 	bin     string
 	args    []string
-	mark    string // an argument only this process has (a path under Dir)
+	mark    string   // an argument only this process has (a path under Dir)
 	env     []string // added to the inherited environment
 	logPath string
 	pidPath string
