@@ -21,6 +21,7 @@ LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m
 E2E_TIMEOUT ?= 15m
 FUZZTIME ?= 30s
+BENCHTIME ?= 30x
 
 .PHONY: help
 help: ## list the targets
@@ -69,6 +70,10 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
 	    echo "fuzz: $$dir $$target"; (cd $$dir && go test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) .); \
 	  done; \
 	done
+
+.PHONY: bench
+bench: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/record, allocs/record)
+	go test -run '^$$' -bench . -benchtime $(BENCHTIME) github.com/byzlog/byzlog/abciapp/...
 
 .PHONY: test
 test: deps build lint verify-proto unit e2e ## everything CI runs

@@ -23,8 +23,8 @@ var ctx = context.Background()
 
 const chainID = "app-test"
 
-// open opens the app on dir, running InitChain on a new store (topic "t").
-func open(t *testing.T, dir string) *app.App {
+// openApp opens the app on a store in dir.
+func openApp(t testing.TB, dir string) *app.App {
 	t.Helper()
 	st, err := store.Open(dir)
 	if err != nil {
@@ -34,6 +34,23 @@ func open(t *testing.T, dir string) *app.App {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a
+}
+
+// newChainApp opens an app on a fresh store and runs InitChain with appState.
+func newChainApp(t testing.TB, appState []byte) *app.App {
+	t.Helper()
+	a := openApp(t, t.TempDir())
+	if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: appState}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// open opens the app on dir, running InitChain on a new store (topic "t").
+func open(t *testing.T, dir string) *app.App {
+	t.Helper()
+	a := openApp(t, dir)
 	if info(t, a).LastBlockHeight == 0 {
 		if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(`{"topics": [{"name": "t", "partitions": 1}]}`)}); err != nil {
 			t.Fatal(err)
@@ -119,18 +136,8 @@ func TestRestartAndReplay(t *testing.T) {
 func TestFreshReplayMatches(t *testing.T) {
 	run := func() [][]byte {
 		g := workload.New(7, chainID)
-		st, err := store.Open(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := app.New(st, zerolog.Nop())
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := newChainApp(t, g.Genesis())
 		defer a.Close()
-		if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: g.Genesis()}); err != nil {
-			t.Fatal(err)
-		}
 		var hashes [][]byte
 		for h := int64(1); h <= 25; h++ {
 			hashes = append(hashes, finalize(t, a, h, g.Block(10)...))
@@ -244,16 +251,9 @@ func TestQuery(t *testing.T) {
 }
 
 func TestInitChainRejectsBadGenesis(t *testing.T) {
-	st, err := store.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(st, zerolog.Nop())
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := openApp(t, t.TempDir())
 	defer a.Close()
-	_, err = a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(`{"admins": ["xyz"]}`)})
+	_, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(`{"admins": ["xyz"]}`)})
 	if err == nil || !strings.Contains(err.Error(), "admins[0]") {
 		t.Errorf("InitChain(bad admin key) = %v, want an error naming admins[0]", err)
 	}

@@ -38,7 +38,8 @@ func newLocalnetUpCommand(cfg *localnet.Config) *cobra.Command {
 		Long: `Create the network in --dir with "cometbft testnet" if it holds none, or resume
 the one it holds with its data; start every byzlog-app and cometbft node in the
 background and wait until every node has committed height 3. Starting a network
-that is already running is an error.`,
+that is already running is an error. A new network's genesis lists one admin key
+(the only key that may create topics), generated into DIR/admin.key.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.TimeoutCommit = localnet.Duration(timeoutCommit)
@@ -70,6 +71,7 @@ that is already running is an error.`,
 				fmt.Fprintf(out, "  node%d  rpc %s  p2p 127.0.0.1:%d  abci 127.0.0.1:%d (%s)\n",
 					i, c.RPCAddr(i), c.P2PPort(i), c.ABCIPort(i), c.Transport)
 			}
+			fmt.Fprintf(out, "admin key (genesis admin, signs topic changes): %s\n", filepath.Join(c.Dir, "admin.key"))
 			fmt.Fprintf(out, "status: byzlog localnet status --dir %s\nstop:   byzlog localnet down --dir %s\n", c.Dir, c.Dir)
 			return nil
 		},

@@ -109,6 +109,24 @@ func (p *ackProducer) run(ctx context.Context, t *testing.T, maxBatches int) {
 	}
 }
 
+// startProducer runs an ackProducer (at most 2,000 batches) until the
+// returned stop is called; stop returns the acknowledged sequences and the
+// failed sends, and may be called more than once.
+func startProducer(ctx context.Context, t *testing.T, n *localnet.Net, chain string) (stop func() ([]uint64, []string)) {
+	p := &ackProducer{n: n, signer: sign.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), chain)}
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); p.run(pctx, t, 2000) }()
+	return func() ([]uint64, []string) {
+		cancel()
+		wg.Wait()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.acked, p.errs
+	}
+}
+
 // readLog returns the records of log/0 on node i.
 func readLog(ctx context.Context, t *testing.T, n *localnet.Net, i int) [][]byte {
 	t.Helper()
@@ -172,12 +190,8 @@ func TestCrashReplay(t *testing.T) {
 	defer cancel()
 	fpApp := failpointApp(t)
 	n, chain := startNet(ctx, t, 1000)
-	p := &ackProducer{n: n, signer: sign.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), chain)}
-	pctx, stopProducer := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); p.run(pctx, t, 2000) }()
-	defer func() { stopProducer(); wg.Wait() }()
+	stop := startProducer(ctx, t, n, chain)
+	defer stop()
 
 	all := []int{0, 1, 2, 3}
 	for _, point := range []string{failpoint.CommitBeforeWrite, failpoint.CommitAfterWrite, failpoint.FinalizeStart} {
@@ -212,11 +226,7 @@ func TestCrashReplay(t *testing.T) {
 		}
 		assertAgree(ctx, t, n, []int{3, 0})
 	}
-	stopProducer()
-	wg.Wait()
-	p.mu.Lock()
-	acked, errs := p.acked, p.errs
-	p.mu.Unlock()
+	acked, errs := stop()
 	if len(acked) < 10 {
 		t.Fatalf("only %d records acknowledged during the crashes (errors: %v)", len(acked), errs)
 	}
@@ -255,12 +265,8 @@ func TestByzantineProposer(t *testing.T) {
 	defer cancel()
 	fpApp := failpointApp(t)
 	n, chain := startNet(ctx, t, 2000)
-	p := &ackProducer{n: n, signer: sign.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), chain)}
-	pctx, stopProducer := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); p.run(pctx, t, 2000) }()
-	defer func() { stopProducer(); wg.Wait() }()
+	stop := startProducer(ctx, t, n, chain)
+	defer stop()
 
 	all := []int{0, 1, 2, 3}
 	for _, kind := range []string{"forged", "replay", "oversized", "unknown-topic"} {
@@ -287,15 +293,31 @@ func TestByzantineProposer(t *testing.T) {
 		t.Logf("%s: honest validators rejected %d proposals; the chain went from height %d to %d", kind, after-before, start, maxHeight(ctx, n, all))
 		assertAgree(ctx, t, n, all)
 	}
-	stopProducer()
-	wg.Wait()
-	p.mu.Lock()
-	acked := p.acked
-	p.mu.Unlock()
+	acked, _ := stop()
 	checkLog(ctx, t, n, acked)
 	for _, b := range readLog(ctx, t, n, 1) {
 		if strings.Contains(string(b), "FORGED") {
 			t.Fatal("a record of the Byzantine proposer was committed")
 		}
 	}
+	// No invalid transaction ever got into a block: the honest producer only
+	// sends valid ones, so every committed result must be code 0.
+	c, err := n.Client(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := maxHeight(ctx, n, []int{1})
+	for h := int64(1); h <= top; h++ {
+		hh := h
+		res, err := c.BlockResults(ctx, &hh)
+		if err != nil {
+			t.Fatalf("block_results %d: %v", h, err)
+		}
+		for i, r := range res.TxsResults {
+			if r.Code != 0 {
+				t.Fatalf("height %d tx %d was committed with code %d (%s): a Byzantine proposal got through", h, i, r.Code, r.Log)
+			}
+		}
+	}
+	t.Logf("heights 1..%d hold only valid transactions", top)
 }

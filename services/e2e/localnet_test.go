@@ -289,6 +289,31 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 	}
 	assertAgree(ctx, t, n, append([]int{3}, survivors...))
 
+	// Every node holds the same app hash at every height (each header's
+	// app_hash is what that node's chain agreed on after the previous block).
+	top := maxHeight(ctx, n, []int{0})
+	for h := int64(1); h <= top; h++ {
+		var want []byte
+		for _, i := range all {
+			c, err := n.Client(i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hh := h
+			res, err := c.Commit(ctx, &hh)
+			if err != nil {
+				t.Fatalf("node%d commit %d: %v", i, h, err)
+			}
+			got := res.SignedHeader.Header.AppHash
+			if want == nil {
+				want = got
+			} else if !bytes.Equal(got, want) {
+				t.Fatalf("height %d: node%d has app hash %X, node0 %X", h, i, got, want)
+			}
+		}
+	}
+	t.Logf("all 4 nodes hold the same app hash at each of heights 1..%d", top)
+
 	// The blocks node 3 missed are in its own store, executed by its own app.
 	c3, err := n.Client(3)
 	if err != nil {
@@ -345,6 +370,10 @@ func createTopic(ctx context.Context, t *testing.T, n *localnet.Net, admin *sign
 		t.Fatal(err)
 	}
 	res := commitTx(ctx, t, n, 0, tx)
+	// Other nodes learn of the topic when they commit the block too.
+	if err := waitHeight(ctx, t, n, []int{0, 1, 2, 3}, res.Height); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("created topic %s with %d partitions at height %d", name, partitions, res.Height)
 }
 
