@@ -15,7 +15,7 @@ NATS_SERVER_VERSION        := v2.15.2
 NATSCLI_VERSION            := v0.5.0
 export COMETBFT_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION NATS_SERVER_VERSION NATSCLI_VERSION BIN
 
-COMMANDS := byzlog byzlog-app
+COMMANDS := byzlog byzlog-app byzlog-gateway
 MODULES := protos abciapp gateway indexer services
 LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m

@@ -4,11 +4,13 @@ go 1.26.0
 
 require (
 	github.com/byzlog/byzlog/abciapp v0.0.0
+	github.com/byzlog/byzlog/gateway v0.0.0
 	github.com/byzlog/byzlog/protos v0.0.0
 	github.com/cometbft/cometbft v0.40.0
 	github.com/mattn/go-isatty v0.0.20
 	github.com/rs/zerolog v1.35.1
 	github.com/spf13/cobra v1.10.2
+	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
 
@@ -74,12 +76,12 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261019180522-ce908d29299b // indirect
-	google.golang.org/grpc v1.85.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace (
 	github.com/byzlog/byzlog/abciapp => ../abciapp
+	github.com/byzlog/byzlog/gateway => ../gateway
 	github.com/byzlog/byzlog/protos => ../protos
 	// CometBFT's build list pulls grocksdb >= v1.8.14, which does not build
 	// against Debian's RocksDB 7.8.3; v1.7.15 does.

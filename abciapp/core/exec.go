@@ -144,7 +144,7 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 		}
 		br := failBatch(&body, CodeDuplicate, "sequence %d is already committed at offsets %d..%d (height %d); the next sequence is %d",
 			body.Sequence, ref.BaseOffset, ref.BaseOffset+uint64(ref.RecordCount)-1, ref.Height, ps.NextSequence)
-		br.Duplicate, br.BaseOffset, br.RecordCount = true, ref.BaseOffset, ref.RecordCount
+		br.Duplicate, br.BaseOffset, br.RecordCount, br.Height = true, ref.BaseOffset, ref.RecordCount, ref.Height
 		return br, nil, nil
 	}
 	if body.Sequence > ps.NextSequence && ex.mode == modeBlock {

@@ -1,17 +1,20 @@
-// Command byzlog is byzlog's command-line tool. Today it runs local validator
-// networks (`byzlog localnet`); producing, consuming and administration join
-// it as the gateway and indexer land. This package is wiring only: every
+// Command byzlog is byzlog's command-line tool: keys, topics, producing
+// through gateways, and local validator networks; consuming joins it with
+// the indexer. This package is wiring only: every
 // command calls a library that does the work.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
 )
 
 func main() {
@@ -19,7 +22,7 @@ func main() {
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "byzlog:", err)
+		fmt.Fprintln(os.Stderr, "byzlog:", describe(err))
 		os.Exit(1)
 	}
 }
@@ -31,6 +34,21 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLocalnetCommand())
+	root.AddCommand(newLocalnetCommand(), newKeygenCommand(), newTopicCommand(), newProduceCommand())
 	return root
+}
+
+// describe renders an error for a person: a gRPC status as its code and
+// message, without the transport's framing.
+func describe(err error) string {
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		st := se.GRPCStatus()
+		msg := err.Error()
+		if prefix, _, ok := strings.Cut(msg, "rpc error: "); ok {
+			return fmt.Sprintf("%s%s: %s", prefix, st.Code(), st.Message())
+		}
+		return fmt.Sprintf("%s: %s", st.Code(), st.Message())
+	}
+	return err.Error()
 }

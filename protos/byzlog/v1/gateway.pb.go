@@ -568,8 +568,12 @@ func (*HealthRequest) Descriptor() ([]byte, []int) {
 }
 
 type HealthResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*NodeHealth          `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nodes []*NodeHealth          `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The chain the gateway writes to: producers sign for this chain id.
+	ChainId string `protobuf:"bytes,2,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// The highest height any healthy node reports.
+	Height        int64 `protobuf:"varint,3,opt,name=height,proto3" json:"height,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -609,6 +613,20 @@ func (x *HealthResponse) GetNodes() []*NodeHealth {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *HealthResponse) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
 }
 
 // NodeHealth is the gateway's view of one CometBFT node.
@@ -716,9 +734,11 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"C\n" +
 	"\x15DescribeTopicResponse\x12*\n" +
 	"\x05topic\x18\x01 \x01(\v2\x14.byzlog.v1.TopicInfoR\x05topic\"\x0f\n" +
-	"\rHealthRequest\"=\n" +
+	"\rHealthRequest\"p\n" +
 	"\x0eHealthResponse\x12+\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x15.byzlog.v1.NodeHealthR\x05nodes\"n\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x15.byzlog.v1.NodeHealthR\x05nodes\x12\x19\n" +
+	"\bchain_id\x18\x02 \x01(\tR\achainId\x12\x16\n" +
+	"\x06height\x18\x03 \x01(\x03R\x06height\"n\n" +
 	"\n" +
 	"NodeHealth\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
@@ -730,14 +750,16 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\bACK_NONE\x10\x01\x12\x0f\n" +
 	"\vACK_MEMPOOL\x10\x02\x12\x0e\n" +
 	"\n" +
-	"ACK_COMMIT\x10\x032\xb1\x03\n" +
+	"ACK_COMMIT\x10\x032\xba\x04\n" +
 	"\aGateway\x12@\n" +
 	"\aProduce\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse\x12J\n" +
 	"\rProduceStream\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse(\x010\x01\x12:\n" +
 	"\x05Admin\x12\x17.byzlog.v1.AdminRequest\x1a\x18.byzlog.v1.AdminResponse\x12I\n" +
 	"\n" +
 	"ListTopics\x12\x1c.byzlog.v1.ListTopicsRequest\x1a\x1d.byzlog.v1.ListTopicsResponse\x12R\n" +
-	"\rDescribeTopic\x12\x1f.byzlog.v1.DescribeTopicRequest\x1a .byzlog.v1.DescribeTopicResponse\x12=\n" +
+	"\rDescribeTopic\x12\x1f.byzlog.v1.DescribeTopicRequest\x1a .byzlog.v1.DescribeTopicResponse\x12H\n" +
+	"\x10GetProducerState\x12\x1a.byzlog.v1.ProducerRequest\x1a\x18.byzlog.v1.ProducerState\x12=\n" +
+	"\bGetNonce\x12\x17.byzlog.v1.NonceRequest\x1a\x18.byzlog.v1.NonceResponse\x12=\n" +
 	"\x06Health\x12\x18.byzlog.v1.HealthRequest\x1a\x19.byzlog.v1.HealthResponseB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
 
 var (
@@ -770,6 +792,10 @@ var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(*SignedBatch)(nil),           // 12: byzlog.v1.SignedBatch
 	(*TopicInfo)(nil),             // 13: byzlog.v1.TopicInfo
 	(*AdminRequest)(nil),          // 14: byzlog.v1.AdminRequest
+	(*ProducerRequest)(nil),       // 15: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),          // 16: byzlog.v1.NonceRequest
+	(*ProducerState)(nil),         // 17: byzlog.v1.ProducerState
+	(*NonceResponse)(nil),         // 18: byzlog.v1.NonceResponse
 }
 var file_byzlog_v1_gateway_proto_depIdxs = []int32{
 	12, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
@@ -784,15 +810,19 @@ var file_byzlog_v1_gateway_proto_depIdxs = []int32{
 	14, // 9: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
 	5,  // 10: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
 	7,  // 11: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
-	9,  // 12: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
-	2,  // 13: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
-	2,  // 14: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
-	4,  // 15: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
-	6,  // 16: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
-	8,  // 17: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
-	10, // 18: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
+	15, // 12: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
+	16, // 13: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
+	9,  // 14: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
+	2,  // 15: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
+	2,  // 16: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
+	4,  // 17: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
+	6,  // 18: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
+	8,  // 19: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
+	17, // 20: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
+	18, // 21: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
+	10, // 22: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name

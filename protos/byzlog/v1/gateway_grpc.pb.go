@@ -25,12 +25,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Gateway_Produce_FullMethodName       = "/byzlog.v1.Gateway/Produce"
-	Gateway_ProduceStream_FullMethodName = "/byzlog.v1.Gateway/ProduceStream"
-	Gateway_Admin_FullMethodName         = "/byzlog.v1.Gateway/Admin"
-	Gateway_ListTopics_FullMethodName    = "/byzlog.v1.Gateway/ListTopics"
-	Gateway_DescribeTopic_FullMethodName = "/byzlog.v1.Gateway/DescribeTopic"
-	Gateway_Health_FullMethodName        = "/byzlog.v1.Gateway/Health"
+	Gateway_Produce_FullMethodName          = "/byzlog.v1.Gateway/Produce"
+	Gateway_ProduceStream_FullMethodName    = "/byzlog.v1.Gateway/ProduceStream"
+	Gateway_Admin_FullMethodName            = "/byzlog.v1.Gateway/Admin"
+	Gateway_ListTopics_FullMethodName       = "/byzlog.v1.Gateway/ListTopics"
+	Gateway_DescribeTopic_FullMethodName    = "/byzlog.v1.Gateway/DescribeTopic"
+	Gateway_GetProducerState_FullMethodName = "/byzlog.v1.Gateway/GetProducerState"
+	Gateway_GetNonce_FullMethodName         = "/byzlog.v1.Gateway/GetNonce"
+	Gateway_Health_FullMethodName           = "/byzlog.v1.Gateway/Health"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -51,7 +53,12 @@ type GatewayClient interface {
 	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
 	// DescribeTopic returns one topic's config and partition end offsets.
 	DescribeTopic(ctx context.Context, in *DescribeTopicRequest, opts ...grpc.CallOption) (*DescribeTopicResponse, error)
-	// Health reports the gateway's view of its CometBFT nodes.
+	// ProducerState returns a producer's next sequence in a topic-partition,
+	// so a restarted producer carries on where it stopped.
+	GetProducerState(ctx context.Context, in *ProducerRequest, opts ...grpc.CallOption) (*ProducerState, error)
+	// GetNonce returns an admin or consumer key's next nonce.
+	GetNonce(ctx context.Context, in *NonceRequest, opts ...grpc.CallOption) (*NonceResponse, error)
+	// Health reports the gateway's view of its CometBFT nodes and the chain.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
 }
 
@@ -116,6 +123,26 @@ func (c *gatewayClient) DescribeTopic(ctx context.Context, in *DescribeTopicRequ
 	return out, nil
 }
 
+func (c *gatewayClient) GetProducerState(ctx context.Context, in *ProducerRequest, opts ...grpc.CallOption) (*ProducerState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ProducerState)
+	err := c.cc.Invoke(ctx, Gateway_GetProducerState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetNonce(ctx context.Context, in *NonceRequest, opts ...grpc.CallOption) (*NonceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(NonceResponse)
+	err := c.cc.Invoke(ctx, Gateway_GetNonce_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HealthResponse)
@@ -144,7 +171,12 @@ type GatewayServer interface {
 	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
 	// DescribeTopic returns one topic's config and partition end offsets.
 	DescribeTopic(context.Context, *DescribeTopicRequest) (*DescribeTopicResponse, error)
-	// Health reports the gateway's view of its CometBFT nodes.
+	// ProducerState returns a producer's next sequence in a topic-partition,
+	// so a restarted producer carries on where it stopped.
+	GetProducerState(context.Context, *ProducerRequest) (*ProducerState, error)
+	// GetNonce returns an admin or consumer key's next nonce.
+	GetNonce(context.Context, *NonceRequest) (*NonceResponse, error)
+	// Health reports the gateway's view of its CometBFT nodes and the chain.
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
@@ -170,6 +202,12 @@ func (UnimplementedGatewayServer) ListTopics(context.Context, *ListTopicsRequest
 }
 func (UnimplementedGatewayServer) DescribeTopic(context.Context, *DescribeTopicRequest) (*DescribeTopicResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DescribeTopic not implemented")
+}
+func (UnimplementedGatewayServer) GetProducerState(context.Context, *ProducerRequest) (*ProducerState, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetProducerState not implemented")
+}
+func (UnimplementedGatewayServer) GetNonce(context.Context, *NonceRequest) (*NonceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetNonce not implemented")
 }
 func (UnimplementedGatewayServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
@@ -274,6 +312,42 @@ func _Gateway_DescribeTopic_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_GetProducerState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ProducerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetProducerState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetProducerState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetProducerState(ctx, req.(*ProducerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetNonce_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(NonceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetNonce(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetNonce_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetNonce(ctx, req.(*NonceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Gateway_Health_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HealthRequest)
 	if err := dec(in); err != nil {
@@ -314,6 +388,14 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DescribeTopic",
 			Handler:    _Gateway_DescribeTopic_Handler,
+		},
+		{
+			MethodName: "GetProducerState",
+			Handler:    _Gateway_GetProducerState_Handler,
+		},
+		{
+			MethodName: "GetNonce",
+			Handler:    _Gateway_GetNonce_Handler,
 		},
 		{
 			MethodName: "Health",

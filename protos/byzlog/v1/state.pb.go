@@ -623,8 +623,10 @@ type BatchResult struct {
 	// The batch was committed before: the offsets are the original ones.
 	Duplicate bool `protobuf:"varint,6,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
 	// Zero, or the result code that rejected this batch (and its bundle).
-	Code          uint32 `protobuf:"varint,7,opt,name=code,proto3" json:"code,omitempty"`
-	Log           string `protobuf:"bytes,8,opt,name=log,proto3" json:"log,omitempty"`
+	Code uint32 `protobuf:"varint,7,opt,name=code,proto3" json:"code,omitempty"`
+	Log  string `protobuf:"bytes,8,opt,name=log,proto3" json:"log,omitempty"`
+	// For a duplicate: the height that committed the original.
+	Height        int64 `protobuf:"varint,9,opt,name=height,proto3" json:"height,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -713,6 +715,13 @@ func (x *BatchResult) GetLog() string {
 		return x.Log
 	}
 	return ""
+}
+
+func (x *BatchResult) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
 }
 
 // TxOutcome is ExecTxResult.Data of a ProduceBundle (covered by the next
@@ -1887,7 +1896,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vGroupOffset\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\tR\bmetadata\x12\x16\n" +
-	"\x06height\x18\x03 \x01(\x03R\x06height\"\xe5\x01\n" +
+	"\x06height\x18\x03 \x01(\x03R\x06height\"\xfd\x01\n" +
 	"\vBatchResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1a\n" +
@@ -1897,7 +1906,8 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\frecord_count\x18\x05 \x01(\rR\vrecordCount\x12\x1c\n" +
 	"\tduplicate\x18\x06 \x01(\bR\tduplicate\x12\x12\n" +
 	"\x04code\x18\a \x01(\rR\x04code\x12\x10\n" +
-	"\x03log\x18\b \x01(\tR\x03log\"=\n" +
+	"\x03log\x18\b \x01(\tR\x03log\x12\x16\n" +
+	"\x06height\x18\t \x01(\x03R\x06height\"=\n" +
 	"\tTxOutcome\x120\n" +
 	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.BatchResultR\abatches\"\x97\x01\n" +
 	"\rPartitionInfo\x12\x1c\n" +

@@ -3,7 +3,6 @@ package localnet
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -24,6 +23,8 @@ import (
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/mattn/go-isatty"
+
+	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
 // ErrRunning is returned by Up when processes of the network still run.
@@ -398,7 +399,7 @@ func (n *Net) create(ctx context.Context) error {
 	}
 	gen.ChainID = c.ChainID
 	gen.ConsensusParams.Block.MaxBytes = c.BlockMaxBytes
-	admin, err := newAdminKey(filepath.Join(tmp, adminKeyFile))
+	admin, err := keyfile.Generate(filepath.Join(tmp, adminKeyFile))
 	if err != nil {
 		return err
 	}
@@ -468,27 +469,10 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 // key genesis lists in app_state admins. It stays in the run directory.
 const adminKeyFile = "admin.key"
 
-func newAdminKey(path string) (ed25519.PrivateKey, error) {
-	seed := make([]byte, ed25519.SeedSize)
-	if _, err := rand.Read(seed); err != nil {
-		return nil, fmt.Errorf("generate admin key: %w", err)
-	}
-	if err := os.WriteFile(path, []byte(hex.EncodeToString(seed)+"\n"), 0o600); err != nil {
-		return nil, fmt.Errorf("write admin key: %w", err)
-	}
-	return ed25519.NewKeyFromSeed(seed), nil
-}
-
 // AdminKey reads the network's admin key, which genesis lists as its admin.
 func (n *Net) AdminKey() (ed25519.PrivateKey, error) {
-	path := filepath.Join(n.cfg.Dir, adminKeyFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read admin key: %w", err)
-	}
-	seed, err := hex.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(seed) != ed25519.SeedSize {
-		return nil, fmt.Errorf("admin key %s: want %d hex-encoded bytes", path, ed25519.SeedSize)
-	}
-	return ed25519.NewKeyFromSeed(seed), nil
+	return keyfile.Read(filepath.Join(n.cfg.Dir, adminKeyFile))
 }
+
+// AdminKeyPath is the admin key file of the network.
+func (n *Net) AdminKeyPath() string { return filepath.Join(n.cfg.Dir, adminKeyFile) }

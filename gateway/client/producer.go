@@ -1,0 +1,434 @@
+// Package client is byzlog's producer SDK, shaped like a Kafka producer:
+// records are batched per partition (linger, batch size), each batch is
+// signed with the producer's ed25519 key and a sequence number, sent to a
+// gateway, and retried with the same bytes on retriable errors, so a retry
+// never duplicates. Partitions are picked like Kafka's default partitioner:
+// murmur2 of the key, sticky for keyless records. It logs nothing; errors
+// come back through each record's Future.
+package client
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math/big"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/byzlog/byzlog/abciapp/sign"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Record is one record to produce.
+type Record struct {
+	Topic   string
+	Key     []byte
+	Value   []byte
+	Headers []*byzlogv1.RecordHeader
+	// Partition pins the partition; nil lets the partitioner choose.
+	Partition *uint32
+}
+
+// Receipt says where a record landed.
+type Receipt struct {
+	Topic     string
+	Partition uint32
+	// Offset is the record's offset (for ACK_COMMIT; 0 for weaker acks).
+	Offset  uint64
+	Height  int64
+	TxIndex uint32
+	// Duplicate is true when the batch had been committed by an earlier
+	// attempt: the offsets are the original ones.
+	Duplicate bool
+}
+
+// Future is the result of one Produce.
+type Future struct {
+	done    chan struct{}
+	receipt Receipt
+	err     error
+}
+
+// Done is closed when the result is known.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Wait returns the receipt or the error.
+func (f *Future) Wait(ctx context.Context) (Receipt, error) {
+	select {
+	case <-f.done:
+		return f.receipt, f.err
+	case <-ctx.Done():
+		return Receipt{}, ctx.Err()
+	}
+}
+
+func (f *Future) resolve(r Receipt, err error) {
+	f.receipt, f.err = r, err
+	close(f.done)
+}
+
+// ErrClosed is returned for records produced after Close.
+var ErrClosed = errors.New("byzlog producer is closed")
+
+// Producer batches, signs and sends records. Safe for concurrent use.
+type Producer struct {
+	o       options
+	conns   []*grpc.ClientConn
+	gws     []byzlogv1.GatewayClient
+	signer  *sign.Signer
+	chainID string
+	next    atomic.Uint64
+
+	mu      sync.Mutex
+	closed  bool
+	parts   map[string]*partition
+	counts  map[string]uint32 // topic -> partitions
+	sticky  map[string]uint32
+	pending sync.WaitGroup // records not yet resolved
+	wg      sync.WaitGroup // partition senders
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+// partition accumulates one topic-partition's records and sends its
+// batches in order, one at a time, so sequences never leave a gap.
+type partition struct {
+	topic string
+	num   uint32
+	recs  []*byzlogv1.Record
+	futs  []*Future
+	bytes int
+	timer *time.Timer
+	out   chan batch
+	seq   uint64
+	known bool
+}
+
+type batch struct {
+	recs []*byzlogv1.Record
+	futs []*Future
+}
+
+// NewProducer connects to the gateways and learns the chain they write to.
+func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
+	o := defaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.key == nil {
+		_, k, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("generate producer key: %w", err)
+		}
+		o.key = k
+	}
+	p := &Producer{o: o, parts: map[string]*partition{}, counts: map[string]uint32{}, sticky: map[string]uint32{}}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	for _, a := range o.gateways {
+		c, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			p.closeConns()
+			return nil, fmt.Errorf("gateway %s: %w", a, err)
+		}
+		p.conns = append(p.conns, c)
+		p.gws = append(p.gws, byzlogv1.NewGatewayClient(c))
+	}
+	var lastErr error
+	for _, gw := range p.gws {
+		h, err := gw.Health(ctx, &byzlogv1.HealthRequest{})
+		if err == nil && h.ChainId != "" {
+			p.chainID = h.ChainId
+			break
+		}
+		lastErr = err
+	}
+	if p.chainID == "" {
+		p.closeConns()
+		return nil, fmt.Errorf("no gateway of %v told its chain (last error: %v)", o.gateways, lastErr)
+	}
+	p.signer = sign.NewSigner(o.key, p.chainID)
+	return p, nil
+}
+
+// PublicKey is the producer's identity.
+func (p *Producer) PublicKey() ed25519.PublicKey { return p.signer.PublicKey() }
+
+// ChainID is the chain the producer signs for.
+func (p *Producer) ChainID() string { return p.chainID }
+
+// Produce queues a record and returns its Future at once.
+func (p *Producer) Produce(ctx context.Context, r *Record) *Future {
+	f := &Future{done: make(chan struct{})}
+	num, err := p.partitionFor(ctx, r)
+	if err != nil {
+		f.resolve(Receipt{}, err)
+		return f
+	}
+	rec := &byzlogv1.Record{Key: r.Key, Value: r.Value, Headers: r.Headers, CreateTimeUnixNano: time.Now().UnixNano()}
+	size := len(r.Key) + len(r.Value) + 16
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		f.resolve(Receipt{}, ErrClosed)
+		return f
+	}
+	key := fmt.Sprintf("%s/%d", r.Topic, num)
+	pt := p.parts[key]
+	if pt == nil {
+		pt = &partition{topic: r.Topic, num: num, out: make(chan batch, 64)}
+		p.parts[key] = pt
+		p.wg.Add(1)
+		go p.send(pt)
+	}
+	p.pending.Add(1)
+	pt.recs, pt.futs, pt.bytes = append(pt.recs, rec), append(pt.futs, f), pt.bytes+size
+	switch {
+	case len(pt.recs) >= p.o.batchRecords || pt.bytes >= p.o.batchBytes:
+		p.flushLocked(pt)
+	case len(pt.recs) == 1:
+		pt.timer = time.AfterFunc(p.o.linger, func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.flushLocked(pt)
+		})
+	}
+	return f
+}
+
+// ProduceSync produces one record and waits for its receipt.
+func (p *Producer) ProduceSync(ctx context.Context, r *Record) (Receipt, error) {
+	return p.Produce(ctx, r).Wait(ctx)
+}
+
+// flushLocked hands the partition's records to its sender as one batch.
+func (p *Producer) flushLocked(pt *partition) {
+	if p.closed {
+		return
+	}
+	if pt.timer != nil {
+		pt.timer.Stop()
+		pt.timer = nil
+	}
+	if len(pt.recs) == 0 {
+		return
+	}
+	b := batch{recs: pt.recs, futs: pt.futs}
+	pt.recs, pt.futs, pt.bytes = nil, nil, 0
+	if n, ok := p.counts[pt.topic]; ok && n > 1 {
+		if s, ok := p.sticky[pt.topic]; ok && s == pt.num {
+			delete(p.sticky, pt.topic) // keyless records move on after a batch, as Kafka's sticky partitioner does
+		}
+	}
+	pt.out <- b
+}
+
+// Flush sends every queued record now and waits until all are resolved.
+func (p *Producer) Flush(ctx context.Context) error {
+	p.mu.Lock()
+	for _, pt := range p.parts {
+		p.flushLocked(pt)
+	}
+	p.mu.Unlock()
+	done := make(chan struct{})
+	go func() { p.pending.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close flushes (bounded by ctx), stops the senders and closes connections.
+// Records still unresolved when ctx ends fail with ErrClosed.
+func (p *Producer) Close(ctx context.Context) error {
+	err := p.Flush(ctx)
+	p.mu.Lock()
+	p.closed = true
+	for _, pt := range p.parts {
+		close(pt.out)
+	}
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
+	p.closeConns()
+	return err
+}
+
+func (p *Producer) closeConns() {
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// partitionFor picks the record's partition: pinned, murmur2 of the key, or
+// the topic's sticky partition for keyless records.
+func (p *Producer) partitionFor(ctx context.Context, r *Record) (uint32, error) {
+	if r.Topic == "" {
+		return 0, status.Error(codes.InvalidArgument, "record has no topic")
+	}
+	n, err := p.partitions(ctx, r.Topic)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case r.Partition != nil:
+		if *r.Partition >= n {
+			return 0, status.Errorf(codes.NotFound, "topic %q has partitions 0..%d, not %d", r.Topic, n-1, *r.Partition)
+		}
+		return *r.Partition, nil
+	case r.Key != nil:
+		return KafkaPartition(r.Key, n), nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.sticky[r.Topic]
+	if !ok {
+		v, err := rand.Int(rand.Reader, big.NewInt(int64(n)))
+		if err != nil {
+			return 0, err
+		}
+		s = uint32(v.Int64())
+		p.sticky[r.Topic] = s
+	}
+	return s, nil
+}
+
+func (p *Producer) partitions(ctx context.Context, topic string) (uint32, error) {
+	p.mu.Lock()
+	n, ok := p.counts[topic]
+	p.mu.Unlock()
+	if ok {
+		return n, nil
+	}
+	var lastErr error
+	for i := range p.gws {
+		resp, err := p.gws[(p.next.Load()+uint64(i))%uint64(len(p.gws))].DescribeTopic(ctx, &byzlogv1.DescribeTopicRequest{Name: topic})
+		if err == nil {
+			n = resp.GetTopic().GetConfig().GetPartitions()
+			p.mu.Lock()
+			p.counts[topic] = n
+			p.mu.Unlock()
+			return n, nil
+		}
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+			return 0, err
+		}
+		lastErr = err
+	}
+	return 0, lastErr
+}
+
+// send is one partition's sender: it signs and sends batches in order.
+func (p *Producer) send(pt *partition) {
+	defer p.wg.Done()
+	for b := range pt.out {
+		p.sendBatch(pt, b)
+	}
+}
+
+// sendBatch sends one batch until it gets a definite answer: a receipt
+// (duplicate included) or a rejection. Retriable errors — the gateway is
+// unreachable, overloaded or timed out — are retried with the same signed
+// bytes on the next gateway, so the batch commits at most once.
+func (p *Producer) sendBatch(pt *partition, b batch) {
+	defer func() {
+		for range b.futs {
+			p.pending.Done()
+		}
+	}()
+	fail := func(err error) {
+		for _, f := range b.futs {
+			f.resolve(Receipt{}, err)
+		}
+	}
+	if !pt.known {
+		seq, err := p.nextSequence(pt)
+		if err != nil {
+			fail(err)
+			return
+		}
+		pt.seq, pt.known = seq, true
+	}
+	signed, err := p.signer.Batch(pt.topic, pt.num, pt.seq, p.o.codec, b.recs)
+	if err != nil {
+		fail(err)
+		return
+	}
+	backoff := p.o.backoff
+	for attempt := 0; ; attempt++ {
+		gw := p.gws[(p.next.Load()+uint64(attempt))%uint64(len(p.gws))]
+		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
+		resp, err := gw.Produce(ctx, &byzlogv1.ProduceRequest{Batch: signed, Ack: p.o.acks})
+		cancel()
+		if err == nil {
+			rc := resp.GetReceipt()
+			for i, f := range b.futs {
+				r := Receipt{Topic: rc.GetTopic(), Partition: rc.GetPartition(), Height: rc.GetHeight(), TxIndex: rc.GetTxIndex(), Duplicate: rc.GetDuplicate()}
+				if rc.GetAck() == byzlogv1.Ack_ACK_COMMIT {
+					r.Offset = rc.GetBaseOffset() + uint64(i)
+				}
+				f.resolve(r, nil)
+			}
+			pt.seq++
+			return
+		}
+		if !retriable(err) {
+			// Rejected, so not committed: the next batch reuses the sequence.
+			fail(err)
+			return
+		}
+		if p.ctx.Err() != nil {
+			fail(fmt.Errorf("%w while sending sequence %d of %s/%d: its outcome is unknown; a new producer with the same key learns the next sequence from the chain", ErrClosed, pt.seq, pt.topic, pt.num))
+			return
+		}
+		p.next.Add(1) // fail over
+		select {
+		case <-time.After(backoff):
+		case <-p.ctx.Done():
+		}
+		backoff = min(2*backoff, p.o.maxBackoff)
+	}
+}
+
+// nextSequence asks a gateway where this producer stands in a partition.
+func (p *Producer) nextSequence(pt *partition) (uint64, error) {
+	backoff := p.o.backoff
+	for attempt := 0; ; attempt++ {
+		gw := p.gws[(p.next.Load()+uint64(attempt))%uint64(len(p.gws))]
+		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
+		ps, err := gw.GetProducerState(ctx, &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: pt.topic, Partition: pt.num})
+		cancel()
+		if err == nil {
+			return ps.GetNextSequence(), nil
+		}
+		if !retriable(err) || p.ctx.Err() != nil {
+			return 0, fmt.Errorf("read producer sequence of %s/%d: %w", pt.topic, pt.num, err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-p.ctx.Done():
+		}
+		backoff = min(2*backoff, p.o.maxBackoff)
+	}
+}
+
+// retriable reports whether sending the same batch again may succeed.
+func retriable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded, codes.Aborted, codes.Canceled, codes.Unknown, codes.Internal:
+		return true
+	}
+	return false
+}

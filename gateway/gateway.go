@@ -1,0 +1,613 @@
+// Package gateway is byzlog's produce path: it takes producers' signed
+// batches, checks what it can without trusting anyone, bundles batches from
+// all clients into one CometBFT transaction per linger period, submits it to
+// a healthy node (failing over to others), follows committed blocks and
+// answers each batch with a receipt taken from the block's results. A
+// gateway holds no state a restart would lose: producers sign their batches
+// and retry with the same sequence, so the gateway can drop, repeat or
+// reorder nothing the validators would accept. Its client subpackage is the
+// producer SDK; services/byzlog-gateway serves it over gRPC.
+package gateway
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	abci "github.com/cometbft/cometbft/abci/types"
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/sign"
+	"github.com/byzlog/byzlog/gateway/nodes"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Gateway bundles, submits and tracks producers' batches.
+type Gateway struct {
+	cfg  Config
+	log  zerolog.Logger
+	pool *nodes.Pool
+
+	queue    chan *request
+	queued   atomic.Int64 // bytes of batches accepted and not yet answered
+	inflight chan struct{}
+	topics   topicCache
+	stopped  atomic.Bool
+
+	mu      sync.Mutex
+	pending map[string]*pendingTx // by tx hash
+	height  int64                 // last block whose results were matched
+}
+
+// request is one batch waiting for its answer.
+type request struct {
+	batch *byzlogv1.SignedBatch
+	body  *byzlogv1.BatchBody
+	size  int
+	ack   byzlogv1.Ack
+	done  chan answer
+	once  sync.Once
+	g     *Gateway
+}
+
+type answer struct {
+	receipt *byzlogv1.Receipt
+	err     error
+}
+
+func (r *request) finish(rc *byzlogv1.Receipt, err error) {
+	r.once.Do(func() {
+		r.g.queued.Add(-int64(r.size))
+		r.done <- answer{rc, err}
+	})
+}
+
+func (r *request) receipt(ack byzlogv1.Ack) *byzlogv1.Receipt {
+	return &byzlogv1.Receipt{Ack: ack, Topic: r.body.Topic, Partition: r.body.Partition}
+}
+
+// pendingTx is a submitted transaction waiting to be seen in a block.
+type pendingTx struct {
+	tx        []byte
+	hash      string
+	reqs      []*request                                               // a produce bundle's batches, in order
+	committed func(height int64, index uint32, res *abci.ExecTxResult) // any other transaction
+	failed    func(err error)
+	release   func()
+	submitted time.Time
+}
+
+// New returns a gateway over the nodes in cfg. Run starts it.
+func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pool, err := nodes.New(cfg.Nodes, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Gateway{
+		cfg: cfg, log: log, pool: pool,
+		queue:    make(chan *request, 1<<16),
+		inflight: make(chan struct{}, cfg.MaxInFlight),
+		pending:  map[string]*pendingTx{},
+		topics:   topicCache{ttl: cfg.TopicCacheTTL},
+	}, nil
+}
+
+// Start checks the nodes once, so the gateway knows its chain; it fails
+// when no node is healthy.
+func (g *Gateway) Start(ctx context.Context) error {
+	if err := g.pool.Check(ctx); err != nil {
+		return err
+	}
+	_, top := g.pool.Health()
+	g.mu.Lock()
+	g.height = top
+	g.mu.Unlock()
+	return nil
+}
+
+// Run bundles, submits and tracks until ctx is done, then fails everything
+// still waiting with UNAVAILABLE (clients retry elsewhere with the same
+// sequences).
+func (g *Gateway) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); g.pool.Run(ctx) }()
+	go func() { defer wg.Done(); g.follow(ctx) }()
+	go func() { defer wg.Done(); g.bundle(ctx) }()
+	wg.Wait()
+	g.stopped.Store(true)
+	shutdown := status.Error(codes.Unavailable, "gateway shutting down; retry with another gateway (same sequence)")
+	for {
+		select {
+		case r := <-g.queue:
+			r.finish(nil, shutdown)
+			continue
+		default:
+		}
+		break
+	}
+	g.mu.Lock()
+	pending := g.pending
+	g.pending = map[string]*pendingTx{}
+	g.mu.Unlock()
+	for _, p := range pending {
+		g.fail(p, shutdown)
+	}
+}
+
+// ChainID is the chain the gateway writes to.
+func (g *Gateway) ChainID() string { return g.pool.ChainID() }
+
+// Health is the nodes' state and the highest healthy height.
+func (g *Gateway) Health() ([]nodes.Health, int64) { return g.pool.Health() }
+
+// Produce submits one signed batch and waits for the requested ack.
+func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
+	if ack == byzlogv1.Ack_ACK_UNSPECIFIED {
+		ack = byzlogv1.Ack_ACK_COMMIT
+	}
+	r, err := g.check(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	r.ack = ack
+	if g.stopped.Load() {
+		return nil, status.Error(codes.Unavailable, "gateway shutting down; retry with another gateway (same sequence)")
+	}
+	if q := g.queued.Add(int64(r.size)); q > g.cfg.MaxQueuedBytes {
+		g.queued.Add(-int64(r.size))
+		return nil, exhausted(100*time.Millisecond, "gateway queue full (%d bytes waiting, max_queued_bytes %d); retry shortly", q-int64(r.size), g.cfg.MaxQueuedBytes)
+	}
+	select {
+	case g.queue <- r:
+	default:
+		g.queued.Add(-int64(r.size))
+		return nil, exhausted(100*time.Millisecond, "gateway queue full (%d batches waiting); retry shortly", len(g.queue))
+	}
+	if ack == byzlogv1.Ack_ACK_NONE {
+		return r.receipt(ack), nil
+	}
+	select {
+	case a := <-r.done:
+		return a.receipt, a.err
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// check runs the pre-checks that reject a bad batch alone, before bundling:
+// signature, decoding, chain, size, topic and partition.
+func (g *Gateway) check(ctx context.Context, b *byzlogv1.SignedBatch) (*request, error) {
+	if b == nil {
+		return nil, status.Error(codes.InvalidArgument, "request carries no batch")
+	}
+	tx, err := sign.BundleTx(b)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "encode batch: %v", err)
+	}
+	if len(tx) > g.cfg.MaxBundleBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "batch is %d bytes, the gateway's max_bundle_bytes is %d: send smaller batches", len(tx), g.cfg.MaxBundleBytes)
+	}
+	if res := core.ValidateTx(tx); !res.OK() {
+		return nil, rejected(res.Code, res.Log)
+	}
+	var body byzlogv1.BatchBody
+	if err := proto.Unmarshal(b.Body, &body); err != nil {
+		return nil, rejected(core.CodeMalformedTx, "body is not a byzlog.v1.BatchBody: "+err.Error())
+	}
+	if chain := g.pool.ChainID(); body.ChainId != chain {
+		return nil, rejected(core.CodeWrongChain, fmt.Sprintf("batch is signed for chain %q, this gateway writes to %q", body.ChainId, chain))
+	}
+	if err := g.topics.check(ctx, g, body.Topic, body.Partition); err != nil {
+		return nil, err
+	}
+	return &request{batch: b, body: &body, size: len(tx), done: make(chan answer, 1), g: g}, nil
+}
+
+// bundle collects queued batches into bundles: it closes a bundle after
+// Linger from its first batch, or when it is full, and submits it.
+func (g *Gateway) bundle(ctx context.Context) {
+	var carry *request
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case first = <-g.queue:
+			}
+		}
+		reqs, size := []*request{first}, first.size
+		timer := time.NewTimer(g.cfg.Linger)
+	collect:
+		for len(reqs) < g.cfg.MaxBundleBatches {
+			select {
+			case r := <-g.queue:
+				if size+r.size > g.cfg.MaxBundleBytes {
+					carry = r
+					break collect
+				}
+				reqs, size = append(reqs, r), size+r.size
+			case <-timer.C:
+				break collect
+			case <-ctx.Done():
+				timer.Stop()
+				g.requeue(append(reqs, carry))
+				return
+			}
+		}
+		timer.Stop()
+		select {
+		case g.inflight <- struct{}{}:
+		case <-ctx.Done():
+			g.requeue(append(reqs, carry))
+			return
+		}
+		var once sync.Once
+		release := func() { once.Do(func() { <-g.inflight }) }
+		go g.submit(ctx, reqs, release)
+	}
+}
+
+// requeue puts requests back for Run's shutdown to fail them.
+func (g *Gateway) requeue(reqs []*request) {
+	for _, r := range reqs {
+		if r != nil {
+			select {
+			case g.queue <- r:
+			default:
+				r.finish(nil, status.Error(codes.Unavailable, "gateway shutting down"))
+			}
+		}
+	}
+}
+
+// submit sends one bundle and registers it to be matched in a block.
+func (g *Gateway) submit(ctx context.Context, reqs []*request, release func()) {
+	batches := make([]*byzlogv1.SignedBatch, len(reqs))
+	for i, r := range reqs {
+		batches[i] = r.batch
+	}
+	tx, err := sign.BundleTx(batches...)
+	if err != nil {
+		for _, r := range reqs {
+			r.finish(nil, status.Errorf(codes.Internal, "encode bundle: %v", err))
+		}
+		release()
+		return
+	}
+	p := &pendingTx{tx: tx, hash: hex.EncodeToString(cmttypes.Tx(tx).Hash()), reqs: reqs, release: release}
+	g.broadcast(ctx, p)
+}
+
+// SubmitTx sends any other transaction (an admin request) and waits until
+// it is committed; the error is the state machine's rejection, mapped.
+func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (int64, error) {
+	type done struct {
+		height int64
+		err    error
+	}
+	ch := make(chan done, 1)
+	p := &pendingTx{
+		tx: tx, hash: hex.EncodeToString(cmttypes.Tx(tx).Hash()),
+		committed: func(h int64, _ uint32, res *abci.ExecTxResult) {
+			if res.Code != 0 {
+				ch <- done{h, rejected(core.Code(res.Code), res.Log)}
+				return
+			}
+			ch <- done{h, nil}
+		},
+		failed:  func(err error) { ch <- done{0, err} },
+		release: func() {},
+	}
+	g.broadcast(ctx, p)
+	select {
+	case d := <-ch:
+		return d.height, d.err
+	case <-ctx.Done():
+		g.untrack(p)
+		return 0, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+func (g *Gateway) track(p *pendingTx) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p.submitted = time.Now()
+	g.pending[p.hash] = p
+}
+
+func (g *Gateway) untrack(p *pendingTx) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[p.hash] != p {
+		return false
+	}
+	delete(g.pending, p.hash)
+	return true
+}
+
+// broadcast submits p to healthy nodes in turn until one's CheckTx answers.
+// p is tracked before it is sent: its block may come before the answer.
+func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
+	g.track(p)
+	var lastErr error
+	for attempt := 0; attempt <= g.pool.Len(); attempt++ {
+		n := g.pool.Pick()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		res, err := n.Client.BroadcastTxSync(cctx, p.tx)
+		cancel()
+		if err != nil {
+			msg := err.Error()
+			switch {
+			case strings.Contains(msg, "tx already exists in cache"):
+				return // already in a mempool: the block will tell
+			case strings.Contains(msg, "mempool is full"):
+				if g.untrack(p) {
+					g.fail(p, exhausted(time.Second, "CometBFT mempool of %s is full; retry shortly", n.Addr))
+				}
+				return
+			}
+			if ctx.Err() != nil {
+				return // Run fails what is pending
+			}
+			g.pool.MarkDown(n, err)
+			lastErr = err
+			continue
+		}
+		if res.Code == 0 {
+			for _, r := range p.reqs {
+				if r.ack == byzlogv1.Ack_ACK_MEMPOOL {
+					r.finish(r.receipt(byzlogv1.Ack_ACK_MEMPOOL), nil)
+				}
+			}
+			return
+		}
+		if g.untrack(p) {
+			g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data)
+		}
+		return
+	}
+	if g.untrack(p) {
+		g.fail(p, status.Errorf(codes.Unavailable, "no CometBFT node took the transaction (last error: %v); retry", lastErr))
+	}
+}
+
+// rejected answers each batch of a refused bundle: duplicates get their
+// original offsets, bad batches their error, and the rest go out again in
+// a new bundle.
+func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, log string, data []byte) {
+	if p.reqs == nil {
+		p.failed(rejected(code, log))
+		p.release()
+		return
+	}
+	var out byzlogv1.TxOutcome
+	if err := proto.Unmarshal(data, &out); err != nil || len(out.Batches) != len(p.reqs) {
+		g.fail(p, rejected(code, log))
+		return
+	}
+	var again []*request
+	for i, br := range out.Batches {
+		r := p.reqs[i]
+		switch {
+		case br.Duplicate:
+			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: br.Height, Topic: br.Topic, Partition: br.Partition,
+				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true}, nil)
+		case br.Code != 0:
+			r.finish(nil, rejected(core.Code(br.Code), br.Log))
+		default:
+			again = append(again, r)
+		}
+	}
+	if len(again) == 0 || ctx.Err() != nil {
+		p.release()
+		return
+	}
+	g.submit(ctx, again, p.release)
+}
+
+func (g *Gateway) fail(p *pendingTx, err error) {
+	for _, r := range p.reqs {
+		r.finish(nil, err)
+	}
+	if p.failed != nil {
+		p.failed(err)
+	}
+	p.release()
+}
+
+// follow matches committed blocks against pending transactions, height by
+// height (never by event alone, so nothing is skipped), and resubmits what
+// has waited longer than CommitTimeout.
+func (g *Gateway) follow(ctx context.Context) {
+	t := time.NewTicker(g.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := g.followOnce(ctx); err != nil && ctx.Err() == nil {
+			g.log.Debug().Err(err).Msg("follow blocks")
+		}
+		g.resubmitStale(ctx)
+	}
+}
+
+func (g *Gateway) followOnce(ctx context.Context) error {
+	n := g.pool.Pick()
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := n.Client.Status(cctx)
+	if err != nil {
+		g.pool.MarkDown(n, err)
+		return err
+	}
+	top := st.SyncInfo.LatestBlockHeight
+	for {
+		g.mu.Lock()
+		h, idle := g.height+1, len(g.pending) == 0
+		if idle || h > top {
+			if idle && top > g.height {
+				g.height = top // nothing submitted before top can be in those blocks
+			}
+			g.mu.Unlock()
+			return nil
+		}
+		g.mu.Unlock()
+		blk, err := n.Client.Block(cctx, &h)
+		if err != nil {
+			return fmt.Errorf("block %d from %s: %w", h, n.Addr, err)
+		}
+		res, err := n.Client.BlockResults(cctx, &h)
+		if err != nil {
+			return fmt.Errorf("block results %d from %s: %w", h, n.Addr, err)
+		}
+		if len(res.TxsResults) != len(blk.Block.Txs) {
+			return fmt.Errorf("block %d from %s: %d txs but %d results", h, n.Addr, len(blk.Block.Txs), len(res.TxsResults))
+		}
+		for i, tx := range blk.Block.Txs {
+			g.mu.Lock()
+			p := g.pending[hex.EncodeToString(tx.Hash())]
+			g.mu.Unlock()
+			if p != nil && g.untrack(p) {
+				g.committed(ctx, p, h, uint32(i), res.TxsResults[i])
+			}
+		}
+		g.mu.Lock()
+		g.height = h
+		g.mu.Unlock()
+	}
+}
+
+// committed answers a transaction found in block h at index i.
+func (g *Gateway) committed(ctx context.Context, p *pendingTx, h int64, i uint32, res *abci.ExecTxResult) {
+	if p.committed != nil {
+		p.committed(h, i, res)
+		p.release()
+		return
+	}
+	if res.Code != 0 {
+		g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data)
+		return
+	}
+	var out byzlogv1.TxOutcome
+	if err := proto.Unmarshal(res.Data, &out); err != nil || len(out.Batches) != len(p.reqs) {
+		g.fail(p, status.Errorf(codes.Internal, "block %d tx %d: result data is not the bundle's outcome (%v)", h, i, err))
+		return
+	}
+	for j, br := range out.Batches {
+		p.reqs[j].finish(&byzlogv1.Receipt{
+			Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: i, Topic: br.Topic, Partition: br.Partition,
+			BaseOffset: br.BaseOffset, RecordCount: br.RecordCount,
+		}, nil)
+	}
+	p.release()
+}
+
+// resubmitStale sends again, to the next node, what has waited too long: a
+// node may have dropped it. The bytes are the same, so it commits once.
+func (g *Gateway) resubmitStale(ctx context.Context) {
+	var stale []*pendingTx
+	g.mu.Lock()
+	for _, p := range g.pending {
+		if time.Since(p.submitted) > g.cfg.CommitTimeout {
+			p.submitted = time.Now()
+			stale = append(stale, p)
+		}
+	}
+	g.mu.Unlock()
+	for _, p := range stale {
+		g.log.Warn().Str("tx", p.hash).Int("batches", len(p.reqs)).Msg("transaction not committed in time; submitting it again")
+		go g.broadcast(ctx, p)
+	}
+}
+
+// Query runs an ABCI query on a healthy node, failing over once per node.
+func (g *Gateway) Query(ctx context.Context, path string, req, resp proto.Message) error {
+	var data []byte
+	if req != nil {
+		var err error
+		if data, err = proto.Marshal(req); err != nil {
+			return status.Errorf(codes.InvalidArgument, "encode query: %v", err)
+		}
+	}
+	var lastErr error
+	for attempt := 0; attempt < g.pool.Len(); attempt++ {
+		n := g.pool.Pick()
+		res, err := n.Client.ABCIQuery(ctx, path, data)
+		if err != nil {
+			if ctx.Err() != nil {
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			g.pool.MarkDown(n, err)
+			lastErr = err
+			continue
+		}
+		if res.Response.Code != 0 {
+			return rejected(core.Code(res.Response.Code), res.Response.Log)
+		}
+		if err := proto.Unmarshal(res.Response.Value, resp); err != nil {
+			return status.Errorf(codes.Internal, "node %s answered %s with bytes that do not decode: %v", n.Addr, path, err)
+		}
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "no CometBFT node answered %s (last error: %v)", path, lastErr)
+}
+
+// topicCache holds topic metadata for pre-checks.
+type topicCache struct {
+	ttl     time.Duration
+	mu      sync.Mutex
+	fetched time.Time
+	topics  map[string]uint32 // name -> partitions
+}
+
+// missRefresh is the least time between refreshes caused by unknown
+// topics, so a client naming nonexistent topics costs no query per request.
+const missRefresh = 200 * time.Millisecond
+
+// check says whether topic/partition exists, refreshing the cache when it
+// is stale or does not know the topic.
+func (c *topicCache) check(ctx context.Context, g *Gateway, topic string, partition uint32) error {
+	c.mu.Lock()
+	parts, ok := c.topics[topic]
+	age := time.Since(c.fetched)
+	c.mu.Unlock()
+	if age > c.ttl || (!ok && age > missRefresh) {
+		var list byzlogv1.TopicList
+		if err := g.Query(ctx, core.PathTopics, nil, &list); err != nil {
+			return err
+		}
+		m := make(map[string]uint32, len(list.Topics))
+		for _, t := range list.Topics {
+			m[t.Name] = t.GetConfig().GetPartitions()
+		}
+		c.mu.Lock()
+		c.topics, c.fetched = m, time.Now()
+		c.mu.Unlock()
+		parts, ok = m[topic]
+	}
+	if !ok {
+		return rejected(core.CodeUnknownTopic, fmt.Sprintf("topic %q does not exist; create it first", topic))
+	}
+	if partition >= parts {
+		return rejected(core.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0..%d", topic, parts-1))
+	}
+	return nil
+}

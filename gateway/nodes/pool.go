@@ -1,0 +1,234 @@
+// Package nodes keeps a gateway's view of its CometBFT nodes: which are
+// healthy (reachable, not catching up, not lagging), the chain they serve,
+// and which to use next. It picks nodes round-robin among the healthy ones
+// and never trusts a node beyond availability: what a node says about
+// committed state is checked by the validators' signatures elsewhere.
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+	"github.com/rs/zerolog"
+)
+
+// Config says which nodes to use and how to judge them.
+type Config struct {
+	// Addrs are CometBFT RPC addresses, e.g. http://127.0.0.1:26657.
+	Addrs []string
+	// HealthInterval is how often every node's status is read.
+	HealthInterval time.Duration
+	// MaxLag is how many blocks behind the highest node a node may be and
+	// still be used.
+	MaxLag int64
+	// Timeout bounds one status call.
+	Timeout time.Duration
+}
+
+// DefaultConfig returns 1 s health checks, 3 blocks of allowed lag, 2 s timeout.
+func DefaultConfig() Config {
+	return Config{HealthInterval: time.Second, MaxLag: 3, Timeout: 2 * time.Second}
+}
+
+// Validate names the field that is wrong.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Addrs) == 0:
+		return errors.New("nodes: at least one CometBFT RPC address is required")
+	case c.HealthInterval <= 0 || c.Timeout <= 0:
+		return fmt.Errorf("nodes: health_interval (%s) and timeout (%s) must be positive", c.HealthInterval, c.Timeout)
+	case c.MaxLag < 0:
+		return fmt.Errorf("nodes: max_lag (%d) must not be negative", c.MaxLag)
+	}
+	return nil
+}
+
+// Node is one CometBFT node.
+type Node struct {
+	Addr   string
+	Client *rpchttp.HTTP
+
+	mu      sync.Mutex
+	healthy bool
+	height  int64
+	lastErr string
+}
+
+// Health is a snapshot of a node's state.
+type Health struct {
+	Addr    string
+	Healthy bool
+	Height  int64
+	Err     string
+}
+
+func (n *Node) snapshot() Health {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return Health{Addr: n.Addr, Healthy: n.healthy, Height: n.height, Err: n.lastErr}
+}
+
+// Pool is a gateway's nodes.
+type Pool struct {
+	cfg   Config
+	log   zerolog.Logger
+	nodes []*Node
+	next  atomic.Uint64
+
+	mu      sync.Mutex
+	chainID string
+}
+
+// New returns a pool; call Check or Run before using it.
+func New(cfg Config, log zerolog.Logger) (*Pool, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{cfg: cfg, log: log}
+	for _, a := range cfg.Addrs {
+		c, err := rpchttp.New(a, "/websocket")
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", a, err)
+		}
+		p.nodes = append(p.nodes, &Node{Addr: a, Client: c})
+	}
+	return p, nil
+}
+
+// Run checks every node's health until ctx is done.
+func (p *Pool) Run(ctx context.Context) {
+	t := time.NewTicker(p.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		p.Check(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Check reads every node's status once and updates health; it returns an
+// error when no node is healthy.
+func (p *Pool) Check(ctx context.Context) error {
+	var wg sync.WaitGroup
+	type status struct {
+		height     int64
+		catchingUp bool
+		network    string
+		err        error
+	}
+	st := make([]status, len(p.nodes))
+	for i, n := range p.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+			defer cancel()
+			res, err := n.Client.Status(cctx)
+			if err != nil {
+				st[i].err = err
+				return
+			}
+			st[i] = status{height: res.SyncInfo.LatestBlockHeight, catchingUp: res.SyncInfo.CatchingUp, network: res.NodeInfo.Network}
+		}()
+	}
+	wg.Wait()
+	var top int64
+	for _, s := range st {
+		if s.err == nil {
+			top = max(top, s.height)
+		}
+	}
+	healthy := 0
+	for i, n := range p.nodes {
+		s := st[i]
+		n.mu.Lock()
+		was := n.healthy
+		switch {
+		case s.err != nil:
+			n.healthy, n.lastErr = false, s.err.Error()
+		case s.catchingUp:
+			n.healthy, n.lastErr, n.height = false, "catching up", s.height
+		case top-s.height > p.cfg.MaxLag:
+			n.healthy, n.lastErr, n.height = false, fmt.Sprintf("%d blocks behind", top-s.height), s.height
+		default:
+			n.healthy, n.lastErr, n.height = true, "", s.height
+		}
+		if was != n.healthy {
+			p.log.Info().Str("node", n.Addr).Bool("healthy", n.healthy).Str("reason", n.lastErr).Msg("node health changed")
+		}
+		if n.healthy {
+			healthy++
+			p.mu.Lock()
+			if p.chainID == "" {
+				p.chainID = s.network
+			} else if p.chainID != s.network {
+				n.healthy, n.lastErr = false, fmt.Sprintf("serves chain %q, the pool serves %q", s.network, p.chainID)
+				healthy--
+			}
+			p.mu.Unlock()
+		}
+		n.mu.Unlock()
+	}
+	if healthy == 0 {
+		return fmt.Errorf("no healthy CometBFT node among %v", p.cfg.Addrs)
+	}
+	return nil
+}
+
+// ChainID is the chain the healthy nodes serve ("" before the first check).
+func (p *Pool) ChainID() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.chainID
+}
+
+// Pick returns the next healthy node, round-robin; with none healthy, the
+// next node at all (a call may still succeed and report why not).
+func (p *Pool) Pick() *Node {
+	start := p.next.Add(1)
+	for i := range p.nodes {
+		n := p.nodes[(start+uint64(i))%uint64(len(p.nodes))]
+		n.mu.Lock()
+		ok := n.healthy
+		n.mu.Unlock()
+		if ok {
+			return n
+		}
+	}
+	return p.nodes[start%uint64(len(p.nodes))]
+}
+
+// Len is the number of nodes.
+func (p *Pool) Len() int { return len(p.nodes) }
+
+// MarkDown takes a node out of rotation until the next health check finds
+// it well, after a call to it failed.
+func (p *Pool) MarkDown(n *Node, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.healthy {
+		p.log.Warn().Str("node", n.Addr).Err(err).Msg("node failed a call; out of rotation until it checks healthy")
+	}
+	n.healthy, n.lastErr = false, err.Error()
+}
+
+// Health returns every node's state and the highest healthy height.
+func (p *Pool) Health() ([]Health, int64) {
+	out := make([]Health, len(p.nodes))
+	var top int64
+	for i, n := range p.nodes {
+		out[i] = n.snapshot()
+		if out[i].Healthy {
+			top = max(top, out[i].Height)
+		}
+	}
+	return out, top
+}

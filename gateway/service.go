@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/sign"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// maxStreamInFlight bounds the batches one ProduceStream has waiting; past
+// it the gateway stops reading the stream, which pushes back on the client.
+const maxStreamInFlight = 1024
+
+// Service is the gRPC face of a Gateway.
+type Service struct {
+	byzlogv1.UnimplementedGatewayServer
+	g *Gateway
+}
+
+var _ byzlogv1.GatewayServer = (*Service)(nil)
+
+// NewGRPCServer returns a gRPC server with the gateway service, the standard
+// health service (SERVING while a CometBFT node is healthy) and reflection.
+func NewGRPCServer(g *Gateway, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20)}, opts...)...)
+	byzlogv1.RegisterGatewayServer(srv, &Service{g: g})
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	reflection.Register(srv)
+	return srv, hs
+}
+
+// WatchHealth keeps the gRPC health status in step with the nodes until ctx
+// is done.
+func WatchHealth(ctx context.Context, g *Gateway, hs *health.Server) {
+	set := func() {
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if _, top := g.Health(); top > 0 {
+			st = healthpb.HealthCheckResponse_SERVING
+		}
+		hs.SetServingStatus("", st)
+		hs.SetServingStatus(byzlogv1.Gateway_ServiceDesc.ServiceName, st)
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		set()
+		select {
+		case <-ctx.Done():
+			hs.Shutdown()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Produce submits one signed batch.
+func (s *Service) Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzlogv1.ProduceResponse, error) {
+	rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
+	if err != nil {
+		return nil, err
+	}
+	return &byzlogv1.ProduceResponse{RequestId: req.GetRequestId(), Receipt: rc}, nil
+}
+
+// ProduceStream carries many batches; each answer arrives when its batch
+// reaches the requested ack, matched by request_id.
+func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) error {
+	ctx := stream.Context()
+	var sendMu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, maxStreamInFlight)
+	var sendErr error
+	defer wg.Wait()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			resp := &byzlogv1.ProduceResponse{RequestId: req.GetRequestId()}
+			rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
+			if err != nil {
+				st := status.Convert(err)
+				resp.ErrorCode, resp.ErrorMessage = uint32(st.Code()), st.Message()
+			} else {
+				resp.Receipt = rc
+			}
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			if sendErr == nil {
+				sendErr = stream.Send(resp)
+			}
+		}()
+	}
+}
+
+// Admin forwards an admin-signed request and waits for its commit.
+func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
+	tx, err := sign.AdminTx(req)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "encode admin request: %v", err)
+	}
+	if res := core.ValidateTx(tx); !res.OK() {
+		return nil, rejected(res.Code, res.Log)
+	}
+	h, err := s.g.SubmitTx(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return &byzlogv1.AdminResponse{Height: h}, nil
+}
+
+// ListTopics lists the topics in committed state.
+func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
+	var list byzlogv1.TopicList
+	if err := s.g.Query(ctx, core.PathTopics, nil, &list); err != nil {
+		return nil, err
+	}
+	return &byzlogv1.ListTopicsResponse{Topics: list.Topics}, nil
+}
+
+// DescribeTopic returns one topic with its partitions.
+func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
+	var info byzlogv1.TopicInfo
+	if err := s.g.Query(ctx, core.PathTopic, &byzlogv1.TopicRequest{Name: req.GetName()}, &info); err != nil {
+		return nil, err
+	}
+	return &byzlogv1.DescribeTopicResponse{Topic: &info}, nil
+}
+
+// GetProducerState returns a producer's next sequence.
+func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
+	var ps byzlogv1.ProducerState
+	if err := s.g.Query(ctx, core.PathProducer, req, &ps); err != nil {
+		return nil, err
+	}
+	return &ps, nil
+}
+
+// GetNonce returns a key's next nonce.
+func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
+	var n byzlogv1.NonceResponse
+	if err := s.g.Query(ctx, core.PathNonce, req, &n); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
+// Health reports the nodes and the chain.
+func (s *Service) Health(context.Context, *byzlogv1.HealthRequest) (*byzlogv1.HealthResponse, error) {
+	hs, top := s.g.Health()
+	resp := &byzlogv1.HealthResponse{ChainId: s.g.ChainID(), Height: top}
+	for _, h := range hs {
+		resp.Nodes = append(resp.Nodes, &byzlogv1.NodeHealth{Address: h.Addr, Healthy: h.Healthy, Height: h.Height, Error: h.Err})
+	}
+	return resp, nil
+}

@@ -1,0 +1,100 @@
+// Command byzlog-gateway is byzlog's stateless produce gateway: it bundles
+// producers' signed batches into CometBFT transactions and answers each with
+// a receipt from the committed block. This file is wiring only.
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/services/internal/logging"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "byzlog-gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	cfg := gateway.Default()
+	logCfg := logging.Default()
+	listen := "127.0.0.1:7070"
+	nodes := "http://127.0.0.1:26657"
+	cmd := &cobra.Command{
+		Use:   "byzlog-gateway",
+		Short: "byzlog's produce gateway: bundles signed batches into CometBFT transactions",
+		Long: `byzlog-gateway serves the byzlog.v1.Gateway gRPC API (with reflection and the
+standard gRPC health service). It bundles producers' signed batches for up to
+--linger into one transaction, submits it to a healthy CometBFT node (round-robin,
+failing over), follows committed blocks and answers each batch with a receipt
+from the block's results. It keeps no state: run as many as you like.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Nodes.Addrs = strings.Split(nodes, ",")
+			return run(cmd.Context(), cfg, logCfg, listen)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", listen, "host:port of the gRPC API")
+	f.StringVar(&nodes, "nodes", nodes, "comma-separated CometBFT RPC addresses")
+	f.DurationVar(&cfg.Linger, "linger", cfg.Linger, "how long a bundle waits for more batches")
+	f.IntVar(&cfg.MaxBundleBytes, "max-bundle-bytes", cfg.MaxBundleBytes, "close a bundle at this size (below the chain's 2 MiB tx limit)")
+	f.IntVar(&cfg.MaxBundleBatches, "max-bundle-batches", cfg.MaxBundleBatches, "close a bundle at this many batches")
+	f.Int64Var(&cfg.MaxQueuedBytes, "max-queued-bytes", cfg.MaxQueuedBytes, "bytes of batches waiting before RESOURCE_EXHAUSTED")
+	f.IntVar(&cfg.MaxInFlight, "max-in-flight", cfg.MaxInFlight, "bundles submitted and not yet committed")
+	f.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "resubmit a bundle not committed after this long")
+	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
+	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
+	return cmd
+}
+
+func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen string) error {
+	log, err := logging.New(logCfg, os.Stderr, "byzlog-gateway")
+	if err != nil {
+		return err
+	}
+	g, err := gateway.New(cfg, log)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := g.Start(ctx); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", listen, err)
+	}
+	srv, hs := gateway.NewGRPCServer(g)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); g.Run(ctx) }()
+	go func() { defer wg.Done(); gateway.WatchHealth(ctx, g, hs) }()
+	log.Info().Str("listen", listen).Strs("nodes", cfg.Nodes.Addrs).Str("chain_id", g.ChainID()).Msg("serving")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+	}
+	// Stop taking requests, fail what is waiting, then close the streams.
+	stop()
+	wg.Wait()
+	srv.GracefulStop()
+	log.Info().Msg("stopped")
+	return err
+}
