@@ -187,7 +187,7 @@ func TestMempoolAndProposals(t *testing.T) {
 		}
 	}
 
-	prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Txs: [][]byte{bad, good, good}, MaxTxBytes: int64(len(good)) + 1})
+	prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Txs: [][]byte{bad, good, good}, MaxTxBytes: int64(len(good)) + 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,6 +248,18 @@ func TestQuery(t *testing.T) {
 	if core.Code(res.Code) != core.CodeUnknownQuery || res.Log == "" || res.Codespace != core.Codespace {
 		t.Errorf("Query(/nope) = code %d log %q, want %s with a reason", res.Code, res.Log, core.CodeUnknownQuery)
 	}
+}
+
+func TestInitChainRefusesACommittedStore(t *testing.T) {
+	dir := t.TempDir()
+	a := open(t, dir)
+	finalize(t, a, 1, validTx(t, 0))
+	commit(t, a)
+	_, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(`{}`)})
+	if err == nil || !strings.Contains(err.Error(), "committed height 1") {
+		t.Errorf("InitChain after a commit = %v, want a refusal naming the height", err)
+	}
+	a.Close()
 }
 
 func TestInitChainRejectsBadGenesis(t *testing.T) {

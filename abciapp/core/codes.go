@@ -80,6 +80,12 @@ const (
 	CodeOffsetOutOfRange Code = 30
 	// CodeNotFound: the queried topic, group or key has no state.
 	CodeNotFound Code = 31
+	// CodeBlockFull: the transaction does not fit this block's budget
+	// (records, inflated bytes or result bytes); it waits for the next block.
+	CodeBlockFull Code = 32
+	// CodeBundleTooLarge: a bundle holds more batches, records or inflated
+	// bytes than one transaction may.
+	CodeBundleTooLarge Code = 33
 )
 
 var codeNames = map[Code]string{
@@ -94,6 +100,7 @@ var codeNames = map[Code]string{
 	CodeBadTopicConfig: "bad_topic_config", CodeBadGroup: "bad_group", CodeNotGroupOwner: "not_group_owner",
 	CodeOffsetBackwards: "offset_backwards", CodeOffsetBeyondEnd: "offset_beyond_end", CodeBadQuery: "bad_query",
 	CodeOffsetOutOfRange: "offset_out_of_range", CodeNotFound: "not_found",
+	CodeBlockFull: "block_full", CodeBundleTooLarge: "bundle_too_large",
 }
 
 // String names the code for logs and messages.

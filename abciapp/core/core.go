@@ -10,6 +10,7 @@ package core
 import (
 	"fmt"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -172,10 +173,12 @@ func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
 		return nil, err
 	}
 	ex := newExecutor(r, params, b)
+	ex.bounded = true
 	var picked [][]byte
 	var size int64
 	for _, tx := range b.Txs {
-		if size+int64(len(tx)) > maxBytes {
+		// CometBFT counts each tx as a protobuf bytes field: tag, length, data.
+		if size+txWireSize(tx) > maxBytes {
 			continue // a smaller one further on may still fit
 		}
 		res, err := ex.apply(tx)
@@ -184,7 +187,7 @@ func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
 		}
 		if res.OK() {
 			picked = append(picked, tx)
-			size += int64(len(tx))
+			size += txWireSize(tx)
 		}
 	}
 	return picked, nil
@@ -198,6 +201,7 @@ func Verify(r Reader, b Block) (int, Result, error) {
 		return 0, Result{}, err
 	}
 	ex := newExecutor(r, params, b)
+	ex.bounded = true
 	for i, tx := range b.Txs {
 		res, err := ex.apply(tx)
 		if err != nil {
@@ -209,6 +213,8 @@ func Verify(r Reader, b Block) (int, Result, error) {
 	}
 	return -1, Result{}, nil
 }
+
+func txWireSize(tx []byte) int64 { return int64(1 + protowire.SizeVarint(uint64(len(tx))) + len(tx)) }
 
 // Check is CheckTx: the stateless checks plus the cheap stateful ones against
 // committed state (known topic and partition, allowed producer, sequence not

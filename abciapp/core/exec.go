@@ -3,7 +3,6 @@ package core
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 
@@ -18,6 +17,12 @@ type executor struct {
 	block  *overlay
 	b      Block
 	mode   mode
+	// bounded makes the block budget a rule (Prepare, Verify): a
+	// transaction that would take the block past it is refused with
+	// CodeBlockFull. A decided block (Execute) is always executed.
+	bounded bool
+	used    budget // by the accepted transactions of the block
+	tx      budget // by the transaction being applied
 	// appended collects the records appended in this block per partition,
 	// for the records root; keyed by recordPrefix, hashed in key order.
 	appended map[string]*appendedRun
@@ -31,6 +36,17 @@ type appendedRun struct {
 	leaves    [][]byte // stored record bytes, in offset order
 }
 
+// budget counts what transactions cost a block.
+type budget struct {
+	records  int64
+	inflated int64 // bytes of records after decompression
+	results  int64 // bytes of results the node's ABCI client must receive
+}
+
+// MaxBlockResultBytes bounds the results of one block: the FinalizeBlock
+// response must stay under the 4 MiB the node's gRPC ABCI client accepts.
+const MaxBlockResultBytes = 3 << 20
+
 func newExecutor(r Reader, params *byzlogv1.ChainParams, b Block) *executor {
 	return &executor{params: params, block: newOverlay(r), b: b, appended: map[string]*appendedRun{}}
 }
@@ -43,6 +59,7 @@ func (ex *executor) apply(tx []byte) (Result, error) {
 		return res, nil
 	}
 	txo := newOverlay(ex.block)
+	ex.tx = budget{}
 	var pending []*appendedRun
 	var err error
 	switch k := env.Kind.(type) {
@@ -56,6 +73,13 @@ func (ex *executor) apply(tx []byte) (Result, error) {
 	if err != nil || !res.OK() || ex.mode == modeMempool {
 		return res, err
 	}
+	ex.tx.results = resultSize(res)
+	if ex.bounded && ex.used.results+ex.tx.results > MaxBlockResultBytes {
+		return reject(CodeBlockFull, "the block's results would pass %d bytes; the transaction waits for the next block", MaxBlockResultBytes), nil
+	}
+	ex.used.records += ex.tx.records
+	ex.used.inflated += ex.tx.inflated
+	ex.used.results += ex.tx.results
 	txo.mergeInto(ex.block)
 	for _, run := range pending {
 		key := string(recordPrefix(run.topic, run.partition))
@@ -71,35 +95,45 @@ func (ex *executor) apply(tx []byte) (Result, error) {
 }
 
 // produce applies a bundle: every batch must be valid, or none is applied.
+// It stops at the first bad batch; the outcome marks the rest not applied,
+// so a gateway can answer the bad one and send the others again.
 func (ex *executor) produce(o *overlay, bundle *byzlogv1.ProduceBundle) (Result, []*appendedRun, error) {
 	outcome := &byzlogv1.TxOutcome{Batches: make([]*byzlogv1.BatchResult, len(bundle.Batches))}
 	var failed *Result
 	var runs []*appendedRun
 	var events []Event
 	for i, sb := range bundle.Batches {
+		if failed != nil {
+			outcome.Batches[i] = &byzlogv1.BatchResult{Log: "not applied: an earlier batch of the bundle was rejected"}
+			continue
+		}
 		br, run, err := ex.batch(o, sb)
 		if err != nil {
 			return Result{}, nil, err
 		}
 		outcome.Batches[i] = br
-		if br.Code != uint32(CodeOK) && failed == nil {
-			r := reject(Code(br.Code), "batch %d (%s/%d sequence %d): %s", i, br.Topic, br.Partition, br.Sequence, br.Log)
+		if br.Code != uint32(CodeOK) {
+			r := reject(Code(br.Code), "batch %d (%s/%d sequence %d): %s", i, short(br.Topic), br.Partition, br.Sequence, br.Log)
 			failed = &r
+			continue
 		}
 		if run != nil {
 			runs = append(runs, run)
 			events = append(events, Event{Type: "byzlog.append", Attrs: []Attr{
 				{"topic", br.Topic}, {"partition", strconv.FormatUint(uint64(br.Partition), 10)},
 				{"base_offset", strconv.FormatUint(br.BaseOffset, 10)}, {"count", strconv.FormatUint(uint64(br.RecordCount), 10)},
-				{"producer", hex.EncodeToString(sb.ProducerKey)}, {"sequence", strconv.FormatUint(br.Sequence, 10)},
 			}})
 		}
 	}
 	if failed != nil {
-		for _, br := range outcome.Batches {
-			if br.Code == uint32(CodeOK) {
+		for _, br := range outcome.Batches[:] {
+			if br.Code == uint32(CodeOK) && br.RecordCount > 0 {
 				br.BaseOffset, br.RecordCount = 0, 0
 				br.Log = "not applied: another batch of the bundle was rejected"
+			}
+			if ex.mode == modeBlock {
+				// Data is covered by LastResultsHash: no free text in it.
+				br.Log = ""
 			}
 		}
 		failed.Data = marshal(outcome)
@@ -112,17 +146,20 @@ func (ex *executor) produce(o *overlay, bundle *byzlogv1.ProduceBundle) (Result,
 func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.BatchResult, *appendedRun, error) {
 	var body byzlogv1.BatchBody
 	if err := proto.Unmarshal(sb.Body, &body); err != nil {
-		return failBatch(&body, CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err), nil, nil
+		return failBatch(&byzlogv1.BatchBody{}, CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err), nil, nil
+	}
+	if r := checkTopicName(body.Topic); !r.OK() {
+		return failBatch(&byzlogv1.BatchBody{Partition: body.Partition, Sequence: body.Sequence}, CodeUnknownTopic, "%s", r.Log), nil, nil
 	}
 	if body.ChainId != ex.params.ChainId {
-		return failBatch(&body, CodeWrongChain, "signed for chain %q, this is %q", body.ChainId, ex.params.ChainId), nil, nil
+		return failBatch(&body, CodeWrongChain, "signed for chain %s, this is %q", short(body.ChainId), ex.params.ChainId), nil, nil
 	}
 	topic, err := loadTopic(o, body.Topic)
 	if err != nil {
 		return nil, nil, err
 	}
 	if topic == nil {
-		return failBatch(&body, CodeUnknownTopic, "topic %q does not exist; create it first", body.Topic), nil, nil
+		return failBatch(&body, CodeUnknownTopic, "topic %s does not exist; create it first", short(body.Topic)), nil, nil
 	}
 	if body.Partition >= topic.Config.Partitions {
 		return failBatch(&body, CodeUnknownPartition, "topic %q has partitions 0..%d", body.Topic, topic.Config.Partitions-1), nil, nil
@@ -147,17 +184,23 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 		br.Duplicate, br.BaseOffset, br.RecordCount, br.Height = true, ref.BaseOffset, ref.RecordCount, ref.Height
 		return br, nil, nil
 	}
-	if body.Sequence > ps.NextSequence && ex.mode == modeBlock {
+	if body.Sequence > ps.NextSequence && (ex.mode == modeBlock || body.Sequence-ps.NextSequence > MaxLookahead) {
 		return failBatch(&body, CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, ps.NextSequence), nil, nil
+	}
+	if l := ex.params.Limits; body.UncompressedSize > l.MaxBatchBytes {
+		return failBatch(&body, CodeBatchTooLarge, "declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes), nil, nil
+	}
+	if code, msg := ex.spend(int64(body.UncompressedSize), 0); code != CodeOK {
+		return failBatch(&body, code, "%s", msg), nil, nil
 	}
 	records, code, msg := ex.decodeRecords(&body, topic.Config)
 	if code != CodeOK {
 		return failBatch(&body, code, "%s", msg), nil, nil
 	}
-	br := &byzlogv1.BatchResult{Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence, RecordCount: uint32(len(records))}
-	if ex.mode == modeMempool {
-		return br, nil, nil
+	if code, msg := ex.spend(0, int64(len(records))); code != CodeOK {
+		return failBatch(&body, code, "%s", msg), nil, nil
 	}
+	br := &byzlogv1.BatchResult{Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence, RecordCount: uint32(len(records))}
 
 	pk := partitionKey(body.Topic, body.Partition)
 	var part byzlogv1.PartitionState
@@ -170,7 +213,7 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 		stored := marshal(&byzlogv1.StoredRecord{
 			Topic: body.Topic, Partition: body.Partition, Offset: part.NextOffset,
 			TimestampUnixNano: ex.b.TimeUnixNano, CreateTimeUnixNano: rec.CreateTimeUnixNano,
-			Key: rec.Key, Value: rec.Value, Headers: rec.Headers,
+			Key: rec.Key, Value: rec.Value, Headers: copyHeaders(rec.Headers),
 			ProducerKey: sb.ProducerKey, Sequence: body.Sequence, Height: ex.b.Height,
 		})
 		o.put(CFRecords, recordKey(body.Topic, body.Partition, part.NextOffset), stored)
@@ -188,8 +231,57 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 func failBatch(body *byzlogv1.BatchBody, code Code, format string, args ...any) *byzlogv1.BatchResult {
 	return &byzlogv1.BatchResult{
 		Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence,
-		Code: uint32(code), Log: fmt.Sprintf(format, args...),
+		Code: uint32(code), Log: truncate(fmt.Sprintf(format, args...), 256),
 	}
+}
+
+// MaxLookahead bounds how far past the next sequence (or nonce) CheckTx lets
+// a transaction wait in the mempool for the ones before it.
+const MaxLookahead = 64
+
+// spend charges a batch's inflated bytes or records to the transaction and,
+// when the block is bounded, to the block.
+func (ex *executor) spend(inflated, records int64) (Code, string) {
+	l := ex.params.Limits
+	ex.tx.inflated += inflated
+	ex.tx.records += records
+	switch {
+	case ex.tx.inflated > int64(l.MaxTxUncompressedBytes):
+		return CodeBundleTooLarge, fmt.Sprintf("the bundle's batches inflate to more than the chain's max_tx_uncompressed_bytes (%d)", l.MaxTxUncompressedBytes)
+	case ex.tx.records > int64(l.MaxTxRecords):
+		return CodeBundleTooLarge, fmt.Sprintf("the bundle holds more than the chain's max_tx_records (%d)", l.MaxTxRecords)
+	case ex.bounded && ex.used.inflated+ex.tx.inflated > int64(l.MaxBlockUncompressedBytes):
+		return CodeBlockFull, fmt.Sprintf("the block would inflate past max_block_uncompressed_bytes (%d); the transaction waits for the next block", l.MaxBlockUncompressedBytes)
+	case ex.bounded && ex.used.records+ex.tx.records > int64(l.MaxBlockRecords):
+		return CodeBlockFull, fmt.Sprintf("the block would pass max_block_records (%d); the transaction waits for the next block", l.MaxBlockRecords)
+	}
+	return CodeOK, ""
+}
+
+// resultSize is an upper bound of what a result adds to the FinalizeBlock
+// response.
+func resultSize(r Result) int64 {
+	n := int64(len(r.Data) + len(r.Log) + 32)
+	for _, e := range r.Events {
+		n += int64(len(e.Type)) + 8
+		for _, a := range e.Attrs {
+			n += int64(len(a.Key)+len(a.Value)) + 8
+		}
+	}
+	return n
+}
+
+// copyHeaders keeps only the fields byzlog knows, so that unknown fields
+// cannot carry bytes past max_record_bytes into the log.
+func copyHeaders(hs []*byzlogv1.RecordHeader) []*byzlogv1.RecordHeader {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]*byzlogv1.RecordHeader, len(hs))
+	for i, h := range hs {
+		out[i] = &byzlogv1.RecordHeader{Key: h.Key, Value: h.Value}
+	}
+	return out
 }
 
 // decodeRecords inflates and checks a batch's records against the limits.
@@ -204,6 +296,9 @@ func (ex *executor) decodeRecords(body *byzlogv1.BatchBody, cfg *byzlogv1.TopicC
 	}
 	if len(raw) != int(body.UncompressedSize) {
 		return nil, CodeBatchTooLarge, fmt.Sprintf("records are %d bytes uncompressed, the batch declares %d", len(raw), body.UncompressedSize)
+	}
+	if code, msg := scanRecordSet(raw, int(l.MaxBatchRecords), int(l.MaxHeaders)); code != CodeOK {
+		return nil, code, msg
 	}
 	var set byzlogv1.RecordSet
 	if err := proto.Unmarshal(raw, &set); err != nil {
@@ -257,7 +352,7 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		return reject(CodeMalformedTx, "admin body is not a byzlog.v1.AdminBody: %v", err), nil
 	}
 	if body.ChainId != ex.params.ChainId {
-		return reject(CodeWrongChain, "admin request signed for chain %q, this is %q", body.ChainId, ex.params.ChainId), nil
+		return reject(CodeWrongChain, "admin request signed for chain %s, this is %q", short(body.ChainId), ex.params.ChainId), nil
 	}
 	if !isAdmin(ex.params, req.AdminKey) {
 		return reject(CodeNotAdmin, "key %x is not an admin of this chain (genesis app_state admins)", req.AdminKey), nil
@@ -291,7 +386,7 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			return Result{}, err
 		}
 		if have == nil {
-			return reject(CodeUnknownTopic, "topic %q does not exist", u.Name), nil
+			return reject(CodeUnknownTopic, "topic %s does not exist", short(u.Name)), nil
 		}
 		if r := checkTopicConfig(l, u.Config); !r.OK() {
 			return r, nil
@@ -312,7 +407,7 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			return Result{}, err
 		}
 		if have == nil {
-			return reject(CodeUnknownTopic, "topic %q does not exist", d.Name), nil
+			return reject(CodeUnknownTopic, "topic %s does not exist", short(d.Name)), nil
 		}
 		o.del(CFMeta, topicKey(d.Name))
 		for p := uint32(0); p < have.Config.Partitions; p++ {
@@ -345,7 +440,7 @@ func (ex *executor) useNonce(o *overlay, key []byte, nonce uint64) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
-	if nonce < next || (nonce > next && ex.mode == modeBlock) {
+	if nonce < next || (nonce > next && (ex.mode == modeBlock || nonce-next > MaxLookahead)) {
 		return reject(CodeBadNonce, "nonce %d is not key %x's next nonce, %d", nonce, key, next), nil
 	}
 	o.put(CFMeta, nonceKey(key), be64(nonce+1))
@@ -373,7 +468,7 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		return reject(CodeMalformedTx, "commit offsets body is not a byzlog.v1.CommitOffsetsBody: %v", err), nil
 	}
 	if body.ChainId != ex.params.ChainId {
-		return reject(CodeWrongChain, "offset commit signed for chain %q, this is %q", body.ChainId, ex.params.ChainId), nil
+		return reject(CodeWrongChain, "offset commit signed for chain %s, this is %q", short(body.ChainId), ex.params.ChainId), nil
 	}
 	if r := checkGroupName(body.Group); !r.OK() {
 		return r, nil
@@ -398,7 +493,7 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 	for i, po := range body.Offsets {
 		k := offsetKey(body.Group, po.Topic, po.Partition)
 		if seen[string(k)] {
-			return reject(CodeMalformedTx, "offsets[%d]: %s/%d is listed twice", i, po.Topic, po.Partition), nil
+			return reject(CodeMalformedTx, "offsets[%d]: %s/%d is listed twice", i, short(po.Topic), po.Partition), nil
 		}
 		seen[string(k)] = true
 		if len(po.Metadata) > maxOffsetMetadata {
@@ -409,7 +504,7 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 			return Result{}, err
 		}
 		if topic == nil {
-			return reject(CodeUnknownTopic, "offsets[%d]: topic %q does not exist", i, po.Topic), nil
+			return reject(CodeUnknownTopic, "offsets[%d]: topic %s does not exist", i, short(po.Topic)), nil
 		}
 		if po.Partition >= topic.Config.Partitions {
 			return reject(CodeUnknownPartition, "offsets[%d]: topic %q has partitions 0..%d", i, po.Topic, topic.Config.Partitions-1), nil

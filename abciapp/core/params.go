@@ -21,6 +21,11 @@ func DefaultLimits() *byzlogv1.Limits {
 		MaxBundleBatches: 4096,
 		MaxPartitions:    1024,
 		MaxCommitOffsets: 1024,
+
+		MaxTxRecords:              100_000,
+		MaxTxUncompressedBytes:    16 << 20,
+		MaxBlockRecords:           250_000,
+		MaxBlockUncompressedBytes: 64 << 20,
 	}
 }
 
@@ -43,6 +48,11 @@ type GenesisLimits struct {
 	MaxBundleBatches uint32 `json:"max_bundle_batches,omitempty"`
 	MaxPartitions    uint32 `json:"max_partitions,omitempty"`
 	MaxCommitOffsets uint32 `json:"max_commit_offsets,omitempty"`
+
+	MaxTxRecords              uint32 `json:"max_tx_records,omitempty"`
+	MaxTxUncompressedBytes    uint32 `json:"max_tx_uncompressed_bytes,omitempty"`
+	MaxBlockRecords           uint32 `json:"max_block_records,omitempty"`
+	MaxBlockUncompressedBytes uint32 `json:"max_block_uncompressed_bytes,omitempty"`
 }
 
 // GenesisTopic is a topic created at genesis.
@@ -91,7 +101,9 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 		}{
 			{l.MaxRecordBytes, &d.MaxRecordBytes}, {l.MaxBatchRecords, &d.MaxBatchRecords}, {l.MaxBatchBytes, &d.MaxBatchBytes},
 			{l.MaxHeaders, &d.MaxHeaders}, {l.MaxBundleBatches, &d.MaxBundleBatches}, {l.MaxPartitions, &d.MaxPartitions},
-			{l.MaxCommitOffsets, &d.MaxCommitOffsets},
+			{l.MaxCommitOffsets, &d.MaxCommitOffsets}, {l.MaxTxRecords, &d.MaxTxRecords},
+			{l.MaxTxUncompressedBytes, &d.MaxTxUncompressedBytes}, {l.MaxBlockRecords, &d.MaxBlockRecords},
+			{l.MaxBlockUncompressedBytes, &d.MaxBlockUncompressedBytes},
 		} {
 			if f.v != 0 {
 				*f.dst = f.v
@@ -149,6 +161,13 @@ func validateLimits(l *byzlogv1.Limits) error {
 		return fmt.Errorf("max_record_bytes (%d) must not exceed max_batch_bytes (%d)", l.MaxRecordBytes, l.MaxBatchBytes)
 	case l.MaxPartitions > 1<<16:
 		return fmt.Errorf("max_partitions (%d) must be at most 65536", l.MaxPartitions)
+	case l.MaxTxRecords > l.MaxBlockRecords:
+		return fmt.Errorf("max_tx_records (%d) must not exceed max_block_records (%d)", l.MaxTxRecords, l.MaxBlockRecords)
+	case l.MaxTxUncompressedBytes > l.MaxBlockUncompressedBytes || l.MaxBatchBytes > l.MaxTxUncompressedBytes:
+		return fmt.Errorf("max_batch_bytes (%d) <= max_tx_uncompressed_bytes (%d) <= max_block_uncompressed_bytes (%d) must hold",
+			l.MaxBatchBytes, l.MaxTxUncompressedBytes, l.MaxBlockUncompressedBytes)
+	case l.MaxBlockUncompressedBytes > 512<<20 || l.MaxBlockRecords > 2_000_000:
+		return fmt.Errorf("max_block_uncompressed_bytes (%d) must be at most 512 MiB and max_block_records (%d) at most 2,000,000", l.MaxBlockUncompressedBytes, l.MaxBlockRecords)
 	}
 	return nil
 }

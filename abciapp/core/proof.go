@@ -74,14 +74,12 @@ func proveRecord(r Reader, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, R
 			return nil, reject(CodeOffsetOutOfRange, "offset %d of %s/%d can no longer be proven: retention deleted records of its block", req.Offset, req.Topic, req.Partition), nil
 		}
 	}
-	_, recProofs := merkle.ProofsFromByteSlices(leaves)
-	_, partProofs := merkle.ProofsFromByteSlices(items)
-	rp, pp := recProofs[req.Offset-part.FirstOffset], partProofs[pi]
+	ri := int(req.Offset - part.FirstOffset)
 	return &byzlogv1.RecordProof{
 		Record:         raw,
-		RecordProof:    &byzlogv1.MerkleProof{Total: rp.Total, Index: rp.Index, Aunts: rp.Aunts},
+		RecordProof:    &byzlogv1.MerkleProof{Total: int64(len(leaves)), Index: int64(ri), Aunts: aunts(leafHashes(leaves), ri)},
 		Partition:      part,
-		PartitionProof: &byzlogv1.MerkleProof{Total: pp.Total, Index: pp.Index, Aunts: pp.Aunts},
+		PartitionProof: &byzlogv1.MerkleProof{Total: int64(len(items)), Index: int64(pi), Aunts: aunts(leafHashes(items), pi)},
 		Height:         d.Height, PrevAppHash: d.PrevAppHash, RecordsRoot: d.RecordsRoot, MetaRoot: d.MetaRoot,
 	}, Result{}, nil
 }
@@ -117,6 +115,51 @@ func VerifyRecord(p *byzlogv1.RecordProof, appHash []byte) (*byzlogv1.StoredReco
 		return nil, fmt.Errorf("verify record: the proof yields app hash %X at height %d, the trusted one is %X", got, p.Height, appHash)
 	}
 	return &rec, nil
+}
+
+// leafHashes are the RFC 6962 leaf hashes of items.
+func leafHashes(items [][]byte) [][]byte {
+	out := make([][]byte, len(items))
+	for i, it := range items {
+		h := sha256.Sum256(append([]byte{0}, it...))
+		out[i] = h[:]
+	}
+	return out
+}
+
+// aunts returns the sibling hashes from leaf i up to the root's child, in
+// CometBFT's crypto/merkle tree shape (split at the largest power of two
+// below n), hashing each node once instead of building every leaf's proof.
+func aunts(hashes [][]byte, i int) [][]byte {
+	if len(hashes) <= 1 {
+		return nil
+	}
+	k := splitPoint(len(hashes))
+	if i < k {
+		return append(aunts(hashes[:k], i), subtreeRoot(hashes[k:]))
+	}
+	return append(aunts(hashes[k:], i-k), subtreeRoot(hashes[:k]))
+}
+
+func subtreeRoot(hashes [][]byte) []byte {
+	if len(hashes) == 1 {
+		return hashes[0]
+	}
+	k := splitPoint(len(hashes))
+	h := sha256.New()
+	h.Write([]byte{1})
+	h.Write(subtreeRoot(hashes[:k]))
+	h.Write(subtreeRoot(hashes[k:]))
+	return h.Sum(nil)
+}
+
+// splitPoint is the largest power of two less than n (n > 1).
+func splitPoint(n int) int {
+	k := 1
+	for k*2 < n {
+		k *= 2
+	}
+	return k
 }
 
 func verifyLeaf(mp *byzlogv1.MerkleProof, root, leaf []byte) error {

@@ -31,7 +31,7 @@ var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGro
 const (
 	DefaultQueryRecords = 1000
 	DefaultQueryBytes   = 1 << 20
-	MaxQueryBytes       = 4 << 20
+	MaxQueryBytes       = 3 << 20 // under the 4 MiB gRPC cap, with room for framing
 )
 
 // Query answers a read of committed state st held in s. A bad request gets a

@@ -469,7 +469,7 @@ func TestBundleBatchLimitBeforeSignatures(t *testing.T) {
 	forged.Signature = make([]byte, ed25519.SignatureSize)
 	// Three batches, the last forged: the count is what is reported, because
 	// it is checked before any signature is verified.
-	if r := c.check(bundle(t, b, b, forged)); r.Code != core.CodeBatchTooLarge {
-		t.Errorf("Check(3 batches, limit 2) = %s %q, want %s", r.Code, r.Log, core.CodeBatchTooLarge)
+	if r := c.check(bundle(t, b, b, forged)); r.Code != core.CodeBundleTooLarge {
+		t.Errorf("Check(3 batches, limit 2) = %s %q, want %s", r.Code, r.Log, core.CodeBundleTooLarge)
 	}
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"crypto/ed25519"
 	"fmt"
+	"math"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -29,6 +30,11 @@ func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 	if err := proto.Unmarshal(tx, &env); err != nil {
 		return nil, reject(CodeMalformedTx, "transaction is not a byzlog.v1.Tx: %v", err)
 	}
+	// Fields this version does not know would let anyone re-wrap someone
+	// else's signed batches into ever new transaction hashes.
+	if hasUnknown(&env) {
+		return nil, reject(CodeMalformedTx, "transaction carries fields this version does not know; upgrade the client or the validators")
+	}
 	switch k := env.Kind.(type) {
 	case *byzlogv1.Tx_ProduceBundle:
 		n := len(k.ProduceBundle.GetBatches())
@@ -36,7 +42,7 @@ func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 			return nil, reject(CodeEmptyBundle, "produce bundle holds no batch")
 		}
 		if maxBatches > 0 && n > int(maxBatches) {
-			return nil, reject(CodeBatchTooLarge, "bundle holds %d batches, the chain allows %d", n, maxBatches)
+			return nil, reject(CodeBundleTooLarge, "bundle holds %d batches, the chain allows %d", n, maxBatches)
 		}
 		for i, b := range k.ProduceBundle.Batches {
 			if r := checkSigned(fmt.Sprintf("batch %d", i), b.GetBody(), b.GetProducerKey(), b.GetSignature()); !r.OK() {
@@ -72,8 +78,51 @@ func checkSigned(what string, body, key, sig []byte) Result {
 	return Result{Code: CodeOK}
 }
 
+// maxLog bounds a result's message: it is echoed to clients and peers, and
+// must never grow with what an attacker sends.
+const maxLog = 1024
+
 func reject(c Code, format string, args ...any) Result {
-	return Result{Code: c, Log: fmt.Sprintf(format, args...)}
+	return Result{Code: c, Log: truncate(fmt.Sprintf(format, args...), maxLog)}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// short quotes a string from a client for a message, at most 64 bytes of it.
+func short(s string) string {
+	if len(s) > 64 {
+		return fmt.Sprintf("%q… (%d bytes)", s[:64], len(s))
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// hasUnknown reports unknown fields in the envelope and the messages it
+// carries unsigned (signed bodies are covered by their signatures).
+func hasUnknown(env *byzlogv1.Tx) bool {
+	if len(env.ProtoReflect().GetUnknown()) > 0 {
+		return true
+	}
+	switch k := env.Kind.(type) {
+	case *byzlogv1.Tx_ProduceBundle:
+		if len(k.ProduceBundle.ProtoReflect().GetUnknown()) > 0 {
+			return true
+		}
+		for _, b := range k.ProduceBundle.Batches {
+			if len(b.ProtoReflect().GetUnknown()) > 0 {
+				return true
+			}
+		}
+	case *byzlogv1.Tx_Admin:
+		return len(k.Admin.ProtoReflect().GetUnknown()) > 0
+	case *byzlogv1.Tx_CommitOffsets:
+		return len(k.CommitOffsets.ProtoReflect().GetUnknown()) > 0
+	}
+	return false
 }
 
 // MaxTopicName is Kafka's limit on topic name length.
@@ -81,12 +130,12 @@ const MaxTopicName = 249
 
 func checkTopicName(name string) Result {
 	if name == "" || len(name) > MaxTopicName {
-		return reject(CodeBadTopicName, "topic name %q must be 1 to %d characters", name, MaxTopicName)
+		return reject(CodeBadTopicName, "topic name %s must be 1 to %d characters", short(name), MaxTopicName)
 	}
 	for _, c := range []byte(name) {
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 		if !ok {
-			return reject(CodeBadTopicName, "topic name %q has %q: use only a-z, A-Z, 0-9, '.', '_' and '-'", name, c)
+			return reject(CodeBadTopicName, "topic name %s has %q: use only a-z, A-Z, 0-9, '.', '_' and '-'", short(name), c)
 		}
 	}
 	if name == "." || name == ".." {
@@ -104,11 +153,14 @@ func checkGroupName(group string) Result {
 	}
 	for _, c := range []byte(group) {
 		if c == 0 {
-			return reject(CodeBadGroup, "group name %q holds a NUL byte", group)
+			return reject(CodeBadGroup, "group name %s holds a NUL byte", short(group))
 		}
 	}
 	return Result{}
 }
+
+// maxRetentionMs keeps retention_ms * 1e6 (nanoseconds) inside int64.
+const maxRetentionMs = math.MaxInt64 / 1_000_000
 
 // maxAllowedProducers bounds a topic's producer list.
 const maxAllowedProducers = 1000
@@ -121,8 +173,8 @@ func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig) Result {
 		return reject(CodeBadTopicConfig, "partitions (%d) must be between 1 and the chain's max_partitions (%d)", c.Partitions, l.MaxPartitions)
 	case c.MaxRecordBytes > l.MaxRecordBytes:
 		return reject(CodeBadTopicConfig, "max_record_bytes (%d) must not exceed the chain's max_record_bytes (%d); 0 means the chain's", c.MaxRecordBytes, l.MaxRecordBytes)
-	case c.RetentionMs < 0:
-		return reject(CodeBadTopicConfig, "retention_ms (%d) must be 0 (forever) or positive", c.RetentionMs)
+	case c.RetentionMs < 0 || c.RetentionMs > maxRetentionMs:
+		return reject(CodeBadTopicConfig, "retention_ms (%d) must be 0 (forever) or between 1 and %d", c.RetentionMs, int64(maxRetentionMs))
 	case c.RetentionBytes < 0:
 		return reject(CodeBadTopicConfig, "retention_bytes (%d) must be 0 (no limit) or positive", c.RetentionBytes)
 	case len(c.AllowedProducers) > maxAllowedProducers:

@@ -175,8 +175,17 @@ type Limits struct {
 	MaxPartitions uint32 `protobuf:"varint,6,opt,name=max_partitions,json=maxPartitions,proto3" json:"max_partitions,omitempty"`
 	// Most offsets in one CommitOffsets.
 	MaxCommitOffsets uint32 `protobuf:"varint,7,opt,name=max_commit_offsets,json=maxCommitOffsets,proto3" json:"max_commit_offsets,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Most records in one transaction (all its batches).
+	MaxTxRecords uint32 `protobuf:"varint,8,opt,name=max_tx_records,json=maxTxRecords,proto3" json:"max_tx_records,omitempty"`
+	// Most bytes one transaction's batches may inflate to, in all.
+	MaxTxUncompressedBytes uint32 `protobuf:"varint,9,opt,name=max_tx_uncompressed_bytes,json=maxTxUncompressedBytes,proto3" json:"max_tx_uncompressed_bytes,omitempty"`
+	// Most records in one block: proposers leave out what would pass it and
+	// validators reject a proposal that does.
+	MaxBlockRecords uint32 `protobuf:"varint,10,opt,name=max_block_records,json=maxBlockRecords,proto3" json:"max_block_records,omitempty"`
+	// Most bytes one block's batches may inflate to, in all.
+	MaxBlockUncompressedBytes uint32 `protobuf:"varint,11,opt,name=max_block_uncompressed_bytes,json=maxBlockUncompressedBytes,proto3" json:"max_block_uncompressed_bytes,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -254,6 +263,34 @@ func (x *Limits) GetMaxPartitions() uint32 {
 func (x *Limits) GetMaxCommitOffsets() uint32 {
 	if x != nil {
 		return x.MaxCommitOffsets
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxTxRecords() uint32 {
+	if x != nil {
+		return x.MaxTxRecords
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxTxUncompressedBytes() uint32 {
+	if x != nil {
+		return x.MaxTxUncompressedBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxBlockRecords() uint32 {
+	if x != nil {
+		return x.MaxBlockRecords
+	}
+	return 0
+}
+
+func (x *Limits) GetMaxBlockUncompressedBytes() uint32 {
+	if x != nil {
+		return x.MaxBlockUncompressedBytes
 	}
 	return 0
 }
@@ -1861,7 +1898,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\fproducer_key\x18\t \x01(\fR\vproducerKey\x12\x1a\n" +
 	"\bsequence\x18\n" +
 	" \x01(\x04R\bsequence\x12\x16\n" +
-	"\x06height\x18\v \x01(\x03R\x06height\"\xaa\x02\n" +
+	"\x06height\x18\v \x01(\x03R\x06height\"\xf8\x03\n" +
 	"\x06Limits\x12(\n" +
 	"\x10max_record_bytes\x18\x01 \x01(\rR\x0emaxRecordBytes\x12*\n" +
 	"\x11max_batch_records\x18\x02 \x01(\rR\x0fmaxBatchRecords\x12&\n" +
@@ -1870,7 +1907,12 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"maxHeaders\x12,\n" +
 	"\x12max_bundle_batches\x18\x05 \x01(\rR\x10maxBundleBatches\x12%\n" +
 	"\x0emax_partitions\x18\x06 \x01(\rR\rmaxPartitions\x12,\n" +
-	"\x12max_commit_offsets\x18\a \x01(\rR\x10maxCommitOffsets\"k\n" +
+	"\x12max_commit_offsets\x18\a \x01(\rR\x10maxCommitOffsets\x12$\n" +
+	"\x0emax_tx_records\x18\b \x01(\rR\fmaxTxRecords\x129\n" +
+	"\x19max_tx_uncompressed_bytes\x18\t \x01(\rR\x16maxTxUncompressedBytes\x12*\n" +
+	"\x11max_block_records\x18\n" +
+	" \x01(\rR\x0fmaxBlockRecords\x12?\n" +
+	"\x1cmax_block_uncompressed_bytes\x18\v \x01(\rR\x19maxBlockUncompressedBytes\"k\n" +
 	"\vChainParams\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x16\n" +
 	"\x06admins\x18\x02 \x03(\fR\x06admins\x12)\n" +
