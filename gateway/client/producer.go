@@ -367,8 +367,9 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 		return
 	}
 	backoff := p.o.backoff
-	for attempt := 0; ; attempt++ {
-		gw := p.gws[(p.next.Load()+uint64(attempt))%uint64(len(p.gws))]
+	start := p.next.Load()
+	for attempt := uint64(0); ; attempt++ {
+		gw := p.gws[(start+attempt)%uint64(len(p.gws))]
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
 		resp, err := gw.Produce(ctx, &byzlogv1.ProduceRequest{Batch: signed, Ack: p.o.acks})
 		cancel()
@@ -393,7 +394,7 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 			fail(fmt.Errorf("%w while sending sequence %d of %s/%d: its outcome is unknown; a new producer with the same key learns the next sequence from the chain", ErrClosed, pt.seq, pt.topic, pt.num))
 			return
 		}
-		p.next.Add(1) // fail over
+		p.next.Store(start + attempt + 1) // fail over: later batches start at the next gateway too
 		select {
 		case <-time.After(backoff):
 		case <-p.ctx.Done():
@@ -405,8 +406,9 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 // nextSequence asks a gateway where this producer stands in a partition.
 func (p *Producer) nextSequence(pt *partition) (uint64, error) {
 	backoff := p.o.backoff
-	for attempt := 0; ; attempt++ {
-		gw := p.gws[(p.next.Load()+uint64(attempt))%uint64(len(p.gws))]
+	start := p.next.Load()
+	for attempt := uint64(0); ; attempt++ {
+		gw := p.gws[(start+attempt)%uint64(len(p.gws))]
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
 		ps, err := gw.GetProducerState(ctx, &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: pt.topic, Partition: pt.num})
 		cancel()

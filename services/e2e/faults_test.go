@@ -40,7 +40,9 @@ func startNet(ctx context.Context, t *testing.T, portOffset int) (*localnet.Net,
 			t.Errorf("stop localnet: %v", err)
 		}
 	})
-	if err := n.Up(ctx, testWriter{t}); err != nil {
+	upCtx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
+	if err := n.Up(upCtx, testWriter{t}); err != nil {
 		t.Fatal(err)
 	}
 	adminKey, err := n.AdminKey()

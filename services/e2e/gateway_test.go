@@ -1,0 +1,257 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/gateway/client"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// gatewayProc is a byzlog-gateway process started by a test.
+type gatewayProc struct {
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startGateway runs bin/byzlog-gateway on addr against every node of n and
+// waits until it serves; it is stopped when the test ends.
+func startGateway(t *testing.T, n *localnet.Net, addr string) *gatewayProc {
+	t.Helper()
+	var rpcs []string
+	for i := 0; i < n.Config().Validators; i++ {
+		rpcs = append(rpcs, n.Config().RPCAddr(i))
+	}
+	logf, err := os.Create(filepath.Join(t.TempDir(), "gateway.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), "--listen", addr, "--nodes", strings.Join(rpcs, ","), "--log-format", "json")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatewayProc{addr: addr, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(g.done) }()
+	t.Cleanup(func() { g.stop(syscall.SIGTERM) })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return g
+		}
+		select {
+		case <-g.done:
+			b, _ := os.ReadFile(logf.Name())
+			t.Fatalf("gateway on %s exited:\n%s", addr, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway on %s did not listen within 20 s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop signals the gateway and waits; SIGKILL after 10 s.
+func (g *gatewayProc) stop(sig syscall.Signal) {
+	select {
+	case <-g.done:
+		return
+	default:
+	}
+	_ = g.cmd.Process.Signal(sig)
+	select {
+	case <-g.done:
+	case <-time.After(10 * time.Second):
+		_ = g.cmd.Process.Kill()
+		<-g.done
+	}
+}
+
+// readPartition reads every record of topic/partition from node i.
+func readPartition(ctx context.Context, t *testing.T, n *localnet.Net, i int, topic string, partition uint32) []*byzlogv1.StoredRecord {
+	t.Helper()
+	c, err := n.Client(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*byzlogv1.StoredRecord
+	for offset := uint64(0); ; {
+		req, err := proto.Marshal(&byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: offset})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+		if err != nil || q.Response.Code != 0 {
+			t.Fatalf("node%d records %s/%d@%d: %v %s", i, topic, partition, offset, err, q.Response.Log)
+		}
+		var resp byzlogv1.RecordsResponse
+		if err := proto.Unmarshal(q.Response.Value, &resp); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range resp.Records {
+			var r byzlogv1.StoredRecord
+			if err := proto.Unmarshal(b, &r); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, &r)
+		}
+		if len(resp.Records) == 0 || offset+uint64(len(resp.Records)) >= resp.NextOffset {
+			return out
+		}
+		offset += uint64(len(resp.Records))
+	}
+}
+
+// TestGatewaysProduce writes 10,000 records from four producers through two
+// gateways concurrently, kills one gateway with SIGKILL mid-stream, and
+// checks that every acknowledged record is on every validator exactly at
+// its receipt's offset, once, in each producer's order.
+func TestGatewaysProduce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n, _ := startNet(ctx, t, 3000)
+	base := n.Config().BasePort
+	gws := []*gatewayProc{
+		startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900)),
+		startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+901)),
+	}
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := client.NewAdmin(gws[1].addr, adminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	const topic, partitions = "orders", 4
+	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitHeight(ctx, t, n, []int{0, 1, 2, 3}, maxHeight(ctx, n, []int{0, 1, 2, 3})+1); err != nil {
+		t.Fatal(err)
+	}
+
+	const producers, perProducer = 4, 2500
+	type sent struct {
+		producer, seq int
+		fut           *client.Future
+	}
+	results := make([][]sent, producers)
+	var wg sync.WaitGroup
+	var killOnce sync.Once
+	start := time.Now()
+	for i := 0; i < producers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each producer prefers one gateway and fails over to the other.
+			order := []string{gws[i%2].addr, gws[(i+1)%2].addr}
+			p, err := client.NewProducer(ctx, client.WithGateways(order...), client.WithRequestTimeout(5*time.Second))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for j := 0; j < perProducer; j++ {
+				v := fmt.Sprintf("p%d-%d", i, j)
+				results[i] = append(results[i], sent{i, j, p.Produce(ctx, &client.Record{Topic: topic, Key: []byte(fmt.Sprintf("p%d-k%d", i, j%8)), Value: []byte(v)})})
+				if i == 0 && j == perProducer*2/5 {
+					killOnce.Do(func() { gws[0].stop(syscall.SIGKILL); t.Logf("killed gateway %s with SIGKILL", gws[0].addr) })
+				}
+				if j%500 == 499 {
+					time.Sleep(100 * time.Millisecond) // spread the load over several blocks
+				}
+			}
+			cctx, ccancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer ccancel()
+			if err := p.Close(cctx); err != nil {
+				t.Errorf("producer %d close: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Every record acknowledged, with a receipt.
+	type where struct {
+		partition uint32
+		offset    uint64
+	}
+	at := map[string]where{}
+	dups := 0
+	for i := range results {
+		for _, s := range results[i] {
+			r, err := s.fut.Wait(ctx)
+			if err != nil {
+				t.Fatalf("producer %d record %d: %v", s.producer, s.seq, err)
+			}
+			if r.Duplicate {
+				dups++
+			}
+			at[fmt.Sprintf("p%d-%d", s.producer, s.seq)] = where{r.Partition, r.Offset}
+		}
+	}
+	t.Logf("%d records acknowledged through 2 gateways in %s (%.0f records/s), %d answered as duplicates of an earlier attempt",
+		len(at), elapsed.Round(time.Millisecond), float64(len(at))/elapsed.Seconds(), dups)
+
+	// Every validator holds each record exactly at its receipt's offset,
+	// once, and each producer's records in its order within a partition.
+	for node := 0; node < 4; node++ {
+		seen := map[string]bool{}
+		total := 0
+		for p := uint32(0); p < partitions; p++ {
+			recs := readPartition(ctx, t, n, node, topic, p)
+			last := map[string]int{}
+			for j, r := range recs {
+				v := string(r.Value)
+				if r.Offset != uint64(j) {
+					t.Fatalf("node%d %s/%d: record %d has offset %d: a gap", node, topic, p, j, r.Offset)
+				}
+				if seen[v] {
+					t.Fatalf("node%d: %q appears twice", node, v)
+				}
+				seen[v] = true
+				w, ok := at[v]
+				if !ok || w.partition != p || w.offset != r.Offset {
+					t.Fatalf("node%d: %q is at %d@%d, its receipt said %d@%d (acknowledged %v)", node, v, p, r.Offset, w.partition, w.offset, ok)
+				}
+				var prod, seq int
+				if _, err := fmt.Sscanf(v, "p%d-%d", &prod, &seq); err != nil {
+					t.Fatalf("record value %q: %v", v, err)
+				}
+				key := fmt.Sprint(prod)
+				if prev, ok := last[key]; ok && seq <= prev {
+					t.Fatalf("node%d %s/%d: producer %d's record %d comes after its record %d", node, topic, p, prod, seq, prev)
+				}
+				last[key] = seq
+			}
+			total += len(recs)
+		}
+		if total != producers*perProducer {
+			t.Fatalf("node%d holds %d records, want %d", node, total, producers*perProducer)
+		}
+	}
+	t.Logf("all 4 validators hold the %d records at their receipts' offsets, once each, in producer order", producers*perProducer)
+}
