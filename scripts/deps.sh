@@ -7,7 +7,7 @@ set -euo pipefail
 
 : "${BIN:?set BIN to the folder for tools}"
 : "${COMETBFT_VERSION:?}" "${NATS_SERVER_VERSION:?}" "${NATSCLI_VERSION:?}"
-: "${PROTOC_GEN_GO_VERSION:?}" "${PROTOC_GEN_GO_GRPC_VERSION:?}"
+: "${PROTOC_GEN_GO_VERSION:?}" "${PROTOC_GEN_GO_GRPC_VERSION:?}" "${GRPCURL_VERSION:?}"
 
 say() { printf 'deps: %s\n' "$*" >&2; }
 
@@ -49,3 +49,4 @@ install_tool nats-server github.com/nats-io/nats-server/v2 "$NATS_SERVER_VERSION
 install_tool nats github.com/nats-io/natscli/nats "$NATSCLI_VERSION"
 install_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 install_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
+install_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$GRPCURL_VERSION"

@@ -254,4 +254,27 @@ func TestGatewaysProduce(t *testing.T) {
 		}
 	}
 	t.Logf("all 4 validators hold the %d records at their receipts' offsets, once each, in producer order", producers*perProducer)
+
+	t.Run("grpcurl lists and calls the API through reflection", func(t *testing.T) {
+		grpcurl := filepath.Join(binDir(t), "grpcurl")
+		for _, c := range []struct {
+			flags []string // before the address
+			call  []string // after it
+			want  []string
+		}{
+			{nil, []string{"list"}, []string{"byzlog.v1.Gateway", "grpc.health.v1.Health", "grpc.reflection"}},
+			{nil, []string{"describe", "byzlog.v1.Gateway"}, []string{"rpc Produce", "rpc ProduceStream", "rpc ListTopics"}},
+			{[]string{"-d", "{}"}, []string{"byzlog.v1.Gateway/ListTopics"}, []string{`"name": "orders"`, `"nextOffset"`}},
+			{[]string{"-d", `{"name": "nope"}`}, []string{"byzlog.v1.Gateway/DescribeTopic"}, []string{"NotFound", "unknown_topic"}},
+			{nil, []string{"grpc.health.v1.Health/Check"}, []string{"SERVING"}},
+		} {
+			args := append(append(append([]string{"-plaintext"}, c.flags...), gws[1].addr), c.call...)
+			out, _ := exec.CommandContext(ctx, grpcurl, args...).CombinedOutput()
+			for _, w := range c.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("grpcurl %s: output lacks %q:\n%s", strings.Join(args, " "), w, out)
+				}
+			}
+		}
+	})
 }
