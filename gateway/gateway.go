@@ -354,7 +354,11 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 			msg := err.Error()
 			switch {
 			case strings.Contains(msg, "tx already exists in cache"):
-				return // already in a mempool: the block will tell
+				// The same bytes were seen before: still in a mempool (a
+				// block will tell), or already committed, perhaps before
+				// this gateway was watching. Look it up.
+				g.lookup(ctx, n, p)
+				return
 			case strings.Contains(msg, "mempool is full"):
 				if g.untrack(p) {
 					g.fail(p, exhausted(time.Second, "CometBFT mempool of %s is full; retry shortly", n.Addr))
@@ -383,6 +387,23 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 	}
 	if g.untrack(p) {
 		g.fail(p, status.Errorf(codes.Unavailable, "no CometBFT node took the transaction (last error: %v); retry", lastErr))
+	}
+}
+
+// lookup resolves p from the node's transaction index if it was committed.
+func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
+	hash, err := hex.DecodeString(p.hash)
+	if err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := n.Client.Tx(cctx, hash, false)
+	if err != nil {
+		return // not indexed: still pending
+	}
+	if g.untrack(p) {
+		g.committed(ctx, p, res.Height, res.Index, &res.TxResult)
 	}
 }
 
@@ -585,6 +606,10 @@ const missRefresh = 200 * time.Millisecond
 // check says whether topic/partition exists, refreshing the cache when it
 // is stale or does not know the topic.
 func (c *topicCache) check(ctx context.Context, g *Gateway, topic string, partition uint32) error {
+	return c.checkOnce(ctx, g, topic, partition, false)
+}
+
+func (c *topicCache) checkOnce(ctx context.Context, g *Gateway, topic string, partition uint32, retried bool) error {
 	c.mu.Lock()
 	parts, ok := c.topics[topic]
 	age := time.Since(c.fetched)
@@ -602,6 +627,19 @@ func (c *topicCache) check(ctx context.Context, g *Gateway, topic string, partit
 		c.topics, c.fetched = m, time.Now()
 		c.mu.Unlock()
 		parts, ok = m[topic]
+	}
+	if !ok && !retried {
+		// A topic created a moment ago may not be on the node asked yet:
+		// look again once a block later, as a Kafka client waits for metadata.
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		c.mu.Lock()
+		c.fetched = time.Time{}
+		c.mu.Unlock()
+		return c.checkOnce(ctx, g, topic, partition, true)
 	}
 	if !ok {
 		return rejected(core.CodeUnknownTopic, fmt.Sprintf("topic %q does not exist; create it first", topic))

@@ -306,6 +306,10 @@ func (p *Producer) partitionFor(ctx context.Context, r *Record) (uint32, error) 
 }
 
 func (p *Producer) partitions(ctx context.Context, topic string) (uint32, error) {
+	return p.partitionsOnce(ctx, topic, false)
+}
+
+func (p *Producer) partitionsOnce(ctx context.Context, topic string, retried bool) (uint32, error) {
 	p.mu.Lock()
 	n, ok := p.counts[topic]
 	p.mu.Unlock()
@@ -322,10 +326,20 @@ func (p *Producer) partitions(ctx context.Context, topic string) (uint32, error)
 			p.mu.Unlock()
 			return n, nil
 		}
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded && c != codes.NotFound {
 			return 0, err
 		}
 		lastErr = err
+	}
+	if status.Code(lastErr) == codes.NotFound && !retried {
+		// Like a Kafka producer waiting for metadata: a topic created a
+		// moment ago may not be on every node yet.
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return p.partitionsOnce(ctx, topic, true)
 	}
 	return 0, lastErr
 }
@@ -368,6 +382,7 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 	}
 	backoff := p.o.backoff
 	start := p.next.Load()
+	var uncertainSince time.Time // first attempt whose outcome is unknown
 	for attempt := uint64(0); ; attempt++ {
 		gw := p.gws[(start+attempt)%uint64(len(p.gws))]
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
@@ -386,9 +401,23 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 			return
 		}
 		if !retriable(err) {
-			// Rejected, so not committed: the next batch reuses the sequence.
-			fail(err)
-			return
+			if uncertainSince.IsZero() {
+				// Rejected, so not committed: the next batch reuses the sequence.
+				fail(err)
+				return
+			}
+			// An earlier attempt may have been committed, so this rejection
+			// of a retry is not final: keep sending the same bytes (a
+			// committed batch answers as a duplicate with its offsets) until
+			// the chain shows the sequence is still free.
+			if time.Since(uncertainSince) > p.o.requestTimeout {
+				if next, qerr := p.nextSequence(pt); qerr == nil && next <= pt.seq {
+					fail(err)
+					return
+				}
+			}
+		} else if uncertainSince.IsZero() && mayHaveSent(err) {
+			uncertainSince = time.Now()
 		}
 		if p.ctx.Err() != nil {
 			fail(fmt.Errorf("%w while sending sequence %d of %s/%d: its outcome is unknown; a new producer with the same key learns the next sequence from the chain", ErrClosed, pt.seq, pt.topic, pt.num))
@@ -424,6 +453,17 @@ func (p *Producer) nextSequence(pt *partition) (uint64, error) {
 		}
 		backoff = min(2*backoff, p.o.maxBackoff)
 	}
+}
+
+// mayHaveSent reports whether a failed attempt may still have reached the
+// chain: a timeout or a broken connection after the request left, as
+// opposed to a gateway that refused to take it (RESOURCE_EXHAUSTED).
+func mayHaveSent(err error) bool {
+	switch status.Code(err) {
+	case codes.ResourceExhausted:
+		return false
+	}
+	return true
 }
 
 // retriable reports whether sending the same batch again may succeed.

@@ -200,6 +200,7 @@ func TestGatewaysProduce(t *testing.T) {
 		offset    uint64
 	}
 	at := map[string]where{}
+	dupOf := map[string]bool{}
 	dups := 0
 	for i := range results {
 		for _, s := range results[i] {
@@ -209,12 +210,26 @@ func TestGatewaysProduce(t *testing.T) {
 			}
 			if r.Duplicate {
 				dups++
+				dupOf[fmt.Sprintf("p%d-%d", s.producer, s.seq)] = true
 			}
 			at[fmt.Sprintf("p%d-%d", s.producer, s.seq)] = where{r.Partition, r.Offset}
 		}
 	}
 	t.Logf("%d records acknowledged through 2 gateways in %s (%.0f records/s), %d answered as duplicates of an earlier attempt",
 		len(at), elapsed.Round(time.Millisecond), float64(len(at))/elapsed.Seconds(), dups)
+
+	// Acknowledged means committed on some node: wait for every node to
+	// have committed the highest receipt's block before reading.
+	var top int64
+	for i := range results {
+		for _, s := range results[i] {
+			r, _ := s.fut.Wait(ctx)
+			top = max(top, r.Height)
+		}
+	}
+	if err := waitHeight(ctx, t, n, []int{0, 1, 2, 3}, top); err != nil {
+		t.Fatal(err)
+	}
 
 	// Every validator holds each record exactly at its receipt's offset,
 	// once, and each producer's records in its order within a partition.
@@ -250,10 +265,41 @@ func TestGatewaysProduce(t *testing.T) {
 			total += len(recs)
 		}
 		if total != producers*perProducer {
-			t.Fatalf("node%d holds %d records, want %d", node, total, producers*perProducer)
+			var missing []string
+			for v, w := range at {
+				if !seen[v] && len(missing) < 5 {
+					missing = append(missing, fmt.Sprintf("%s (receipt %d@%d duplicate=%v)", v, w.partition, w.offset, dupOf[v]))
+				}
+			}
+			t.Fatalf("node%d holds %d records, want %d; acknowledged but missing: %v", node, total, producers*perProducer, missing)
 		}
 	}
 	t.Logf("all 4 validators hold the %d records at their receipts' offsets, once each, in producer order", producers*perProducer)
+
+	t.Run("byzlog CLI creates a topic, produces and lists", func(t *testing.T) {
+		cli := func(stdin string, args ...string) (string, error) {
+			cmd := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), args...)
+			cmd.Stdin = strings.NewReader(stdin)
+			out, err := cmd.CombinedOutput()
+			return string(out), err
+		}
+		gw := "--gateway=" + gws[1].addr
+		if out, err := cli("", "topic", "create", "cli", "--partitions", "2", "--admin-key", n.AdminKeyPath(), gw); err != nil || !strings.Contains(out, "created topic cli with 2 partitions") {
+			t.Fatalf("topic create: %v\n%s", err, out)
+		}
+		out, err := cli("k1\tv1\nk2\tv2\nk1\tv3\n", "produce", "cli", "--parse-key", "--verbose", gw)
+		if err != nil || strings.Count(out, "cli/") != 3 || !strings.Contains(out, "produced 3 of 3 records") {
+			t.Fatalf("produce from stdin: %v\n%s", err, out)
+		}
+		out, err = cli("", "produce", "nope", "--value", "x", gw)
+		if err == nil || !strings.Contains(out, "NotFound") || !strings.Contains(out, `topic "nope" does not exist`) {
+			t.Fatalf("produce to a missing topic = %v, want exit 1 naming the topic:\n%s", err, out)
+		}
+		out, err = cli("", "topic", "list", gw)
+		if err != nil || !strings.Contains(out, "cli") || !strings.Contains(out, "orders") {
+			t.Fatalf("topic list: %v\n%s", err, out)
+		}
+	})
 
 	t.Run("grpcurl lists and calls the API through reflection", func(t *testing.T) {
 		grpcurl := filepath.Join(binDir(t), "grpcurl")

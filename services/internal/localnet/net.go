@@ -122,6 +122,9 @@ func (n *Net) Up(ctx context.Context, progress io.Writer) error {
 		return fmt.Errorf("%w in %s: %s; stop it with `byzlog localnet down --dir %s`",
 			ErrRunning, n.cfg.Dir, strings.Join(running, ", "), n.cfg.Dir)
 	}
+	if err := n.portsFree(); err != nil {
+		return err
+	}
 	if !n.existing {
 		fmt.Fprintf(progress, "creating a %d-validator network in %s\n", n.cfg.Validators, n.cfg.Dir)
 		if err := n.create(ctx); err != nil {
@@ -144,6 +147,22 @@ func (n *Net) Up(ctx context.Context, progress io.Writer) error {
 	if err := n.WaitHeight(ctx, all, 3, progress); err != nil {
 		_ = n.Down(io.Discard)
 		return err
+	}
+	return nil
+}
+
+// portsFree fails when a port of the network is taken, so that a second
+// network on the same ports is refused instead of silently talking to the
+// first one's nodes.
+func (n *Net) portsFree() error {
+	for i := 0; i < n.cfg.Validators; i++ {
+		for _, port := range []int{n.cfg.P2PPort(i), n.cfg.RPCPort(i), n.cfg.ABCIPort(i)} {
+			ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+			if err != nil {
+				return fmt.Errorf("port %d (node %d) is in use, perhaps by another network: choose another --base-port: %w", port, i, err)
+			}
+			ln.Close()
+		}
 	}
 	return nil
 }
