@@ -50,6 +50,7 @@ lint: deps ## gofmt, go vet over the workspace, every module tidy and building o
 	if [ -n "$$unformatted" ]; then echo "lint: gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet -tags e2e work
 	go vet -tags failpoints github.com/byzlog/byzlog/abciapp/...
+	go vet -tags e2e,bench github.com/byzlog/byzlog/services/e2e
 	@for m in $(MODULES); do \
 	  (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "lint: $$m/go.mod or go.sum is not tidy: run (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; \
 	  (cd $$m && GOWORK=off go build ./...) || { echo "lint: $$m does not build on its own (GOWORK=off)"; exit 1; }; \
@@ -75,6 +76,10 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
 .PHONY: bench
 bench: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/record, allocs/record)
 	go test -run '^$$' -bench . -benchtime $(BENCHTIME) github.com/byzlog/byzlog/abciapp/...
+
+.PHONY: bench-gateway
+bench-gateway: build ## committed records/s and receipt latency via a gateway vs one-record txs (BYZLOG_BENCH_SECONDS, default 20)
+	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 20m -v -run TestBenchGateway github.com/byzlog/byzlog/services/e2e
 
 .PHONY: test
 test: deps build lint verify-proto unit e2e ## everything CI runs

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,7 +54,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, name string) (int64, error) {
 }
 
 // do signs op with the key's next nonce, read from the chain, and submits
-// it; a nonce race with another request of the same key is retried once.
+// it; a stale or raced nonce is read again, up to five times.
 func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 	hs, err := a.gw.Health(ctx, &byzlogv1.HealthRequest{})
 	if err != nil {
@@ -70,7 +71,14 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 			return 0, err
 		}
 		resp, err := a.gw.Admin(ctx, req)
-		if status.Code(err) == codes.FailedPrecondition && attempt == 0 {
+		if status.Code(err) == codes.FailedPrecondition && attempt < 5 {
+			// A nonce read from a node a block behind, or raced by another
+			// request of this key: read it again a moment later.
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
 			continue
 		}
 		if err != nil {
