@@ -23,6 +23,7 @@ type executor struct {
 	bounded bool
 	used    budget // by the accepted transactions of the block
 	tx      budget // by the transaction being applied
+	txSeen  map[string]bool // CheckTx: producer sequences seen in this tx
 	// appended collects the records appended in this block per partition,
 	// for the records root; keyed by recordPrefix, hashed in key order.
 	appended map[string]*appendedRun
@@ -59,7 +60,7 @@ func (ex *executor) apply(tx []byte) (Result, error) {
 		return res, nil
 	}
 	txo := newOverlay(ex.block)
-	ex.tx = budget{}
+	ex.tx, ex.txSeen = budget{}, map[string]bool{}
 	var pending []*appendedRun
 	var err error
 	switch k := env.Kind.(type) {
@@ -187,6 +188,15 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 	if body.Sequence > ps.NextSequence && (ex.mode == modeBlock || body.Sequence-ps.NextSequence > MaxLookahead) {
 		return failBatch(&body, CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, ps.NextSequence), nil, nil
 	}
+	if ex.mode == modeMempool {
+		// CheckTx writes nothing, so a sequence repeated within one bundle
+		// is caught here rather than by the producer state.
+		seen := string(pkey) + string(be64(body.Sequence))
+		if ex.txSeen[seen] {
+			return failBatch(&body, CodeMalformedTx, "sequence %d of this producer appears twice in the bundle", body.Sequence), nil, nil
+		}
+		ex.txSeen[seen] = true
+	}
 	if l := ex.params.Limits; body.UncompressedSize > l.MaxBatchBytes {
 		return failBatch(&body, CodeBatchTooLarge, "declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes), nil, nil
 	}
@@ -201,6 +211,9 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 		return failBatch(&body, code, "%s", msg), nil, nil
 	}
 	br := &byzlogv1.BatchResult{Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence, RecordCount: uint32(len(records))}
+	if ex.mode == modeMempool {
+		return br, nil, nil
+	}
 
 	pk := partitionKey(body.Topic, body.Partition)
 	var part byzlogv1.PartitionState

@@ -98,10 +98,14 @@ func TestLookaheadIsBounded(t *testing.T) {
 	if r := c.check(c.adminTx(c.admin, 1+core.MaxLookahead+1, &byzlogv1.DeleteTopic{Name: "t"})); r.Code != core.CodeBadNonce {
 		t.Errorf("Check(admin nonce far ahead) = %s, want %s", r.Code, core.CodeBadNonce)
 	}
-	// The same sequence twice in one bundle is a duplicate even in the mempool.
+	// The same sequence twice in one bundle is refused even in the mempool,
+	// while sequences out of order within a bundle are left to the block.
 	b := batch(t, p, "t", 0, 0, records("a"))
-	if r := c.check(bundle(t, b, b)); r.Code != core.CodeDuplicate {
-		t.Errorf("Check(one batch twice in a bundle) = %s, want %s", r.Code, core.CodeDuplicate)
+	if r := c.check(bundle(t, b, b)); r.Code != core.CodeMalformedTx {
+		t.Errorf("Check(one batch twice in a bundle) = %s, want %s", r.Code, core.CodeMalformedTx)
+	}
+	if r := c.check(bundle(t, batch(t, p, "t", 0, 2, records("c")), batch(t, p, "t", 0, 1, records("b")))); !r.OK() {
+		t.Errorf("Check(sequences 2 then 1 in a bundle) = %s %q, want ok: only committed sequences are duplicates", r.Code, r.Log)
 	}
 }
 
