@@ -21,8 +21,8 @@ type executor struct {
 	// transaction that would take the block past it is refused with
 	// CodeBlockFull. A decided block (Execute) is always executed.
 	bounded bool
-	used    budget // by the accepted transactions of the block
-	tx      budget // by the transaction being applied
+	used    budget          // by the accepted transactions of the block
+	tx      budget          // by the transaction being applied
 	txSeen  map[string]bool // CheckTx: producer sequences seen in this tx
 	// appended collects the records appended in this block per partition,
 	// for the records root; keyed by recordPrefix, hashed in key order.
