@@ -42,6 +42,7 @@ type Gateway struct {
 	inflight chan struct{}
 	topics   topicCache
 	stopped  atomic.Bool
+	metrics  *Metrics
 
 	mu      sync.Mutex
 	pending map[string]*pendingTx // by tx hash
@@ -95,14 +96,19 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gateway{
+	g := &Gateway{
 		cfg: cfg, log: log, pool: pool,
 		queue:    make(chan *request, 1<<16),
 		inflight: make(chan struct{}, cfg.MaxInFlight),
 		pending:  map[string]*pendingTx{},
 		topics:   topicCache{ttl: cfg.TopicCacheTTL},
-	}, nil
+	}
+	g.metrics = newMetrics(g)
+	return g, nil
 }
+
+// Metrics returns the gateway's Prometheus metrics, for the caller to register.
+func (g *Gateway) Metrics() *Metrics { return g.metrics }
 
 // Start checks the nodes once, so the gateway knows its chain; it fails
 // when no node is healthy.
@@ -154,7 +160,8 @@ func (g *Gateway) ChainID() string { return g.pool.ChainID() }
 func (g *Gateway) Health() ([]nodes.Health, int64) { return g.pool.Health() }
 
 // Produce submits one signed batch and waits for the requested ack.
-func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
+func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (rc *byzlogv1.Receipt, err error) {
+	defer func(start time.Time) { g.metrics.answered(ack, start, rc, err) }(time.Now())
 	if ack == byzlogv1.Ack_ACK_UNSPECIFIED {
 		ack = byzlogv1.Ack_ACK_COMMIT
 	}
@@ -290,6 +297,8 @@ func (g *Gateway) submit(ctx context.Context, reqs []*request, release func()) {
 		return
 	}
 	p := &pendingTx{tx: tx, hash: hex.EncodeToString(cmttypes.Tx(tx).Hash()), reqs: reqs, release: release}
+	g.metrics.bundleBatches.Observe(float64(len(reqs)))
+	g.metrics.bundleBytes.Observe(float64(len(tx)))
 	g.broadcast(ctx, p)
 }
 
@@ -555,6 +564,7 @@ func (g *Gateway) resubmitStale(ctx context.Context) {
 	g.mu.Unlock()
 	for _, p := range stale {
 		g.log.Warn().Str("tx", p.hash).Int("batches", len(p.reqs)).Msg("transaction not committed in time; submitting it again")
+		g.metrics.resubmits.Inc()
 		go g.broadcast(ctx, p)
 	}
 }

@@ -7,11 +7,17 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spf13/cobra"
 
@@ -30,6 +36,7 @@ func newCommand() *cobra.Command {
 	cfg := gateway.Default()
 	logCfg := logging.Default()
 	listen := "127.0.0.1:7070"
+	metricsListen := "127.0.0.1:7071"
 	nodes := "http://127.0.0.1:26657"
 	cmd := &cobra.Command{
 		Use:   "byzlog-gateway",
@@ -44,12 +51,13 @@ from the block's results. It keeps no state: run as many as you like.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Nodes.Addrs = strings.Split(nodes, ",")
-			return run(cmd.Context(), cfg, logCfg, listen)
+			return run(cmd.Context(), cfg, logCfg, listen, metricsListen)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", listen, "host:port of the gRPC API")
 	f.StringVar(&nodes, "nodes", nodes, "comma-separated CometBFT RPC addresses")
+	f.StringVar(&metricsListen, "metrics-listen", metricsListen, "host:port of the HTTP endpoint with /metrics (Prometheus) and /healthz; empty disables it")
 	f.DurationVar(&cfg.Linger, "linger", cfg.Linger, "how long a bundle waits for more batches")
 	f.IntVar(&cfg.MaxBundleBytes, "max-bundle-bytes", cfg.MaxBundleBytes, "close a bundle at this size (below the chain's 2 MiB tx limit)")
 	f.IntVar(&cfg.MaxBundleBatches, "max-bundle-batches", cfg.MaxBundleBatches, "close a bundle at this many batches")
@@ -61,7 +69,7 @@ from the block's results. It keeps no state: run as many as you like.`,
 	return cmd
 }
 
-func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen string) error {
+func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen, metricsListen string) error {
 	log, err := logging.New(logCfg, os.Stderr, "byzlog-gateway")
 	if err != nil {
 		return err
@@ -80,6 +88,27 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen 
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
 	srv, hs := gateway.NewGRPCServer(g)
+	var httpSrv *http.Server
+	if metricsListen != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg.MustRegister(g.Metrics().Collectors()...)
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			if _, top := g.Health(); top == 0 {
+				http.Error(w, "no healthy CometBFT node", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		mln, err := net.Listen("tcp", metricsListen)
+		if err != nil {
+			return fmt.Errorf("listen for metrics on %s: %w", metricsListen, err)
+		}
+		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = httpSrv.Serve(mln) }()
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); g.Run(ctx) }()
@@ -94,7 +123,17 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen 
 	// Stop taking requests, fail what is waiting, then close the streams.
 	stop()
 	wg.Wait()
-	srv.GracefulStop()
+	if httpSrv != nil {
+		_ = httpSrv.Close()
+	}
+	// Streams a client keeps open would hold GracefulStop forever.
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		srv.Stop()
+	}
 	log.Info().Msg("stopped")
 	return err
 }

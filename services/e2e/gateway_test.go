@@ -5,10 +5,13 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,9 +28,10 @@ import (
 
 // gatewayProc is a byzlog-gateway process started by a test.
 type gatewayProc struct {
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
+	addr    string
+	metrics string // host:port of /metrics and /healthz
+	cmd     *exec.Cmd
+	done    chan struct{}
 }
 
 // startGateway runs bin/byzlog-gateway on addr against every node of n and
@@ -42,12 +46,19 @@ func startGateway(t *testing.T, n *localnet.Net, addr string) *gatewayProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), "--listen", addr, "--nodes", strings.Join(rpcs, ","), "--log-format", "json")
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := strconv.Atoi(port)
+	metrics := net.JoinHostPort(host, strconv.Itoa(p+50))
+	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), "--listen", addr, "--metrics-listen", metrics,
+		"--nodes", strings.Join(rpcs, ","), "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gatewayProc{addr: addr, cmd: cmd, done: make(chan struct{})}
+	g := &gatewayProc{addr: addr, metrics: metrics, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(g.done) }()
 	t.Cleanup(func() { g.stop(syscall.SIGTERM) })
 	deadline := time.Now().Add(20 * time.Second)
@@ -298,6 +309,27 @@ func TestGatewaysProduce(t *testing.T) {
 		out, err = cli("", "topic", "list", gw)
 		if err != nil || !strings.Contains(out, "cli") || !strings.Contains(out, "orders") {
 			t.Fatalf("topic list: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("metrics count answered batches and latency", func(t *testing.T) {
+		resp, err := http.Get("http://" + gws[1].metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`byzlog_gateway_batches_total{outcome="ok"}`, `byzlog_gateway_produce_seconds_count{ack="ACK_COMMIT"}`,
+			"byzlog_gateway_bundle_batches_count", "byzlog_gateway_queued_bytes"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if resp, err := http.Get("http://" + gws[1].metrics + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("/healthz = %v %v, want 200", resp, err)
 		}
 	})
 

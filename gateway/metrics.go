@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Metrics are the gateway's Prometheus metrics, registered by the caller.
+type Metrics struct {
+	queuedBytes   prometheus.GaugeFunc
+	batches       *prometheus.CounterVec   // by outcome: ok, duplicate, error code
+	bundleBatches prometheus.Histogram     // batches per submitted bundle
+	bundleBytes   prometheus.Histogram     // bytes per submitted bundle
+	latency       *prometheus.HistogramVec // produce to answer, by ack level
+	resubmits     prometheus.Counter
+}
+
+func newMetrics(g *Gateway) *Metrics {
+	return &Metrics{
+		queuedBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "queued_bytes",
+			Help: "Bytes of batches accepted and not yet answered.",
+		}, func() float64 { return float64(g.queued.Load()) }),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "batches_total",
+			Help: "Batches answered, by outcome: ok, duplicate, or the gRPC code of the error.",
+		}, []string{"outcome"}),
+		bundleBatches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "bundle_batches",
+			Help: "Batches per submitted bundle.", Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		bundleBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "bundle_bytes",
+			Help: "Bytes per submitted bundle.", Buckets: prometheus.ExponentialBuckets(1024, 2, 12),
+		}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "produce_seconds",
+			Help: "Time from a batch's arrival to its answer, by ack level.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"ack"}),
+		resubmits: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "resubmits_total",
+			Help: "Transactions submitted again after the commit timeout.",
+		}),
+	}
+}
+
+// Collectors lists the metrics for registration.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits}
+}
+
+func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Receipt, err error) {
+	outcome := "ok"
+	switch {
+	case err != nil:
+		outcome = status.Code(err).String()
+	case rc.GetDuplicate():
+		outcome = "duplicate"
+	}
+	m.batches.WithLabelValues(outcome).Inc()
+	m.latency.WithLabelValues(ack.String()).Observe(time.Since(since).Seconds())
+}
