@@ -57,7 +57,7 @@ from the block's results. It keeps no state: run as many as you like.`,
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", listen, "host:port of the gRPC API")
 	f.StringVar(&nodes, "nodes", nodes, "comma-separated CometBFT RPC addresses")
-	f.StringVar(&metricsListen, "metrics-listen", metricsListen, "host:port of the HTTP endpoint with /metrics (Prometheus) and /healthz; empty disables it")
+	f.StringVar(&metricsListen, "http-listen", metricsListen, "host:port of the HTTP endpoint: the JSON API (/v1/produce, /v1/topics), /metrics (Prometheus) and /healthz; empty disables it")
 	f.DurationVar(&cfg.Linger, "linger", cfg.Linger, "how long a bundle waits for more batches")
 	f.IntVar(&cfg.MaxBundleBytes, "max-bundle-bytes", cfg.MaxBundleBytes, "close a bundle at this size (below the chain's 2 MiB tx limit)")
 	f.IntVar(&cfg.MaxBundleBatches, "max-bundle-batches", cfg.MaxBundleBatches, "close a bundle at this many batches")
@@ -94,6 +94,7 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen,
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		reg.MustRegister(g.Metrics().Collectors()...)
 		mux := http.NewServeMux()
+		mux.Handle("/v1/", gateway.HTTPHandler(g))
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 			if _, top := g.Health(); top == 0 {

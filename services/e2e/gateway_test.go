@@ -3,7 +3,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"net"
@@ -18,9 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -52,7 +56,7 @@ func startGateway(t *testing.T, n *localnet.Net, addr string) *gatewayProc {
 	}
 	p, _ := strconv.Atoi(port)
 	metrics := net.JoinHostPort(host, strconv.Itoa(p+50))
-	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), "--listen", addr, "--metrics-listen", metrics,
+	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), "--listen", addr, "--http-listen", metrics,
 		"--nodes", strings.Join(rpcs, ","), "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -330,6 +334,51 @@ func TestGatewaysProduce(t *testing.T) {
 		}
 		if resp, err := http.Get("http://" + gws[1].metrics + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
 			t.Errorf("/healthz = %v %v, want 200", resp, err)
+		}
+	})
+
+	t.Run("HTTP/JSON produce and topic listing", func(t *testing.T) {
+		base := "http://" + gws[1].metrics
+		s := sign.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize)), n.Config().ChainID)
+		post := func(topic string) (int, string) {
+			b, err := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("over http")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := protojson.Marshal(&byzlogv1.ProduceRequest{RequestId: 7, Batch: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.Post(base+"/v1/produce", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			out, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(out)
+		}
+		if code, out := post(topic); code != http.StatusOK || !strings.Contains(out, `"receipt"`) || !strings.Contains(out, `"height"`) {
+			t.Errorf("POST /v1/produce = %d %s, want 200 with a commit receipt", code, out)
+		}
+		if code, out := post("nope"); code != http.StatusNotFound || !strings.Contains(out, `"code":"NotFound"`) {
+			t.Errorf("POST /v1/produce to a missing topic = %d %s, want 404 NotFound", code, out)
+		}
+		resp, err := http.Post(base+"/v1/produce", "application/json", strings.NewReader("{not json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("POST /v1/produce with bad JSON = %d, want 400", resp.StatusCode)
+		}
+		resp, err = http.Get(base + "/v1/topics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), `"name":"orders"`) {
+			t.Errorf("GET /v1/topics = %d %s, want the topics", resp.StatusCode, out)
 		}
 	})
 

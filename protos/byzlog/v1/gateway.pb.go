@@ -698,6 +698,60 @@ func (x *NodeHealth) GetError() string {
 	return ""
 }
 
+// HTTPError is the body of a failed HTTP/JSON call: the gRPC code's name
+// and a message that says what to fix.
+type HTTPError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HTTPError) Reset() {
+	*x = HTTPError{}
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HTTPError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HTTPError) ProtoMessage() {}
+
+func (x *HTTPError) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HTTPError.ProtoReflect.Descriptor instead.
+func (*HTTPError) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *HTTPError) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *HTTPError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_byzlog_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_gateway_proto_rawDesc = "" +
@@ -744,7 +798,10 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x18\n" +
 	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x16\n" +
 	"\x06height\x18\x03 \x01(\x03R\x06height\x12\x14\n" +
-	"\x05error\x18\x04 \x01(\tR\x05error*I\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"9\n" +
+	"\tHTTPError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*I\n" +
 	"\x03Ack\x12\x13\n" +
 	"\x0fACK_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bACK_NONE\x10\x01\x12\x0f\n" +
@@ -775,7 +832,7 @@ func file_byzlog_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(Ack)(0),                      // 0: byzlog.v1.Ack
 	(*ProduceRequest)(nil),        // 1: byzlog.v1.ProduceRequest
@@ -789,37 +846,38 @@ var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(*HealthRequest)(nil),         // 9: byzlog.v1.HealthRequest
 	(*HealthResponse)(nil),        // 10: byzlog.v1.HealthResponse
 	(*NodeHealth)(nil),            // 11: byzlog.v1.NodeHealth
-	(*SignedBatch)(nil),           // 12: byzlog.v1.SignedBatch
-	(*TopicInfo)(nil),             // 13: byzlog.v1.TopicInfo
-	(*AdminRequest)(nil),          // 14: byzlog.v1.AdminRequest
-	(*ProducerRequest)(nil),       // 15: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),          // 16: byzlog.v1.NonceRequest
-	(*ProducerState)(nil),         // 17: byzlog.v1.ProducerState
-	(*NonceResponse)(nil),         // 18: byzlog.v1.NonceResponse
+	(*HTTPError)(nil),             // 12: byzlog.v1.HTTPError
+	(*SignedBatch)(nil),           // 13: byzlog.v1.SignedBatch
+	(*TopicInfo)(nil),             // 14: byzlog.v1.TopicInfo
+	(*AdminRequest)(nil),          // 15: byzlog.v1.AdminRequest
+	(*ProducerRequest)(nil),       // 16: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),          // 17: byzlog.v1.NonceRequest
+	(*ProducerState)(nil),         // 18: byzlog.v1.ProducerState
+	(*NonceResponse)(nil),         // 19: byzlog.v1.NonceResponse
 }
 var file_byzlog_v1_gateway_proto_depIdxs = []int32{
-	12, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
+	13, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
 	0,  // 1: byzlog.v1.ProduceRequest.ack:type_name -> byzlog.v1.Ack
 	3,  // 2: byzlog.v1.ProduceResponse.receipt:type_name -> byzlog.v1.Receipt
 	0,  // 3: byzlog.v1.Receipt.ack:type_name -> byzlog.v1.Ack
-	13, // 4: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
-	13, // 5: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
+	14, // 4: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
+	14, // 5: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
 	11, // 6: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
 	1,  // 7: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
 	1,  // 8: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
-	14, // 9: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
+	15, // 9: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
 	5,  // 10: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
 	7,  // 11: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
-	15, // 12: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
-	16, // 13: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
+	16, // 12: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
+	17, // 13: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
 	9,  // 14: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
 	2,  // 15: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
 	2,  // 16: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
 	4,  // 17: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
 	6,  // 18: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
 	8,  // 19: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
-	17, // 20: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
-	18, // 21: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
+	18, // 20: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
+	19, // 21: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
 	10, // 22: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
 	15, // [15:23] is the sub-list for method output_type
 	7,  // [7:15] is the sub-list for method input_type
@@ -841,7 +899,7 @@ func file_byzlog_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_gateway_proto_rawDesc), len(file_byzlog_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
