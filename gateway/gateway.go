@@ -579,8 +579,19 @@ func (g *Gateway) Query(ctx context.Context, path string, req, resp proto.Messag
 		}
 	}
 	var lastErr error
+	g.mu.Lock()
+	seen := g.height // every receipt this gateway gave is at or below it
+	g.mu.Unlock()
 	for attempt := 0; attempt < g.pool.Len(); attempt++ {
 		n := g.pool.Pick()
+		if attempt == 0 {
+			n = g.pool.Freshest()
+		}
+		// Read your writes: a node must have committed every block this
+		// gateway has acknowledged from before it answers.
+		if !g.caughtUp(ctx, n, seen) {
+			continue
+		}
 		res, err := n.Client.ABCIQuery(ctx, path, data)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -599,6 +610,23 @@ func (g *Gateway) Query(ctx context.Context, path string, req, resp proto.Messag
 		return nil
 	}
 	return status.Errorf(codes.Unavailable, "no CometBFT node answered %s (last error: %v)", path, lastErr)
+}
+
+// caughtUp waits up to 2 s for node n to reach height h.
+func (g *Gateway) caughtUp(ctx context.Context, n *nodes.Node, h int64) bool {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := n.Client.Status(cctx)
+		cancel()
+		if err == nil && st.SyncInfo.LatestBlockHeight >= h {
+			return true
+		}
+		if err != nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // topicCache holds topic metadata for pre-checks.

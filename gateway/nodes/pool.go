@@ -206,6 +206,28 @@ func (p *Pool) Pick() *Node {
 	return p.nodes[start%uint64(len(p.nodes))]
 }
 
+// Freshest returns a healthy node with the highest height at the last
+// check (round-robin among equals), for reads that should see recent
+// commits; with none healthy, Pick's choice.
+func (p *Pool) Freshest() *Node {
+	start := p.next.Add(1)
+	var best *Node
+	var top int64 = -1
+	for i := range p.nodes {
+		n := p.nodes[(start+uint64(i))%uint64(len(p.nodes))]
+		n.mu.Lock()
+		ok, h := n.healthy, n.height
+		n.mu.Unlock()
+		if ok && h > top {
+			best, top = n, h
+		}
+	}
+	if best == nil {
+		return p.Pick()
+	}
+	return best
+}
+
 // Len is the number of nodes.
 func (p *Pool) Len() int { return len(p.nodes) }
 
