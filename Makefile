@@ -78,8 +78,8 @@ bench: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/reco
 	go test -run '^$$' -bench . -benchtime $(BENCHTIME) github.com/byzlog/byzlog/abciapp/...
 
 .PHONY: bench-gateway
-bench-gateway: build ## committed records/s and receipt latency via a gateway vs one-record txs (BYZLOG_BENCH_SECONDS, default 20)
-	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 20m -v -run TestBenchGateway github.com/byzlog/byzlog/services/e2e
+bench-gateway: build ## via-gateway records/s and receipt latency vs one-record txs, and a linger/bundle-size sweep (BYZLOG_BENCH_SECONDS, default 20)
+	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchGateway github.com/byzlog/byzlog/services/e2e
 
 .PHONY: test
 test: deps build lint verify-proto unit e2e ## everything CI runs

@@ -10,8 +10,10 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,6 +51,76 @@ func percentile(d []time.Duration, q float64) time.Duration {
 	return d[int(q*float64(len(d)-1))]
 }
 
+// loadResult is what one produce load achieved.
+type loadResult struct {
+	acked int64           // records acknowledged (ACK_COMMIT) within the run
+	d     time.Duration   // how long the load ran
+	lat   []time.Duration // produce→commit-receipt latency of each
+}
+
+func (r loadResult) rate() float64 { return float64(r.acked) / r.d.Seconds() }
+
+func (r loadResult) String() string {
+	return fmt.Sprintf("%.0f committed records/s, produce→commit receipt p50 %s p99 %s (%d records in %s)",
+		r.rate(), percentile(r.lat, 0.5).Round(time.Millisecond), percentile(r.lat, 0.99).Round(time.Millisecond), r.acked, r.d)
+}
+
+// produceLoad runs producers SDK producers through gw for d, producer i
+// pinned to partition i%partitions, each keeping at most inflight records
+// unresolved, and counts the receipts that arrive within d.
+func produceLoad(ctx context.Context, t *testing.T, gw, topic string, producers int, partitions uint32, d time.Duration, inflight int, opts ...client.Option) loadResult {
+	t.Helper()
+	type pending struct {
+		f  *client.Future
+		t0 time.Time
+	}
+	value := make([]byte, 100)
+	var mu sync.Mutex
+	res := loadResult{d: d}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 0; i < producers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := client.NewProducer(ctx, append([]client.Option{client.WithGateways(gw)}, opts...)...)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			part := uint32(i) % partitions
+			queue := make(chan pending, inflight) // full queue = inflight records unresolved
+			waited := make(chan struct{})
+			go func() {
+				defer close(waited)
+				var acked int64
+				var lat []time.Duration
+				for q := range queue { // one partition resolves in order
+					if _, err := q.f.Wait(ctx); err == nil && time.Since(start) <= d {
+						acked++
+						lat = append(lat, time.Since(q.t0))
+					}
+				}
+				mu.Lock()
+				res.acked += acked
+				res.lat = append(res.lat, lat...)
+				mu.Unlock()
+			}()
+			for time.Since(start) < d && ctx.Err() == nil {
+				t0 := time.Now()
+				queue <- pending{p.Produce(ctx, &client.Record{Topic: topic, Value: value, Partition: &part}), t0}
+			}
+			close(queue)
+			cctx, ccancel := context.WithTimeout(ctx, time.Minute)
+			defer ccancel()
+			_ = p.Close(cctx)
+			<-waited
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
 // TestBenchGateway measures committed records/s and produce→commit-receipt
 // latency for 100 B records through one gateway, against the same records
 // sent one per transaction with broadcast_tx_async, on one 4-validator
@@ -78,51 +150,12 @@ func TestBenchGateway(t *testing.T) {
 	value := make([]byte, 100)
 
 	// byzlog: 8 producers, one partition each, through one gateway.
-	var lat []time.Duration
-	var latMu sync.Mutex
-	var acked atomic.Int64
+	viaGW := produceLoad(ctx, t, gw.addr, "viagw", partitions, partitions, d, 3000)
 	var wg sync.WaitGroup
-	start := time.Now()
-	for i := uint32(0); i < partitions; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			part := i
-			var inner sync.WaitGroup
-			sem := make(chan struct{}, 3000) // bounded records in flight per producer
-			for time.Since(start) < d {
-				sem <- struct{}{}
-				t0 := time.Now()
-				f := p.Produce(ctx, &client.Record{Topic: "viagw", Value: value, Partition: &part})
-				inner.Add(1)
-				go func() {
-					defer inner.Done()
-					defer func() { <-sem }()
-					if _, err := f.Wait(ctx); err == nil && time.Since(start) <= d {
-						acked.Add(1)
-						latMu.Lock()
-						lat = append(lat, time.Since(t0))
-						latMu.Unlock()
-					}
-				}()
-			}
-			cctx, ccancel := context.WithTimeout(ctx, time.Minute)
-			defer ccancel()
-			_ = p.Close(cctx)
-			inner.Wait()
-		}()
-	}
-	wg.Wait()
-	gwRate := float64(acked.Load()) / d.Seconds()
 
 	// Baseline: one record per transaction, broadcast_tx_async, 8 senders.
 	var sent atomic.Int64
-	start = time.Now()
+	start := time.Now()
 	for i := 0; i < partitions; i++ {
 		wg.Add(1)
 		go func() {
@@ -155,10 +188,61 @@ func TestBenchGateway(t *testing.T) {
 	baseline := committed(ctx, t, n, "baseline", partitions)
 	baseRate := float64(baseline) / d.Seconds()
 
-	t.Logf("byzlog via 1 gateway: %.0f committed records/s (100 B), produce→commit receipt p50 %s p99 %s (%d records in %s)",
-		gwRate, percentile(lat, 0.5).Round(time.Millisecond), percentile(lat, 0.99).Round(time.Millisecond), acked.Load(), d)
+	t.Logf("byzlog via 1 gateway, 100 B records: %s", viaGW)
 	t.Logf("baseline one record per tx, broadcast_tx_async: %.0f committed records/s (%d sent, %d committed within %s)", baseRate, sent.Load(), baseline, d)
 	if baseRate > 0 {
-		t.Logf("ratio gateway/baseline: %.1fx", gwRate/baseRate)
+		t.Logf("ratio gateway/baseline: %.1fx", viaGW.rate()/baseRate)
+	}
+}
+
+// TestBenchGatewaySweep runs the same load — many producers, small batches,
+// so the gateway has many batches to bundle — through one gateway per
+// setting of --linger and --max-bundle-bytes, one after another on one
+// localnet, and prints committed records/s and latency for each, with the
+// ratio to the defaults measured first and last in the same run.
+func TestBenchGatewaySweep(t *testing.T) {
+	d := benchDuration(t)
+	settings := [][]string{
+		{"--linger=5ms", "--max-bundle-bytes=1048576"}, // the defaults
+		{"--linger=0s", "--max-bundle-bytes=1048576"},
+		{"--linger=20ms", "--max-bundle-bytes=1048576"},
+		{"--linger=5ms", "--max-bundle-bytes=262144"},
+		{"--linger=5ms", "--max-bundle-bytes=2031616"},
+		{"--linger=5ms", "--max-bundle-bytes=1048576"}, // the defaults again: drift
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(len(settings))*(2*d+time.Minute)+5*time.Minute)
+	defer cancel()
+	n, _ := startNet(ctx, t, 5000)
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const producers, partitions = 64, 64
+	var results []loadResult
+	for k, args := range settings {
+		gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900+k), args...)
+		if k == 0 {
+			adm, err := client.NewAdmin(gw.addr, adminKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := adm.CreateTopic(ctx, "sweep", &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
+				t.Fatal(err)
+			}
+			adm.Close()
+			time.Sleep(time.Second)
+		}
+		// 200-record batches of 100 B (about 24 KiB signed), 64 at a time,
+		// three batches queued behind each.
+		r := produceLoad(ctx, t, gw.addr, "sweep", producers, partitions, d, 600, client.WithBatchRecords(200))
+		gw.stop(syscall.SIGTERM)
+		results = append(results, r)
+		t.Logf("%-45s %s", strings.Join(args, " "), r)
+	}
+	base := (results[0].rate() + results[len(results)-1].rate()) / 2
+	for k, r := range results {
+		if base > 0 {
+			t.Logf("%-45s %.2fx the defaults", strings.Join(settings[k], " "), r.rate()/base)
+		}
 	}
 }

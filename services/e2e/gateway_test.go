@@ -39,8 +39,9 @@ type gatewayProc struct {
 }
 
 // startGateway runs bin/byzlog-gateway on addr against every node of n and
-// waits until it serves; it is stopped when the test ends.
-func startGateway(t *testing.T, n *localnet.Net, addr string) *gatewayProc {
+// waits until it serves; it is stopped when the test ends. extra flags are
+// passed on to the gateway.
+func startGateway(t *testing.T, n *localnet.Net, addr string, extra ...string) *gatewayProc {
 	t.Helper()
 	var rpcs []string
 	for i := 0; i < n.Config().Validators; i++ {
@@ -56,8 +57,9 @@ func startGateway(t *testing.T, n *localnet.Net, addr string) *gatewayProc {
 	}
 	p, _ := strconv.Atoi(port)
 	metrics := net.JoinHostPort(host, strconv.Itoa(p+50))
-	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), "--listen", addr, "--http-listen", metrics,
-		"--nodes", strings.Join(rpcs, ","), "--log-format", "json")
+	args := append([]string{"--listen", addr, "--http-listen", metrics,
+		"--nodes", strings.Join(rpcs, ","), "--log-format", "json"}, extra...)
+	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

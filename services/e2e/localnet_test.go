@@ -49,7 +49,10 @@ func binDir(t *testing.T) string {
 	return dir
 }
 
-// basePort lets two checkouts run the e2e tests side by side.
+// basePort lets two checkouts run the e2e tests side by side. The default,
+// 16656, keeps every test port (base..base+6000) below Linux's ephemeral
+// range (32768 and up), where an outgoing connection's source port could
+// take a port a test is about to listen on.
 func basePort(t *testing.T) int {
 	if s := os.Getenv("BYZLOG_E2E_BASE_PORT"); s != "" {
 		p, err := strconv.Atoi(s)
@@ -58,7 +61,7 @@ func basePort(t *testing.T) int {
 		}
 		return p
 	}
-	return 36656
+	return 16656
 }
 
 // producer signs one batch per transaction to one topic-partition, with
