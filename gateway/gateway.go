@@ -354,8 +354,13 @@ func (g *Gateway) untrack(p *pendingTx) bool {
 func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 	g.track(p)
 	var lastErr error
+	var retry *nodes.Node
+	retriedStale := false
 	for attempt := 0; attempt <= g.pool.Len(); attempt++ {
 		n := g.pool.Pick()
+		if retry != nil {
+			n, retry = retry, nil
+		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		res, err := n.Client.BroadcastTxSync(cctx, p.tx)
 		cancel()
@@ -389,6 +394,20 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 			}
 			return
 		}
+		if staleSensitive(core.Code(res.Code)) && !retriedStale {
+			// The node may not have the block that created the topic (or
+			// granted the key) yet, though the pre-check's node had: give
+			// it one more block than this gateway has seen, then ask again.
+			retriedStale = true
+			g.mu.Lock()
+			seen := g.height
+			g.mu.Unlock()
+			if g.caughtUp(ctx, n, seen+1) {
+				attempt--
+				retry = n
+				continue
+			}
+		}
 		if g.untrack(p) {
 			g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data)
 		}
@@ -397,6 +416,16 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 	if g.untrack(p) {
 		g.fail(p, status.Errorf(codes.Unavailable, "no CometBFT node took the transaction (last error: %v); retry", lastErr))
 	}
+}
+
+// staleSensitive reports whether a CheckTx rejection may only mean the node
+// is a block or two behind the state the gateway's pre-check saw.
+func staleSensitive(c core.Code) bool {
+	switch c {
+	case core.CodeUnknownTopic, core.CodeUnknownPartition, core.CodeNotAllowed:
+		return true
+	}
+	return false
 }
 
 // lookup resolves p from the node's transaction index if it was committed.

@@ -22,10 +22,11 @@ const (
 	PathProducer = "/producer"
 	PathNonce    = "/nonce"
 	PathProof    = "/proof"
+	PathDigest   = "/digest"
 )
 
 // QueryPaths lists the paths Query answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest}
 
 // Records query bounds.
 const (
@@ -111,6 +112,19 @@ func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error
 			return nil, r, err
 		}
 		return marshal(p), Result{}, nil
+	case PathDigest:
+		var req byzlogv1.DigestRequest
+		if r := decodeQuery(data, &req); !r.OK() {
+			return nil, r, nil
+		}
+		raw, err := s.Get(CFMeta, digestKey(req.Height))
+		if err != nil {
+			return nil, Result{}, err
+		}
+		if raw == nil {
+			return nil, reject(CodeNotFound, "no block digest for height %d (not committed yet, or before this node's state)", req.Height), nil
+		}
+		return raw, Result{}, nil
 	}
 	return nil, reject(CodeUnknownQuery, "unknown query path %q; the paths are %v", path, QueryPaths), nil
 }

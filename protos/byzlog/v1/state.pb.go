@@ -1716,6 +1716,53 @@ func (x *MerkleProof) GetAunts() [][]byte {
 }
 
 // "/proof": ProofRequest; RecordProof.
+// DigestRequest asks for the BlockDigest of one height (query path /digest):
+// what that block's app hash commits to. The indexer checks the records it
+// decodes from a block against it and against the verified header.
+type DigestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Height        int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DigestRequest) Reset() {
+	*x = DigestRequest{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DigestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DigestRequest) ProtoMessage() {}
+
+func (x *DigestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
+func (*DigestRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DigestRequest) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
 type ProofRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -1727,7 +1774,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1786,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1799,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -1797,7 +1844,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1856,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1869,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2018,7 +2065,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vMerkleProof\x12\x14\n" +
 	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x03R\x05index\x12\x14\n" +
-	"\x05aunts\x18\x03 \x03(\fR\x05aunts\"Z\n" +
+	"\x05aunts\x18\x03 \x03(\fR\x05aunts\"'\n" +
+	"\rDigestRequest\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\"Z\n" +
 	"\fProofRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -2045,7 +2094,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),    // 0: byzlog.v1.StoredRecord
 	(*Limits)(nil),          // 1: byzlog.v1.Limits
@@ -2072,22 +2121,23 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*BlockDigest)(nil),     // 22: byzlog.v1.BlockDigest
 	(*PartitionRoot)(nil),   // 23: byzlog.v1.PartitionRoot
 	(*MerkleProof)(nil),     // 24: byzlog.v1.MerkleProof
-	(*ProofRequest)(nil),    // 25: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),     // 26: byzlog.v1.RecordProof
-	(*RecordHeader)(nil),    // 27: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),     // 28: byzlog.v1.TopicConfig
-	(*PartitionOffset)(nil), // 29: byzlog.v1.PartitionOffset
+	(*DigestRequest)(nil),   // 25: byzlog.v1.DigestRequest
+	(*ProofRequest)(nil),    // 26: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),     // 27: byzlog.v1.RecordProof
+	(*RecordHeader)(nil),    // 28: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),     // 29: byzlog.v1.TopicConfig
+	(*PartitionOffset)(nil), // 30: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	27, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	28, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
 	1,  // 1: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	28, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	29, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
 	8,  // 3: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	28, // 4: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	29, // 4: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	10, // 5: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	2,  // 6: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	11, // 7: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	29, // 8: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	30, // 8: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
 	23, // 9: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
 	24, // 10: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
 	23, // 11: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
@@ -2111,7 +2161,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
