@@ -1,0 +1,232 @@
+// Package layout is the contract between byzlog's indexer and its
+// consumers: which JetStream stream and subject a record goes to, the
+// message id that makes publishing idempotent, and how a stored record maps
+// to a NATS message (value as the payload, everything else in headers). It
+// is pure; the indexer encodes with it and the consumer SDK decodes with it,
+// and any NATS client can read the same headers.
+package layout
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Subjects and streams.
+const (
+	// SubjectPrefix starts every subject byzlog publishes.
+	SubjectPrefix = "byzlog"
+	// BlocksSubject carries one BlockInfo (JSON) per committed height.
+	BlocksSubject = "byzlog.$blocks"
+	// BlocksStream holds BlocksSubject.
+	BlocksStream = "byzlog-blocks"
+	// CursorBucket is the JetStream key-value bucket of indexer cursors.
+	CursorBucket = "byzlog-indexer"
+)
+
+// Headers of a record message. Binary values are base64 (standard, padded);
+// times are RFC 3339 with nanoseconds, UTC.
+const (
+	// HeaderMsgID is JetStream's de-duplication header: MsgID's value.
+	HeaderMsgID = nats.MsgIdHdr
+	// HeaderOffset is the record's offset in its partition (decimal).
+	HeaderOffset = "Byzlog-Offset"
+	// HeaderHeight is the height of the block that committed the record.
+	HeaderHeight = "Byzlog-Height"
+	// HeaderKey is the record's key (base64); absent for a nil key.
+	HeaderKey = "Byzlog-Key"
+	// HeaderProducer is the producer's ed25519 public key (hex).
+	HeaderProducer = "Byzlog-Producer"
+	// HeaderSequence is the producer's batch sequence (decimal).
+	HeaderSequence = "Byzlog-Sequence"
+	// HeaderTimestamp is the log-append time: the committing block's time.
+	HeaderTimestamp = "Byzlog-Timestamp"
+	// HeaderCreateTime is the producer's create time, as it signed it.
+	HeaderCreateTime = "Byzlog-Create-Time"
+	// HeaderRecordHeader carries one record header, "base64(key):base64(value)";
+	// repeated, in the record's order.
+	HeaderRecordHeader = "Byzlog-Header"
+)
+
+// Subject is the subject of topic's partition: byzlog.<topic>.<partition>.
+// A topic name's dots stay dots, so byzlog.orders.eu.* reads as expected.
+// A name that would make an empty token (a leading, trailing or doubled
+// dot), or that starts with "_x", is written as "_x" and its hex instead.
+func Subject(topic string, partition uint32) string {
+	return SubjectPrefix + "." + TopicToken(topic) + "." + strconv.FormatUint(uint64(partition), 10)
+}
+
+// TopicSubjects is the subject filter of every partition of topic.
+func TopicSubjects(topic string) string {
+	return SubjectPrefix + "." + TopicToken(topic) + ".*"
+}
+
+// TopicToken is topic as it appears in subjects (see Subject).
+func TopicToken(topic string) string {
+	if topic == "" || strings.HasPrefix(topic, "_x") || strings.HasPrefix(topic, ".") ||
+		strings.HasSuffix(topic, ".") || strings.Contains(topic, "..") {
+		return "_x" + hex.EncodeToString([]byte(topic))
+	}
+	return topic
+}
+
+// StreamName is the JetStream stream of topic: "byzlog-" and the topic,
+// with '_' written "__" and '.' written "_d" (stream names cannot hold
+// dots; the escape keeps distinct topics distinct). A name whose escaped
+// form would pass JetStream's 255-byte limit becomes "byzlog-_h" and the
+// hex of the first 20 bytes of its SHA-256 (escaping never makes "_h").
+func StreamName(topic string) string {
+	var b strings.Builder
+	b.WriteString("byzlog-")
+	for _, c := range []byte(topic) {
+		switch c {
+		case '_':
+			b.WriteString("__")
+		case '.':
+			b.WriteString("_d")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	if b.Len() > maxStreamName {
+		sum := sha256.Sum256([]byte(topic))
+		return "byzlog-_h" + hex.EncodeToString(sum[:20])
+	}
+	return b.String()
+}
+
+const maxStreamName = 255
+
+// MsgID is the record's JetStream message id: <topic>/<partition>/<offset>.
+// Publishing the same record twice within the stream's duplicate window
+// stores it once.
+func MsgID(topic string, partition uint32, offset uint64) string {
+	return topic + "/" + strconv.FormatUint(uint64(partition), 10) + "/" + strconv.FormatUint(offset, 10)
+}
+
+// Message is a stored record as a NATS message on its partition's subject.
+func Message(r *byzlogv1.StoredRecord) *nats.Msg {
+	m := nats.NewMsg(Subject(r.Topic, r.Partition))
+	m.Data = r.Value
+	h := m.Header
+	h.Set(HeaderMsgID, MsgID(r.Topic, r.Partition, r.Offset))
+	h.Set(HeaderOffset, strconv.FormatUint(r.Offset, 10))
+	h.Set(HeaderHeight, strconv.FormatInt(r.Height, 10))
+	if r.Key != nil {
+		h.Set(HeaderKey, base64.StdEncoding.EncodeToString(r.Key))
+	}
+	h.Set(HeaderProducer, hex.EncodeToString(r.ProducerKey))
+	h.Set(HeaderSequence, strconv.FormatUint(r.Sequence, 10))
+	h.Set(HeaderTimestamp, formatTime(r.TimestampUnixNano))
+	h.Set(HeaderCreateTime, formatTime(r.CreateTimeUnixNano))
+	for _, rh := range r.Headers {
+		h.Add(HeaderRecordHeader, base64.StdEncoding.EncodeToString([]byte(rh.Key))+":"+base64.StdEncoding.EncodeToString(rh.Value))
+	}
+	return m
+}
+
+func formatTime(unixNano int64) string {
+	return time.Unix(0, unixNano).UTC().Format(time.RFC3339Nano)
+}
+
+// Record decodes a record message (subject, headers, payload) back into the
+// stored record, as far as a message carries it. A message that is not a
+// byzlog record gets an error naming what is wrong.
+func Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord, error) {
+	topic, partition, err := ParseSubject(subject)
+	if err != nil {
+		return nil, err
+	}
+	r := &byzlogv1.StoredRecord{Topic: topic, Partition: partition, Value: data}
+	if r.Offset, err = strconv.ParseUint(h.Get(HeaderOffset), 10, 64); err != nil {
+		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderOffset, h.Get(HeaderOffset), err)
+	}
+	if r.Height, err = strconv.ParseInt(h.Get(HeaderHeight), 10, 64); err != nil {
+		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderHeight, h.Get(HeaderHeight), err)
+	}
+	if k := h.Values(HeaderKey); len(k) > 0 {
+		if r.Key, err = base64.StdEncoding.DecodeString(k[0]); err != nil {
+			return nil, fmt.Errorf("message on %s: header %s is not base64: %v", subject, HeaderKey, err)
+		}
+	}
+	if r.ProducerKey, err = hex.DecodeString(h.Get(HeaderProducer)); err != nil {
+		return nil, fmt.Errorf("message on %s: header %s is not hex: %v", subject, HeaderProducer, err)
+	}
+	if r.Sequence, err = strconv.ParseUint(h.Get(HeaderSequence), 10, 64); err != nil {
+		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderSequence, h.Get(HeaderSequence), err)
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{HeaderTimestamp, &r.TimestampUnixNano}, {HeaderCreateTime, &r.CreateTimeUnixNano}} {
+		t, err := time.Parse(time.RFC3339Nano, h.Get(f.name))
+		if err != nil {
+			return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, f.name, h.Get(f.name), err)
+		}
+		*f.dst = t.UnixNano()
+	}
+	for _, v := range h.Values(HeaderRecordHeader) {
+		k, val, ok := strings.Cut(v, ":")
+		kb, err1 := base64.StdEncoding.DecodeString(k)
+		vb, err2 := base64.StdEncoding.DecodeString(val)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("message on %s: header %s = %q: want base64(key):base64(value)", subject, HeaderRecordHeader, v)
+		}
+		r.Headers = append(r.Headers, &byzlogv1.RecordHeader{Key: string(kb), Value: vb})
+	}
+	return r, nil
+}
+
+// ParseSubject splits a record subject into topic and partition.
+func ParseSubject(subject string) (string, uint32, error) {
+	rest, ok := strings.CutPrefix(subject, SubjectPrefix+".")
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i <= 0 {
+		return "", 0, fmt.Errorf("subject %q is not byzlog.<topic>.<partition>", subject)
+	}
+	token, ps := rest[:i], rest[i+1:]
+	p, err := strconv.ParseUint(ps, 10, 32)
+	if err != nil {
+		return "", 0, fmt.Errorf("subject %q: partition %q is not a number", subject, ps)
+	}
+	topic := token
+	if h, ok := strings.CutPrefix(token, "_x"); ok {
+		b, err := hex.DecodeString(h)
+		if err != nil {
+			return "", 0, fmt.Errorf("subject %q: escaped topic %q is not hex", subject, token)
+		}
+		topic = string(b)
+	}
+	return topic, uint32(p), nil
+}
+
+// BlockInfo is the message on BlocksSubject for each committed height, so
+// consumers can follow progress and check what they read.
+type BlockInfo struct {
+	Height    int64  `json:"height"`
+	Time      string `json:"time"`       // block time, RFC 3339
+	BlockHash string `json:"block_hash"` // hex, of the verified header
+	// AppHash is the app hash after this block (hex), from the next header.
+	AppHash string `json:"app_hash"`
+	// Records counts the records the block appended, per partition.
+	Records []PartitionCount `json:"records,omitempty"`
+}
+
+// PartitionCount is one partition's records in a block.
+type PartitionCount struct {
+	Topic       string `json:"topic"`
+	Partition   uint32 `json:"partition"`
+	FirstOffset uint64 `json:"first_offset"`
+	Count       uint32 `json:"count"`
+}
+
+// BlockMsgID is a block message's de-duplication id.
+func BlockMsgID(height int64) string { return "block/" + strconv.FormatInt(height, 10) }

@@ -1,0 +1,114 @@
+package layout_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+func TestSubjects(t *testing.T) {
+	for _, tc := range []struct {
+		topic   string
+		subject string
+		stream  string
+	}{
+		{"orders", "byzlog.orders.3", "byzlog-orders"},
+		{"orders.eu", "byzlog.orders.eu.3", "byzlog-orders_deu"},
+		{"my_topic-1", "byzlog.my_topic-1.3", "byzlog-my__topic-1"},
+		{".hidden", "byzlog._x2e68696464656e.3", "byzlog-_dhidden"},
+		{"a..b", "byzlog._x612e2e62.3", "byzlog-a_d_db"},
+		{"_x41", "byzlog._x5f783431.3", "byzlog-__x41"},
+		{strings.Repeat("a.", 124) + "a", "", "byzlog-_h"},
+	} {
+		if tc.subject != "" {
+			if got := layout.Subject(tc.topic, 3); got != tc.subject {
+				t.Errorf("Subject(%q) = %q, want %q", tc.topic, got, tc.subject)
+			}
+		}
+		topic, part, err := layout.ParseSubject(layout.Subject(tc.topic, 3))
+		if err != nil || topic != tc.topic || part != 3 {
+			t.Errorf("ParseSubject(Subject(%q)) = %q %d %v", tc.topic, topic, part, err)
+		}
+		if got := layout.StreamName(tc.topic); !strings.HasPrefix(got, tc.stream) || len(got) > 255 || strings.Contains(got, ".") {
+			t.Errorf("StreamName(%q) = %q, want %q", tc.topic, got, tc.stream)
+		}
+	}
+	// Distinct topics, distinct streams and subjects.
+	names := []string{"a.b", "a_b", "a_db", "a__b", "a-b", "a_.b", "a._b", "_x", "_x0", "x"}
+	streams, subjects := map[string]string{}, map[string]string{}
+	for _, n := range names {
+		if o, ok := streams[layout.StreamName(n)]; ok {
+			t.Errorf("topics %q and %q share stream %q", o, n, layout.StreamName(n))
+		}
+		streams[layout.StreamName(n)] = n
+		if o, ok := subjects[layout.Subject(n, 0)]; ok {
+			t.Errorf("topics %q and %q share subject %q", o, n, layout.Subject(n, 0))
+		}
+		subjects[layout.Subject(n, 0)] = n
+	}
+	for _, bad := range []string{"byzlog", "byzlog.t", "byzlog.t.x", "other.t.1", "byzlog._xZZ.1", "byzlog..1"} {
+		if _, _, err := layout.ParseSubject(bad); err == nil {
+			t.Errorf("ParseSubject(%q) accepted it", bad)
+		}
+	}
+}
+
+func TestMessageRoundTrip(t *testing.T) {
+	for _, r := range []*byzlogv1.StoredRecord{
+		{Topic: "t.x", Partition: 7, Offset: 42, Height: 9, TimestampUnixNano: 1_700_000_000_123_456_789, CreateTimeUnixNano: 1_699_999_999_000_000_001,
+			Key: []byte("k\x00\n"), Value: []byte("value"), ProducerKey: make([]byte, 32), Sequence: 5,
+			Headers: []*byzlogv1.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "a", Value: nil}, {Key: "é:x", Value: []byte{0, 0xff}}}},
+		{Topic: "t", Offset: 0, Height: 1, ProducerKey: make([]byte, 32), Key: []byte{}},
+		{Topic: "t", Offset: 1, Height: 1, ProducerKey: make([]byte, 32)},
+	} {
+		m := layout.Message(r)
+		if got := m.Header.Get(layout.HeaderMsgID); got != layout.MsgID(r.Topic, r.Partition, r.Offset) {
+			t.Errorf("msg id %q", got)
+		}
+		back, err := layout.Record(m.Subject, m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Empty and nil headers values are the same on the wire.
+		for _, h := range r.Headers {
+			if h.Value == nil {
+				h.Value = []byte{}
+			}
+		}
+		for _, h := range back.Headers {
+			if h.Value == nil {
+				h.Value = []byte{}
+			}
+		}
+		if !proto.Equal(back, r) {
+			t.Errorf("round trip of %v gave %v", r, back)
+		}
+	}
+}
+
+// FuzzRecord decodes arbitrary subjects and headers: an error or a record,
+// never a panic.
+func FuzzRecord(f *testing.F) {
+	msg := func() *nats.Msg {
+		return layout.Message(&byzlogv1.StoredRecord{Topic: "t", Partition: 1, Offset: 2, Height: 3, Key: []byte("k"), ProducerKey: make([]byte, 32),
+			Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte("v")}}})
+	}
+	m := msg()
+	f.Add(m.Subject, m.Header.Get(layout.HeaderOffset), m.Header.Get(layout.HeaderKey), m.Header.Get(layout.HeaderTimestamp), m.Header.Values(layout.HeaderRecordHeader)[0])
+	f.Fuzz(func(t *testing.T, subject, offset, key, ts, rh string) {
+		h := msg().Header
+		h.Set(layout.HeaderOffset, offset)
+		h.Set(layout.HeaderKey, key)
+		h.Set(layout.HeaderTimestamp, ts)
+		h.Set(layout.HeaderRecordHeader, rh)
+		r, err := layout.Record(subject, h, nil)
+		if err == nil && layout.Subject(r.Topic, r.Partition) != subject && !strings.Contains(subject, "_x") {
+			t.Fatalf("subject %q decoded to %s/%d", subject, r.Topic, r.Partition)
+		}
+	})
+}
