@@ -22,6 +22,7 @@ const maxHTTPBody = 4 << 20
 //	POST /v1/produce  ProduceRequest  -> ProduceResponse
 //	GET  /v1/topics                   -> ListTopicsResponse
 //	GET  /v1/topics/{name}            -> DescribeTopicResponse
+//	GET  /v1/groups/{name}            -> GroupOffsets
 //
 // Errors answer with the HTTP status of their gRPC code and
 // {"code": "...", "message": "..."}.
@@ -48,6 +49,10 @@ func HTTPHandler(g *Gateway) http.Handler {
 	})
 	mux.HandleFunc("GET /v1/topics/{name}", func(w http.ResponseWriter, r *http.Request) {
 		resp, err := s.DescribeTopic(r.Context(), &byzlogv1.DescribeTopicRequest{Name: r.PathValue("name")})
+		writeJSON(w, resp, err)
+	})
+	mux.HandleFunc("GET /v1/groups/{name}", func(w http.ResponseWriter, r *http.Request) {
+		resp, err := s.GetGroupOffsets(r.Context(), &byzlogv1.GroupRequest{Group: r.PathValue("name")})
 		writeJSON(w, resp, err)
 	})
 	return mux

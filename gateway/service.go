@@ -133,6 +133,32 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 	return &byzlogv1.AdminResponse{Height: h}, nil
 }
 
+// CommitOffsets forwards a consumer-signed offset commit and waits for its
+// commit.
+func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
+	tx, err := sign.OffsetsTx(req)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "encode offset commit: %v", err)
+	}
+	if res := core.ValidateTx(tx); !res.OK() {
+		return nil, rejected(res.Code, res.Log)
+	}
+	h, err := s.g.SubmitTx(ctx, tx)
+	if err != nil {
+		return nil, err
+	}
+	return &byzlogv1.CommitOffsetsResponse{Height: h}, nil
+}
+
+// GetGroupOffsets returns a consumer group's committed offsets.
+func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
+	var g byzlogv1.GroupOffsets
+	if err := s.g.Query(ctx, core.PathGroup, req, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
 // ListTopics lists the topics in committed state.
 func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
 	var list byzlogv1.TopicList
