@@ -16,7 +16,7 @@ NATSCLI_VERSION            := v0.5.0
 GRPCURL_VERSION            := v1.9.4
 export COMETBFT_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION NATS_SERVER_VERSION NATSCLI_VERSION GRPCURL_VERSION BIN
 
-COMMANDS := byzlog byzlog-app byzlog-gateway
+COMMANDS := byzlog byzlog-app byzlog-gateway byzlog-indexer
 MODULES := protos abciapp gateway indexer services
 LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m

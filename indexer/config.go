@@ -1,0 +1,96 @@
+package indexer
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is an indexer's settings. Default fills every field but the
+// chain's; Validate names the field that is wrong.
+type Config struct {
+	// Nodes are the CometBFT RPC addresses to follow; the light client uses
+	// the first reachable one as primary and every other as a witness, so
+	// at least two are needed.
+	Nodes []string
+	// ChainID is the chain to follow (from genesis).
+	ChainID string
+	// Trust is the root of trust: a header hash at a height, taken from
+	// genesis by TrustGenesis or configured by the operator.
+	Trust Trust
+	// TrustingPeriod bounds how old a trusted header may be (CometBFT's
+	// light client rule); past it the indexer needs a new root.
+	TrustingPeriod time.Duration
+	// ID names this indexer's cursor; two indexers with distinct ids may run
+	// side by side on the same NATS.
+	ID string
+	// StartHeight is the first height to publish when no cursor exists.
+	StartHeight int64
+	// Replicas is the JetStream replica count of the streams it creates.
+	Replicas int
+	// DuplicateWindow is the streams' de-duplication window: records
+	// published twice within it (a restart, a second indexer) are stored
+	// once. Older blocks are checked against the stream before publishing.
+	DuplicateWindow time.Duration
+	// MaxPending bounds records published and not yet acknowledged.
+	MaxPending int
+	// PollInterval is how often nodes are asked for new blocks.
+	PollInterval time.Duration
+	// CursorInterval is how often the cursor is saved.
+	CursorInterval time.Duration
+}
+
+// Default returns the defaults: 168 h trusting period, id "indexer",
+// start at height 1, 1 replica, 10 min duplicate window, 8192 pending
+// publishes, 100 ms polling, cursor saved every second.
+func Default() Config {
+	return Config{
+		TrustingPeriod:  168 * time.Hour,
+		ID:              "indexer",
+		StartHeight:     1,
+		Replicas:        1,
+		DuplicateWindow: 10 * time.Minute,
+		MaxPending:      8192,
+		PollInterval:    100 * time.Millisecond,
+		CursorInterval:  time.Second,
+	}
+}
+
+// Validate says which field is wrong and why.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Nodes) < 2:
+		return fmt.Errorf("nodes: %d given; the light client needs a primary and at least one witness", len(c.Nodes))
+	case c.ChainID == "":
+		return errors.New("chain_id is empty; take it from genesis")
+	case c.Trust.Height < 1 || len(c.Trust.Hash) != 32:
+		return fmt.Errorf("trust root: height %d, hash of %d bytes; want a height ≥ 1 and a 32-byte header hash", c.Trust.Height, len(c.Trust.Hash))
+	case c.TrustingPeriod < time.Minute:
+		return fmt.Errorf("trusting_period (%s) must be at least 1m", c.TrustingPeriod)
+	case !validID(c.ID):
+		return fmt.Errorf("id %q: use 1 to 64 of a-z, A-Z, 0-9, '-' and '_'", c.ID)
+	case c.StartHeight < 1:
+		return fmt.Errorf("start_height (%d) must be at least 1", c.StartHeight)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("replicas (%d) must be between 1 and 5 (JetStream's limit)", c.Replicas)
+	case c.DuplicateWindow < 10*time.Second:
+		return fmt.Errorf("duplicate_window (%s) must be at least 10s", c.DuplicateWindow)
+	case c.MaxPending < 1:
+		return errors.New("max_pending must be at least 1")
+	case c.PollInterval <= 0 || c.CursorInterval <= 0:
+		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
+	}
+	return nil
+}
+
+func validID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

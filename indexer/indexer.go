@@ -1,0 +1,185 @@
+package indexer
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Indexer follows committed blocks, verifies them and publishes their
+// records to JetStream, exactly once per record.
+type Indexer struct {
+	cfg   Config
+	log   zerolog.Logger
+	m     *Metrics
+	nc    *nats.Conn
+	v     *verifier
+	acked atomic.Int64 // last height fully acknowledged by JetStream
+	tip   atomic.Int64
+}
+
+// New checks cfg and prepares an indexer publishing through nc.
+func New(cfg Config, nc *nats.Conn, log zerolog.Logger) (*Indexer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	_, nodes, err := NewNodes(cfg.ChainID, cfg.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	m := newMetrics()
+	return &Indexer{cfg: cfg, log: log, m: m, nc: nc, v: newVerifier(cfg, nodes, m, log)}, nil
+}
+
+// Metrics returns the indexer's collectors.
+func (i *Indexer) Metrics() *Metrics { return i.m }
+
+// Progress is the last fully published height and the chain's height.
+func (i *Indexer) Progress() (published, chain int64) { return i.acked.Load(), i.tip.Load() }
+
+// Run indexes until ctx ends. Failures (a node, NATS, verification) are
+// logged and retried from the last acknowledged height; it returns only
+// when ctx is done, or at once when the cursor cannot be read at start.
+func (i *Indexer) Run(ctx context.Context) error {
+	pub, err := newPublisher(ctx, i.nc, i.cfg)
+	if err != nil {
+		return err
+	}
+	h, err := pub.cursor(ctx)
+	if err != nil {
+		return err
+	}
+	if h == 0 {
+		h = i.cfg.StartHeight - 1
+	}
+	i.acked.Store(h)
+	i.log.Info().Int64("cursor", h).Str("id", i.cfg.ID).Msg("indexer starting after its cursor")
+	backoff := 100 * time.Millisecond
+	for {
+		before := i.acked.Load()
+		err := i.follow(ctx, pub)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if i.acked.Load() > before {
+			backoff = 100 * time.Millisecond
+		}
+		i.log.Warn().Err(err).Int64("resume_after", i.acked.Load()).Dur("backoff", backoff).Msg("indexing interrupted; resuming from the last acknowledged height")
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// inflight is a published block whose acknowledgements are outstanding.
+type inflight struct {
+	height int64
+	futs   []jetstream.PubAckFuture
+}
+
+// follow publishes blocks from the last acknowledged height on, until an
+// error: heights are followed by number, so nothing is skipped.
+func (i *Indexer) follow(ctx context.Context, pub *publisher) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	pub.reset()
+	pipe := make(chan inflight, 64)
+	acks := make(chan struct{})
+	go func() {
+		defer close(acks)
+		i.acknowledge(ctx, cancel, pipe, pub)
+	}()
+	defer func() { close(pipe); <-acks }()
+	h := i.acked.Load() + 1
+	var tip int64
+	for {
+		if h >= tip {
+			// Block h needs header h+1.
+			t, err := i.v.tip(ctx)
+			if err != nil {
+				return err
+			}
+			tip = t
+			i.tip.Store(i.v.lastTip)
+			i.m.tip.Set(float64(i.v.lastTip))
+			i.m.lag.Set(float64(i.v.lastTip - i.acked.Load()))
+			if h >= tip {
+				select {
+				case <-time.After(i.cfg.PollInterval):
+					continue
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+			}
+		}
+		b, err := i.v.block(ctx, h)
+		if err != nil {
+			return err
+		}
+		futs, err := pub.publish(ctx, b, i.m)
+		if err != nil {
+			return err
+		}
+		select {
+		case pipe <- inflight{h, futs}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		i.m.blocks.Inc()
+		h++
+	}
+}
+
+// acknowledge waits for each block's acknowledgements in height order,
+// advances the acknowledged height and saves the cursor now and then. A
+// publish JetStream refuses cancels following, which resumes from there.
+func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFunc, pipe <-chan inflight, pub *publisher) {
+	saved := i.acked.Load()
+	last := time.Now()
+	save := func(ctx context.Context) {
+		h := i.acked.Load()
+		if h == saved {
+			return
+		}
+		if err := pub.saveCursor(ctx, h); err != nil {
+			i.log.Warn().Err(err).Int64("height", h).Msg("could not save the cursor; will try again")
+			return
+		}
+		saved, last = h, time.Now()
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer scancel()
+		save(sctx)
+	}()
+	for f := range pipe {
+		for _, fut := range f.futs {
+			select {
+			case <-fut.Ok():
+			case err := <-fut.Err():
+				i.m.publishErrors.Inc()
+				cancel(fmt.Errorf("JetStream did not store a message of height %d: %w", f.height, err))
+				for range pipe { // drain: follow stops sending once cancelled
+				}
+				return
+			case <-ctx.Done():
+				for range pipe {
+				}
+				return
+			}
+		}
+		i.acked.Store(f.height)
+		i.m.height.Set(float64(f.height))
+		if time.Since(last) >= i.cfg.CursorInterval {
+			save(ctx)
+		}
+	}
+}

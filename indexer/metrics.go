@@ -1,0 +1,41 @@
+package indexer
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the indexer's Prometheus collectors.
+type Metrics struct {
+	height         prometheus.Gauge
+	tip            prometheus.Gauge
+	lag            prometheus.Gauge
+	records        prometheus.Counter
+	skipped        prometheus.Counter
+	blocks         prometheus.Counter
+	verifyFailures *prometheus.CounterVec
+	publishErrors  prometheus.Counter
+}
+
+func newMetrics() *Metrics {
+	return &Metrics{
+		height: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_height",
+			Help: "Last height whose records and block message JetStream has acknowledged."}),
+		tip: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_chain_height",
+			Help: "Highest height a node reported."}),
+		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_lag_blocks",
+			Help: "Chain height minus the last fully published height."}),
+		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_records_published_total",
+			Help: "Records published to JetStream (a rate of it is records/s)."}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_records_skipped_total",
+			Help: "Records of replayed blocks not published because their stream already held them."}),
+		blocks: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_blocks_total",
+			Help: "Blocks verified and published."}),
+		verifyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "byzlog_indexer_verification_failures_total",
+			Help: "Data a node served that failed a check against verified headers, by check (header, block, results, records, digest)."}, []string{"check"}),
+		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_publish_errors_total",
+			Help: "Publishes JetStream did not acknowledge; the indexer resumes from its last acknowledged height."}),
+	}
+}
+
+// Collectors lists the collectors to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.height, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors}
+}

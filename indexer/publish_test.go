@@ -1,0 +1,241 @@
+package indexer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// startNATS runs a real nats-server with JetStream on a loopback port.
+func startNATS(t *testing.T) *nats.Conn {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// testBlock appends n records to t/0 and t/1 starting at offset first.
+func testBlock(h int64, first uint64, n int, when time.Time) *Block {
+	var a core.Appended
+	for p := uint32(0); p < 2; p++ {
+		part := core.AppendedPartition{Root: core.PartitionRoot{Topic: "t", Partition: p, FirstOffset: first, Count: uint32(n)}}
+		for i := 0; i < n; i++ {
+			part.Records = append(part.Records, &byzlogv1.StoredRecord{Topic: "t", Partition: p, Offset: first + uint64(i), Height: h,
+				Value: []byte(fmt.Sprintf("%d-%d", p, first+uint64(i))), ProducerKey: make([]byte, 32), TimestampUnixNano: when.UnixNano()})
+		}
+		a.Partitions = append(a.Partitions, part)
+	}
+	return &Block{Height: h, Time: when, Hash: make([]byte, 32), AppHash: make([]byte, 32), Appended: a}
+}
+
+func waitAll(t *testing.T, futs []jetstream.PubAckFuture) {
+	t.Helper()
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no publish ack")
+		}
+	}
+}
+
+func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), layout.StreamName(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(layout.Subject(topic, p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Subjects[layout.Subject(topic, p)]
+}
+
+// TestPublishExactlyOnce replays blocks the way a restarted or second
+// indexer does, fresh and older than the duplicate window, and checks each
+// record is stored once, in offset order.
+func TestPublishExactlyOnce(t *testing.T) {
+	nc := startNATS(t)
+	ctx := context.Background()
+	cfg := Default()
+	cfg.ChainID, cfg.DuplicateWindow = "c", 20*time.Second
+	m := newMetrics()
+	newPub := func() *publisher {
+		p, err := newPublisher(ctx, nc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	now := time.Now()
+	a := newPub()
+	for h := int64(1); h <= 3; h++ {
+		futs, err := a.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, futs)
+	}
+	if err := a.saveCursor(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	// A restart from cursor 2 replays block 3; a second indexer without a
+	// cursor replays everything, with blocks "older" than half the window
+	// (so JetStream's msg-id memory is not what saves it).
+	b := newPub()
+	if c, err := b.cursor(ctx); err != nil || c != 2 {
+		t.Fatalf("cursor = %d %v, want 2", c, err)
+	}
+	futs, err := b.publish(ctx, testBlock(3, 10, 5, now), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, futs)
+	cfg2 := cfg
+	cfg2.ID = "second"
+	c, err := newPublisher(ctx, nc, cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := now.Add(-time.Minute)
+	for h := int64(1); h <= 4; h++ {
+		futs, err := c.publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, futs)
+	}
+	js, _ := jetstream.New(nc)
+	for p := uint32(0); p < 2; p++ {
+		if n := subjectCount(t, js, "t", p); n != 20 {
+			t.Errorf("partition %d holds %d messages, want 20 (4 blocks of 5, once each)", p, n)
+		}
+	}
+	// In offset order, dense.
+	cons, err := js.OrderedConsumer(ctx, layout.StreamName("t"), jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.Subject("t", 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(20, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(0)
+	for msg := range batch.Messages() {
+		r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset != want || string(r.Value) != fmt.Sprintf("1-%d", want) {
+			t.Fatalf("message %d is offset %d %q", want, r.Offset, r.Value)
+		}
+		want++
+	}
+	if want != 20 {
+		t.Fatalf("read %d messages, want 20", want)
+	}
+	bs, err := js.Stream(ctx, layout.BlocksStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := bs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 4 {
+		t.Errorf("blocks stream holds %d messages, want 4", info.State.Msgs)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := Default()
+	good.Nodes, good.ChainID, good.Trust = []string{"a:1", "b:1"}, "c", Trust{Height: 1, Hash: make([]byte, 32)}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("good config: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		fn   func(*Config)
+		want string
+	}{
+		{"one node", func(c *Config) { c.Nodes = c.Nodes[:1] }, "witness"},
+		{"no chain", func(c *Config) { c.ChainID = "" }, "chain_id"},
+		{"no trust", func(c *Config) { c.Trust = Trust{} }, "trust root"},
+		{"bad id", func(c *Config) { c.ID = "a.b" }, "id"},
+		{"replicas", func(c *Config) { c.Replicas = 7 }, "replicas"},
+		{"window", func(c *Config) { c.DuplicateWindow = time.Second }, "duplicate_window"},
+		{"start", func(c *Config) { c.StartHeight = 0 }, "start_height"},
+	} {
+		c := good
+		tc.fn(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate() = %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+
+// TestPublishOldBlocksAskTheStream: an indexer replaying blocks another
+// indexer published longer ago than the duplicate window must learn from
+// the stream what is there, or JetStream would store them twice.
+func TestPublishOldBlocksAskTheStream(t *testing.T) {
+	nc := startNATS(t)
+	ctx := context.Background()
+	cfg := Default()
+	cfg.ChainID, cfg.DuplicateWindow = "c", time.Second
+	m := newMetrics()
+	a, err := newPublisher(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ID = "b"
+	b, err := newPublisher(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	pub := func(p *publisher, h int64, when time.Time) {
+		futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, when), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, futs)
+	}
+	pub(b, 1, now) // b knows t/0 and t/1 up to offset 5
+	pub(a, 2, now)
+	pub(a, 3, now)
+	time.Sleep(1500 * time.Millisecond) // past the duplicate window
+	pub(b, 2, now.Add(-time.Minute))
+	pub(b, 3, now.Add(-time.Minute))
+	js, _ := jetstream.New(nc)
+	for p := uint32(0); p < 2; p++ {
+		if n := subjectCount(t, js, "t", p); n != 15 {
+			t.Errorf("partition %d holds %d messages, want 15", p, n)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package indexer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	dbm "github.com/cometbft/cometbft-db"
+	"github.com/cometbft/cometbft/light"
+	"github.com/cometbft/cometbft/light/provider"
+	lighthttp "github.com/cometbft/cometbft/light/provider/http"
+	"github.com/cometbft/cometbft/light/store"
+	dbs "github.com/cometbft/cometbft/light/store/db"
+	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Block is one committed block, checked against headers the light client
+// verified, with the records it appended.
+type Block struct {
+	Height int64
+	Time   time.Time
+	Hash   []byte
+	// AppHash is the app hash after the block (from the next header).
+	AppHash  []byte
+	Appended core.Appended
+}
+
+// node is one CometBFT node: an RPC client for data and a light provider.
+type node struct {
+	addr string
+	rpc  *rpchttp.HTTP
+	prov provider.Provider
+}
+
+// NewNodes connects to CometBFT RPC addresses (host:port or a URL).
+func NewNodes(chainID string, addrs []string) ([]provider.Provider, []*node, error) {
+	var provs []provider.Provider
+	var nodes []*node
+	for _, a := range addrs {
+		u := a
+		if !strings.Contains(u, "://") {
+			u = "http://" + u
+		}
+		c, err := rpchttp.NewWithTimeout(u, "/websocket", 10)
+		if err != nil {
+			return nil, nil, fmt.Errorf("node %s: %w", a, err)
+		}
+		p := lighthttp.NewWithClient(chainID, c)
+		provs = append(provs, p)
+		nodes = append(nodes, &node{addr: a, rpc: c, prov: p})
+	}
+	return provs, nodes, nil
+}
+
+// verifier hands out verified blocks by height. It keeps a light client
+// (rebuilt from its store when the client gives up on its providers) and
+// fetches block data round-robin, skipping a node whose data does not match
+// the verified headers.
+type verifier struct {
+	cfg     Config
+	log     zerolog.Logger
+	m       *Metrics
+	nodes   []*node
+	store   store.Store
+	lc      *light.Client
+	next    int
+	lastTip int64
+}
+
+func newVerifier(cfg Config, nodes []*node, m *Metrics, log zerolog.Logger) *verifier {
+	return &verifier{cfg: cfg, log: log, m: m, nodes: nodes, store: dbs.New(dbm.NewMemDB(), cfg.ChainID)}
+}
+
+// client returns the light client, building it when there is none.
+func (v *verifier) client(ctx context.Context) (*light.Client, error) {
+	if v.lc != nil {
+		return v.lc, nil
+	}
+	// Every node serves as primary in turn; the others are witnesses.
+	var errs []error
+	for i := range v.nodes {
+		k := (v.next + i) % len(v.nodes)
+		var witnesses []provider.Provider
+		for j, n := range v.nodes {
+			if j != k {
+				witnesses = append(witnesses, n.prov)
+			}
+		}
+		lc, err := light.NewClient(ctx, v.cfg.ChainID,
+			light.TrustOptions{Period: v.cfg.TrustingPeriod, Height: v.cfg.Trust.Height, Hash: v.cfg.Trust.Hash},
+			v.nodes[k].prov, witnesses, v.store,
+			light.SequentialVerification(), light.PruningSize(1000), light.MaxRetryAttempts(2),
+			// A lagging witness costs 2×drift + lag of waiting: keep it short.
+			light.MaxClockDrift(5*time.Second), light.MaxBlockLag(2*time.Second))
+		if err == nil {
+			v.lc = lc
+			return lc, nil
+		}
+		errs = append(errs, fmt.Errorf("primary %s: %w", v.nodes[k].addr, err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("start the light client: %w", errors.Join(errs...))
+}
+
+// header verifies the header at h with the light client.
+func (v *verifier) header(ctx context.Context, h int64) (*cmttypes.LightBlock, error) {
+	lc, err := v.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lb, err := lc.VerifyLightBlockAtHeight(ctx, h, time.Now())
+	if err != nil {
+		v.m.verifyFailures.WithLabelValues("header").Inc()
+		// The client drops providers it has given up on; start afresh from
+		// the trusted store on the next call.
+		v.lc = nil
+		return nil, fmt.Errorf("verify header %d: %w", h, err)
+	}
+	return lb, nil
+}
+
+// tip is the highest height every healthy node has committed. The light
+// client compares each header with every witness, and a witness without
+// the height stalls it (CometBFT waits 2×clock drift + block lag for it),
+// so the indexer asks only for heights all of them have. A node more than
+// two blocks below the quorum's height (2f+1 nodes) is not waited for: it
+// is catching up or lying, and the light client drops it.
+func (v *verifier) tip(ctx context.Context) (int64, error) {
+	var heights []int64
+	for _, n := range v.nodes {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := n.rpc.Status(cctx)
+		cancel()
+		if err == nil {
+			heights = append(heights, st.SyncInfo.LatestBlockHeight)
+		}
+	}
+	if len(heights) == 0 {
+		return 0, fmt.Errorf("no CometBFT node of %d answered", len(v.nodes))
+	}
+	sort.Slice(heights, func(i, j int) bool { return heights[i] > heights[j] })
+	v.lastTip = heights[0]
+	quorum := heights[min(len(heights)-1, 2*len(v.nodes)/3)]
+	tip := quorum
+	for _, h := range heights {
+		if h >= quorum-2 {
+			tip = min(tip, h)
+		}
+	}
+	return tip, nil
+}
+
+// block returns block h verified. It needs header h+1, which carries the
+// app hash and results hash of block h.
+func (v *verifier) block(ctx context.Context, h int64) (*Block, error) {
+	lb, err := v.header(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	next, err := v.header(ctx, h+1)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for i := range v.nodes {
+		n := v.nodes[(v.next+i)%len(v.nodes)]
+		b, kind, err := v.fetch(ctx, n, lb, next)
+		if err == nil {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if kind != "" {
+			v.m.verifyFailures.WithLabelValues(kind).Inc()
+			v.log.Warn().Str("node", n.addr).Int64("height", h).Str("check", kind).Err(err).Msg("node served data that does not match the verified headers; asking another")
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+		v.next = (v.next + 1) % len(v.nodes)
+	}
+	return nil, fmt.Errorf("block %d: no node served data matching the verified headers: %w", h, errors.Join(errs...))
+}
+
+// fetch reads block h, its results and its digest from n and checks each
+// against the verified headers of h and h+1. kind names the failed check
+// when the node's data is wrong (empty when the node just did not answer).
+func (v *verifier) fetch(ctx context.Context, n *node, lb, next *cmttypes.LightBlock) (*Block, string, error) {
+	h := lb.Height
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rb, err := n.rpc.Block(cctx, &h)
+	if err != nil {
+		return nil, "", err
+	}
+	if rb.Block == nil {
+		return nil, "block", errors.New("empty block")
+	}
+	if err := rb.Block.ValidateBasic(); err != nil {
+		return nil, "block", fmt.Errorf("block %d: %w", h, err)
+	}
+	if got := rb.Block.Hash(); !bytes.Equal(got, lb.Hash()) {
+		return nil, "block", fmt.Errorf("block %d hashes to %X, the verified header to %X", h, got, lb.Hash())
+	}
+	rr, err := n.rpc.BlockResults(cctx, &h)
+	if err != nil {
+		return nil, "", err
+	}
+	if got := cmttypes.NewResults(rr.TxsResults).Hash(); !bytes.Equal(got, next.LastResultsHash) {
+		return nil, "results", fmt.Errorf("results of block %d hash to %X, the verified header %d says %X", h, got, h+1, next.LastResultsHash)
+	}
+	txs := make([][]byte, len(rb.Block.Txs))
+	for i, tx := range rb.Block.Txs {
+		txs[i] = tx
+	}
+	results := make([]core.TxResult, len(rr.TxsResults))
+	for i, r := range rr.TxsResults {
+		results[i] = core.TxResult{Code: r.Code, Data: r.Data}
+	}
+	app, err := core.BlockRecords(h, lb.Time.UnixNano(), txs, results)
+	if err != nil {
+		return nil, "records", err
+	}
+	req, _ := proto.Marshal(&byzlogv1.DigestRequest{Height: h})
+	q, err := n.rpc.ABCIQuery(cctx, core.PathDigest, req)
+	if err != nil {
+		return nil, "", err
+	}
+	if q.Response.Code != 0 {
+		return nil, "", fmt.Errorf("digest of %d: %s", h, q.Response.Log)
+	}
+	var d byzlogv1.BlockDigest
+	if err := proto.Unmarshal(q.Response.Value, &d); err != nil {
+		return nil, "digest", fmt.Errorf("digest of %d does not decode: %w", h, err)
+	}
+	if err := core.CheckDigest(app, &d, h, lb.AppHash, next.AppHash); err != nil {
+		return nil, "digest", err
+	}
+	return &Block{Height: h, Time: lb.Time, Hash: lb.Hash(), AppHash: next.AppHash, Appended: app}, "", nil
+}
