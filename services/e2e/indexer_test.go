@@ -1,0 +1,334 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// proc is a process a test started; it is stopped when the test ends.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+}
+
+// startProc runs bin/NAME with args, logging to a file in the test's
+// temporary directory, and waits until addr accepts connections.
+func startProc(t *testing.T, name, addr string, args ...string) *proc {
+	t.Helper()
+	logf, err := os.CreateTemp(t.TempDir(), name+"-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(binDir(t), name), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logf.Name(), done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
+	t.Cleanup(func() { p.stop(syscall.SIGTERM) })
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return p
+		}
+		select {
+		case <-p.done:
+			b, _ := os.ReadFile(p.log)
+			t.Fatalf("%s exited before listening on %s:\n%s", name, addr, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not listen on %s within 90 s", name, addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop signals the process and waits; SIGKILL after 10 s.
+func (p *proc) stop(sig syscall.Signal) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// startNATS runs bin/nats-server with JetStream on port, data in dir.
+func startNATS(t *testing.T, port int, dir string) string {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	startProc(t, "nats-server", addr, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", dir)
+	return "nats://" + addr
+}
+
+// startIndexer runs bin/byzlog-indexer with cursor id against every node
+// of n, publishing to natsURL; httpPort serves its metrics.
+func startIndexer(t *testing.T, n *localnet.Net, natsURL, id string, httpPort int) *proc {
+	t.Helper()
+	var rpcs []string
+	for i := 0; i < n.Config().Validators; i++ {
+		rpcs = append(rpcs, n.Config().RPCAddr(i))
+	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
+	return startProc(t, "byzlog-indexer", httpAddr, "--genesis", filepath.Join(n.Config().Dir, "node0", "config", "genesis.json"),
+		"--nodes", strings.Join(rpcs, ","), "--nats", natsURL, "--id", id, "--http-listen", httpAddr, "--log-format", "json")
+}
+
+// metric reads one Prometheus value from a /metrics page.
+func metric(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	out, err := exec.Command("curl", "-s", "http://"+addr+"/metrics").Output()
+	if err != nil {
+		t.Fatalf("GET %s/metrics: %v", addr, err)
+	}
+	var total float64
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
+			f, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			total += f
+		}
+	}
+	return total
+}
+
+// TestIndexerExactlyOnce produces 10,000 records through a gateway while
+// the indexer is killed with SIGKILL and restarted twice and a second
+// indexer joins; every acknowledged record must reach JetStream exactly
+// once, at its receipt's offset, in offset order, with the right headers,
+// and the stock nats CLI must read the same.
+func TestIndexerExactlyOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n, _ := startNet(ctx, t, 6000)
+	base := n.Config().BasePort
+	natsURL := startNATS(t, base+850, t.TempDir())
+	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := client.NewAdmin(gw.addr, adminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	const topic, partitions = "ix.events", 4
+	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
+		t.Fatal(err)
+	}
+	ixA := startIndexer(t, n, natsURL, "a", base+860)
+
+	const producers, perProducer = 4, 2500
+	type sent struct {
+		value string
+		key   []byte
+		prod  string // hex, as the Byzlog-Producer header has it
+		fut   *client.Future
+	}
+	var mu sync.Mutex
+	var all []sent
+	var wg sync.WaitGroup
+	for i := 0; i < producers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for j := 0; j < perProducer; j++ {
+				k := []byte(fmt.Sprintf("k%d", j%16))
+				v := fmt.Sprintf("p%d-%d", i, j)
+				f := p.Produce(ctx, &client.Record{Topic: topic, Key: k, Value: []byte(v)})
+				mu.Lock()
+				all = append(all, sent{v, k, hex.EncodeToString(p.PublicKey()), f})
+				mu.Unlock()
+				if j%100 == 99 {
+					time.Sleep(250 * time.Millisecond) // about 6 s of producing
+				}
+			}
+			cctx, ccancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer ccancel()
+			if err := p.Close(cctx); err != nil {
+				t.Errorf("producer %d close: %v", i, err)
+			}
+		}()
+	}
+	// The faults, while producing: kill -9 and restart; a second indexer.
+	time.Sleep(1500 * time.Millisecond)
+	ixA.stop(syscall.SIGKILL)
+	t.Log("killed indexer a with SIGKILL")
+	time.Sleep(time.Second)
+	ixA = startIndexer(t, n, natsURL, "a", base+860)
+	ixB := startIndexer(t, n, natsURL, "b", base+861)
+	t.Log("restarted indexer a; started indexer b beside it")
+	time.Sleep(1500 * time.Millisecond)
+	ixA.stop(syscall.SIGKILL)
+	t.Log("killed indexer a with SIGKILL again")
+	time.Sleep(500 * time.Millisecond)
+	ixA = startIndexer(t, n, natsURL, "a", base+860)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	type where struct {
+		partition uint32
+		offset    uint64
+	}
+	want := map[string]where{}
+	perPartition := make([]uint64, partitions)
+	byValue := map[string]sent{}
+	for _, s := range all {
+		r, err := s.fut.Wait(ctx)
+		if err != nil {
+			t.Fatalf("record %s: %v", s.value, err)
+		}
+		want[s.value] = where{r.Partition, r.Offset}
+		byValue[s.value] = s
+		perPartition[r.Partition]++
+	}
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the indexers to catch up, then give a replay time to show
+	// itself as a duplicate.
+	stream := layout.StreamName(topic)
+	count := func() uint64 {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return 0
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0
+		}
+		return info.State.Msgs
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for count() < uint64(len(want)) && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	if got := count(); got != uint64(len(want)) {
+		t.Fatalf("stream %s holds %d messages; %d records were acknowledged", stream, got, len(want))
+	}
+
+	// Per partition: dense offsets in stream order, each at its receipt,
+	// with the key and producer it was sent with.
+	for p := uint32(0); p < partitions; p++ {
+		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.Subject(topic, p)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var next uint64
+		for next < perPartition[p] {
+			batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := 0
+			for msg := range batch.Messages() {
+				got++
+				r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
+				if err != nil {
+					t.Fatal(err)
+				}
+				s, ok := byValue[string(r.Value)]
+				switch {
+				case r.Offset != next:
+					t.Fatalf("%s/%d: message %d has offset %d", topic, p, next, r.Offset)
+				case !ok || want[s.value] != (where{p, r.Offset}):
+					t.Fatalf("%s/%d@%d holds %q, acknowledged at %v", topic, p, r.Offset, r.Value, want[string(r.Value)])
+				case !bytes.Equal(r.Key, s.key) || hex.EncodeToString(r.ProducerKey) != s.prod:
+					t.Fatalf("%s/%d@%d: key %q producer %x, sent with key %q by %s", topic, p, r.Offset, r.Key, r.ProducerKey, s.key, s.prod)
+				case r.Height <= 0 || r.TimestampUnixNano <= 0:
+					t.Fatalf("%s/%d@%d: height %d timestamp %d", topic, p, r.Offset, r.Height, r.TimestampUnixNano)
+				}
+				next++
+			}
+			if got == 0 {
+				t.Fatalf("%s/%d: read %d of %d records", topic, p, next, perPartition[p])
+			}
+		}
+	}
+	t.Logf("JetStream holds the %d acknowledged records once each, at their receipts' offsets, in order (%d, %d, %d, %d per partition)",
+		len(want), perPartition[0], perPartition[1], perPartition[2], perPartition[3])
+
+	// The stock nats CLI reads the same partition the same way.
+	p := uint32(1)
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), "--server", natsURL, "sub", layout.Subject(topic, p),
+		"--stream", stream, "--all", "--count", strconv.FormatUint(perPartition[p], 10), "--raw").Output()
+	if err != nil {
+		t.Fatalf("nats sub: %v\n%s", err, out)
+	}
+	var lines []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if sc.Text() != "" {
+			lines = append(lines, sc.Text())
+		}
+	}
+	if uint64(len(lines)) < perPartition[p] {
+		t.Fatalf("nats sub printed %d records of %d", len(lines), perPartition[p])
+	}
+	for i, v := range lines[:perPartition[p]] {
+		if want[v] != (where{p, uint64(i)}) {
+			t.Fatalf("nats sub: record %d of %s is %q, acknowledged at %v", i, layout.Subject(topic, p), v, want[v])
+		}
+	}
+	t.Logf("nats sub read %s's %d records in offset order", layout.Subject(topic, p), perPartition[p])
+
+	for _, ix := range []struct {
+		name string
+		addr string
+	}{{"a", fmt.Sprintf("127.0.0.1:%d", base+860)}, {"b", fmt.Sprintf("127.0.0.1:%d", base+861)}} {
+		if f := metric(t, ix.addr, "byzlog_indexer_verification_failures_total"); f != 0 {
+			t.Errorf("indexer %s counted %v verification failures on an honest chain", ix.name, f)
+		}
+	}
+	ixB.stop(syscall.SIGTERM)
+}
