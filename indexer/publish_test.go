@@ -199,7 +199,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-
 // TestPublishOldBlocksAskTheStream: an indexer replaying blocks another
 // indexer published longer ago than the duplicate window must learn from
 // the stream what is there, or JetStream would store them twice.

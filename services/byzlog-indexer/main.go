@@ -125,7 +125,6 @@ func trustRoot(ctx context.Context, cfg *indexer.Config, fl flags) error {
 	return errors.New("no root of trust: give --genesis FILE, or --chain-id, --trust-height and --trust-hash")
 }
 
-
 func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flags) error {
 	log, err := logging.New(logCfg, os.Stderr, "byzlog-indexer")
 	if err != nil {
