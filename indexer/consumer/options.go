@@ -1,0 +1,195 @@
+package consumer
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Option configures a Consumer.
+type Option func(*options)
+
+type options struct {
+	gateway   string
+	gwClient  byzlogv1.GatewayClient
+	key       ed25519.PrivateKey
+	natsOpts  []nats.Option
+	commitTry int
+	retryWait time.Duration
+}
+
+func defaults() options {
+	return options{commitTry: 5, retryWait: 300 * time.Millisecond}
+}
+
+func (o options) validate() error {
+	return firstFailed("byzlog consumer", []check{
+		{o.gateway == "" || o.gwClient == nil, "WithGateway and WithGatewayClient: set one, not both"},
+		{o.key == nil || len(o.key) == ed25519.PrivateKeySize, fmt.Sprintf("WithKey: key is %d bytes, an ed25519 private key is %d", len(o.key), ed25519.PrivateKeySize)},
+	})
+}
+
+// WithGateway sets the byzlog gateway (host:port, plaintext gRPC) that
+// Commit, GroupOffsets and FromCommitted talk to. Default: none; reading
+// records needs only NATS.
+func WithGateway(addr string) Option { return func(o *options) { o.gateway = addr } }
+
+// WithGatewayClient is WithGateway for a client you dialled yourself (TLS,
+// interceptors). The Consumer does not close it.
+func WithGatewayClient(c byzlogv1.GatewayClient) Option { return func(o *options) { o.gwClient = c } }
+
+// WithKey sets the consumer's ed25519 key, which signs offset commits.
+// Default: none, and Commit fails. A group belongs to the key that first
+// committed for it: every member that commits must use the same key.
+func WithKey(k ed25519.PrivateKey) Option { return func(o *options) { o.key = k } }
+
+// WithNATSOptions passes options to nats.Connect (credentials, TLS, name).
+// Only Connect uses them; New takes a connection you made. Default: none.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(o *options) { o.natsOpts = append(o.natsOpts, opts...) }
+}
+
+// SubscribeOption configures one Subscription.
+type SubscribeOption func(*subOptions)
+
+type startKind int
+
+const (
+	startBeginning startKind = iota
+	startOffset
+	startTime
+	startCommitted
+)
+
+type subOptions struct {
+	partitions    []uint32
+	start         startKind
+	startOffset   uint64
+	startTime     time.Time
+	group         string
+	maxAckPending int
+	ackWait       time.Duration
+	buffer        int
+	startSet      int // how many start options were given
+}
+
+func subDefaults() subOptions {
+	return subOptions{maxAckPending: 1, ackWait: 30 * time.Second, buffer: 256}
+}
+
+// Bounds of the subscription options.
+const (
+	maxBuffer        = 10_000
+	maxMaxAckPending = 10_000
+	minAckWait       = time.Second
+	maxAckWait       = time.Hour
+)
+
+func (o subOptions) validate() error {
+	seen := map[uint32]bool{}
+	dup := false
+	for _, p := range o.partitions {
+		dup = dup || seen[p]
+		seen[p] = true
+	}
+	return firstFailed("byzlog subscribe", []check{
+		{o.startSet <= 1, "FromBeginning, FromOffset, FromTime and FromCommitted: choose one"},
+		{!dup, fmt.Sprintf("WithPartitions(%v): a partition is listed twice", o.partitions)},
+		{o.group == "" || (len(o.group) <= core.MaxGroupName && utf8.ValidString(o.group) && !containsNUL(o.group)),
+			fmt.Sprintf("WithGroup: a group name is 1 to %d bytes of UTF-8 without NUL", core.MaxGroupName)},
+		{o.start != startCommitted || o.group != "", "FromCommitted: needs WithGroup, whose committed offsets it reads"},
+		{o.buffer >= 1 && o.buffer <= maxBuffer, fmt.Sprintf("WithBuffer(%d): must be between 1 and %d", o.buffer, maxBuffer)},
+		{o.maxAckPending >= 1 && o.maxAckPending <= maxMaxAckPending, fmt.Sprintf("WithMaxAckPending(%d): must be between 1 and %d", o.maxAckPending, maxMaxAckPending)},
+		{o.ackWait >= minAckWait && o.ackWait <= maxAckWait, fmt.Sprintf("WithAckWait(%s): must be between %s and %s", o.ackWait, minAckWait, maxAckWait)},
+	})
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+type check struct {
+	ok  bool
+	msg string
+}
+
+// firstFailed checks every option from one table, naming the option.
+func firstFailed(who string, checks []check) error {
+	for _, c := range checks {
+		if !c.ok {
+			return fmt.Errorf("%s: %s", who, c.msg)
+		}
+	}
+	return nil
+}
+
+// WithPartitions reads only these partitions. Default: every partition of
+// the topic, including ones added later.
+func WithPartitions(ps ...uint32) SubscribeOption {
+	return func(o *subOptions) { o.partitions = append(o.partitions, ps...) }
+}
+
+// FromBeginning starts each partition at its first record still held
+// (retention may have removed older ones). The default.
+func FromBeginning() SubscribeOption {
+	return func(o *subOptions) { o.start = startBeginning; o.startSet++ }
+}
+
+// FromOffset starts each partition at its first record with an offset at or
+// past n. A partition that has not reached n yet starts when it does.
+func FromOffset(n uint64) SubscribeOption {
+	return func(o *subOptions) { o.start, o.startOffset = startOffset, n; o.startSet++ }
+}
+
+// FromTime starts each partition at its first record whose timestamp (the
+// committing block's time) is at or after t, as Kafka's offsetsForTimes.
+// A partition with no such record yet starts with its next one that is.
+func FromTime(t time.Time) SubscribeOption {
+	return func(o *subOptions) { o.start, o.startTime = startTime, t; o.startSet++ }
+}
+
+// FromCommitted starts each partition at the group's committed offset, read
+// on the chain through the gateway (WithGroup and WithGateway are needed);
+// a partition without one starts at the beginning.
+func FromCommitted() SubscribeOption {
+	return func(o *subOptions) { o.start = startCommitted; o.startSet++ }
+}
+
+// WithGroup makes the subscription a member of consumer group name: a
+// durable JetStream consumer shared by every member, so members split the
+// records and a restarted member resumes after the last record the group
+// acknowledged. The start option applies only when the group's JetStream
+// consumer is created, by its first member; after that the consumer's own
+// acknowledgements decide where reading resumes. Default: no group, an
+// ephemeral ordered consumer that reads every selected record in order.
+func WithGroup(name string) SubscribeOption { return func(o *subOptions) { o.group = name } }
+
+// WithMaxAckPending bounds the records a group has delivered and not yet
+// acknowledged (default 1, at most 10,000). With 1, records are handed out
+// one at a time in stream order, so each partition is processed in offset
+// order however many members there are, and a redelivery (a member died
+// holding a record) comes before anything later. Raise it for throughput:
+// members then work on records concurrently, so one partition's records are
+// no longer processed in order across members, and a redelivered record
+// arrives after later ones. Fixed when the group's consumer is created.
+func WithMaxAckPending(n int) SubscribeOption { return func(o *subOptions) { o.maxAckPending = n } }
+
+// WithAckWait is how long a group waits for a delivered record's ack before
+// giving it to a member again (default 30 s, 1 s to 1 h). Fixed when the
+// group's consumer is created.
+func WithAckWait(d time.Duration) SubscribeOption { return func(o *subOptions) { o.ackWait = d } }
+
+// WithBuffer bounds the records fetched ahead of Next (default 256, 1 to
+// 10,000): fetches are batched up to this size and paused while it is full.
+func WithBuffer(n int) SubscribeOption { return func(o *subOptions) { o.buffer = n } }

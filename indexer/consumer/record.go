@@ -1,0 +1,82 @@
+package consumer
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/indexer/layout"
+)
+
+// Record is one record of the log, as the indexer published it.
+type Record struct {
+	Topic     string
+	Partition uint32
+	Offset    uint64
+	// Height is the block that committed the record.
+	Height  int64
+	Key     []byte // nil when the record has none
+	Value   []byte
+	Headers []Header
+	// Timestamp is the log-append time: the committing block's time.
+	Timestamp time.Time
+	// CreateTime is the producer's create time, as it signed it.
+	CreateTime time.Time
+	// Producer is the key that signed the record's batch, and Sequence the
+	// batch's producer sequence.
+	Producer ed25519.PublicKey
+	Sequence uint64
+
+	msg   jetstream.Msg // group mode: the message to acknowledge
+	acked atomic.Bool
+}
+
+// Header is one application header of a record.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Ack tells the group this record is done, so no member gets it again. Next
+// and Close ack the record Next returned before, so call Ack only to finish
+// a record earlier (or from another goroutine). Outside a group it does
+// nothing. It does not wait for the server; Close flushes.
+func (r *Record) Ack() error {
+	if r.msg == nil || !r.acked.CompareAndSwap(false, true) {
+		return nil
+	}
+	if err := r.msg.Ack(); err != nil {
+		return fmt.Errorf("ack %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+	}
+	return nil
+}
+
+// decode turns a record message into a Record; an error names the message
+// and what is wrong with it, wrapped in ErrMalformed.
+func decode(stream string, m jetstream.Msg) (*Record, error) {
+	sr, err := layout.Record(m.Subject(), m.Headers(), m.Data())
+	if err != nil {
+		return nil, fmt.Errorf("%w: stream %s sequence %d: %v", ErrMalformed, stream, streamSeq(m), err)
+	}
+	r := &Record{
+		Topic: sr.Topic, Partition: sr.Partition, Offset: sr.Offset, Height: sr.Height,
+		Key: sr.Key, Value: sr.Value,
+		Timestamp: time.Unix(0, sr.TimestampUnixNano).UTC(), CreateTime: time.Unix(0, sr.CreateTimeUnixNano).UTC(),
+		Producer: ed25519.PublicKey(sr.ProducerKey), Sequence: sr.Sequence,
+	}
+	for _, h := range sr.Headers {
+		r.Headers = append(r.Headers, Header{Key: h.Key, Value: h.Value})
+	}
+	return r, nil
+}
+
+func streamSeq(m jetstream.Msg) uint64 {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.Sequence.Stream
+}

@@ -1,0 +1,192 @@
+package consumer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/indexer/layout"
+)
+
+// floor is where a subscription starts in each partition: at the first
+// record that is at or past it. A group stores its floor in its JetStream
+// consumer's metadata, so every member skips the same records.
+type floor struct {
+	// Offset applies to every partition not in Offsets.
+	Offset  uint64            `json:"offset,omitempty"`
+	Offsets map[uint32]uint64 `json:"offsets,omitempty"`
+	// TimeNano, when positive, also skips records with an earlier timestamp.
+	TimeNano int64 `json:"time_nano,omitempty"`
+}
+
+// floorMetadata is the consumer metadata key of a group's floor.
+const floorMetadata = "byzlog_floor"
+
+func (f floor) offset(p uint32) uint64 {
+	if o, ok := f.Offsets[p]; ok {
+		return o
+	}
+	return f.Offset
+}
+
+// admits says whether a record of partition p at offset with timestamp ts
+// is at or past the floor. Both offsets and timestamps grow within a
+// partition, so once one record of a partition is admitted all later ones are.
+func (f floor) admits(p uint32, offset uint64, tsNano int64) bool {
+	return offset >= f.offset(p) && tsNano >= f.TimeNano
+}
+
+func (f floor) encode() string {
+	b, _ := json.Marshal(f) // a struct of integers always encodes
+	return string(b)
+}
+
+// decodeFloor reads a floor from a consumer's metadata, which anyone with
+// access to the NATS account can write.
+func decodeFloor(s string) (floor, error) {
+	var f floor
+	if s == "" {
+		return f, nil
+	}
+	if err := json.Unmarshal([]byte(s), &f); err != nil {
+		return floor{}, fmt.Errorf("consumer metadata %s = %q is not a byzlog start position: %v", floorMetadata, s, err)
+	}
+	if f.TimeNano < 0 {
+		return floor{}, fmt.Errorf("consumer metadata %s = %q: time_nano is negative", floorMetadata, s)
+	}
+	return f, nil
+}
+
+// newFloor turns a start option into a floor; committed is the group's
+// committed offsets of this topic (FromCommitted only).
+func newFloor(o subOptions, committed map[uint32]uint64) floor {
+	switch o.start {
+	case startOffset:
+		return floor{Offset: o.startOffset}
+	case startTime:
+		if o.startTime.After(time.Unix(0, 0)) {
+			return floor{TimeNano: o.startTime.UnixNano()}
+		}
+	case startCommitted:
+		if len(committed) > 0 {
+			return floor{Offsets: committed}
+		}
+	}
+	return floor{}
+}
+
+// startSeq finds the stream sequence to start reading at: the smallest, over
+// the partitions with messages, of the sequence of the partition's first
+// message at or past the floor (by binary search over the stream); past the
+// stream's end when no partition has one yet. Zero means from the start.
+func startSeq(ctx context.Context, st jetstream.Stream, topic string, parts []uint32, f floor) (uint64, error) {
+	if f.Offset == 0 && len(f.Offsets) == 0 && f.TimeNano == 0 {
+		return 0, nil
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(layout.TopicSubjects(topic)))
+	if err != nil {
+		return 0, fmt.Errorf("read stream %s: %w", st.CachedInfo().Config.Name, err)
+	}
+	state := info.State
+	if state.Msgs == 0 {
+		return 0, nil
+	}
+	want := map[uint32]bool{}
+	for _, p := range parts {
+		want[p] = true
+	}
+	var subjects []string
+	for subj := range info.State.Subjects {
+		_, p, err := layout.ParseSubject(subj)
+		if err != nil || (len(parts) > 0 && !want[p]) {
+			continue
+		}
+		subjects = append(subjects, subj)
+	}
+	sort.Strings(subjects)
+	best := state.LastSeq + 1
+	for _, subj := range subjects {
+		_, p, _ := layout.ParseSubject(subj)
+		at := func(h nats.Header) (bool, error) {
+			off, err := strconv.ParseUint(h.Get(layout.HeaderOffset), 10, 64)
+			if err != nil {
+				return false, fmt.Errorf("header %s = %q: %v", layout.HeaderOffset, h.Get(layout.HeaderOffset), err)
+			}
+			ts := int64(0)
+			if f.TimeNano > 0 {
+				t, err := time.Parse(time.RFC3339Nano, h.Get(layout.HeaderTimestamp))
+				if err != nil {
+					return false, fmt.Errorf("header %s = %q: %v", layout.HeaderTimestamp, h.Get(layout.HeaderTimestamp), err)
+				}
+				ts = t.UnixNano()
+			}
+			return f.admits(p, off, ts), nil
+		}
+		seq, err := seek(ctx, st, subj, state.FirstSeq, state.LastSeq, at)
+		if err != nil {
+			return 0, err
+		}
+		best = min(best, seq)
+	}
+	return best, nil
+}
+
+// seek returns the stream sequence of the first message on subject, within
+// [first, last], for which at is true, or last+1 when there is none. at must
+// be monotonic along the subject's messages (false, then true). It costs
+// O(log(last-first)) message reads: a read at sequence s returns the first
+// message on subject at or after s.
+func seek(ctx context.Context, st jetstream.Stream, subject string, first, last uint64, at func(nats.Header) (bool, error)) (uint64, error) {
+	// next reads the first message on subject at or after seq; ok false
+	// when there is none.
+	next := func(seq uint64) (uint64, bool, bool, error) {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, false, false, nil
+		}
+		if err != nil {
+			return 0, false, false, fmt.Errorf("read the message on %s at or after sequence %d: %w", subject, seq, err)
+		}
+		yes, err := at(m.Header)
+		if err != nil {
+			return 0, false, false, fmt.Errorf("%w: stream sequence %d on %s: %v", ErrMalformed, m.Sequence, subject, err)
+		}
+		return m.Sequence, true, yes, nil
+	}
+	// Invariant: the answer's search position lies in (lo, hi]; pred(s) =
+	// "no message at or after s, or the next one is at" is false at lo
+	// (or lo is before first) and true at hi.
+	seq, ok, yes, err := next(first)
+	if err != nil || !ok {
+		return last + 1, err
+	}
+	if yes {
+		return seq, nil
+	}
+	lo, hi := seq, last+1 // pred(lo) false: the message at lo is not at
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		s, ok, yes, err := next(mid)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case !ok || yes:
+			hi = mid
+		default:
+			lo = s // every message before s is not at either
+		}
+	}
+	s, ok, _, err := next(hi)
+	if err != nil || !ok {
+		return last + 1, err
+	}
+	return s, nil
+}

@@ -1,0 +1,413 @@
+package consumer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/indexer/layout"
+)
+
+// Subscription reads one topic. Next is not safe for concurrent use; Close
+// and Commit may be called from another goroutine.
+type Subscription struct {
+	c      *Consumer
+	topic  string
+	group  string
+	stream string
+	floor  floor
+	cons   jetstream.Consumer
+	iter   jetstream.MessagesContext
+
+	closing context.Context // done once Close starts
+	stop    context.CancelFunc
+	closed  atomic.Bool
+
+	nextMu  sync.Mutex // held by Next, and by Close once Next has returned
+	last    *Record    // group mode: the record Next returned before, acked by the next call
+	pending *Record    // a record held back while Next reports the gap before it
+
+	mu        sync.Mutex
+	positions map[uint32]uint64 // per partition, last delivered offset + 1
+}
+
+// Subscribe starts reading topic. Without WithGroup it reads every selected
+// record once, in offset order per partition (an ephemeral ordered
+// consumer). With WithGroup it joins the group's durable consumer (see
+// WithGroup and WithMaxAckPending for how members share it). It fails with
+// ErrTopicNotIndexed when the topic has no stream yet.
+func (c *Consumer) Subscribe(ctx context.Context, topic string, opts ...SubscribeOption) (*Subscription, error) {
+	o := subDefaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.start == startCommitted && c.gw == nil {
+		return nil, errors.New("byzlog subscribe: FromCommitted needs WithGateway on the Consumer, to read the group's offsets")
+	}
+	name := layout.StreamName(topic)
+	st, err := c.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: topic %q has no JetStream stream %s; the indexer creates it when it publishes the topic's first record, so check that byzlog-indexer runs against this NATS and the topic has records", ErrTopicNotIndexed, topic, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s of topic %q: %w", name, topic, err)
+	}
+	parts := slices.Clone(o.partitions)
+	slices.Sort(parts)
+	filters := []string{layout.TopicSubjects(topic)}
+	if len(parts) > 0 {
+		filters = filters[:0]
+		for _, p := range parts {
+			filters = append(filters, layout.Subject(topic, p))
+		}
+	}
+	s := &Subscription{c: c, topic: topic, group: o.group, stream: name, positions: map[uint32]uint64{}}
+	s.closing, s.stop = context.WithCancel(context.Background())
+	if o.group == "" {
+		err = s.ordered(ctx, st, parts, filters, o)
+	} else {
+		err = s.join(ctx, st, parts, filters, o)
+	}
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	s.iter, err = s.cons.Messages(jetstream.PullMaxMessages(o.buffer))
+	if err != nil {
+		s.stop()
+		return nil, fmt.Errorf("start reading stream %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// ordered sets up an ephemeral ordered consumer at the start position.
+func (s *Subscription) ordered(ctx context.Context, st jetstream.Stream, parts []uint32, filters []string, o subOptions) error {
+	s.floor = newFloor(o, nil)
+	seq, err := startSeq(ctx, st, s.topic, parts, s.floor)
+	if err != nil {
+		return fmt.Errorf("find where to start in topic %q: %w", s.topic, err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if seq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
+	}
+	s.cons, err = st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("create an ordered consumer on stream %s: %w", s.stream, err)
+	}
+	return nil
+}
+
+// join looks up the group's durable consumer, or creates it at the start
+// position when this is the group's first member.
+func (s *Subscription) join(ctx context.Context, st jetstream.Stream, parts []uint32, filters []string, o subOptions) error {
+	name := GroupConsumerName(o.group)
+	for attempt := 0; ; attempt++ {
+		cons, err := st.Consumer(ctx, name)
+		if err == nil {
+			s.cons = cons
+			return s.adopt(cons.CachedInfo(), filters, o)
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return fmt.Errorf("look up group %q's consumer %s on stream %s: %w", o.group, name, s.stream, err)
+		}
+		if attempt > 0 {
+			return fmt.Errorf("group %q's consumer %s on stream %s vanished while joining it", o.group, name, s.stream)
+		}
+		var committed map[uint32]uint64
+		if o.start == startCommitted {
+			if committed, err = s.committed(ctx, o.group); err != nil {
+				return err
+			}
+		}
+		f := newFloor(o, committed)
+		seq, err := startSeq(ctx, st, s.topic, parts, f)
+		if err != nil {
+			return fmt.Errorf("find where group %q starts in topic %q: %w", o.group, s.topic, err)
+		}
+		cfg := jetstream.ConsumerConfig{
+			Durable:       name,
+			Description:   "byzlog consumer group " + o.group,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       o.ackWait,
+			MaxAckPending: o.maxAckPending,
+			Metadata:      map[string]string{"byzlog_group": o.group, floorMetadata: f.encode()},
+		}
+		if seq > 0 {
+			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
+		}
+		if len(filters) == 1 {
+			cfg.FilterSubject = filters[0]
+		} else {
+			cfg.FilterSubjects = filters
+		}
+		created, err := st.CreateConsumer(ctx, cfg)
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			continue // another member created it first: join that one
+		}
+		if err != nil {
+			return fmt.Errorf("create group %q's consumer %s on stream %s: %w", o.group, name, s.stream, err)
+		}
+		s.cons, s.floor = created, f
+		return nil
+	}
+}
+
+// adopt checks that an existing group consumer reads what this member asks
+// for, and takes its floor.
+func (s *Subscription) adopt(info *jetstream.ConsumerInfo, filters []string, o subOptions) error {
+	cfg := info.Config
+	have := cfg.FilterSubjects
+	if cfg.FilterSubject != "" {
+		have = []string{cfg.FilterSubject}
+	}
+	have = slices.Clone(have)
+	sort.Strings(have)
+	want := slices.Clone(filters)
+	sort.Strings(want)
+	switch {
+	case cfg.AckPolicy != jetstream.AckExplicitPolicy:
+		return fmt.Errorf("group %q: consumer %s on stream %s has ack policy %s, not explicit; it was not made by this SDK, delete it or choose another group", o.group, info.Name, s.stream, cfg.AckPolicy)
+	case !slices.Equal(have, want):
+		return fmt.Errorf("group %q reads subjects %v of stream %s, this member asks for %v: give every member the same WithPartitions, or delete the group's consumer %s to change them", o.group, have, s.stream, want, info.Name)
+	case cfg.MaxAckPending != o.maxAckPending || cfg.AckWait != o.ackWait:
+		return fmt.Errorf("group %q's consumer %s has max ack pending %d and ack wait %s, this member asks for %d and %s: give every member the same WithMaxAckPending and WithAckWait, or delete the consumer to change them",
+			o.group, info.Name, cfg.MaxAckPending, cfg.AckWait, o.maxAckPending, o.ackWait)
+	}
+	f, err := decodeFloor(cfg.Metadata[floorMetadata])
+	if err != nil {
+		return fmt.Errorf("group %q: %w", o.group, err)
+	}
+	s.floor = f
+	return nil
+}
+
+// committed reads the group's committed offsets of this topic.
+func (s *Subscription) committed(ctx context.Context, group string) (map[uint32]uint64, error) {
+	g, err := s.c.GroupOffsets(ctx, group)
+	if errors.Is(err, ErrNoGroup) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	m := map[uint32]uint64{}
+	for _, o := range g.Offsets {
+		if o.Topic == s.topic {
+			m[o.Partition] = o.Offset
+		}
+	}
+	return m, nil
+}
+
+// GroupConsumerName is the durable JetStream consumer of a consumer group
+// in each topic's stream: "g-" and the group with every byte outside
+// [A-Za-z0-9-] escaped ('_' as "__", others as '_' and two hex digits), or
+// "g-_h" and the hex of 20 bytes of its SHA-256 when that would pass 200
+// bytes. Distinct groups get distinct names, and every name is a valid
+// subject token, as JetStream requires.
+func GroupConsumerName(group string) string {
+	const hexdig = "0123456789abcdef"
+	b := []byte("g-")
+	for _, c := range []byte(group) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
+			b = append(b, c)
+		case c == '_':
+			b = append(b, '_', '_')
+		default:
+			b = append(b, '_', hexdig[c>>4], hexdig[c&15])
+		}
+	}
+	if len(b) > 200 {
+		sum := sha256.Sum256([]byte(group))
+		return "g-_h" + hex.EncodeToString(sum[:20])
+	}
+	return string(b)
+}
+
+// Next returns the next record, waiting for one until ctx is done. Records
+// of one partition come in offset order (in a group, see WithMaxAckPending).
+// In a group, calling Next acks the record it returned before.
+//
+// A message that is not a byzlog record is reported as ErrMalformed (naming
+// its subject, sequence and header) and skipped; outside a group, records
+// missing from a partition are reported as ErrGap before the record after
+// them; in both cases the next call carries on. After Close it returns
+// ErrClosed.
+func (s *Subscription) Next(ctx context.Context) (*Record, error) {
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	if s.last != nil {
+		if err := s.last.Ack(); err != nil {
+			return nil, err
+		}
+		s.last = nil
+	}
+	if r := s.pending; r != nil {
+		s.pending = nil
+		return s.deliver(r), nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
+	for {
+		m, err := s.iter.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if s.closed.Load() || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil, ErrClosed
+			}
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("read stream %s: %w", s.stream, err)
+		}
+		r, err := decode(s.stream, m)
+		if err == nil && r.Topic != s.topic {
+			err = fmt.Errorf("%w: stream %s sequence %d: subject %s belongs to topic %q, not %q", ErrMalformed, s.stream, streamSeq(m), m.Subject(), r.Topic, s.topic)
+		}
+		if err != nil {
+			if s.group != "" {
+				_ = m.Term() // not a record: no member should get it again
+			}
+			return nil, err
+		}
+		if !s.floor.admits(r.Partition, r.Offset, r.Timestamp.UnixNano()) {
+			if s.group != "" {
+				_ = m.Ack()
+			}
+			continue
+		}
+		if s.group != "" {
+			r.msg = m
+			s.last = r
+			return s.deliver(r), nil
+		}
+		s.mu.Lock()
+		next, seen := s.positions[r.Partition]
+		s.mu.Unlock()
+		switch {
+		case seen && r.Offset < next:
+			continue // published twice (after the stream's duplicate window)
+		case seen && r.Offset > next:
+			s.pending = r
+			return nil, fmt.Errorf("%w: %s/%d offsets %d to %d (the next delivered is %d): the stream's retention dropped them before they were read, or the indexer skipped them",
+				ErrGap, s.topic, r.Partition, next, r.Offset-1, r.Offset)
+		}
+		return s.deliver(r), nil
+	}
+}
+
+func (s *Subscription) deliver(r *Record) *Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Offset+1 > s.positions[r.Partition] {
+		s.positions[r.Partition] = r.Offset + 1
+	}
+	return r
+}
+
+// Positions is, per partition, the offset after the last record Next
+// returned: what Commit would commit.
+func (s *Subscription) Positions() []Offset {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Offset, 0, len(s.positions))
+	for p, o := range s.positions {
+		out = append(out, Offset{Topic: s.topic, Partition: p, Offset: o})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Partition < out[j].Partition })
+	return out
+}
+
+// Commit records the group's position in each partition this subscription
+// has read from (the offset after the last record Next returned, as Kafka
+// commits) on the chain, and returns the committing height; 0 when there was
+// nothing to move forward. Partitions where the chain already holds an
+// equal or later offset (another member committed further) are left alone.
+// It needs WithGroup, and WithGateway and WithKey on the Consumer.
+func (s *Subscription) Commit(ctx context.Context) (int64, error) {
+	if s.group == "" {
+		return 0, errors.New("byzlog consumer: Commit needs a subscription made WithGroup")
+	}
+	return s.c.commit(ctx, s.group, func(ctx context.Context) ([]Offset, bool, error) {
+		have, err := s.committed(ctx, s.group)
+		if err != nil {
+			return nil, false, err
+		}
+		var out []Offset
+		for _, o := range s.Positions() {
+			if c, ok := have[o.Partition]; !ok || o.Offset > c {
+				out = append(out, o)
+			}
+		}
+		return out, true, nil
+	})
+}
+
+// Close stops reading. In a group it acks the record Next returned last,
+// hands back the records fetched ahead and not yet returned (so other
+// members get them at once, not after the ack wait), and flushes the acks to
+// the server. It does not commit offsets on the chain: call Commit first.
+func (s *Subscription) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.stop() // a Next in progress returns ErrClosed
+	s.nextMu.Lock()
+	defer s.nextMu.Unlock()
+	if s.group == "" {
+		s.iter.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if info := s.cons.CachedInfo(); info != nil {
+			_ = s.c.js.DeleteConsumer(ctx, s.stream, info.Name) // else the server drops it after 5 minutes idle
+		}
+		return nil
+	}
+	var firstErr error
+	if s.last != nil {
+		firstErr = s.last.Ack()
+	}
+	// Take what was fetched ahead, and hand it back once this member's
+	// fetches are gone. Reading the consumer's info makes the server drop
+	// fetches nobody listens to any more; a nak while one is still listed
+	// sends the record to the back of the redelivery queue.
+	s.iter.Drain()
+	var ahead []jetstream.Msg
+	for {
+		m, err := s.iter.Next(jetstream.NextMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		ahead = append(ahead, m)
+	}
+	if len(ahead) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, _ = s.cons.Info(ctx)
+		cancel()
+	}
+	for _, m := range ahead {
+		_ = m.Nak()
+	}
+	if err := s.c.nc.FlushTimeout(5 * time.Second); err != nil && firstErr == nil {
+		firstErr = fmt.Errorf("flush acks of group %q to NATS: %w", s.group, err)
+	}
+	return firstErr
+}
