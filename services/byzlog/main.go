@@ -1,7 +1,7 @@
 // Command byzlog is byzlog's command-line tool: keys, topics, producing
-// through gateways, and local validator networks; consuming joins it with
-// the indexer. This package is wiring only: every
-// command calls a library that does the work.
+// through gateways, consuming from NATS JetStream, and local validator
+// networks. This package is wiring only: every command calls a library that
+// does the work.
 package main
 
 import (
@@ -34,7 +34,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLocalnetCommand(), newKeygenCommand(), newTopicCommand(), newProduceCommand())
+	root.AddCommand(newLocalnetCommand(), newKeygenCommand(), newTopicCommand(), newProduceCommand(), newConsumeCommand())
 	return root
 }
 

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/indexer/consumer"
+	"github.com/byzlog/byzlog/services/internal/keyfile"
+)
+
+const defaultNATS = "nats://127.0.0.1:4222"
+
+func newConsumeCommand() *cobra.Command {
+	var (
+		partitions    []uint
+		fromBeginning bool
+		offset        uint64
+		since         string
+		group         string
+		keyPath       string
+		commitEvery   int = 1000
+		count         int
+		asJSON        bool
+		natsURL       = defaultNATS
+		gateway       = defaultGateway
+		timeout       time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "consume TOPIC",
+		Short: "Print a topic's records, from NATS JetStream where the indexer publishes them",
+		Long: `Print TOPIC's records as byzlog-indexer published them to NATS JetStream.
+
+Output, one line per record on stdout:
+  PARTITION OFFSET KEY VALUE
+separated by single spaces. KEY is - for a record without a key. KEY and VALUE
+are printed as they are when they are UTF-8 without control characters and do
+not start with a double quote (KEY also without spaces, and not empty or -);
+otherwise as a quoted Go string ("a b", "\x00\n"), so a record is always one
+line and VALUE is the rest of it.
+
+With --json, one JSON object per line instead: topic, partition, offset,
+height, timestamp and create_time (RFC 3339), producer (hex), sequence, key,
+value, and headers [{key, value}]. A key or value that is valid UTF-8 is a
+JSON string under "key"/"value", any other is base64 under "key_base64"/
+"value_base64"; a record without a key has neither.
+
+Where it starts in each partition: --from-beginning (the default without
+--group), --offset N (the first record at or past offset N), --since T (the
+first record committed at or after T: RFC 3339, or a duration such as 10m
+meaning that long ago). With --group the default is the group's committed
+offsets, read through --gateway (a partition without one starts at the
+beginning); once the group's JetStream consumer exists, it resumes after the
+records the group acknowledged and the start flags no longer apply.
+
+With --group, several processes of the same group share the records. With
+--key-file too, the group's offsets (the offset after the last record printed,
+per partition) are committed on the chain, signed with that key, every
+--commit-every records and when it stops.
+
+It stops after --count records, after --timeout without a new record, or on
+Ctrl-C, and then exits 0, except: when --timeout stops it before --count
+records arrived, or when it skipped a malformed message or found records
+missing from a partition (reported on stderr as it goes), it exits 1. A
+summary goes to stderr.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			topic := args[0]
+			var sopts []consumer.SubscribeOption
+			for _, p := range partitions {
+				if p > 1<<32-1 {
+					return fmt.Errorf("--partition %d: too large", p)
+				}
+				sopts = append(sopts, consumer.WithPartitions(uint32(p)))
+			}
+			f := cmd.Flags()
+			switch {
+			case f.Changed("offset"):
+				sopts = append(sopts, consumer.FromOffset(offset))
+			case f.Changed("since"):
+				t, err := parseSince(since, time.Now())
+				if err != nil {
+					return err
+				}
+				sopts = append(sopts, consumer.FromTime(t))
+			case fromBeginning || group == "":
+				sopts = append(sopts, consumer.FromBeginning())
+			default:
+				sopts = append(sopts, consumer.FromCommitted())
+			}
+			if group != "" {
+				sopts = append(sopts, consumer.WithGroup(group))
+			}
+			if count < 0 || commitEvery < 0 || timeout < 0 {
+				return errors.New("--count, --commit-every and --timeout must not be negative")
+			}
+			if keyPath != "" && group == "" {
+				return errors.New("--key-file signs a group's offset commits: give --group too")
+			}
+			copts := []consumer.Option{consumer.WithGateway(gateway)}
+			if keyPath != "" {
+				k, err := keyfile.Read(keyPath)
+				if err != nil {
+					return fmt.Errorf("--key-file: %w", err)
+				}
+				copts = append(copts, consumer.WithKey(k))
+			}
+			c, err := consumer.Connect(natsURL, copts...)
+			if err != nil {
+				return fmt.Errorf("%w (--nats)", err)
+			}
+			defer c.Close()
+			ctx := cmd.Context()
+			sub, err := c.Subscribe(ctx, topic, sopts...)
+			if err != nil {
+				if group != "" && !f.Changed("offset") && !f.Changed("since") && !fromBeginning {
+					return fmt.Errorf("%w (the group's committed offsets are read through --gateway %s; pass --from-beginning, --offset or --since to start without them)", err, gateway)
+				}
+				return err
+			}
+			run := consumeRun{sub: sub, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), json: asJSON,
+				count: count, timeout: timeout, commit: keyPath != "", commitEvery: commitEvery}
+			runErr := run.loop(ctx)
+			// Stop and commit even when interrupted.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			var commitErr error
+			if run.commit {
+				commitErr = run.commitNow(ctx)
+			}
+			closeErr := sub.Close()
+			summary := fmt.Sprintf("consumed %d records from %s", run.n, topic)
+			if run.height > 0 {
+				summary += fmt.Sprintf(", offsets committed at height %d", run.height)
+			}
+			if run.skipped > 0 {
+				summary += fmt.Sprintf(", %d problems reported", run.skipped)
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), summary)
+			switch {
+			case runErr != nil:
+				return runErr
+			case commitErr != nil:
+				return commitErr
+			case closeErr != nil:
+				return closeErr
+			case run.skipped > 0:
+				return fmt.Errorf("%d malformed messages or gaps (see above)", run.skipped)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.UintSliceVar(&partitions, "partition", nil, "read only this partition; repeat or comma-separate for more (none: every partition)")
+	f.BoolVar(&fromBeginning, "from-beginning", false, "start at each partition's first record (default without --group)")
+	f.Uint64Var(&offset, "offset", 0, "start at the first record at or past this offset, in each partition")
+	f.StringVar(&since, "since", "", "start at the first record committed at or after this time: RFC 3339, or a duration ago (10m)")
+	f.StringVar(&group, "group", "", "consumer group: share the records with its other members and resume where it stopped")
+	f.StringVar(&keyPath, "key-file", "", "consumer key `FILE` (from byzlog keygen) that signs the group's offset commits (default: no commits)")
+	f.IntVar(&commitEvery, "commit-every", commitEvery, "with --key-file, commit every this many records (0: only when stopping)")
+	f.IntVar(&count, "count", 0, "stop after this many records (0: no limit)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object per record")
+	f.StringVar(&natsURL, "nats", natsURL, "NATS server URL")
+	f.StringVar(&gateway, "gateway", gateway, "gateway address (host:port), for committed offsets and commits")
+	f.DurationVar(&timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
+	cmd.MarkFlagsMutuallyExclusive("from-beginning", "offset", "since")
+	return cmd
+}
+
+// consumeRun is one consume command's loop and its counts.
+type consumeRun struct {
+	sub         *consumer.Subscription
+	out, errOut io.Writer
+	json        bool
+	count       int
+	timeout     time.Duration
+	commit      bool
+	commitEvery int
+
+	n       int   // records printed
+	skipped int   // malformed messages and gaps reported
+	height  int64 // of the last commit
+}
+
+// loop prints records until --count, --timeout or ctx says stop.
+func (r *consumeRun) loop(ctx context.Context) error {
+	for r.count == 0 || r.n < r.count {
+		nctx, cancel := ctx, context.CancelFunc(func() {})
+		if r.timeout > 0 {
+			nctx, cancel = context.WithTimeout(ctx, r.timeout)
+		}
+		rec, err := r.sub.Next(nctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil // interrupted
+		case errors.Is(err, context.DeadlineExceeded):
+			if r.count > 0 {
+				return fmt.Errorf("no record for %s (--timeout) after %d of %d records (--count)", r.timeout, r.n, r.count)
+			}
+			return nil
+		case errors.Is(err, consumer.ErrMalformed), errors.Is(err, consumer.ErrGap):
+			r.skipped++
+			fmt.Fprintln(r.errOut, "byzlog:", err)
+			continue
+		case err != nil:
+			return err
+		}
+		if err := r.print(rec); err != nil {
+			return fmt.Errorf("write record: %w", err)
+		}
+		r.n++
+		if r.commit && r.commitEvery > 0 && r.n%r.commitEvery == 0 {
+			if err := r.commitNow(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *consumeRun) commitNow(ctx context.Context) error {
+	h, err := r.sub.Commit(ctx)
+	if err != nil {
+		return err
+	}
+	if h > 0 {
+		r.height = h
+	}
+	return nil
+}
+
+func (r *consumeRun) print(rec *consumer.Record) error {
+	if !r.json {
+		key := "-"
+		if rec.Key != nil {
+			key = plain(rec.Key, false)
+		}
+		_, err := fmt.Fprintf(r.out, "%d %d %s %s\n", rec.Partition, rec.Offset, key, plain(rec.Value, true))
+		return err
+	}
+	j := jsonRecord{
+		Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Height: rec.Height,
+		Timestamp: rec.Timestamp.Format(time.RFC3339Nano), CreateTime: rec.CreateTime.Format(time.RFC3339Nano),
+		Producer: hex.EncodeToString(rec.Producer), Sequence: rec.Sequence, Headers: []jsonHeader{},
+	}
+	j.Key, j.KeyBase64 = jsonBytes(rec.Key)
+	j.Value, j.ValueBase64 = jsonBytes(rec.Value)
+	if j.Value == nil && j.ValueBase64 == nil {
+		j.Value = new(string) // an empty value
+	}
+	for _, h := range rec.Headers {
+		jh := jsonHeader{Key: h.Key}
+		jh.Value, jh.ValueBase64 = jsonBytes(h.Value)
+		j.Headers = append(j.Headers, jh)
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	_, err = r.out.Write(append(b, '\n'))
+	return err
+}
+
+type jsonRecord struct {
+	Topic       string       `json:"topic"`
+	Partition   uint32       `json:"partition"`
+	Offset      uint64       `json:"offset"`
+	Height      int64        `json:"height"`
+	Timestamp   string       `json:"timestamp"`
+	CreateTime  string       `json:"create_time"`
+	Producer    string       `json:"producer"`
+	Sequence    uint64       `json:"sequence"`
+	Key         *string      `json:"key,omitempty"`
+	KeyBase64   *string      `json:"key_base64,omitempty"`
+	Value       *string      `json:"value,omitempty"`
+	ValueBase64 *string      `json:"value_base64,omitempty"`
+	Headers     []jsonHeader `json:"headers"`
+}
+
+type jsonHeader struct {
+	Key         string  `json:"key"`
+	Value       *string `json:"value,omitempty"`
+	ValueBase64 *string `json:"value_base64,omitempty"`
+}
+
+// jsonBytes is b as a JSON string when it is valid UTF-8, else as base64;
+// both nil for nil b.
+func jsonBytes(b []byte) (text, b64 *string) {
+	if b == nil {
+		return nil, nil
+	}
+	s := string(b)
+	if utf8.ValidString(s) {
+		return &s, nil
+	}
+	e := base64.StdEncoding.EncodeToString(b)
+	return nil, &e
+}
+
+// plain is b as it is when it is UTF-8 without control characters (and,
+// unless spaceOK, without spaces, a leading quote or being "-" or empty),
+// else quoted as a Go string.
+func plain(b []byte, spaceOK bool) string {
+	s := string(b)
+	ok := utf8.ValidString(s) && !strings.HasPrefix(s, `"`) && (spaceOK || (s != "" && s != "-"))
+	for _, c := range s {
+		if !ok {
+			break
+		}
+		ok = !unicode.IsControl(c) && (spaceOK || !unicode.IsSpace(c))
+	}
+	if ok {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// parseSince reads --since: an RFC 3339 time, or a duration before now.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (10m)", s)
+	}
+	return now.Add(-d), nil
+}
