@@ -12,6 +12,7 @@ type Metrics struct {
 	blocks         prometheus.Counter
 	verifyFailures *prometheus.CounterVec
 	publishErrors  prometheus.Counter
+	lightErrors    prometheus.Counter
 }
 
 func newMetrics() *Metrics {
@@ -32,10 +33,12 @@ func newMetrics() *Metrics {
 			Help: "Data a node served that failed a check against verified headers, by check (header, block, results, records, digest)."}, []string{"check"}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_publish_errors_total",
 			Help: "Publishes JetStream did not acknowledge; the indexer resumes from its last acknowledged height."}),
+		lightErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_light_client_errors_total",
+			Help: "Errors the light client reported: a primary that sent an invalid header and was replaced, a witness that disagreed or failed."}),
 	}
 }
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.height, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors}
+	return []prometheus.Collector{m.height, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.lightErrors}
 }

@@ -101,7 +101,8 @@ func (v *verifier) client(ctx context.Context) (*light.Client, error) {
 			v.nodes[k].prov, witnesses, v.store,
 			light.SequentialVerification(), light.PruningSize(1000), light.MaxRetryAttempts(2),
 			// A lagging witness costs 2×drift + lag of waiting: keep it short.
-			light.MaxClockDrift(5*time.Second), light.MaxBlockLag(2*time.Second))
+			light.MaxClockDrift(5*time.Second), light.MaxBlockLag(2*time.Second),
+			light.Logger(lightLogger{log: v.log, errors: v.m.lightErrors}))
 		if err == nil {
 			v.lc = lc
 			return lc, nil
@@ -110,6 +111,8 @@ func (v *verifier) client(ctx context.Context) (*light.Client, error) {
 		if ctx.Err() != nil {
 			break
 		}
+		v.m.lightErrors.Inc()
+		v.log.Warn().Str("node", v.nodes[k].addr).Err(err).Msg("light client could not start with this node as primary; trying the next")
 	}
 	return nil, fmt.Errorf("start the light client: %w", errors.Join(errs...))
 }
@@ -178,6 +181,7 @@ func (v *verifier) block(ctx context.Context, h int64) (*Block, error) {
 		n := v.nodes[(v.next+i)%len(v.nodes)]
 		b, kind, err := v.fetch(ctx, n, lb, next)
 		if err == nil {
+			v.next = (v.next + i + 1) % len(v.nodes) // round-robin
 			return b, nil
 		}
 		if ctx.Err() != nil {
@@ -188,7 +192,6 @@ func (v *verifier) block(ctx context.Context, h int64) (*Block, error) {
 			v.log.Warn().Str("node", n.addr).Int64("height", h).Str("check", kind).Err(err).Msg("node served data that does not match the verified headers; asking another")
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
-		v.next = (v.next + 1) % len(v.nodes)
 	}
 	return nil, fmt.Errorf("block %d: no node served data matching the verified headers: %w", h, errors.Join(errs...))
 }

@@ -1,0 +1,53 @@
+package indexer
+
+import (
+	"fmt"
+	"strings"
+
+	cmtlog "github.com/cometbft/cometbft/libs/log"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// lightLogger hands the light client's log to zerolog: its errors and the
+// providers it drops (a primary that sent an invalid header and was
+// replaced, a witness that disagreed or failed) are warnings worth seeing
+// and are counted; the rest is debug.
+type lightLogger struct {
+	log    zerolog.Logger
+	errors prometheus.Counter
+	kv     []any
+}
+
+var _ cmtlog.Logger = lightLogger{}
+
+func (l lightLogger) Debug(msg string, kv ...any) { l.event(l.log.Debug(), msg, kv) }
+func (l lightLogger) Warn(msg string, kv ...any)  { l.event(l.log.Warn(), msg, kv) }
+
+// Info carries a provider failing or being dropped ("error from light block
+// request from primary, removing...", "error in light block request to
+// witness"): a node misbehaving or down.
+func (l lightLogger) Info(msg string, kv ...any) {
+	if strings.Contains(msg, "error") || strings.Contains(msg, "replacing") || strings.Contains(msg, "removing") || strings.Contains(msg, "different") {
+		l.Error(msg, kv...)
+		return
+	}
+	l.event(l.log.Debug(), msg, kv)
+}
+
+func (l lightLogger) Error(msg string, kv ...any) {
+	l.errors.Inc()
+	l.event(l.log.Warn(), msg, kv)
+}
+
+func (l lightLogger) With(kv ...any) cmtlog.Logger {
+	return lightLogger{log: l.log, errors: l.errors, kv: append(append([]any(nil), l.kv...), kv...)}
+}
+
+func (l lightLogger) event(e *zerolog.Event, msg string, kv []any) {
+	all := append(append([]any(nil), l.kv...), kv...)
+	for i := 0; i+1 < len(all); i += 2 {
+		e = e.Str(fmt.Sprint(all[i]), fmt.Sprint(all[i+1]))
+	}
+	e.Str("component", "light").Msg(msg)
+}

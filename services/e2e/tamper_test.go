@@ -1,0 +1,301 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// tamperProxy sits in front of one CometBFT node's RPC and, per mode,
+// lies: "tx" flips a byte of a block's first transaction, "results" one of
+// a block's first result data, "header" forges the app hash of the signed
+// header the light client fetches, "withhold" never answers for a block.
+type tamperProxy struct {
+	target string
+	mode   atomic.Value // string
+	mu     sync.Mutex
+	hits   map[string]int
+}
+
+func (p *tamperProxy) setMode(m string) { p.mode.Store(m) }
+
+func (p *tamperProxy) hit(m string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hits[m]++
+}
+
+func (p *tamperProxy) count(m string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits[m]
+}
+
+func startTamperProxy(t *testing.T, listen, target string) *tamperProxy {
+	t.Helper()
+	p := &tamperProxy{target: target, hits: map[string]int{}}
+	p.setMode("")
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return p
+}
+
+func (p *tamperProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Method string `json:"method"`
+	}
+	_ = json.Unmarshal(body, &req)
+	mode := p.mode.Load().(string)
+	if mode == "withhold" && req.Method == "block" {
+		p.hit(mode)
+		select { // longer than the indexer's 10 s request timeout, bounded
+		case <-time.After(12 * time.Second):
+		case <-r.Context().Done():
+		}
+		http.Error(w, "withheld", http.StatusServiceUnavailable)
+		return
+	}
+	resp, err := http.Post(p.target+r.URL.Path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var msg map[string]any
+	if json.Unmarshal(out, &msg) == nil {
+		if res, ok := msg["result"].(map[string]any); ok && p.tamper(mode, req.Method, res) {
+			p.hit(mode)
+			out, _ = json.Marshal(msg)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// tamper alters res in place per mode and says whether it did.
+func (p *tamperProxy) tamper(mode, method string, res map[string]any) bool {
+	path := func(keys ...string) map[string]any {
+		m := res
+		for _, k := range keys {
+			next, ok := m[k].(map[string]any)
+			if !ok {
+				return nil
+			}
+			m = next
+		}
+		return m
+	}
+	flip := func(b64 string) string {
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(b) == 0 {
+			return b64
+		}
+		b[len(b)-1] ^= 0x01
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	switch {
+	case mode == "tx" && method == "block":
+		data := path("block", "data")
+		if txs, ok := data["txs"].([]any); ok && len(txs) > 0 {
+			txs[0] = flip(txs[0].(string))
+			return true
+		}
+	case mode == "results" && method == "block_results":
+		if rs, ok := res["txs_results"].([]any); ok && len(rs) > 0 {
+			if r, ok := rs[0].(map[string]any); ok {
+				if d, ok := r["data"].(string); ok && d != "" {
+					r["data"] = flip(d)
+					return true
+				}
+			}
+		}
+	case mode == "header" && method == "commit":
+		if h := path("signed_header", "header"); h != nil {
+			if ah, ok := h["app_hash"].(string); ok && len(ah) > 0 {
+				c := byte('0')
+				if ah[0] == '0' {
+					c = '1'
+				}
+				h["app_hash"] = string(c) + ah[1:]
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestIndexerRefusesTamperedData puts a lying proxy in front of the node
+// the indexer lists first (its light client primary): it forges headers,
+// alters transactions and results, and withholds blocks, one after another
+// while records are produced. The indexer must notice each lie (metrics),
+// get the data from another node, and publish every record once and
+// unaltered.
+func TestIndexerRefusesTamperedData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n, _ := startNet(ctx, t, 7000)
+	base := n.Config().BasePort
+	natsURL := startNATS(t, base+850, t.TempDir())
+	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
+	proxyAddr := fmt.Sprintf("127.0.0.1:%d", base+870)
+	proxy := startTamperProxy(t, proxyAddr, n.Config().RPCAddr(0))
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := client.NewAdmin(gw.addr, adminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	const topic = "tamper"
+	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", base+860)
+	var rpcs []string
+	for i := 1; i < n.Config().Validators; i++ {
+		rpcs = append(rpcs, n.Config().RPCAddr(i))
+	}
+	ix := startProc(t, "byzlog-indexer", httpAddr, "--genesis", n.Config().Dir+"/node0/config/genesis.json",
+		"--nodes", proxyAddr+","+strings.Join(rpcs, ","), "--nats", natsURL, "--http-listen", httpAddr, "--log-format", "json")
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+
+	type where struct {
+		partition uint32
+		offset    uint64
+	}
+	acked := map[string]where{}
+	stored := func() uint64 {
+		st, err := js.Stream(ctx, layout.StreamName(topic))
+		if err != nil {
+			return 0
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0
+		}
+		return info.State.Msgs
+	}
+	for _, phase := range []struct {
+		mode, metric string
+	}{
+		{"header", "byzlog_indexer_light_client_errors_total"},
+		{"tx", `byzlog_indexer_verification_failures_total{check="block"}`},
+		{"results", `byzlog_indexer_verification_failures_total{check="results"}`},
+		{"withhold", ""},
+	} {
+		before := 0.0
+		if phase.metric != "" {
+			before = metric(t, httpAddr, phase.metric)
+		}
+		proxy.setMode(phase.mode)
+		// Records over several blocks, so the proxy serves some of them.
+		var futs []*client.Future
+		var values []string
+		for j := 0; j < 300; j++ {
+			v := fmt.Sprintf("%s-%d", phase.mode, j)
+			futs = append(futs, p.Produce(ctx, &client.Record{Topic: topic, Key: []byte(v), Value: []byte(v)}))
+			values = append(values, v)
+			if j%50 == 49 {
+				time.Sleep(400 * time.Millisecond)
+			}
+		}
+		for i, f := range futs {
+			r, err := f.Wait(ctx)
+			if err != nil {
+				t.Fatalf("%s: %v", values[i], err)
+			}
+			acked[values[i]] = where{r.Partition, r.Offset}
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		for stored() < uint64(len(acked)) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if got := stored(); got != uint64(len(acked)) {
+			t.Fatalf("%s phase: JetStream holds %d records, %d were acknowledged", phase.mode, got, len(acked))
+		}
+		if proxy.count(phase.mode) == 0 {
+			t.Fatalf("%s phase: the proxy never got to lie; the test did not test", phase.mode)
+		}
+		if phase.metric != "" {
+			if after := metric(t, httpAddr, phase.metric); after <= before {
+				b, _ := os.ReadFile(ix.log)
+				t.Logf("indexer log:\n%s", b)
+				t.Errorf("%s phase: the proxy lied %d times, %s stayed at %v", phase.mode, proxy.count(phase.mode), phase.metric, after)
+			}
+		}
+		t.Logf("%s phase: the proxy lied %d times; all %d records published", phase.mode, proxy.count(phase.mode), len(acked))
+	}
+	proxy.setMode("")
+
+	// Nothing altered reached NATS: every message is an acknowledged value
+	// at its receipt's offset.
+	cons, err := js.OrderedConsumer(ctx, layout.StreamName(topic), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for seen < len(acked) {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for msg := range batch.Messages() {
+			got++
+			r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if acked[string(r.Value)] != (where{r.Partition, r.Offset}) || string(r.Key) != string(r.Value) {
+				t.Fatalf("JetStream holds %q (key %q) at %d@%d; acknowledged at %v", r.Value, r.Key, r.Partition, r.Offset, acked[string(r.Value)])
+			}
+			seen++
+		}
+		if got == 0 {
+			t.Fatalf("read %d of %d records", seen, len(acked))
+		}
+	}
+}
