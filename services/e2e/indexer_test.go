@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -23,6 +24,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/indexer/layout"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -321,6 +323,96 @@ func TestIndexerExactlyOnce(t *testing.T) {
 		}
 	}
 	t.Logf("nats sub read %s's %d records in offset order", layout.Subject(topic, p), perPartition[p])
+
+	// The consumer SDK, from the beginning: every record once, each
+	// partition in offset order, at its receipt, with its key and producer.
+	_, sdkKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := consumer.Connect(natsURL, consumer.WithGateway(gw.addr), consumer.WithKey(sdkKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	sub, err := cons.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextOffset := make([]uint64, partitions)
+	for i := 0; i < len(want); i++ {
+		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+		r, err := sub.Next(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("consumer SDK: record %d of %d: %v", i, len(want), err)
+		}
+		s := byValue[string(r.Value)]
+		switch {
+		case r.Offset != nextOffset[r.Partition]:
+			t.Fatalf("consumer SDK: %s/%d gave offset %d, want %d", topic, r.Partition, r.Offset, nextOffset[r.Partition])
+		case want[string(r.Value)] != (where{r.Partition, r.Offset}):
+			t.Fatalf("consumer SDK: %q at %d@%d, acknowledged at %v", r.Value, r.Partition, r.Offset, want[string(r.Value)])
+		case !bytes.Equal(r.Key, s.key) || hex.EncodeToString(r.Producer) != s.prod || r.Timestamp.IsZero():
+			t.Fatalf("consumer SDK: %q has key %q producer %x time %v; sent with key %q by %s", r.Value, r.Key, r.Producer, r.Timestamp, s.key, s.prod)
+		}
+		nextOffset[r.Partition]++
+	}
+	rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+	if r, err := sub.Next(rctx); err == nil {
+		t.Fatalf("consumer SDK: a record past the %d acknowledged: %s/%d@%d %q", len(want), r.Topic, r.Partition, r.Offset, r.Value)
+	}
+	rcancel()
+	sub.Close()
+	t.Logf("consumer SDK read the %d records once each, in offset order per partition", len(want))
+
+	// A group reads some records and commits its offsets on the chain
+	// through the gateway; the chain then reports them.
+	gsub, err := cons.Subscribe(ctx, topic, consumer.WithGroup("audit"), consumer.WithPartitions(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		if _, err := gsub.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := gsub.Commit(ctx); err != nil {
+		t.Fatalf("group commit through the gateway: %v", err)
+	}
+	gsub.Close()
+	offs, err := cons.GroupOffsets(ctx, "audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got uint64
+	for _, o := range offs.Offsets {
+		if o.Topic == topic && o.Partition == 0 {
+			got = o.Offset
+		}
+	}
+	if got != 50 {
+		t.Fatalf("group audit's committed offset of %s/0 is %d, want 50 (after the 50 records read): %+v", topic, got, offs)
+	}
+
+	// byzlog consume prints a partition the same way.
+	q := uint32(2)
+	out, err = exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "consume", topic, "--partition", "2",
+		"--count", strconv.FormatUint(perPartition[q], 10), "--nats", natsURL, "--timeout", "30s").Output()
+	if err != nil {
+		t.Fatalf("byzlog consume: %v\n%s", err, out)
+	}
+	cl := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if uint64(len(cl)) != perPartition[q] {
+		t.Fatalf("byzlog consume printed %d lines, want %d", len(cl), perPartition[q])
+	}
+	for i, line := range cl {
+		f := strings.SplitN(line, " ", 4)
+		if len(f) != 4 || f[0] != "2" || f[1] != strconv.Itoa(i) || want[f[3]] != (where{q, uint64(i)}) || f[2] != string(byValue[f[3]].key) {
+			t.Fatalf("byzlog consume line %d: %q", i, line)
+		}
+	}
+	t.Logf("byzlog consume printed %s/2's %d records in order", topic, perPartition[q])
 
 	for _, ix := range []struct {
 		name string
