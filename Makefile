@@ -81,6 +81,10 @@ bench: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/reco
 bench-gateway: build ## via-gateway records/s and receipt latency vs one-record txs, and a linger/bundle-size sweep (BYZLOG_BENCH_SECONDS, default 20)
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchGateway github.com/byzlog/byzlog/services/e2e
 
+.PHONY: bench-indexer
+bench-indexer: build ## commit→subscriber latency and the indexer's catch-up publish rate (BYZLOG_BENCH_SECONDS, default 20)
+	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchIndexer github.com/byzlog/byzlog/services/e2e
+
 .PHONY: test
 test: deps build lint verify-proto unit e2e ## everything CI runs
 

@@ -18,7 +18,12 @@ import (
 	"time"
 
 	"github.com/byzlog/byzlog/abciapp/sign"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/consumer"
+	"github.com/byzlog/byzlog/indexer/layout"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
@@ -245,4 +250,148 @@ func TestBenchGatewaySweep(t *testing.T) {
 			t.Logf("%-45s %.2fx the defaults", strings.Join(settings[k], " "), r.rate()/base)
 		}
 	}
+}
+
+// TestBenchIndexer measures, on a 4-validator localnet with one gateway,
+// a nats-server and the indexer: commit-to-subscriber latency of 100 B
+// records read with the consumer SDK while producing (from the block time,
+// and from the producer's commit receipt), and the indexer's publish
+// throughput when it catches up a backlog (records/s verified and stored
+// in JetStream). It prints figures and asserts nothing about speed.
+func TestBenchIndexer(t *testing.T) {
+	d := benchDuration(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*d+5*time.Minute)
+	defer cancel()
+	n, _ := startNet(ctx, t, 5000)
+	base := n.Config().BasePort
+	natsURL := startNATS(t, base+850, t.TempDir())
+	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := client.NewAdmin(gw.addr, adminKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	const topic, partitions = "bench", 8
+	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
+		t.Fatal(err)
+	}
+	ix := startIndexer(t, n, natsURL, "bench", base+860)
+
+	// Live: produce for d while a subscriber reads.
+	var receipts sync.Map // value -> time the commit receipt arrived
+	cons, err := consumer.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	sub, err := cons.Subscribe(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromBlock, fromReceipt []time.Duration
+	readDone := make(chan struct{})
+	var read atomic.Int64
+	go func() {
+		defer close(readDone)
+		for {
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			r, err := sub.Next(rctx)
+			rcancel()
+			if err != nil {
+				return
+			}
+			now := time.Now()
+			read.Add(1)
+			fromBlock = append(fromBlock, now.Sub(r.Timestamp))
+			if v, ok := receipts.Load(string(r.Value)); ok {
+				fromReceipt = append(fromReceipt, now.Sub(v.(time.Time)))
+			}
+		}
+	}()
+	produced := produceTagged(ctx, t, gw.addr, topic, partitions, d, &receipts)
+	<-readDone
+	sub.Close()
+	t.Logf("live: %d records produced and acknowledged in %s, %d read by the subscriber", produced, d, read.Load())
+	t.Logf("commit→subscriber: from block time p50 %s p99 %s; from the producer's commit receipt p50 %s p99 %s",
+		percentile(fromBlock, 0.5).Round(time.Millisecond), percentile(fromBlock, 0.99).Round(time.Millisecond),
+		percentile(fromReceipt, 0.5).Round(time.Millisecond), percentile(fromReceipt, 0.99).Round(time.Millisecond))
+
+	// Catch-up: stop the indexer, build a backlog, start it and time it.
+	ix.stop(syscall.SIGTERM)
+	backlog := produceTagged(ctx, t, gw.addr, topic, partitions, d, nil)
+	total := uint64(produced + backlog)
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	stored := func() uint64 {
+		st, err := js.Stream(ctx, layout.StreamName(topic))
+		if err != nil {
+			return 0
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0
+		}
+		return info.State.Msgs
+	}
+	start := time.Now()
+	startIndexer(t, n, natsURL, "bench", base+860)
+	for stored() < total && time.Since(start) < 5*time.Minute {
+		time.Sleep(50 * time.Millisecond)
+	}
+	took := time.Since(start)
+	t.Logf("catch-up: %d backlog records verified and published in %s (%.0f records/s, including the indexer's start)",
+		backlog, took.Round(time.Millisecond), float64(backlog)/took.Seconds())
+}
+
+// produceTagged produces 100 B records with unique values from one
+// producer per partition for d, recording each receipt's arrival time in
+// receipts (when not nil), and returns how many were acknowledged.
+func produceTagged(ctx context.Context, t *testing.T, gw, topic string, partitions uint32, d time.Duration, receipts *sync.Map) int64 {
+	t.Helper()
+	var acked atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := uint32(0); i < partitions; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := client.NewProducer(ctx, client.WithGateways(gw))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			sem := make(chan struct{}, 2000)
+			var inner sync.WaitGroup
+			for k := 0; time.Since(start) < d; k++ {
+				sem <- struct{}{}
+				v := fmt.Sprintf("%-100s", fmt.Sprintf("p%d-%d-%d", i, k, start.UnixNano()))
+				f := p.Produce(ctx, &client.Record{Topic: topic, Value: []byte(v), Partition: &i})
+				inner.Add(1)
+				go func() {
+					defer inner.Done()
+					defer func() { <-sem }()
+					if _, err := f.Wait(ctx); err == nil {
+						acked.Add(1)
+						if receipts != nil {
+							receipts.Store(v, time.Now())
+						}
+					}
+				}()
+			}
+			cctx, ccancel := context.WithTimeout(ctx, time.Minute)
+			defer ccancel()
+			_ = p.Close(cctx)
+			inner.Wait()
+		}()
+	}
+	wg.Wait()
+	return acked.Load()
 }
