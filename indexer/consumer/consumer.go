@@ -49,6 +49,10 @@ var (
 	// ErrMalformed: a message on a record subject is not a byzlog record.
 	// Next skips it; the next call carries on.
 	ErrMalformed = errors.New("byzlog consumer: malformed record message")
+	// ErrUnverified: in verify mode (WithVerifier), a record could not be
+	// proven to be what the chain committed. Next skips it; the next call
+	// carries on.
+	ErrUnverified = errors.New("byzlog consumer: record not verified against the chain")
 	// ErrGap: records of a partition are missing between two delivered
 	// ones. Next reports it once, then carries on with the later record.
 	ErrGap = errors.New("byzlog consumer: records missing")

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"crypto/ed25519"
 	"fmt"
 	"time"
@@ -22,6 +23,7 @@ type options struct {
 	natsOpts  []nats.Option
 	commitTry int
 	retryWait time.Duration
+	verifier  RecordVerifier
 }
 
 func defaults() options {
@@ -43,6 +45,20 @@ func WithGateway(addr string) Option { return func(o *options) { o.gateway = add
 // WithGatewayClient is WithGateway for a client you dialled yourself (TLS,
 // interceptors). The Consumer does not close it.
 func WithGatewayClient(c byzlogv1.GatewayClient) Option { return func(o *options) { o.gwClient = c } }
+
+// RecordVerifier checks a record against the chain before Next returns it;
+// *indexer.Headers is one (light-client verified headers and per-record
+// Merkle proofs).
+type RecordVerifier interface {
+	VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) error
+}
+
+// WithVerifier turns on verify mode: Next returns a record only after v
+// has checked it, and returns ErrUnverified instead when it fails, so a
+// record altered or forged anywhere between the validators and here is
+// never delivered. It costs a proof query per record and a header
+// verification per block (default off).
+func WithVerifier(v RecordVerifier) Option { return func(o *options) { o.verifier = v } }
 
 // WithKey sets the consumer's ed25519 key, which signs offset commits.
 // Default: none, and Commit fails. A group belongs to the key that first

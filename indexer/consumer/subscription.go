@@ -294,6 +294,14 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 			}
 			continue
 		}
+		if v := s.c.o.verifier; v != nil {
+			if err := s.verify(ctx, v, m); err != nil {
+				if s.group != "" {
+					_ = m.Term() // no member should deliver it either
+				}
+				return nil, err
+			}
+		}
 		if s.group != "" {
 			r.msg = m
 			s.last = r
@@ -312,6 +320,18 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 		}
 		return s.deliver(r), nil
 	}
+}
+
+// verify checks the message's record with v; a failure wraps ErrUnverified.
+func (s *Subscription) verify(ctx context.Context, v RecordVerifier, m jetstream.Msg) error {
+	sr, err := layout.Record(m.Subject(), m.Headers(), m.Data())
+	if err == nil {
+		err = v.VerifyRecord(ctx, sr)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: stream %s sequence %d (%s): %v", ErrUnverified, s.stream, streamSeq(m), m.Subject(), err)
+	}
+	return nil
 }
 
 func (s *Subscription) deliver(r *Record) *Record {

@@ -14,8 +14,11 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
@@ -36,6 +39,9 @@ func newConsumeCommand() *cobra.Command {
 		natsURL       = defaultNATS
 		gateway       = defaultGateway
 		timeout       time.Duration
+		verify        bool
+		genesis       = "run/localnet/node0/config/genesis.json"
+		nodes         = "127.0.0.1:26657,127.0.0.1:26757,127.0.0.1:26857,127.0.0.1:26957"
 	)
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
@@ -68,6 +74,12 @@ With --group, several processes of the same group share the records. With
 --key-file too, the group's offsets (the offset after the last record printed,
 per partition) are committed on the chain, signed with that key, every
 --commit-every records and when it stops.
+
+With --verify, each record is proven before it is printed: headers are
+verified with CometBFT's light client from --genesis (through --nodes, at
+least two), and a Merkle proof of the record from a node must lead to the app
+hash of the header after its block. A record that fails is not printed; it is
+reported on stderr like a malformed message. It costs a query per record.
 
 It stops after --count records, after --timeout without a new record, or on
 Ctrl-C, and then exits 0, except: when --timeout stops it before --count
@@ -115,6 +127,13 @@ summary goes to stderr.`,
 					return fmt.Errorf("--key-file: %w", err)
 				}
 				copts = append(copts, consumer.WithKey(k))
+			}
+			if verify {
+				h, err := headersFrom(cmd.Context(), genesis, nodes)
+				if err != nil {
+					return err
+				}
+				copts = append(copts, consumer.WithVerifier(h))
 			}
 			c, err := consumer.Connect(natsURL, copts...)
 			if err != nil {
@@ -174,6 +193,9 @@ summary goes to stderr.`,
 	f.StringVar(&natsURL, "nats", natsURL, "NATS server URL")
 	f.StringVar(&gateway, "gateway", gateway, "gateway address (host:port), for committed offsets and commits")
 	f.DurationVar(&timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
+	f.BoolVar(&verify, "verify", false, "prove each record against light-client verified headers before printing it")
+	f.StringVar(&genesis, "genesis", genesis, "with --verify: the chain's genesis.json, the root of trust")
+	f.StringVar(&nodes, "nodes", nodes, "with --verify: comma-separated CometBFT RPC addresses (at least two)")
 	cmd.MarkFlagsMutuallyExclusive("from-beginning", "offset", "since")
 	return cmd
 }
@@ -210,7 +232,7 @@ func (r *consumeRun) loop(ctx context.Context) error {
 				return fmt.Errorf("no record for %s (--timeout) after %d of %d records (--count)", r.timeout, r.n, r.count)
 			}
 			return nil
-		case errors.Is(err, consumer.ErrMalformed), errors.Is(err, consumer.ErrGap):
+		case errors.Is(err, consumer.ErrMalformed), errors.Is(err, consumer.ErrGap), errors.Is(err, consumer.ErrUnverified):
 			r.skipped++
 			fmt.Fprintln(r.errOut, "byzlog:", err)
 			continue
@@ -337,4 +359,31 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (10m)", s)
 	}
 	return now.Add(-d), nil
+}
+
+// headersFrom starts a light client for --verify from a genesis file.
+func headersFrom(ctx context.Context, genesisPath, nodeList string) (*indexer.Headers, error) {
+	gen, err := cmttypes.GenesisDocFromFile(genesisPath)
+	if err != nil {
+		return nil, fmt.Errorf("--genesis: %w", err)
+	}
+	var addrs []string
+	for _, a := range strings.Split(nodeList, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	provs, _, err := indexer.NewNodes(gen.ChainID, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("--nodes: %w", err)
+	}
+	trust, err := indexer.TrustGenesis(ctx, gen, provs)
+	if err != nil {
+		return nil, fmt.Errorf("--verify: %w", err)
+	}
+	h, err := indexer.NewHeaders(gen.ChainID, addrs, trust, zerolog.Nop())
+	if err != nil {
+		return nil, fmt.Errorf("--verify: %w", err)
+	}
+	return h, nil
 }

@@ -414,6 +414,21 @@ func TestIndexerExactlyOnce(t *testing.T) {
 	}
 	t.Logf("byzlog consume printed %s/2's %d records in order", topic, perPartition[q])
 
+	// byzlog consume --verify proves each record it prints.
+	var rpcs []string
+	for i := 0; i < n.Config().Validators; i++ {
+		rpcs = append(rpcs, n.Config().RPCAddr(i))
+	}
+	vout, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "consume", topic, "--partition", "3", "--count", "100",
+		"--nats", natsURL, "--timeout", "30s", "--verify", "--genesis", filepath.Join(n.Config().Dir, "node0", "config", "genesis.json"),
+		"--nodes", strings.Join(rpcs, ",")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("byzlog consume --verify: %v\n%s", err, vout)
+	}
+	if !strings.Contains(string(vout), "consumed 100 records") {
+		t.Fatalf("byzlog consume --verify:\n%s", vout)
+	}
+
 	for _, ix := range []struct {
 		name string
 		addr string

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,7 +22,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/rs/zerolog"
+
 	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer"
+	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/indexer/layout"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -270,8 +276,71 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	}
 	proxy.setMode("")
 
-	// Nothing altered reached NATS: every message is an acknowledged value
-	// at its receipt's offset.
+	// Verify mode: a record forged straight into the stream (by anyone who
+	// can publish to NATS) is delivered by a plain subscriber but refused by
+	// a verifying one, which proves the genuine records around it.
+	var next0 uint64
+	for _, w := range acked {
+		if w.partition == 0 && w.offset+1 > next0 {
+			next0 = w.offset + 1
+		}
+	}
+	forged := layout.Message(&byzlogv1.StoredRecord{Topic: topic, Partition: 0, Offset: next0, Height: 5,
+		Value: []byte("forged"), ProducerKey: make([]byte, 32), TimestampUnixNano: time.Now().UnixNano()})
+	if _, err := js.PublishMsg(ctx, forged); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := cmttypes.GenesisDocFromFile(n.Config().Dir + "/node0/config/genesis.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	provs, _, err := indexer.NewNodes(gen.ChainID, rpcs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := indexer.TrustGenesis(ctx, gen, provs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers, err := indexer.NewHeaders(gen.ChainID, rpcs, trust, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, verify := range []bool{false, true} {
+		var opts []consumer.Option
+		if verify {
+			opts = append(opts, consumer.WithVerifier(headers))
+		}
+		c, err := consumer.New(nc, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := c.Subscribe(ctx, topic, consumer.WithPartitions(0), consumer.FromOffset(next0-5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := uint64(0); i < 5; i++ {
+			r, err := sub.Next(ctx)
+			if err != nil || r.Offset != next0-5+i || acked[string(r.Value)] != (where{0, r.Offset}) {
+				t.Fatalf("verify=%v: record %d: %v %v", verify, next0-5+i, r, err)
+			}
+		}
+		r, err := sub.Next(ctx)
+		switch {
+		case !verify && (err != nil || string(r.Value) != "forged"):
+			t.Fatalf("plain subscriber: the forged record should come through (it is in the stream), got %v %v", r, err)
+		case verify && !errors.Is(err, consumer.ErrUnverified):
+			t.Fatalf("verifying subscriber: the forged record gave %v %v, want ErrUnverified", r, err)
+		}
+		if verify {
+			t.Logf("verify mode proved 5 genuine records and refused the forged one: %v", err)
+		}
+		sub.Close()
+		c.Close()
+	}
+
+	// Nothing altered by the proxy reached NATS: every message before the
+	// forged one is an acknowledged value at its receipt's offset.
 	cons, err := js.OrderedConsumer(ctx, layout.StreamName(topic), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +357,9 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 			r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
 			if err != nil {
 				t.Fatal(err)
+			}
+			if string(r.Value) == "forged" {
+				continue
 			}
 			if acked[string(r.Value)] != (where{r.Partition, r.Offset}) || string(r.Key) != string(r.Value) {
 				t.Fatalf("JetStream holds %q (key %q) at %d@%d; acknowledged at %v", r.Value, r.Key, r.Partition, r.Offset, acked[string(r.Value)])

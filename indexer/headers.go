@@ -1,0 +1,116 @@
+package indexer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Headers checks records on its own, trusting no node and no indexer: it
+// verifies headers with CometBFT's light client from a root of trust and
+// proves each record against the app hash of the header after its block
+// (core.VerifyRecord), with a proof any node may serve. The consumer SDK's
+// verify mode uses it. Safe for concurrent use.
+type Headers struct {
+	mu sync.Mutex
+	v  *verifier
+}
+
+// NewHeaders follows the chain chainID through nodes (at least two: a
+// primary and a witness) from the root of trust.
+func NewHeaders(chainID string, nodes []string, trust Trust, log zerolog.Logger) (*Headers, error) {
+	cfg := Default()
+	cfg.ChainID, cfg.Nodes, cfg.Trust = chainID, nodes, trust
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	_, ns, err := NewNodes(chainID, nodes)
+	if err != nil {
+		return nil, err
+	}
+	return &Headers{v: newVerifier(cfg, ns, newMetrics(), log)}, nil
+}
+
+// AppHashAfter is the app hash after block height, from the verified
+// header of height+1.
+func (h *Headers) AppHashAfter(ctx context.Context, height int64) ([]byte, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lb, err := h.v.header(ctx, height+1)
+	if err != nil {
+		return nil, err
+	}
+	return lb.AppHash, nil
+}
+
+// ErrForged means a record differs from what the chain committed.
+var ErrForged = errors.New("record differs from what the chain committed")
+
+// VerifyRecord checks that r is exactly the record the chain stored at its
+// topic, partition and offset: the node's proof must lead to the verified
+// app hash after r's block, and the proven record must equal r.
+func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) error {
+	req, _ := proto.Marshal(&byzlogv1.ProofRequest{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
+	var errs []error
+	for i := range h.v.nodes {
+		n := h.v.nodes[i]
+		q, err := n.rpc.ABCIQuery(ctx, core.PathProof, req)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+			continue
+		}
+		if q.Response.Code != 0 {
+			errs = append(errs, fmt.Errorf("%s: %s", n.addr, q.Response.Log))
+			continue
+		}
+		var p byzlogv1.RecordProof
+		if err := proto.Unmarshal(q.Response.Value, &p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: proof does not decode: %w", n.addr, err))
+			continue
+		}
+		appHash, err := h.AppHashAfter(ctx, p.Height)
+		if err != nil {
+			return err
+		}
+		proven, err := core.VerifyRecord(&p, appHash)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+			continue // a node lying about the proof; another may not
+		}
+		if !sameRecord(proven, r) {
+			return fmt.Errorf("%w: %s/%d@%d (height %d)", ErrForged, r.Topic, r.Partition, r.Offset, proven.Height)
+		}
+		return nil
+	}
+	return fmt.Errorf("verify %s/%d@%d: no node served a proof that checks: %w", r.Topic, r.Partition, r.Offset, errors.Join(errs...))
+}
+
+// sameRecord compares two records as NATS carries them (an empty and a
+// missing header value are the same there).
+func sameRecord(a, b *byzlogv1.StoredRecord) bool {
+	if len(a.Headers) != len(b.Headers) {
+		return false
+	}
+	for i := range a.Headers {
+		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
+			return false
+		}
+	}
+	x, y := proto.Clone(a).(*byzlogv1.StoredRecord), proto.Clone(b).(*byzlogv1.StoredRecord)
+	x.Headers, y.Headers = nil, nil
+	if len(x.Key) == 0 && len(y.Key) == 0 {
+		x.Key, y.Key = nil, nil
+	}
+	if len(x.Value) == 0 && len(y.Value) == 0 {
+		x.Value, y.Value = nil, nil
+	}
+	return proto.Equal(x, y)
+}
