@@ -130,7 +130,13 @@ func (p *tamperProxy) tamper(mode, method string, res map[string]any) bool {
 	case mode == "tx" && method == "block":
 		data := path("block", "data")
 		if txs, ok := data["txs"].([]any); ok && len(txs) > 0 {
-			txs[0] = flip(txs[0].(string))
+			// Change a record's value ("tx-..." to "TX-..."), not just any
+			// byte: an altered record, not only a broken signature.
+			if b, err := base64.StdEncoding.DecodeString(txs[0].(string)); err == nil && bytes.Contains(b, []byte("tx-")) {
+				txs[0] = base64.StdEncoding.EncodeToString(bytes.Replace(b, []byte("tx-"), []byte("TX-"), 1))
+			} else {
+				txs[0] = flip(txs[0].(string))
+			}
 			return true
 		}
 	case mode == "results" && method == "block_results":
