@@ -288,7 +288,21 @@ func TestBenchIndexer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cons.Close()
-	sub, err := cons.Subscribe(ctx, topic)
+	// The stream exists once the topic has a record.
+	warm, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := warm.ProduceSync(ctx, &client.Record{Topic: topic, Value: []byte("warm-up")}); err != nil {
+		t.Fatal(err)
+	}
+	_ = warm.Close(ctx)
+	var sub *consumer.Subscription
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if sub, err = cons.Subscribe(ctx, topic); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +337,7 @@ func TestBenchIndexer(t *testing.T) {
 	// Catch-up: stop the indexer, build a backlog, start it and time it.
 	ix.stop(syscall.SIGTERM)
 	backlog := produceTagged(ctx, t, gw.addr, topic, partitions, d, nil)
-	total := uint64(produced + backlog)
+	total := uint64(produced + backlog + 1) // and the warm-up record
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		t.Fatal(err)
