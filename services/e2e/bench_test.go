@@ -23,7 +23,6 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/consumer"
-	"github.com/byzlog/byzlog/indexer/layout"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
@@ -266,19 +265,8 @@ func TestBenchIndexer(t *testing.T) {
 	base := n.Config().BasePort
 	natsURL := startNATS(t, base+850, t.TempDir())
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
-	adminKey, err := n.AdminKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := client.NewAdmin(gw.addr, adminKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
 	const topic, partitions = "bench", 8
-	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(ctx, t, n, gw.addr, topic, partitions)
 	ix := startIndexer(t, n, natsURL, "bench", base+860)
 
 	// Live: produce for d while a subscriber reads.
@@ -344,17 +332,7 @@ func TestBenchIndexer(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	stored := func() uint64 {
-		st, err := js.Stream(ctx, layout.StreamName(topic))
-		if err != nil {
-			return 0
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0
-		}
-		return info.State.Msgs
-	}
+	stored := func() uint64 { return streamMsgs(ctx, js, topic) }
 	start := time.Now()
 	startIndexer(t, n, natsURL, "bench", base+860)
 	for stored() < total && time.Since(start) < 5*time.Minute {

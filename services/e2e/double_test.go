@@ -71,18 +71,7 @@ func TestLyingGateway(t *testing.T) {
 	defer cancel()
 	n, _ := startNet(ctx, t, 4000)
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900))
-	adminKey, err := n.AdminKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := client.NewAdmin(gw.addr, adminKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	if _, err := adm.CreateTopic(ctx, "lies", &byzlogv1.TopicConfig{Partitions: 3}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(ctx, t, n, gw.addr, "lies", 3)
 	if err := waitHeight(ctx, t, n, []int{0, 1, 2, 3}, maxHeight(ctx, n, []int{0, 1, 2, 3})+1); err != nil {
 		t.Fatal(err)
 	}

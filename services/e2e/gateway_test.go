@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -32,10 +31,9 @@ import (
 
 // gatewayProc is a byzlog-gateway process started by a test.
 type gatewayProc struct {
+	*proc
 	addr    string
 	metrics string // host:port of /metrics and /healthz
-	cmd     *exec.Cmd
-	done    chan struct{}
 }
 
 // startGateway runs bin/byzlog-gateway on addr against every node of n and
@@ -47,10 +45,6 @@ func startGateway(t *testing.T, n *localnet.Net, addr string, extra ...string) *
 	for i := 0; i < n.Config().Validators; i++ {
 		rpcs = append(rpcs, n.Config().RPCAddr(i))
 	}
-	logf, err := os.Create(filepath.Join(t.TempDir(), "gateway.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		t.Fatal(err)
@@ -59,48 +53,7 @@ func startGateway(t *testing.T, n *localnet.Net, addr string, extra ...string) *
 	metrics := net.JoinHostPort(host, strconv.Itoa(p+50))
 	args := append([]string{"--listen", addr, "--http-listen", metrics,
 		"--nodes", strings.Join(rpcs, ","), "--log-format", "json"}, extra...)
-	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-gateway"), args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	g := &gatewayProc{addr: addr, metrics: metrics, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); logf.Close(); close(g.done) }()
-	t.Cleanup(func() { g.stop(syscall.SIGTERM) })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return g
-		}
-		select {
-		case <-g.done:
-			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("gateway on %s exited:\n%s", addr, b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway on %s did not listen within 20 s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// stop signals the gateway and waits; SIGKILL after 10 s.
-func (g *gatewayProc) stop(sig syscall.Signal) {
-	select {
-	case <-g.done:
-		return
-	default:
-	}
-	_ = g.cmd.Process.Signal(sig)
-	select {
-	case <-g.done:
-	case <-time.After(10 * time.Second):
-		_ = g.cmd.Process.Kill()
-		<-g.done
-	}
+	return &gatewayProc{proc: startProc(t, "byzlog-gateway", addr, args...), addr: addr, metrics: metrics}
 }
 
 // readPartition reads every record of topic/partition from node i.
@@ -151,19 +104,8 @@ func TestGatewaysProduce(t *testing.T) {
 		startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900)),
 		startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+901)),
 	}
-	adminKey, err := n.AdminKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := client.NewAdmin(gws[1].addr, adminKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
 	const topic, partitions = "orders", 4
-	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(ctx, t, n, gws[1].addr, topic, partitions)
 	if err := waitHeight(ctx, t, n, []int{0, 1, 2, 3}, maxHeight(ctx, n, []int{0, 1, 2, 3})+1); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -111,6 +112,37 @@ func startIndexer(t *testing.T, n *localnet.Net, natsURL, id string, httpPort in
 		"--nodes", strings.Join(rpcs, ","), "--nats", natsURL, "--id", id, "--http-listen", httpAddr, "--log-format", "json")
 }
 
+// createTopicVia creates topic through the gateway at gw, signed with the
+// localnet's genesis admin key.
+func createTopicVia(ctx context.Context, t *testing.T, n *localnet.Net, gw, topic string, partitions uint32) {
+	t.Helper()
+	key, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm, err := client.NewAdmin(gw, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// streamMsgs is how many messages topic's stream holds (0 before it exists).
+func streamMsgs(ctx context.Context, js jetstream.JetStream, topic string) uint64 {
+	st, err := js.Stream(ctx, layout.StreamName(topic))
+	if err != nil {
+		return 0
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0
+	}
+	return info.State.Msgs
+}
+
 // metric reads one Prometheus value from a /metrics page.
 func metric(t *testing.T, addr, name string) float64 {
 	t.Helper()
@@ -140,19 +172,8 @@ func TestIndexerExactlyOnce(t *testing.T) {
 	base := n.Config().BasePort
 	natsURL := startNATS(t, base+850, t.TempDir())
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
-	adminKey, err := n.AdminKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := client.NewAdmin(gw.addr, adminKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
 	const topic, partitions = "ix.events", 4
-	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(ctx, t, n, gw.addr, topic, partitions)
 	ixA := startIndexer(t, n, natsURL, "a", base+860)
 
 	const producers, perProducer = 4, 2500
@@ -192,19 +213,27 @@ func TestIndexerExactlyOnce(t *testing.T) {
 			}
 		}()
 	}
-	// The faults, while producing: kill -9 and restart; a second indexer.
-	time.Sleep(1500 * time.Millisecond)
+	// The faults, at random points while producing (about 6 s): kill -9
+	// and restart, a second indexer beside it, kill -9 again.
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	pause := func(lo, hi time.Duration) time.Duration {
+		d := lo + time.Duration(rng.Int64N(int64(hi-lo)))
+		time.Sleep(d)
+		return d
+	}
+	t.Logf("fault schedule seed %d", seed)
+	d1 := pause(300*time.Millisecond, 2500*time.Millisecond)
 	ixA.stop(syscall.SIGKILL)
-	t.Log("killed indexer a with SIGKILL")
-	time.Sleep(time.Second)
+	d2 := pause(200*time.Millisecond, 1500*time.Millisecond)
 	ixA = startIndexer(t, n, natsURL, "a", base+860)
 	ixB := startIndexer(t, n, natsURL, "b", base+861)
-	t.Log("restarted indexer a; started indexer b beside it")
-	time.Sleep(1500 * time.Millisecond)
+	d3 := pause(300*time.Millisecond, 2000*time.Millisecond)
 	ixA.stop(syscall.SIGKILL)
-	t.Log("killed indexer a with SIGKILL again")
-	time.Sleep(500 * time.Millisecond)
+	d4 := pause(100*time.Millisecond, 1000*time.Millisecond)
 	ixA = startIndexer(t, n, natsURL, "a", base+860)
+	t.Logf("indexer a: SIGKILL after %s, restarted %s later with indexer b beside it, SIGKILL %s later, restarted %s later",
+		d1.Round(time.Millisecond), d2.Round(time.Millisecond), d3.Round(time.Millisecond), d4.Round(time.Millisecond))
 	wg.Wait()
 	if t.Failed() {
 		t.FailNow()
@@ -239,17 +268,7 @@ func TestIndexerExactlyOnce(t *testing.T) {
 	// Wait for the indexers to catch up, then give a replay time to show
 	// itself as a duplicate.
 	stream := layout.StreamName(topic)
-	count := func() uint64 {
-		st, err := js.Stream(ctx, stream)
-		if err != nil {
-			return 0
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0
-		}
-		return info.State.Msgs
-	}
+	count := func() uint64 { return streamMsgs(ctx, js, topic) }
 	deadline := time.Now().Add(2 * time.Minute)
 	for count() < uint64(len(want)) && time.Now().Before(deadline) {
 		time.Sleep(200 * time.Millisecond)

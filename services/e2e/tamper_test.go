@@ -178,19 +178,8 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
 	proxyAddr := fmt.Sprintf("127.0.0.1:%d", base+870)
 	proxy := startTamperProxy(t, proxyAddr, n.Config().RPCAddr(0))
-	adminKey, err := n.AdminKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm, err := client.NewAdmin(gw.addr, adminKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
 	const topic = "tamper"
-	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: 2}); err != nil {
-		t.Fatal(err)
-	}
+	createTopicVia(ctx, t, n, gw.addr, topic, 2)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", base+860)
 	var rpcs []string
 	for i := 1; i < n.Config().Validators; i++ {
@@ -219,17 +208,7 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 		offset    uint64
 	}
 	acked := map[string]where{}
-	stored := func() uint64 {
-		st, err := js.Stream(ctx, layout.StreamName(topic))
-		if err != nil {
-			return 0
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			return 0
-		}
-		return info.State.Msgs
-	}
+	stored := func() uint64 { return streamMsgs(ctx, js, topic) }
 	for _, phase := range []struct {
 		mode, metric string
 	}{
