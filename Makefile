@@ -18,6 +18,7 @@ export COMETBFT_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION NATS_SE
 
 COMMANDS := byzlog byzlog-app byzlog-gateway byzlog-indexer
 MODULES := protos abciapp gateway indexer services
+DEMO_RECORDS ?= 10000
 LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m
 E2E_TIMEOUT ?= 15m
@@ -87,6 +88,15 @@ bench-indexer: build ## commit→subscriber latency and the indexer's catch-up p
 
 .PHONY: test
 test: deps build lint verify-proto unit e2e ## everything CI runs
+	$(MAKE) --no-print-directory demo DEMO_RECORDS=2000
+
+.PHONY: run
+run: deps build ## run the whole system (4 validators, NATS, gateway, indexer) in $(LOCALNET_DIR) until Ctrl-C; resumes its data
+	$(BIN)/byzlog run --dir $(LOCALNET_DIR)
+
+.PHONY: demo
+demo: deps build ## a self-checking tour on a fresh cluster: produce DEMO_RECORDS (10000), consume through NATS, verify, print figures
+	$(BIN)/byzlog demo --records $(DEMO_RECORDS)
 
 .PHONY: localnet
 localnet: build ## start a 4-validator localnet in $(LOCALNET_DIR) (resumes an existing one)

@@ -33,11 +33,14 @@ type Config struct {
 	PollInterval time.Duration
 	// TopicCacheTTL is how long topic metadata is reused for pre-checks.
 	TopicCacheTTL time.Duration
+	// StartTimeout is how long Start waits for a healthy node (nodes that
+	// just restarted catch up first).
+	StartTimeout time.Duration
 }
 
 // Default returns the defaults: 5 ms linger, 1 MiB bundles of at most 1024
 // batches, 256 MiB of queue, 16 bundles in flight, 20 s commit timeout,
-// 50 ms block polling. Linger and bundle size were picked by measurement
+// 50 ms block polling, 30 s to find a healthy node at start. Linger and bundle size were picked by measurement
 // (make bench-gateway; README "Why 5 ms and 1 MiB").
 func Default() Config {
 	return Config{
@@ -50,6 +53,7 @@ func Default() Config {
 		CommitTimeout:    20 * time.Second,
 		PollInterval:     50 * time.Millisecond,
 		TopicCacheTTL:    2 * time.Second,
+		StartTimeout:     30 * time.Second,
 	}
 }
 
@@ -71,6 +75,8 @@ func (c Config) Validate() error {
 		return errors.New("max_in_flight must be at least 1")
 	case c.CommitTimeout < time.Second:
 		return fmt.Errorf("commit_timeout (%s) must be at least 1s", c.CommitTimeout)
+	case c.StartTimeout < 0:
+		return fmt.Errorf("start_timeout (%s) must not be negative", c.StartTimeout)
 	case c.PollInterval <= 0 || c.TopicCacheTTL <= 0:
 		return fmt.Errorf("poll_interval (%s) and topic_cache_ttl (%s) must be positive", c.PollInterval, c.TopicCacheTTL)
 	}

@@ -113,8 +113,20 @@ func (g *Gateway) Metrics() *Metrics { return g.metrics }
 // Start checks the nodes once, so the gateway knows its chain; it fails
 // when no node is healthy.
 func (g *Gateway) Start(ctx context.Context) error {
-	if err := g.pool.Check(ctx); err != nil {
-		return err
+	deadline := time.Now().Add(g.cfg.StartTimeout)
+	for {
+		err := g.pool.Check(ctx)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%w (waited %s: --start-timeout)", err, g.cfg.StartTimeout)
+		}
+		g.log.Info().Err(err).Msg("waiting for a healthy CometBFT node")
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+		}
 	}
 	_, top := g.pool.Health()
 	g.mu.Lock()

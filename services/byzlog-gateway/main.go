@@ -64,6 +64,7 @@ from the block's results. It keeps no state: run as many as you like.`,
 	f.Int64Var(&cfg.MaxQueuedBytes, "max-queued-bytes", cfg.MaxQueuedBytes, "bytes of batches waiting before RESOURCE_EXHAUSTED")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", cfg.MaxInFlight, "bundles submitted and not yet committed")
 	f.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "resubmit a bundle not committed after this long")
+	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long to wait at start for a healthy CometBFT node")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
 	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
 	return cmd

@@ -104,7 +104,7 @@ func (n *Net) procs() []proc {
 // Running lists the processes of the network that are alive, as "name (pid N)".
 func (n *Net) Running() []string {
 	var out []string
-	for _, p := range n.procs() {
+	for _, p := range append(n.serviceProcs(), n.procs()...) {
 		if pid := p.pid(); pid != 0 {
 			out = append(out, fmt.Sprintf("%s (pid %d)", p.name, pid))
 		}
@@ -113,7 +113,8 @@ func (n *Net) Running() []string {
 }
 
 // Up creates the network if the directory holds none, starts every node and
-// waits until each has committed height 3. It refuses to start a second copy.
+// waits until each has committed height 3 and one block more than the
+// highest any had (a resumed chain is live). It refuses a second copy.
 func (n *Net) Up(ctx context.Context, progress io.Writer) error {
 	if err := n.cfg.Validate(); err != nil {
 		return err
@@ -145,6 +146,17 @@ func (n *Net) Up(ctx context.Context, progress io.Writer) error {
 		all[i] = i
 	}
 	if err := n.WaitHeight(ctx, all, 3, progress); err != nil {
+		_ = n.Down(io.Discard)
+		return err
+	}
+	// A resumed chain is past height 3 at once; wait until every node has
+	// committed a block after the highest one any of them had, so the
+	// chain is live and none is still catching up.
+	var top int64
+	for _, st := range n.Status(ctx) {
+		top = max(top, st.Height)
+	}
+	if err := n.WaitHeight(ctx, all, top+1, progress); err != nil {
 		_ = n.Down(io.Discard)
 		return err
 	}
@@ -241,9 +253,10 @@ func (n *Net) kill(i int, mustRun bool) error {
 }
 
 // Down stops every process of the network (SIGTERM, then SIGKILL after a
-// grace period), nodes before apps, and reports each one it stopped.
+// grace period): services (StartServices) first, then nodes before apps,
+// and reports each one it stopped.
 func (n *Net) Down(progress io.Writer) error {
-	var errs []error
+	errs := []error{n.StopServices(progress)}
 	for _, p := range n.procs() {
 		was, err := p.stop(10 * time.Second)
 		if err != nil {
@@ -308,7 +321,7 @@ func (n *Net) Status(ctx context.Context) []NodeStatus {
 // a status line to progress as heights move (rewritten in place on a
 // terminal, one line per change otherwise).
 func (n *Net) WaitHeight(ctx context.Context, nodes []int, h int64, progress io.Writer) error {
-	show := statusLine(progress)
+	show := StatusLine(progress)
 	for {
 		st := n.Status(ctx)
 		done := true
@@ -332,9 +345,9 @@ func (n *Net) WaitHeight(ctx context.Context, nodes []int, h int64, progress io.
 	}
 }
 
-// statusLine returns a function that shows a changing one-line status on w;
+// StatusLine returns a function that shows a changing one-line status on w;
 // final ends the line.
-func statusLine(w io.Writer) func(line string, final bool) {
+func StatusLine(w io.Writer) func(line string, final bool) {
 	f, ok := w.(*os.File)
 	tty := ok && isatty.IsTerminal(f.Fd())
 	last := ""

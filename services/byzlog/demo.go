@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/consumer"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/keyfile"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+func newDemoCommand() *cobra.Command {
+	cfg := localnet.Default()
+	cfg.BasePort = 20656
+	svc := localnet.Services{NATSPort: 20422, Gateways: 1, GatewayPort: 20470, IndexerPort: 20480}
+	records := 10000
+	keep := false
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "A scripted tour that checks itself: start a cluster, produce, consume through NATS, verify, stop",
+		Long: `Start a fresh cluster as "byzlog run" does (in a temporary directory, on ports
+of its own: nodes from 20656, NATS 20422, gateway 20470, indexer 20480, so it
+can run beside "byzlog run"), create topic "demo" with 4 partitions, produce
+--records keyed records through the gateway with the producer SDK, read them
+back from NATS JetStream with the consumer SDK while they are produced, and
+check that every record arrived exactly once, at the offset its commit receipt
+named, in offset order per partition. It prints throughput and latency figures
+and a PASS or FAIL line, stops everything, and exits 0 only on PASS. The
+directory is removed on PASS unless --keep; on FAIL it stays, with the logs.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if records < 1 || records > 1_000_000 {
+				return fmt.Errorf("--records %d: want 1 to 1,000,000", records)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			dir, err := os.MkdirTemp("", "byzlog-demo-")
+			if err != nil {
+				return err
+			}
+			cfg.Dir = filepath.Join(dir, "cluster")
+			n, err := openNet(cmd, cfg)
+			if err != nil {
+				return err
+			}
+			bin := binDir()
+			svc.NATS, svc.Gateway, svc.Indexer = findBinary(bin, "nats-server"), findBinary(bin, "byzlog-gateway"), findBinary(bin, "byzlog-indexer")
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			t0 := time.Now()
+			if err := startCluster(ctx, n, svc, errOut); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "cluster up in %s: 4 validators, NATS, gateway, indexer (in %s)\n", time.Since(t0).Round(100*time.Millisecond), dir)
+			res, runErr := runDemo(ctx, n, svc, records, errOut)
+			_ = n.Down(io.Discard)
+			res.print(out, records)
+			switch {
+			case runErr != nil:
+				fmt.Fprintf(out, "FAIL: %v\nthe cluster's data and logs stay in %s\n", runErr, dir)
+				return errors.New("demo failed")
+			case keep:
+				fmt.Fprintf(out, "PASS; the cluster's data stays in %s\n", dir)
+			default:
+				_ = os.RemoveAll(dir)
+				fmt.Fprintln(out, "PASS")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&records, "records", records, "how many records to produce and check")
+	f.BoolVar(&keep, "keep", keep, "keep the cluster's directory after a PASS")
+	return cmd
+}
+
+// demoResult is what a demo measured.
+type demoResult struct {
+	produceTime          time.Duration
+	receipt, fromReceipt []time.Duration // produce→receipt; receipt→consumer
+	consumed             int
+}
+
+func (r demoResult) print(w io.Writer, n int) {
+	if r.produceTime > 0 {
+		fmt.Fprintf(w, "produced %d records in %s: %.0f records/s committed\n", len(r.receipt), r.produceTime.Round(time.Millisecond), float64(len(r.receipt))/r.produceTime.Seconds())
+	}
+	if len(r.receipt) > 0 {
+		fmt.Fprintf(w, "produce→commit receipt: p50 %s p99 %s\n", pct(r.receipt, 0.5), pct(r.receipt, 0.99))
+	}
+	if len(r.fromReceipt) > 0 {
+		fmt.Fprintf(w, "commit receipt→consumer (through the indexer and JetStream): p50 %s p99 %s\n", pct(r.fromReceipt, 0.5), pct(r.fromReceipt, 0.99))
+	}
+	fmt.Fprintf(w, "consumed %d of %d records through NATS\n", r.consumed, n)
+}
+
+func pct(d []time.Duration, q float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))].Round(time.Millisecond)
+}
+
+type placed struct {
+	partition uint32
+	offset    uint64
+	at        time.Time // when the receipt came
+}
+
+// runDemo produces and consumes, and checks what it read against the
+// receipts.
+func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, records int, progress io.Writer) (demoResult, error) {
+	var res demoResult
+	const topic, partitions = "demo", 4
+	key, err := keyfile.Read(filepath.Join(n.Config().Dir, "admin.key"))
+	if err != nil {
+		return res, err
+	}
+	adm, err := client.NewAdmin(svc.GatewayAddr(0), key)
+	if err != nil {
+		return res, err
+	}
+	defer adm.Close()
+	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
+		return res, fmt.Errorf("create topic: %w", err)
+	}
+	p, err := client.NewProducer(ctx, client.WithGateways(svc.GatewayAddr(0)))
+	if err != nil {
+		return res, err
+	}
+	defer p.Close(context.WithoutCancel(ctx))
+
+	acked := map[string]placed{}
+	// The topic's stream exists once it has a record: produce one first.
+	first := "demo-0"
+	t1 := time.Now()
+	r0, err := p.ProduceSync(ctx, &client.Record{Topic: topic, Key: []byte("key-0"), Value: []byte(first)})
+	if err != nil {
+		return res, fmt.Errorf("produce: %w", err)
+	}
+	acked[first] = placed{r0.Partition, r0.Offset, time.Now()}
+	res.receipt = append(res.receipt, time.Since(t1))
+	cons, err := consumer.Connect(svc.NATSURL())
+	if err != nil {
+		return res, err
+	}
+	defer cons.Close()
+	var sub *consumer.Subscription
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if sub, err = cons.Subscribe(ctx, topic); err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("subscribe: %w", err)
+	}
+	defer sub.Close()
+
+	// Consume while producing; check once every receipt is in.
+	type got struct {
+		r  *consumer.Record
+		at time.Time
+	}
+	var reads []got
+	readDone := make(chan error, 1)
+	go func() {
+		for i := 0; i < records; i++ {
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			r, err := sub.Next(rctx)
+			cancel()
+			if err != nil {
+				readDone <- fmt.Errorf("consume record %d of %d: %w", i+1, records, err)
+				return
+			}
+			reads = append(reads, got{r, time.Now()})
+		}
+		readDone <- nil
+	}()
+
+	line := localnet.StatusLine(progress)
+	start := t1
+	futs := make([]*client.Future, 0, records)
+	sent := make([]time.Time, 0, records)
+	for i := 1; i < records; i++ {
+		sent = append(sent, time.Now())
+		futs = append(futs, p.Produce(ctx, &client.Record{Topic: topic, Key: []byte(fmt.Sprintf("key-%d", i%16)), Value: []byte(fmt.Sprintf("demo-%d", i))}))
+		if i%500 == 0 {
+			line(fmt.Sprintf("produced %d of %d", i, records), false)
+		}
+	}
+	// Receipts, in order per partition; collected as they come.
+	for i, f := range futs {
+		r, err := f.Wait(ctx)
+		if err != nil {
+			line("", true)
+			return res, fmt.Errorf("record demo-%d: %w", i+1, err)
+		}
+		now := time.Now()
+		res.receipt = append(res.receipt, now.Sub(sent[i]))
+		acked[fmt.Sprintf("demo-%d", i+1)] = placed{r.Partition, r.Offset, now}
+		if (i+1)%500 == 0 {
+			line(fmt.Sprintf("committed %d of %d", i+2, records), false)
+		}
+	}
+	res.produceTime = time.Since(start)
+
+	line(fmt.Sprintf("all %d committed; reading them back", records), false)
+	if err := <-readDone; err != nil {
+		line("", true)
+		return res, err
+	}
+	line("", true)
+
+	// Check everything read: each once, at its receipt, in order.
+	next := map[uint32]uint64{}
+	seen := map[string]bool{}
+	for _, g := range reads {
+		v := string(g.r.Value)
+		want, ok := acked[v]
+		switch {
+		case !ok:
+			return res, fmt.Errorf("read %q at %d@%d, which was never acknowledged", v, g.r.Partition, g.r.Offset)
+		case seen[v]:
+			return res, fmt.Errorf("%q read twice", v)
+		case want.partition != g.r.Partition || want.offset != g.r.Offset:
+			return res, fmt.Errorf("%q read at %d@%d, its receipt said %d@%d", v, g.r.Partition, g.r.Offset, want.partition, want.offset)
+		case g.r.Offset != next[g.r.Partition]:
+			return res, fmt.Errorf("partition %d: read offset %d, expected %d (out of order or missing)", g.r.Partition, g.r.Offset, next[g.r.Partition])
+		}
+		if g.at.After(want.at) {
+			res.fromReceipt = append(res.fromReceipt, g.at.Sub(want.at))
+		}
+		seen[v] = true
+		next[g.r.Partition]++
+		res.consumed++
+	}
+	for v := range acked {
+		if !seen[v] {
+			return res, fmt.Errorf("%q was acknowledged but never read", v)
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,222 @@
+package localnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Services are the processes `byzlog run` adds to the validators: a NATS
+// server with JetStream, gateways and an indexer, all on loopback, with
+// their data and logs under the network's directory. Ports are not part of
+// the saved network: each run says them.
+type Services struct {
+	// NATSPort is the NATS client port; its monitoring port is 8222 +
+	// (NATSPort - 4222).
+	NATSPort int
+	// Gateways is how many gateways to run; gateway g serves gRPC on
+	// GatewayPort+2g and HTTP on GatewayPort+2g+1.
+	Gateways    int
+	GatewayPort int
+	// IndexerPort serves the indexer's /metrics, /healthz and /readyz.
+	IndexerPort int
+	// Binaries.
+	NATS, Gateway, Indexer string
+}
+
+// DefaultServices is one gateway on 7070 (HTTP 7071), NATS on 4222
+// (monitoring 8222) and the indexer on 7080, as DESIGN.md lays them out.
+func DefaultServices() Services {
+	return Services{NATSPort: 4222, Gateways: 1, GatewayPort: 7070, IndexerPort: 7080}
+}
+
+// Validate names what is wrong.
+func (s Services) Validate() error {
+	for _, p := range []struct {
+		name string
+		port int
+	}{{"nats port", s.NATSPort}, {"gateway port", s.GatewayPort}, {"indexer port", s.IndexerPort}} {
+		if p.port < 1024 || p.port > 65000 {
+			return fmt.Errorf("%s %d: want 1024..65000", p.name, p.port)
+		}
+	}
+	if s.Gateways < 1 || s.Gateways > 8 {
+		return fmt.Errorf("gateways (%d): want 1 to 8", s.Gateways)
+	}
+	for _, b := range []struct{ name, path string }{{"nats-server", s.NATS}, {"byzlog-gateway", s.Gateway}, {"byzlog-indexer", s.Indexer}} {
+		if b.path == "" {
+			return fmt.Errorf("%s binary not given", b.name)
+		}
+	}
+	return nil
+}
+
+// NATSURL is the NATS server's client URL.
+func (s Services) NATSURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.NATSPort) }
+
+// MonitorPort is the NATS server's HTTP monitoring port.
+func (s Services) MonitorPort() int { return 8222 + s.NATSPort - 4222 }
+
+// GatewayAddr is gateway g's gRPC address, GatewayHTTP its HTTP one.
+func (s Services) GatewayAddr(g int) string { return fmt.Sprintf("127.0.0.1:%d", s.GatewayPort+2*g) }
+
+// GatewayHTTP is gateway g's HTTP address (JSON API, /metrics, /healthz).
+func (s Services) GatewayHTTP(g int) string { return fmt.Sprintf("127.0.0.1:%d", s.GatewayPort+2*g+1) }
+
+// IndexerAddr is the indexer's HTTP address.
+func (s Services) IndexerAddr() string { return fmt.Sprintf("127.0.0.1:%d", s.IndexerPort) }
+
+func (n *Net) natsProc(s Services) proc {
+	dir := filepath.Join(n.cfg.Dir, "nats")
+	data := filepath.Join(dir, "data")
+	return proc{
+		name: "nats-server", bin: s.NATS, mark: data,
+		args: []string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(s.NATSPort), "-m", strconv.Itoa(s.MonitorPort()),
+			"-sd", data, "-n", "byzlog-localnet"},
+		logPath: filepath.Join(dir, "nats.log"), pidPath: filepath.Join(dir, "nats.pid"),
+	}
+}
+
+func (n *Net) gatewayProc(s Services, g int) proc {
+	dir := filepath.Join(n.cfg.Dir, fmt.Sprintf("gateway%d", g))
+	var rpcs []string
+	for i := 0; i < n.cfg.Validators; i++ {
+		rpcs = append(rpcs, n.cfg.RPCAddr((g+i)%n.cfg.Validators)) // spread the gateways over the nodes
+	}
+	return proc{
+		name: fmt.Sprintf("gateway%d", g), bin: s.Gateway, mark: s.GatewayAddr(g),
+		args: []string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
+			"--nodes", strings.Join(rpcs, ","), "--log-format", "json"},
+		logPath: filepath.Join(dir, "gateway.log"), pidPath: filepath.Join(dir, "gateway.pid"),
+	}
+}
+
+func (n *Net) indexerProc(s Services) proc {
+	dir := filepath.Join(n.cfg.Dir, "indexer")
+	genesis := filepath.Join(n.cfg.home(0), "config", "genesis.json")
+	var rpcs []string
+	for i := 0; i < n.cfg.Validators; i++ {
+		rpcs = append(rpcs, fmt.Sprintf("127.0.0.1:%d", n.cfg.RPCPort(i)))
+	}
+	return proc{
+		name: "indexer", bin: s.Indexer, mark: genesis,
+		args: []string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
+			"--http-listen", s.IndexerAddr(), "--log-format", "json"},
+		logPath: filepath.Join(dir, "indexer.log"), pidPath: filepath.Join(dir, "indexer.pid"),
+	}
+}
+
+// serviceProcs lists the services' processes whose PID files exist, in
+// the order they stop: indexer, gateways, NATS.
+func (n *Net) serviceProcs() []proc {
+	var ps []proc
+	mk := func(name, dir, file string) proc {
+		d := filepath.Join(n.cfg.Dir, dir)
+		return proc{name: name, pidPath: filepath.Join(d, file), logPath: filepath.Join(d, strings.TrimSuffix(file, ".pid")+".log")}
+	}
+	ps = append(ps, mk("indexer", "indexer", "indexer.pid"))
+	gws, _ := filepath.Glob(filepath.Join(n.cfg.Dir, "gateway*", "gateway.pid"))
+	for _, p := range gws {
+		ps = append(ps, mk(filepath.Base(filepath.Dir(p)), filepath.Base(filepath.Dir(p)), "gateway.pid"))
+	}
+	ps = append(ps, mk("nats-server", "nats", "nats.pid"))
+	var out []proc
+	for _, p := range ps {
+		if _, err := os.Stat(p.pidPath); err == nil {
+			p.mark = n.serviceMark(p)
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serviceMark recovers the mark a service process was started with from
+// its PID file's neighbour, so Down can check the PID is still ours.
+func (n *Net) serviceMark(p proc) string {
+	b, err := os.ReadFile(p.pidPath + ".mark")
+	if err != nil {
+		return "\x00" // matches no argument: the process is not signalled
+	}
+	return string(b)
+}
+
+// StartServices starts NATS, the gateways and the indexer against the
+// running validators and waits until each listens. On failure it stops
+// what it started.
+func (n *Net) StartServices(ctx context.Context, s Services, progress io.Writer) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	if err := portsFree(s); err != nil {
+		return err
+	}
+	type step struct {
+		p    proc
+		addr string
+	}
+	steps := []step{{n.natsProc(s), fmt.Sprintf("127.0.0.1:%d", s.NATSPort)}}
+	for g := 0; g < s.Gateways; g++ {
+		steps = append(steps, step{n.gatewayProc(s, g), s.GatewayAddr(g)})
+	}
+	steps = append(steps, step{n.indexerProc(s), s.IndexerAddr()})
+	for _, st := range steps {
+		if err := os.MkdirAll(filepath.Dir(st.p.pidPath), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(st.p.pidPath+".mark", []byte(st.p.mark), 0o644); err != nil {
+			return err
+		}
+		if err := n.startProc(st.p); err != nil {
+			_ = n.StopServices(io.Discard)
+			return err
+		}
+		if err := waitListening(ctx, st.addr, time.Minute, n.exited(st.p)); err != nil {
+			_ = n.StopServices(io.Discard)
+			return fmt.Errorf("%s did not listen on %s: %w\nlast lines of %s:\n%s", st.p.name, st.addr, err, st.p.logPath, st.p.tail(15))
+		}
+		fmt.Fprintf(progress, "started %s on %s\n", st.p.name, st.addr)
+	}
+	return nil
+}
+
+// StopServices stops the indexer, gateways and NATS (SIGTERM, then SIGKILL
+// after a grace period) and reports each it stopped.
+func (n *Net) StopServices(progress io.Writer) error {
+	var errs []error
+	for _, p := range n.serviceProcs() {
+		was, err := p.stop(10 * time.Second)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if done := n.exited(p); done != nil {
+			<-done
+		}
+		if was {
+			fmt.Fprintf(progress, "stopped %s\n", p.name)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func portsFree(s Services) error {
+	ports := []int{s.NATSPort, s.MonitorPort(), s.IndexerPort}
+	for g := 0; g < s.Gateways; g++ {
+		ports = append(ports, s.GatewayPort+2*g, s.GatewayPort+2*g+1)
+	}
+	for _, port := range ports {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			return fmt.Errorf("port %d is in use, perhaps by another byzlog run: %w", port, err)
+		}
+		ln.Close()
+	}
+	return nil
+}
