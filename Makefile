@@ -35,7 +35,7 @@ deps: ## install apt packages and pinned Go tools into ./bin (skips what is pres
 
 .PHONY: build
 build: deps ## build byzlog's binaries into ./bin
-	go build -o $(BIN)/ $(addprefix github.com/byzlog/byzlog/services/,$(COMMANDS))
+	@scripts/progress.sh "build: $(COMMANDS)" go build -o $(BIN)/ $(addprefix github.com/byzlog/byzlog/services/,$(COMMANDS))
 
 .PHONY: proto
 proto: deps ## regenerate the Go code of protos/

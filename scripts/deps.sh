@@ -28,7 +28,7 @@ if ((${#missing[@]})); then
   [ "$(id -u)" = 0 ] || sudo=sudo
   say "installing ${missing[*]} with apt-get"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive "$(dirname "$0")/progress.sh" "deps: apt-get install" $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # Go tools, each pinned; a stamp file records what was installed.
@@ -40,7 +40,7 @@ install_tool() { # name package version
   fi
   say "building $name ($pkg@$version); the first build takes a few minutes"
   local start=$SECONDS
-  GOBIN="$BIN" GOWORK=off GOFLAGS= go install "$pkg@$version"
+  GOBIN="$BIN" GOWORK=off GOFLAGS= "$(dirname "$0")/progress.sh" "deps: building $name" go install "$pkg@$version"
   echo "$pkg@$version" >"$stamp"
   say "built $name in $((SECONDS - start))s"
 }
