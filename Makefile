@@ -87,8 +87,15 @@ bench-indexer: build ## commit→subscriber latency and the indexer's catch-up p
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchIndexer github.com/byzlog/byzlog/services/e2e
 
 .PHONY: test
-test: deps build lint verify-proto unit e2e ## everything CI runs
+test: deps build lint verify-proto verify-reference unit e2e ## everything CI runs
 	$(MAKE) --no-print-directory demo DEMO_RECORDS=2000
+
+.PHONY: reference verify-reference
+reference: build ## write every binary's --help usage and flags into README.md's configuration reference
+	BIN=$(BIN) scripts/reference.sh gen
+
+verify-reference: build ## fail when README.md's configuration reference differs from the binaries' flags
+	BIN=$(BIN) scripts/reference.sh verify
 
 .PHONY: run
 run: deps build ## run the whole system (4 validators, NATS, gateway, indexer) in $(LOCALNET_DIR) until Ctrl-C; resumes its data
