@@ -256,8 +256,14 @@ func (n *Net) kill(i int, mustRun bool) error {
 // grace period): services (StartServices) first, then nodes before apps,
 // and reports each one it stopped.
 func (n *Net) Down(progress io.Writer) error {
-	errs := []error{n.StopServices(progress)}
-	for _, p := range n.procs() {
+	return errors.Join(n.StopServices(progress), n.stopAll(n.procs(), progress))
+}
+
+// stopAll stops ps in order (SIGTERM, then SIGKILL after a grace period)
+// and reports each one it stopped.
+func (n *Net) stopAll(ps []proc, progress io.Writer) error {
+	var errs []error
+	for _, p := range ps {
 		was, err := p.stop(10 * time.Second)
 		if err != nil {
 			errs = append(errs, err)

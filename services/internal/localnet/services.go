@@ -2,7 +2,6 @@ package localnet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -189,21 +188,7 @@ func (n *Net) StartServices(ctx context.Context, s Services, progress io.Writer)
 // StopServices stops the indexer, gateways and NATS (SIGTERM, then SIGKILL
 // after a grace period) and reports each it stopped.
 func (n *Net) StopServices(progress io.Writer) error {
-	var errs []error
-	for _, p := range n.serviceProcs() {
-		was, err := p.stop(10 * time.Second)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if done := n.exited(p); done != nil {
-			<-done
-		}
-		if was {
-			fmt.Fprintf(progress, "stopped %s\n", p.name)
-		}
-	}
-	return errors.Join(errs...)
+	return n.stopAll(n.serviceProcs(), progress)
 }
 
 func portsFree(s Services) error {
