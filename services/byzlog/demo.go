@@ -167,10 +167,6 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	defer sub.Close()
 
 	// Consume while producing; check once every receipt is in.
-	type got struct {
-		r  *consumer.Record
-		at time.Time
-	}
 	var reads []got
 	readDone := make(chan error, 1)
 	go func() {
@@ -221,7 +217,25 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	}
 	line("", true)
 
-	// Check everything read: each once, at its receipt, in order.
+	lat, err := checkReads(reads, acked)
+	res.fromReceipt, res.consumed = lat, len(reads)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// got is one record a consumer read, and when.
+type got struct {
+	r  *consumer.Record
+	at time.Time
+}
+
+// checkReads checks what was read against the receipts: every acknowledged
+// record read once, at the offset its receipt named, each partition in
+// offset order from 0. It returns each record's receipt→read latency.
+func checkReads(reads []got, acked map[string]placed) ([]time.Duration, error) {
+	var lat []time.Duration
 	next := map[uint32]uint64{}
 	seen := map[string]bool{}
 	for _, g := range reads {
@@ -229,25 +243,24 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 		want, ok := acked[v]
 		switch {
 		case !ok:
-			return res, fmt.Errorf("read %q at %d@%d, which was never acknowledged", v, g.r.Partition, g.r.Offset)
+			return lat, fmt.Errorf("read %q at %d@%d, which was never acknowledged", v, g.r.Partition, g.r.Offset)
 		case seen[v]:
-			return res, fmt.Errorf("%q read twice", v)
+			return lat, fmt.Errorf("%q read twice", v)
 		case want.partition != g.r.Partition || want.offset != g.r.Offset:
-			return res, fmt.Errorf("%q read at %d@%d, its receipt said %d@%d", v, g.r.Partition, g.r.Offset, want.partition, want.offset)
+			return lat, fmt.Errorf("%q read at %d@%d, its receipt said %d@%d", v, g.r.Partition, g.r.Offset, want.partition, want.offset)
 		case g.r.Offset != next[g.r.Partition]:
-			return res, fmt.Errorf("partition %d: read offset %d, expected %d (out of order or missing)", g.r.Partition, g.r.Offset, next[g.r.Partition])
+			return lat, fmt.Errorf("partition %d: read offset %d, expected %d (out of order or missing)", g.r.Partition, g.r.Offset, next[g.r.Partition])
 		}
 		if g.at.After(want.at) {
-			res.fromReceipt = append(res.fromReceipt, g.at.Sub(want.at))
+			lat = append(lat, g.at.Sub(want.at))
 		}
 		seen[v] = true
 		next[g.r.Partition]++
-		res.consumed++
 	}
 	for v := range acked {
 		if !seen[v] {
-			return res, fmt.Errorf("%q was acknowledged but never read", v)
+			return lat, fmt.Errorf("%q was acknowledged but never read", v)
 		}
 	}
-	return res, nil
+	return lat, nil
 }
