@@ -18,41 +18,59 @@ import (
 	"time"
 )
 
+// runProc is a `byzlog run` the test started.
+type runProc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+// stop sends SIGINT (Ctrl-C) and waits up to a minute for the run to end.
+func (r *runProc) stop() bool {
+	_ = r.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-r.done:
+		return true
+	case <-time.After(time.Minute):
+		return false
+	}
+}
+
 // runCluster starts `byzlog run` on dir with ports from base and waits for
-// its banner. It returns the command and its combined output so far.
-func runCluster(ctx context.Context, t *testing.T, dir string, base int) (*exec.Cmd, *syncBuffer) {
+// its banner. When the test ends it is stopped with SIGINT and, whatever
+// became of it, every process with a PID file under dir is stopped too.
+func runCluster(t *testing.T, dir string, base int) *runProc {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "run", "--dir", dir,
+	cmd := exec.Command(filepath.Join(binDir(t), "byzlog"), "run", "--dir", dir,
 		"--base-port", strconv.Itoa(base), "--nats-port", strconv.Itoa(base+850), "--gateway-port", strconv.Itoa(base+900),
 		"--indexer-port", strconv.Itoa(base+860))
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
+	r := &runProc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = r.out, r.out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(r.done) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-done:
-		case <-time.After(60 * time.Second):
+		if !r.stop() {
 			_ = cmd.Process.Kill()
+			<-r.done
 		}
+		// A safety net: stop by PID file whatever is left.
+		_ = exec.Command(filepath.Join(binDir(t), "byzlog"), "localnet", "down", "--dir", dir).Run()
 	})
 	deadline := time.Now().Add(3 * time.Minute)
-	for !strings.Contains(out.String(), "byzlog is running") {
+	for !strings.Contains(r.out.String(), "byzlog is running") {
 		select {
-		case <-done:
-			t.Fatalf("byzlog run exited before it was ready:\n%s", out.String())
+		case <-r.done:
+			t.Fatalf("byzlog run exited before it was ready:\n%s", r.out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("byzlog run not ready within 3 minutes:\n%s", out.String())
+			t.Fatalf("byzlog run not ready within 3 minutes:\n%s", r.out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return cmd, out
+	return r
 }
 
 // pidsUnder reads every PID file below dir.
@@ -83,7 +101,8 @@ func TestRunWholeSystem(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cluster")
 	base := basePort(t) + 8000
 	gw, natsURL := fmt.Sprintf("127.0.0.1:%d", base+900), fmt.Sprintf("nats://127.0.0.1:%d", base+850)
-	run, out := runCluster(ctx, t, dir, base)
+	run := runCluster(t, dir, base)
+	out := run.out
 	pids := pidsUnder(t, dir)
 	if len(pids) != 11 {
 		t.Fatalf("%d PID files under %s, want 11 (4 cometbft, 4 byzlog-app, NATS, gateway, indexer):\n%s", len(pids), dir, out.String())
@@ -132,14 +151,7 @@ func TestRunWholeSystem(t *testing.T) {
 	t.Log("records produced with byzlog produce appeared in nats sub")
 
 	// Ctrl-C: every process it started is gone.
-	if err := run.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	waitExit := make(chan error, 1)
-	go func() { waitExit <- run.Wait() }()
-	select {
-	case <-waitExit:
-	case <-time.After(time.Minute):
+	if !run.stop() {
 		t.Fatalf("byzlog run did not stop within a minute of SIGINT:\n%s", out.String())
 	}
 	for _, pid := range pids {
@@ -154,7 +166,7 @@ func TestRunWholeSystem(t *testing.T) {
 	}
 
 	// Again on the same directory: the same chain, with its records.
-	runCluster(ctx, t, dir, base)
+	runCluster(t, dir, base)
 	list := bin("byzlog", "", "topic", "list", "--gateway", gw)
 	found := false
 	for _, line := range strings.Split(list, "\n") {
