@@ -73,6 +73,7 @@ type verifier struct {
 	nodes   []*node
 	store   store.Store
 	lc      *light.Client
+	trusted bool // the store holds headers verified from the root of trust
 	next    int
 	lastTip int64
 }
@@ -96,15 +97,26 @@ func (v *verifier) client(ctx context.Context) (*light.Client, error) {
 				witnesses = append(witnesses, n.prov)
 			}
 		}
-		lc, err := light.NewClient(ctx, v.cfg.ChainID,
-			light.TrustOptions{Period: v.cfg.TrustingPeriod, Height: v.cfg.Trust.Height, Hash: v.cfg.Trust.Hash},
-			v.nodes[k].prov, witnesses, v.store,
+		opts := []light.Option{
 			light.SequentialVerification(), light.PruningSize(1000), light.MaxRetryAttempts(2),
 			// A lagging witness costs 2×drift + lag of waiting: keep it short.
-			light.MaxClockDrift(5*time.Second), light.MaxBlockLag(2*time.Second),
-			light.Logger(lightLogger{log: v.log, errors: v.m.lightErrors}))
+			light.MaxClockDrift(5 * time.Second), light.MaxBlockLag(2 * time.Second),
+			light.Logger(lightLogger{log: v.log, errors: v.m.lightErrors}),
+		}
+		var lc *light.Client
+		var err error
+		if v.trusted {
+			// Rebuilt after the client gave up on its providers: go on from
+			// the headers it verified (starting again from the root of trust
+			// would roll them back and re-verify the whole chain).
+			lc, err = light.NewClientFromTrustedStore(v.cfg.ChainID, v.cfg.TrustingPeriod, v.nodes[k].prov, witnesses, v.store, opts...)
+		} else {
+			lc, err = light.NewClient(ctx, v.cfg.ChainID,
+				light.TrustOptions{Period: v.cfg.TrustingPeriod, Height: v.cfg.Trust.Height, Hash: v.cfg.Trust.Hash},
+				v.nodes[k].prov, witnesses, v.store, opts...)
+		}
 		if err == nil {
-			v.lc = lc
+			v.lc, v.trusted = lc, true
 			return lc, nil
 		}
 		errs = append(errs, fmt.Errorf("primary %s: %w", v.nodes[k].addr, err))
