@@ -449,7 +449,7 @@ func checkContainer(t *testing.T, c *container, nw network) {
 		l, ok := byPort[pr.port]
 		switch {
 		case !ok:
-			t.Errorf("%s: the %s probe probes port %d, where it does not listen (it listens on %s)", c.where, pr.kind, pr.port, describe(ls))
+			t.Errorf("%s: the %s probe targets port %d, where it does not listen (it listens on %s)", c.where, pr.kind, pr.port, describe(ls))
 		case !pr.inside && loopback(l.host):
 			t.Errorf("%s: the %s probe comes from outside the container, but %s listens on %s only", c.where, pr.kind, l.flag, l.host)
 		case pr.inside && loopback(pr.host) && l.host != "" && !loopback(l.host) && !net.ParseIP(l.host).IsUnspecified():
@@ -1143,8 +1143,14 @@ func (d *deployment) checkCompose(t *testing.T) {
 			}
 			c.mounts = append(c.mounts, mount{target: v.Target, volume: v.Source, readOnly: v.ReadOnly, persistent: named})
 		}
-		if hc := svc.HealthCheck; hc != nil && !hc.Disable && len(hc.Test) > 0 {
-			test := []string(hc.Test)
+		var test []string
+		switch hc := svc.HealthCheck; {
+		case hc != nil && !hc.Disable && len(hc.Test) > 0:
+			test = hc.Test
+		case hc == nil && stage != nil:
+			test = append([]string{"CMD"}, stage.Health()...) // the image's HEALTHCHECK
+		}
+		if len(test) > 1 {
 			switch test[0] {
 			case "CMD":
 				test = test[1:]
@@ -1155,8 +1161,8 @@ func (d *deployment) checkCompose(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", where, err)
 			} else {
-				if pr.host != "" && path.Base(test[0]) == "probe" && stage != nil && !stage.copiesContext("deployments/docker/probe") {
-					t.Errorf("%s: the healthcheck runs probe, which image target %s lacks", where, svc.Build.Target)
+				if path.Base(test[0]) == "probe" && stage != nil && !stage.copiesContext("deployments/docker/probe") {
+					t.Errorf("%s: the healthcheck runs probe, which image target %s lacks", where, stage.name)
 				}
 				c.probes = append(c.probes, pr)
 			}
