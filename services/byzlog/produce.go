@@ -168,9 +168,9 @@ record's topic/partition@offset (--verbose, or a single record), then a summary.
 Without --key, a new key is generated for this run (a new producer identity).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ack, ok := map[string]byzlogv1.Ack{"none": byzlogv1.Ack_ACK_NONE, "mempool": byzlogv1.Ack_ACK_MEMPOOL, "commit": byzlogv1.Ack_ACK_COMMIT}[acks]
-			if !ok {
-				return fmt.Errorf("--acks %q: want none, mempool or commit", acks)
+			ack, err := parseAcks(acks)
+			if err != nil {
+				return err
 			}
 			opts := []client.Option{client.WithGateways(gateways...), client.WithAcks(ack)}
 			if keyPath != "" {
@@ -284,4 +284,13 @@ func readLines(r io.Reader, parseKey bool, key string, send func(k, v []byte)) e
 		return fmt.Errorf("read stdin line %d: %w", line+1, err)
 	}
 	return nil
+}
+
+// parseAcks reads an --acks value.
+func parseAcks(s string) (byzlogv1.Ack, error) {
+	ack, ok := map[string]byzlogv1.Ack{"none": byzlogv1.Ack_ACK_NONE, "mempool": byzlogv1.Ack_ACK_MEMPOOL, "commit": byzlogv1.Ack_ACK_COMMIT}[s]
+	if !ok {
+		return 0, fmt.Errorf("--acks %q: want none, mempool or commit", s)
+	}
+	return ack, nil
 }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -149,6 +150,22 @@ func TestRunWholeSystem(t *testing.T) {
 		}
 	}
 	t.Log("records produced with byzlog produce appeared in nats sub")
+
+	// byzlog bench loads the running cluster and reports on every process.
+	result := filepath.Join(t.TempDir(), "bench.json")
+	bin("byzlog", "", "bench", "--dir", dir, "--gateway", gw, "--nats", natsURL, "--warmup", "1s", "--duration", "2s",
+		"--producers", "2", "--out", result)
+	var res struct {
+		Committed int64 `json:"committed_records"`
+		Processes []struct {
+			Name    string `json:"name"`
+			PeakRSS int64  `json:"peak_rss_bytes"`
+		} `json:"processes"`
+	}
+	if b, err := os.ReadFile(result); err != nil || json.Unmarshal(b, &res) != nil || res.Committed == 0 || len(res.Processes) != 11 {
+		t.Fatalf("byzlog bench result: %v %+v", err, res)
+	}
+	t.Logf("byzlog bench: %d records committed in 2 s, %d processes measured", res.Committed, len(res.Processes))
 
 	// Ctrl-C: every process it started is gone.
 	if !run.stop() {

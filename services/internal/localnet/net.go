@@ -112,6 +112,23 @@ func (n *Net) Running() []string {
 	return out
 }
 
+// Process is a running process of the network.
+type Process struct {
+	Name string
+	PID  int
+}
+
+// Processes lists the network's running processes, services included.
+func (n *Net) Processes() []Process {
+	var out []Process
+	for _, p := range append(n.serviceProcs(), n.procs()...) {
+		if pid := p.pid(); pid != 0 {
+			out = append(out, Process{Name: p.name, PID: pid})
+		}
+	}
+	return out
+}
+
 // Up creates the network if the directory holds none, starts every node and
 // waits until each has committed height 3 and one block more than the
 // highest any had (a resumed chain is live). It refuses a second copy.

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/bench"
+	"github.com/byzlog/byzlog/services/internal/keyfile"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+func newBenchCommand() *cobra.Command {
+	cfg := bench.Default()
+	gateways := []string{defaultGateway}
+	natsURL := defaultNATS
+	acks := "commit"
+	dir := localnet.Default().Dir
+	adminKey := ""
+	partitions := uint32(8)
+	out := ""
+	zstd := false
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
+		Long: `Drive --producers producers through --gateway with the producer SDK: closed
+loop (each keeps --in-flight records unresolved, as fast as they resolve) or,
+with --rate, open loop at that many records/s in all. Records are --record-size
+bytes (at least 16: they name themselves so a consumer can time them), random
+or JSON-like (--payload), keyless or over --keys keys. After --warmup, it
+measures for --duration; with --nats it also reads the records back through
+JetStream and times receipt→consumer.
+
+It creates --topic with --partitions when missing (signed with --admin-key,
+default DIR/admin.key). Each second it prints the rate, records acknowledged,
+errors and the last second's receipt p99. At the end it reports committed
+records/s and MB/s, produce→receipt latency (p50/p90/p99/max), receipt→consumer
+latency, errors by gRPC code, and the CPU time and peak RSS of every process of
+the cluster running in --dir (from its PID files), and writes it all as JSON to
+--out when given.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			a, err := parseAcks(acks)
+			if err != nil {
+				return err
+			}
+			cfg.Acks, cfg.Gateways, cfg.NATSURL = a, gateways, natsURL
+			if zstd {
+				cfg.Options = append(cfg.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if err := ensureTopic(cmd, gateways[0], cfg.Topic, partitions, adminKey, dir); err != nil {
+				return err
+			}
+			var watch func() []bench.ProcessStat
+			if n, err := localnet.Open(localnet.Config{Dir: dir}); err == nil {
+				var ps []bench.Process
+				for _, p := range n.Processes() {
+					ps = append(ps, bench.Process{Name: p.Name, PID: p.PID})
+				}
+				watch = bench.Watch(ps)
+			}
+			w := cmd.ErrOrStderr()
+			line := localnet.StatusLine(w)
+			res, err := bench.Run(ctx, cfg, func(p bench.Progress) {
+				phase := "measuring"
+				if p.Warmup {
+					phase = "warming up"
+				}
+				line(fmt.Sprintf("%s %s: %.0f records/s, %d acknowledged, %d errors, p99 %s, %d consumed",
+					p.Elapsed.Round(time.Second), phase, p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond), p.Consumed), false)
+			})
+			line("", true)
+			if watch != nil {
+				res.Processes = watch()
+			}
+			report(cmd.OutOrStdout(), res)
+			if out != "" {
+				b, _ := json.MarshalIndent(res, "", "  ")
+				if werr := os.WriteFile(out, append(b, '\n'), 0o644); werr != nil {
+					return werr
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+			}
+			if err != nil && !errors.Is(err, ctx.Err()) {
+				return err
+			}
+			if res.Committed == 0 {
+				return errors.New("no record was acknowledged in the measured window")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&gateways, "gateway", gateways, "gateway address(es)")
+	f.StringVar(&natsURL, "nats", natsURL, "NATS URL to read the records back from (empty: no consumer)")
+	f.StringVar(&cfg.Topic, "topic", cfg.Topic, "topic to write")
+	f.Uint32Var(&partitions, "partitions", partitions, "partitions of --topic when it has to be created")
+	f.StringVar(&adminKey, "admin-key", "", "admin key FILE to create --topic (default DIR/admin.key)")
+	f.StringVar(&dir, "dir", dir, "run directory of the cluster (for the admin key and process statistics)")
+	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "producers (SDK instances, each its own key)")
+	f.IntVar(&cfg.RecordSize, "record-size", cfg.RecordSize, "bytes per record value (at least 16)")
+	f.IntVar(&cfg.Keys, "keys", cfg.Keys, "distinct keys (0: keyless, sticky partitioning)")
+	f.StringVar(&cfg.Payload, "payload", cfg.Payload, "random (incompressible) or json (JSON-like)")
+	f.BoolVar(&zstd, "zstd", false, "compress batches with zstd")
+	f.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered records/s in all (open loop); 0: closed loop")
+	f.IntVar(&cfg.InFlight, "in-flight", cfg.InFlight, "records unresolved per producer at most")
+	f.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "load before measuring")
+	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time")
+	f.StringVar(&acks, "acks", acks, "none, mempool or commit")
+	f.StringVar(&out, "out", "", "write the result as JSON to this FILE")
+	return cmd
+}
+
+// ensureTopic creates topic unless it exists.
+func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, adminKey, dir string) error {
+	gw, closeFn, err := dial(gateway)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	if _, err := gw.DescribeTopic(cmd.Context(), &byzlogv1.DescribeTopicRequest{Name: topic}); err == nil {
+		return nil
+	}
+	if adminKey == "" {
+		adminKey = dir + "/admin.key"
+	}
+	key, err := keyfile.Read(adminKey)
+	if err != nil {
+		return fmt.Errorf("topic %s does not exist and creating it needs the admin key: %w (--admin-key)", topic, err)
+	}
+	adm, err := client.NewAdmin(gateway, key)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	h, err := adm.CreateTopic(cmd.Context(), topic, &byzlogv1.TopicConfig{Partitions: partitions})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "created topic %s with %d partitions at height %d\n", topic, partitions, h)
+	return nil
+}
+
+func report(w io.Writer, r bench.Result) {
+	c := r.Config
+	load := "closed loop"
+	if c.Rate > 0 {
+		load = fmt.Sprintf("open loop at %.0f records/s", c.Rate)
+	}
+	fmt.Fprintf(w, "\nbyzlog bench: %d producers, %d B %s records, %s, acks=%s, %s measured after %s\n",
+		c.Producers, c.RecordSize, c.Payload, load, c.Acks, c.Duration, c.Warmup)
+	fmt.Fprintf(w, "  committed         %d records: %.0f records/s, %.2f MB/s of values\n", r.Committed, r.RecordsPerSec, r.MBPerSec)
+	fmt.Fprintf(w, "  produce→receipt   %s\n", r.Receipt)
+	if c.NATSURL != "" {
+		fmt.Fprintf(w, "  receipt→consumer  %s (%d records read back)\n", r.EndToEnd, r.Consumed)
+	}
+	fmt.Fprintf(w, "  errors            %s\n", bench.FormatErrors(r.Errors))
+	for _, p := range r.Processes {
+		fmt.Fprintf(w, "  %-20s pid %-7d cpu %6.1f s (%3.0f%% of a core)  rss %4d MiB  peak %4d MiB\n",
+			p.Name, p.PID, p.CPUSeconds, 100*p.CPUSeconds/(c.Duration+c.Warmup).Seconds(), p.RSS>>20, p.PeakRSS>>20)
+	}
+}

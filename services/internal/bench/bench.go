@@ -1,0 +1,396 @@
+// Package bench is byzlog's load generator: producers writing through
+// gateways with the producer SDK, closed-loop (as fast as the system
+// acknowledges) or open-loop (a target rate), with an optional consumer
+// reading the records back through NATS to time the whole path. It reports
+// committed records/s and MB/s, receipt and end-to-end latency
+// percentiles, errors by code, and the CPU time and peak RSS of the
+// cluster's processes. It reads no flags; `byzlog bench` wires it.
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/status"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/consumer"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Config is one load run. Default fills it; Validate names what is wrong.
+type Config struct {
+	Gateways  []string
+	NATSURL   string // empty: no consumer
+	Topic     string
+	Producers int
+	// RecordSize is the value's size in bytes; at least 16, which name the
+	// record (producer, sequence) so the consumer can time it.
+	RecordSize int
+	// Keys is the number of distinct keys, spread evenly; 0 means keyless
+	// records (sticky partitioning).
+	Keys int
+	// Rate is the offered load in records/s over all producers (open
+	// loop); 0 means closed loop: each producer keeps InFlight records
+	// unresolved and sends as fast as they resolve.
+	Rate     float64
+	InFlight int
+	Warmup   time.Duration
+	Duration time.Duration
+	Acks     byzlogv1.Ack
+	// Payload is "random" (incompressible) or "json" (JSON-like text).
+	Payload string
+	// Options are extra producer options (linger, batch size, codec).
+	Options []client.Option `json:"-"`
+}
+
+// Default is 8 closed-loop producers of 100 B random keyless records, 2,000
+// in flight each, 5 s warm-up, 30 s measured, acks=commit.
+func Default() Config {
+	return Config{Topic: "bench", Producers: 8, RecordSize: 100, InFlight: 2000,
+		Warmup: 5 * time.Second, Duration: 30 * time.Second, Acks: byzlogv1.Ack_ACK_COMMIT, Payload: "random"}
+}
+
+// Validate says which field is wrong.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Gateways) == 0:
+		return errors.New("bench: at least one gateway is required")
+	case c.Topic == "":
+		return errors.New("bench: topic is empty")
+	case c.Producers < 1 || c.Producers > 1024:
+		return fmt.Errorf("bench: producers (%d) must be between 1 and 1024", c.Producers)
+	case c.RecordSize < 1 || c.RecordSize > 1<<20:
+		return fmt.Errorf("bench: record size (%d) must be between 1 B and 1 MiB", c.RecordSize)
+	case c.Keys < 0 || c.Rate < 0:
+		return fmt.Errorf("bench: keys (%d) and rate (%v) must not be negative", c.Keys, c.Rate)
+	case c.InFlight < 1:
+		return fmt.Errorf("bench: in-flight (%d) must be at least 1", c.InFlight)
+	case c.Warmup < 0 || c.Duration < time.Second:
+		return fmt.Errorf("bench: warm-up (%s) must not be negative and duration (%s) at least 1s", c.Warmup, c.Duration)
+	case c.Payload != "random" && c.Payload != "json":
+		return fmt.Errorf("bench: payload %q: want random or json", c.Payload)
+	}
+	return nil
+}
+
+// Latency summarises a latency distribution.
+type Latency struct {
+	Count int64         `json:"count"`
+	P50   time.Duration `json:"p50_ns"`
+	P90   time.Duration `json:"p90_ns"`
+	P99   time.Duration `json:"p99_ns"`
+	Max   time.Duration `json:"max_ns"`
+}
+
+// Summarize computes the percentiles of d (which it sorts).
+func Summarize(d []time.Duration) Latency {
+	if len(d) == 0 {
+		return Latency{}
+	}
+	slices.Sort(d)
+	at := func(q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
+	return Latency{Count: int64(len(d)), P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: d[len(d)-1]}
+}
+
+func (l Latency) String() string {
+	if l.Count == 0 {
+		return "none"
+	}
+	r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+	return fmt.Sprintf("p50 %s p90 %s p99 %s max %s", r(l.P50), r(l.P90), r(l.P99), r(l.Max))
+}
+
+// Result is what one run measured. Figures count only the measured
+// window, after the warm-up.
+type Result struct {
+	Config        Config           `json:"config"`
+	Started       time.Time        `json:"started"`
+	Committed     int64            `json:"committed_records"`
+	RecordsPerSec float64          `json:"records_per_sec"`
+	MBPerSec      float64          `json:"mb_per_sec"` // value bytes, 10^6
+	Receipt       Latency          `json:"produce_to_receipt"`
+	EndToEnd      Latency          `json:"receipt_to_consumer"`
+	Consumed      int64            `json:"consumed_records"`
+	Errors        map[string]int64 `json:"errors_by_code"`
+	Processes     []ProcessStat    `json:"processes,omitempty"`
+}
+
+// Progress is a one-second snapshot while a run goes.
+type Progress struct {
+	Elapsed  time.Duration
+	Warmup   bool
+	Rate     float64 // records/s acknowledged in the last second
+	Acked    int64   // since the measured window began
+	Errors   int64
+	P99      time.Duration // of receipts in the last second
+	Consumed int64
+}
+
+// Run drives the load and reports. progress (may be nil) gets a snapshot
+// every second.
+func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	r := &runner{cfg: cfg, errs: map[string]int64{}, sentAt: map[string]time.Time{}}
+	return r.run(ctx, progress)
+}
+
+type runner struct {
+	cfg Config
+
+	measureFrom time.Time
+	end         time.Time
+
+	mu       sync.Mutex
+	receipts []time.Duration // measured window
+	window   []time.Duration // last second, for progress
+	e2e      []time.Duration
+	errs     map[string]int64
+	sentAt   map[string]time.Time // value id -> receipt time, for the consumer
+
+	acked    atomic.Int64 // measured window
+	ackedAll atomic.Int64
+	errCount atomic.Int64
+	consumed atomic.Int64
+}
+
+func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, error) {
+	res := Result{Config: r.cfg, Started: time.Now()}
+	producers := make([]*client.Producer, r.cfg.Producers)
+	for i := range producers {
+		p, err := client.NewProducer(ctx, append([]client.Option{client.WithGateways(r.cfg.Gateways...), client.WithAcks(r.cfg.Acks)}, r.cfg.Options...)...)
+		if err != nil {
+			for _, q := range producers[:i] {
+				_ = q.Close(ctx)
+			}
+			return res, fmt.Errorf("producer %d: %w", i, err)
+		}
+		producers[i] = p
+	}
+	start := time.Now()
+	r.measureFrom = start.Add(r.cfg.Warmup)
+	r.end = r.measureFrom.Add(r.cfg.Duration)
+
+	var sub *consumer.Subscription
+	if r.cfg.NATSURL != "" {
+		var err error
+		sub, err = r.subscribe(ctx, producers[0])
+		if err != nil {
+			return res, err
+		}
+		defer sub.Close()
+	}
+	cctx, stopConsumer := context.WithCancel(ctx)
+	consumerDone := make(chan struct{})
+	if sub != nil {
+		go func() { defer close(consumerDone); r.consume(cctx, sub) }()
+	} else {
+		close(consumerDone)
+	}
+
+	var wg sync.WaitGroup
+	for i, p := range producers {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.produce(ctx, i, p) }()
+	}
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	produced := make(chan struct{})
+	go func() { wg.Wait(); close(produced) }()
+	var last int64
+loop:
+	for {
+		select {
+		case <-ticker.C:
+			if progress != nil {
+				now := r.ackedAll.Load()
+				r.mu.Lock()
+				w := Summarize(r.window)
+				r.window = r.window[:0]
+				r.mu.Unlock()
+				progress(Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(r.measureFrom), Rate: float64(now - last),
+					Acked: r.acked.Load(), Errors: r.errCount.Load(), P99: w.P99, Consumed: r.consumed.Load()})
+				last = now
+			}
+		case <-produced:
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	<-produced
+	for _, p := range producers {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		_ = p.Close(cctx)
+		cancel()
+	}
+	if sub != nil {
+		// Give the consumer a moment for the last records to arrive.
+		deadline := time.Now().Add(10 * time.Second)
+		for r.consumed.Load() < r.ackedAll.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	stopConsumer()
+	<-consumerDone
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res.Committed = r.acked.Load()
+	res.RecordsPerSec = float64(res.Committed) / r.cfg.Duration.Seconds()
+	res.MBPerSec = res.RecordsPerSec * float64(r.cfg.RecordSize) / 1e6
+	res.Receipt = Summarize(r.receipts)
+	res.EndToEnd = Summarize(r.e2e)
+	res.Consumed = r.consumed.Load()
+	res.Errors = r.errs
+	return res, ctx.Err()
+}
+
+// subscribe creates the topic's stream by producing one record, then
+// subscribes from the end of what exists.
+func (r *runner) subscribe(ctx context.Context, p *client.Producer) (*consumer.Subscription, error) {
+	if _, err := p.ProduceSync(ctx, &client.Record{Topic: r.cfg.Topic, Value: []byte("bench-start")}); err != nil {
+		return nil, fmt.Errorf("first record: %w", err)
+	}
+	c, err := consumer.Connect(r.cfg.NATSURL)
+	if err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		sub, err := c.Subscribe(ctx, r.cfg.Topic, consumer.FromTime(time.Now()))
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return sub, err
+		}
+	}
+}
+
+// consume reads records back and times each from its receipt.
+func (r *runner) consume(ctx context.Context, sub *consumer.Subscription) {
+	for {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		now := time.Now()
+		r.consumed.Add(1)
+		if len(rec.Value) < 16 {
+			continue
+		}
+		id := string(rec.Value[:16])
+		r.mu.Lock()
+		if t, ok := r.sentAt[id]; ok {
+			delete(r.sentAt, id)
+			if t.After(r.measureFrom) && now.After(t) {
+				r.e2e = append(r.e2e, now.Sub(t))
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// produce runs one producer until the end of the run.
+func (r *runner) produce(ctx context.Context, i int, p *client.Producer) {
+	var interval time.Duration
+	if r.cfg.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(r.cfg.Producers) / r.cfg.Rate)
+	}
+	sem := make(chan struct{}, r.cfg.InFlight)
+	var inner sync.WaitGroup
+	next := time.Now()
+	for seq := uint64(0); time.Now().Before(r.end) && ctx.Err() == nil; seq++ {
+		if interval > 0 {
+			if d := time.Until(next); d > 0 {
+				time.Sleep(d)
+			}
+			next = next.Add(interval)
+		}
+		sem <- struct{}{}
+		value := r.value(i, seq)
+		rec := &client.Record{Topic: r.cfg.Topic, Value: value}
+		if r.cfg.Keys > 0 {
+			rec.Key = []byte(fmt.Sprintf("key-%d", (uint64(i)*7919+seq)%uint64(r.cfg.Keys)))
+		}
+		sent := time.Now()
+		f := p.Produce(ctx, rec)
+		inner.Add(1)
+		go func() {
+			defer inner.Done()
+			defer func() { <-sem }()
+			_, err := f.Wait(ctx)
+			now := time.Now()
+			r.record(sent, now, string(value[:min(16, len(value))]), err)
+		}()
+	}
+	inner.Wait()
+}
+
+func (r *runner) record(sent, now time.Time, id string, err error) {
+	measured := !sent.Before(r.measureFrom) && !now.After(r.end)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.errCount.Add(1)
+		if measured {
+			r.errs[status.Code(err).String()]++
+		}
+		return
+	}
+	r.ackedAll.Add(1)
+	d := now.Sub(sent)
+	r.window = append(r.window, d)
+	if measured {
+		r.acked.Add(1)
+		r.receipts = append(r.receipts, d)
+	}
+	if r.cfg.NATSURL != "" && len(id) == 16 {
+		r.sentAt[id] = now
+	}
+}
+
+// value builds a record value: 16 bytes identifying it (producer and
+// sequence, for the consumer), then the payload.
+func (r *runner) value(i int, seq uint64) []byte {
+	v := make([]byte, max(r.cfg.RecordSize, 16))
+	binary.BigEndian.PutUint64(v[0:8], uint64(i))
+	binary.BigEndian.PutUint64(v[8:16], seq)
+	switch r.cfg.Payload {
+	case "json":
+		const sample = `{"user":"u-1042","event":"page_view","path":"/products/9921","ts":1764460800,"ok":true}`
+		for k := 16; k < len(v); k += len(sample) {
+			copy(v[k:], sample)
+		}
+	default:
+		_, _ = rand.Read(v[16:])
+	}
+	return v[:max(r.cfg.RecordSize, 16)]
+}
+
+// FormatErrors lists errors by code, most first.
+func FormatErrors(errs map[string]int64) string {
+	if len(errs) == 0 {
+		return "none"
+	}
+	codes := make([]string, 0, len(errs))
+	for c := range errs {
+		codes = append(codes, c)
+	}
+	slices.SortFunc(codes, func(a, b string) int { return int(errs[b] - errs[a]) })
+	var parts []string
+	for _, c := range codes {
+		parts = append(parts, fmt.Sprintf("%s %d", c, errs[c]))
+	}
+	return strings.Join(parts, ", ")
+}

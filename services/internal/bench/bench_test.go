@@ -1,0 +1,73 @@
+package bench
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	l := Summarize(d)
+	if l.Count != 100 || l.P50 != 50*time.Millisecond || l.P90 != 90*time.Millisecond || l.P99 != 99*time.Millisecond || l.Max != 100*time.Millisecond {
+		t.Fatalf("Summarize(1..100 ms) = %+v", l)
+	}
+	if got := Summarize(nil); got.Count != 0 || got.String() != "none" {
+		t.Fatalf("Summarize(nil) = %+v %q", got, got.String())
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := Default()
+	good.Gateways = []string{"127.0.0.1:7070"}
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		fn   func(*Config)
+		want string
+	}{
+		{"no gateway", func(c *Config) { c.Gateways = nil }, "gateway"},
+		{"size", func(c *Config) { c.RecordSize = 0 }, "record size"},
+		{"payload", func(c *Config) { c.Payload = "zeros" }, "payload"},
+		{"duration", func(c *Config) { c.Duration = time.Millisecond }, "duration"},
+		{"rate", func(c *Config) { c.Rate = -1 }, "rate"},
+	} {
+		c := good
+		tc.fn(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestValuesCarryTheirIdentity(t *testing.T) {
+	for _, payload := range []string{"random", "json"} {
+		r := &runner{cfg: Config{RecordSize: 100, Payload: payload}}
+		a, b := r.value(3, 7), r.value(3, 8)
+		if len(a) != 100 || string(a[:16]) == string(b[:16]) {
+			t.Fatalf("%s: values %x and %x", payload, a[:16], b[:16])
+		}
+	}
+	if v := (&runner{cfg: Config{RecordSize: 4, Payload: "json"}}).value(0, 0); len(v) != 16 {
+		t.Fatalf("a 4-byte record is %d bytes; records carry 16 bytes of identity at least", len(v))
+	}
+}
+
+func TestWatchThisProcess(t *testing.T) {
+	stats := Watch([]Process{{Name: "self", PID: os.Getpid()}, {Name: "gone", PID: 1 << 30}})
+	x := 0
+	for i := 0; i < 20_000_000; i++ {
+		x += i
+	}
+	_ = x
+	got := stats()
+	if len(got) != 1 || got[0].Name != "self" || got[0].PeakRSS <= 0 || got[0].RSS <= 0 || got[0].CPUSeconds < 0 {
+		t.Fatalf("Watch = %+v", got)
+	}
+}
