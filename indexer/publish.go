@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -108,6 +109,22 @@ func (p *publisher) stream(ctx context.Context, topic string) (jetstream.Stream,
 	return st, nil
 }
 
+// dropStream deletes topic's stream and forgets what was published to it.
+func (p *publisher) dropStream(ctx context.Context, topic string) error {
+	err := p.js.DeleteStream(ctx, layout.StreamName(topic))
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("delete stream %s of deleted topic %s: %w", layout.StreamName(topic), topic, err)
+	}
+	delete(p.streams, topic)
+	prefix := topic + "\x00"
+	for k := range p.next {
+		if strings.HasPrefix(k, prefix) {
+			delete(p.next, k)
+		}
+	}
+	return nil
+}
+
 // lastIn returns 1 + the header value of the last message on subject, or 0.
 func lastIn(ctx context.Context, st jetstream.Stream, subject, header string) (uint64, error) {
 	m, err := st.GetLastMsgForSubject(ctx, subject)
@@ -130,6 +147,21 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 	old := time.Since(b.Time) > p.cfg.DuplicateWindow/2
 	var futs []jetstream.PubAckFuture
 	info := layout.BlockInfo{Height: b.Height, Time: b.Time.UTC().Format(time.RFC3339Nano), BlockHash: hex.EncodeToString(b.Hash), AppHash: hex.EncodeToString(b.AppHash)}
+	// A topic's stream exists from its creation, so consumers can
+	// subscribe before its first record, and goes with its deletion, so a
+	// topic created again under the name starts clean (its offsets start
+	// at 0 again; the old stream would take them for published).
+	for _, c := range b.Appended.Topics {
+		if c.Deleted {
+			if err := p.dropStream(ctx, c.Name); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if _, err := p.stream(ctx, c.Name); err != nil {
+			return nil, err
+		}
+	}
 	for _, part := range b.Appended.Partitions {
 		root := part.Root
 		info.Records = append(info.Records, layout.PartitionCount{Topic: root.Topic, Partition: root.Partition, FirstOffset: root.FirstOffset, Count: root.Count})

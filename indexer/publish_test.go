@@ -238,3 +238,45 @@ func TestPublishOldBlocksAskTheStream(t *testing.T) {
 		}
 	}
 }
+
+// TestTopicStreamsFollowCreateAndDelete: a created topic has its stream
+// before any record; a deleted one loses it, so the topic created again
+// under the same name publishes from offset 0 instead of being taken for
+// already published.
+func TestTopicStreamsFollowCreateAndDelete(t *testing.T) {
+	nc := startNATS(t)
+	ctx := context.Background()
+	cfg := Default()
+	cfg.ChainID = "c"
+	m := newMetrics()
+	p, err := newPublisher(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	now := time.Now()
+	publish := func(b *Block) {
+		t.Helper()
+		futs, err := p.publish(ctx, b, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, futs)
+	}
+	empty := &Block{Height: 1, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32),
+		Appended: core.Appended{Topics: []core.TopicChange{{Name: "t"}}}}
+	publish(empty)
+	if _, err := js.Stream(ctx, layout.StreamName("t")); err != nil {
+		t.Fatalf("no stream for a topic just created: %v", err)
+	}
+	publish(testBlock(2, 0, 5, now))
+	recreate := &Block{Height: 3, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32),
+		Appended: core.Appended{Topics: []core.TopicChange{{Name: "t", Deleted: true}, {Name: "t"}}}}
+	publish(recreate)
+	publish(testBlock(4, 0, 3, now)) // offsets 0..2 of the new topic
+	for part := uint32(0); part < 2; part++ {
+		if n := subjectCount(t, js, "t", part); n != 3 {
+			t.Errorf("partition %d of the re-created topic holds %d messages, want 3", part, n)
+		}
+	}
+}

@@ -22,6 +22,14 @@ type TxResult struct {
 // them, grouped per partition in (topic, partition) order.
 type Appended struct {
 	Partitions []AppendedPartition
+	// Topics are the topics the block created or deleted, in block order.
+	Topics []TopicChange
+}
+
+// TopicChange is a topic created or deleted by a committed admin request.
+type TopicChange struct {
+	Name    string
+	Deleted bool
 }
 
 // AppendedPartition is the records one block appended to one partition, in
@@ -59,6 +67,7 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 		return Appended{}, fmt.Errorf("block %d has %d transactions and %d results", height, len(txs), len(results))
 	}
 	runs := map[string]*AppendedPartition{}
+	var changes []TopicChange
 	for i, tx := range txs {
 		if results[i].Code != uint32(CodeOK) {
 			continue // rejected as a whole: nothing appended
@@ -66,6 +75,19 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 		var env byzlogv1.Tx
 		if err := proto.Unmarshal(tx, &env); err != nil {
 			return Appended{}, fmt.Errorf("block %d tx %d: committed but not a byzlog.v1.Tx: %w", height, i, err)
+		}
+		if adm := env.GetAdmin(); adm != nil {
+			var body byzlogv1.AdminBody
+			if err := proto.Unmarshal(adm.Body, &body); err != nil {
+				return Appended{}, fmt.Errorf("block %d tx %d: committed admin body is not a byzlog.v1.AdminBody: %w", height, i, err)
+			}
+			switch {
+			case body.GetCreateTopic() != nil:
+				changes = append(changes, TopicChange{Name: body.GetCreateTopic().Name})
+			case body.GetDeleteTopic() != nil:
+				changes = append(changes, TopicChange{Name: body.GetDeleteTopic().Name, Deleted: true})
+			}
+			continue
 		}
 		bundle := env.GetProduceBundle()
 		if bundle == nil {
@@ -112,7 +134,7 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var a Appended
+	a := Appended{Topics: changes}
 	for _, k := range keys {
 		run := runs[k]
 		leaves := make([][]byte, len(run.Records))

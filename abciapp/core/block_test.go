@@ -57,6 +57,9 @@ func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 	if a.Count() != 7 {
 		t.Fatalf("rebuilt %d records, want 7", a.Count())
 	}
+	if len(a.Topics) != 1 || a.Topics[0] != (core.TopicChange{Name: "u"}) {
+		t.Fatalf("topic changes %v, want u created", a.Topics)
+	}
 	// Every rebuilt record is byte for byte the stored one.
 	for _, part := range a.Partitions {
 		var got byzlogv1.RecordsResponse

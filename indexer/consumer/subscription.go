@@ -59,7 +59,7 @@ func (c *Consumer) Subscribe(ctx context.Context, topic string, opts ...Subscrib
 	name := layout.StreamName(topic)
 	st, err := c.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: topic %q has no JetStream stream %s; the indexer creates it when it publishes the topic's first record, so check that byzlog-indexer runs against this NATS and the topic has records", ErrTopicNotIndexed, topic, name)
+		return nil, fmt.Errorf("%w: topic %q has no JetStream stream %s; the indexer creates it when it indexes the block that created the topic, so check that the topic exists and byzlog-indexer runs against this NATS and keeps up", ErrTopicNotIndexed, topic, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up stream %s of topic %q: %w", name, topic, err)
