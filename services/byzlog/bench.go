@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,8 @@ func newBenchCommand() *cobra.Command {
 	partitions := uint32(8)
 	out := ""
 	zstd := false
+	baseline := ""
+	js := bench.DefaultJetStream()
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
@@ -46,11 +49,24 @@ errors and the last second's receipt p99. At the end it reports committed
 records/s and MB/s, produce→receipt latency (p50/p90/p99/max), receipt→consumer
 latency, errors by gRPC code, and the CPU time and peak RSS of every process of
 the cluster running in --dir (from its PID files), and writes it all as JSON to
---out when given.`,
+--out when given.
+
+--baseline jetstream measures the crash-fault-tolerant peer instead, with the
+same producers, record size, warm-up and duration: a JetStream cluster of
+--servers nats-server processes on loopback (client ports from
+--jetstream-port), one stream with that many replicas, async publishes with
+--in-flight pending per publisher; --sync-always makes every write fsync
+(sync_interval: always), like byzlog's synced commit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			if baseline != "" {
+				if baseline != "jetstream" {
+					return fmt.Errorf("--baseline %q: the baseline it knows is jetstream", baseline)
+				}
+				return runJetStreamBaseline(ctx, cmd, js, cfg, out)
+			}
 			a, err := parseAcks(acks)
 			if err != nil {
 				return err
@@ -122,6 +138,10 @@ the cluster running in --dir (from its PID files), and writes it all as JSON to
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time")
 	f.StringVar(&acks, "acks", acks, "none, mempool or commit")
 	f.StringVar(&out, "out", "", "write the result as JSON to this FILE")
+	f.StringVar(&baseline, "baseline", "", "measure a baseline instead of byzlog: jetstream")
+	f.BoolVar(&js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
+	f.IntVar(&js.Servers, "servers", js.Servers, "with --baseline jetstream: servers (and stream replicas)")
+	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
 	return cmd
 }
 
@@ -161,8 +181,12 @@ func report(w io.Writer, r bench.Result) {
 	if c.Rate > 0 {
 		load = fmt.Sprintf("open loop at %.0f records/s", c.Rate)
 	}
-	fmt.Fprintf(w, "\nbyzlog bench: %d producers, %d B %s records, %s, acks=%s, %s measured after %s\n",
-		c.Producers, c.RecordSize, c.Payload, load, c.Acks, c.Duration, c.Warmup)
+	acks := ""
+	if c.Acks != byzlogv1.Ack_ACK_UNSPECIFIED {
+		acks = ", acks=" + c.Acks.String()
+	}
+	fmt.Fprintf(w, "\nload: %d producers, %d B %s records, %s%s, %s measured after %s\n",
+		c.Producers, c.RecordSize, c.Payload, load, acks, c.Duration, c.Warmup)
 	fmt.Fprintf(w, "  committed         %d records: %.0f records/s, %.2f MB/s of values\n", r.Committed, r.RecordsPerSec, r.MBPerSec)
 	fmt.Fprintf(w, "  produce→receipt   %s\n", r.Receipt)
 	if c.NATSURL != "" {
@@ -173,4 +197,42 @@ func report(w io.Writer, r bench.Result) {
 		fmt.Fprintf(w, "  %-20s pid %-7d cpu %6.1f s (%3.0f%% of a core)  rss %4d MiB  peak %4d MiB\n",
 			p.Name, p.PID, p.CPUSeconds, 100*p.CPUSeconds/(c.Duration+c.Warmup).Seconds(), p.RSS>>20, p.PeakRSS>>20)
 	}
+}
+
+// runJetStreamBaseline runs the JetStream baseline with the load's shape.
+func runJetStreamBaseline(ctx context.Context, cmd *cobra.Command, js bench.JetStreamConfig, cfg bench.Config, out string) error {
+	js.NATSServer = findBinary(binDir(), "nats-server")
+	js.Publishers, js.MaxPending, js.RecordSize, js.Warmup, js.Duration = cfg.Producers, cfg.InFlight, cfg.RecordSize, cfg.Warmup, cfg.Duration
+	dir, err := os.MkdirTemp("", "byzlog-bench-jetstream-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	js.Dir = dir
+	line := localnet.StatusLine(cmd.ErrOrStderr())
+	res, err := bench.RunJetStream(ctx, js, func(p bench.Progress) {
+		line(fmt.Sprintf("%s jetstream R%d: %.0f msgs/s, %d acknowledged, %d errors, p99 %s",
+			p.Elapsed.Round(time.Second), js.Servers, p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond)), false)
+	})
+	line("", true)
+	if err != nil && !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	sync := "default sync"
+	if js.SyncAlways {
+		sync = "sync_interval: always"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "\nJetStream baseline: R%d on %d loopback servers, %s, async publish\n", js.Servers, js.Servers, sync)
+	report(cmd.OutOrStdout(), res)
+	if out != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+	}
+	if res.Committed == 0 {
+		return errors.New("no message was acknowledged in the measured window")
+	}
+	return nil
 }
