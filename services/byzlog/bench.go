@@ -32,6 +32,7 @@ func newBenchCommand() *cobra.Command {
 	zstd := false
 	baseline := ""
 	js := bench.DefaultJetStream()
+	kvPort := 30656
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
@@ -56,16 +57,24 @@ same producers, record size, warm-up and duration: a JetStream cluster of
 --servers nats-server processes on loopback (client ports from
 --jetstream-port), one stream with that many replicas, async publishes with
 --in-flight pending per publisher; --sync-always makes every write fsync
-(sync_interval: always), like byzlog's synced commit.`,
+(sync_interval: always), like byzlog's synced commit. --baseline kvstore runs a
+4-validator localnet of stock cometbft with its built-in kvstore app (nodes from
+--kvstore-base-port, same network settings as byzlog's localnet) and sends
+one record per transaction with broadcast_tx_async from --producers senders:
+the "no batching" baseline; latency is until the sender's transaction is seen
+in a committed block.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			if baseline != "" {
-				if baseline != "jetstream" {
-					return fmt.Errorf("--baseline %q: the baseline it knows is jetstream", baseline)
-				}
+			switch baseline {
+			case "":
+			case "jetstream":
 				return runJetStreamBaseline(ctx, cmd, js, cfg, out)
+			case "kvstore":
+				return runKVStoreBaseline(ctx, cmd, kvPort, cfg, out)
+			default:
+				return fmt.Errorf("--baseline %q: the baselines it knows are jetstream and kvstore", baseline)
 			}
 			a, err := parseAcks(acks)
 			if err != nil {
@@ -138,7 +147,8 @@ same producers, record size, warm-up and duration: a JetStream cluster of
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time")
 	f.StringVar(&acks, "acks", acks, "none, mempool or commit")
 	f.StringVar(&out, "out", "", "write the result as JSON to this FILE")
-	f.StringVar(&baseline, "baseline", "", "measure a baseline instead of byzlog: jetstream")
+	f.StringVar(&baseline, "baseline", "", "measure a baseline instead of byzlog: jetstream or kvstore")
+	f.IntVar(&kvPort, "kvstore-base-port", kvPort, "with --baseline kvstore: node 0's p2p port")
 	f.BoolVar(&js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
 	f.IntVar(&js.Servers, "servers", js.Servers, "with --baseline jetstream: servers (and stream replicas)")
 	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
@@ -199,6 +209,46 @@ func report(w io.Writer, r bench.Result) {
 	}
 }
 
+// runKVStoreBaseline runs the kvstore baseline with the load's shape.
+func runKVStoreBaseline(ctx context.Context, cmd *cobra.Command, basePort int, cfg bench.Config, out string) error {
+	dir, err := os.MkdirTemp("", "byzlog-bench-kvstore-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	net := localnet.Default()
+	net.Dir, net.BasePort = dir, basePort
+	net.CometBFT, net.App = findBinary(binDir(), "cometbft"), findBinary(binDir(), "byzlog-app")
+	line := localnet.StatusLine(cmd.ErrOrStderr())
+	res, err := bench.RunKVStore(ctx, bench.KVStoreConfig{Net: net, Senders: cfg.Producers, RecordSize: cfg.RecordSize, Warmup: cfg.Warmup, Duration: cfg.Duration},
+		func(p bench.Progress) {
+			line(fmt.Sprintf("%s kvstore: %.0f records/s, %d committed, %d errors, p99 %s",
+				p.Elapsed.Round(time.Second), p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond)), false)
+		})
+	line("", true)
+	if err != nil && !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "\nkvstore baseline: 4 stock cometbft validators, built-in kvstore, one record per tx, broadcast_tx_async\n")
+	return finishBaseline(cmd, res, out)
+}
+
+// finishBaseline prints and writes a baseline's result.
+func finishBaseline(cmd *cobra.Command, res bench.Result, out string) error {
+	report(cmd.OutOrStdout(), res)
+	if out != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+	}
+	if res.Committed == 0 {
+		return errors.New("nothing was committed in the measured window")
+	}
+	return nil
+}
+
 // runJetStreamBaseline runs the JetStream baseline with the load's shape.
 func runJetStreamBaseline(ctx context.Context, cmd *cobra.Command, js bench.JetStreamConfig, cfg bench.Config, out string) error {
 	js.NATSServer = findBinary(binDir(), "nats-server")
@@ -223,16 +273,5 @@ func runJetStreamBaseline(ctx context.Context, cmd *cobra.Command, js bench.JetS
 		sync = "sync_interval: always"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "\nJetStream baseline: R%d on %d loopback servers, %s, async publish\n", js.Servers, js.Servers, sync)
-	report(cmd.OutOrStdout(), res)
-	if out != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
-	}
-	if res.Committed == 0 {
-		return errors.New("no message was acknowledged in the measured window")
-	}
-	return nil
+	return finishBaseline(cmd, res, out)
 }

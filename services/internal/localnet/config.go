@@ -26,6 +26,8 @@ type Config struct {
 	// +1 for RPC and +2 for ABCI.
 	BasePort int `json:"base_port"`
 	// Transport is the ABCI transport between node and app: grpc or socket.
+	// "kvstore" and "noop" run CometBFT's built-in apps instead of
+	// byzlog-app, for benchmark baselines.
 	Transport string `json:"transport"`
 	// ChainID names the chain.
 	ChainID string `json:"chain_id"`
@@ -90,9 +92,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("block_max_bytes (%d) must stay below 4 MiB minus headroom (%d) with the grpc transport, or the chain halts on a large block",
 				c.BlockMaxBytes, grpcMessageCap-64<<10)
 		}
-	case "socket":
+	case "socket", "kvstore", "noop":
 	default:
-		return fmt.Errorf("transport %q: must be grpc or socket", c.Transport)
+		return fmt.Errorf("transport %q: must be grpc or socket (or kvstore or noop: CometBFT's built-in apps, for baselines)", c.Transport)
 	}
 	if c.BlockMaxBytes < 1<<16 {
 		return fmt.Errorf("block_max_bytes (%d): must be at least 64 KiB", c.BlockMaxBytes)
@@ -123,6 +125,10 @@ func (c Config) ABCIPort(i int) int { return c.BasePort + 100*i + 2 }
 func (c Config) RPCAddr(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.RPCPort(i)) }
 
 func (c Config) home(i int) string { return filepath.Join(c.Dir, fmt.Sprintf("node%d", i)) }
+
+// Builtin reports whether the nodes run a CometBFT built-in app, without
+// byzlog-app processes.
+func (c Config) Builtin() bool { return c.Transport == "kvstore" || c.Transport == "noop" }
 
 func (c Config) savedPath() string { return filepath.Join(c.Dir, "localnet.json") }
 

@@ -95,7 +95,7 @@ func (n *Net) procs() []proc {
 	for i := 0; i < n.cfg.Validators; i++ {
 		ps = append(ps, n.cometbft(i))
 	}
-	for i := 0; i < n.cfg.Validators; i++ {
+	for i := 0; i < n.cfg.Validators && !n.cfg.Builtin(); i++ {
 		ps = append(ps, n.app(i))
 	}
 	return ps
@@ -205,6 +205,9 @@ func (n *Net) StartNode(ctx context.Context, i int) error {
 // StartNodeWith starts node i with another byzlog-app binary and extra
 // environment, such as a failpoints test build and its BYZLOG_FAILPOINTS.
 func (n *Net) StartNodeWith(ctx context.Context, i int, appBin string, env []string) error {
+	if n.cfg.Builtin() {
+		return n.startProc(n.cometbft(i))
+	}
 	a := n.app(i)
 	a.bin, a.env = appBin, env
 	if err := n.startProc(a); err != nil {
@@ -495,9 +498,12 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	cfg.SetRoot(c.home(i))
 	cfg.Moniker = fmt.Sprintf("node%d", i)
 	cfg.ABCI = c.Transport
-	if c.Transport == "grpc" {
+	switch {
+	case c.Builtin():
+		cfg.ABCI, cfg.ProxyApp = "socket", c.Transport
+	case c.Transport == "grpc":
 		cfg.ProxyApp = fmt.Sprintf("127.0.0.1:%d", c.ABCIPort(i)) // no tcp:// with gRPC
-	} else {
+	default:
 		cfg.ProxyApp = fmt.Sprintf("tcp://127.0.0.1:%d", c.ABCIPort(i))
 	}
 	cfg.RPC.ListenAddress = fmt.Sprintf("tcp://127.0.0.1:%d", c.RPCPort(i))

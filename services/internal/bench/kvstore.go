@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// KVStoreConfig is the "no batching" baseline: the same 4-validator
+// localnet running CometBFT's built-in kvstore app, fed one record per
+// transaction with broadcast_tx_async by Senders senders spread over the
+// nodes.
+type KVStoreConfig struct {
+	Net        localnet.Config // Transport is set to "kvstore"
+	Senders    int
+	RecordSize int
+	Warmup     time.Duration
+	Duration   time.Duration
+}
+
+// RunKVStore starts the network, sends for Warmup+Duration, stops it and
+// reports committed records/s and send→block latency (the time until the
+// sender saw its transaction in a committed block).
+func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress)) (Result, error) {
+	res := Result{Started: time.Now(), Errors: map[string]int64{}}
+	res.Config = Config{Producers: cfg.Senders, RecordSize: cfg.RecordSize, Warmup: cfg.Warmup, Duration: cfg.Duration, Payload: "random", Topic: "kvstore"}
+	cfg.Net.Transport = "kvstore"
+	n, err := localnet.Open(cfg.Net)
+	if err != nil {
+		return res, err
+	}
+	if err := n.Up(ctx, io.Discard); err != nil {
+		return res, fmt.Errorf("kvstore localnet: %w", err)
+	}
+	defer func() { _ = n.Down(io.Discard) }()
+	var watched []Process
+	for _, p := range n.Processes() {
+		watched = append(watched, Process{Name: p.Name, PID: p.PID})
+	}
+	watch := Watch(watched)
+
+	start := time.Now()
+	measureFrom, end := start.Add(cfg.Warmup), start.Add(cfg.Warmup+cfg.Duration)
+	var mu sync.Mutex
+	sent := map[string]time.Time{}
+	var lat, window []time.Duration
+	var acked, ackedAll, errCount atomic.Int64
+
+	// A watcher follows node 0's blocks and times each transaction seen.
+	watcher, err := n.Client(0)
+	if err != nil {
+		return res, err
+	}
+	st, err := watcher.Status(ctx)
+	if err != nil {
+		return res, err
+	}
+	next := st.SyncInfo.LatestBlockHeight + 1
+	wctx, stopWatch := context.WithCancel(ctx)
+	watched2 := make(chan struct{})
+	go func() {
+		defer close(watched2)
+		for wctx.Err() == nil {
+			b, err := watcher.Block(wctx, &next)
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			now := time.Now()
+			mu.Lock()
+			for _, tx := range b.Block.Txs {
+				t0, ok := sent[string(tx)]
+				if !ok {
+					continue
+				}
+				delete(sent, string(tx))
+				d := now.Sub(t0)
+				ackedAll.Add(1)
+				window = append(window, d)
+				if !t0.Before(measureFrom) && !now.After(end) {
+					acked.Add(1)
+					lat = append(lat, d)
+				}
+			}
+			mu.Unlock()
+			next++
+		}
+	}()
+
+	var wg sync.WaitGroup
+	for i := 0; i < cfg.Senders; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := n.Client(i % cfg.Net.Validators)
+			if err != nil {
+				return
+			}
+			payload := make([]byte, max(1, cfg.RecordSize/2))
+			for seq := 0; time.Now().Before(end) && ctx.Err() == nil; seq++ {
+				_, _ = rand.Read(payload)
+				tx := []byte(fmt.Sprintf("s%d-%d=%s", i, seq, hex.EncodeToString(payload)))
+				t0 := time.Now()
+				mu.Lock()
+				sent[string(tx)] = t0
+				mu.Unlock()
+				if _, err := c.BroadcastTxAsync(ctx, tx); err != nil {
+					errCount.Add(1)
+					mu.Lock()
+					delete(sent, string(tx))
+					name := "error"
+					if strings.Contains(err.Error(), "mempool is full") {
+						name = "mempool_full"
+					}
+					res.Errors[name]++
+					mu.Unlock()
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	var last int64
+	for running := true; running; {
+		select {
+		case <-ticker.C:
+			if progress != nil {
+				now := ackedAll.Load()
+				mu.Lock()
+				w := Summarize(window)
+				window = window[:0]
+				mu.Unlock()
+				progress(Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Rate: float64(now - last),
+					Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99})
+				last = now
+			}
+		case <-finished:
+			running = false
+		}
+	}
+	// Transactions sent in the window may commit a block or two later.
+	time.Sleep(3 * time.Second)
+	stopWatch()
+	<-watched2
+	res.Processes = watch()
+	mu.Lock()
+	defer mu.Unlock()
+	res.Committed = acked.Load()
+	res.RecordsPerSec = float64(res.Committed) / cfg.Duration.Seconds()
+	res.MBPerSec = res.RecordsPerSec * float64(cfg.RecordSize) / 1e6
+	res.Receipt = Summarize(lat)
+	return res, ctx.Err()
+}
