@@ -33,6 +33,7 @@ func newBenchCommand() *cobra.Command {
 	baseline := ""
 	js := bench.DefaultJetStream()
 	kvPort := 30656
+	txSize := 256 << 10
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
@@ -62,7 +63,9 @@ same producers, record size, warm-up and duration: a JetStream cluster of
 --kvstore-base-port, same network settings as byzlog's localnet) and sends
 one record per transaction with broadcast_tx_async from --producers senders:
 the "no batching" baseline; latency is until the sender's transaction is seen
-in a committed block.`,
+in a committed block. --baseline noop does the same with the built-in noop
+app and --tx-size random bytes per transaction (a gateway bundle's size): the
+consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -71,10 +74,10 @@ in a committed block.`,
 			case "":
 			case "jetstream":
 				return runJetStreamBaseline(ctx, cmd, js, cfg, out)
-			case "kvstore":
-				return runKVStoreBaseline(ctx, cmd, kvPort, cfg, out)
+			case "kvstore", "noop":
+				return runKVStoreBaseline(ctx, cmd, baseline, kvPort, txSize, cfg, out)
 			default:
-				return fmt.Errorf("--baseline %q: the baselines it knows are jetstream and kvstore", baseline)
+				return fmt.Errorf("--baseline %q: the baselines it knows are jetstream, kvstore and noop", baseline)
 			}
 			a, err := parseAcks(acks)
 			if err != nil {
@@ -147,8 +150,9 @@ in a committed block.`,
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time")
 	f.StringVar(&acks, "acks", acks, "none, mempool or commit")
 	f.StringVar(&out, "out", "", "write the result as JSON to this FILE")
-	f.StringVar(&baseline, "baseline", "", "measure a baseline instead of byzlog: jetstream or kvstore")
-	f.IntVar(&kvPort, "kvstore-base-port", kvPort, "with --baseline kvstore: node 0's p2p port")
+	f.StringVar(&baseline, "baseline", "", "measure a baseline instead of byzlog: jetstream, kvstore or noop")
+	f.IntVar(&kvPort, "kvstore-base-port", kvPort, "with --baseline kvstore or noop: node 0's p2p port")
+	f.IntVar(&txSize, "tx-size", txSize, "with --baseline noop: bytes per transaction (the gateway's bundle size)")
 	f.BoolVar(&js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
 	f.IntVar(&js.Servers, "servers", js.Servers, "with --baseline jetstream: servers (and stream replicas)")
 	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
@@ -210,8 +214,8 @@ func report(w io.Writer, r bench.Result) {
 }
 
 // runKVStoreBaseline runs the kvstore baseline with the load's shape.
-func runKVStoreBaseline(ctx context.Context, cmd *cobra.Command, basePort int, cfg bench.Config, out string) error {
-	dir, err := os.MkdirTemp("", "byzlog-bench-kvstore-")
+func runKVStoreBaseline(ctx context.Context, cmd *cobra.Command, app string, basePort, txSize int, cfg bench.Config, out string) error {
+	dir, err := os.MkdirTemp("", "byzlog-bench-"+app+"-")
 	if err != nil {
 		return err
 	}
@@ -220,16 +224,20 @@ func runKVStoreBaseline(ctx context.Context, cmd *cobra.Command, basePort int, c
 	net.Dir, net.BasePort = dir, basePort
 	net.CometBFT, net.App = findBinary(binDir(), "cometbft"), findBinary(binDir(), "byzlog-app")
 	line := localnet.StatusLine(cmd.ErrOrStderr())
-	res, err := bench.RunKVStore(ctx, bench.KVStoreConfig{Net: net, Senders: cfg.Producers, RecordSize: cfg.RecordSize, Warmup: cfg.Warmup, Duration: cfg.Duration},
+	res, err := bench.RunKVStore(ctx, bench.KVStoreConfig{Net: net, App: app, TxSize: txSize, Senders: cfg.Producers, RecordSize: cfg.RecordSize, Warmup: cfg.Warmup, Duration: cfg.Duration},
 		func(p bench.Progress) {
-			line(fmt.Sprintf("%s kvstore: %.0f records/s, %d committed, %d errors, p99 %s",
-				p.Elapsed.Round(time.Second), p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond)), false)
+			line(fmt.Sprintf("%s %s: %.0f records/s, %d committed, %d errors, p99 %s",
+				p.Elapsed.Round(time.Second), app, p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond)), false)
 		})
 	line("", true)
 	if err != nil && !errors.Is(err, ctx.Err()) {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "\nkvstore baseline: 4 stock cometbft validators, built-in kvstore, one record per tx, broadcast_tx_async\n")
+	if app == "noop" {
+		fmt.Fprintf(cmd.OutOrStdout(), "\nnoop baseline: 4 stock cometbft validators, built-in noop, %d-byte txs (a record = %d of their bytes), broadcast_tx_async\n", txSize, cfg.RecordSize)
+	} else {
+		fmt.Fprintf(cmd.OutOrStdout(), "\nkvstore baseline: 4 stock cometbft validators, built-in kvstore, one record per tx, broadcast_tx_async\n")
+	}
 	return finishBaseline(cmd, res, out)
 }
 

@@ -14,12 +14,16 @@ import (
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
-// KVStoreConfig is the "no batching" baseline: the same 4-validator
-// localnet running CometBFT's built-in kvstore app, fed one record per
-// transaction with broadcast_tx_async by Senders senders spread over the
-// nodes.
+// KVStoreConfig is a built-in-app baseline on the same 4-validator
+// localnet, fed with broadcast_tx_async by Senders senders spread over the
+// nodes. With App "kvstore" each transaction is one RecordSize record (the
+// "no batching" baseline); with App "noop" each is TxSize random bytes,
+// the size of a gateway's bundle (the consensus ceiling), and a record
+// counts as RecordSize of them.
 type KVStoreConfig struct {
-	Net        localnet.Config // Transport is set to "kvstore"
+	Net        localnet.Config // Transport is set to App
+	App        string          // "kvstore" (default) or "noop"
+	TxSize     int             // noop: bytes per transaction
 	Senders    int
 	RecordSize int
 	Warmup     time.Duration
@@ -31,8 +35,24 @@ type KVStoreConfig struct {
 // sender saw its transaction in a committed block).
 func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress)) (Result, error) {
 	res := Result{Started: time.Now(), Errors: map[string]int64{}}
-	res.Config = Config{Producers: cfg.Senders, RecordSize: cfg.RecordSize, Warmup: cfg.Warmup, Duration: cfg.Duration, Payload: "random", Topic: "kvstore"}
-	cfg.Net.Transport = "kvstore"
+	if cfg.App == "" {
+		cfg.App = "kvstore"
+	}
+	if cfg.App != "kvstore" && (cfg.App != "noop" || cfg.TxSize < cfg.RecordSize) {
+		return res, fmt.Errorf("built-in baseline: app %q with tx size %d: want kvstore, or noop with tx size ≥ record size", cfg.App, cfg.TxSize)
+	}
+	res.Config = Config{Producers: cfg.Senders, RecordSize: cfg.RecordSize, Warmup: cfg.Warmup, Duration: cfg.Duration, Payload: "random", Topic: cfg.App}
+	cfg.Net.Transport = cfg.App
+	perTx := int64(1) // records a transaction stands for
+	txBytes := cfg.RecordSize + 16
+	if cfg.App == "noop" {
+		perTx, txBytes = int64(cfg.TxSize/cfg.RecordSize), cfg.TxSize
+	}
+	// Transactions are known by their first 16 bytes (random or unique), and
+	// at most 8 MiB of them (under three blocks) wait to be seen in a block: async broadcast
+	// gives no other back-pressure than a full mempool.
+	keyOf := func(tx []byte) string { return string(tx[:min(16, len(tx))]) }
+	pendingCap := max(8, (8<<20)/txBytes)
 	n, err := localnet.Open(cfg.Net)
 	if err != nil {
 		return res, err
@@ -77,16 +97,16 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 			now := time.Now()
 			mu.Lock()
 			for _, tx := range b.Block.Txs {
-				t0, ok := sent[string(tx)]
+				t0, ok := sent[keyOf(tx)]
 				if !ok {
 					continue
 				}
-				delete(sent, string(tx))
+				delete(sent, keyOf(tx))
 				d := now.Sub(t0)
-				ackedAll.Add(1)
+				ackedAll.Add(perTx)
 				window = append(window, d)
 				if !t0.Before(measureFrom) && !now.After(end) {
-					acked.Add(1)
+					acked.Add(perTx)
 					lat = append(lat, d)
 				}
 			}
@@ -105,17 +125,35 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 				return
 			}
 			payload := make([]byte, max(1, cfg.RecordSize/2))
+			if cfg.App == "noop" {
+				payload = make([]byte, cfg.TxSize)
+			}
 			for seq := 0; time.Now().Before(end) && ctx.Err() == nil; seq++ {
 				_, _ = rand.Read(payload)
-				tx := []byte(fmt.Sprintf("s%d-%d=%s", i, seq, hex.EncodeToString(payload)))
+				var tx []byte
+				if cfg.App == "noop" {
+					tx = payload[:len(payload):len(payload)]
+					tx = append([]byte(nil), tx...)
+				} else {
+					tx = []byte(fmt.Sprintf("%016x=%s", uint64(i)<<40|uint64(seq), hex.EncodeToString(payload)))
+				}
+				for {
+					mu.Lock()
+					full := len(sent) >= pendingCap
+					mu.Unlock()
+					if !full || ctx.Err() != nil {
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
 				t0 := time.Now()
 				mu.Lock()
-				sent[string(tx)] = t0
+				sent[keyOf(tx)] = t0
 				mu.Unlock()
 				if _, err := c.BroadcastTxAsync(ctx, tx); err != nil {
 					errCount.Add(1)
 					mu.Lock()
-					delete(sent, string(tx))
+					delete(sent, keyOf(tx))
 					name := "error"
 					if strings.Contains(err.Error(), "mempool is full") {
 						name = "mempool_full"
