@@ -521,6 +521,10 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	cfg.P2P.SendRate = 100 << 20 // the 5 MB/s default throttles large blocks
 	cfg.P2P.RecvRate = 100 << 20
 	cfg.Mempool.Recheck = false // races with the gRPC ABCI client under load
+	// The 1,000,000-byte default refuses a JSON-RPC broadcast of a tx over
+	// ~730 KiB (base64): gateway bundles go up to 1 MiB by default, 2 MiB
+	// at most.
+	cfg.RPC.MaxBodyBytes = 4 << 20
 	cfg.Consensus.TimeoutCommit = time.Duration(c.TimeoutCommit)
 	cfg.Consensus.TimeoutPropose = 10 * time.Second // 3 s causes extra rounds with large blocks
 	return cfg
