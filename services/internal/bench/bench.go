@@ -109,8 +109,10 @@ func (l Latency) String() string {
 	return fmt.Sprintf("p50 %s p90 %s p99 %s max %s", r(l.P50), r(l.P90), r(l.P99), r(l.Max))
 }
 
-// Result is what one run measured. Figures count only the measured
-// window, after the warm-up.
+// Result is what one run measured. Figures count only acknowledgements
+// that arrived inside the measured window (after the warm-up, before the
+// end), whenever their records were sent: a steady-state rate that a
+// latency longer than the window cannot hide.
 type Result struct {
 	Config        Config           `json:"config"`
 	Started       time.Time        `json:"started"`
@@ -338,7 +340,7 @@ func (r *runner) produce(ctx context.Context, i int, p *client.Producer) {
 }
 
 func (r *runner) record(sent, now time.Time, id string, err error) {
-	measured := !sent.Before(r.measureFrom) && !now.After(r.end)
+	measured := inWindow(now, r.measureFrom, r.end)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -359,6 +361,10 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 		r.sentAt[id] = now
 	}
 }
+
+// inWindow reports whether an acknowledgement at t counts: at or after
+// from and not after end.
+func inWindow(t, from, end time.Time) bool { return !t.Before(from) && !t.After(end) }
 
 // value builds a record value: 16 bytes identifying it (producer and
 // sequence, for the consumer), then the payload.

@@ -21,6 +21,25 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+func TestInWindow(t *testing.T) {
+	from := time.Unix(100, 0)
+	end := from.Add(10 * time.Second)
+	for _, tc := range []struct {
+		at   time.Time
+		want bool
+	}{
+		{from.Add(-time.Nanosecond), false},
+		{from, true},
+		{from.Add(5 * time.Second), true},
+		{end, true},
+		{end.Add(time.Nanosecond), false},
+	} {
+		if got := inWindow(tc.at, from, end); got != tc.want {
+			t.Errorf("inWindow(from%+v) = %v, want %v", tc.at.Sub(from), got, tc.want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	good := Default()
 	good.Gateways = []string{"127.0.0.1:7070"}

@@ -110,7 +110,7 @@ func RunJetStream(ctx context.Context, cfg JetStreamConfig, progress func(Progre
 						ackedAll.Add(1)
 						mu.Lock()
 						window = append(window, d)
-						if !p.sent.Before(measureFrom) && !now.After(end) {
+						if inWindow(now, measureFrom, end) {
 							acked.Add(1)
 							lat = append(lat, d)
 						}

@@ -72,6 +72,7 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
 	var lat, window []time.Duration
+	var lastSeen time.Time // when the watcher last fetched a block
 	var acked, ackedAll, errCount atomic.Int64
 
 	// A watcher follows node 0's blocks and times each transaction seen.
@@ -96,6 +97,7 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 			}
 			now := time.Now()
 			mu.Lock()
+			lastSeen = now
 			for _, tx := range b.Block.Txs {
 				t0, ok := sent[keyOf(tx)]
 				if !ok {
@@ -105,7 +107,7 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 				d := now.Sub(t0)
 				ackedAll.Add(perTx)
 				window = append(window, d)
-				if !t0.Before(measureFrom) && !now.After(end) {
+				if inWindow(now, measureFrom, end) {
 					acked.Add(perTx)
 					lat = append(lat, d)
 				}
@@ -187,8 +189,16 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 			running = false
 		}
 	}
-	// Transactions sent in the window may commit a block or two later.
-	time.Sleep(3 * time.Second)
+	// The watcher may still be behind node 0's tip: let it reach the end
+	// of the window.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		caughtUp := lastSeen.After(end)
+		mu.Unlock()
+		if caughtUp {
+			break
+		}
+	}
 	stopWatch()
 	<-watched2
 	res.Processes = watch()
