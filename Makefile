@@ -24,6 +24,8 @@ UNIT_TIMEOUT ?= 10m
 E2E_TIMEOUT ?= 15m
 FUZZTIME ?= 30s
 BENCHTIME ?= 30x
+BENCH_OUT ?= bench-results
+BENCH_ARGS ?=
 
 .PHONY: help
 help: ## list the targets
@@ -75,7 +77,15 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
 	done
 
 .PHONY: bench
-bench: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/record, allocs/record)
+bench: build ## byzlog beside stock CometBFT (kvstore, noop) and JetStream, 100 B and 1 KiB, ~25 min: table, ratios, chart and JSON in $(BENCH_OUT) (BENCH_ARGS=--scaling, --profile)
+	$(BIN)/byzlog bench suite --out $(BENCH_OUT) $(BENCH_ARGS)
+
+.PHONY: bench-smoke
+bench-smoke: build ## the suite's 1-minute variant (every system, 100 B, 3 s each; make test runs it as an e2e test)
+	$(BIN)/byzlog bench suite --smoke --out $(BENCH_OUT) $(BENCH_ARGS)
+
+.PHONY: bench-core
+bench-core: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/record, allocs/record)
 	go test -run '^$$' -bench . -benchtime $(BENCHTIME) github.com/byzlog/byzlog/abciapp/...
 
 .PHONY: bench-gateway

@@ -15,6 +15,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/app"
 	"github.com/byzlog/byzlog/abciapp/store"
 	"github.com/byzlog/byzlog/services/internal/logging"
+	"github.com/byzlog/byzlog/services/internal/profiling"
 )
 
 func main() {
@@ -27,6 +28,7 @@ func newCommand() *cobra.Command {
 	serve := app.DefaultServeConfig()
 	logCfg := logging.Default()
 	dataDir := "byzlog-app-data"
+	pprofListen := ""
 	cmd := &cobra.Command{
 		Use:   "byzlog-app",
 		Short: "byzlog's ABCI application, driven by a stock CometBFT node",
@@ -45,7 +47,7 @@ committed height and CometBFT replays the blocks it is missing.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			err := run(cmd.Context(), serve, logCfg, dataDir)
+			err := run(cmd.Context(), serve, logCfg, dataDir, pprofListen)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "byzlog-app:", err)
 			}
@@ -56,12 +58,13 @@ committed height and CometBFT replays the blocks it is missing.`,
 	f.StringVar(&serve.Listen, "listen", serve.Listen, "host:port to serve ABCI on")
 	f.StringVar(&serve.Transport, "transport", serve.Transport, "ABCI transport: grpc or socket")
 	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")
+	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
 	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
 	return cmd
 }
 
-func run(ctx context.Context, serve app.ServeConfig, logCfg logging.Config, dataDir string) error {
+func run(ctx context.Context, serve app.ServeConfig, logCfg logging.Config, dataDir, pprofListen string) error {
 	if err := serve.Validate(); err != nil {
 		return err
 	}
@@ -69,6 +72,11 @@ func run(ctx context.Context, serve app.ServeConfig, logCfg logging.Config, data
 	if err != nil {
 		return err
 	}
+	stopProfiles, err := profiling.Serve(pprofListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	if ctx == nil {
 		ctx = context.Background()
 	}

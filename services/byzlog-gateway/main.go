@@ -23,6 +23,7 @@ import (
 
 	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/services/internal/logging"
+	"github.com/byzlog/byzlog/services/internal/profiling"
 )
 
 func main() {
@@ -38,6 +39,7 @@ func newCommand() *cobra.Command {
 	listen := "127.0.0.1:7070"
 	metricsListen := "127.0.0.1:7071"
 	nodes := "http://127.0.0.1:26657"
+	pprofListen := ""
 	cmd := &cobra.Command{
 		Use:   "byzlog-gateway",
 		Short: "byzlog's produce gateway: bundles signed batches into CometBFT transactions",
@@ -51,7 +53,7 @@ from the block's results. It keeps no state: run as many as you like.`,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Nodes.Addrs = strings.Split(nodes, ",")
-			return run(cmd.Context(), cfg, logCfg, listen, metricsListen)
+			return run(cmd.Context(), cfg, logCfg, listen, metricsListen, pprofListen)
 		},
 	}
 	f := cmd.Flags()
@@ -65,16 +67,22 @@ from the block's results. It keeps no state: run as many as you like.`,
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", cfg.MaxInFlight, "bundles submitted and not yet committed")
 	f.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "resubmit a bundle not committed after this long")
 	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long to wait at start for a healthy CometBFT node")
+	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
 	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
 	return cmd
 }
 
-func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen, metricsListen string) error {
+func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen, metricsListen, pprofListen string) error {
 	log, err := logging.New(logCfg, os.Stderr, "byzlog-gateway")
 	if err != nil {
 		return err
 	}
+	stopProfiles, err := profiling.Serve(pprofListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	g, err := gateway.New(cfg, log)
 	if err != nil {
 		return err

@@ -156,6 +156,7 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 	f.BoolVar(&js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
 	f.IntVar(&js.Servers, "servers", js.Servers, "with --baseline jetstream: servers (and stream replicas)")
 	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
+	cmd.AddCommand(newBenchSuiteCommand())
 	return cmd
 }
 

@@ -38,6 +38,9 @@ type Config struct {
 	// must stay under 4 MiB: CometBFT's gRPC ABCI client keeps gRPC's default
 	// message cap and halts on a larger block.
 	BlockMaxBytes int64 `json:"block_max_bytes"`
+	// PprofPort, when not 0, makes app i serve Go runtime profiles on
+	// PprofPort+i (a run's choice, not saved with the network).
+	PprofPort int `json:"-"`
 	// CometBFT and App are the paths of the cometbft and byzlog-app binaries.
 	CometBFT string `json:"-"`
 	App      string `json:"-"`

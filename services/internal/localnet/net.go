@@ -77,12 +77,16 @@ func (n *Net) cometbft(i int) proc {
 func (n *Net) app(i int) proc {
 	home := n.cfg.home(i)
 	data := filepath.Join(home, "app")
+	args := []string{
+		"--listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i)), "--transport", n.cfg.Transport,
+		"--data-dir", data, "--log-format", "json",
+	}
+	if n.cfg.PprofPort != 0 {
+		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.PprofPort+i))
+	}
 	return proc{
 		name: fmt.Sprintf("node%d/byzlog-app", i), bin: n.cfg.App,
-		args: []string{
-			"--listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i)), "--transport", n.cfg.Transport,
-			"--data-dir", data, "--log-format", "json",
-		},
+		args:    args,
 		mark:    data,
 		logPath: filepath.Join(home, "app.log"), pidPath: filepath.Join(home, "app.pid"),
 	}

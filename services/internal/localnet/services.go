@@ -26,6 +26,9 @@ type Services struct {
 	GatewayPort int
 	// IndexerPort serves the indexer's /metrics, /healthz and /readyz.
 	IndexerPort int
+	// PprofPort, when not 0, makes gateway g serve Go runtime profiles on
+	// PprofPort+g.
+	PprofPort int
 	// Binaries.
 	NATS, Gateway, Indexer string
 }
@@ -89,10 +92,14 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 	for i := 0; i < n.cfg.Validators; i++ {
 		rpcs = append(rpcs, n.cfg.RPCAddr((g+i)%n.cfg.Validators)) // spread the gateways over the nodes
 	}
+	args := []string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
+		"--nodes", strings.Join(rpcs, ","), "--log-format", "json"}
+	if s.PprofPort != 0 {
+		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+g))
+	}
 	return proc{
 		name: fmt.Sprintf("gateway%d", g), bin: s.Gateway, mark: s.GatewayAddr(g),
-		args: []string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
-			"--nodes", strings.Join(rpcs, ","), "--log-format", "json"},
+		args:    args,
 		logPath: filepath.Join(dir, "gateway.log"), pidPath: filepath.Join(dir, "gateway.pid"),
 	}
 }

@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/bench"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// suiteOptions is what `byzlog bench suite` was asked for.
+type suiteOptions struct {
+	out         string
+	systems     []string
+	recordSizes []int
+	load        bench.Config // producers, in-flight, warm-up, duration
+	partitions  uint32
+	basePort    int
+	scaling     bool
+	validators  []int     // scaling: validator counts beyond 4
+	rates       []float64 // scaling: offered load as fractions of the closed-loop peak
+	profile     bool
+}
+
+func newBenchSuiteCommand() *cobra.Command {
+	o := suiteOptions{out: "bench-results", systems: bench.Systems(), recordSizes: []int{100, 1024},
+		load: bench.Default(), partitions: 8, basePort: 30656,
+		validators: []int{7}, rates: []float64{0.25, 0.5, 0.7, 0.9, 1.1}}
+	o.load.Warmup, o.load.Duration = 10*time.Second, 30*time.Second
+	smoke := false
+	cmd := &cobra.Command{
+		Use:   "suite",
+		Short: "Measure byzlog and its baselines one after another on this machine: a table with ratios, a chart and JSON",
+		Long: `Run, one after another on this machine and with the same record sizes, load
+shape, warm-up and duration, every system in --systems:
+
+  byzlog            a fresh 4-validator localnet (gRPC ABCI), NATS, a gateway and
+                    the indexer; closed-loop producers with the SDK, acks=commit,
+                    random (incompressible) records, a consumer through NATS
+  byzlog-socket     the same over the socket ABCI transport
+  byzlog-json-zstd  the same with JSON-like records in zstd-compressed batches
+  kvstore           stock cometbft with its built-in kvstore app, one record per
+                    transaction (the "no batching" baseline)
+  noop              stock cometbft with its built-in noop app, fed transactions of
+                    the mean bundle size byzlog's gateway produced (the consensus
+                    engine's ceiling; a record counts as --record-size bytes)
+  jetstream         NATS JetStream, 3 servers, 3 replicas, async publish
+  jetstream-sync    the same with sync_interval: always (an fsync per write)
+
+Each row starts its own processes in a temporary directory and stops them
+before the next. The suite prints one table per record size and the ratios
+byzlog/kvstore, byzlog/noop and byzlog/JetStream with the goals they are held
+to, and writes suite.json, suite.txt and suite.svg (throughput and p99 per
+system) to --out.
+
+--scaling adds byzlog with more validators (--validators) and an open-loop
+latency-throughput curve: byzlog offered --rates times its closed-loop peak.
+--profile collects 10-second CPU profiles and a heap profile of byzlog-app
+(node 0) and the gateway in the middle of each byzlog row, next to the JSON.
+--smoke is the short variant make test runs: 100 B records, 1 s warm-up, 3 s
+measured, every system once; it only checks that each produced figures.
+
+Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800 (its
+monitoring port 8222 plus the difference from 4222), gateway BASE+810..811,
+indexer BASE+830, profiles BASE+840.., JetStream servers BASE+860.. (cluster
+ports +100).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if smoke {
+				o.recordSizes = []int{100}
+				o.load.Warmup, o.load.Duration = time.Second, 3*time.Second
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			s, err := runSuite(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if werr := writeSuite(o.out, s, cmd.OutOrStdout()); werr != nil && err == nil {
+				err = werr
+			}
+			if err != nil {
+				return err
+			}
+			var failed []string
+			for _, r := range s.Runs {
+				if r.Err != "" || r.Result.Committed == 0 {
+					failed = append(failed, fmt.Sprintf("%s at %d B", r.System, r.RecordSize))
+				}
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("no figures from %s (see the table above and %s)", strings.Join(failed, ", "), filepath.Join(o.out, "suite.txt"))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.out, "out", o.out, "directory for suite.json, suite.txt, suite.svg (and profiles)")
+	f.StringSliceVar(&o.systems, "systems", o.systems, "systems to measure, in this order: "+strings.Join(bench.Systems(), ","))
+	f.IntSliceVar(&o.recordSizes, "record-sizes", o.recordSizes, "record sizes in bytes, each a full round of --systems")
+	f.IntVar(&o.load.Producers, "producers", o.load.Producers, "producers (byzlog), publishers (JetStream) or senders (kvstore, noop)")
+	f.IntVar(&o.load.InFlight, "in-flight", o.load.InFlight, "unresolved records per producer (byzlog) or pending publishes per publisher (JetStream)")
+	f.Uint32Var(&o.partitions, "partitions", o.partitions, "partitions of byzlog's bench topic")
+	f.DurationVar(&o.load.Warmup, "warmup", o.load.Warmup, "load before measuring, per row")
+	f.DurationVar(&o.load.Duration, "duration", o.load.Duration, "measured time per row")
+	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the suite's processes (see above)")
+	f.BoolVar(&o.scaling, "scaling", false, "add the scaling curves: more validators and offered-rate steps")
+	f.IntSliceVar(&o.validators, "validators", o.validators, "with --scaling: validator counts to add to the default 4")
+	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
+	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app and the gateway")
+	f.BoolVar(&smoke, "smoke", false, "the 1-minute variant: 100 B only, 1 s warm-up, 3 s measured")
+	return cmd
+}
+
+func (o suiteOptions) validate() error {
+	for _, s := range o.systems {
+		if !slices.Contains(bench.Systems(), s) {
+			return fmt.Errorf("--systems: unknown system %q; known: %s", s, strings.Join(bench.Systems(), ", "))
+		}
+	}
+	if len(o.systems) == 0 || len(o.recordSizes) == 0 {
+		return errors.New("--systems and --record-sizes must not be empty")
+	}
+	for _, size := range o.recordSizes {
+		if size < 16 || size > 64<<10 {
+			return fmt.Errorf("--record-sizes: %d B: want 16 B to 64 KiB", size)
+		}
+	}
+	for _, v := range o.validators {
+		if v < 1 || v > 7 {
+			return fmt.Errorf("--validators: %d: want 1 to 7 (ports are spaced for 7)", v)
+		}
+	}
+	for _, r := range o.rates {
+		if r <= 0 || r > 2 {
+			return fmt.Errorf("--rates: %v: want fractions of the peak in (0, 2]", r)
+		}
+	}
+	if o.basePort < 1024 || o.basePort+5000 > 65000 {
+		return fmt.Errorf("--base-port %d: want 1024..60000", o.basePort)
+	}
+	if o.partitions < 1 {
+		return errors.New("--partitions must be at least 1")
+	}
+	load := o.load
+	load.Gateways = []string{"-"}
+	return load.Validate()
+}
+
+// runSuite measures every row in turn. A row that fails is recorded with
+// its error and the suite goes on; only cancellation stops it.
+func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (bench.Suite, error) {
+	s := bench.Suite{Started: time.Now(), Warmup: o.load.Warmup, Duration: o.load.Duration,
+		Host: fmt.Sprintf("%d CPUs, %s/%s, %s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return s, err
+	}
+	type row struct {
+		system     string
+		size       int
+		validators int
+		rate       float64 // fraction of the peak, scaling only
+	}
+	var rows []row
+	for _, size := range o.recordSizes {
+		for _, sys := range o.systems {
+			rows = append(rows, row{system: sys, size: size, validators: 4})
+		}
+		if o.scaling {
+			for _, v := range o.validators {
+				rows = append(rows, row{system: bench.ScalingSystem(v), size: size, validators: v})
+			}
+			for _, f := range o.rates {
+				rows = append(rows, row{system: bench.SystemByzlog, size: size, validators: 4, rate: f})
+			}
+		}
+	}
+	bundle := map[int]int{} // record size -> byzlog's mean bundle bytes
+	for i, r := range rows {
+		if ctx.Err() != nil {
+			return s, ctx.Err()
+		}
+		load := o.load
+		load.RecordSize = r.size
+		run := bench.Row{System: r.system, RecordSize: r.size}
+		tag := fmt.Sprintf("[%d/%d] %s, %d B", i+1, len(rows), r.system, r.size)
+		if r.rate > 0 {
+			peak, ok := s.Find(bench.SystemByzlog, r.size)
+			if !ok || peak.Result.RecordsPerSec == 0 {
+				run.Err = "no closed-loop byzlog figure to scale the offered rate from"
+				s.Runs = append(s.Runs, run)
+				continue
+			}
+			load.Rate = r.rate * peak.Result.RecordsPerSec
+			run.Rate = load.Rate
+			tag += fmt.Sprintf(", offered %.0f/s", load.Rate)
+		}
+		fmt.Fprintf(progress, "\n%s: %s\n", tag, bench.Describe(r.system))
+		// The load generator shares the cores: its own cost is part of the row.
+		self := bench.Watch([]bench.Process{{Name: "load generator", PID: os.Getpid()}})
+		var res bench.Result
+		var err error
+		switch {
+		case r.system == bench.SystemKVStore || r.system == bench.SystemNoop:
+			app, txSize := r.system, 0
+			if app == bench.SystemNoop {
+				txSize = bundle[r.size]
+				if txSize == 0 {
+					txSize = 1 << 20 // the gateway's default bundle bound
+				}
+				run.TxSize = txSize
+			}
+			res, err = suiteBuiltin(ctx, o, app, txSize, load, tag, progress)
+		case r.system == bench.SystemJetStream || r.system == bench.SystemJetStreamSync:
+			res, err = suiteJetStream(ctx, o, r.system == bench.SystemJetStreamSync, load, tag, progress)
+		default:
+			transport := "grpc"
+			if r.system == bench.SystemByzlogSocket {
+				transport = "socket"
+			}
+			if r.system == bench.SystemByzlogJSON {
+				load.Payload = "json"
+				load.Options = append(load.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
+			}
+			var mean float64
+			profDir := ""
+			if o.profile {
+				profDir = filepath.Join(o.out, "profiles", fmt.Sprintf("%s-%dB", r.system, r.size))
+				if r.rate > 0 {
+					profDir = "" // the closed-loop row has them
+				}
+			}
+			res, mean, err = suiteByzlog(ctx, o, transport, r.validators, load, tag, progress, profDir)
+			if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
+				bundle[r.size] = int(mean)
+			}
+		}
+		res.Processes = append(res.Processes, self()...)
+		run.Result = res
+		if err != nil {
+			if ctx.Err() != nil {
+				return s, ctx.Err()
+			}
+			run.Err = err.Error()
+			fmt.Fprintf(progress, "%s failed: %v\n", tag, err)
+		}
+		report(out, res)
+		s.Runs = append(s.Runs, run)
+	}
+	return s, nil
+}
+
+// writeSuite writes suite.json, suite.txt and suite.svg and prints the table.
+func writeSuite(dir string, s bench.Suite, out io.Writer) error {
+	if len(s.Runs) == 0 {
+		return nil
+	}
+	var table strings.Builder
+	s.WriteTable(&table)
+	fmt.Fprintf(out, "\n%s", table.String())
+	b, _ := json.MarshalIndent(s, "", "  ")
+	for name, data := range map[string][]byte{"suite.json": append(b, '\n'), "suite.txt": []byte(table.String()), "suite.svg": s.SVG()} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "\nwrote %s/suite.json, suite.txt and suite.svg\n", dir)
+	return nil
+}
+
+// rowProgress prints a row's one-second snapshots on one status line.
+func rowProgress(w io.Writer, tag string) (func(bench.Progress), func()) {
+	line := localnet.StatusLine(w)
+	return func(p bench.Progress) {
+			phase := "measuring"
+			if p.Warmup {
+				phase = "warming up"
+			}
+			line(fmt.Sprintf("%s: %s %s, %.0f/s, %d acknowledged, %d errors, p99 %s",
+				tag, p.Elapsed.Round(time.Second), phase, p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond)), false)
+		}, func() {
+			line("", true)
+		}
+}
+
+// suiteByzlog runs one byzlog row on a fresh cluster and returns the
+// gateway's mean bundle size with the result.
+func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validators int, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
+	dir, err := os.MkdirTemp("", "byzlog-bench-suite-")
+	if err != nil {
+		return bench.Result{}, 0, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := localnet.Default()
+	cfg.Dir, cfg.BasePort, cfg.Transport, cfg.Validators, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, transport, validators, "byzlog-bench"
+	bin := binDir()
+	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
+	n, err := localnet.Open(cfg)
+	if err != nil {
+		return bench.Result{}, 0, err
+	}
+	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 1, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
+		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
+	if profDir != "" {
+		cfg.PprofPort = o.basePort + 840
+		svc.PprofPort = o.basePort + 850
+		n, err = localnet.Open(cfg)
+		if err != nil {
+			return bench.Result{}, 0, err
+		}
+	}
+	if err := startCluster(ctx, n, svc, io.Discard); err != nil {
+		return bench.Result{}, 0, err
+	}
+	defer func() { _ = n.Down(io.Discard) }()
+	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
+	if err := suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions); err != nil {
+		return bench.Result{}, 0, err
+	}
+	var ps []bench.Process
+	for _, p := range n.Processes() {
+		ps = append(ps, bench.Process{Name: p.Name, PID: p.PID})
+	}
+	watch := bench.Watch(ps)
+	profiled := make(chan error, 1)
+	if profDir != "" {
+		go func() {
+			// Profile the middle of the measured window.
+			select {
+			case <-time.After(load.Warmup + load.Duration/2 - min(load.Duration/2, 5*time.Second)):
+			case <-ctx.Done():
+			}
+			profiled <- bench.CollectProfiles(ctx, profDir, []bench.ProfileTarget{
+				{Name: "byzlog-app-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.PprofPort)},
+				{Name: "gateway0", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort)},
+			}, min(10*time.Second, load.Duration))
+		}()
+	} else {
+		profiled <- nil
+	}
+	prog, done := rowProgress(progress, tag)
+	res, err := bench.Run(ctx, load, prog)
+	done()
+	res.Processes = watch()
+	if perr := <-profiled; perr != nil {
+		fmt.Fprintf(progress, "%s: profiles: %v\n", tag, perr)
+	} else if profDir != "" {
+		fmt.Fprintf(progress, "%s: profiles in %s\n", tag, profDir)
+	}
+	mean := meanBundleBytes(ctx, svc.GatewayHTTP(0))
+	if err == nil && res.Committed == 0 {
+		err = errors.New("nothing was committed in the measured window")
+	}
+	return res, mean, err
+}
+
+// suiteTopic creates the bench topic with the network's admin key.
+func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, partitions uint32) error {
+	key, err := n.AdminKey()
+	if err != nil {
+		return err
+	}
+	adm, err := client.NewAdmin(gateway, key)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	_, err = adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions})
+	return err
+}
+
+// meanBundleBytes reads the gateway's bundle_bytes histogram: sum / count.
+func meanBundleBytes(ctx context.Context, httpAddr string) float64 {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var sum, count float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		v, _ := strconv.ParseFloat(value, 64)
+		switch name {
+		case "byzlog_gateway_bundle_bytes_sum":
+			sum = v
+		case "byzlog_gateway_bundle_bytes_count":
+			count = v
+		}
+	}
+	if count == 0 {
+		return 0
+	}
+	return sum / count
+}
+
+// suiteBuiltin runs the kvstore or noop row.
+func suiteBuiltin(ctx context.Context, o suiteOptions, app string, txSize int, load bench.Config, tag string, progress io.Writer) (bench.Result, error) {
+	dir, err := os.MkdirTemp("", "byzlog-bench-suite-"+app+"-")
+	if err != nil {
+		return bench.Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	net := localnet.Default()
+	net.Dir, net.BasePort = dir, o.basePort
+	net.CometBFT, net.App = findBinary(binDir(), "cometbft"), findBinary(binDir(), "byzlog-app")
+	prog, done := rowProgress(progress, tag)
+	defer done()
+	return bench.RunKVStore(ctx, bench.KVStoreConfig{Net: net, App: app, TxSize: txSize, Senders: load.Producers,
+		RecordSize: load.RecordSize, Warmup: load.Warmup, Duration: load.Duration}, prog)
+}
+
+// suiteJetStream runs a JetStream row.
+func suiteJetStream(ctx context.Context, o suiteOptions, syncAlways bool, load bench.Config, tag string, progress io.Writer) (bench.Result, error) {
+	dir, err := os.MkdirTemp("", "byzlog-bench-suite-jetstream-")
+	if err != nil {
+		return bench.Result{}, err
+	}
+	defer os.RemoveAll(dir)
+	js := bench.DefaultJetStream()
+	js.NATSServer, js.Dir, js.BasePort, js.SyncAlways = findBinary(binDir(), "nats-server"), dir, o.basePort+860, syncAlways
+	js.Publishers, js.MaxPending, js.RecordSize, js.Warmup, js.Duration = load.Producers, load.InFlight, load.RecordSize, load.Warmup, load.Duration
+	prog, done := rowProgress(progress, tag)
+	defer done()
+	return bench.RunJetStream(ctx, js, prog)
+}

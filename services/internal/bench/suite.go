@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The systems a suite measures, in the order it runs them. byzlog's own
+// rows come first so the noop baseline can be fed byzlog's bundle size.
+const (
+	SystemByzlog        = "byzlog"             // gRPC ABCI, random payload
+	SystemByzlogSocket  = "byzlog-socket"      // socket ABCI, random payload
+	SystemByzlogJSON    = "byzlog-json-zstd"   // JSON-like payload, zstd batches
+	SystemKVStore       = "kvstore"            // stock cometbft, one record per tx
+	SystemNoop          = "noop"               // stock cometbft, bundle-sized txs
+	SystemJetStream     = "jetstream"          // R3, default sync
+	SystemJetStreamSync = "jetstream-sync"     // R3, sync_interval: always
+	systemScalingPrefix = "byzlog-validators-" // scaling rows: byzlog-validators-7
+)
+
+// Systems lists every system a suite knows, in run order.
+func Systems() []string {
+	return []string{SystemByzlog, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
+}
+
+// Describe says in a few words what a system row is.
+func Describe(system string) string {
+	switch system {
+	case SystemByzlog:
+		return "byzlog, 4 validators, gRPC ABCI, random payload"
+	case SystemByzlogSocket:
+		return "byzlog, 4 validators, socket ABCI, random payload"
+	case SystemByzlogJSON:
+		return "byzlog, 4 validators, gRPC ABCI, JSON-like payload, zstd batches"
+	case SystemKVStore:
+		return "stock cometbft kvstore, 4 validators, one record per tx"
+	case SystemNoop:
+		return "stock cometbft noop, 4 validators, txs of byzlog's bundle size"
+	case SystemJetStream:
+		return "NATS JetStream R3, 3 servers, async publish, default sync"
+	case SystemJetStreamSync:
+		return "NATS JetStream R3, 3 servers, async publish, sync_interval: always"
+	}
+	if v, ok := strings.CutPrefix(system, systemScalingPrefix); ok {
+		return "byzlog, " + v + " validators, gRPC ABCI, random payload"
+	}
+	return system
+}
+
+// ScalingSystem names byzlog's row with v validators.
+func ScalingSystem(v int) string { return fmt.Sprintf("%s%d", systemScalingPrefix, v) }
+
+// Row is one row of a suite: a system under one load shape.
+type Row struct {
+	System     string  `json:"system"`
+	RecordSize int     `json:"record_size"`
+	Rate       float64 `json:"offered_rate,omitempty"` // open loop; 0 is closed loop
+	TxSize     int     `json:"tx_size,omitempty"`      // noop: bytes per transaction
+	Result     Result  `json:"result"`
+	Err        string  `json:"error,omitempty"`
+}
+
+// Suite is a whole `byzlog bench suite` run.
+type Suite struct {
+	Started  time.Time     `json:"started"`
+	Host     string        `json:"host"`
+	Warmup   time.Duration `json:"warmup_ns"`
+	Duration time.Duration `json:"duration_ns"`
+	Runs     []Row         `json:"runs"`
+}
+
+// Find returns the closed-loop row of system at recordSize.
+func (s Suite) Find(system string, recordSize int) (Row, bool) {
+	for _, r := range s.Runs {
+		if r.System == system && r.RecordSize == recordSize && r.Rate == 0 {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+// RecordSizes lists the record sizes the suite ran, ascending.
+func (s Suite) RecordSizes() []int {
+	var out []int
+	for _, r := range s.Runs {
+		if !slices.Contains(out, r.RecordSize) {
+			out = append(out, r.RecordSize)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Ratio is one comparison the issue sets a goal for.
+type Ratio struct {
+	RecordSize int     `json:"record_size"`
+	Name       string  `json:"name"`
+	Value      float64 `json:"value"`
+	Goal       float64 `json:"goal"` // the ratio must reach it; 0: no goal, shown for context
+}
+
+// Met says whether the ratio reaches its goal.
+func (r Ratio) Met() bool { return r.Goal == 0 || r.Value >= r.Goal }
+
+// Ratios compares byzlog's rows with the baselines, per record size, for
+// every pair the suite measured.
+func (s Suite) Ratios() []Ratio {
+	var out []Ratio
+	for _, size := range s.RecordSizes() {
+		add := func(name, num, den string, goal float64, bytes bool) {
+			a, ok1 := s.Find(num, size)
+			b, ok2 := s.Find(den, size)
+			if !ok1 || !ok2 || a.Err != "" || b.Err != "" {
+				return
+			}
+			x, y := a.Result.RecordsPerSec, b.Result.RecordsPerSec
+			if bytes {
+				x, y = a.Result.MBPerSec, b.Result.MBPerSec
+			}
+			if y <= 0 {
+				return
+			}
+			out = append(out, Ratio{RecordSize: size, Name: name, Value: x / y, Goal: goal})
+		}
+		add("byzlog / kvstore records/s", SystemByzlog, SystemKVStore, 10, false)
+		add("byzlog / noop MB/s", SystemByzlog, SystemNoop, 0.8, true)
+		add("byzlog / jetstream-sync records/s", SystemByzlog, SystemJetStreamSync, 1, false)
+		add("byzlog-json-zstd / jetstream-sync records/s", SystemByzlogJSON, SystemJetStreamSync, 1, false)
+		add("byzlog / jetstream records/s", SystemByzlog, SystemJetStream, 0, false)
+		add("byzlog-socket / byzlog records/s", SystemByzlogSocket, SystemByzlog, 0, false)
+	}
+	return out
+}
+
+// WriteTable prints the suite as a table, one block per record size, then
+// the ratios with their goals.
+func (s Suite) WriteTable(w io.Writer) {
+	ms := func(d time.Duration) string {
+		if d == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
+	}
+	fmt.Fprintf(w, "byzlog bench suite, %s, %s warm-up + %s measured per row, %s\n",
+		s.Started.UTC().Format("2006-01-02 15:04 UTC"), s.Warmup, s.Duration, s.Host)
+	for _, size := range s.RecordSizes() {
+		fmt.Fprintf(w, "\n%d B records\n", size)
+		fmt.Fprintf(w, "  %-22s %10s %8s %9s %9s %9s %9s %8s %9s  %s\n",
+			"system", "records/s", "MB/s", "p50 ms", "p99 ms", "e2e p99", "errors", "cpu s", "peak MiB", "load")
+		for _, r := range s.Runs {
+			if r.RecordSize != size {
+				continue
+			}
+			load := "closed loop"
+			if r.Rate > 0 {
+				load = fmt.Sprintf("offered %.0f/s", r.Rate)
+			}
+			if r.TxSize > 0 {
+				load += fmt.Sprintf(", %d B txs", r.TxSize)
+			}
+			if r.Err != "" {
+				fmt.Fprintf(w, "  %-22s failed: %s\n", r.System, r.Err)
+				continue
+			}
+			res := r.Result
+			var cpu float64
+			var peak int64
+			for _, p := range res.Processes {
+				cpu += p.CPUSeconds
+				peak += p.PeakRSS
+			}
+			var errs int64
+			for _, n := range res.Errors {
+				errs += n
+			}
+			fmt.Fprintf(w, "  %-22s %10.0f %8.2f %9s %9s %9s %9d %8.1f %9d  %s\n",
+				r.System, res.RecordsPerSec, res.MBPerSec, ms(res.Receipt.P50), ms(res.Receipt.P99), ms(res.EndToEnd.P99),
+				errs, cpu, peak>>20, load)
+		}
+	}
+	if rs := s.Ratios(); len(rs) > 0 {
+		fmt.Fprintf(w, "\nratios (same run)\n")
+		for _, r := range rs {
+			verdict := ""
+			if r.Goal > 0 {
+				verdict = fmt.Sprintf("goal ≥ %.1fx: ", r.Goal)
+				if r.Met() {
+					verdict += "met"
+				} else {
+					verdict += "not met"
+				}
+			}
+			fmt.Fprintf(w, "  %5d B  %-45s %7.2fx  %s\n", r.RecordSize, r.Name, r.Value, verdict)
+		}
+	}
+	fmt.Fprintf(w, "\ncpu s and peak MiB sum every process of the system; p50/p99 are produce→receipt (byzlog), send→block (kvstore, noop), publish→ack (JetStream); e2e p99 is receipt→consumer through the indexer and NATS.\n")
+}

@@ -1,0 +1,85 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func suiteFixture() Suite {
+	row := func(system string, size int, rate, mbps float64, p99 time.Duration) Row {
+		return Row{System: system, RecordSize: size, Result: Result{RecordsPerSec: rate, MBPerSec: mbps, Committed: int64(rate), Receipt: Latency{Count: 1, P99: p99}}}
+	}
+	return Suite{Started: time.Unix(1764460800, 0), Host: "test", Warmup: time.Second, Duration: 3 * time.Second, Runs: []Row{
+		row(SystemByzlog, 100, 40000, 4, 900*time.Millisecond),
+		row(SystemKVStore, 100, 4000, 0.4, 800*time.Millisecond),
+		row(SystemNoop, 100, 50000, 5, 2*time.Second),
+		row(SystemJetStreamSync, 100, 80000, 8, 200*time.Millisecond),
+		row(SystemByzlog, 1024, 9000, 9.2, time.Second),
+		{System: SystemKVStore, RecordSize: 1024, Err: "boom"},
+		row(SystemNoop, 1024, 5000, 5.1, time.Second),
+	}}
+}
+
+func TestSuiteRatios(t *testing.T) {
+	got := map[string]Ratio{}
+	for _, r := range suiteFixture().Ratios() {
+		got[fmt.Sprintf("%s@%d", r.Name, r.RecordSize)] = r
+	}
+	for _, tc := range []struct {
+		key  string
+		want float64
+		met  bool
+	}{
+		{"byzlog / kvstore records/s@100", 10, true},
+		{"byzlog / noop MB/s@100", 0.8, true},
+		{"byzlog / jetstream-sync records/s@100", 0.5, false},
+		{"byzlog / noop MB/s@1024", 9.2 / 5.1, true},
+	} {
+		r, ok := got[tc.key]
+		if !ok {
+			t.Errorf("ratio %s missing; have %v", tc.key, got)
+			continue
+		}
+		if math.Abs(r.Value-tc.want) > 1e-9 || r.Met() != tc.met {
+			t.Errorf("%s = %v (met %v), want %v (met %v)", tc.key, r.Value, r.Met(), tc.want, tc.met)
+		}
+	}
+	if _, ok := got["byzlog / kvstore records/s@1024"]; ok {
+		t.Error("a ratio against a failed row was computed")
+	}
+}
+
+func TestSuiteTableAndSVG(t *testing.T) {
+	s := suiteFixture()
+	var b strings.Builder
+	s.WriteTable(&b)
+	for _, want := range []string{"100 B records", "1024 B records", "kvstore                failed: boom", "goal ≥ 10.0x: met", "goal ≥ 1.0x: not met"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	// The chart is well-formed XML with two bars per successful row.
+	dec := xml.NewDecoder(bytes.NewReader(s.SVG()))
+	rects := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("suite.svg is not well-formed: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			rects++
+		}
+	}
+	if want := 1 + 2*6; rects != want { // background + 6 rows that succeeded
+		t.Errorf("chart has %d rects, want %d", rects, want)
+	}
+}
