@@ -25,6 +25,7 @@ import (
 
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/services/internal/logging"
+	"github.com/byzlog/byzlog/services/internal/profiling"
 )
 
 func main() {
@@ -38,6 +39,7 @@ type flags struct {
 	nodes, genesis, natsURL, httpListen, chainID, trustHash string
 	trustHeight                                             int64
 	maxLag                                                  int64
+	pprofListen                                             string
 }
 
 func newCommand() *cobra.Command {
@@ -85,6 +87,7 @@ HTTP on --http-listen: /metrics (Prometheus), /healthz (200 while running),
 	f.DurationVar(&cfg.DuplicateWindow, "dedup-window", cfg.DuplicateWindow, "the streams' duplicate window")
 	f.DurationVar(&cfg.TrustingPeriod, "trusting-period", cfg.TrustingPeriod, "light client trusting period")
 	f.IntVar(&cfg.MaxPending, "max-pending", cfg.MaxPending, "records published and not yet acknowledged")
+	f.StringVar(&fl.pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
 	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
 	return cmd
@@ -130,6 +133,11 @@ func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flag
 	if err != nil {
 		return err
 	}
+	stopProfiles, err := profiling.Serve(fl.pprofListen, log)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	for _, n := range strings.Split(fl.nodes, ",") {

@@ -71,14 +71,15 @@ system) to --out.
 
 --scaling adds byzlog with more validators (--validators) and an open-loop
 latency-throughput curve: byzlog offered --rates times its closed-loop peak.
---profile collects 10-second CPU profiles and a heap profile of byzlog-app
-(node 0) and the gateway in the middle of each byzlog row, next to the JSON.
+--profile collects 10-second CPU profiles and a heap profile of byzlog-app,
+cometbft (node 0), the gateway and the indexer in the middle of each byzlog row, next to
+the JSON (go tool pprof -top FILE).
 --smoke is the short variant make test runs: 100 B records, 1 s warm-up, 3 s
 measured, every system once; it only checks that each produced figures.
 
 Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800 (its
 monitoring port 8222 plus the difference from 4222), gateway BASE+810..811,
-indexer BASE+830, profiles BASE+840.., JetStream servers BASE+860.. (cluster
+indexer BASE+830, profiles BASE+840.. (cometbft +860..), JetStream servers BASE+860.. (cluster
 ports +100).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -347,6 +348,8 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 			profiled <- bench.CollectProfiles(ctx, profDir, []bench.ProfileTarget{
 				{Name: "byzlog-app-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.PprofPort)},
 				{Name: "gateway0", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort)},
+				{Name: "cometbft-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.CometBFTPprofPort(0))},
+				{Name: "indexer", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort+9)},
 			}, min(10*time.Second, load.Duration))
 		}()
 	} else {

@@ -39,7 +39,8 @@ type Config struct {
 	// message cap and halts on a larger block.
 	BlockMaxBytes int64 `json:"block_max_bytes"`
 	// PprofPort, when not 0, makes app i serve Go runtime profiles on
-	// PprofPort+i (a run's choice, not saved with the network).
+	// PprofPort+i and node i's cometbft on PprofPort+20+i (set when the
+	// network is created; not saved with it).
 	PprofPort int `json:"-"`
 	// CometBFT and App are the paths of the cometbft and byzlog-app binaries.
 	CometBFT string `json:"-"`
@@ -125,6 +126,9 @@ func (c Config) RPCPort(i int) int  { return c.BasePort + 100*i + 1 }
 func (c Config) ABCIPort(i int) int { return c.BasePort + 100*i + 2 }
 
 // RPCAddr is node i's CometBFT RPC address for clients.
+// CometBFTPprofPort is node i's cometbft profile port when PprofPort is set.
+func (c Config) CometBFTPprofPort(i int) int { return c.PprofPort + 20 + i }
+
 func (c Config) RPCAddr(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.RPCPort(i)) }
 
 func (c Config) home(i int) string { return filepath.Join(c.Dir, fmt.Sprintf("node%d", i)) }

@@ -529,6 +529,9 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	// ~730 KiB (base64): gateway bundles go up to 1 MiB by default, 2 MiB
 	// at most.
 	cfg.RPC.MaxBodyBytes = 4 << 20
+	if c.PprofPort != 0 {
+		cfg.RPC.PprofListenAddress = fmt.Sprintf("127.0.0.1:%d", c.CometBFTPprofPort(i))
+	}
 	cfg.Consensus.TimeoutCommit = time.Duration(c.TimeoutCommit)
 	cfg.Consensus.TimeoutPropose = 10 * time.Second // 3 s causes extra rounds with large blocks
 	return cfg

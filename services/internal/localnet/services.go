@@ -27,7 +27,7 @@ type Services struct {
 	// IndexerPort serves the indexer's /metrics, /healthz and /readyz.
 	IndexerPort int
 	// PprofPort, when not 0, makes gateway g serve Go runtime profiles on
-	// PprofPort+g.
+	// PprofPort+g and the indexer on PprofPort+9.
 	PprofPort int
 	// Binaries.
 	NATS, Gateway, Indexer string
@@ -111,10 +111,14 @@ func (n *Net) indexerProc(s Services) proc {
 	for i := 0; i < n.cfg.Validators; i++ {
 		rpcs = append(rpcs, fmt.Sprintf("127.0.0.1:%d", n.cfg.RPCPort(i)))
 	}
+	args := []string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
+		"--http-listen", s.IndexerAddr(), "--log-format", "json"}
+	if s.PprofPort != 0 {
+		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+9))
+	}
 	return proc{
 		name: "indexer", bin: s.Indexer, mark: genesis,
-		args: []string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
-			"--http-listen", s.IndexerAddr(), "--log-format", "json"},
+		args: args,
 		logPath: filepath.Join(dir, "indexer.log"), pidPath: filepath.Join(dir, "indexer.pid"),
 	}
 }
