@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // CF names a column family of the committed state. The store maps each to
@@ -125,28 +125,36 @@ func (o *overlay) deleteRange(cf CF, start, end []byte) {
 	o.ranges = append(o.ranges, RangeDelete{CF: cf, Start: start, End: end})
 }
 
-// sorted returns the overlay's writes in (CF, Key) order.
+// sorted returns the overlay's writes in (CF, Key) order. It sorts
+// pointers (cheap swaps, no reflection) and copies once.
 func (o *overlay) sorted() []Change {
-	out := make([]Change, 0, len(o.writes))
+	ptrs := make([]*Change, 0, len(o.writes))
 	for _, c := range o.writes {
-		out = append(out, *c)
+		ptrs = append(ptrs, c)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].CF != out[j].CF {
-			return out[i].CF < out[j].CF
+	slices.SortFunc(ptrs, func(a, b *Change) int {
+		if a.CF != b.CF {
+			return int(a.CF) - int(b.CF)
 		}
-		return bytes.Compare(out[i].Key, out[j].Key) < 0
+		return bytes.Compare(a.Key, b.Key)
 	})
+	out := make([]Change, len(ptrs))
+	for i, c := range ptrs {
+		out[i] = *c
+	}
 	return out
 }
 
 // mergeInto applies this child's range deletes, then its writes, to parent.
+// The writes go in map order: each is to a distinct key and none reads
+// another, so the parent ends the same whatever the order (the block's
+// change set is sorted once, in changeSet).
 func (o *overlay) mergeInto(parent *overlay) {
 	for _, r := range o.ranges {
 		parent.deleteRange(r.CF, r.Start, r.End)
 	}
-	for _, c := range o.sorted() {
-		parent.writes[wkey(c.CF, c.Key)] = &Change{CF: c.CF, Key: c.Key, Value: c.Value, Delete: c.Delete}
+	for k, c := range o.writes {
+		parent.writes[k] = c
 	}
 }
 
