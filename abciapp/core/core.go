@@ -155,12 +155,15 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("execute block %d tx %d: %w", b.Height, i, err)
 		}
 	}
-	digest := digestOf(prev.AppHash, b.Height, ex.appended, ex.block.changeSet())
-	ex.block.put(CFMeta, digestKey(b.Height), marshal(digest.proto()))
+	changes := ex.block.changeSet()
+	digest := digestOf(prev.AppHash, b.Height, ex.appended, changes)
+	// The digest is stored with the block's writes: inserted at its place in
+	// the sorted change set rather than sorting the whole set again.
+	changes.Changes = insertChange(changes.Changes, Change{CF: CFMeta, Key: digestKey(b.Height), Value: marshal(digest.proto())})
 	return Outcome{
 		State:   State{Height: b.Height, AppHash: digest.AppHash()},
 		Results: results,
-		Changes: ex.block.changeSet(),
+		Changes: changes,
 		Digest:  digest,
 	}, nil
 }

@@ -132,12 +132,7 @@ func (o *overlay) sorted() []Change {
 	for _, c := range o.writes {
 		ptrs = append(ptrs, c)
 	}
-	slices.SortFunc(ptrs, func(a, b *Change) int {
-		if a.CF != b.CF {
-			return int(a.CF) - int(b.CF)
-		}
-		return bytes.Compare(a.Key, b.Key)
-	})
+	slices.SortFunc(ptrs, compareChanges)
 	out := make([]Change, len(ptrs))
 	for i, c := range ptrs {
 		out[i] = *c
@@ -156,6 +151,25 @@ func (o *overlay) mergeInto(parent *overlay) {
 	for k, c := range o.writes {
 		parent.writes[k] = c
 	}
+}
+
+// compareChanges orders changes by (CF, Key).
+func compareChanges(a, b *Change) int {
+	if a.CF != b.CF {
+		return int(a.CF) - int(b.CF)
+	}
+	return bytes.Compare(a.Key, b.Key)
+}
+
+// insertChange puts c into changes, sorted by (CF, Key), replacing a change
+// to the same key.
+func insertChange(changes []Change, c Change) []Change {
+	i, found := slices.BinarySearchFunc(changes, c, func(a, b Change) int { return compareChanges(&a, &b) })
+	if found {
+		changes[i] = c
+		return changes
+	}
+	return slices.Insert(changes, i, c)
 }
 
 func (o *overlay) changeSet() ChangeSet {
