@@ -113,3 +113,24 @@ func BenchmarkValidateTx(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProcessProposal is what a validator spends checking a proposed
+// block of one bundle before voting for it, per record.
+func BenchmarkProcessProposal(b *testing.B) {
+	for _, size := range []int{100, 1024} {
+		b.Run(fmt.Sprintf("record=%dB", size), func(b *testing.B) {
+			a := newChainApp(b, []byte(`{"topics": [{"name": "bench", "partitions": 4}]}`))
+			defer a.Close()
+			bb := newBenchBlocks(size)
+			tx := bb.next(b)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				res, err := a.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: 1, Time: time.Unix(0, 1), Txs: [][]byte{tx}})
+				if err != nil || res.Status != abci.ResponseProcessProposal_ACCEPT {
+					b.Fatalf("%v %v", err, res.Status)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*bb.records()), "ns/record")
+		})
+	}
+}

@@ -176,7 +176,7 @@ func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
 		return nil, err
 	}
 	ex := newExecutor(r, params, b)
-	ex.bounded = true
+	ex.bounded, ex.countOnly = true, true
 	var picked [][]byte
 	var size int64
 	for _, tx := range b.Txs {
@@ -204,7 +204,7 @@ func Verify(r Reader, b Block) (int, Result, error) {
 		return 0, Result{}, err
 	}
 	ex := newExecutor(r, params, b)
-	ex.bounded = true
+	ex.bounded, ex.countOnly = true, true
 	for i, tx := range b.Txs {
 		res, err := ex.apply(tx)
 		if err != nil {

@@ -21,9 +21,13 @@ type executor struct {
 	// transaction that would take the block past it is refused with
 	// CodeBlockFull. A decided block (Execute) is always executed.
 	bounded bool
-	used    budget          // by the accepted transactions of the block
-	tx      budget          // by the transaction being applied
-	txSeen  map[string]bool // CheckTx: producer sequences seen in this tx
+	// countOnly (Prepare, Verify) advances offsets without building the
+	// stored records: no rule depends on their bytes, and nothing of a
+	// proposal is committed.
+	countOnly bool
+	used      budget          // by the accepted transactions of the block
+	tx        budget          // by the transaction being applied
+	txSeen    map[string]bool // CheckTx: producer sequences seen in this tx
 	// appended collects the records appended in this block per partition,
 	// for the records root; keyed by recordPrefix, hashed in key order.
 	appended map[string]*appendedRun
@@ -222,6 +226,10 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 	}
 	run := &appendedRun{topic: body.Topic, partition: body.Partition, first: part.NextOffset}
 	br.BaseOffset = part.NextOffset
+	if ex.countOnly {
+		part.NextOffset += uint64(len(records))
+		records = nil
+	}
 	for _, rec := range records {
 		stored := marshal(&byzlogv1.StoredRecord{
 			Topic: body.Topic, Partition: body.Partition, Offset: part.NextOffset,
