@@ -529,6 +529,10 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	// ~730 KiB (base64): gateway bundles go up to 1 MiB by default, 2 MiB
 	// at most.
 	cfg.RPC.MaxBodyBytes = 4 << 20
+	// Gateways and the indexer read receipts from block results by height;
+	// nothing asks /tx or /tx_search, so indexing every tx's events is
+	// work (and disk) for nobody.
+	cfg.TxIndex.Indexer = "null"
 	if c.PprofPort != 0 {
 		cfg.RPC.PprofListenAddress = fmt.Sprintf("127.0.0.1:%d", c.CometBFTPprofPort(i))
 	}
