@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -29,6 +30,7 @@ func newCommand() *cobra.Command {
 	logCfg := logging.Default()
 	dataDir := "byzlog-app-data"
 	pprofListen := ""
+	gcPercent := 400
 	cmd := &cobra.Command{
 		Use:   "byzlog-app",
 		Short: "byzlog's ABCI application, driven by a stock CometBFT node",
@@ -47,6 +49,9 @@ committed height and CometBFT replays the blocks it is missing.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if os.Getenv("GOGC") == "" {
+				debug.SetGCPercent(gcPercent)
+			}
 			err := run(cmd.Context(), serve, logCfg, dataDir, pprofListen)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "byzlog-app:", err)
@@ -58,6 +63,7 @@ committed height and CometBFT replays the blocks it is missing.`,
 	f.StringVar(&serve.Listen, "listen", serve.Listen, "host:port to serve ABCI on")
 	f.StringVar(&serve.Transport, "transport", serve.Transport, "ABCI transport: grpc or socket")
 	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")
+	f.IntVar(&gcPercent, "gc-percent", gcPercent, "Go GC target (as GOGC, which overrides it): 400 trades ~5x the live heap for less GC work per block")
 	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
 	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")

@@ -53,6 +53,9 @@ shape, warm-up and duration, every system in --systems:
   byzlog            a fresh 4-validator localnet (gRPC ABCI), NATS, a gateway and
                     the indexer; closed-loop producers with the SDK, acks=commit,
                     random (incompressible) records, a consumer through NATS
+  byzlog-write      the write path alone: validators, the gateway and the
+                    producers, without the indexer, NATS and the consumer (what
+                    the noop and kvstore baselines also leave out)
   byzlog-socket     the same over the socket ABCI transport
   byzlog-json-zstd  the same with JSON-like records in zstd-compressed batches
   kvstore           stock cometbft with its built-in kvstore app, one record per
@@ -233,6 +236,7 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 			if r.system == bench.SystemByzlogSocket {
 				transport = "socket"
 			}
+			writeOnly := r.system == bench.SystemByzlogWrite
 			if r.system == bench.SystemByzlogJSON {
 				load.Payload = "json"
 				load.Options = append(load.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
@@ -245,7 +249,7 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 					profDir = "" // the closed-loop row has them
 				}
 			}
-			res, mean, err = suiteByzlog(ctx, o, transport, r.validators, load, tag, progress, profDir)
+			res, mean, err = suiteByzlog(ctx, o, transport, r.validators, writeOnly, load, tag, progress, profDir)
 			if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
 				bundle[r.size] = int(mean)
 			}
@@ -300,7 +304,7 @@ func rowProgress(w io.Writer, tag string) (func(bench.Progress), func()) {
 
 // suiteByzlog runs one byzlog row on a fresh cluster and returns the
 // gateway's mean bundle size with the result.
-func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validators int, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
+func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validators int, writeOnly bool, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
 	dir, err := os.MkdirTemp("", "byzlog-bench-suite-")
 	if err != nil {
 		return bench.Result{}, 0, err
@@ -316,6 +320,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 	}
 	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 1, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
 		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
+	svc.GatewaysOnly = writeOnly
 	if profDir != "" {
 		cfg.PprofPort = o.basePort + 840
 		svc.PprofPort = o.basePort + 850
@@ -329,6 +334,9 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 	}
 	defer func() { _ = n.Down(io.Discard) }()
 	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
+	if writeOnly {
+		load.NATSURL = ""
+	}
 	if err := suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions); err != nil {
 		return bench.Result{}, 0, err
 	}
@@ -338,6 +346,14 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 	}
 	watch := bench.Watch(ps)
 	profiled := make(chan error, 1)
+	targets := []bench.ProfileTarget{
+		{Name: "byzlog-app-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.PprofPort)},
+		{Name: "gateway0", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort)},
+		{Name: "cometbft-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.CometBFTPprofPort(0))},
+	}
+	if !writeOnly {
+		targets = append(targets, bench.ProfileTarget{Name: "indexer", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort+9)})
+	}
 	if profDir != "" {
 		go func() {
 			// Profile the middle of the measured window.
@@ -345,12 +361,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 			case <-time.After(load.Warmup + load.Duration/2 - min(load.Duration/2, 5*time.Second)):
 			case <-ctx.Done():
 			}
-			profiled <- bench.CollectProfiles(ctx, profDir, []bench.ProfileTarget{
-				{Name: "byzlog-app-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.PprofPort)},
-				{Name: "gateway0", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort)},
-				{Name: "cometbft-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.CometBFTPprofPort(0))},
-				{Name: "indexer", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort+9)},
-			}, min(10*time.Second, load.Duration))
+			profiled <- bench.CollectProfiles(ctx, profDir, targets, min(10*time.Second, load.Duration))
 		}()
 	} else {
 		profiled <- nil

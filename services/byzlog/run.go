@@ -87,7 +87,7 @@ func openNet(cmd *cobra.Command, cfg localnet.Config) (*localnet.Net, error) {
 }
 
 // startCluster brings the validators and the services up and waits until
-// the indexer is ready; on failure it stops what it started.
+// the indexer (if it runs) is ready; on failure it stops what it started.
 func startCluster(ctx context.Context, n *localnet.Net, svc localnet.Services, progress io.Writer) error {
 	if err := n.Up(ctx, progress); err != nil {
 		if errors.Is(err, localnet.ErrRunning) {
@@ -98,6 +98,9 @@ func startCluster(ctx context.Context, n *localnet.Net, svc localnet.Services, p
 	if err := n.StartServices(ctx, svc, progress); err != nil {
 		_ = n.Down(io.Discard)
 		return err
+	}
+	if svc.GatewaysOnly {
+		return nil
 	}
 	line := localnet.StatusLine(progress)
 	start := time.Now()

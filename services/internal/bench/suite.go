@@ -12,6 +12,7 @@ import (
 // rows come first so the noop baseline can be fed byzlog's bundle size.
 const (
 	SystemByzlog        = "byzlog"             // gRPC ABCI, random payload
+	SystemByzlogWrite   = "byzlog-write"       // the write path alone: no indexer, NATS or consumer
 	SystemByzlogSocket  = "byzlog-socket"      // socket ABCI, random payload
 	SystemByzlogJSON    = "byzlog-json-zstd"   // JSON-like payload, zstd batches
 	SystemKVStore       = "kvstore"            // stock cometbft, one record per tx
@@ -23,7 +24,7 @@ const (
 
 // Systems lists every system a suite knows, in run order.
 func Systems() []string {
-	return []string{SystemByzlog, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
+	return []string{SystemByzlog, SystemByzlogWrite, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
 }
 
 // Describe says in a few words what a system row is.
@@ -31,6 +32,8 @@ func Describe(system string) string {
 	switch system {
 	case SystemByzlog:
 		return "byzlog, 4 validators, gRPC ABCI, random payload"
+	case SystemByzlogWrite:
+		return "byzlog's write path alone: 4 validators, gRPC ABCI, gateway, producers; no indexer, NATS or consumer"
 	case SystemByzlogSocket:
 		return "byzlog, 4 validators, socket ABCI, random payload"
 	case SystemByzlogJSON:
@@ -126,8 +129,11 @@ func (s Suite) Ratios() []Ratio {
 			out = append(out, Ratio{RecordSize: size, Name: name, Value: x / y, Goal: goal})
 		}
 		add("byzlog / kvstore records/s", SystemByzlog, SystemKVStore, 10, false)
+		add("byzlog-write / kvstore records/s", SystemByzlogWrite, SystemKVStore, 10, false)
 		add("byzlog / noop MB/s", SystemByzlog, SystemNoop, 0.8, true)
+		add("byzlog-write / noop MB/s", SystemByzlogWrite, SystemNoop, 0.8, true)
 		add("byzlog / jetstream-sync records/s", SystemByzlog, SystemJetStreamSync, 1, false)
+		add("byzlog-write / jetstream-sync records/s", SystemByzlogWrite, SystemJetStreamSync, 1, false)
 		add("byzlog-json-zstd / jetstream-sync records/s", SystemByzlogJSON, SystemJetStreamSync, 1, false)
 		add("byzlog / jetstream records/s", SystemByzlog, SystemJetStream, 0, false)
 		add("byzlog-socket / byzlog records/s", SystemByzlogSocket, SystemByzlog, 0, false)

@@ -29,6 +29,9 @@ type Services struct {
 	// PprofPort, when not 0, makes gateway g serve Go runtime profiles on
 	// PprofPort+g and the indexer on PprofPort+9.
 	PprofPort int
+	// GatewaysOnly starts the gateways without NATS and the indexer: the
+	// write path alone, for benchmarks that isolate it.
+	GatewaysOnly bool
 	// Binaries.
 	NATS, Gateway, Indexer string
 }
@@ -171,11 +174,16 @@ func (n *Net) StartServices(ctx context.Context, s Services, progress io.Writer)
 		p    proc
 		addr string
 	}
-	steps := []step{{n.natsProc(s), fmt.Sprintf("127.0.0.1:%d", s.NATSPort)}}
+	var steps []step
+	if !s.GatewaysOnly {
+		steps = append(steps, step{n.natsProc(s), fmt.Sprintf("127.0.0.1:%d", s.NATSPort)})
+	}
 	for g := 0; g < s.Gateways; g++ {
 		steps = append(steps, step{n.gatewayProc(s, g), s.GatewayAddr(g)})
 	}
-	steps = append(steps, step{n.indexerProc(s), s.IndexerAddr()})
+	if !s.GatewaysOnly {
+		steps = append(steps, step{n.indexerProc(s), s.IndexerAddr()})
+	}
 	for _, st := range steps {
 		if err := os.MkdirAll(filepath.Dir(st.p.pidPath), 0o755); err != nil {
 			return err
