@@ -121,7 +121,7 @@ func (n *Net) indexerProc(s Services) proc {
 	}
 	return proc{
 		name: "indexer", bin: s.Indexer, mark: genesis,
-		args: args,
+		args:    args,
 		logPath: filepath.Join(dir, "indexer.log"), pidPath: filepath.Join(dir, "indexer.pid"),
 	}
 }
