@@ -190,7 +190,6 @@ for ((i = 0; i < validators; i++)); do
   set_toml "$cfg" p2p recv_rate $((100 << 20))
   set_toml "$cfg" mempool recheck false # races with the gRPC ABCI client under load
   set_toml "$cfg" rpc max_body_bytes $((4 << 20)) # the 1 MB default refuses bundles over ~730 KiB
-  set_toml "$cfg" tx_index indexer '"null"' # byzlog reads receipts from block results, never /tx_search
   set_toml "$cfg" consensus timeout_propose '"10s"' # 3 s causes extra rounds with large blocks
   set_toml "$cfg" consensus timeout_commit "\"$timeout_commit\""
   cp "$tmp/genesis.json" "$home/config/genesis.json"

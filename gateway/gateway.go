@@ -374,7 +374,7 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 			n, retry = retry, nil
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := n.Client.BroadcastTxSync(cctx, p.tx)
+		res, err := n.BroadcastTxSync(cctx, p.tx)
 		cancel()
 		if err != nil {
 			msg := err.Error()
@@ -448,6 +448,9 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	// /tx needs the node's tx_index (CometBFT's default "kv"): with
+	// tx_index = "null" a bundle committed before this gateway tracked it
+	// would wait for the commit timeout instead.
 	res, err := n.Client.Tx(cctx, hash, false)
 	if err != nil {
 		return // not indexed: still pending

@@ -66,6 +66,7 @@ from the block's results. It keeps no state: run as many as you like.`,
 	f.Int64Var(&cfg.MaxQueuedBytes, "max-queued-bytes", cfg.MaxQueuedBytes, "bytes of batches waiting before RESOURCE_EXHAUSTED")
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", cfg.MaxInFlight, "bundles submitted and not yet committed")
 	f.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "resubmit a bundle not committed after this long")
+	f.IntVar(&cfg.Nodes.HexSubmitMaxBytes, "hex-submit-max-bytes", cfg.Nodes.HexSubmitMaxBytes, "submit bundles up to this size as hex forms (cheaper for nodes than JSON-RPC's base64); 2x+16 must fit the nodes' rpc.max_body_bytes; 0: always JSON-RPC")
 	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long to wait at start for a healthy CometBFT node")
 	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")

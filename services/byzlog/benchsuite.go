@@ -36,12 +36,21 @@ type suiteOptions struct {
 	validators  []int     // scaling: validator counts beyond 4
 	rates       []float64 // scaling: offered load as fractions of the closed-loop peak
 	profile     bool
+	// timeoutCommit is the validators' timeout_commit in every CometBFT
+	// row (byzlog and the built-in baselines alike).
+	timeoutCommit time.Duration
 }
 
 func newBenchSuiteCommand() *cobra.Command {
 	o := suiteOptions{out: "bench-results", systems: bench.Systems(), recordSizes: []int{100, 1024},
-		load: bench.Default(), partitions: 8, basePort: 30656,
-		validators: []int{7}, rates: []float64{0.25, 0.5, 0.7, 0.9, 1.1}}
+		load: bench.Default(), partitions: 64, basePort: 30656,
+		validators: []int{7}, rates: []float64{0.25, 0.5, 0.7, 0.9, 1.1},
+		timeoutCommit: time.Duration(localnet.Default().TimeoutCommit)}
+	// The SDK keeps one batch in flight per partition, so a closed loop
+	// reaches the cluster's peak only with many partitions: 8 producers on
+	// 64 partitions, 8,000 records in flight each (measured: 8 partitions
+	// 20,000 records/s on the write path, 32 24,400, 64 28,300).
+	o.load.InFlight = 8000
 	o.load.Warmup, o.load.Duration = 10*time.Second, 30*time.Second
 	smoke := false
 	cmd := &cobra.Command{
@@ -125,6 +134,7 @@ ports +100).`,
 	f.BoolVar(&o.scaling, "scaling", false, "add the scaling curves: more validators and offered-rate steps")
 	f.IntSliceVar(&o.validators, "validators", o.validators, "with --scaling: validator counts to add to the default 4")
 	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
+	f.DurationVar(&o.timeoutCommit, "timeout-commit", o.timeoutCommit, "validators' timeout_commit in every CometBFT row (the floor of the block interval)")
 	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app and the gateway")
 	f.BoolVar(&smoke, "smoke", false, "the 1-minute variant: 100 B only, 1 s warm-up, 3 s measured")
 	return cmd
@@ -312,6 +322,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 	defer os.RemoveAll(dir)
 	cfg := localnet.Default()
 	cfg.Dir, cfg.BasePort, cfg.Transport, cfg.Validators, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, transport, validators, "byzlog-bench"
+	cfg.TimeoutCommit = localnet.Duration(o.timeoutCommit)
 	bin := binDir()
 	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
 	n, err := localnet.Open(cfg)
@@ -436,7 +447,7 @@ func suiteBuiltin(ctx context.Context, o suiteOptions, app string, txSize int, l
 	}
 	defer os.RemoveAll(dir)
 	net := localnet.Default()
-	net.Dir, net.BasePort = dir, o.basePort
+	net.Dir, net.BasePort, net.TimeoutCommit = dir, o.basePort, localnet.Duration(o.timeoutCommit)
 	net.CometBFT, net.App = findBinary(binDir(), "cometbft"), findBinary(binDir(), "byzlog-app")
 	prog, done := rowProgress(progress, tag)
 	defer done()

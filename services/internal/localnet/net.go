@@ -528,11 +528,9 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	// The 1,000,000-byte default refuses a JSON-RPC broadcast of a tx over
 	// ~730 KiB (base64): gateway bundles go up to 1 MiB by default, 2 MiB
 	// at most.
-	cfg.RPC.MaxBodyBytes = 4 << 20
-	// Gateways and the indexer read receipts from block results by height;
-	// nothing asks /tx or /tx_search, so indexing every tx's events is
-	// work (and disk) for nobody.
-	cfg.TxIndex.Indexer = "null"
+	cfg.RPC.MaxBodyBytes = RPCMaxBodyBytes
+	// tx_index stays "kv": gateways look up /tx by hash when a node says a
+	// resubmitted bundle is already in its cache.
 	if c.PprofPort != 0 {
 		cfg.RPC.PprofListenAddress = fmt.Sprintf("127.0.0.1:%d", c.CometBFTPprofPort(i))
 	}
@@ -540,6 +538,10 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	cfg.Consensus.TimeoutPropose = 10 * time.Second // 3 s causes extra rounds with large blocks
 	return cfg
 }
+
+// RPCMaxBodyBytes is the nodes' rpc.max_body_bytes: a 2 MiB bundle fits
+// as JSON-RPC base64, a 2,097,144-byte one as a hex form.
+const RPCMaxBodyBytes = 4 << 20
 
 // adminKeyFile holds the localnet's admin key (the hex ed25519 seed), the one
 // key genesis lists in app_state admins. It stays in the run directory.

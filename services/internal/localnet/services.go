@@ -96,7 +96,8 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 		rpcs = append(rpcs, n.cfg.RPCAddr((g+i)%n.cfg.Validators)) // spread the gateways over the nodes
 	}
 	args := []string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
-		"--nodes", strings.Join(rpcs, ","), "--log-format", "json"}
+		"--nodes", strings.Join(rpcs, ","), "--log-format", "json",
+		"--hex-submit-max-bytes", strconv.Itoa((RPCMaxBodyBytes - 16) / 2)}
 	if s.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+g))
 	}
