@@ -26,6 +26,8 @@ FUZZTIME ?= 30s
 BENCHTIME ?= 30x
 BENCH_OUT ?= bench-results
 BENCH_ARGS ?=
+SOAK_DURATION ?= 10m
+SOAK_RATE ?= 10000
 
 .PHONY: help
 help: ## list the targets
@@ -83,6 +85,10 @@ bench: build ## byzlog beside stock CometBFT (kvstore, noop) and JetStream, 100 
 .PHONY: bench-smoke
 bench-smoke: build ## the suite's 1-minute variant (every system, 100 B, 3 s each; make test runs it as an e2e test)
 	$(BIN)/byzlog bench suite --smoke --out $(BENCH_OUT) $(BENCH_ARGS)
+
+.PHONY: bench-soak
+bench-soak: build ## byzlog for SOAK_DURATION (10m) open loop at SOAK_RATE records/s (70% of a measured peak): CPU and RSS at start and end per process
+	$(BIN)/byzlog bench suite --systems byzlog --record-sizes 100 --warmup 30s --duration $(SOAK_DURATION) --rate $(SOAK_RATE) --out $(BENCH_OUT)/soak $(BENCH_ARGS)
 
 .PHONY: bench-core
 bench-core: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/record, allocs/record)

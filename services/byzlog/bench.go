@@ -209,8 +209,8 @@ func report(w io.Writer, r bench.Result) {
 	}
 	fmt.Fprintf(w, "  errors            %s\n", bench.FormatErrors(r.Errors))
 	for _, p := range r.Processes {
-		fmt.Fprintf(w, "  %-20s pid %-7d cpu %6.1f s (%3.0f%% of a core)  rss %4d MiB  peak %4d MiB\n",
-			p.Name, p.PID, p.CPUSeconds, 100*p.CPUSeconds/(c.Duration+c.Warmup).Seconds(), p.RSS>>20, p.PeakRSS>>20)
+		fmt.Fprintf(w, "  %-20s pid %-7d cpu %6.1f s (%3.0f%% of a core)  rss %4d -> %4d MiB  peak %4d MiB\n",
+			p.Name, p.PID, p.CPUSeconds, 100*p.CPUSeconds/(c.Duration+c.Warmup).Seconds(), p.StartRSS>>20, p.RSS>>20, p.PeakRSS>>20)
 	}
 }
 

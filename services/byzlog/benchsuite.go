@@ -131,6 +131,7 @@ ports +100).`,
 	f.DurationVar(&o.load.Warmup, "warmup", o.load.Warmup, "load before measuring, per row")
 	f.DurationVar(&o.load.Duration, "duration", o.load.Duration, "measured time per row")
 	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the suite's processes (see above)")
+	f.Float64Var(&o.load.Rate, "rate", 0, "offered records/s in all for every byzlog row (open loop); 0: closed loop")
 	f.BoolVar(&o.scaling, "scaling", false, "add the scaling curves: more validators and offered-rate steps")
 	f.IntSliceVar(&o.validators, "validators", o.validators, "with --scaling: validator counts to add to the default 4")
 	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
@@ -246,6 +247,7 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 			if r.system == bench.SystemByzlogSocket {
 				transport = "socket"
 			}
+			run.Rate = load.Rate
 			writeOnly := r.system == bench.SystemByzlogWrite
 			if r.system == bench.SystemByzlogJSON {
 				load.Payload = "json"

@@ -20,6 +20,9 @@ type ProcessStat struct {
 	PeakRSS int64 `json:"peak_rss_bytes"`
 	// RSS is its resident set at the end of the run, in bytes.
 	RSS int64 `json:"rss_bytes"`
+	// StartRSS is its resident set when the watch began, in bytes: with
+	// RSS, whether memory grew over the run.
+	StartRSS int64 `json:"start_rss_bytes"`
 }
 
 // Process names a process to watch.
@@ -87,9 +90,13 @@ func memory(pid int) (peak, rss int64, err error) {
 // away.
 func Watch(ps []Process) func() []ProcessStat {
 	start := make(map[int]float64, len(ps))
+	startRSS := make(map[int]int64, len(ps))
 	for _, p := range ps {
 		if c, err := cpuSeconds(p.PID); err == nil {
 			start[p.PID] = c
+		}
+		if _, rss, err := memory(p.PID); err == nil {
+			startRSS[p.PID] = rss
 		}
 	}
 	return func() []ProcessStat {
@@ -104,7 +111,7 @@ func Watch(ps []Process) func() []ProcessStat {
 			if err != nil {
 				continue
 			}
-			out = append(out, ProcessStat{Name: p.Name, PID: p.PID, CPUSeconds: c1 - c0, PeakRSS: peak, RSS: rss})
+			out = append(out, ProcessStat{Name: p.Name, PID: p.PID, CPUSeconds: c1 - c0, PeakRSS: peak, RSS: rss, StartRSS: startRSS[p.PID]})
 		}
 		return out
 	}
