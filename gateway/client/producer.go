@@ -88,6 +88,7 @@ type Producer struct {
 	next    atomic.Uint64
 
 	mu      sync.Mutex
+	space   *sync.Cond // on mu: a partition's queue has room again
 	closed  bool
 	parts   map[string]*partition
 	counts  map[string]uint32 // topic -> partitions
@@ -99,18 +100,29 @@ type Producer struct {
 }
 
 // partition accumulates one topic-partition's records and sends its
-// batches in order, one at a time, so sequences never leave a gap.
+// batches in order, one at a time, so sequences never leave a gap. While a
+// batch is out, the next one keeps growing (up to the batch size) instead
+// of being cut at every linger: like Kafka's accumulator, a partition
+// whose request is in flight sends what gathered meanwhile as one batch.
 type partition struct {
 	topic string
 	num   uint32
 	recs  []*byzlogv1.Record
 	futs  []*Future
 	bytes int
-	timer *time.Timer
-	out   chan batch
-	seq   uint64
-	known bool
+	timer *time.Timer // linger of the records in recs; nil once it fired
+	// queue holds batches handed to the sender and not yet taken; busy
+	// says the sender has a batch (queued or out). Both under Producer.mu.
+	queue   []batch
+	busy    bool
+	closing bool
+	wake    chan struct{} // a batch was queued, or closing was set
+	seq     uint64
+	known   bool
 }
+
+// maxQueuedBatches bounds a partition's queue: Produce waits beyond it.
+const maxQueuedBatches = 64
 
 type batch struct {
 	recs []*byzlogv1.Record
@@ -134,6 +146,7 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 		o.key = k
 	}
 	p := &Producer{o: o, parts: map[string]*partition{}, counts: map[string]uint32{}, sticky: map[string]uint32{}}
+	p.space = sync.NewCond(&p.mu)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	for _, a := range o.gateways {
 		c, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -186,21 +199,31 @@ func (p *Producer) Produce(ctx context.Context, r *Record) *Future {
 	key := fmt.Sprintf("%s/%d", r.Topic, num)
 	pt := p.parts[key]
 	if pt == nil {
-		pt = &partition{topic: r.Topic, num: num, out: make(chan batch, 64)}
+		pt = &partition{topic: r.Topic, num: num, wake: make(chan struct{}, 1)}
 		p.parts[key] = pt
 		p.wg.Add(1)
 		go p.send(pt)
+	}
+	for len(pt.queue) >= maxQueuedBatches && !p.closed {
+		p.space.Wait() // back-pressure: the sender is that far behind
+	}
+	if p.closed {
+		f.resolve(Receipt{}, ErrClosed)
+		return f
 	}
 	p.pending.Add(1)
 	pt.recs, pt.futs, pt.bytes = append(pt.recs, rec), append(pt.futs, f), pt.bytes+size
 	switch {
 	case len(pt.recs) >= p.o.batchRecords || pt.bytes >= p.o.batchBytes:
-		p.flushLocked(pt)
+		p.flushLocked(pt) // a full batch queues even behind a busy sender
 	case len(pt.recs) == 1:
 		pt.timer = time.AfterFunc(p.o.linger, func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			p.flushLocked(pt)
+			pt.timer = nil
+			if !pt.busy {
+				p.flushLocked(pt) // else the sender takes it when its batch is answered
+			}
 		})
 	}
 	return f
@@ -230,7 +253,12 @@ func (p *Producer) flushLocked(pt *partition) {
 			delete(p.sticky, pt.topic) // keyless records move on after a batch, as Kafka's sticky partitioner does
 		}
 	}
-	pt.out <- b
+	pt.queue = append(pt.queue, b)
+	pt.busy = true
+	select {
+	case pt.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Flush sends every queued record now and waits until all are resolved.
@@ -257,8 +285,13 @@ func (p *Producer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
 	for _, pt := range p.parts {
-		close(pt.out)
+		pt.closing = true
+		select {
+		case pt.wake <- struct{}{}:
+		default:
+		}
 	}
+	p.space.Broadcast()
 	p.mu.Unlock()
 	p.cancel()
 	p.wg.Wait()
@@ -344,11 +377,37 @@ func (p *Producer) partitionsOnce(ctx context.Context, topic string, retried boo
 	return 0, lastErr
 }
 
-// send is one partition's sender: it signs and sends batches in order.
+// send is one partition's sender: it signs and sends batches in order, and
+// when one is answered takes whatever gathered meanwhile and lingered.
 func (p *Producer) send(pt *partition) {
 	defer p.wg.Done()
-	for b := range pt.out {
+	for {
+		p.mu.Lock()
+		for len(pt.queue) == 0 && !pt.closing {
+			p.mu.Unlock()
+			<-pt.wake
+			p.mu.Lock()
+		}
+		if len(pt.queue) == 0 { // closing, and everything was sent
+			p.mu.Unlock()
+			return
+		}
+		b := pt.queue[0]
+		pt.queue = pt.queue[1:]
+		p.space.Broadcast()
+		p.mu.Unlock()
+
 		p.sendBatch(pt, b)
+
+		p.mu.Lock()
+		if len(pt.queue) == 0 {
+			if len(pt.recs) > 0 && pt.timer == nil && !p.closed {
+				p.flushLocked(pt) // lingered while this batch was out
+			} else {
+				pt.busy = false
+			}
+		}
+		p.mu.Unlock()
 	}
 }
 
