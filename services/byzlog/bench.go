@@ -208,6 +208,9 @@ func report(w io.Writer, r bench.Result) {
 		fmt.Fprintf(w, "  receipt→consumer  %s (%d records read back)\n", r.EndToEnd, r.Consumed)
 	}
 	fmt.Fprintf(w, "  errors            %s\n", bench.FormatErrors(r.Errors))
+	for code, msg := range r.ErrorSamples {
+		fmt.Fprintf(w, "    first %s: %.300s\n", code, msg)
+	}
 	for _, p := range r.Processes {
 		fmt.Fprintf(w, "  %-20s pid %-7d cpu %6.1f s (%3.0f%% of a core)  rss %4d -> %4d MiB  peak %4d MiB\n",
 			p.Name, p.PID, p.CPUSeconds, 100*p.CPUSeconds/(c.Duration+c.Warmup).Seconds(), p.StartRSS>>20, p.RSS>>20, p.PeakRSS>>20)

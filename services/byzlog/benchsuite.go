@@ -36,6 +36,7 @@ type suiteOptions struct {
 	validators  []int     // scaling: validator counts beyond 4
 	rates       []float64 // scaling: offered load as fractions of the closed-loop peak
 	profile     bool
+	inFlightSet bool // --in-flight given: the same count for every record size
 	// timeoutCommit is the validators' timeout_commit in every CometBFT
 	// row (byzlog and the built-in baselines alike).
 	timeoutCommit time.Duration
@@ -99,6 +100,7 @@ ports +100).`,
 				o.recordSizes = []int{100}
 				o.load.Warmup, o.load.Duration = time.Second, 3*time.Second
 			}
+			o.inFlightSet = cmd.Flags().Changed("in-flight")
 			if err := o.validate(); err != nil {
 				return err
 			}
@@ -126,7 +128,7 @@ ports +100).`,
 	f.StringSliceVar(&o.systems, "systems", o.systems, "systems to measure, in this order: "+strings.Join(bench.Systems(), ","))
 	f.IntSliceVar(&o.recordSizes, "record-sizes", o.recordSizes, "record sizes in bytes, each a full round of --systems")
 	f.IntVar(&o.load.Producers, "producers", o.load.Producers, "producers (byzlog), publishers (JetStream) or senders (kvstore, noop)")
-	f.IntVar(&o.load.InFlight, "in-flight", o.load.InFlight, "unresolved records per producer (byzlog) or pending publishes per publisher (JetStream)")
+	f.IntVar(&o.load.InFlight, "in-flight", o.load.InFlight, "unresolved records per producer (byzlog) or pending publishes per publisher (JetStream); default 8,000 at 100 B, scaled to ~800 KB per producer for other sizes")
 	f.Uint32Var(&o.partitions, "partitions", o.partitions, "partitions of byzlog's bench topic")
 	f.DurationVar(&o.load.Warmup, "warmup", o.load.Warmup, "load before measuring, per row")
 	f.DurationVar(&o.load.Duration, "duration", o.load.Duration, "measured time per row")
@@ -211,6 +213,10 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 		}
 		load := o.load
 		load.RecordSize = r.size
+		if !o.inFlightSet {
+			// About 800 KB unresolved per producer, whatever the record size.
+			load.InFlight = max(100, o.load.InFlight*100/r.size)
+		}
 		run := bench.Row{System: r.system, RecordSize: r.size}
 		tag := fmt.Sprintf("[%d/%d] %s, %d B", i+1, len(rows), r.system, r.size)
 		if r.rate > 0 {

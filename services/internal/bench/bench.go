@@ -123,7 +123,9 @@ type Result struct {
 	EndToEnd      Latency          `json:"receipt_to_consumer"`
 	Consumed      int64            `json:"consumed_records"`
 	Errors        map[string]int64 `json:"errors_by_code"`
-	Processes     []ProcessStat    `json:"processes,omitempty"`
+	// ErrorSamples holds the first error message seen for each code.
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
+	Processes    []ProcessStat     `json:"processes,omitempty"`
 }
 
 // Progress is a one-second snapshot while a run goes.
@@ -143,7 +145,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	r := &runner{cfg: cfg, errs: map[string]int64{}, sentAt: map[string]time.Time{}}
+	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}}
 	return r.run(ctx, progress)
 }
 
@@ -158,6 +160,7 @@ type runner struct {
 	window   []time.Duration // last second, for progress
 	e2e      []time.Duration
 	errs     map[string]int64
+	samples  map[string]string
 	sentAt   map[string]time.Time // value id -> receipt time, for the consumer
 
 	acked    atomic.Int64 // measured window
@@ -254,7 +257,7 @@ loop:
 	res.Receipt = Summarize(r.receipts)
 	res.EndToEnd = Summarize(r.e2e)
 	res.Consumed = r.consumed.Load()
-	res.Errors = r.errs
+	res.Errors, res.ErrorSamples = r.errs, r.samples
 	return res, ctx.Err()
 }
 
@@ -345,8 +348,12 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 	defer r.mu.Unlock()
 	if err != nil {
 		r.errCount.Add(1)
+		code := status.Code(err).String()
 		if measured {
-			r.errs[status.Code(err).String()]++
+			r.errs[code]++
+		}
+		if _, ok := r.samples[code]; !ok {
+			r.samples[code] = err.Error()
 		}
 		return
 	}
