@@ -79,7 +79,7 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
 	done
 
 .PHONY: bench
-bench: build ## byzlog beside stock CometBFT (kvstore, noop) and JetStream, 100 B and 1 KiB, ~25 min: table, ratios, chart and JSON in $(BENCH_OUT) (BENCH_ARGS=--scaling, --profile)
+bench: build ## byzlog beside stock CometBFT (kvstore, noop) and JetStream, 100 B and 1 KiB: table, ratios, chart and JSON in $(BENCH_OUT), ~16 min (BENCH_ARGS=--scaling, --profile)
 	$(BIN)/byzlog bench suite --out $(BENCH_OUT) $(BENCH_ARGS)
 
 .PHONY: bench-smoke
