@@ -115,13 +115,8 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 			if watch != nil {
 				res.Processes = watch()
 			}
-			report(cmd.OutOrStdout(), res)
-			if out != "" {
-				b, _ := json.MarshalIndent(res, "", "  ")
-				if werr := os.WriteFile(out, append(b, '\n'), 0o644); werr != nil {
-					return werr
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+			if werr := writeResult(cmd, res, out); werr != nil {
+				return werr
 			}
 			if err != nil && !errors.Is(err, ctx.Err()) {
 				return err
@@ -245,15 +240,24 @@ func runKVStoreBaseline(ctx context.Context, cmd *cobra.Command, app string, bas
 	return finishBaseline(cmd, res, out)
 }
 
+// writeResult prints a result and, with out, writes it as JSON there.
+func writeResult(cmd *cobra.Command, res bench.Result, out string) error {
+	report(cmd.OutOrStdout(), res)
+	if out == "" {
+		return nil
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+	return nil
+}
+
 // finishBaseline prints and writes a baseline's result.
 func finishBaseline(cmd *cobra.Command, res bench.Result, out string) error {
-	report(cmd.OutOrStdout(), res)
-	if out != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", out)
+	if err := writeResult(cmd, res, out); err != nil {
+		return err
 	}
 	if res.Committed == 0 {
 		return errors.New("nothing was committed in the measured window")

@@ -208,32 +208,17 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 		wg.Add(1)
 		go func() { defer wg.Done(); r.produce(ctx, i, p) }()
 	}
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
 	produced := make(chan struct{})
 	go func() { wg.Wait(); close(produced) }()
-	var last int64
-loop:
-	for {
-		select {
-		case <-ticker.C:
-			if progress != nil {
-				now := r.ackedAll.Load()
-				r.mu.Lock()
-				w := Summarize(r.window)
-				r.window = r.window[:0]
-				r.mu.Unlock()
-				progress(Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(r.measureFrom), Rate: float64(now - last),
-					Acked: r.acked.Load(), Errors: r.errCount.Load(), P99: w.P99, Consumed: r.consumed.Load()})
-				last = now
-			}
-		case <-produced:
-			break loop
-		case <-ctx.Done():
-			break loop
-		}
-	}
-	<-produced
+	// Producers stop at the end of the window or when ctx ends.
+	everySecond(produced, progress, func() (Progress, int64) {
+		r.mu.Lock()
+		w := Summarize(r.window)
+		r.window = r.window[:0]
+		r.mu.Unlock()
+		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(r.measureFrom),
+			Acked: r.acked.Load(), Errors: r.errCount.Load(), P99: w.P99, Consumed: r.consumed.Load()}, r.ackedAll.Load()
+	})
 	for _, p := range producers {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		_ = p.Close(cctx)
@@ -366,6 +351,29 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 	}
 	if r.cfg.NATSURL != "" && len(id) == 16 {
 		r.sentAt[id] = now
+	}
+}
+
+// everySecond hands progress a snapshot once a second until done closes.
+// snapshot returns the figures and the running count of acknowledgements,
+// from which everySecond computes the last second's rate. A nil progress
+// only waits for done.
+func everySecond(done <-chan struct{}, progress func(Progress), snapshot func() (Progress, int64)) {
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	var last int64
+	for {
+		select {
+		case <-ticker.C:
+			if progress != nil {
+				p, total := snapshot()
+				p.Rate = float64(total - last)
+				last = total
+				progress(p)
+			}
+		case <-done:
+			return
+		}
 	}
 }
 

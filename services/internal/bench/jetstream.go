@@ -144,26 +144,13 @@ func RunJetStream(ctx context.Context, cfg JetStreamConfig, progress func(Progre
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	var last int64
-	for running := true; running; {
-		select {
-		case <-ticker.C:
-			if progress != nil {
-				now := ackedAll.Load()
-				mu.Lock()
-				w := Summarize(window)
-				window = window[:0]
-				mu.Unlock()
-				progress(Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Rate: float64(now - last),
-					Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99})
-				last = now
-			}
-		case <-finished:
-			running = false
-		}
-	}
+	everySecond(finished, progress, func() (Progress, int64) {
+		mu.Lock()
+		w := Summarize(window)
+		window = window[:0]
+		mu.Unlock()
+		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99}, ackedAll.Load()
+	})
 	res.Processes = watch()
 	res.Committed = acked.Load()
 	res.RecordsPerSec = float64(res.Committed) / cfg.Duration.Seconds()

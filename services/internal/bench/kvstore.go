@@ -169,26 +169,13 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	var last int64
-	for running := true; running; {
-		select {
-		case <-ticker.C:
-			if progress != nil {
-				now := ackedAll.Load()
-				mu.Lock()
-				w := Summarize(window)
-				window = window[:0]
-				mu.Unlock()
-				progress(Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Rate: float64(now - last),
-					Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99})
-				last = now
-			}
-		case <-finished:
-			running = false
-		}
-	}
+	everySecond(finished, progress, func() (Progress, int64) {
+		mu.Lock()
+		w := Summarize(window)
+		window = window[:0]
+		mu.Unlock()
+		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99}, ackedAll.Load()
+	})
 	// The watcher may still be behind node 0's tip: let it reach the end
 	// of the window.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
