@@ -656,14 +656,17 @@ func (g *Gateway) Query(ctx context.Context, path string, req, resp proto.Messag
 	return status.Errorf(codes.Unavailable, "no CometBFT node answered %s (last error: %v)", path, lastErr)
 }
 
-// caughtUp waits up to 2 s for node n to reach height h.
+// caughtUp waits up to 2 s for node n's app to have committed height h. It
+// asks the app, not CometBFT's /status: CometBFT stores a block before the
+// app applies and commits it, so its latest height can be one block ahead
+// of the state that queries and CheckTx see.
 func (g *Gateway) caughtUp(ctx context.Context, n *nodes.Node, h int64) bool {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := n.Client.Status(cctx)
+		res, err := n.Client.ABCIQuery(cctx, core.PathState, nil)
 		cancel()
-		if err == nil && st.SyncInfo.LatestBlockHeight >= h {
+		if err == nil && res.Response.Height >= h {
 			return true
 		}
 		if err != nil || time.Now().After(deadline) || ctx.Err() != nil {

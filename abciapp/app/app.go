@@ -194,6 +194,7 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 
 // Commit persists the block staged by FinalizeBlock.
 func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit, error) {
+	failpoint.Delay(failpoint.CommitDelay)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

@@ -7,7 +7,8 @@
 // A test build reads BYZLOG_FAILPOINTS, a comma-separated list of
 // name[@height][=value] terms: "commit-after-write@12" crashes the process
 // (SIGKILL to itself) when it reaches that point at height 12;
-// "byzantine-proposer=replay" turns on a misbehaviour with a mode.
+// "byzantine-proposer=replay" turns on a misbehaviour with a mode;
+// "commit-delay=700" makes every Commit wait 700 ms before it starts.
 package failpoint
 
 import (
@@ -30,6 +31,10 @@ const (
 	// ByzantineProposer: PrepareProposal adds an invalid transaction; the
 	// value says which kind (forged, replay, oversized, unknown-topic).
 	ByzantineProposer = "byzantine-proposer"
+	// CommitDelay: Commit sleeps value milliseconds before taking the
+	// app's lock, widening the window in which CometBFT has stored a block
+	// and its results that queries do not see yet.
+	CommitDelay = "commit-delay"
 )
 
 type term struct {
@@ -56,6 +61,10 @@ func parse(s string) ([]term, error) {
 		}
 		switch t.name {
 		case CommitBeforeWrite, CommitAfterWrite, FinalizeStart, ByzantineProposer:
+		case CommitDelay:
+			if ms, err := strconv.Atoi(t.value); err != nil || ms <= 0 {
+				return nil, fmt.Errorf("%s %q: want %s=MILLISECONDS, a positive integer", EnvVar, part, CommitDelay)
+			}
 		default:
 			return nil, fmt.Errorf("%s %q: unknown failpoint %q", EnvVar, part, t.name)
 		}

@@ -10,3 +10,6 @@ func Crash(string, int64) {}
 
 // Value reports no failpoint without the failpoints build tag.
 func Value(string) (string, bool) { return "", false }
+
+// Delay does nothing without the failpoints build tag.
+func Delay(string) {}

@@ -5,7 +5,9 @@ package failpoint
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
+	"time"
 )
 
 var terms = func() []term {
@@ -40,4 +42,13 @@ func Value(name string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Delay sleeps for the failpoint's value in milliseconds, if it is set
+// (parse checked the value).
+func Delay(name string) {
+	if v, ok := Value(name); ok {
+		ms, _ := strconv.Atoi(v)
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
 }

@@ -19,10 +19,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -157,6 +160,7 @@ func TestGatewaysProduce(t *testing.T) {
 	type where struct {
 		partition uint32
 		offset    uint64
+		height    int64
 	}
 	at := map[string]where{}
 	dupOf := map[string]bool{}
@@ -171,7 +175,7 @@ func TestGatewaysProduce(t *testing.T) {
 				dups++
 				dupOf[fmt.Sprintf("p%d-%d", s.producer, s.seq)] = true
 			}
-			at[fmt.Sprintf("p%d-%d", s.producer, s.seq)] = where{r.Partition, r.Offset}
+			at[fmt.Sprintf("p%d-%d", s.producer, s.seq)] = where{r.Partition, r.Offset, r.Height}
 		}
 	}
 	t.Logf("%d records acknowledged through 2 gateways in %s (%.0f records/s), %d answered as duplicates of an earlier attempt",
@@ -227,7 +231,12 @@ func TestGatewaysProduce(t *testing.T) {
 			var missing []string
 			for v, w := range at {
 				if !seen[v] && len(missing) < 5 {
-					missing = append(missing, fmt.Sprintf("%s (receipt %d@%d duplicate=%v)", v, w.partition, w.offset, dupOf[v]))
+					holder := "nothing"
+					if recs := readPartition(ctx, t, n, node, topic, w.partition); w.offset < uint64(len(recs)) {
+						r := recs[w.offset]
+						holder = fmt.Sprintf("%s (height %d, producer %x sequence %d)", r.Value, r.Height, r.ProducerKey[:4], r.Sequence)
+					}
+					missing = append(missing, fmt.Sprintf("%s (receipt %d@%d height %d duplicate=%v; that offset holds %s)", v, w.partition, w.offset, w.height, dupOf[v], holder))
 				}
 			}
 			t.Fatalf("node%d holds %d records, want %d; acknowledged but missing: %v", node, total, producers*perProducer, missing)
@@ -348,4 +357,67 @@ func TestGatewaysProduce(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestReadYourWrites makes every validator's Commit wait 700 ms (a
+// failpoint), so CometBFT stores each block and its results well before the
+// app's state moves on, and checks that what a receipt acknowledges is
+// visible at once: in the gateway's answer to a query, and on every node as
+// soon as the localnet reports the receipt's height committed.
+func TestReadYourWrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	fpApp := failpointApp(t)
+	n, _ := startNet(ctx, t, 4500)
+	all := []int{0, 1, 2, 3}
+	env := []string{fmt.Sprintf("%s=%s=700", failpoint.EnvVar, failpoint.CommitDelay)}
+	for i := range all {
+		if err := n.KillNode(i); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.StartNodeWith(ctx, i, fpApp, env); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitHeight(ctx, t, n, all, maxHeight(ctx, n, all)+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900))
+	p, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	conn, err := grpc.NewClient(gw.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	gc := byzlogv1.NewGatewayClient(conn)
+
+	for i := 0; i < 4; i++ {
+		v := fmt.Sprintf("ryw-%d", i)
+		rc, err := p.ProduceSync(ctx, &client.Record{Topic: "log", Value: []byte(v)})
+		if err != nil {
+			t.Fatalf("produce %s: %v", v, err)
+		}
+		ps, err := gc.GetProducerState(ctx, &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: "log", Partition: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps.NextSequence != uint64(i+1) {
+			t.Fatalf("right after the receipt of %s (height %d) the gateway says the producer's next sequence is %d, want %d: it read a node whose app had not committed the block",
+				v, rc.Height, ps.NextSequence, i+1)
+		}
+		if err := waitHeight(ctx, t, n, all, rc.Height); err != nil {
+			t.Fatal(err)
+		}
+		for node := range all {
+			recs := readPartition(ctx, t, n, node, "log", 0)
+			if rc.Offset >= uint64(len(recs)) || string(recs[rc.Offset].Value) != v {
+				t.Fatalf("node%d reports height %d committed but holds %d records: %s (receipt log/0@%d) is not readable", node, rc.Height, len(recs), v, rc.Offset)
+			}
+		}
+		t.Logf("%s: receipt log/0@%d at height %d; the gateway's next sequence and all 4 nodes' records show it at once", v, rc.Offset, rc.Height)
+	}
 }

@@ -24,6 +24,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/mattn/go-isatty"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
@@ -317,7 +318,8 @@ type NodeStatus struct {
 	Node        int
 	CometBFTPID int // 0 when not running
 	AppPID      int
-	Height      int64
+	Height      int64 // CometBFT's latest block (stored, perhaps not yet applied)
+	AppHeight   int64 // the app's committed height: queries see this state
 	AppHash     string
 	CatchingUp  bool
 	Err         error // why the RPC status could not be read
@@ -340,6 +342,19 @@ func (n *Net) Status(ctx context.Context) []NodeStatus {
 				s.AppHash = res.SyncInfo.LatestAppHash.String()
 				s.CatchingUp = res.SyncInfo.CatchingUp
 			}
+			// CometBFT stores a block before its app applies and commits
+			// it, so /status can be one block ahead of what a query sees.
+			cctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+			q, qerr := c.ABCIQuery(cctx, core.PathState, nil)
+			cancel()
+			switch {
+			case qerr != nil:
+				err = errors.Join(err, fmt.Errorf("app state query: %w", qerr))
+			case q.Response.Code != 0:
+				err = errors.Join(err, fmt.Errorf("app state query: %s", q.Response.Log))
+			default:
+				s.AppHeight = q.Response.Height
+			}
 		}
 		s.Err = err
 		out[i] = s
@@ -347,7 +362,12 @@ func (n *Net) Status(ctx context.Context) []NodeStatus {
 	return out
 }
 
-// WaitHeight waits until every node in nodes has committed height h, writing
+// Committed is the height whose state the node serves: its block stored by
+// CometBFT and applied and committed by the app.
+func (s NodeStatus) Committed() int64 { return min(s.Height, s.AppHeight) }
+
+// WaitHeight waits until every node in nodes has committed height h (app
+// included, so queries see it), writing
 // a status line to progress as heights move (rewritten in place on a
 // terminal, one line per change otherwise).
 func (n *Net) WaitHeight(ctx context.Context, nodes []int, h int64, progress io.Writer) error {
@@ -357,10 +377,10 @@ func (n *Net) WaitHeight(ctx context.Context, nodes []int, h int64, progress io.
 		done := true
 		var b strings.Builder
 		for _, i := range nodes {
-			if st[i].Height < h {
+			if st[i].Committed() < h {
 				done = false
 			}
-			fmt.Fprintf(&b, " node%d=%d", i, st[i].Height)
+			fmt.Fprintf(&b, " node%d=%d", i, st[i].Committed())
 		}
 		show(fmt.Sprintf("waiting for height %d:%s", h, b.String()), done)
 		if done {
@@ -399,7 +419,7 @@ func StatusLine(w io.Writer) func(line string, final bool) {
 func (n *Net) tails(st []NodeStatus, nodes []int, h int64) string {
 	var b strings.Builder
 	for _, i := range nodes {
-		if st[i].Height >= h {
+		if st[i].Committed() >= h {
 			continue
 		}
 		for _, p := range []proc{n.cometbft(i), n.app(i)} {
