@@ -69,7 +69,7 @@ func (n *Net) Existing() bool { return n.existing }
 func (n *Net) cometbft(i int) proc {
 	home := n.cfg.home(i)
 	return proc{
-		name: fmt.Sprintf("node%d/cometbft", i), bin: n.cfg.CometBFT,
+		name: CometBFTName(i), bin: n.cfg.CometBFT,
 		args: []string{"start", "--home", home}, mark: home,
 		logPath: filepath.Join(home, "cometbft.log"), pidPath: filepath.Join(home, "cometbft.pid"),
 	}
@@ -86,7 +86,7 @@ func (n *Net) app(i int) proc {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.PprofPort+i))
 	}
 	return proc{
-		name: fmt.Sprintf("node%d/byzlog-app", i), bin: n.cfg.App,
+		name: AppName(i), bin: n.cfg.App,
 		args:    args,
 		mark:    data,
 		logPath: filepath.Join(home, "app.log"), pidPath: filepath.Join(home, "app.pid"),

@@ -82,7 +82,7 @@ func (n *Net) natsProc(s Services) proc {
 	dir := filepath.Join(n.cfg.Dir, "nats")
 	data := filepath.Join(dir, "data")
 	return proc{
-		name: "nats-server", bin: s.NATS, mark: data,
+		name: NATSName, bin: s.NATS, mark: data,
 		args: []string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(s.NATSPort), "-m", strconv.Itoa(s.MonitorPort()),
 			"-sd", data, "-n", "byzlog-localnet"},
 		logPath: filepath.Join(dir, "nats.log"), pidPath: filepath.Join(dir, "nats.pid"),
@@ -102,7 +102,7 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+g))
 	}
 	return proc{
-		name: fmt.Sprintf("gateway%d", g), bin: s.Gateway, mark: s.GatewayAddr(g),
+		name: GatewayName(g), bin: s.Gateway, mark: s.GatewayAddr(g),
 		args:    args,
 		logPath: filepath.Join(dir, "gateway.log"), pidPath: filepath.Join(dir, "gateway.pid"),
 	}
@@ -121,7 +121,7 @@ func (n *Net) indexerProc(s Services) proc {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+9))
 	}
 	return proc{
-		name: "indexer", bin: s.Indexer, mark: genesis,
+		name: IndexerName, bin: s.Indexer, mark: genesis,
 		args:    args,
 		logPath: filepath.Join(dir, "indexer.log"), pidPath: filepath.Join(dir, "indexer.pid"),
 	}

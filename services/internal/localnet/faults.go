@@ -1,0 +1,158 @@
+package localnet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Process-level faults for tests and `byzlog chaos`: each acts on one named
+// process of this network, found by its PID file and checked to be ours
+// (pid plus its marking argument), so nothing else is ever signalled.
+
+// CometBFTName and AppName are the process names of node i's halves.
+func CometBFTName(i int) string { return fmt.Sprintf("node%d/cometbft", i) }
+
+// AppName is node i's byzlog-app process name.
+func AppName(i int) string { return fmt.Sprintf("node%d/byzlog-app", i) }
+
+// GatewayName is gateway g's process name.
+func GatewayName(g int) string { return fmt.Sprintf("gateway%d", g) }
+
+// Names of the single service processes.
+const (
+	IndexerName = "indexer"
+	NATSName    = "nats-server"
+)
+
+// named finds the process called name among the nodes' and s's processes.
+func (n *Net) named(s Services, name string) (proc, bool) {
+	for i := 0; i < n.cfg.Validators; i++ {
+		if name == CometBFTName(i) {
+			return n.cometbft(i), true
+		}
+		if name == AppName(i) && !n.cfg.Builtin() {
+			return n.app(i), true
+		}
+	}
+	if name == NATSName {
+		return n.natsProc(s), true
+	}
+	if name == IndexerName {
+		return n.indexerProc(s), true
+	}
+	for g := 0; g < s.Gateways; g++ {
+		if name == GatewayName(g) {
+			return n.gatewayProc(s, g), true
+		}
+	}
+	return proc{}, false
+}
+
+// Kill sends SIGKILL to the named process (a crash, not a stop) and waits
+// until it is gone. Killing a process that is not running is an error.
+func (n *Net) Kill(s Services, name string) error {
+	p, ok := n.named(s, name)
+	if !ok {
+		return fmt.Errorf("kill %s: no such process in this network", name)
+	}
+	was, err := p.signal(syscall.SIGKILL, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	if !was {
+		return fmt.Errorf("kill %s: it is not running", name)
+	}
+	if done := n.exited(p); done != nil {
+		<-done
+	}
+	_ = os.Remove(p.pidPath)
+	return nil
+}
+
+// Pause stops the named process with SIGSTOP; Resume continues it. A
+// paused process keeps its sockets: peers see a node that stopped
+// answering, not one that left.
+func (n *Net) Pause(s Services, name string) error { return n.send(s, name, syscall.SIGSTOP) }
+
+// Resume continues a process stopped by Pause.
+func (n *Net) Resume(s Services, name string) error { return n.send(s, name, syscall.SIGCONT) }
+
+func (n *Net) send(s Services, name string, sig syscall.Signal) error {
+	p, ok := n.named(s, name)
+	if !ok {
+		return fmt.Errorf("signal %s: no such process in this network", name)
+	}
+	pid := p.pid()
+	if pid == 0 {
+		return fmt.Errorf("signal %s: it is not running", name)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("signal %s (pid %d) with %s: %w", name, pid, sig, err)
+	}
+	return nil
+}
+
+// IsRunning reports whether the named process is alive.
+func (n *Net) IsRunning(s Services, name string) bool {
+	p, ok := n.named(s, name)
+	return ok && p.pid() != 0
+}
+
+// Start starts the named process again, as it was configured, and waits
+// until it listens (a cometbft node: its RPC port; an app: its ABCI port).
+// A node's app must be running before its cometbft is started.
+func (n *Net) Start(ctx context.Context, s Services, name string) error {
+	p, ok := n.named(s, name)
+	if !ok {
+		return fmt.Errorf("start %s: no such process in this network", name)
+	}
+	return n.startListening(ctx, p, n.listenAddr(s, name))
+}
+
+// StartApp starts node i's app alone with another binary and extra
+// environment (a failpoints build), and waits for its ABCI port.
+func (n *Net) StartApp(ctx context.Context, i int, appBin string, env []string) error {
+	a := n.app(i)
+	a.bin, a.env = appBin, env
+	return n.startListening(ctx, a, fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i)))
+}
+
+func (n *Net) startListening(ctx context.Context, p proc, addr string) error {
+	if err := n.startProc(p); err != nil {
+		return err
+	}
+	if addr == "" {
+		return nil
+	}
+	if err := waitListening(ctx, addr, time.Minute, n.exited(p)); err != nil {
+		return fmt.Errorf("%s did not listen on %s: %w\nlast lines of %s:\n%s", p.name, addr, err, p.logPath, p.tail(15))
+	}
+	return nil
+}
+
+// listenAddr is the address that shows the named process is up.
+func (n *Net) listenAddr(s Services, name string) string {
+	for i := 0; i < n.cfg.Validators; i++ {
+		switch name {
+		case CometBFTName(i):
+			return fmt.Sprintf("127.0.0.1:%d", n.cfg.RPCPort(i))
+		case AppName(i):
+			return fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i))
+		}
+	}
+	switch name {
+	case NATSName:
+		return fmt.Sprintf("127.0.0.1:%d", s.NATSPort)
+	case IndexerName:
+		return s.IndexerAddr()
+	}
+	for g := 0; g < s.Gateways; g++ {
+		if name == GatewayName(g) {
+			return s.GatewayAddr(g)
+		}
+	}
+	return ""
+}
