@@ -5,6 +5,7 @@ package app
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"strings"
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	"google.golang.org/protobuf/proto"
@@ -17,7 +18,10 @@ import (
 // misbehave makes this validator a Byzantine proposer (test builds only):
 // it puts an invalid transaction of the given kind at the head of its
 // proposal, which every honest validator's ProcessProposal must reject.
-func (a *App) misbehave(kind string, txs [][]byte) [][]byte {
+// The value is kind[:topic]: the bad batches write to topic, or to the
+// chain's first topic when none is named.
+func (a *App) misbehave(value string, txs [][]byte) [][]byte {
+	kind, target, _ := strings.Cut(value, ":")
 	var bad []byte
 	switch kind {
 	case "replay":
@@ -26,18 +30,18 @@ func (a *App) misbehave(kind string, txs [][]byte) [][]byte {
 		}
 		bad = a.lastTxs[0]
 	case "forged":
-		bad = a.signedBadly(func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+		bad = a.signedBadly(target, func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
 			b, _ := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("FORGED")}})
 			b.Signature = make([]byte, ed25519.SignatureSize)
 			return b
 		})
 	case "oversized":
-		bad = a.signedBadly(func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+		bad = a.signedBadly(target, func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
 			b, _ := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: make([]byte, core.DefaultLimits().MaxRecordBytes+1)}})
 			return b
 		})
 	case "unknown-topic":
-		bad = a.signedBadly(func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+		bad = a.signedBadly(target, func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
 			b, _ := s.Batch("no-such-topic", 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("FORGED")}})
 			return b
 		})
@@ -51,8 +55,9 @@ func (a *App) misbehave(kind string, txs [][]byte) [][]byte {
 	return append([][]byte{bad}, txs...)
 }
 
-// signedBadly builds a bundle with a fresh key for the chain's first topic.
-func (a *App) signedBadly(build func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch) []byte {
+// signedBadly builds a bundle with a fresh key for target, or the chain's
+// first topic.
+func (a *App) signedBadly(target string, build func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch) []byte {
 	params, err := core.LoadParams(a.store)
 	if err != nil {
 		return nil
@@ -69,7 +74,11 @@ func (a *App) signedBadly(build func(s *sign.Signer, chain, topic string) *byzlo
 	if err != nil {
 		return nil
 	}
-	tx, err := sign.BundleTx(build(sign.NewSigner(key, params.ChainId), params.ChainId, list.Topics[0].Name))
+	topic := list.Topics[0].Name
+	if target != "" {
+		topic = target
+	}
+	tx, err := sign.BundleTx(build(sign.NewSigner(key, params.ChainId), params.ChainId, topic))
 	if err != nil {
 		return nil
 	}

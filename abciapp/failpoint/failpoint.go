@@ -29,7 +29,8 @@ const (
 	// FinalizeStart: at the start of FinalizeBlock (the previous Commit done).
 	FinalizeStart = "finalize-start"
 	// ByzantineProposer: PrepareProposal adds an invalid transaction; the
-	// value says which kind (forged, replay, oversized, unknown-topic).
+	// value says which kind (forged, replay, oversized, unknown-topic),
+	// optionally with the topic to write to: "forged:orders".
 	ByzantineProposer = "byzantine-proposer"
 	// CommitDelay: Commit sleeps value milliseconds before taking the
 	// app's lock, widening the window in which CometBFT has stored a block

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/byzlog/byzlog/services/internal/chaos"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+type chaosOptions struct {
+	nemeses  []string
+	phase    chaos.Phase
+	load     chaos.Workload
+	basePort int
+	out      string
+	keep     bool
+}
+
+func newChaosCommand() *cobra.Command {
+	o := chaosOptions{nemeses: []string{"all"}, basePort: 28656,
+		phase: chaos.Phase{Duration: 3 * time.Minute, Hold: 8 * time.Second, Gap: 6 * time.Second, Settle: 90 * time.Second, Seed: 1},
+		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, Rate: 400, InFlight: 2000}}
+	var names []string
+	for _, n := range chaos.Nemeses {
+		names = append(names, fmt.Sprintf("  %-19s %s", n.Name, n.Doc))
+	}
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run byzlog under faults and check the history for lost, duplicated, reordered or forged records",
+		Long: `Start a 4-validator localnet with NATS, 2 gateways and the indexer, then run
+each nemesis in --nemeses in turn, each on a fresh topic for --duration:
+producers (the SDK, through both gateways) write unique values at --rate,
+consumers (the consumer SDK, through NATS) read every partition from its
+start, and the nemesis injects a fault every --gap, holds it for --hold and
+heals it. After the last heal the run waits (up to --settle each) for the
+producers' outcomes, for every validator to catch up and for the consumers to
+reach the log's end, reads every validator's log back, and checks the
+history for Jepsen's anomalies:
+
+  lost                  acknowledged, held by no validator and seen by no
+                        consumer (split by where: prefix, middle, postfix)
+  unseen                acknowledged and in the log, never delivered to a consumer
+  duplicate             one value at two offsets (unknown outcomes included)
+  inconsistent-offsets  one offset with two values across validators and
+                        consumers, or a receipt naming another offset
+  nonmonotonic-poll     a consumer going back within a partition
+  poll-skip             a consumer skipping offsets the log holds
+  nonmonotonic-send     a producer's later record at an earlier offset
+  forged                a record no producer sent, or under another key
+  app-hash-divergence   nodes (or a node's app) disagreeing on an app hash
+
+Nemeses:
+` + strings.Join(names, "\n") + `
+
+It prints one table (nemesis, faults, sends, acknowledged, unknown,
+availability, longest stall, recovery after the last heal, each anomaly's
+count) and exits 1 if any phase found an anomaly or could not run whole.
+With --out it writes chaos.json and chaos.txt there. The run directory is
+removed at the end unless --keep, or the run failed (its logs stay for
+reading).
+
+The nemeses crash-app and byzantine-proposer need byzlog-app-failpoints (the
+-tags failpoints build; make chaos builds it) next to this binary.
+
+Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
+gateways BASE+810..813, indexer BASE+830.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nemeses, err := chaos.Lookup(o.nemeses)
+			if err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return runChaos(cmd.Context(), o, nemeses, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.nemeses, "nemeses", o.nemeses, "nemeses to run, in order (all, or names from the list above)")
+	f.DurationVar(&o.phase.Duration, "duration", o.phase.Duration, "load and faults per nemesis")
+	f.DurationVar(&o.phase.Hold, "hold", o.phase.Hold, "how long each fault lasts")
+	f.DurationVar(&o.phase.Gap, "gap", o.phase.Gap, "time between a heal and the next fault")
+	f.DurationVar(&o.phase.Settle, "settle", o.phase.Settle, "bound of each wait after the faults (outcomes, catch-up, consumers)")
+	f.Uint64Var(&o.phase.Seed, "seed", o.phase.Seed, "seed of the nemeses' random choices")
+	f.IntVar(&o.load.Producers, "producers", o.load.Producers, "producers, each with its own key")
+	f.IntVar(&o.load.Consumers, "consumers", o.load.Consumers, "consumers reading every partition through NATS")
+	f.IntVar(&o.load.Rate, "rate", o.load.Rate, "records/s offered over all producers")
+	f.IntVar(&o.load.InFlight, "in-flight", o.load.InFlight, "unresolved records per producer before it waits")
+	f.Uint32Var(&o.load.Partitions, "partitions", o.load.Partitions, "partitions of each phase's topic")
+	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the run's processes (see above)")
+	f.StringVar(&o.out, "out", "", "directory for chaos.json and chaos.txt")
+	f.BoolVar(&o.keep, "keep", false, "keep the run directory (data and logs) when the run passes")
+	return cmd
+}
+
+func (o chaosOptions) validate() error {
+	switch {
+	case o.phase.Duration < time.Second:
+		return fmt.Errorf("--duration %s: want at least 1s", o.phase.Duration)
+	case o.phase.Hold <= 0 || o.phase.Gap <= 0:
+		return fmt.Errorf("--hold %s and --gap %s must be positive", o.phase.Hold, o.phase.Gap)
+	case o.phase.Settle < 10*time.Second:
+		return fmt.Errorf("--settle %s: want at least 10s (a restarted node needs a few to catch up)", o.phase.Settle)
+	case o.load.Producers < 1 || o.load.Consumers < 0 || o.load.Rate < o.load.Producers:
+		return fmt.Errorf("--producers %d, --consumers %d, --rate %d: want a producer or more, no negative consumers and a rate of at least 1 record/s per producer",
+			o.load.Producers, o.load.Consumers, o.load.Rate)
+	case o.load.InFlight < 1:
+		return fmt.Errorf("--in-flight %d: want at least 1", o.load.InFlight)
+	case o.load.Partitions < 1 || o.load.Partitions > 64:
+		return fmt.Errorf("--partitions %d: want 1..64", o.load.Partitions)
+	case o.basePort < 1024 || o.basePort+1000 > 65000:
+		return fmt.Errorf("--base-port %d: want 1024..64000", o.basePort)
+	}
+	return nil
+}
+
+func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out, progress io.Writer) (err error) {
+	bin := binDir()
+	fpApp := findBinary(bin, "byzlog-app-failpoints")
+	for _, n := range nemeses {
+		if _, serr := os.Stat(fpApp); n.NeedsFailpoints && serr != nil {
+			return fmt.Errorf("nemesis %s needs byzlog-app-failpoints next to byzlog (build it with `go build -tags failpoints -o bin/byzlog-app-failpoints ./services/byzlog-app`, or run `make chaos`): %v", n.Name, serr)
+		}
+	}
+	dir, err := os.MkdirTemp("", "byzlog-chaos-")
+	if err != nil {
+		return err
+	}
+	cfg := localnet.Default()
+	cfg.Dir, cfg.BasePort, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, "byzlog-chaos"
+	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
+	n, err := localnet.Open(cfg)
+	if err != nil {
+		return err
+	}
+	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 2, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
+		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
+	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
+	if err := startCluster(ctx, n, svc, progress); err != nil {
+		return err
+	}
+	c := &chaos.Cluster{Net: n, Services: svc, FailpointApp: fpApp}
+	defer func() {
+		// A paused process ignores SIGTERM until continued.
+		for i := 0; i < cfg.Validators; i++ {
+			_ = n.Resume(svc, localnet.CometBFTName(i))
+			_ = n.Resume(svc, localnet.AppName(i))
+		}
+		_ = n.Down(io.Discard)
+		if err == nil && !o.keep {
+			_ = os.RemoveAll(dir)
+		} else {
+			fmt.Fprintf(progress, "the run's data and logs stay in %s\n", dir)
+		}
+	}()
+	if c.AdminKey, err = n.AdminKey(); err != nil {
+		return err
+	}
+
+	var rows []chaos.Row
+	for i, nem := range nemeses {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		fmt.Fprintf(progress, "[%d/%d] %s for %s: %s\n", i+1, len(nemeses), nem.Name, o.phase.Duration, nem.Doc)
+		w := o.load
+		w.Topic = fmt.Sprintf("chaos-%d-%s", i, nem.Name)
+		ph := o.phase
+		ph.Nemesis, ph.Seed = nem, o.phase.Seed+uint64(i)
+		row, perr := chaos.RunPhase(ctx, c, w, ph, progress)
+		if perr != nil {
+			row.Errors = append(row.Errors, perr.Error())
+		}
+		rows = append(rows, row)
+		verdict := "ok"
+		if !row.Safe() {
+			verdict = "ANOMALIES"
+		}
+		fmt.Fprintf(progress, "[%d/%d] %s: %d faults, %d of %d sends acknowledged, %s\n", i+1, len(nemeses), nem.Name, row.Faults, row.Report.Acked, row.Report.Sends, verdict)
+	}
+	if err := chaos.WriteTable(out, rows); err != nil {
+		return err
+	}
+	if o.out != "" {
+		if werr := writeChaos(o.out, rows); werr != nil {
+			return werr
+		}
+	}
+	var unsafe []string
+	for _, r := range rows {
+		if !r.Safe() {
+			unsafe = append(unsafe, r.Nemesis)
+		}
+	}
+	if len(unsafe) > 0 {
+		return fmt.Errorf("%w under %s (see above)", chaos.ErrUnsafe, strings.Join(unsafe, ", "))
+	}
+	return nil
+}
+
+func writeChaos(dir string, rows []chaos.Row) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "chaos.json"), b, 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "chaos.txt"))
+	if err != nil {
+		return err
+	}
+	return errors.Join(chaos.WriteTable(f, rows), f.Close())
+}

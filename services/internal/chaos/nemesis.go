@@ -1,0 +1,251 @@
+package chaos
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/byzlog/byzlog/abciapp/failpoint"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// Cluster is the running system a nemesis acts on: a localnet, its
+// services, and the failpoints build of byzlog-app for the nemeses that
+// need one.
+type Cluster struct {
+	Net          *localnet.Net
+	Services     localnet.Services
+	FailpointApp string
+	AdminKey     ed25519.PrivateKey
+
+	topic string // the running phase's topic
+}
+
+func (c *Cluster) validators() int { return c.Net.Config().Validators }
+
+// Nemesis injects one kind of fault, round after round. Inject starts
+// fault number round and returns what undoes it, and a word on what it
+// did ("node2", "node0 forged").
+type Nemesis struct {
+	Name string
+	Doc  string
+	// NeedsFailpoints: the nemesis restarts apps with the failpoints build.
+	NeedsFailpoints bool
+	Inject          func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
+}
+
+// Nemeses lists every nemesis, in the order `byzlog chaos` runs them.
+var Nemeses = []Nemesis{
+	{
+		Name: "kill-node", Doc: "kill -9 a validator's cometbft and byzlog-app together, one validator at a time in turn; restart both",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := round % c.validators()
+			if err := c.Net.KillNode(i); err != nil {
+				return "", nil, err
+			}
+			return fmt.Sprintf("node%d", i), func(ctx context.Context) error { return c.Net.StartNode(ctx, i) }, nil
+		},
+	},
+	{
+		Name: "kill-cometbft", Doc: "kill -9 a validator's cometbft alone (its app keeps running); restart it",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := round % c.validators()
+			name := localnet.CometBFTName(i)
+			if err := c.Net.Kill(c.Services, name); err != nil {
+				return "", nil, err
+			}
+			return name, func(ctx context.Context) error { return c.Net.Start(ctx, c.Services, name) }, nil
+		},
+	},
+	{
+		Name: "kill-app", Doc: "kill -9 a validator's byzlog-app alone; its cometbft cannot go on without it, so the heal restarts the node",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := round % c.validators()
+			if err := c.Net.Kill(c.Services, localnet.AppName(i)); err != nil {
+				return "", nil, err
+			}
+			return localnet.AppName(i), restartNode(c, i), nil
+		},
+	},
+	{
+		Name: "pause-proposer", Doc: "SIGSTOP both processes of the validator proposing the current round; SIGCONT them",
+		Inject: func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (string, func(context.Context) error, error) {
+			i, err := proposer(ctx, c)
+			if err != nil {
+				i = rng.IntN(c.validators())
+			}
+			return pauseNode(c, i)
+		},
+	},
+	{
+		Name: "pause-random", Doc: "SIGSTOP both processes of a random validator; SIGCONT them",
+		Inject: func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (string, func(context.Context) error, error) {
+			return pauseNode(c, rng.IntN(c.validators()))
+		},
+	},
+	{
+		Name: "crash-app", Doc: "restart a validator with a failpoints app that crashes itself (SIGKILL) at finalize-start, commit-before-write or commit-after-write a few blocks on, in turn; restart it clean",
+		NeedsFailpoints: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := round % c.validators()
+			points := []string{failpoint.FinalizeStart, failpoint.CommitBeforeWrite, failpoint.CommitAfterWrite}
+			point := points[round%len(points)]
+			st := c.Net.Status(ctx)
+			at := st[i].Committed() + 3
+			if err := c.Net.KillNode(i); err != nil {
+				return "", nil, err
+			}
+			env := []string{fmt.Sprintf("%s=%s@%d", failpoint.EnvVar, point, at)}
+			if err := c.Net.StartApp(ctx, i, c.FailpointApp, env); err != nil {
+				return "", nil, err
+			}
+			if err := c.Net.Start(ctx, c.Services, localnet.CometBFTName(i)); err != nil {
+				return "", nil, err
+			}
+			return fmt.Sprintf("node%d %s@%d", i, point, at), restartNode(c, i), nil
+		},
+	},
+	{
+		Name: "kill-gateway", Doc: "kill -9 a gateway, each in turn; restart it",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return killService(ctx, c, localnet.GatewayName(round%c.Services.Gateways))
+		},
+	},
+	{
+		Name: "kill-indexer", Doc: "kill -9 the indexer; restart it (it resumes from its cursor)",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return killService(ctx, c, localnet.IndexerName)
+		},
+	},
+	{
+		Name: "kill-nats", Doc: "kill -9 nats-server; restart it on its JetStream store",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return killService(ctx, c, localnet.NATSName)
+		},
+	},
+	{
+		Name: "byzantine-proposer", Doc: "restart a validator with a failpoints app whose proposals carry a forged, replayed, oversized or unknown-topic batch (in turn); honest validators must reject them; restart it clean",
+		NeedsFailpoints: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := round % c.validators()
+			kinds := []string{"forged", "replay", "oversized", "unknown-topic"}
+			kind := kinds[round%len(kinds)]
+			if err := c.Net.KillNode(i); err != nil {
+				return "", nil, err
+			}
+			env := []string{fmt.Sprintf("%s=%s=%s:%s", failpoint.EnvVar, failpoint.ByzantineProposer, kind, c.topic)}
+			if err := c.Net.StartNodeWith(ctx, i, c.FailpointApp, env); err != nil {
+				return "", nil, err
+			}
+			return fmt.Sprintf("node%d %s", i, kind), func(ctx context.Context) error {
+				if err := c.Net.KillRest(i); err != nil {
+					return err
+				}
+				return c.Net.StartNode(ctx, i)
+			}, nil
+		},
+	},
+}
+
+// Lookup finds nemeses by name ("all" is every one).
+func Lookup(names []string) ([]Nemesis, error) {
+	var out []Nemesis
+	for _, name := range names {
+		if name == "all" {
+			out = append(out, Nemeses...)
+			continue
+		}
+		found := false
+		for _, n := range Nemeses {
+			if n.Name == name {
+				out, found = append(out, n), true
+			}
+		}
+		if !found {
+			var known []string
+			for _, n := range Nemeses {
+				known = append(known, n.Name)
+			}
+			return nil, fmt.Errorf("unknown nemesis %q: choose from all, %s", name, strings.Join(known, ", "))
+		}
+	}
+	return out, nil
+}
+
+// restartNode kills whatever half of node i still runs and starts the
+// node again with the normal app.
+func restartNode(c *Cluster, i int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if err := c.Net.KillRest(i); err != nil {
+			return err
+		}
+		return c.Net.StartNode(ctx, i)
+	}
+}
+
+func pauseNode(c *Cluster, i int) (string, func(context.Context) error, error) {
+	names := []string{localnet.CometBFTName(i), localnet.AppName(i)}
+	for _, name := range names {
+		if err := c.Net.Pause(c.Services, name); err != nil {
+			return "", nil, err
+		}
+	}
+	return fmt.Sprintf("node%d", i), func(context.Context) error {
+		var first error
+		for _, name := range names {
+			if err := c.Net.Resume(c.Services, name); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}, nil
+}
+
+func killService(ctx context.Context, c *Cluster, name string) (string, func(context.Context) error, error) {
+	if err := c.Net.Kill(c.Services, name); err != nil {
+		return "", nil, err
+	}
+	return name, func(ctx context.Context) error { return c.Net.Start(ctx, c.Services, name) }, nil
+}
+
+// proposer finds the validator proposing the current round, from a node's
+// consensus state and the nodes' validator addresses.
+func proposer(ctx context.Context, c *Cluster) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	addrs := map[string]int{}
+	var state []byte
+	for i := 0; i < c.validators(); i++ {
+		cl, err := c.Net.Client(i)
+		if err != nil {
+			continue
+		}
+		st, err := cl.Status(ctx)
+		if err != nil {
+			continue
+		}
+		addrs[st.ValidatorInfo.Address.String()] = i
+		if state == nil {
+			if cs, err := cl.ConsensusState(ctx); err == nil {
+				state = cs.RoundState
+			}
+		}
+	}
+	var rs struct {
+		Proposer struct {
+			Address string `json:"address"`
+		} `json:"proposer"`
+	}
+	if err := json.Unmarshal(state, &rs); err != nil {
+		return 0, fmt.Errorf("consensus state: %w", err)
+	}
+	i, ok := addrs[rs.Proposer.Address]
+	if !ok {
+		return 0, fmt.Errorf("proposer %q is no node of this network", rs.Proposer.Address)
+	}
+	return i, nil
+}

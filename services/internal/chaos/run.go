@@ -1,0 +1,316 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// Phase is one nemesis run under load: faults for Duration, each held for
+// Hold with Gap between them.
+type Phase struct {
+	Nemesis   Nemesis
+	Duration  time.Duration
+	Hold, Gap time.Duration
+	Seed      uint64
+	// Settle bounds each wait after the faults: producers' outcomes, the
+	// cluster catching up, consumers reaching the log's end.
+	Settle time.Duration
+}
+
+// Row is one phase's result.
+type Row struct {
+	Nemesis string `json:"nemesis"`
+	Faults  int    `json:"faults"`
+	// Done lists what each fault hit ("node2", "gateway0").
+	Done   []string `json:"done"`
+	Report Report   `json:"report"`
+	// Availability is the share of sends acknowledged.
+	Availability float64 `json:"availability"`
+	// MaxStall is the longest time under load with no acknowledgement;
+	// Recovery the time from the last heal to the next acknowledgement.
+	MaxStall time.Duration `json:"max_stall_ns"`
+	Recovery time.Duration `json:"recovery_ns"`
+	// ConsumerErrors counts what the consumer SDK reported, by kind.
+	ConsumerErrors map[string]int `json:"consumer_errors"`
+	// Errors are the run's own failures: a fault that could not be
+	// injected or healed, a cluster that did not catch up.
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Safe reports whether the phase found no anomaly and ran whole.
+func (r Row) Safe() bool { return r.Report.Safe() && len(r.Errors) == 0 }
+
+// RunPhase creates the phase's topic, runs the workload while the nemesis
+// acts, heals everything, waits for the cluster and the consumers, reads
+// every validator's log back and checks the history.
+func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io.Writer) (Row, error) {
+	row := Row{Nemesis: ph.Nemesis.Name, ConsumerErrors: map[string]int{}}
+	c.topic = w.Topic
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey)
+	if err != nil {
+		return row, err
+	}
+	_, err = adm.CreateTopic(ctx, w.Topic, &byzlogv1.TopicConfig{Partitions: w.Partitions})
+	adm.Close()
+	if err != nil {
+		return row, fmt.Errorf("create topic %s: %w", w.Topic, err)
+	}
+	startHeight := maxCommitted(ctx, c)
+	rec := newRecorder()
+
+	// Consumers: each reads every partition from its start.
+	cctx, stopConsumers := context.WithCancel(ctx)
+	defer stopConsumers()
+	var consumers sync.WaitGroup
+	for i := 0; i < w.Consumers; i++ {
+		name := fmt.Sprintf("consumer%d", i)
+		var seq int
+		var mu sync.Mutex
+		for p := uint32(0); p < w.Partitions; p++ {
+			consumers.Add(1)
+			go func() { defer consumers.Done(); consume(cctx, c, w, name, p, rec, &seq, &mu) }()
+		}
+	}
+
+	// Producers, for the phase's duration.
+	loadStart := time.Now()
+	lctx, stopLoad := context.WithTimeout(ctx, ph.Duration)
+	defer stopLoad()
+	var producers sync.WaitGroup
+	prodErrs := make(chan error, w.Producers)
+	for i := 0; i < w.Producers; i++ {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			if err := produce(lctx, c, w, i, ph.Nemesis.Name, rec, ph.Settle); err != nil {
+				prodErrs <- err
+			}
+		}()
+	}
+
+	// The nemesis: gap, fault, hold, heal, until the load ends.
+	rng := rand.New(rand.NewPCG(ph.Seed, 0x6279_7a6c_6f67))
+	var lastHeal time.Time
+	for round := 0; ; round++ {
+		sleep(lctx, ph.Gap)
+		if lctx.Err() != nil {
+			break
+		}
+		what, heal, err := ph.Nemesis.Inject(ctx, c, round, rng)
+		if err != nil {
+			row.Errors = append(row.Errors, fmt.Sprintf("fault %d: %v", round, err))
+			break
+		}
+		row.Faults++
+		row.Done = append(row.Done, what)
+		fmt.Fprintf(progress, "  %s: fault %d on %s (%s)\n", ph.Nemesis.Name, round+1, what, time.Since(loadStart).Round(time.Second))
+		sleep(ctx, ph.Hold)
+		if err := heal(ctx); err != nil {
+			row.Errors = append(row.Errors, fmt.Sprintf("heal %d (%s): %v", round, what, err))
+			break
+		}
+		lastHeal = time.Now()
+	}
+	<-lctx.Done()
+	loadEnd := time.Now()
+	producers.Wait()
+	close(prodErrs)
+	for err := range prodErrs {
+		row.Errors = append(row.Errors, err.Error())
+	}
+
+	// Everything back: every process running, every node caught up.
+	for _, name := range c.processNames() {
+		if !c.Net.IsRunning(c.Services, name) {
+			row.Errors = append(row.Errors, fmt.Sprintf("%s is not running after the faults were healed", name))
+		}
+	}
+	all := make([]int, c.validators())
+	for i := range all {
+		all[i] = i
+	}
+	wctx, cancel := context.WithTimeout(ctx, ph.Settle)
+	err = c.Net.WaitHeight(wctx, all, maxCommitted(ctx, c)+1, io.Discard)
+	cancel()
+	if err != nil {
+		row.Errors = append(row.Errors, fmt.Sprintf("the validators did not all catch up within %s: %v", ph.Settle, err))
+	}
+
+	// The consumers caught up to the log's end, then every validator's
+	// log read back: the log only grows, so the read-back holds whatever
+	// a consumer was delivered (a send of unknown outcome may still commit
+	// late; read first, it would look like a record no validator holds).
+	logEnd := map[uint32]uint64{}
+	for p := uint32(0); p < w.Partitions; p++ {
+		if recs, err := readBack(ctx, c.Net, 0, w.Topic, p); err == nil {
+			logEnd[p] = uint64(len(recs))
+		}
+	}
+	deadline := time.Now().Add(ph.Settle)
+	for w.Consumers > 0 && !caughtUp(rec, w.Consumers, logEnd) && time.Now().Before(deadline) {
+		sleep(ctx, 250*time.Millisecond)
+	}
+	stopConsumers()
+	consumers.Wait()
+	for i := range all {
+		for p := uint32(0); p < w.Partitions; p++ {
+			recs, err := readBack(ctx, c.Net, i, w.Topic, p)
+			if err != nil {
+				row.Errors = append(row.Errors, err.Error())
+				continue
+			}
+			for _, r := range recs {
+				rec.observe(Observation{Observer: fmt.Sprintf("node%d", i), Partition: p, Offset: r.Offset, Value: string(r.Value), Producer: fmt.Sprintf("%x", r.ProducerKey)})
+			}
+		}
+	}
+
+	if err := appHashes(ctx, c.Net, startHeight, maxCommittedAll(ctx, c), rec.h.AppHashes); err != nil {
+		row.Errors = append(row.Errors, err.Error())
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	row.Report = Check(rec.h)
+	if row.Report.Sends > 0 {
+		row.Availability = float64(row.Report.Acked) / float64(row.Report.Sends)
+	}
+	row.MaxStall, row.Recovery = stalls(rec.ackTimes, loadStart, loadEnd, lastHeal)
+	for k, v := range rec.errs {
+		row.ConsumerErrors[k] = v
+	}
+	return row, nil
+}
+
+// caughtUp reports whether every consumer has delivered every partition's
+// records up to logEnd.
+func caughtUp(rec *recorder, consumers int, logEnd map[uint32]uint64) bool {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	got := map[string]map[uint32]uint64{}
+	for _, o := range rec.h.Observations {
+		if o.Poll {
+			if got[o.Observer] == nil {
+				got[o.Observer] = map[uint32]uint64{}
+			}
+			got[o.Observer][o.Partition] = max(got[o.Observer][o.Partition], o.Offset+1)
+		}
+	}
+	for i := 0; i < consumers; i++ {
+		for p, end := range logEnd {
+			if got[fmt.Sprintf("consumer%d", i)][p] < end {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// stalls is the longest gap between acknowledgements under load (from
+// its start to its end), and the time from the last heal to the first
+// acknowledgement after it.
+func stalls(acks []time.Time, start, end, lastHeal time.Time) (maxStall, recovery time.Duration) {
+	ts := slices.Clone(acks)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	prev := start
+	for _, t := range ts {
+		if t.After(end) {
+			break
+		}
+		maxStall = max(maxStall, t.Sub(prev))
+		prev = t
+	}
+	maxStall = max(maxStall, end.Sub(prev))
+	if !lastHeal.IsZero() {
+		recovery = -1
+		for _, t := range ts {
+			if t.After(lastHeal) {
+				recovery = t.Sub(lastHeal)
+				break
+			}
+		}
+	}
+	return maxStall, recovery
+}
+
+func (c *Cluster) processNames() []string {
+	var names []string
+	for i := 0; i < c.validators(); i++ {
+		names = append(names, localnet.CometBFTName(i), localnet.AppName(i))
+	}
+	for g := 0; g < c.Services.Gateways; g++ {
+		names = append(names, localnet.GatewayName(g))
+	}
+	return append(names, localnet.IndexerName, localnet.NATSName)
+}
+
+// maxCommitted is the highest height any node's app has committed.
+func maxCommitted(ctx context.Context, c *Cluster) int64 {
+	var h int64
+	for _, st := range c.Net.Status(ctx) {
+		h = max(h, st.Committed())
+	}
+	return h
+}
+
+// maxCommittedAll is the highest height every node has committed.
+func maxCommittedAll(ctx context.Context, c *Cluster) int64 {
+	h := int64(-1)
+	for _, st := range c.Net.Status(ctx) {
+		if h < 0 || st.Committed() < h {
+			h = st.Committed()
+		}
+	}
+	return h
+}
+
+// WriteTable prints one line per phase: the load's figures, then each
+// anomaly's count.
+func WriteTable(w io.Writer, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := []string{"nemesis", "faults", "sends", "acked", "unknown", "avail", "max stall", "recovery"}
+	head = append(head, Categories...)
+	fmt.Fprintln(tw, strings.Join(head, "\t")+"\t")
+	for _, r := range rows {
+		rec := "-"
+		if r.Recovery > 0 {
+			rec = r.Recovery.Round(10 * time.Millisecond).String()
+		} else if r.Recovery < 0 {
+			rec = "none"
+		}
+		cells := []string{r.Nemesis, fmt.Sprint(r.Faults), fmt.Sprint(r.Report.Sends), fmt.Sprint(r.Report.Acked), fmt.Sprint(r.Report.Unknown),
+			fmt.Sprintf("%.1f%%", 100*r.Availability), r.MaxStall.Round(10 * time.Millisecond).String(), rec}
+		for _, c := range Categories {
+			cells = append(cells, fmt.Sprint(r.Report.Counts[c]))
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		if s := r.Report.Summary(); s != "" {
+			fmt.Fprintf(w, "\n%s anomalies:\n%s", r.Nemesis, s)
+		}
+		if len(r.Errors) > 0 {
+			fmt.Fprintf(w, "\n%s run errors:\n  %s\n", r.Nemesis, strings.Join(r.Errors, "\n  "))
+		}
+	}
+	return nil
+}
+
+// ErrUnsafe is returned when a phase found an anomaly or did not run whole.
+var ErrUnsafe = errors.New("chaos: anomalies found")

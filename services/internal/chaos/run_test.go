@@ -1,0 +1,44 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLookup(t *testing.T) {
+	all, err := Lookup([]string{"all"})
+	if err != nil || len(all) != len(Nemeses) {
+		t.Fatalf("Lookup(all) = %d nemeses, %v; want %d", len(all), err, len(Nemeses))
+	}
+	got, err := Lookup([]string{"kill-nats", "pause-proposer"})
+	if err != nil || len(got) != 2 || got[0].Name != "kill-nats" || got[1].Name != "pause-proposer" {
+		t.Fatalf("Lookup(kill-nats, pause-proposer) = %v, %v", got, err)
+	}
+	if _, err := Lookup([]string{"kill-everything"}); err == nil || !strings.Contains(err.Error(), `unknown nemesis "kill-everything"`) || !strings.Contains(err.Error(), "kill-node") {
+		t.Fatalf("Lookup(kill-everything) = %v, want an error listing the nemeses", err)
+	}
+}
+
+func TestStalls(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	for _, tc := range []struct {
+		name           string
+		acks           []time.Time
+		end, heal      time.Time
+		stall, recover time.Duration
+	}{
+		{"steady", []time.Time{at(1), at(2), at(3)}, at(4), time.Time{}, time.Second, 0},
+		{"a 5 s hole, recovered 0.5 s after the heal", []time.Time{at(1), at(6), at(7)}, at(8), at(5.5), 5 * time.Second, 500 * time.Millisecond},
+		{"nothing after the heal", []time.Time{at(1)}, at(10), at(5), 9 * time.Second, -1},
+		{"acks after the load's end don't count as stalls", []time.Time{at(1), at(20)}, at(2), time.Time{}, time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stall, rec := stalls(tc.acks, t0, tc.end, tc.heal)
+			if stall != tc.stall || rec != tc.recover {
+				t.Fatalf("stalls = %s, %s; want %s, %s", stall, rec, tc.stall, tc.recover)
+			}
+		})
+	}
+}

@@ -1,0 +1,273 @@
+package chaos
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	coretypes "github.com/cometbft/cometbft/rpc/core/types"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/consumer"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// Workload is what one phase sends and reads.
+type Workload struct {
+	Topic      string
+	Partitions uint32
+	Producers  int
+	Consumers  int
+	// Rate is the records per second offered over all producers; InFlight
+	// bounds each producer's unresolved records (past it, it waits).
+	Rate     int
+	InFlight int
+}
+
+// recorder collects a phase's history as it happens.
+type recorder struct {
+	mu       sync.Mutex
+	h        History
+	ackTimes []time.Time
+	sent     []time.Time
+	errs     map[string]int // consumer errors by kind
+}
+
+func newRecorder() *recorder {
+	return &recorder{h: History{ProducerKeys: map[int]string{}, AppHashes: map[int64]map[string]string{}}, errs: map[string]int{}}
+}
+
+func (r *recorder) send(s Send, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Sends = append(r.h.Sends, s)
+	if s.Outcome == Acked {
+		r.ackTimes = append(r.ackTimes, at)
+	}
+}
+
+func (r *recorder) observe(o Observation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Observations = append(r.h.Observations, o)
+}
+
+func (r *recorder) consumerError(err error) {
+	kind := "other"
+	switch {
+	case errors.Is(err, consumer.ErrGap):
+		kind = "gap"
+	case errors.Is(err, consumer.ErrMalformed):
+		kind = "malformed"
+	case errors.Is(err, consumer.ErrUnverified):
+		kind = "unverified"
+	}
+	r.mu.Lock()
+	r.errs[kind]++
+	r.mu.Unlock()
+}
+
+// produce runs one producer until ctx ends, then waits up to settle for
+// its records' outcomes; what is still unresolved is recorded Unknown.
+func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, rec *recorder, settle time.Duration) error {
+	var gws []string
+	for g := 0; g < c.Services.Gateways; g++ {
+		gws = append(gws, c.Services.GatewayAddr((id+g)%c.Services.Gateways))
+	}
+	p, err := client.NewProducer(ctx, client.WithGateways(gws...), client.WithRequestTimeout(5*time.Second))
+	if err != nil {
+		return fmt.Errorf("producer %d: %w", id, err)
+	}
+	rec.mu.Lock()
+	rec.h.ProducerKeys[id] = hex.EncodeToString(p.PublicKey())
+	rec.mu.Unlock()
+
+	slots := make(chan struct{}, w.InFlight)
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) * float64(w.Producers) / float64(w.Rate))
+	next := time.Now()
+	for i := 0; ctx.Err() == nil; i++ {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+			}
+		}
+		next = next.Add(interval)
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		value := fmt.Sprintf("%s-p%d-%d", phase, id, i)
+		f := p.Produce(context.Background(), &client.Record{Topic: w.Topic, Key: []byte(fmt.Sprintf("p%d-k%d", id, i%16)), Value: []byte(value)})
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			r, err := f.Wait(context.Background())
+			s := Send{Producer: id, Index: i, Value: value}
+			if err != nil {
+				s.Outcome, s.Err = Unknown, err.Error()
+			} else {
+				s.Outcome, s.Partition, s.Offset = Acked, r.Partition, r.Offset
+			}
+			rec.send(s, time.Now())
+		}(i)
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	_ = p.Flush(fctx) // what does not resolve in time is failed by Close
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	defer ccancel()
+	_ = p.Close(cctx)
+	wg.Wait()
+	return nil
+}
+
+// consume reads one partition of the topic through NATS from its start
+// until ctx ends, recording every record in delivery order. Errors the
+// consumer SDK reports and carries on from (a gap, a malformed message)
+// are counted; others (NATS gone) make it subscribe again after the last
+// record it got.
+func consume(ctx context.Context, c *Cluster, w Workload, name string, partition uint32, rec *recorder, seq *int, mu *sync.Mutex) {
+	next := uint64(0)
+	for ctx.Err() == nil {
+		cons, err := consumer.Connect(c.Services.NATSURL())
+		if err != nil {
+			sleep(ctx, 500*time.Millisecond)
+			continue
+		}
+		sub, err := cons.Subscribe(ctx, w.Topic, consumer.WithPartitions(partition), consumer.FromOffset(next))
+		if err != nil {
+			_ = cons.Close()
+			sleep(ctx, 500*time.Millisecond)
+			continue
+		}
+		for ctx.Err() == nil {
+			r, err := sub.Next(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				rec.consumerError(err)
+				if errors.Is(err, consumer.ErrGap) || errors.Is(err, consumer.ErrMalformed) || errors.Is(err, consumer.ErrUnverified) {
+					continue
+				}
+				break // resubscribe after the last record delivered
+			}
+			mu.Lock()
+			*seq++
+			s := *seq
+			mu.Unlock()
+			rec.observe(Observation{Observer: name, Poll: true, Seq: s, Partition: r.Partition, Offset: r.Offset,
+				Value: string(r.Value), Producer: hex.EncodeToString(r.Producer)})
+			next = r.Offset + 1
+		}
+		_ = sub.Close()
+		_ = cons.Close()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+// readBack reads every record of topic/partition from node i, as the
+// node's app holds it.
+func readBack(ctx context.Context, n *localnet.Net, i int, topic string, partition uint32) ([]*byzlogv1.StoredRecord, error) {
+	c, err := n.Client(i)
+	if err != nil {
+		return nil, err
+	}
+	var out []*byzlogv1.StoredRecord
+	for offset := uint64(0); ; {
+		req, err := proto.Marshal(&byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: offset})
+		if err != nil {
+			return nil, err
+		}
+		q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+		if err != nil {
+			return nil, fmt.Errorf("node%d records %s/%d@%d: %w", i, topic, partition, offset, err)
+		}
+		if q.Response.Code != 0 {
+			return nil, fmt.Errorf("node%d records %s/%d@%d: %s", i, topic, partition, offset, q.Response.Log)
+		}
+		var resp byzlogv1.RecordsResponse
+		if err := proto.Unmarshal(q.Response.Value, &resp); err != nil {
+			return nil, fmt.Errorf("node%d records %s/%d@%d: %w", i, topic, partition, offset, err)
+		}
+		for _, b := range resp.Records {
+			var r byzlogv1.StoredRecord
+			if err := proto.Unmarshal(b, &r); err != nil {
+				return nil, fmt.Errorf("node%d records %s/%d@%d: a record does not decode: %w", i, topic, partition, offset, err)
+			}
+			out = append(out, &r)
+		}
+		if len(resp.Records) == 0 || offset+uint64(len(resp.Records)) >= resp.NextOffset {
+			return out, nil
+		}
+		offset += uint64(len(resp.Records))
+	}
+}
+
+// appHashes records, for heights from..to, the app hash in header h of
+// each node's own block store (what its chain agreed on after block h-1),
+// and each node's app's own hash after the last block it committed, next
+// to the header that must carry it.
+func appHashes(ctx context.Context, n *localnet.Net, from, to int64, into map[int64]map[string]string) error {
+	header := func(c interface {
+		Commit(context.Context, *int64) (*coretypes.ResultCommit, error)
+	}, node string, h int64) error {
+		res, err := c.Commit(ctx, &h)
+		if err != nil {
+			return fmt.Errorf("%s header %d: %w", node, h, err)
+		}
+		if into[h] == nil {
+			into[h] = map[string]string{}
+		}
+		into[h][node] = fmt.Sprintf("%X", res.SignedHeader.Header.AppHash)
+		return nil
+	}
+	for i := 0; i < n.Config().Validators; i++ {
+		c, err := n.Client(i)
+		if err != nil {
+			return err
+		}
+		node := fmt.Sprintf("node%d", i)
+		for h := from; h <= to; h++ {
+			if err := header(c, node, h); err != nil {
+				return err
+			}
+		}
+		info, err := c.ABCIInfo(ctx)
+		if err != nil {
+			return fmt.Errorf("%s abci_info: %w", node, err)
+		}
+		next := info.Response.LastBlockHeight + 1
+		for try := 0; ; try++ {
+			err := header(c, node, next)
+			if err == nil {
+				break
+			}
+			if try == 40 {
+				return err
+			}
+			sleep(ctx, 250*time.Millisecond)
+		}
+		into[next][node+"/app"] = fmt.Sprintf("%X", info.Response.LastBlockAppHash)
+	}
+	return nil
+}
