@@ -148,7 +148,7 @@ func Check(h History) Report {
 
 	// What sits where: every value seen at each place, and every place
 	// each value was seen at, over all observers.
-	at := map[place]map[string][]string{}     // place -> value -> observers
+	at := map[place]map[string][]string{}    // place -> value -> observers
 	where := map[string]map[place][]string{} // value -> place -> observers
 	type copyOf struct {
 		value string
@@ -252,7 +252,7 @@ func Check(h History) Report {
 	for _, k := range []string{LostPrefix, LostMiddle, LostPostfix} {
 		r.Of[k] = r.Acked
 	}
-	readBack := map[uint32][2]uint64{} // partition -> [lowest, highest] offset a validator holds
+	held := map[uint32][2]uint64{}         // partition -> [lowest, highest] offset a validator holds
 	polled := map[string]map[string]bool{} // value -> consumers it was delivered to
 	consumers := map[string]bool{}
 	for _, o := range h.Observations {
@@ -264,11 +264,11 @@ func Check(h History) Report {
 			consumers[o.Observer] = true
 			continue
 		}
-		b, ok := readBack[o.Partition]
+		b, ok := held[o.Partition]
 		if !ok {
 			b = [2]uint64{o.Offset, o.Offset}
 		}
-		readBack[o.Partition] = [2]uint64{min(b[0], o.Offset), max(b[1], o.Offset)}
+		held[o.Partition] = [2]uint64{min(b[0], o.Offset), max(b[1], o.Offset)}
 	}
 	consumerNames := make([]string, 0, len(consumers))
 	for c := range consumers {
@@ -284,7 +284,7 @@ func Check(h History) Report {
 		if !seen {
 			r.Counts[Lost]++
 			kind := LostMiddle
-			if b, ok := readBack[s.Partition]; !ok || s.Offset > b[1] {
+			if b, ok := held[s.Partition]; !ok || s.Offset > b[1] {
 				kind = LostPostfix
 			} else if s.Offset < b[0] {
 				kind = LostPrefix
@@ -377,7 +377,7 @@ func Check(h History) Report {
 		npolls += len(ps)
 		sort.SliceStable(ps, func(i, j int) bool { return ps[i].Seq < ps[j].Seq })
 		start := uint64(0)
-		if b, ok := readBack[k.partition]; ok {
+		if b, ok := held[k.partition]; ok {
 			start = b[0]
 		}
 		if ps[0].Offset > start {
