@@ -143,7 +143,7 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 					mu.Lock()
 					full := len(sent) >= pendingCap
 					mu.Unlock()
-					if !full || ctx.Err() != nil {
+					if !full || ctx.Err() != nil || !time.Now().Before(end) {
 						break
 					}
 					time.Sleep(5 * time.Millisecond)

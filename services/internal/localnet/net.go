@@ -344,22 +344,30 @@ func (n *Net) Status(ctx context.Context) []NodeStatus {
 			}
 			// CometBFT stores a block before its app applies and commits
 			// it, so /status can be one block ahead of what a query sees.
-			cctx, cancel = context.WithTimeout(ctx, 2*time.Second)
-			q, qerr := c.ABCIQuery(cctx, core.PathState, nil)
-			cancel()
-			switch {
-			case qerr != nil:
-				err = errors.Join(err, fmt.Errorf("app state query: %w", qerr))
-			case q.Response.Code != 0:
-				err = errors.Join(err, fmt.Errorf("app state query: %s", q.Response.Log))
-			default:
-				s.AppHeight = q.Response.Height
-			}
+			s.AppHeight, err = n.appHeight(ctx, c, s.Height, err)
 		}
 		s.Err = err
 		out[i] = s
 	}
 	return out
+}
+
+// appHeight asks node c's app for its committed height. A built-in app
+// (kvstore, noop: benchmarks) has no /state; its height is CometBFT's.
+func (n *Net) appHeight(ctx context.Context, c *rpchttp.HTTP, height int64, err error) (int64, error) {
+	if n.cfg.Builtin() {
+		return height, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	q, qerr := c.ABCIQuery(ctx, core.PathState, nil)
+	switch {
+	case qerr != nil:
+		return 0, errors.Join(err, fmt.Errorf("app state query: %w", qerr))
+	case q.Response.Code != 0:
+		return 0, errors.Join(err, fmt.Errorf("app state query: %s", q.Response.Log))
+	}
+	return q.Response.Height, err
 }
 
 // Committed is the height whose state the node serves: its block stored by
