@@ -40,7 +40,8 @@ type Row struct {
 	// Availability is the share of sends acknowledged.
 	Availability float64 `json:"availability"`
 	// MaxStall is the longest time under load with no acknowledgement;
-	// Recovery the time from the last heal to the next acknowledgement.
+	// Recovery the time from the last heal until both an acknowledgement
+	// and a consumer delivery have happened again (-1: not both did).
 	MaxStall time.Duration `json:"max_stall_ns"`
 	Recovery time.Duration `json:"recovery_ns"`
 	// ConsumerErrors counts what the consumer SDK reported, by kind.
@@ -104,10 +105,11 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	// The nemesis: gap, fault, hold, heal, until the load ends.
 	rng := rand.New(rand.NewPCG(ph.Seed, 0x6279_7a6c_6f67))
 	var lastHeal time.Time
+	loadDeadline := loadStart.Add(ph.Duration)
 	for round := 0; ; round++ {
 		sleep(lctx, ph.Gap)
-		if lctx.Err() != nil {
-			break
+		if lctx.Err() != nil || time.Until(loadDeadline) < ph.Hold+time.Second {
+			break // every fault is healed under load, so recovery shows
 		}
 		what, heal, err := ph.Nemesis.Inject(ctx, c, round, rng)
 		if err != nil {
@@ -189,6 +191,14 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		row.Availability = float64(row.Report.Acked) / float64(row.Report.Sends)
 	}
 	row.MaxStall, row.Recovery = stalls(rec.ackTimes, loadStart, loadEnd, lastHeal)
+	if _, polled := stalls(rec.pollTimes, loadStart, loadEnd, lastHeal); w.Consumers > 0 {
+		// Both paths back: acknowledgements and deliveries.
+		if polled < 0 || row.Recovery < 0 {
+			row.Recovery = -1
+		} else {
+			row.Recovery = max(row.Recovery, polled)
+		}
+	}
 	for k, v := range rec.errs {
 		row.ConsumerErrors[k] = v
 	}

@@ -33,11 +33,11 @@ type Workload struct {
 
 // recorder collects a phase's history as it happens.
 type recorder struct {
-	mu       sync.Mutex
-	h        History
-	ackTimes []time.Time
-	sent     []time.Time
-	errs     map[string]int // consumer errors by kind
+	mu        sync.Mutex
+	h         History
+	ackTimes  []time.Time
+	pollTimes []time.Time
+	errs      map[string]int // consumer errors by kind
 }
 
 func newRecorder() *recorder {
@@ -57,6 +57,9 @@ func (r *recorder) observe(o Observation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.h.Observations = append(r.h.Observations, o)
+	if o.Poll {
+		r.pollTimes = append(r.pollTimes, time.Now())
+	}
 }
 
 func (r *recorder) consumerError(err error) {
