@@ -28,6 +28,9 @@ BENCH_OUT ?= bench-results
 BENCH_ARGS ?=
 SOAK_DURATION ?= 10m
 SOAK_RATE ?= 10000
+CHAOS_DURATION ?= 3m
+CHAOS_OUT ?= chaos-results
+CHAOS_ARGS ?=
 
 .PHONY: help
 help: ## list the targets
@@ -65,9 +68,12 @@ lint: deps ## gofmt, go vet over the workspace, every module tidy and building o
 unit: deps ## unit and integration tests (real RocksDB) with the race detector
 	go test -race -count=1 -timeout $(UNIT_TIMEOUT) work
 
-.PHONY: e2e
-e2e: build ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer
+.PHONY: failpoints-app
+failpoints-app: deps ## build bin/byzlog-app-failpoints, the test build whose app crashes or misbehaves on demand
 	go build -tags failpoints -o $(BIN)/byzlog-app-failpoints github.com/byzlog/byzlog/services/byzlog-app
+
+.PHONY: e2e
+e2e: build failpoints-app ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer
 	BYZLOG_BIN=$(BIN) go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v github.com/byzlog/byzlog/services/e2e
 
 .PHONY: fuzz
@@ -102,9 +108,18 @@ bench-gateway: build ## via-gateway records/s and receipt latency vs one-record 
 bench-indexer: build ## commit→subscriber latency and the indexer's catch-up publish rate (BYZLOG_BENCH_SECONDS, default 20)
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchIndexer github.com/byzlog/byzlog/services/e2e
 
+.PHONY: chaos
+chaos: build failpoints-app ## every nemesis for CHAOS_DURATION (3m) each under load, history checked: table in $(CHAOS_OUT), exit 1 on any anomaly (~45 min)
+	$(BIN)/byzlog chaos --duration $(CHAOS_DURATION) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+
+.PHONY: chaos-smoke
+chaos-smoke: build failpoints-app ## the short chaos run make test runs: 15 s per nemesis (~6 min)
+	$(BIN)/byzlog chaos --duration 15s --hold 4s --gap 3s --settle 60s $(CHAOS_ARGS)
+
 .PHONY: test
 test: deps build lint verify-proto verify-reference unit e2e ## everything CI runs
 	$(MAKE) --no-print-directory demo DEMO_RECORDS=2000
+	$(MAKE) --no-print-directory chaos-smoke
 
 .PHONY: reference verify-reference
 reference: build ## write every binary's --help usage and flags into README.md's configuration reference
