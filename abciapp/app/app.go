@@ -189,7 +189,12 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	for i, r := range out.Results {
 		results[i] = &abci.ExecTxResult{Code: uint32(r.Code), Log: r.Log, Data: r.Data, Codespace: codespace(r), Events: events(r.Events)}
 	}
-	return &abci.ResponseFinalizeBlock{TxResults: results, AppHash: out.State.AppHash}, nil
+	appHash := out.State.AppHash
+	if failpoint.Hit(failpoint.WrongAppHash, req.Height) {
+		appHash = append([]byte{appHash[0] ^ 0xff}, appHash[1:]...)
+		a.log.Warn().Int64("height", req.Height).Msg("failpoint: answering a wrong app hash")
+	}
+	return &abci.ResponseFinalizeBlock{TxResults: results, AppHash: appHash}, nil
 }
 
 // Commit persists the block staged by FinalizeBlock.

@@ -32,6 +32,10 @@ const (
 	// value says which kind (forged, replay, oversized, unknown-topic),
 	// optionally with the topic to write to: "forged:orders".
 	ByzantineProposer = "byzantine-proposer"
+	// WrongAppHash: FinalizeBlock answers CometBFT with a corrupted app hash
+	// at that height (the app's own state stays right): a validator whose
+	// app lies about its state, which must halt or be outvoted.
+	WrongAppHash = "wrong-app-hash"
 	// CommitDelay: Commit sleeps value milliseconds before taking the
 	// app's lock, widening the window in which CometBFT has stored a block
 	// and its results that queries do not see yet.
@@ -61,7 +65,7 @@ func parse(s string) ([]term, error) {
 			t.name, t.height = name, height
 		}
 		switch t.name {
-		case CommitBeforeWrite, CommitAfterWrite, FinalizeStart, ByzantineProposer:
+		case CommitBeforeWrite, CommitAfterWrite, FinalizeStart, ByzantineProposer, WrongAppHash:
 		case CommitDelay:
 			if ms, err := strconv.Atoi(t.value); err != nil || ms <= 0 {
 				return nil, fmt.Errorf("%s %q: want %s=MILLISECONDS, a positive integer", EnvVar, part, CommitDelay)

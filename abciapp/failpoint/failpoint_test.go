@@ -6,11 +6,11 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	got, err := parse("commit-after-write@12, byzantine-proposer=replay,,finalize-start,commit-delay=700")
+	got, err := parse("commit-after-write@12, byzantine-proposer=replay,,finalize-start,commit-delay=700,wrong-app-hash@9")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []term{{CommitAfterWrite, 12, ""}, {ByzantineProposer, 0, "replay"}, {FinalizeStart, 0, ""}, {CommitDelay, 0, "700"}}
+	want := []term{{CommitAfterWrite, 12, ""}, {ByzantineProposer, 0, "replay"}, {FinalizeStart, 0, ""}, {CommitDelay, 0, "700"}, {WrongAppHash, 9, ""}}
 	if len(got) != len(want) {
 		t.Fatalf("parse = %v, want %v", got, want)
 	}

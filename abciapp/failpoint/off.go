@@ -13,3 +13,6 @@ func Value(string) (string, bool) { return "", false }
 
 // Delay does nothing without the failpoints build tag.
 func Delay(string) {}
+
+// Hit reports nothing without the failpoints build tag.
+func Hit(string, int64) bool { return false }

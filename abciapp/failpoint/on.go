@@ -52,3 +52,13 @@ func Delay(name string) {
 		time.Sleep(time.Duration(ms) * time.Millisecond)
 	}
 }
+
+// Hit reports whether the failpoint name is set for height.
+func Hit(name string, height int64) bool {
+	for _, t := range terms {
+		if t.name == name && (t.height == 0 || t.height == height) {
+			return true
+		}
+	}
+	return false
+}

@@ -72,8 +72,12 @@ reading).
 The nemeses crash-app and byzantine-proposer need byzlog-app-failpoints (the
 -tags failpoints build; make chaos builds it) next to this binary.
 
+The validators reach each other through loopback TCP proxies run by this
+command (one per ordered pair, BASE+1000+10i+j), which the partition nemeses
+cut: a network partition without network namespaces or firewall rules.
+
 Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
-gateways BASE+810..813, indexer BASE+830.`,
+gateways BASE+810..813, indexer BASE+830, peer proxies BASE+1000..1033.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nemeses, err := chaos.Lookup(o.nemeses)
@@ -119,8 +123,8 @@ func (o chaosOptions) validate() error {
 		return fmt.Errorf("--in-flight %d: want at least 1", o.load.InFlight)
 	case o.load.Partitions < 1 || o.load.Partitions > 64:
 		return fmt.Errorf("--partitions %d: want 1..64", o.load.Partitions)
-	case o.basePort < 1024 || o.basePort+1000 > 65000:
-		return fmt.Errorf("--base-port %d: want 1024..64000", o.basePort)
+	case o.basePort < 1024 || o.basePort+1100 > 65000:
+		return fmt.Errorf("--base-port %d: want 1024..63900", o.basePort)
 	}
 	return nil
 }
@@ -140,17 +144,23 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 	cfg := localnet.Default()
 	cfg.Dir, cfg.BasePort, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, "byzlog-chaos"
 	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
+	cfg.PeerProxies = true // validators reach each other through Links, which partitions cut
 	n, err := localnet.Open(cfg)
 	if err != nil {
 		return err
 	}
+	links, err := localnet.StartLinks(cfg)
+	if err != nil {
+		return err
+	}
+	defer links.Close() // after the cluster is down (defers run last first)
 	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 2, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
 		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
 	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
 	if err := startCluster(ctx, n, svc, progress); err != nil {
 		return err
 	}
-	c := &chaos.Cluster{Net: n, Services: svc, FailpointApp: fpApp}
+	c := &chaos.Cluster{Net: n, Services: svc, FailpointApp: fpApp, Links: links}
 	defer func() {
 		// A paused process ignores SIGTERM until continued.
 		for i := 0; i < cfg.Validators; i++ {

@@ -21,6 +21,9 @@ type Cluster struct {
 	Services     localnet.Services
 	FailpointApp string
 	AdminKey     ed25519.PrivateKey
+	// Links cuts the validators' p2p links (a network created with
+	// PeerProxies); nil leaves the partition nemeses out.
+	Links *localnet.Links
 
 	topic string // the running phase's topic
 }
@@ -35,6 +38,8 @@ type Nemesis struct {
 	Doc  string
 	// NeedsFailpoints: the nemesis restarts apps with the failpoints build.
 	NeedsFailpoints bool
+	// NeedsLinks: the nemesis cuts p2p links (Cluster.Links).
+	NeedsLinks bool
 	Inject          func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
 }
 
@@ -88,6 +93,43 @@ var Nemeses = []Nemesis{
 		},
 	},
 	{
+		Name: "partition-one", Doc: "cut one validator's p2p links to all others, each validator in turn (loopback proxies); heal",
+		NeedsLinks: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := round % c.validators()
+			var rest []int
+			for j := 0; j < c.validators(); j++ {
+				if j != i {
+					rest = append(rest, j)
+				}
+			}
+			c.Links.Partition([]int{i}, rest)
+			return fmt.Sprintf("node%d|%v", i, rest), func(context.Context) error { c.Links.Heal(); return nil }, nil
+		},
+	},
+	{
+		Name: "partition-halves", Doc: "split the validators 2|2 (pairs in turn): no side has a quorum, so nothing may commit until the heal",
+		NeedsLinks: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			if c.validators() != 4 {
+				return "", nil, fmt.Errorf("partition-halves needs 4 validators, the network has %d", c.validators())
+			}
+			splits := [][2][]int{{{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}, {{0, 3}, {1, 2}}}
+			split := splits[round%len(splits)]
+			before := maxCommitted(ctx, c)
+			c.Links.Partition(split[0], split[1])
+			return fmt.Sprintf("%v|%v", split[0], split[1]), func(ctx context.Context) error {
+				// One block may have been committing as the links were cut.
+				during := maxCommitted(ctx, c)
+				c.Links.Heal()
+				if during > before+1 {
+					return fmt.Errorf("the validators committed heights %d..%d during a 2|2 split: a side without a quorum committed", before+1, during)
+				}
+				return nil
+			}, nil
+		},
+	},
+	{
 		Name: "crash-app", Doc: "restart a validator with a failpoints app that crashes itself (SIGKILL) at finalize-start, commit-before-write or commit-after-write a few blocks on, in turn; restart it clean",
 		NeedsFailpoints: true,
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
@@ -107,6 +149,22 @@ var Nemeses = []Nemesis{
 				return "", nil, err
 			}
 			return fmt.Sprintf("node%d %s@%d", i, point, at), restartNode(c, i), nil
+		},
+	},
+	{
+		Name: "wrong-app-hash", Doc: "restart a validator with a failpoints app that answers a wrong app hash a few blocks on: it must halt while the others go on; then rebuild it from its peers (unsafe-reset-all)",
+		NeedsFailpoints: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := round % c.validators()
+			at := maxCommitted(ctx, c) + 3
+			if err := c.Net.KillNode(i); err != nil {
+				return "", nil, err
+			}
+			env := []string{fmt.Sprintf("%s=%s@%d", failpoint.EnvVar, failpoint.WrongAppHash, at)}
+			if err := c.Net.StartNodeWith(ctx, i, c.FailpointApp, env); err != nil {
+				return "", nil, err
+			}
+			return fmt.Sprintf("node%d lies at %d", i, at), func(ctx context.Context) error { return rebuildLiar(ctx, c, i, at) }, nil
 		},
 	},
 	{
@@ -248,4 +306,41 @@ func proposer(ctx context.Context, c *Cluster) (int, error) {
 		return 0, fmt.Errorf("proposer %q is no node of this network", rs.Proposer.Address)
 	}
 	return i, nil
+}
+
+// rebuildLiar checks that node i, whose app answered a wrong app hash at
+// height at, stopped there while the others committed past it, then wipes
+// and restarts it.
+func rebuildLiar(ctx context.Context, c *Cluster, i int, at int64) error {
+	var liar, honest int64
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		liar, honest = 0, 0
+		for _, st := range c.Net.Status(ctx) {
+			if st.Node == i {
+				liar = st.Height
+			} else {
+				honest = max(honest, st.Committed())
+			}
+		}
+		if honest > at+2 || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	if err := c.Net.KillRest(i); err != nil {
+		return err
+	}
+	if err := c.Net.ResetNode(i); err != nil {
+		return err
+	}
+	if err := c.Net.StartNode(ctx, i); err != nil {
+		return err
+	}
+	switch {
+	case honest <= at+2:
+		return fmt.Errorf("node%d answered a wrong app hash at %d and the honest validators got no further than %d", i, at, honest)
+	case liar > at+1:
+		return fmt.Errorf("node%d answered a wrong app hash at %d yet its chain went on to %d: it was not stopped", i, at, liar)
+	}
+	return nil
 }

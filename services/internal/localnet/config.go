@@ -38,6 +38,11 @@ type Config struct {
 	// must stay under 4 MiB: CometBFT's gRPC ABCI client keeps gRPC's default
 	// message cap and halts on a larger block.
 	BlockMaxBytes int64 `json:"block_max_bytes"`
+	// PeerProxies makes node i reach node j through 127.0.0.1:
+	// PeerProxyPort(i, j) instead of j's p2p port, so a Links process in
+	// the middle can cut links (partitions, for chaos runs). Without a
+	// running Links the nodes cannot reach each other. At most 10 nodes.
+	PeerProxies bool `json:"peer_proxies,omitempty"`
 	// PprofPort, when not 0, makes app i serve Go runtime profiles on
 	// PprofPort+i and node i's cometbft on PprofPort+20+i (set when the
 	// network is created; not saved with it).
@@ -90,6 +95,9 @@ func (c Config) Validate() error {
 	if c.BasePort < 1024 || c.BasePort+100*(c.Validators-1)+2 > 65535 {
 		return fmt.Errorf("base_port (%d): with %d validators the ports must fit in 1024..65535", c.BasePort, c.Validators)
 	}
+	if c.PeerProxies && c.Validators > 10 {
+		return fmt.Errorf("peer_proxies with %d validators: at most 10 (each ordered pair has a port in base_port+1000..+1099)", c.Validators)
+	}
 	switch c.Transport {
 	case "grpc":
 		if c.BlockMaxBytes >= grpcMessageCap-64<<10 {
@@ -125,10 +133,13 @@ func (c Config) P2PPort(i int) int  { return c.BasePort + 100*i }
 func (c Config) RPCPort(i int) int  { return c.BasePort + 100*i + 1 }
 func (c Config) ABCIPort(i int) int { return c.BasePort + 100*i + 2 }
 
-// RPCAddr is node i's CometBFT RPC address for clients.
+// PeerProxyPort is where node i reaches node j with PeerProxies.
+func (c Config) PeerProxyPort(i, j int) int { return c.BasePort + 1000 + 10*i + j }
+
 // CometBFTPprofPort is node i's cometbft profile port when PprofPort is set.
 func (c Config) CometBFTPprofPort(i int) int { return c.PprofPort + 20 + i }
 
+// RPCAddr is node i's CometBFT RPC address for clients.
 func (c Config) RPCAddr(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.RPCPort(i)) }
 
 func (c Config) home(i int) string { return filepath.Join(c.Dir, fmt.Sprintf("node%d", i)) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -155,4 +157,23 @@ func (n *Net) listenAddr(s Services, name string) string {
 		}
 	}
 	return ""
+}
+
+// ResetNode wipes stopped node i's chain data and app state, as an
+// operator rebuilds a validator whose state is corrupt: `cometbft
+// unsafe-reset-all` (blocks, state, WAL; the validator's signing state back
+// to genesis, its keys kept) and the app's data directory. Started again,
+// the node syncs every block from its peers before it signs anything.
+func (n *Net) ResetNode(i int) error {
+	if c, a := n.Alive(i); c || a {
+		return fmt.Errorf("reset node%d: stop it first (cometbft running: %v, app running: %v)", i, c, a)
+	}
+	out, err := exec.Command(n.cfg.CometBFT, "unsafe-reset-all", "--home", n.cfg.home(i)).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("reset node%d: cometbft unsafe-reset-all: %w\n%s", i, err, out)
+	}
+	if err := os.RemoveAll(filepath.Join(n.cfg.home(i), "app")); err != nil {
+		return fmt.Errorf("reset node%d: remove the app's data: %w", i, err)
+	}
+	return nil
 }

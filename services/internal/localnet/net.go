@@ -542,7 +542,11 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	cfg.P2P.ListenAddress = fmt.Sprintf("tcp://127.0.0.1:%d", c.P2PPort(i))
 	var peers []string
 	for j, id := range ids {
-		if j != i {
+		switch {
+		case j == i:
+		case c.PeerProxies:
+			peers = append(peers, fmt.Sprintf("%s@127.0.0.1:%d", id, c.PeerProxyPort(i, j)))
+		default:
 			peers = append(peers, fmt.Sprintf("%s@127.0.0.1:%d", id, c.P2PPort(j)))
 		}
 	}
