@@ -40,7 +40,7 @@ type Nemesis struct {
 	NeedsFailpoints bool
 	// NeedsLinks: the nemesis cuts p2p links (Cluster.Links).
 	NeedsLinks bool
-	Inject          func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
+	Inject     func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
 }
 
 // Nemeses lists every nemesis, in the order `byzlog chaos` runs them.
