@@ -15,6 +15,7 @@ import (
 
 	"github.com/byzlog/byzlog/services/internal/chaos"
 	"github.com/byzlog/byzlog/services/internal/localnet"
+	"github.com/byzlog/byzlog/services/internal/tamper"
 )
 
 type chaosOptions struct {
@@ -77,7 +78,8 @@ command (one per ordered pair, BASE+1000+10i+j), which the partition nemeses
 cut: a network partition without network namespaces or firewall rules.
 
 Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
-gateways BASE+810..813, indexer BASE+830, peer proxies BASE+1000..1033.`,
+gateways BASE+810..813, indexer BASE+830, node0's lying RPC proxy BASE+870,
+peer proxies BASE+1000..1033.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nemeses, err := chaos.Lookup(o.nemeses)
@@ -155,12 +157,20 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 	}
 	defer links.Close() // after the cluster is down (defers run last first)
 	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 2, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
-		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
+		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer"),
+		ProxiedRPC: map[int]int{0: o.basePort + 870}}
+	// gateway0 and the indexer reach node0 through a proxy that lies on
+	// demand (tamper-rpc); it tells the truth otherwise.
+	proxy, err := tamper.Start(fmt.Sprintf("127.0.0.1:%d", o.basePort+870), cfg.RPCAddr(0))
+	if err != nil {
+		return err
+	}
+	defer proxy.Close()
 	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
 	if err := startCluster(ctx, n, svc, progress); err != nil {
 		return err
 	}
-	c := &chaos.Cluster{Net: n, Services: svc, FailpointApp: fpApp, Links: links}
+	c := &chaos.Cluster{Net: n, Services: svc, FailpointApp: fpApp, Links: links, Tamper: proxy}
 	defer func() {
 		// A paused process ignores SIGTERM until continued.
 		for i := 0; i < cfg.Validators; i++ {

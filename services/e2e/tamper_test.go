@@ -3,19 +3,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,138 +22,8 @@ import (
 	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/indexer/layout"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/tamper"
 )
-
-// tamperProxy sits in front of one CometBFT node's RPC and, per mode,
-// lies: "tx" flips a byte of a block's first transaction, "results" one of
-// a block's first result data, "header" forges the app hash of the signed
-// header the light client fetches, "withhold" never answers for a block.
-type tamperProxy struct {
-	target string
-	mode   atomic.Value // string
-	mu     sync.Mutex
-	hits   map[string]int
-}
-
-func (p *tamperProxy) setMode(m string) { p.mode.Store(m) }
-
-func (p *tamperProxy) hit(m string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.hits[m]++
-}
-
-func (p *tamperProxy) count(m string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.hits[m]
-}
-
-func startTamperProxy(t *testing.T, listen, target string) *tamperProxy {
-	t.Helper()
-	p := &tamperProxy{target: target, hits: map[string]int{}}
-	p.setMode("")
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	return p
-}
-
-func (p *tamperProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	var req struct {
-		Method string `json:"method"`
-	}
-	_ = json.Unmarshal(body, &req)
-	mode := p.mode.Load().(string)
-	if mode == "withhold" && req.Method == "block" {
-		p.hit(mode)
-		select { // longer than the indexer's 10 s request timeout, bounded
-		case <-time.After(12 * time.Second):
-		case <-r.Context().Done():
-		}
-		http.Error(w, "withheld", http.StatusServiceUnavailable)
-		return
-	}
-	resp, err := http.Post(p.target+r.URL.Path, "application/json", bytes.NewReader(body))
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	var msg map[string]any
-	if json.Unmarshal(out, &msg) == nil {
-		if res, ok := msg["result"].(map[string]any); ok && p.tamper(mode, req.Method, res) {
-			p.hit(mode)
-			out, _ = json.Marshal(msg)
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(out)
-}
-
-// tamper alters res in place per mode and says whether it did.
-func (p *tamperProxy) tamper(mode, method string, res map[string]any) bool {
-	path := func(keys ...string) map[string]any {
-		m := res
-		for _, k := range keys {
-			next, ok := m[k].(map[string]any)
-			if !ok {
-				return nil
-			}
-			m = next
-		}
-		return m
-	}
-	flip := func(b64 string) string {
-		b, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil || len(b) == 0 {
-			return b64
-		}
-		b[len(b)-1] ^= 0x01
-		return base64.StdEncoding.EncodeToString(b)
-	}
-	switch {
-	case mode == "tx" && method == "block":
-		data := path("block", "data")
-		if txs, ok := data["txs"].([]any); ok && len(txs) > 0 {
-			// Change a record's value ("tx-..." to "TX-..."), not just any
-			// byte: an altered record, not only a broken signature.
-			if b, err := base64.StdEncoding.DecodeString(txs[0].(string)); err == nil && bytes.Contains(b, []byte("tx-")) {
-				txs[0] = base64.StdEncoding.EncodeToString(bytes.Replace(b, []byte("tx-"), []byte("TX-"), 1))
-			} else {
-				txs[0] = flip(txs[0].(string))
-			}
-			return true
-		}
-	case mode == "results" && method == "block_results":
-		if rs, ok := res["txs_results"].([]any); ok && len(rs) > 0 {
-			if r, ok := rs[0].(map[string]any); ok {
-				if d, ok := r["data"].(string); ok && d != "" {
-					r["data"] = flip(d)
-					return true
-				}
-			}
-		}
-	case mode == "header" && method == "commit":
-		if h := path("signed_header", "header"); h != nil {
-			if ah, ok := h["app_hash"].(string); ok && len(ah) > 0 {
-				c := byte('0')
-				if ah[0] == '0' {
-					c = '1'
-				}
-				h["app_hash"] = string(c) + ah[1:]
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // TestIndexerRefusesTamperedData puts a lying proxy in front of the node
 // the indexer lists first (its light client primary): it forges headers,
@@ -177,7 +39,11 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	natsURL := startNATS(t, base+850, t.TempDir())
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
 	proxyAddr := fmt.Sprintf("127.0.0.1:%d", base+870)
-	proxy := startTamperProxy(t, proxyAddr, n.Config().RPCAddr(0))
+	proxy, err := tamper.Start(proxyAddr, n.Config().RPCAddr(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
 	const topic = "tamper"
 	createTopicVia(ctx, t, n, gw.addr, topic, 2)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", base+860)
@@ -221,7 +87,7 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 		if phase.metric != "" {
 			before = metric(t, httpAddr, phase.metric)
 		}
-		proxy.setMode(phase.mode)
+		proxy.SetMode(phase.mode)
 		// Records over several blocks, so the proxy serves some of them.
 		var futs []*client.Future
 		var values []string
@@ -247,19 +113,19 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 		if got := stored(); got != uint64(len(acked)) {
 			t.Fatalf("%s phase: JetStream holds %d records, %d were acknowledged", phase.mode, got, len(acked))
 		}
-		if proxy.count(phase.mode) == 0 {
+		if proxy.Count(phase.mode) == 0 {
 			t.Fatalf("%s phase: the proxy never got to lie; the test did not test", phase.mode)
 		}
 		if phase.metric != "" {
 			if after := metric(t, httpAddr, phase.metric); after <= before {
 				b, _ := os.ReadFile(ix.log)
 				t.Logf("indexer log:\n%s", b)
-				t.Errorf("%s phase: the proxy lied %d times, %s stayed at %v", phase.mode, proxy.count(phase.mode), phase.metric, after)
+				t.Errorf("%s phase: the proxy lied %d times, %s stayed at %v", phase.mode, proxy.Count(phase.mode), phase.metric, after)
 			}
 		}
-		t.Logf("%s phase: the proxy lied %d times; all %d records published", phase.mode, proxy.count(phase.mode), len(acked))
+		t.Logf("%s phase: the proxy lied %d times; all %d records published", phase.mode, proxy.Count(phase.mode), len(acked))
 	}
-	proxy.setMode("")
+	proxy.SetMode("")
 
 	// Verify mode: a record forged straight into the stream (by anyone who
 	// can publish to NATS) is delivered by a plain subscriber but refused by

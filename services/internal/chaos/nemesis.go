@@ -11,6 +11,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/services/internal/localnet"
+	"github.com/byzlog/byzlog/services/internal/tamper"
 )
 
 // Cluster is the running system a nemesis acts on: a localnet, its
@@ -24,9 +25,15 @@ type Cluster struct {
 	// Links cuts the validators' p2p links (a network created with
 	// PeerProxies); nil leaves the partition nemeses out.
 	Links *localnet.Links
+	// Tamper is a lying RPC proxy in front of one node, which gateway0 and
+	// the indexer use for that node; nil leaves tamper-rpc out.
+	Tamper *tamper.Proxy
 
-	topic string // the running phase's topic
+	topic string   // the running phase's topic
+	notes []string // what the running phase's faults observed
 }
+
+func (c *Cluster) note(s string) { c.notes = append(c.notes, s) }
 
 func (c *Cluster) validators() int { return c.Net.Config().Validators }
 
@@ -165,6 +172,22 @@ var Nemeses = []Nemesis{
 				return "", nil, err
 			}
 			return fmt.Sprintf("node%d lies at %d", i, at), func(ctx context.Context) error { return rebuildLiar(ctx, c, i, at) }, nil
+		},
+	},
+	{
+		Name: "tamper-rpc", Doc: "the RPC proxy in front of node0 (gateway0's first node, the indexer's light-client primary) forges headers, alters transactions and results, or withholds blocks, in turn; then tells the truth",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			if c.Tamper == nil {
+				return "", nil, fmt.Errorf("tamper-rpc: the cluster has no tampering proxy")
+			}
+			mode := tamper.Modes[round%len(tamper.Modes)]
+			before := c.Tamper.Count(mode)
+			c.Tamper.SetMode(mode)
+			return "node0 rpc " + mode, func(context.Context) error {
+				c.Tamper.SetMode("")
+				c.note(fmt.Sprintf("node0's rpc proxy lied %d times (%s)", c.Tamper.Count(mode)-before, mode))
+				return nil
+			}, nil
 		},
 	},
 	{

@@ -44,8 +44,12 @@ type Row struct {
 	// and a consumer delivery have happened again (-1: not both did).
 	MaxStall time.Duration `json:"max_stall_ns"`
 	Recovery time.Duration `json:"recovery_ns"`
-	// ConsumerErrors counts what the consumer SDK reported, by kind.
+	// ConsumerErrors counts what the consumer SDK reported, by kind;
+	// SendErrors the errors behind unknown outcomes, by their first words.
 	ConsumerErrors map[string]int `json:"consumer_errors"`
+	SendErrors     map[string]int `json:"send_errors,omitempty"`
+	// Notes are what the faults observed ("the proxy lied 3 times").
+	Notes []string `json:"notes,omitempty"`
 	// Errors are the run's own failures: a fault that could not be
 	// injected or healed, a cluster that did not catch up.
 	Errors []string `json:"errors,omitempty"`
@@ -59,7 +63,7 @@ func (r Row) Safe() bool { return r.Report.Safe() && len(r.Errors) == 0 }
 // every validator's log back and checks the history.
 func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io.Writer) (Row, error) {
 	row := Row{Nemesis: ph.Nemesis.Name, ConsumerErrors: map[string]int{}}
-	c.topic = w.Topic
+	c.topic, c.notes = w.Topic, nil
 	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey)
 	if err != nil {
 		return row, err
@@ -202,7 +206,26 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	for k, v := range rec.errs {
 		row.ConsumerErrors[k] = v
 	}
+	row.Notes = c.notes
+	row.SendErrors = map[string]int{}
+	for _, snd := range rec.h.Sends {
+		if snd.Outcome == Unknown {
+			row.SendErrors[errorKind(snd.Err)]++
+		}
+	}
 	return row, nil
+}
+
+// errorKind shortens an error to what tells it apart: its text up to the
+// first digit, at most 80 bytes.
+func errorKind(err string) string {
+	if i := strings.IndexAny(err, "0123456789"); i > 0 {
+		err = err[:i]
+	}
+	if len(err) > 80 {
+		err = err[:80]
+	}
+	return strings.TrimSpace(err)
 }
 
 // caughtUp reports whether every consumer has delivered every partition's
@@ -317,6 +340,17 @@ func WriteTable(w io.Writer, rows []Row) error {
 		}
 		if len(r.Errors) > 0 {
 			fmt.Fprintf(w, "\n%s run errors:\n  %s\n", r.Nemesis, strings.Join(r.Errors, "\n  "))
+		}
+		if len(r.Notes) > 0 {
+			fmt.Fprintf(w, "\n%s: %s\n", r.Nemesis, strings.Join(r.Notes, "; "))
+		}
+		if len(r.SendErrors) > 0 {
+			var kinds []string
+			for k, n := range r.SendErrors {
+				kinds = append(kinds, fmt.Sprintf("%d× %s", n, k))
+			}
+			sort.Strings(kinds)
+			fmt.Fprintf(w, "\n%s: %d sends of unknown outcome:\n  %s\n", r.Nemesis, r.Report.Unknown, strings.Join(kinds, "\n  "))
 		}
 	}
 	return nil

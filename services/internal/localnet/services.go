@@ -32,6 +32,10 @@ type Services struct {
 	// GatewaysOnly starts the gateways without NATS and the indexer: the
 	// write path alone, for benchmarks that isolate it.
 	GatewaysOnly bool
+	// ProxiedRPC maps a node to the loopback port of a proxy in front of
+	// its RPC (a tampering one, in chaos runs): the gateways and the
+	// indexer reach that node through it.
+	ProxiedRPC map[int]int
 	// Binaries.
 	NATS, Gateway, Indexer string
 }
@@ -78,6 +82,14 @@ func (s Services) GatewayHTTP(g int) string { return fmt.Sprintf("127.0.0.1:%d",
 // IndexerAddr is the indexer's HTTP address.
 func (s Services) IndexerAddr() string { return fmt.Sprintf("127.0.0.1:%d", s.IndexerPort) }
 
+// rpcHostPort is where the services reach node i's RPC.
+func (s Services) rpcHostPort(c Config, i int) string {
+	if port, ok := s.ProxiedRPC[i]; ok {
+		return fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", c.RPCPort(i))
+}
+
 func (n *Net) natsProc(s Services) proc {
 	dir := filepath.Join(n.cfg.Dir, "nats")
 	data := filepath.Join(dir, "data")
@@ -93,7 +105,7 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 	dir := filepath.Join(n.cfg.Dir, fmt.Sprintf("gateway%d", g))
 	var rpcs []string
 	for i := 0; i < n.cfg.Validators; i++ {
-		rpcs = append(rpcs, n.cfg.RPCAddr((g+i)%n.cfg.Validators)) // spread the gateways over the nodes
+		rpcs = append(rpcs, "http://"+s.rpcHostPort(n.cfg, (g+i)%n.cfg.Validators)) // spread the gateways over the nodes
 	}
 	args := []string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
 		"--nodes", strings.Join(rpcs, ","), "--log-format", "json",
@@ -113,7 +125,7 @@ func (n *Net) indexerProc(s Services) proc {
 	genesis := filepath.Join(n.cfg.home(0), "config", "genesis.json")
 	var rpcs []string
 	for i := 0; i < n.cfg.Validators; i++ {
-		rpcs = append(rpcs, fmt.Sprintf("127.0.0.1:%d", n.cfg.RPCPort(i)))
+		rpcs = append(rpcs, s.rpcHostPort(n.cfg, i))
 	}
 	args := []string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
 		"--http-listen", s.IndexerAddr(), "--log-format", "json"}

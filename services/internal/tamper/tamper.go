@@ -1,0 +1,185 @@
+// Package tamper is a lying CometBFT RPC proxy, for tests and chaos runs:
+// in front of one node, it forges headers, alters transactions and results,
+// or withholds blocks, so that a client of that node (the indexer, a
+// gateway) must notice and go to another.
+package tamper
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy sits in front of one CometBFT node's JSON-RPC and, per mode, lies.
+type Proxy struct {
+	target string
+	srv    *http.Server
+	mode   atomic.Value // string
+	mu     sync.Mutex
+	hits   map[string]int
+}
+
+// Modes are the lies a Proxy tells; "" tells none.
+var Modes = []string{Header, Tx, Results, Withhold}
+
+// The modes.
+const (
+	// Header forges the app hash of the signed header (/commit) a light
+	// client fetches.
+	Header = "header"
+	// Tx flips a byte of a block's first transaction (a record's value
+	// when it holds "tx-": an altered record, not only a broken signature).
+	Tx = "tx"
+	// Results flips a byte of a block's first result data.
+	Results = "results"
+	// Withhold never answers for a block (12 s, then an error).
+	Withhold = "withhold"
+)
+
+// Start serves a Proxy on listen (host:port) in front of target (the
+// node's RPC URL, "http://127.0.0.1:26657"). It tells no lie until SetMode.
+func Start(listen, target string) (*Proxy, error) {
+	p := &Proxy{target: target, hits: map[string]int{}}
+	p.SetMode("")
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("tamper proxy: %w", err)
+	}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// Close stops the proxy.
+func (p *Proxy) Close() error { return p.srv.Close() }
+
+// SetMode chooses the lie; "" makes the proxy honest.
+func (p *Proxy) SetMode(m string) { p.mode.Store(m) }
+
+// Count is how many times the proxy told lie m.
+func (p *Proxy) Count(m string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits[m]
+}
+
+func (p *Proxy) hit(m string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hits[m]++
+}
+
+// ServeHTTP forwards a JSON-RPC request and alters the answer per mode.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var req struct {
+		Method string `json:"method"`
+	}
+	_ = json.Unmarshal(body, &req)
+	mode := p.mode.Load().(string)
+	if mode == Withhold && req.Method == "block" {
+		p.hit(mode)
+		select { // longer than the indexer's 10 s request timeout, bounded
+		case <-time.After(12 * time.Second):
+		case <-r.Context().Done():
+		}
+		http.Error(w, "withheld", http.StatusServiceUnavailable)
+		return
+	}
+	// Forward as it came: a gateway submits small transactions as a form
+	// (tx=0x<hex>), which the node reads as an empty tx under any other
+	// content type.
+	url := p.target + r.URL.Path
+	if r.URL.RawQuery != "" {
+		url += "?" + r.URL.RawQuery
+	}
+	fwd, err := http.NewRequestWithContext(r.Context(), r.Method, url, bytes.NewReader(body))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		fwd.Header.Set("Content-Type", ct)
+	}
+	resp, err := http.DefaultClient.Do(fwd)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	var msg map[string]any
+	if json.Unmarshal(out, &msg) == nil {
+		if res, ok := msg["result"].(map[string]any); ok && p.tamper(mode, req.Method, res) {
+			p.hit(mode)
+			out, _ = json.Marshal(msg)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(out)
+}
+
+// tamper alters res in place per mode and says whether it did.
+func (p *Proxy) tamper(mode, method string, res map[string]any) bool {
+	path := func(keys ...string) map[string]any {
+		m := res
+		for _, k := range keys {
+			next, ok := m[k].(map[string]any)
+			if !ok {
+				return nil
+			}
+			m = next
+		}
+		return m
+	}
+	flip := func(b64 string) string {
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(b) == 0 {
+			return b64
+		}
+		b[len(b)-1] ^= 0x01
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	switch {
+	case mode == Tx && method == "block":
+		data := path("block", "data")
+		if txs, ok := data["txs"].([]any); ok && len(txs) > 0 {
+			// Change a record's value ("tx-..." to "TX-..."), not just any
+			// byte: an altered record, not only a broken signature.
+			if b, err := base64.StdEncoding.DecodeString(txs[0].(string)); err == nil && bytes.Contains(b, []byte("tx-")) {
+				txs[0] = base64.StdEncoding.EncodeToString(bytes.Replace(b, []byte("tx-"), []byte("TX-"), 1))
+			} else {
+				txs[0] = flip(txs[0].(string))
+			}
+			return true
+		}
+	case mode == Results && method == "block_results":
+		if rs, ok := res["txs_results"].([]any); ok && len(rs) > 0 {
+			if r, ok := rs[0].(map[string]any); ok {
+				if d, ok := r["data"].(string); ok && d != "" {
+					r["data"] = flip(d)
+					return true
+				}
+			}
+		}
+	case mode == Header && method == "commit":
+		if h := path("signed_header", "header"); h != nil {
+			if ah, ok := h["app_hash"].(string); ok && len(ah) > 0 {
+				c := byte('0')
+				if ah[0] == '0' {
+					c = '1'
+				}
+				h["app_hash"] = string(c) + ah[1:]
+				return true
+			}
+		}
+	}
+	return false
+}

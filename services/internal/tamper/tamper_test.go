@@ -1,0 +1,79 @@
+package tamper
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func TestProxyForwardsFormsAndLiesOnDemand(t *testing.T) {
+	tx := base64.StdEncoding.EncodeToString([]byte("value tx-1"))
+	var gotType, gotBody string
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		gotType, gotBody = r.Header.Get("Content-Type"), string(b)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"block":{"data":{"txs":["`+tx+`"]}}}}`)
+	}))
+	defer node.Close()
+	addr := freeAddr(t)
+	p, err := Start(addr, node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	// A gateway's form submission reaches the node as a form.
+	resp, err := http.Post("http://"+addr+"/broadcast_tx_sync", "application/x-www-form-urlencoded", strings.NewReader("tx=0xabcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if gotType != "application/x-www-form-urlencoded" || gotBody != "tx=0xabcd" {
+		t.Fatalf("the node got %q with content type %q, want the form as sent", gotBody, gotType)
+	}
+
+	block := func() string {
+		resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(`{"method":"block","id":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var msg struct {
+			Result struct {
+				Block struct {
+					Data struct {
+						Txs []string `json:"txs"`
+					} `json:"data"`
+				} `json:"block"`
+			} `json:"result"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := base64.StdEncoding.DecodeString(msg.Result.Block.Data.Txs[0])
+		return string(b)
+	}
+	if got := block(); got != "value tx-1" || p.Count(Tx) != 0 {
+		t.Fatalf("honest proxy: tx %q, %d lies", got, p.Count(Tx))
+	}
+	p.SetMode(Tx)
+	if got := block(); got != "value TX-1" || p.Count(Tx) != 1 {
+		t.Fatalf("tx mode: tx %q, %d lies; want the record altered once", got, p.Count(Tx))
+	}
+}
