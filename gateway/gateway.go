@@ -2,7 +2,8 @@
 // batches, checks what it can without trusting anyone, bundles batches from
 // all clients into one CometBFT transaction per linger period, submits it to
 // a healthy node (failing over to others), follows committed blocks and
-// answers each batch with a receipt taken from the block's results. A
+// answers each batch with a receipt taken from the block's results, once
+// f+1 of its nodes agree on the block's hash and results (confirm.go). A
 // gateway holds no state a restart would lose: producers sign their batches
 // and retry with the same sequence, so the gateway can drop, repeat or
 // reorder nothing the validators would accept. Its client subpackage is the
@@ -451,9 +452,9 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 	// /tx needs the node's tx_index (CometBFT's default "kv"): with
 	// tx_index = "null" a bundle committed before this gateway tracked it
 	// would wait for the commit timeout instead.
-	res, err := n.Client.Tx(cctx, hash, false)
-	if err != nil {
-		return // not indexed: still pending
+	res := g.confirmedTx(cctx, n, hash)
+	if res == nil {
+		return // not indexed (or not by f+1 nodes): still pending
 	}
 	if g.untrack(p) {
 		g.committed(ctx, p, res.Height, res.Index, &res.TxResult)
@@ -544,17 +545,11 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 			return nil
 		}
 		g.mu.Unlock()
-		blk, err := n.Client.Block(cctx, &h)
+		d, err := g.confirmedBlock(cctx, n, h)
 		if err != nil {
-			return fmt.Errorf("block %d from %s: %w", h, n.Addr, err)
+			return err
 		}
-		res, err := n.Client.BlockResults(cctx, &h)
-		if err != nil {
-			return fmt.Errorf("block results %d from %s: %w", h, n.Addr, err)
-		}
-		if len(res.TxsResults) != len(blk.Block.Txs) {
-			return fmt.Errorf("block %d from %s: %d txs but %d results", h, n.Addr, len(blk.Block.Txs), len(res.TxsResults))
-		}
+		blk, res := d.block, d.results
 		for i, tx := range blk.Block.Txs {
 			g.mu.Lock()
 			p := g.pending[hex.EncodeToString(tx.Hash())]

@@ -17,6 +17,7 @@ type Metrics struct {
 	bundleBytes   prometheus.Histogram     // bytes per submitted bundle
 	latency       *prometheus.HistogramVec // produce to answer, by ack level
 	resubmits     prometheus.Counter
+	disagreements prometheus.Counter
 }
 
 func newMetrics(g *Gateway) *Metrics {
@@ -45,12 +46,16 @@ func newMetrics(g *Gateway) *Metrics {
 			Namespace: "byzlog", Subsystem: "gateway", Name: "resubmits_total",
 			Help: "Transactions submitted again after the commit timeout.",
 		}),
+		disagreements: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "node_disagreements_total",
+			Help: "Blocks whose hash or results one node reported differently from the f+1 nodes that agreed (the gateway used theirs).",
+		}),
 	}
 }
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits}
+	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.disagreements}
 }
 
 func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Receipt, err error) {

@@ -1,8 +1,8 @@
 // Package nodes keeps a gateway's view of its CometBFT nodes: which are
 // healthy (reachable, not catching up, not lagging), the chain they serve,
 // and which to use next. It picks nodes round-robin among the healthy ones
-// and never trusts a node beyond availability: what a node says about
-// committed state is checked by the validators' signatures elsewhere.
+// and never trusts a node beyond availability: what one node says about
+// committed state is confirmed with others (Others) before it is used.
 package nodes
 
 import (
@@ -237,6 +237,28 @@ func (p *Pool) Freshest() *Node {
 		return p.Pick()
 	}
 	return best
+}
+
+// Others returns every node but n, healthy ones first, each group in
+// round-robin order: whom to ask to confirm what n said.
+func (p *Pool) Others(n *Node) []*Node {
+	start := p.next.Add(1)
+	var healthy, rest []*Node
+	for i := range p.nodes {
+		m := p.nodes[(start+uint64(i))%uint64(len(p.nodes))]
+		if m == n {
+			continue
+		}
+		m.mu.Lock()
+		ok := m.healthy
+		m.mu.Unlock()
+		if ok {
+			healthy = append(healthy, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	return append(healthy, rest...)
 }
 
 // Len is the number of nodes.

@@ -15,6 +15,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // Proxy sits in front of one CometBFT node's JSON-RPC and, per mode, lies.
@@ -37,7 +41,8 @@ const (
 	// Tx flips a byte of a block's first transaction (a record's value
 	// when it holds "tx-": an altered record, not only a broken signature).
 	Tx = "tx"
-	// Results flips a byte of a block's first result data.
+	// Results moves a block's first produce outcome one offset on (a wrong
+	// receipt, if believed), or flips a byte of other result data.
 	Results = "results"
 	// Withhold never answers for a block (12 s, then an error).
 	Withhold = "withhold"
@@ -164,7 +169,7 @@ func (p *Proxy) tamper(mode, method string, res map[string]any) bool {
 		if rs, ok := res["txs_results"].([]any); ok && len(rs) > 0 {
 			if r, ok := rs[0].(map[string]any); ok {
 				if d, ok := r["data"].(string); ok && d != "" {
-					r["data"] = flip(d)
+					r["data"] = misplace(d, flip)
 					return true
 				}
 			}
@@ -182,4 +187,24 @@ func (p *Proxy) tamper(mode, method string, res map[string]any) bool {
 		}
 	}
 	return false
+}
+
+// misplace rewrites a produce bundle's outcome (base64) so that its first
+// batch's records seem to sit one offset later: a lie that would give a
+// producer a wrong receipt. Other data gets a flipped bit.
+func misplace(b64 string, flip func(string) string) string {
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return flip(b64)
+	}
+	var out byzlogv1.TxOutcome
+	if proto.Unmarshal(b, &out) != nil || len(out.Batches) == 0 || out.Batches[0].RecordCount == 0 {
+		return flip(b64)
+	}
+	out.Batches[0].BaseOffset++
+	b, err = proto.Marshal(&out)
+	if err != nil {
+		return flip(b64)
+	}
+	return base64.StdEncoding.EncodeToString(b)
 }

@@ -9,6 +9,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 func freeAddr(t *testing.T) string {
@@ -75,5 +79,22 @@ func TestProxyForwardsFormsAndLiesOnDemand(t *testing.T) {
 	p.SetMode(Tx)
 	if got := block(); got != "value TX-1" || p.Count(Tx) != 1 {
 		t.Fatalf("tx mode: tx %q, %d lies; want the record altered once", got, p.Count(Tx))
+	}
+}
+
+func TestMisplaceMovesTheFirstBatch(t *testing.T) {
+	b, err := proto.Marshal(&byzlogv1.TxOutcome{Batches: []*byzlogv1.BatchResult{{Topic: "t", BaseOffset: 7, RecordCount: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flipped := false
+	got := misplace(base64.StdEncoding.EncodeToString(b), func(s string) string { flipped = true; return s })
+	raw, _ := base64.StdEncoding.DecodeString(got)
+	var out byzlogv1.TxOutcome
+	if err := proto.Unmarshal(raw, &out); err != nil || flipped || out.Batches[0].BaseOffset != 8 {
+		t.Fatalf("misplace = %v (flipped %v, err %v), want base offset 8", &out, flipped, err)
+	}
+	if misplace("not base64!", func(string) string { flipped = true; return "x" }); !flipped {
+		t.Fatal("misplace did not fall back to a flip for data that is no outcome")
 	}
 }
