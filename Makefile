@@ -113,11 +113,16 @@ chaos: build failpoints-app ## every nemesis for CHAOS_DURATION (3m) each under 
 	$(BIN)/byzlog chaos --duration $(CHAOS_DURATION) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 .PHONY: chaos-smoke
-chaos-smoke: build failpoints-app ## the short chaos run make test runs: 15 s per nemesis (~6 min)
-	$(BIN)/byzlog chaos --duration 15s --hold 4s --gap 3s --settle 60s $(CHAOS_ARGS)
+chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis, 2 faults each (~7 min)
+	$(BIN)/byzlog chaos --duration 12s --hold 3s --gap 2s --settle 60s $(CHAOS_ARGS)
+
+.PHONY: model
+model: ## model-check the protocol with spin (scripts/model): every property passes, every sanity mutation fails; installs spin if missing
+	@(command -v spin && command -v gcc) >/dev/null 2>&1 || (apt-get update && apt-get install -y spin gcc)
+	@scripts/model/run.sh
 
 .PHONY: test
-test: deps build lint verify-proto verify-reference unit e2e ## everything CI runs
+test: deps build lint verify-proto verify-reference unit e2e model ## everything CI runs
 	$(MAKE) --no-print-directory demo DEMO_RECORDS=2000
 	$(MAKE) --no-print-directory chaos-smoke
 
