@@ -8,7 +8,9 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -176,21 +178,10 @@ func Check(h History) Report {
 		}
 		signers[c][o.Producer] = true
 	}
-	places := make([]place, 0, len(at))
-	for p := range at {
-		places = append(places, p)
-	}
-	sort.Slice(places, func(i, j int) bool {
-		if places[i].partition != places[j].partition {
-			return places[i].partition < places[j].partition
-		}
-		return places[i].offset < places[j].offset
+	places := sortedKeys(at, func(a, b place) int {
+		return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.offset, b.offset))
 	})
-	values := make([]string, 0, len(where))
-	for v := range where {
-		values = append(values, v)
-	}
-	sort.Strings(values)
+	values := slices.Sorted(maps.Keys(where))
 
 	// inconsistent-offsets: one place, several values; or an acknowledged
 	// record seen somewhere its receipt did not name.
@@ -270,11 +261,7 @@ func Check(h History) Report {
 		}
 		held[o.Partition] = [2]uint64{min(b[0], o.Offset), max(b[1], o.Offset)}
 	}
-	consumerNames := make([]string, 0, len(consumers))
-	for c := range consumers {
-		consumerNames = append(consumerNames, c)
-	}
-	sort.Strings(consumerNames)
+	consumerNames := slices.Sorted(maps.Keys(consumers))
 	for i := range h.Sends {
 		s := &h.Sends[i]
 		if s.Outcome != Acked {
@@ -327,15 +314,8 @@ func Check(h History) Report {
 		}
 	}
 	r.Of[NonmonotonicSend] = r.Acked
-	streams := make([]stream, 0, len(bySender))
-	for k := range bySender {
-		streams = append(streams, k)
-	}
-	sort.Slice(streams, func(i, j int) bool {
-		if streams[i].producer != streams[j].producer {
-			return streams[i].producer < streams[j].producer
-		}
-		return streams[i].partition < streams[j].partition
+	streams := sortedKeys(bySender, func(a, b stream) int {
+		return cmp.Or(cmp.Compare(a.producer, b.producer), cmp.Compare(a.partition, b.partition))
 	})
 	for _, k := range streams {
 		ss := bySender[k]
@@ -361,15 +341,8 @@ func Check(h History) Report {
 			polls[k] = append(polls[k], o)
 		}
 	}
-	cursors := make([]cursor, 0, len(polls))
-	for k := range polls {
-		cursors = append(cursors, k)
-	}
-	sort.Slice(cursors, func(i, j int) bool {
-		if cursors[i].consumer != cursors[j].consumer {
-			return cursors[i].consumer < cursors[j].consumer
-		}
-		return cursors[i].partition < cursors[j].partition
+	cursors := sortedKeys(polls, func(a, b cursor) int {
+		return cmp.Or(cmp.Compare(a.consumer, b.consumer), cmp.Compare(a.partition, b.partition))
 	})
 	npolls := 0
 	for _, k := range cursors {
@@ -395,21 +368,12 @@ func Check(h History) Report {
 	r.Of[NonmonotonicPoll], r.Of[PollSkip] = npolls, npolls
 
 	// app-hash divergence: heights at which nodes report different hashes.
-	heights := make([]int64, 0, len(h.AppHashes))
-	for height := range h.AppHashes {
-		heights = append(heights, height)
-	}
-	slices.Sort(heights)
+	heights := slices.Sorted(maps.Keys(h.AppHashes))
 	r.Of[AppHashDivergence] = len(heights)
 	for _, height := range heights {
 		byNode := h.AppHashes[height]
-		nodes := make([]string, 0, len(byNode))
-		for node := range byNode {
-			nodes = append(nodes, node)
-		}
-		sort.Strings(nodes)
 		distinct := map[string][]string{}
-		for _, node := range nodes {
+		for _, node := range slices.Sorted(maps.Keys(byNode)) {
 			if hash := byNode[node]; hash != "" {
 				distinct[hash] = append(distinct[hash], node)
 			}
@@ -424,4 +388,9 @@ func Check(h History) Report {
 		}
 	}
 	return r
+}
+
+// sortedKeys returns m's keys in the order compare gives.
+func sortedKeys[K comparable, V any](m map[K]V, compare func(a, b K) int) []K {
+	return slices.SortedFunc(maps.Keys(m), compare)
 }
