@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	dbm "github.com/cometbft/cometbft-db"
 	"github.com/cometbft/cometbft/light"
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
@@ -79,7 +78,7 @@ type verifier struct {
 }
 
 func newVerifier(cfg Config, nodes []*node, m *Metrics, log zerolog.Logger) *verifier {
-	return &verifier{cfg: cfg, log: log, m: m, nodes: nodes, store: dbs.New(dbm.NewMemDB(), cfg.ChainID)}
+	return &verifier{cfg: cfg, log: log, m: m, nodes: nodes, store: dbs.New(newLightDB(), cfg.ChainID)}
 }
 
 // client returns the light client, building it when there is none.

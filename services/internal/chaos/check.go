@@ -57,6 +57,9 @@ type History struct {
 	Observations []Observation
 	// ProducerKeys maps producer index to the hex of its public key.
 	ProducerKeys map[int]string
+	// Consumers names the consumers that read every partition from its
+	// start: each must get every record (one that got none counts too).
+	Consumers []string
 	// AppHashes holds, per height, each node's app hash ("" when a node
 	// could not tell): headers agreed by consensus, and each app's own.
 	AppHashes map[int64]map[string]string
@@ -260,6 +263,9 @@ func Check(h History) Report {
 			b = [2]uint64{o.Offset, o.Offset}
 		}
 		held[o.Partition] = [2]uint64{min(b[0], o.Offset), max(b[1], o.Offset)}
+	}
+	for _, c := range h.Consumers {
+		consumers[c] = true
 	}
 	consumerNames := slices.Sorted(maps.Keys(consumers))
 	for i := range h.Sends {

@@ -11,7 +11,7 @@ import (
 // unknown outcome that made it (b2) and one that did not (b3). Two
 // validators hold the log; one consumer read it all in order.
 func clean() History {
-	h := History{ProducerKeys: map[int]string{0: "aaaa", 1: "bbbb"}, AppHashes: map[int64]map[string]string{
+	h := History{ProducerKeys: map[int]string{0: "aaaa", 1: "bbbb"}, Consumers: []string{"consumer0"}, AppHashes: map[int64]map[string]string{
 		1: {"node0": "h1", "node1": "h1"}, 2: {"node0": "h2", "node1": "h2"},
 	}}
 	for i := 0; i < 4; i++ {
@@ -72,6 +72,10 @@ func TestCheckFindsExactlyEachAnomaly(t *testing.T) {
 		{"unseen: validators hold it, the consumer never got it", func(h History) History {
 			return drop(h, func(o Observation) bool { return o.Poll && o.Value == "a3" })
 		}, map[string]int{Unseen: 1}, `"a3" acknowledged at 0@3 never reached consumer0`},
+		{"unseen: a consumer that got nothing misses every record", func(h History) History {
+			h.Consumers = append(h.Consumers, "consumer1")
+			return h
+		}, map[string]int{Unseen: 6}, `never reached consumer1`},
 		{"duplicate: a value at two offsets", func(h History) History {
 			for _, node := range []string{"node0", "node1"} {
 				h.Observations = append(h.Observations, Observation{Observer: node, Partition: 0, Offset: 4, Value: "a2", Producer: "aaaa"})

@@ -82,6 +82,7 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	var consumers sync.WaitGroup
 	for i := 0; i < w.Consumers; i++ {
 		name := fmt.Sprintf("consumer%d", i)
+		rec.h.Consumers = append(rec.h.Consumers, name)
 		var seq int
 		var mu sync.Mutex
 		for p := uint32(0); p < w.Partitions; p++ {
