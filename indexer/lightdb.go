@@ -53,11 +53,11 @@ type sliceIterator struct {
 }
 
 func (s *sliceIterator) Domain() ([]byte, []byte) { return s.start, s.end }
-func (s *sliceIterator) Valid() bool             { return s.i < len(s.keys) }
-func (s *sliceIterator) Key() []byte             { s.mustBeValid(); return s.keys[s.i] }
-func (s *sliceIterator) Value() []byte           { s.mustBeValid(); return s.values[s.i] }
-func (s *sliceIterator) Error() error            { return nil }
-func (s *sliceIterator) Close() error            { return nil }
+func (s *sliceIterator) Valid() bool              { return s.i < len(s.keys) }
+func (s *sliceIterator) Key() []byte              { s.mustBeValid(); return s.keys[s.i] }
+func (s *sliceIterator) Value() []byte            { s.mustBeValid(); return s.values[s.i] }
+func (s *sliceIterator) Error() error             { return nil }
+func (s *sliceIterator) Close() error             { return nil }
 
 func (s *sliceIterator) Next() {
 	s.mustBeValid()
