@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -358,6 +359,13 @@ func rebuildLiar(ctx context.Context, c *Cluster, i int, at int64) error {
 	}
 	if err := c.Net.StartNode(ctx, i); err != nil {
 		return err
+	}
+	// The rebuilt node syncs every block from genesis. Until it is back,
+	// the network runs on 3 of 4: the next fault must not start before.
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := c.Net.WaitHeight(wctx, []int{i}, maxCommitted(ctx, c), io.Discard); err != nil {
+		return fmt.Errorf("node%d, rebuilt after its wrong app hash, did not catch up: %w", i, err)
 	}
 	switch {
 	case honest <= at+2:
