@@ -212,10 +212,7 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 	go func() { wg.Wait(); close(produced) }()
 	// Producers stop at the end of the window or when ctx ends.
 	everySecond(produced, progress, func() (Progress, int64) {
-		r.mu.Lock()
-		w := Summarize(r.window)
-		r.window = r.window[:0]
-		r.mu.Unlock()
+		w := takeWindow(&r.mu, &r.window)
 		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(r.measureFrom),
 			Acked: r.acked.Load(), Errors: r.errCount.Load(), P99: w.P99, Consumed: r.consumed.Load()}, r.ackedAll.Load()
 	})
@@ -375,6 +372,16 @@ func everySecond(done <-chan struct{}, progress func(Progress), snapshot func() 
 			return
 		}
 	}
+}
+
+// takeWindow summarizes the latencies gathered since its last call (under
+// mu) and starts the next progress window.
+func takeWindow(mu *sync.Mutex, window *[]time.Duration) Latency {
+	mu.Lock()
+	defer mu.Unlock()
+	w := Summarize(*window)
+	*window = (*window)[:0]
+	return w
 }
 
 // inWindow reports whether an acknowledgement at t counts: at or after

@@ -145,10 +145,7 @@ func RunJetStream(ctx context.Context, cfg JetStreamConfig, progress func(Progre
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	everySecond(finished, progress, func() (Progress, int64) {
-		mu.Lock()
-		w := Summarize(window)
-		window = window[:0]
-		mu.Unlock()
+		w := takeWindow(&mu, &window)
 		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99}, ackedAll.Load()
 	})
 	res.Processes = watch()

@@ -170,10 +170,7 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	everySecond(finished, progress, func() (Progress, int64) {
-		mu.Lock()
-		w := Summarize(window)
-		window = window[:0]
-		mu.Unlock()
+		w := takeWindow(&mu, &window)
 		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99}, ackedAll.Load()
 	})
 	// The watcher may still be behind node 0's tip: let it reach the end
