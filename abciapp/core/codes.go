@@ -86,6 +86,18 @@ const (
 	// CodeBundleTooLarge: a bundle holds more batches, records or inflated
 	// bytes than one transaction may.
 	CodeBundleTooLarge Code = 33
+	// CodePending: a sequence or nonce of the transaction is held by another
+	// transaction waiting in the node's mempool; its outcome decides.
+	CodePending Code = 34
+	// CodeMempoolFull: the node's mempool has no room for the transaction
+	// (in all, or for its signer); retry later.
+	CodeMempoolFull Code = 35
+	// CodeExpired: the transaction waited in the mempool longer than it may
+	// and was dropped; send it again.
+	CodeExpired Code = 36
+	// CodeInternal: the app failed on the transaction; it is refused, and
+	// the failure is in the node's log.
+	CodeInternal Code = 37
 )
 
 var codeNames = map[Code]string{
@@ -101,6 +113,7 @@ var codeNames = map[Code]string{
 	CodeOffsetBackwards: "offset_backwards", CodeOffsetBeyondEnd: "offset_beyond_end", CodeBadQuery: "bad_query",
 	CodeOffsetOutOfRange: "offset_out_of_range", CodeNotFound: "not_found",
 	CodeBlockFull: "block_full", CodeBundleTooLarge: "bundle_too_large",
+	CodePending: "pending", CodeMempoolFull: "mempool_full", CodeExpired: "expired", CodeInternal: "internal",
 }
 
 // String names the code for logs and messages.

@@ -35,6 +35,21 @@ type Block struct {
 	// every record in the block, and the clock retention runs on.
 	TimeUnixNano int64
 	Txs          [][]byte
+	// Checked optionally holds Txs already prechecked (Precheck; with their
+	// records for Execute), one per tx, so that a caller can do the
+	// expensive stateless work outside its locks. Nil: prechecked here.
+	Checked []*Checked
+}
+
+// checked returns the block's prechecked transactions.
+func (b Block) checked(params *byzlogv1.ChainParams, keepRecords bool) ([]*Checked, error) {
+	if b.Checked == nil {
+		return precheckAll(params, b.Txs, keepRecords), nil
+	}
+	if len(b.Checked) != len(b.Txs) {
+		return nil, fmt.Errorf("block %d: %d prechecked transactions for %d txs", b.Height, len(b.Checked), len(b.Txs))
+	}
+	return b.Checked, nil
 }
 
 // Result is the outcome of one transaction.
@@ -82,6 +97,12 @@ const (
 	// modeMempool: CheckTx against committed state. Sequences and nonces may
 	// run ahead (earlier ones may still be in the mempool); nothing is written.
 	modeMempool
+	// modePool: the app's mempool admitting a transaction on top of the
+	// ones it holds. Effects are written as in a block, so each sequence
+	// and nonce must be exactly the next one after committed state and the
+	// pool; one that is ahead sets waiting, and one that a pending
+	// transaction already holds is CodePending, never a duplicate.
+	modePool
 )
 
 var deterministic = proto.MarshalOptions{Deterministic: true}
@@ -149,9 +170,13 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 	if err := retain(r, ex.block, b.TimeUnixNano); err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 	}
+	checked, err := b.checked(params, true)
+	if err != nil {
+		return Outcome{}, err
+	}
 	results := make([]Result, len(b.Txs))
-	for i, tx := range b.Txs {
-		if results[i], err = ex.apply(tx); err != nil {
+	for i, c := range checked {
+		if results[i], err = ex.apply(c); err != nil {
 			return Outcome{}, fmt.Errorf("execute block %d tx %d: %w", b.Height, i, err)
 		}
 	}
@@ -175,16 +200,20 @@ func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	checked, err := b.checked(params, false)
+	if err != nil {
+		return nil, err
+	}
 	ex := newExecutor(r, params, b)
 	ex.bounded, ex.countOnly = true, true
 	var picked [][]byte
 	var size int64
-	for _, tx := range b.Txs {
+	for i, tx := range b.Txs {
 		// CometBFT counts each tx as a protobuf bytes field: tag, length, data.
 		if size+txWireSize(tx) > maxBytes {
 			continue // a smaller one further on may still fit
 		}
-		res, err := ex.apply(tx)
+		res, err := ex.apply(checked[i])
 		if err != nil {
 			return nil, err
 		}
@@ -203,10 +232,14 @@ func Verify(r Reader, b Block) (int, Result, error) {
 	if err != nil {
 		return 0, Result{}, err
 	}
+	checked, err := b.checked(params, false)
+	if err != nil {
+		return 0, Result{}, err
+	}
 	ex := newExecutor(r, params, b)
 	ex.bounded, ex.countOnly = true, true
-	for i, tx := range b.Txs {
-		res, err := ex.apply(tx)
+	for i, c := range checked {
+		res, err := ex.apply(c)
 		if err != nil {
 			return 0, Result{}, err
 		}
@@ -229,5 +262,28 @@ func Check(r Reader, tx []byte) (Result, error) {
 	}
 	ex := newExecutor(r, params, Block{})
 	ex.mode = modeMempool
-	return ex.apply(tx)
+	return ex.apply(Precheck(params, tx, false))
+}
+
+// Pending is the state a mempool's transactions would leave on top of
+// committed state, if they were committed in the order added. A mempool
+// admits a transaction only if it applies on top of Pending, so that what it
+// holds can always be proposed, in order, and never jams a block.
+type Pending struct {
+	ex *executor
+}
+
+// NewPending starts a Pending on the committed state r.
+func NewPending(r Reader, params *byzlogv1.ChainParams) *Pending {
+	ex := newExecutor(r, params, Block{})
+	ex.mode, ex.countOnly = modePool, true
+	return &Pending{ex: ex}
+}
+
+// Add applies c on top of the pending state. When c is refused, waiting
+// says whether it failed only because an earlier sequence or nonce (at most
+// MaxLookahead ahead) has not arrived, so that it may become valid.
+func (p *Pending) Add(c *Checked) (res Result, waiting bool, err error) {
+	res, err = p.ex.apply(c)
+	return res, !res.OK() && p.ex.waiting, err
 }

@@ -25,6 +25,13 @@ type executor struct {
 	// stored records: no rule depends on their bytes, and nothing of a
 	// proposal is committed.
 	countOnly bool
+	// base is the committed state under the block's overlay: in modePool
+	// it tells a committed sequence (a duplicate) from a pending one.
+	base Reader
+	// waiting is set by apply in modePool when the transaction failed only
+	// because a sequence or nonce before it has not arrived yet (within
+	// MaxLookahead): the mempool may hold it until it does.
+	waiting   bool
 	used      budget          // by the accepted transactions of the block
 	tx        budget          // by the transaction being applied
 	txSeen    map[string]bool // CheckTx: producer sequences seen in this tx
@@ -53,23 +60,24 @@ type budget struct {
 const MaxBlockResultBytes = 3 << 20
 
 func newExecutor(r Reader, params *byzlogv1.ChainParams, b Block) *executor {
-	return &executor{params: params, block: newOverlay(r), b: b, appended: map[string]*appendedRun{}}
+	return &executor{params: params, block: newOverlay(r), base: r, b: b, appended: map[string]*appendedRun{}}
 }
 
-// apply runs one transaction on a child overlay and keeps its writes only if
-// it succeeds. Errors are store failures.
-func (ex *executor) apply(tx []byte) (Result, error) {
-	env, res := decodeTx(tx, ex.params.Limits.MaxBundleBatches)
-	if !res.OK() {
-		return res, nil
+// apply runs one prechecked transaction on a child overlay and keeps its
+// writes only if it succeeds. Errors are store failures.
+func (ex *executor) apply(c *Checked) (Result, error) {
+	ex.waiting = false
+	if !c.res.OK() {
+		return c.res, nil
 	}
+	res := c.res
 	txo := newOverlay(ex.block)
 	ex.tx, ex.txSeen = budget{}, map[string]bool{}
 	var pending []*appendedRun
 	var err error
-	switch k := env.Kind.(type) {
+	switch k := c.env.Kind.(type) {
 	case *byzlogv1.Tx_ProduceBundle:
-		res, pending, err = ex.produce(txo, k.ProduceBundle)
+		res, pending, err = ex.produce(txo, c.batches)
 	case *byzlogv1.Tx_Admin:
 		res, err = ex.admin(txo, k.Admin)
 	case *byzlogv1.Tx_CommitOffsets:
@@ -102,17 +110,17 @@ func (ex *executor) apply(tx []byte) (Result, error) {
 // produce applies a bundle: every batch must be valid, or none is applied.
 // It stops at the first bad batch; the outcome marks the rest not applied,
 // so a gateway can answer the bad one and send the others again.
-func (ex *executor) produce(o *overlay, bundle *byzlogv1.ProduceBundle) (Result, []*appendedRun, error) {
-	outcome := &byzlogv1.TxOutcome{Batches: make([]*byzlogv1.BatchResult, len(bundle.Batches))}
+func (ex *executor) produce(o *overlay, batches []*checkedBatch) (Result, []*appendedRun, error) {
+	outcome := &byzlogv1.TxOutcome{Batches: make([]*byzlogv1.BatchResult, len(batches))}
 	var failed *Result
 	var runs []*appendedRun
 	var events []Event
-	for i, sb := range bundle.Batches {
+	for i, cb := range batches {
 		if failed != nil {
 			outcome.Batches[i] = &byzlogv1.BatchResult{Log: "not applied: an earlier batch of the bundle was rejected"}
 			continue
 		}
-		br, run, err := ex.batch(o, sb)
+		br, run, err := ex.batch(o, cb)
 		if err != nil {
 			return Result{}, nil, err
 		}
@@ -147,74 +155,41 @@ func (ex *executor) produce(o *overlay, bundle *byzlogv1.ProduceBundle) (Result,
 	return Result{Code: CodeOK, Data: marshal(outcome), Events: events}, runs, nil
 }
 
-// batch validates one signed batch and, in a block, appends its records.
-func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.BatchResult, *appendedRun, error) {
-	var body byzlogv1.BatchBody
-	if err := proto.Unmarshal(sb.Body, &body); err != nil {
-		return failBatch(&byzlogv1.BatchBody{}, CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err), nil, nil
+// batch runs the stateful checks of one prechecked batch and, in a block,
+// appends its records.
+func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, *appendedRun, error) {
+	if cb.early != nil {
+		return cb.early, nil, nil
 	}
-	if r := checkTopicName(body.Topic); !r.OK() {
-		return failBatch(&byzlogv1.BatchBody{Partition: body.Partition, Sequence: body.Sequence}, CodeUnknownTopic, "%s", r.Log), nil, nil
-	}
-	if body.ChainId != ex.params.ChainId {
-		return failBatch(&body, CodeWrongChain, "signed for chain %s, this is %q", short(body.ChainId), ex.params.ChainId), nil, nil
-	}
+	sb, body := cb.sb, cb.body
 	topic, err := loadTopic(o, body.Topic)
 	if err != nil {
 		return nil, nil, err
 	}
 	if topic == nil {
-		return failBatch(&body, CodeUnknownTopic, "topic %s does not exist; create it first", short(body.Topic)), nil, nil
+		return failBatch(body, CodeUnknownTopic, "topic %s does not exist; create it first", short(body.Topic)), nil, nil
 	}
 	if body.Partition >= topic.Config.Partitions {
-		return failBatch(&body, CodeUnknownPartition, "topic %q has partitions 0..%d", body.Topic, topic.Config.Partitions-1), nil, nil
+		return failBatch(body, CodeUnknownPartition, "topic %q has partitions 0..%d", body.Topic, topic.Config.Partitions-1), nil, nil
 	}
 	if !allowed(topic.Config, sb.ProducerKey) {
-		return failBatch(&body, CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
+		return failBatch(body, CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
 	}
 	pkey := producerKey(sb.ProducerKey, body.Topic, body.Partition)
-	var ps byzlogv1.ProducerState
-	if ok, err := getProto(o, CFProducers, pkey, &ps); err != nil {
-		return nil, nil, err
-	} else if !ok {
-		ps.Reset()
+	if br, err := ex.sequence(o, sb, body, pkey); br != nil || err != nil {
+		return br, nil, err
 	}
-	if body.Sequence < ps.NextSequence {
-		var ref byzlogv1.BatchRef
-		if _, err := getProto(o, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence), &ref); err != nil {
-			return nil, nil, err
-		}
-		br := failBatch(&body, CodeDuplicate, "sequence %d is already committed at offsets %d..%d (height %d); the next sequence is %d",
-			body.Sequence, ref.BaseOffset, ref.BaseOffset+uint64(ref.RecordCount)-1, ref.Height, ps.NextSequence)
-		br.Duplicate, br.BaseOffset, br.RecordCount, br.Height = true, ref.BaseOffset, ref.RecordCount, ref.Height
-		return br, nil, nil
+	if cb.late != nil {
+		return cb.late, nil, nil
 	}
-	if body.Sequence > ps.NextSequence && (ex.mode == modeBlock || body.Sequence-ps.NextSequence > MaxLookahead) {
-		return failBatch(&body, CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, ps.NextSequence), nil, nil
+	if max := topic.Config.MaxRecordBytes; max != 0 && cb.largest > uint64(max) {
+		return failBatch(body, CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the topic allows %d", cb.largestAt, cb.largest, max), nil, nil
 	}
-	if ex.mode == modeMempool {
-		// CheckTx writes nothing, so a sequence repeated within one bundle
-		// is caught here rather than by the producer state.
-		seen := string(pkey) + string(be64(body.Sequence))
-		if ex.txSeen[seen] {
-			return failBatch(&body, CodeMalformedTx, "sequence %d of this producer appears twice in the bundle", body.Sequence), nil, nil
-		}
-		ex.txSeen[seen] = true
+	if code, msg := ex.spend(cb.inflated, int64(cb.count)); code != CodeOK {
+		return failBatch(body, code, "%s", msg), nil, nil
 	}
-	if l := ex.params.Limits; body.UncompressedSize > l.MaxBatchBytes {
-		return failBatch(&body, CodeBatchTooLarge, "declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes), nil, nil
-	}
-	if code, msg := ex.spend(int64(body.UncompressedSize), 0); code != CodeOK {
-		return failBatch(&body, code, "%s", msg), nil, nil
-	}
-	records, code, msg := ex.decodeRecords(&body, topic.Config)
-	if code != CodeOK {
-		return failBatch(&body, code, "%s", msg), nil, nil
-	}
-	if code, msg := ex.spend(0, int64(len(records))); code != CodeOK {
-		return failBatch(&body, code, "%s", msg), nil, nil
-	}
-	br := &byzlogv1.BatchResult{Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence, RecordCount: uint32(len(records))}
+	records := cb.records
+	br := &byzlogv1.BatchResult{Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence, RecordCount: cb.count}
 	if ex.mode == modeMempool {
 		return br, nil, nil
 	}
@@ -227,8 +202,10 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 	run := &appendedRun{topic: body.Topic, partition: body.Partition, first: part.NextOffset}
 	br.BaseOffset = part.NextOffset
 	if ex.countOnly {
-		part.NextOffset += uint64(len(records))
+		part.NextOffset += uint64(cb.count)
 		records = nil
+	} else if len(records) != int(cb.count) {
+		return nil, nil, fmt.Errorf("batch %s/%d sequence %d was prechecked without its records; execute needs Precheck with keepRecords", body.Topic, body.Partition, body.Sequence)
 	}
 	for _, rec := range records {
 		stored := marshal(&byzlogv1.StoredRecord{
@@ -249,6 +226,59 @@ func (ex *executor) batch(o *overlay, sb *byzlogv1.SignedBatch) (*byzlogv1.Batch
 	return br, run, nil
 }
 
+// sequence checks the batch's sequence against the producer's state; a
+// non-nil result is the batch's failure.
+func (ex *executor) sequence(o *overlay, sb *byzlogv1.SignedBatch, body *byzlogv1.BatchBody, pkey []byte) (*byzlogv1.BatchResult, error) {
+	next, err := nextSequence(o, pkey)
+	if err != nil {
+		return nil, err
+	}
+	committed := next
+	if ex.mode == modePool {
+		// The overlay holds the pool's pending batches; only what the base
+		// holds is committed and may be answered as a duplicate.
+		if committed, err = nextSequence(ex.base, pkey); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case body.Sequence < committed:
+		var ref byzlogv1.BatchRef
+		if _, err := getProto(ex.base, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence), &ref); err != nil {
+			return nil, err
+		}
+		br := failBatch(body, CodeDuplicate, "sequence %d is already committed at offsets %d..%d (height %d); the next sequence is %d",
+			body.Sequence, ref.BaseOffset, ref.BaseOffset+uint64(ref.RecordCount)-1, ref.Height, committed)
+		br.Duplicate, br.BaseOffset, br.RecordCount, br.Height = true, ref.BaseOffset, ref.RecordCount, ref.Height
+		return br, nil
+	case body.Sequence < next:
+		return failBatch(body, CodePending, "sequence %d is already waiting in this node's mempool in another transaction; its receipt comes with that one", body.Sequence), nil
+	case body.Sequence > next && (ex.mode != modeMempool || body.Sequence-next > MaxLookahead):
+		if ex.mode == modePool && body.Sequence-next <= MaxLookahead {
+			ex.waiting = true
+		}
+		return failBatch(body, CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, next), nil
+	}
+	if ex.mode == modeMempool {
+		// CheckTx writes nothing, so a sequence repeated within one bundle
+		// is caught here rather than by the producer state.
+		seen := string(pkey) + string(be64(body.Sequence))
+		if ex.txSeen[seen] {
+			return failBatch(body, CodeMalformedTx, "sequence %d of this producer appears twice in the bundle", body.Sequence), nil
+		}
+		ex.txSeen[seen] = true
+	}
+	return nil, nil
+}
+
+func nextSequence(r Reader, pkey []byte) (uint64, error) {
+	var ps byzlogv1.ProducerState
+	if _, err := getProto(r, CFProducers, pkey, &ps); err != nil {
+		return 0, err
+	}
+	return ps.NextSequence, nil
+}
+
 func failBatch(body *byzlogv1.BatchBody, code Code, format string, args ...any) *byzlogv1.BatchResult {
 	return &byzlogv1.BatchResult{
 		Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence,
@@ -260,17 +290,14 @@ func failBatch(body *byzlogv1.BatchBody, code Code, format string, args ...any) 
 // a transaction wait in the mempool for the ones before it.
 const MaxLookahead = 64
 
-// spend charges a batch's inflated bytes or records to the transaction and,
-// when the block is bounded, to the block.
+// spend charges a batch's inflated bytes and records to the transaction
+// and, when the block is bounded, checks the block's budget. The
+// transaction's own budget was checked by Precheck.
 func (ex *executor) spend(inflated, records int64) (Code, string) {
 	l := ex.params.Limits
 	ex.tx.inflated += inflated
 	ex.tx.records += records
 	switch {
-	case ex.tx.inflated > int64(l.MaxTxUncompressedBytes):
-		return CodeBundleTooLarge, fmt.Sprintf("the bundle's batches inflate to more than the chain's max_tx_uncompressed_bytes (%d)", l.MaxTxUncompressedBytes)
-	case ex.tx.records > int64(l.MaxTxRecords):
-		return CodeBundleTooLarge, fmt.Sprintf("the bundle holds more than the chain's max_tx_records (%d)", l.MaxTxRecords)
 	case ex.bounded && ex.used.inflated+ex.tx.inflated > int64(l.MaxBlockUncompressedBytes):
 		return CodeBlockFull, fmt.Sprintf("the block would inflate past max_block_uncompressed_bytes (%d); the transaction waits for the next block", l.MaxBlockUncompressedBytes)
 	case ex.bounded && ex.used.records+ex.tx.records > int64(l.MaxBlockRecords):
@@ -303,47 +330,6 @@ func copyHeaders(hs []*byzlogv1.RecordHeader) []*byzlogv1.RecordHeader {
 		out[i] = &byzlogv1.RecordHeader{Key: h.Key, Value: h.Value}
 	}
 	return out
-}
-
-// decodeRecords inflates and checks a batch's records against the limits.
-func (ex *executor) decodeRecords(body *byzlogv1.BatchBody, cfg *byzlogv1.TopicConfig) ([]*byzlogv1.Record, Code, string) {
-	l := ex.params.Limits
-	if body.UncompressedSize > l.MaxBatchBytes {
-		return nil, CodeBatchTooLarge, fmt.Sprintf("declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes)
-	}
-	raw, err := decompress(body.Codec, body.Records, int(body.UncompressedSize))
-	if err != nil {
-		return nil, CodeBadCompression, err.Error()
-	}
-	if len(raw) != int(body.UncompressedSize) {
-		return nil, CodeBatchTooLarge, fmt.Sprintf("records are %d bytes uncompressed, the batch declares %d", len(raw), body.UncompressedSize)
-	}
-	if code, msg := scanRecordSet(raw, int(l.MaxBatchRecords), int(l.MaxHeaders)); code != CodeOK {
-		return nil, code, msg
-	}
-	var set byzlogv1.RecordSet
-	if err := proto.Unmarshal(raw, &set); err != nil {
-		return nil, CodeMalformedTx, fmt.Sprintf("records are not a byzlog.v1.RecordSet: %v", err)
-	}
-	switch n := len(set.Records); {
-	case n == 0:
-		return nil, CodeEmptyBatch, "batch holds no record"
-	case n > int(l.MaxBatchRecords):
-		return nil, CodeBatchTooLarge, fmt.Sprintf("batch holds %d records, the chain allows %d", n, l.MaxBatchRecords)
-	}
-	maxRecord := l.MaxRecordBytes
-	if cfg.MaxRecordBytes != 0 && cfg.MaxRecordBytes < maxRecord {
-		maxRecord = cfg.MaxRecordBytes
-	}
-	for i, r := range set.Records {
-		if len(r.Headers) > int(l.MaxHeaders) {
-			return nil, CodeTooManyHeaders, fmt.Sprintf("record %d has %d headers, the chain allows %d", i, len(r.Headers), l.MaxHeaders)
-		}
-		if size := recordSize(r); size > uint64(maxRecord) {
-			return nil, CodeRecordTooLarge, fmt.Sprintf("record %d is %d bytes (key + value + headers), the topic allows %d", i, size, maxRecord)
-		}
-	}
-	return set.Records, CodeOK, ""
 }
 
 func recordSize(r *byzlogv1.Record) uint64 {
@@ -461,7 +447,19 @@ func (ex *executor) useNonce(o *overlay, key []byte, nonce uint64) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
-	if nonce < next || (nonce > next && (ex.mode == modeBlock || nonce-next > MaxLookahead)) {
+	committed := next
+	if ex.mode == modePool {
+		if committed, err = loadNonce(ex.base, key); err != nil {
+			return Result{}, err
+		}
+	}
+	switch {
+	case nonce >= committed && nonce < next:
+		return reject(CodePending, "nonce %d of key %x is already waiting in this node's mempool in another transaction", nonce, key), nil
+	case nonce < next || (nonce > next && (ex.mode != modeMempool || nonce-next > MaxLookahead)):
+		if ex.mode == modePool && nonce > next && nonce-next <= MaxLookahead {
+			ex.waiting = true
+		}
 		return reject(CodeBadNonce, "nonce %d is not key %x's next nonce, %d", nonce, key, next), nil
 	}
 	o.put(CFMeta, nonceKey(key), be64(nonce+1))

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"math"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
@@ -86,9 +87,16 @@ func reject(c Code, format string, args ...any) Result {
 	return Result{Code: c, Log: truncate(fmt.Sprintf(format, args...), maxLog)}
 }
 
+// truncate cuts s to at most n bytes plus an ellipsis. Messages land in
+// protobuf string fields, which must be valid UTF-8 or marshalling fails, so
+// the cut never splits a rune and invalid bytes from a client are replaced.
 func truncate(s string, n int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

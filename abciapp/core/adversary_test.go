@@ -1,0 +1,121 @@
+package core_test
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/sign"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// TestRejectionOfAnyTopicNameIsValidUTF8 is issue 13's crash input: a
+// rejection message cut at a byte limit used to land inside a multi-byte
+// rune, and marshalling the invalid UTF-8 panicked the app. Every cut must
+// leave valid UTF-8, whatever the name.
+func TestRejectionOfAnyTopicNameIsValidUTF8(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	p := sign.NewSigner(key("p"), chainID)
+	names := []string{strings.Repeat("\x01", 59) + strings.Repeat("a", 6)}
+	// Every alignment of the cut against the ellipsis and escapes.
+	for n := 0; n < 80; n++ {
+		names = append(names, strings.Repeat("\x01", n)+strings.Repeat("a", 80-n), strings.Repeat("é", n)+"\x02"+strings.Repeat("a", n%7))
+	}
+	for _, name := range names {
+		tx := bundle(t, batch(t, p, name, 0, 0, records("a")), batch(t, p, "t", 0, 0, records("b")))
+		r := c.check(tx)
+		if r.OK() || !utf8.ValidString(r.Log) {
+			t.Fatalf("Check(bundle for topic %q) = %s, valid UTF-8 log %v; want a rejection in valid UTF-8", name, r.Code, utf8.ValidString(r.Log))
+		}
+		if res := c.block(tx)[0]; res.OK() || !utf8.ValidString(res.Log) {
+			t.Fatalf("Execute(bundle for topic %q) = %s, valid UTF-8 log %v", name, res.Code, utf8.ValidString(res.Log))
+		}
+	}
+}
+
+// headerBomb is a batch of n records that carry maxHeaders empty headers
+// each: 2 bytes a header on the wire, ~90 once decoded.
+func headerBomb(t testing.TB, s *sign.Signer, seq uint64, n, headers int) *byzlogv1.SignedBatch {
+	recs := make([]*byzlogv1.Record, n)
+	for i := range recs {
+		recs[i] = &byzlogv1.Record{Headers: make([]*byzlogv1.RecordHeader, headers)}
+		for j := range recs[i].Headers {
+			recs[i].Headers[j] = &byzlogv1.RecordHeader{}
+		}
+	}
+	return batch(t, s, "t", 0, seq, recs)
+}
+
+// TestHeadersAreChargedToTheBudget: issue 13's header bomb. 100 records of
+// 64 empty headers are 13 KB on the wire and ~600 KB in the heap; a chain
+// whose transactions may inflate to 64 KiB must refuse them before decoding.
+func TestHeadersAreChargedToTheBudget(t *testing.T) {
+	c := newChain(t, `{"limits": {"max_record_bytes": 65536, "max_batch_bytes": 65536, "max_tx_uncompressed_bytes": 65536, "max_block_uncompressed_bytes": 131072}, "topics": [{"name": "t", "partitions": 1}]}`)
+	p := sign.NewSigner(key("p"), chainID)
+	bomb := bundle(t, headerBomb(t, p, 0, 100, 64))
+	if r := c.check(bomb); r.Code != core.CodeBundleTooLarge {
+		t.Errorf("Check(100 records × 64 empty headers, 64 KiB budget) = %s %q, want %s", r.Code, r.Log, core.CodeBundleTooLarge)
+	}
+	if r := c.block(bomb)[0]; r.Code != core.CodeBundleTooLarge {
+		t.Errorf("Execute(header bomb) = %s, want %s", r.Code, core.CodeBundleTooLarge)
+	}
+	// Within the budget, headers are fine.
+	small := bundle(t, headerBomb(t, p, 0, 5, 64))
+	c.must(small)
+	params, err := core.LoadParams(c.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := core.Precheck(params, small, false).Cost, int64(5*64*core.HeaderHeap); got < want {
+		t.Errorf("Precheck(5 records × 64 headers).Cost = %d, want at least %d", got, want)
+	}
+}
+
+// TestPendingAdmitsOnlyWhatCanCommit: the mempool's rule. A transaction is
+// admitted only if it applies on top of committed state and what is already
+// pending; a future sequence waits, a pending one is never a duplicate.
+func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	p := sign.NewSigner(key("p"), chainID)
+	c.must(bundle(t, batch(t, p, "t", 0, 0, records("committed"))))
+	params, err := core.LoadParams(c.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pend := core.NewPending(c.store, params)
+	add := func(tx []byte) (core.Result, bool) {
+		t.Helper()
+		r, waiting, err := pend.Add(core.Precheck(params, tx, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, waiting
+	}
+	seq1 := bundle(t, batch(t, p, "t", 0, 1, records("a")))
+	for _, tc := range []struct {
+		name    string
+		tx      []byte
+		code    core.Code
+		waiting bool
+	}{
+		{"committed sequence", bundle(t, batch(t, p, "t", 0, 0, records("again"))), core.CodeDuplicate, false},
+		{"next sequence", seq1, core.CodeOK, false},
+		{"same sequence in another bundle", bundle(t, batch(t, p, "t", 0, 1, records("b"))), core.CodePending, false},
+		{"one ahead of pending", bundle(t, batch(t, p, "t", 0, 3, records("c"))), core.CodeSequenceGap, true},
+		{"far ahead", bundle(t, batch(t, p, "t", 0, 2+core.MaxLookahead+1, records("d"))), core.CodeSequenceGap, false},
+		{"next after pending", bundle(t, batch(t, p, "t", 0, 2, records("e"))), core.CodeOK, false},
+		{"admin nonce ahead", c.adminTx(c.admin, 5, &byzlogv1.DeleteTopic{Name: "t"}), core.CodeBadNonce, true},
+		{"admin nonce used", c.adminTx(c.admin, 0, &byzlogv1.DeleteTopic{Name: "t"}), core.CodeBadNonce, false},
+	} {
+		r, waiting := add(tc.tx)
+		if r.Code != tc.code || waiting != tc.waiting {
+			t.Errorf("Pending.Add(%s) = %s waiting %v (%s), want %s waiting %v", tc.name, r.Code, waiting, r.Log, tc.code, tc.waiting)
+		}
+		if r.Code == core.CodePending && (len(r.Data) > 0 && outcome(t, r).Batches[0].Duplicate) {
+			t.Errorf("Pending.Add(%s) answered a pending batch as a duplicate", tc.name)
+		}
+	}
+}
