@@ -2,7 +2,7 @@ package core
 
 import (
 	"crypto/sha256"
-		"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -194,4 +194,3 @@ func precheckAll(params *byzlogv1.ChainParams, txs [][]byte, keepRecords bool) [
 	}
 	return out
 }
-

@@ -31,10 +31,10 @@ type executor struct {
 	// waiting is set by apply in modePool when the transaction failed only
 	// because a sequence or nonce before it has not arrived yet (within
 	// MaxLookahead): the mempool may hold it until it does.
-	waiting   bool
-	used      budget          // by the accepted transactions of the block
-	tx        budget          // by the transaction being applied
-	txSeen    map[string]bool // CheckTx: producer sequences seen in this tx
+	waiting bool
+	used    budget          // by the accepted transactions of the block
+	tx      budget          // by the transaction being applied
+	txSeen  map[string]bool // CheckTx: producer sequences seen in this tx
 	// appended collects the records appended in this block per partition,
 	// for the records root; keyed by recordPrefix, hashed in key order.
 	appended map[string]*appendedRun
