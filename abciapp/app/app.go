@@ -8,8 +8,10 @@ package app
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 
 	abci "github.com/cometbft/cometbft/abci/types"
@@ -17,7 +19,9 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/failpoint"
+	"github.com/byzlog/byzlog/abciapp/mempool"
 	"github.com/byzlog/byzlog/abciapp/store"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // AppVersion is the version of the state machine's rules; it changes when a
@@ -31,30 +35,85 @@ var _ abci.Application = (*App)(nil)
 
 // App is byzlog's ABCI application. CometBFT calls it from several
 // connections at once: reads (CheckTx, proposals, queries) share a read lock,
-// FinalizeBlock and Commit take the write lock.
+// FinalizeBlock and Commit take the write lock. The stateless part of every
+// transaction (decoding, signatures, decompression: core.Precheck) runs
+// before any lock is taken, so an attacker's expensive transactions never
+// hold up a block.
+//
+// The app keeps its own mempool (mempool.Pool; CometBFT's mempool.type =
+// "app"): CheckTx and InsertTx admit into it, ReapTxs hands CometBFT what to
+// gossip, and PrepareProposal builds the block from it.
 type App struct {
 	abci.BaseApplication
 
-	log   zerolog.Logger
-	store *store.Store
+	log     zerolog.Logger
+	store   *store.Store
+	poolCfg mempool.Config
 
 	mu        sync.RWMutex
 	closed    bool
 	committed core.State
-	staged    *core.Outcome // set by FinalizeBlock, persisted and cleared by Commit
-	lastTxs   [][]byte      // failpoints builds only: the last block's txs, for a Byzantine replay
+	params    *byzlogv1.ChainParams // nil until InitChain; never changes after
+	pool      *mempool.Pool         // nil until params are known
+	staged    *core.Outcome         // set by FinalizeBlock, persisted and cleared by Commit
+	stagedTxs [][]byte              // the staged block's transactions, for the mempool
+	lastTxs   [][]byte              // failpoints builds only: the last block's txs, for a Byzantine replay
 }
+
+// Config is the app's node-local configuration.
+type Config struct {
+	// Mempool bounds the app's mempool.
+	Mempool mempool.Config
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{Mempool: mempool.Default()} }
+
+// Validate checks the configuration.
+func (c Config) Validate() error { return c.Mempool.Validate() }
 
 // errClosed is returned by calls that arrive while or after the app shuts down.
 var errClosed = errors.New("byzlog-app is shutting down")
 
 // New returns an App over the given open store.
-func New(st *store.Store, log zerolog.Logger) (*App, error) {
+func New(st *store.Store, log zerolog.Logger, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	last, err := st.Last()
 	if err != nil {
 		return nil, fmt.Errorf("load committed state: %w", err)
 	}
-	return &App{log: log, store: st, committed: core.State{Height: last.Height, AppHash: last.AppHash}}, nil
+	a := &App{log: log, store: st, poolCfg: cfg.Mempool, committed: core.State{Height: last.Height, AppHash: last.AppHash}}
+	if params, err := core.LoadParams(st); err == nil {
+		if err := a.setParams(params); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+// setParams remembers the chain's params and starts the mempool.
+func (a *App) setParams(params *byzlogv1.ChainParams) error {
+	pool, err := mempool.New(a.poolCfg, params)
+	if err != nil {
+		return err
+	}
+	a.params, a.pool = params, pool
+	return nil
+}
+
+// chain returns the params and the mempool, or an error before InitChain.
+func (a *App) chain() (*byzlogv1.ChainParams, *mempool.Pool, error) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	if a.closed {
+		return nil, nil, errClosed
+	}
+	if a.params == nil {
+		return nil, nil, errors.New("the chain has no params yet: InitChain has not run")
+	}
+	return a.params, a.pool, nil
 }
 
 // Close waits for the calls in progress, then closes the store. Later calls
@@ -112,31 +171,90 @@ func (a *App) InitChain(_ context.Context, req *abci.RequestInitChain) (*abci.Re
 	if err := a.store.Apply(core.InitChain(params, topics)); err != nil {
 		return nil, err
 	}
+	if err := a.setParams(params); err != nil {
+		return nil, err
+	}
 	a.log.Info().Str("chain_id", params.ChainId).Int("admins", len(params.Admins)).Int("topics", len(topics)).Msg("genesis")
 	return &abci.ResponseInitChain{}, nil
 }
 
-// CheckTx is the mempool's filter: stateless checks plus the cheap stateful
-// ones against committed state.
-func (a *App) CheckTx(_ context.Context, req *abci.RequestCheckTx) (*abci.ResponseCheckTx, error) {
-	var r core.Result
-	err := a.read(func() (err error) {
-		r, err = core.Check(a.store, req.Tx)
-		return err
-	})
+// CheckTx admits a transaction that arrived by RPC into the app's mempool:
+// the stateless checks first, with no lock held, then admission on top of
+// committed state and what the mempool already holds (mempool.Pool.Add).
+func (a *App) CheckTx(_ context.Context, req *abci.RequestCheckTx) (resp *abci.ResponseCheckTx, err error) {
+	defer a.recoverTx("check_tx", req.Tx, func(r core.Result) { resp, err = checkTxResponse(r), nil })
+	r, err := a.admit(req.Tx, true)
 	if err != nil {
 		return nil, fmt.Errorf("check tx: %w", err)
 	}
-	return &abci.ResponseCheckTx{Code: uint32(r.Code), Log: r.Log, Data: r.Data, Codespace: codespace(r)}, nil
+	return checkTxResponse(r), nil
 }
 
-// PrepareProposal proposes the transactions that are valid, in order, and
-// fit the byte budget. Mempool recheck is off in byzlog's node configs, so
-// this is where transactions that became invalid are left out.
-func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposal) (*abci.ResponsePrepareProposal, error) {
+func checkTxResponse(r core.Result) *abci.ResponseCheckTx {
+	return &abci.ResponseCheckTx{Code: uint32(r.Code), Log: r.Log, Data: r.Data, Codespace: codespace(r)}
+}
+
+// InsertTx admits a transaction a peer gossiped.
+func (a *App) InsertTx(_ context.Context, req *abci.RequestInsertTx) (resp *abci.ResponseInsertTx, err error) {
+	defer a.recoverTx("insert_tx", req.Tx, func(r core.Result) { resp, err = &abci.ResponseInsertTx{Code: uint32(r.Code)}, nil })
+	r, err := a.admit(req.Tx, false)
+	if err != nil {
+		return nil, fmt.Errorf("insert tx: %w", err)
+	}
+	if !r.OK() {
+		a.log.Debug().Stringer("code", r.Code).Str("reason", r.Log).Msg("refused a gossiped transaction")
+	}
+	return &abci.ResponseInsertTx{Code: uint32(r.Code)}, nil
+}
+
+// admit prechecks tx with no lock held, then adds it to the mempool.
+func (a *App) admit(tx []byte, local bool) (core.Result, error) {
+	params, pool, err := a.chain()
+	if err != nil {
+		return core.Result{}, err
+	}
+	c := core.Precheck(params, tx, false)
+	if !c.Result().OK() {
+		return c.Result(), nil
+	}
+	var r core.Result
+	err = a.read(func() (err error) {
+		r, err = pool.Add(a.store, a.committed.Height, c, local)
+		return err
+	})
+	return r, err
+}
+
+// ReapTxs hands CometBFT the transactions to gossip to peers: those that
+// arrived here by RPC and are ready, once each.
+func (a *App) ReapTxs(_ context.Context, req *abci.RequestReapTxs) (*abci.ResponseReapTxs, error) {
+	_, pool, err := a.chain()
+	if err != nil {
+		return &abci.ResponseReapTxs{}, nil
+	}
+	return &abci.ResponseReapTxs{Txs: pool.Reap(req.MaxBytes)}, nil
+}
+
+// PrepareProposal proposes the mempool's ready transactions, in order,
+// that are valid and fit the block's byte and inflated budgets. The
+// transactions CometBFT offers (none with mempool.type = "app") are ignored:
+// the app's mempool holds everything its CheckTx admitted.
+func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposal) (resp *abci.ResponsePrepareProposal, err error) {
+	defer a.recoverBlock("prepare_proposal", req.Height, func() { resp, err = &abci.ResponsePrepareProposal{}, nil })
 	var txs [][]byte
-	err := a.read(func() (err error) {
-		txs, err = core.Prepare(a.store, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs}, req.MaxTxBytes)
+	err = a.read(func() error {
+		if a.pool == nil {
+			return errors.New("the chain has no params yet: InitChain has not run")
+		}
+		checked, err := a.pool.Proposal(a.store, a.committed.Height)
+		if err != nil {
+			return err
+		}
+		b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Checked: checked}
+		for _, c := range checked {
+			b.Txs = append(b.Txs, c.Tx)
+		}
+		txs, err = core.Prepare(a.store, b, req.MaxTxBytes)
 		return err
 	})
 	if err != nil {
@@ -153,11 +271,20 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 // ProcessProposal re-validates every transaction of a proposed block against
 // committed state, in order: a Byzantine proposer cannot get an invalid one
 // committed. A block a correct proposer made is always accepted.
-func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposal) (*abci.ResponseProcessProposal, error) {
+func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposal) (resp *abci.ResponseProcessProposal, err error) {
+	// A proposal the app cannot check is not accepted.
+	defer a.recoverBlock("process_proposal", req.Height, func() {
+		resp, err = &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_REJECT}, nil
+	})
+	params, _, err := a.chain()
+	if err != nil {
+		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
+	}
+	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: prechecked(params, req.Txs, false)}
 	var bad int
 	var r core.Result
-	err := a.read(func() (err error) {
-		bad, r, err = core.Verify(a.store, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs})
+	err = a.read(func() (err error) {
+		bad, r, err = core.Verify(a.store, b)
 		return err
 	})
 	if err != nil {
@@ -173,6 +300,13 @@ func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposa
 
 // FinalizeBlock executes a decided block and stages the result for Commit.
 func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
+	params, _, err := a.chain()
+	if err != nil {
+		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
+	}
+	// Decoding, signatures and decompression need no state: done before
+	// the write lock, so CheckTx and queries are held up only by execution.
+	checked := prechecked(params, req.Txs, true)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -180,11 +314,11 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	}
 	failpoint.Crash(failpoint.FinalizeStart, req.Height)
 	a.remember(req)
-	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs})
+	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: checked})
 	if err != nil {
 		return nil, fmt.Errorf("finalize block: %w", err)
 	}
-	a.staged = &out
+	a.staged, a.stagedTxs = &out, req.Txs
 	results := make([]*abci.ExecTxResult, len(out.Results))
 	for i, r := range out.Results {
 		results[i] = &abci.ExecTxResult{Code: uint32(r.Code), Log: r.Log, Data: r.Data, Codespace: codespace(r), Events: events(r.Events)}
@@ -215,16 +349,23 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	}
 	failpoint.Crash(failpoint.CommitAfterWrite, next.Height)
 	a.committed, a.staged = next, nil
+	if a.pool != nil {
+		a.pool.Committed(next.Height, a.stagedTxs)
+	}
+	a.stagedTxs = nil
 	a.log.Debug().Int64("height", next.Height).Hex("app_hash", next.AppHash).Msg("committed")
 	return &abci.ResponseCommit{}, nil
 }
 
 // Query answers reads of committed state; the paths are core.QueryPaths.
-func (a *App) Query(_ context.Context, req *abci.RequestQuery) (*abci.ResponseQuery, error) {
+func (a *App) Query(_ context.Context, req *abci.RequestQuery) (resp *abci.ResponseQuery, err error) {
+	defer a.recoverTx("query", req.Data, func(r core.Result) {
+		resp, err = &abci.ResponseQuery{Code: uint32(r.Code), Log: r.Log, Codespace: core.Codespace}, nil
+	})
 	var value []byte
 	var r core.Result
 	var height int64
-	err := a.read(func() (err error) {
+	err = a.read(func() (err error) {
 		height = a.committed.Height
 		value, r, err = core.Query(a.store, a.committed, req.Path, req.Data)
 		return err
@@ -254,4 +395,40 @@ func events(es []core.Event) []abci.Event {
 		}
 	}
 	return out
+}
+
+// prechecked runs core.Precheck on a block's transactions.
+func prechecked(params *byzlogv1.ChainParams, txs [][]byte, keepRecords bool) []*core.Checked {
+	out := make([]*core.Checked, len(txs))
+	for i, tx := range txs {
+		out[i] = core.Precheck(params, tx, keepRecords)
+	}
+	return out
+}
+
+// recoverTx turns a panic while handling one client's input into a
+// refusal of that input, so that no transaction or query, however built,
+// stops the app. The cause is a bug: it is logged with the input's hash.
+func (a *App) recoverTx(method string, input []byte, refuse func(core.Result)) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	sum := sha256.Sum256(input)
+	a.log.Error().Str("method", method).Str("panic", fmt.Sprint(p)).Hex("input_sha256", sum[:]).Str("stack", string(debug.Stack())).
+		Msg("refused an input the app failed on")
+	refuse(core.Result{Code: core.CodeInternal, Log: "the app failed on this input and refused it; the node's log has the details"})
+}
+
+// recoverBlock does the same for a proposal: a block the app fails on is
+// neither proposed nor accepted. FinalizeBlock has no such guard: a decided
+// block that cannot be executed must stop the node, not diverge.
+func (a *App) recoverBlock(method string, height int64, refuse func()) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	a.log.Error().Str("method", method).Int64("height", height).Str("panic", fmt.Sprint(p)).Str("stack", string(debug.Stack())).
+		Msg("the app failed on a proposal")
+	refuse()
 }

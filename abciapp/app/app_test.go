@@ -30,7 +30,7 @@ func openApp(t testing.TB, dir string) *app.App {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(st, zerolog.Nop())
+	a, err := app.New(st, zerolog.Nop(), app.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

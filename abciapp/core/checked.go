@@ -34,6 +34,31 @@ type Checked struct {
 // OK here: the batch's result is reported in the bundle's outcome.
 func (c *Checked) Result() Result { return c.res }
 
+// Signers lists the keys that signed the transaction's bodies, each once,
+// in order of first appearance: a mempool's per-signer limits count them.
+func (c *Checked) Signers() [][]byte {
+	if c.env == nil {
+		return nil
+	}
+	switch k := c.env.Kind.(type) {
+	case *byzlogv1.Tx_ProduceBundle:
+		var out [][]byte
+		seen := map[string]bool{}
+		for _, b := range k.ProduceBundle.Batches {
+			if !seen[string(b.ProducerKey)] {
+				seen[string(b.ProducerKey)] = true
+				out = append(out, b.ProducerKey)
+			}
+		}
+		return out
+	case *byzlogv1.Tx_Admin:
+		return [][]byte{k.Admin.AdminKey}
+	case *byzlogv1.Tx_CommitOffsets:
+		return [][]byte{k.CommitOffsets.ConsumerKey}
+	}
+	return nil
+}
+
 // checkedBatch is one batch of a bundle after its stateless checks.
 type checkedBatch struct {
 	sb   *byzlogv1.SignedBatch

@@ -27,6 +27,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	serve := app.DefaultServeConfig()
+	appCfg := app.DefaultConfig()
 	logCfg := logging.Default()
 	dataDir := "byzlog-app-data"
 	pprofListen := ""
@@ -43,6 +44,17 @@ node's config.toml needs:
   abci = "grpc"
 
 With --transport socket use proxy_app = "tcp://127.0.0.1:26658" and abci = "socket".
+
+byzlog-app keeps its own mempool, so the node also needs
+
+  [mempool]
+  type = "app"
+
+Admission, order, the bounds below and expiry are the app's; the node only
+gossips what the app reaps. A transaction is ready when it applies in order
+on committed state and the ready ones before it; one whose earlier sequence or
+nonce has not arrived waits apart (bounded, expiring after --mempool-waiting-heights
+blocks) and is never proposed until ready.
 State is kept in RocksDB under --data-dir; on restart the app reports its last
 committed height and CometBFT replays the blocks it is missing.`,
 		Args:          cobra.NoArgs,
@@ -52,7 +64,7 @@ committed height and CometBFT replays the blocks it is missing.`,
 			if os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(gcPercent)
 			}
-			err := run(cmd.Context(), serve, logCfg, dataDir, pprofListen)
+			err := run(cmd.Context(), serve, appCfg, logCfg, dataDir, pprofListen)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "byzlog-app:", err)
 			}
@@ -63,6 +75,14 @@ committed height and CometBFT replays the blocks it is missing.`,
 	f.StringVar(&serve.Listen, "listen", serve.Listen, "host:port to serve ABCI on")
 	f.StringVar(&serve.Transport, "transport", serve.Transport, "ABCI transport: grpc or socket")
 	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")
+	mp := &appCfg.Mempool
+	f.Int64Var(&mp.MaxBytes, "mempool-max-bytes", mp.MaxBytes, "bytes of transactions the mempool holds, ready and waiting")
+	f.Int64Var(&mp.MaxCost, "mempool-max-cost", mp.MaxCost, "bytes the held transactions may inflate to (records, headers)")
+	f.Int64Var(&mp.MaxWaitingBytes, "mempool-max-waiting-bytes", mp.MaxWaitingBytes, "bytes of transactions waiting for an earlier sequence or nonce")
+	f.IntVar(&mp.MaxWaiting, "mempool-max-waiting", mp.MaxWaiting, "transactions waiting for an earlier sequence or nonce")
+	f.IntVar(&mp.MaxWaitingPerSigner, "mempool-max-waiting-per-signer", mp.MaxWaitingPerSigner, "waiting transactions one key may have signed into")
+	f.Int64Var(&mp.ReadyHeights, "mempool-ready-heights", mp.ReadyHeights, "blocks a ready transaction may wait to be proposed before it is dropped")
+	f.Int64Var(&mp.WaitingHeights, "mempool-waiting-heights", mp.WaitingHeights, "blocks a waiting transaction may wait for its predecessor before it is dropped")
 	f.IntVar(&gcPercent, "gc-percent", gcPercent, "Go GC target (as GOGC, which overrides it): 400 trades ~5x the live heap for less GC work per block")
 	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
@@ -70,8 +90,11 @@ committed height and CometBFT replays the blocks it is missing.`,
 	return cmd
 }
 
-func run(ctx context.Context, serve app.ServeConfig, logCfg logging.Config, dataDir, pprofListen string) error {
+func run(ctx context.Context, serve app.ServeConfig, appCfg app.Config, logCfg logging.Config, dataDir, pprofListen string) error {
 	if err := serve.Validate(); err != nil {
+		return err
+	}
+	if err := appCfg.Validate(); err != nil {
 		return err
 	}
 	log, err := logging.New(logCfg, os.Stderr, "byzlog-app")
@@ -93,7 +116,7 @@ func run(ctx context.Context, serve app.ServeConfig, logCfg logging.Config, data
 	if err != nil {
 		return err
 	}
-	a, err := app.New(st, log)
+	a, err := app.New(st, log, appCfg)
 	if err != nil {
 		_ = st.Close()
 		return err

@@ -83,6 +83,9 @@ func TestNodeConfig(t *testing.T) {
 			t.Errorf("recheck %v, allow_duplicate_ip %v, rates %d/%d: want recheck off, duplicates allowed, rates above 5 MB/s",
 				got.Mempool.Recheck, got.P2P.AllowDuplicateIP, got.P2P.SendRate, got.P2P.RecvRate)
 		}
+		if got.Mempool.Type != "app" || got.Mempool.ReapInterval > 100*time.Millisecond {
+			t.Errorf("mempool type %q reap_interval %s, want the app's mempool, reaped at least every 100ms", got.Mempool.Type, got.Mempool.ReapInterval)
+		}
 		if got.Consensus.TimeoutCommit != 300*time.Millisecond {
 			t.Errorf("timeout_commit = %s, want 300ms", got.Consensus.TimeoutCommit)
 		}

@@ -557,6 +557,12 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	cfg.P2P.SendRate = 100 << 20 // the 5 MB/s default throttles large blocks
 	cfg.P2P.RecvRate = 100 << 20
 	cfg.Mempool.Recheck = false // races with the gRPC ABCI client under load
+	if !c.Builtin() {
+		// byzlog-app keeps the mempool (admission, order, limits, expiry)
+		// and builds blocks from it; the node only gossips what it reaps.
+		cfg.Mempool.Type = MempoolType
+		cfg.Mempool.ReapInterval = MempoolReapInterval
+	}
 	// The 1,000,000-byte default refuses a JSON-RPC broadcast of a tx over
 	// ~730 KiB (base64): gateway bundles go up to 1 MiB by default, 2 MiB
 	// at most.
@@ -570,6 +576,15 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	cfg.Consensus.TimeoutPropose = 10 * time.Second // 3 s causes extra rounds with large blocks
 	return cfg
 }
+
+// MempoolType is the nodes' mempool.type: the app's own mempool.
+const MempoolType = "app"
+
+// MempoolReapInterval is how often a node asks the app for transactions to
+// gossip (mempool.reap_interval): CometBFT's 500 ms default would delay
+// every bundle that reaches a node other than the next proposer by up to
+// that much.
+const MempoolReapInterval = 25 * time.Millisecond
 
 // RPCMaxBodyBytes is the nodes' rpc.max_body_bytes: a 2 MiB bundle fits
 // as JSON-RPC base64, a 2,097,144-byte one as a hex form.
