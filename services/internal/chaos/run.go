@@ -44,6 +44,14 @@ type Row struct {
 	// and a consumer delivery have happened again (-1: not both did).
 	MaxStall time.Duration `json:"max_stall_ns"`
 	Recovery time.Duration `json:"recovery_ns"`
+	// Load is how long the producers offered records, AckedUnderLoad how
+	// many acknowledgements came within it (not while settling after it);
+	// ReceiptP50 and ReceiptP99 are produce→receipt times of the
+	// acknowledged sends.
+	Load           time.Duration `json:"load_ns"`
+	AckedUnderLoad int           `json:"acked_under_load"`
+	ReceiptP50     time.Duration `json:"receipt_p50_ns"`
+	ReceiptP99     time.Duration `json:"receipt_p99_ns"`
 	// ConsumerErrors counts what the consumer SDK reported, by kind;
 	// SendErrors the errors behind unknown outcomes, by their first words.
 	ConsumerErrors map[string]int `json:"consumer_errors"`
@@ -140,7 +148,7 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	}
 
 	// Everything back: every process running, every node caught up.
-	for _, name := range c.processNames() {
+	for _, name := range c.ProcessNames() {
 		if !c.Net.IsRunning(c.Services, name) {
 			row.Errors = append(row.Errors, fmt.Sprintf("%s is not running after the faults were healed", name))
 		}
@@ -196,6 +204,13 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		row.Availability = float64(row.Report.Acked) / float64(row.Report.Sends)
 	}
 	row.MaxStall, row.Recovery = stalls(rec.ackTimes, loadStart, loadEnd, lastHeal)
+	row.Load = loadEnd.Sub(loadStart)
+	for _, t := range rec.ackTimes {
+		if !t.Before(loadStart) && !t.After(loadEnd) {
+			row.AckedUnderLoad++
+		}
+	}
+	row.ReceiptP50, row.ReceiptP99 = Percentile(rec.ackWaits, 0.50), Percentile(rec.ackWaits, 0.99)
 	if _, polled := stalls(rec.pollTimes, loadStart, loadEnd, lastHeal); w.Consumers > 0 {
 		// Both paths back: acknowledgements and deliveries.
 		if polled < 0 || row.Recovery < 0 {
@@ -215,6 +230,18 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		}
 	}
 	return row, nil
+}
+
+// Percentile is the q-quantile (0..1) of ds by the nearest-rank method; 0
+// for none.
+func Percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
 }
 
 // errorKind shortens an error to what tells it apart: its text up to the
@@ -280,7 +307,9 @@ func stalls(acks []time.Time, start, end, lastHeal time.Time) (maxStall, recover
 	return maxStall, recovery
 }
 
-func (c *Cluster) processNames() []string {
+// ProcessNames lists every process of the cluster: each validator's
+// cometbft and app, the gateways, the indexer and NATS.
+func (c *Cluster) ProcessNames() []string {
 	var names []string
 	for i := 0; i < c.validators(); i++ {
 		names = append(names, localnet.CometBFTName(i), localnet.AppName(i))

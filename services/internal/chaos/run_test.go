@@ -42,3 +42,33 @@ func TestStalls(t *testing.T) {
 		})
 	}
 }
+
+func TestPercentile(t *testing.T) {
+	ms := func(ns ...int) []time.Duration {
+		var out []time.Duration
+		for _, n := range ns {
+			out = append(out, time.Duration(n)*time.Millisecond)
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = 100 - i // unsorted on purpose
+	}
+	for _, tc := range []struct {
+		name string
+		in   []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{"none", nil, 0.99, 0},
+		{"one", ms(7), 0.99, 7 * time.Millisecond},
+		{"median of three", ms(3, 1, 2), 0.5, 2 * time.Millisecond},
+		{"p99 of 1..100", ms(hundred...), 0.99, 99 * time.Millisecond},
+		{"p100 is the max", ms(hundred...), 1, 100 * time.Millisecond},
+	} {
+		if got := Percentile(tc.in, tc.q); got != tc.want {
+			t.Errorf("%s: Percentile(%v, %v) = %s, want %s", tc.name, tc.in, tc.q, got, tc.want)
+		}
+	}
+}

@@ -36,6 +36,7 @@ type recorder struct {
 	mu        sync.Mutex
 	h         History
 	ackTimes  []time.Time
+	ackWaits  []time.Duration // produce→receipt of each acknowledged send
 	pollTimes []time.Time
 	errs      map[string]int // consumer errors by kind
 }
@@ -44,12 +45,13 @@ func newRecorder() *recorder {
 	return &recorder{h: History{ProducerKeys: map[int]string{}, AppHashes: map[int64]map[string]string{}}, errs: map[string]int{}}
 }
 
-func (r *recorder) send(s Send, at time.Time) {
+func (r *recorder) send(s Send, sent, at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.h.Sends = append(r.h.Sends, s)
 	if s.Outcome == Acked {
 		r.ackTimes = append(r.ackTimes, at)
+		r.ackWaits = append(r.ackWaits, at.Sub(sent))
 	}
 }
 
@@ -112,6 +114,7 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 			break
 		}
 		value := fmt.Sprintf("%s-p%d-%d", phase, id, i)
+		sent := time.Now()
 		f := p.Produce(context.Background(), &client.Record{Topic: w.Topic, Key: []byte(fmt.Sprintf("p%d-k%d", id, i%16)), Value: []byte(value)})
 		wg.Add(1)
 		go func(i int) {
@@ -124,7 +127,7 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 			} else {
 				s.Outcome, s.Partition, s.Offset = Acked, r.Partition, r.Offset
 			}
-			rec.send(s, time.Now())
+			rec.send(s, sent, time.Now())
 		}(i)
 	}
 	fctx, cancel := context.WithTimeout(context.Background(), settle)
