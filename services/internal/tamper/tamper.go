@@ -1,7 +1,8 @@
-// Package tamper is a lying CometBFT RPC proxy, for tests and chaos runs:
-// in front of one node, it forges headers, alters transactions and results,
-// or withholds blocks, so that a client of that node (the indexer, a
-// gateway) must notice and go to another.
+// Package tamper is a lying CometBFT RPC proxy, for tests, chaos and attack
+// runs: in front of one node, it forges headers, alters transactions and
+// results, withholds blocks or answers with endless bodies, so that a client
+// of that node (the indexer, a gateway) must notice and go to another. It
+// only ever listens on the address it is given.
 package tamper
 
 import (
@@ -30,7 +31,8 @@ type Proxy struct {
 	hits   map[string]int
 }
 
-// Modes are the lies a Proxy tells; "" tells none.
+// Modes are the lies a Proxy tells in chaos runs; "" tells none. Huge is
+// an attack's (byzlog attack), not a chaos nemesis's, and is not listed.
 var Modes = []string{Header, Tx, Results, Withhold}
 
 // The modes.
@@ -46,7 +48,15 @@ const (
 	Results = "results"
 	// Withhold never answers for a block (12 s, then an error).
 	Withhold = "withhold"
+	// Huge answers every request with a well-formed start of a JSON-RPC
+	// response whose result never ends before HugeBytes: a client that
+	// reads whole responses holds them all in memory.
+	Huge = "huge"
 )
+
+// HugeBytes is the size of a Huge answer. It is generated as it is
+// written, never held in memory.
+var HugeBytes int64 = 200 << 20
 
 // Start serves a Proxy on listen (host:port) in front of target (the
 // node's RPC URL, "http://127.0.0.1:26657"). It tells no lie until SetMode.
@@ -89,6 +99,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &req)
 	mode := p.mode.Load().(string)
+	if mode == Huge {
+		p.hit(mode)
+		_, _ = writeHuge(w, HugeBytes)
+		return
+	}
 	if mode == Withhold && req.Method == "block" {
 		p.hit(mode)
 		select { // longer than the indexer's 10 s request timeout, bounded
@@ -207,4 +222,31 @@ func misplace(b64 string, flip func(string) string) string {
 		return flip(b64)
 	}
 	return base64.StdEncoding.EncodeToString(b)
+}
+
+// writeHuge writes a JSON-RPC response of n bytes whose result is one
+// string of filler, in chunks, so the proxy's memory stays small whatever
+// n is. It stops at the first write error (the client gave up).
+func writeHuge(w http.ResponseWriter, n int64) (int64, error) {
+	head, tail := []byte(`{"jsonrpc":"2.0","id":-1,"result":{"filler":"`), []byte(`"}}`)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", fmt.Sprint(n))
+	chunk := bytes.Repeat([]byte("A"), 64<<10)
+	var sent int64
+	write := func(b []byte) error {
+		k, err := w.Write(b)
+		sent += int64(k)
+		return err
+	}
+	if err := write(head); err != nil {
+		return sent, err
+	}
+	for left := n - int64(len(head)) - int64(len(tail)); left > 0; {
+		c := chunk[:min(int64(len(chunk)), left)]
+		if err := write(c); err != nil {
+			return sent, err
+		}
+		left -= int64(len(c))
+	}
+	return sent, write(tail)
 }

@@ -98,3 +98,43 @@ func TestMisplaceMovesTheFirstBatch(t *testing.T) {
 		t.Fatal("misplace did not fall back to a flip for data that is no outcome")
 	}
 }
+
+func TestHugeStreamsAWellFormedBodyOfHugeBytes(t *testing.T) {
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a huge answer reached the node")
+	}))
+	defer node.Close()
+	addr := freeAddr(t)
+	p, err := Start(addr, node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	old := HugeBytes
+	HugeBytes = 3<<20 + 17 // several chunks and a short last one
+	defer func() { HugeBytes = old }()
+	p.SetMode(Huge)
+	resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(`{"method":"status","id":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(body)) != HugeBytes || resp.ContentLength != HugeBytes {
+		t.Fatalf("huge answer: %d bytes (Content-Length %d), want %d", len(body), resp.ContentLength, HugeBytes)
+	}
+	var msg struct {
+		Result struct {
+			Filler string `json:"filler"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(body, &msg); err != nil || len(msg.Result.Filler) < int(HugeBytes)-64 {
+		t.Fatalf("huge answer is no JSON-RPC response with a long result (%v, %d bytes of filler)", err, len(msg.Result.Filler))
+	}
+	if p.Count(Huge) != 1 {
+		t.Fatalf("Count(huge) = %d, want 1", p.Count(Huge))
+	}
+}
