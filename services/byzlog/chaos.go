@@ -132,61 +132,17 @@ func (o chaosOptions) validate() error {
 }
 
 func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out, progress io.Writer) (err error) {
-	bin := binDir()
-	fpApp := findBinary(bin, "byzlog-app-failpoints")
 	for _, n := range nemeses {
-		if _, serr := os.Stat(fpApp); n.NeedsFailpoints && serr != nil {
+		if _, serr := os.Stat(findBinary(binDir(), "byzlog-app-failpoints")); n.NeedsFailpoints && serr != nil {
 			return fmt.Errorf("nemesis %s needs byzlog-app-failpoints next to byzlog (build it with `go build -tags failpoints -o bin/byzlog-app-failpoints ./services/byzlog-app`, or run `make chaos`): %v", n.Name, serr)
 		}
 	}
-	dir, err := os.MkdirTemp("", "byzlog-chaos-")
+	tc, err := startTestCluster(ctx, "chaos", o.basePort, progress)
 	if err != nil {
 		return err
 	}
-	cfg := localnet.Default()
-	cfg.Dir, cfg.BasePort, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, "byzlog-chaos"
-	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
-	cfg.PeerProxies = true // validators reach each other through Links, which partitions cut
-	n, err := localnet.Open(cfg)
-	if err != nil {
-		return err
-	}
-	links, err := localnet.StartLinks(cfg)
-	if err != nil {
-		return err
-	}
-	defer links.Close() // after the cluster is down (defers run last first)
-	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 2, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
-		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer"),
-		ProxiedRPC: map[int]int{0: o.basePort + 870}}
-	// gateway0 and the indexer reach node0 through a proxy that lies on
-	// demand (tamper-rpc); it tells the truth otherwise.
-	proxy, err := tamper.Start(fmt.Sprintf("127.0.0.1:%d", o.basePort+870), cfg.RPCAddr(0))
-	if err != nil {
-		return err
-	}
-	defer proxy.Close()
-	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
-	if err := startCluster(ctx, n, svc, progress); err != nil {
-		return err
-	}
-	c := &chaos.Cluster{Net: n, Services: svc, FailpointApp: fpApp, Links: links, Tamper: proxy}
-	defer func() {
-		// A paused process ignores SIGTERM until continued.
-		for i := 0; i < cfg.Validators; i++ {
-			_ = n.Resume(svc, localnet.CometBFTName(i))
-			_ = n.Resume(svc, localnet.AppName(i))
-		}
-		_ = n.Down(io.Discard)
-		if err == nil && !o.keep {
-			_ = os.RemoveAll(dir)
-		} else {
-			fmt.Fprintf(progress, "the run's data and logs stay in %s\n", dir)
-		}
-	}()
-	if c.AdminKey, err = n.AdminKey(); err != nil {
-		return err
-	}
+	defer func() { tc.close(err == nil && !o.keep, progress) }()
+	c := tc.c
 
 	var rows []chaos.Row
 	for i, nem := range nemeses {
@@ -227,6 +183,86 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 		return fmt.Errorf("%w under %s (see above)", chaos.ErrUnsafe, strings.Join(unsafe, ", "))
 	}
 	return nil
+}
+
+// testCluster is the cluster `byzlog chaos` and `byzlog attack` run on: a
+// 4-validator localnet whose validators reach each other through loopback
+// proxies (partitions cut them), NATS, 2 gateways and the indexer, and a
+// lying RPC proxy in front of node0 for gateway0 and the indexer.
+type testCluster struct {
+	dir   string
+	c     *chaos.Cluster
+	links *localnet.Links
+	proxy *tamper.Proxy
+}
+
+// startTestCluster creates and starts a test cluster in a fresh temporary
+// directory (byzlog-NAME-*) from basePort on. On failure it stops what it
+// started.
+func startTestCluster(ctx context.Context, name string, basePort int, progress io.Writer) (tc *testCluster, err error) {
+	bin := binDir()
+	dir, err := os.MkdirTemp("", "byzlog-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	tc = &testCluster{dir: dir}
+	defer func() {
+		if err != nil {
+			tc.close(false, progress)
+		}
+	}()
+	cfg := localnet.Default()
+	cfg.Dir, cfg.BasePort, cfg.ChainID = filepath.Join(dir, "cluster"), basePort, "byzlog-"+name
+	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
+	cfg.PeerProxies = true // validators reach each other through Links, which partitions cut
+	n, err := localnet.Open(cfg)
+	if err != nil {
+		return tc, err
+	}
+	if tc.links, err = localnet.StartLinks(cfg); err != nil {
+		return tc, err
+	}
+	svc := localnet.Services{NATSPort: basePort + 800, Gateways: 2, GatewayPort: basePort + 810, IndexerPort: basePort + 830,
+		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer"),
+		ProxiedRPC: map[int]int{0: basePort + 870}}
+	// gateway0 and the indexer reach node0 through a proxy that lies on
+	// demand (tamper-rpc, huge-rpc); it tells the truth otherwise.
+	if tc.proxy, err = tamper.Start(fmt.Sprintf("127.0.0.1:%d", basePort+870), cfg.RPCAddr(0)); err != nil {
+		return tc, err
+	}
+	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: findBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy}
+	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
+	if err := startCluster(ctx, n, svc, progress); err != nil {
+		return tc, err
+	}
+	if tc.c.AdminKey, err = n.AdminKey(); err != nil {
+		return tc, err
+	}
+	return tc, nil
+}
+
+// close stops every process of the cluster, then its proxies, and removes
+// its directory when remove (else it says where the data and logs stay).
+func (tc *testCluster) close(remove bool, progress io.Writer) {
+	if c := tc.c; c != nil {
+		// A paused process ignores SIGTERM until continued.
+		for i := 0; i < c.Net.Config().Validators; i++ {
+			_ = c.Net.Resume(c.Services, localnet.CometBFTName(i))
+			_ = c.Net.Resume(c.Services, localnet.AppName(i))
+		}
+		_ = c.Net.Down(io.Discard)
+	}
+	if tc.proxy != nil {
+		_ = tc.proxy.Close()
+	}
+	if tc.links != nil {
+		tc.links.Close()
+	}
+	if remove {
+		_ = os.RemoveAll(tc.dir)
+	} else {
+		fmt.Fprintf(progress, "the run's data and logs stay in %s\n", tc.dir)
+	}
 }
 
 func writeChaos(dir string, rows []chaos.Row) error {
