@@ -48,7 +48,7 @@ func newChainApp(t testing.TB, appState []byte) *app.App {
 }
 
 // open opens the app on dir, running InitChain on a new store (topic "t").
-func open(t *testing.T, dir string) *app.App {
+func open(t testing.TB, dir string) *app.App {
 	t.Helper()
 	a := openApp(t, dir)
 	if info(t, a).LastBlockHeight == 0 {
@@ -60,7 +60,7 @@ func open(t *testing.T, dir string) *app.App {
 }
 
 // validTx is batch seq of one producer to t/0, valid once seq-1 is committed.
-func validTx(t *testing.T, seq uint64) []byte {
+func validTx(t testing.TB, seq uint64) []byte {
 	t.Helper()
 	b, err := sign.NewSigner(workload.Key("producer"), chainID).Batch("t", 0, seq, byzlogv1.Codec_CODEC_NONE,
 		[]*byzlogv1.Record{{Value: []byte(fmt.Sprint("record ", seq))}})
@@ -74,7 +74,7 @@ func validTx(t *testing.T, seq uint64) []byte {
 	return tx
 }
 
-func finalize(t *testing.T, a *app.App, height int64, txs ...[]byte) []byte {
+func finalize(t testing.TB, a *app.App, height int64, txs ...[]byte) []byte {
 	t.Helper()
 	res, err := a.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: height, Txs: txs})
 	if err != nil {
@@ -86,14 +86,14 @@ func finalize(t *testing.T, a *app.App, height int64, txs ...[]byte) []byte {
 	return res.AppHash
 }
 
-func commit(t *testing.T, a *app.App) {
+func commit(t testing.TB, a *app.App) {
 	t.Helper()
 	if _, err := a.Commit(ctx, &abci.RequestCommit{}); err != nil {
 		t.Fatalf("Commit() = %v", err)
 	}
 }
 
-func info(t *testing.T, a *app.App) *abci.ResponseInfo {
+func info(t testing.TB, a *app.App) *abci.ResponseInfo {
 	t.Helper()
 	res, err := a.Info(ctx, &abci.RequestInfo{})
 	if err != nil {
