@@ -119,5 +119,3 @@ func mustMarshal(t *testing.T, method string, resp marshaler, err error) {
 		t.Fatalf("%s response does not marshal: %v", method, err)
 	}
 }
-
-
