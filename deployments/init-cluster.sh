@@ -13,7 +13,7 @@ genesis shared by all, with the admin's public key in app_state.admins, and the
 admin key itself unless you bring your own public key. It runs `cometbft
 testnet`, then sets what byzlog needs, as `byzlog localnet` does: abci = "grpc",
 proxy_app = "127.0.0.1:ABCI_PORT" (host:port, no tcp:// with gRPC),
-[mempool] recheck = false, timeout_propose = 10s, persistent peers with PEX
+[mempool] recheck = false, type = "app", reap_interval = 25ms, timeout_propose = 10s, persistent peers with PEX
 off, p2p rates of 100 MiB/s, and genesis block.max_bytes under the 4 MiB cap of
 CometBFT's gRPC ABCI client. On an output that is already complete it does
 nothing; it never overwrites a validator key.
@@ -189,6 +189,8 @@ for ((i = 0; i < validators; i++)); do
   set_toml "$cfg" p2p send_rate $((100 << 20)) # the 5 MB/s default throttles large blocks
   set_toml "$cfg" p2p recv_rate $((100 << 20))
   set_toml "$cfg" mempool recheck false # races with the gRPC ABCI client under load
+  set_toml "$cfg" mempool type '"app"' # byzlog-app keeps the mempool and builds blocks from it
+  set_toml "$cfg" mempool reap_interval '"25ms"' # the 500 ms default delays gossip to the proposer
   set_toml "$cfg" rpc max_body_bytes $((4 << 20)) # the 1 MB default refuses bundles over ~730 KiB
   set_toml "$cfg" consensus timeout_propose '"10s"' # 3 s causes extra rounds with large blocks
   set_toml "$cfg" consensus timeout_commit "\"$timeout_commit\""

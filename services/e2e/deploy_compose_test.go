@@ -440,6 +440,8 @@ func checkGenerated(t *testing.T, dir string, n int, chainID string, host func(i
 			{"abci", cfg.ABCI, "grpc"},
 			{"proxy_app", cfg.ProxyApp, fmt.Sprintf("127.0.0.1:%d", abciPort)},
 			{"[mempool] recheck", cfg.Mempool.Recheck, false},
+			{"[mempool] type", cfg.Mempool.Type, "app"},
+			{"[mempool] reap_interval", cfg.Mempool.ReapInterval, 25 * time.Millisecond},
 			{"[consensus] timeout_propose", cfg.Consensus.TimeoutPropose, 10 * time.Second},
 			{"[p2p] pex", cfg.P2P.PexReactor, false},
 			{"[p2p] laddr", cfg.P2P.ListenAddress, fmt.Sprintf("tcp://0.0.0.0:%d", p2pPort)},
