@@ -14,6 +14,7 @@ import (
 	"time"
 
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 	"github.com/rs/zerolog"
 )
 
@@ -33,14 +34,25 @@ type Config struct {
 	// plus 16 must fit the nodes' rpc.max_body_bytes. 0 always uses
 	// JSON-RPC.
 	HexSubmitMaxBytes int
+	// MaxResponseBytes bounds every RPC response body read from a node, so
+	// a lying node cannot make the gateway read a huge one; the largest
+	// honest ones are a block or its results (the chain's blocks are under
+	// 4 MiB, results under 3 MiB; JSON grows them by up to 4/3 and more
+	// for results' escaping).
+	MaxResponseBytes int64
 }
 
 // DefaultConfig returns 1 s health checks, 3 blocks of allowed lag, 2 s
-// timeout, and hex submission up to what stock CometBFT's 1,000,000-byte
-// rpc.max_body_bytes takes.
+// timeout, hex submission up to what stock CometBFT's 1,000,000-byte
+// rpc.max_body_bytes takes, and responses up to DefaultMaxResponseBytes.
 func DefaultConfig() Config {
-	return Config{HealthInterval: time.Second, MaxLag: 3, Timeout: 2 * time.Second, HexSubmitMaxBytes: (1_000_000 - formOverhead) / 2}
+	return Config{HealthInterval: time.Second, MaxLag: 3, Timeout: 2 * time.Second, HexSubmitMaxBytes: (1_000_000 - formOverhead) / 2,
+		MaxResponseBytes: DefaultMaxResponseBytes}
 }
+
+// DefaultMaxResponseBytes is 16 MiB: four times the 4 MiB block limit, room
+// for a block or its results in JSON.
+const DefaultMaxResponseBytes = 16 << 20
 
 // Validate names the field that is wrong.
 func (c Config) Validate() error {
@@ -53,6 +65,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nodes: max_lag (%d) must not be negative", c.MaxLag)
 	case c.HexSubmitMaxBytes < 0 || c.HexSubmitMaxBytes > 64<<20:
 		return fmt.Errorf("nodes: hex_submit_max_bytes (%d) must be between 0 and 64 MiB", c.HexSubmitMaxBytes)
+	case c.MaxResponseBytes < 1<<20:
+		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
 	}
 	return nil
 }
@@ -102,7 +116,12 @@ func New(cfg Config, log zerolog.Logger) (*Pool, error) {
 	}
 	p := &Pool{cfg: cfg, log: log}
 	for _, a := range cfg.Addrs {
-		c, err := rpchttp.New(a, "/websocket")
+		hc, err := jsonrpcclient.DefaultHTTPClient(a)
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", a, err)
+		}
+		hc.Transport = limitTransport{base: hc.Transport, max: cfg.MaxResponseBytes}
+		c, err := rpchttp.NewWithClient(a, "/websocket", hc)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", a, err)
 		}

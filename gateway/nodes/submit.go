@@ -18,7 +18,14 @@ import (
 const formOverhead = 16
 
 // submitClient keeps connections to the nodes open between submissions.
-var submitClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, ForceAttemptHTTP2: false}}
+// A broadcast_tx_sync answer holds CheckTx's result: its log is short and
+// its data a TxOutcome of at most 4096 batch results.
+var submitClient = &http.Client{Transport: limitTransport{
+	base: &http.Transport{MaxIdleConnsPerHost: 16, ForceAttemptHTTP2: false},
+	max:  maxBroadcastResponse,
+}}
+
+const maxBroadcastResponse = 4 << 20
 
 // BroadcastTxSync submits tx to the node and waits for its CheckTx.
 //
@@ -45,7 +52,7 @@ func (n *Node) BroadcastTxSync(ctx context.Context, tx []byte) (*ctypes.ResultBr
 		return nil, fmt.Errorf("post broadcast_tx_sync: %w", err)
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("read broadcast_tx_sync response: %w", err)
 	}
@@ -74,4 +81,17 @@ func httpBase(addr string) string {
 		return addr
 	}
 	return "http://" + addr
+}
+
+// AlreadyHeld reports whether a broadcast failed only because the node
+// already has the same transaction: CometBFT's flood mempool answers "tx
+// already exists in cache", its app mempool (mempool.type = "app",
+// mempool.ErrSeenTx) "tx already seen". Either way the transaction is in
+// that node's mempool, or was committed: not a failure of the node.
+func AlreadyHeld(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "tx already exists in cache") || strings.Contains(msg, "tx already seen")
 }
