@@ -36,24 +36,91 @@ type Config struct {
 	// StartTimeout is how long Start waits for a healthy node (nodes that
 	// just restarted catch up first).
 	StartTimeout time.Duration
+	// PendingTimeout bounds how long a submitted transaction may stay
+	// uncommitted in all: past it the gateway stops waiting, frees its
+	// in-flight slot and queued bytes, and answers DEADLINE_EXCEEDED (the
+	// client retries with the same sequence). It must exceed CommitTimeout,
+	// so a transaction a node dropped is resubmitted at least once.
+	PendingTimeout time.Duration
+	// MaxProducerQueuedBytes and MaxProducerQueuedBatches bound what one
+	// producer key may hold in the gateway (accepted and not yet answered
+	// by a commit or a rejection); past them its batches get
+	// RESOURCE_EXHAUSTED while other producers' are still taken.
+	MaxProducerQueuedBytes   int64
+	MaxProducerQueuedBatches int
+	// HTTP bounds the HTTP/JSON face.
+	HTTP HTTPConfig
+	// GRPC bounds the gRPC face.
+	GRPC GRPCConfig
+}
+
+// HTTPConfig bounds the HTTP/JSON face (HTTPHandler, NewHTTPServer).
+type HTTPConfig struct {
+	// MaxBodyBytes is the largest request body; larger ones get 413.
+	MaxBodyBytes int64
+	// MaxConcurrent bounds requests served at once; past it, 503 with
+	// Retry-After.
+	MaxConcurrent int
+	// ReadHeaderTimeout and ReadTimeout bound reading a request's headers
+	// and the whole request; WriteTimeout bounds a request from the end of
+	// its headers to the end of its answer, so it must exceed
+	// PendingTimeout (a produce with ack commit waits for the block);
+	// IdleTimeout closes idle keep-alive connections.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	// MaxHeaderBytes bounds a request's header block.
+	MaxHeaderBytes int
+}
+
+// GRPCConfig bounds the gRPC face (NewGRPCServer).
+type GRPCConfig struct {
+	// MaxRecvMsgBytes is the largest request message.
+	MaxRecvMsgBytes int
+	// MaxConcurrentStreams bounds the calls one connection has open.
+	MaxConcurrentStreams uint32
+	// KeepaliveMinTime is the shortest keepalive ping interval a client may
+	// use; a client pinging faster is disconnected.
+	KeepaliveMinTime time.Duration
+	// MaxConnectionIdle closes a connection with no call open for this long.
+	MaxConnectionIdle time.Duration
+	// ConnectionTimeout bounds a new connection's handshake.
+	ConnectionTimeout time.Duration
 }
 
 // Default returns the defaults: 5 ms linger, 1 MiB bundles of at most 1024
 // batches, 256 MiB of queue, 16 bundles in flight, 20 s commit timeout,
-// 50 ms block polling, 30 s to find a healthy node at start. Linger and bundle size were picked by measurement
-// (make bench-gateway; README "Why 5 ms and 1 MiB").
+// 30 s pending timeout, 16 MiB and 1024 batches queued per producer key,
+// 50 ms block polling, 30 s to find a healthy node at start. Linger and
+// bundle size were picked by measurement (make bench-gateway; README "Why
+// 5 ms and 1 MiB"). HTTP: 4 MiB bodies, 256 requests at once, 5 s to read
+// headers, 30 s to read a request, 60 s to answer, 2 min idle, 64 KiB of
+// headers. gRPC: 4 MiB messages, 1024 calls per connection, pings no
+// faster than every 10 s, 5 min idle connections, 10 s handshakes.
 func Default() Config {
 	return Config{
-		Nodes:            nodes.DefaultConfig(),
-		Linger:           5 * time.Millisecond,
-		MaxBundleBytes:   1 << 20,
-		MaxBundleBatches: 1024,
-		MaxQueuedBytes:   256 << 20,
-		MaxInFlight:      16,
-		CommitTimeout:    20 * time.Second,
-		PollInterval:     50 * time.Millisecond,
-		TopicCacheTTL:    2 * time.Second,
-		StartTimeout:     30 * time.Second,
+		Nodes:                    nodes.DefaultConfig(),
+		Linger:                   5 * time.Millisecond,
+		MaxBundleBytes:           1 << 20,
+		MaxBundleBatches:         1024,
+		MaxQueuedBytes:           256 << 20,
+		MaxInFlight:              16,
+		CommitTimeout:            20 * time.Second,
+		PollInterval:             50 * time.Millisecond,
+		TopicCacheTTL:            2 * time.Second,
+		StartTimeout:             30 * time.Second,
+		PendingTimeout:           30 * time.Second,
+		MaxProducerQueuedBytes:   16 << 20,
+		MaxProducerQueuedBatches: 1024,
+		HTTP: HTTPConfig{
+			MaxBodyBytes: 4 << 20, MaxConcurrent: 256,
+			ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: 60 * time.Second, IdleTimeout: 2 * time.Minute,
+			MaxHeaderBytes: 64 << 10,
+		},
+		GRPC: GRPCConfig{
+			MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 1024,
+			KeepaliveMinTime: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute,
+			ConnectionTimeout: 10 * time.Second,
+		},
 	}
 }
 
@@ -79,6 +146,43 @@ func (c Config) Validate() error {
 		return fmt.Errorf("start_timeout (%s) must not be negative", c.StartTimeout)
 	case c.PollInterval <= 0 || c.TopicCacheTTL <= 0:
 		return fmt.Errorf("poll_interval (%s) and topic_cache_ttl (%s) must be positive", c.PollInterval, c.TopicCacheTTL)
+	case c.PendingTimeout <= c.CommitTimeout:
+		return fmt.Errorf("pending_timeout (%s) must exceed commit_timeout (%s), so a dropped transaction is resubmitted before it is given up", c.PendingTimeout, c.CommitTimeout)
+	case c.MaxProducerQueuedBytes < int64(c.MaxBundleBytes) || c.MaxProducerQueuedBytes > c.MaxQueuedBytes:
+		return fmt.Errorf("max_producer_queued_bytes (%d) must be between max_bundle_bytes (%d) and max_queued_bytes (%d)", c.MaxProducerQueuedBytes, c.MaxBundleBytes, c.MaxQueuedBytes)
+	case c.MaxProducerQueuedBatches < 1:
+		return fmt.Errorf("max_producer_queued_batches (%d) must be at least 1", c.MaxProducerQueuedBatches)
+	}
+	if err := c.HTTP.validate(c.PendingTimeout); err != nil {
+		return err
+	}
+	return c.GRPC.validate()
+}
+
+func (c HTTPConfig) validate(pending time.Duration) error {
+	switch {
+	case c.MaxBodyBytes < 1<<10:
+		return fmt.Errorf("http.max_body_bytes (%d) must be at least 1 KiB", c.MaxBodyBytes)
+	case c.MaxConcurrent < 1:
+		return fmt.Errorf("http.max_concurrent (%d) must be at least 1", c.MaxConcurrent)
+	case c.ReadHeaderTimeout <= 0 || c.ReadTimeout <= 0 || c.IdleTimeout <= 0:
+		return fmt.Errorf("http.read_header_timeout (%s), http.read_timeout (%s) and http.idle_timeout (%s) must be positive", c.ReadHeaderTimeout, c.ReadTimeout, c.IdleTimeout)
+	case c.WriteTimeout <= pending:
+		return fmt.Errorf("http.write_timeout (%s) must exceed pending_timeout (%s): a produce with ack commit waits that long for its answer", c.WriteTimeout, pending)
+	case c.MaxHeaderBytes < 4<<10:
+		return fmt.Errorf("http.max_header_bytes (%d) must be at least 4 KiB", c.MaxHeaderBytes)
+	}
+	return nil
+}
+
+func (c GRPCConfig) validate() error {
+	switch {
+	case c.MaxRecvMsgBytes < 1<<20:
+		return fmt.Errorf("grpc.max_recv_msg_bytes (%d) must be at least 1 MiB", c.MaxRecvMsgBytes)
+	case c.MaxConcurrentStreams < 1:
+		return fmt.Errorf("grpc.max_concurrent_streams (%d) must be at least 1", c.MaxConcurrentStreams)
+	case c.KeepaliveMinTime <= 0 || c.MaxConnectionIdle <= 0 || c.ConnectionTimeout <= 0:
+		return fmt.Errorf("grpc.keepalive_min_time (%s), grpc.max_connection_idle (%s) and grpc.connection_timeout (%s) must be positive", c.KeepaliveMinTime, c.MaxConnectionIdle, c.ConnectionTimeout)
 	}
 	return nil
 }

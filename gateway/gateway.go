@@ -39,7 +39,7 @@ type Gateway struct {
 	pool *nodes.Pool
 
 	queue    chan *request
-	queued   atomic.Int64 // bytes of batches accepted and not yet answered
+	queued   atomic.Int64 // bytes of batches accepted and not yet settled
 	inflight chan struct{}
 	topics   topicCache
 	stopped  atomic.Bool
@@ -48,17 +48,28 @@ type Gateway struct {
 	mu      sync.Mutex
 	pending map[string]*pendingTx // by tx hash
 	height  int64                 // last block whose results were matched
+
+	prodMu sync.Mutex
+	usage  map[string]*usage    // by producer key: what it holds queued
+	seqs   map[seqKey]*seqState // what the gateway knows of producers' sequences
 }
 
 // request is one batch waiting for its answer.
 type request struct {
 	batch *byzlogv1.SignedBatch
 	body  *byzlogv1.BatchBody
+	key   string // producer key
 	size  int
 	ack   byzlogv1.Ack
 	done  chan answer
-	once  sync.Once
+	once  sync.Once // the answer
 	g     *Gateway
+
+	settleOnce sync.Once
+	charged    bool // counted in queued and its producer's usage
+	reserved   bool // holds its sequence in the producer's pending ones
+	following  bool // the same batch is pending: answered with it, never bundled
+	followers  []*request
 }
 
 type answer struct {
@@ -66,11 +77,17 @@ type answer struct {
 	err     error
 }
 
+// answer gives the client its answer; a request acked at the mempool is
+// answered before it is settled.
+func (r *request) answer(rc *byzlogv1.Receipt, err error) {
+	r.once.Do(func() { r.done <- answer{rc, err} })
+}
+
+// finish is a request's final outcome: it answers (if not yet) and gives
+// back what the request held.
 func (r *request) finish(rc *byzlogv1.Receipt, err error) {
-	r.once.Do(func() {
-		r.g.queued.Add(-int64(r.size))
-		r.done <- answer{rc, err}
-	})
+	r.answer(rc, err)
+	r.settleOnce.Do(func() { r.g.settle(r, rc, err) })
 }
 
 func (r *request) receipt(ack byzlogv1.Ack) *byzlogv1.Receipt {
@@ -85,7 +102,11 @@ type pendingTx struct {
 	committed func(height int64, index uint32, res *abci.ExecTxResult) // any other transaction
 	failed    func(err error)
 	release   func()
-	submitted time.Time
+	submitted time.Time // last sent
+	deadline  time.Time // given up after (Config.PendingTimeout)
+	// twins are transactions with the same bytes, submitted while this one
+	// was pending: they share its outcome and are never sent themselves.
+	twins []*pendingTx
 }
 
 // New returns a gateway over the nodes in cfg. Run starts it.
@@ -103,10 +124,15 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 		inflight: make(chan struct{}, cfg.MaxInFlight),
 		pending:  map[string]*pendingTx{},
 		topics:   topicCache{ttl: cfg.TopicCacheTTL},
+		usage:    map[string]*usage{},
+		seqs:     map[seqKey]*seqState{},
 	}
 	g.metrics = newMetrics(g)
 	return g, nil
 }
+
+// Config is the gateway's configuration (with defaults filled).
+func (g *Gateway) Config() Config { return g.cfg }
 
 // Metrics returns the gateway's Prometheus metrics, for the caller to register.
 func (g *Gateway) Metrics() *Metrics { return g.metrics }
@@ -178,23 +204,36 @@ func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack 
 	if ack == byzlogv1.Ack_ACK_UNSPECIFIED {
 		ack = byzlogv1.Ack_ACK_COMMIT
 	}
-	r, err := g.check(ctx, batch)
+	shutdown := status.Error(codes.Unavailable, "gateway shutting down; retry with another gateway (same sequence)")
+	if g.stopped.Load() {
+		return nil, shutdown
+	}
+	r, err := g.decode(batch)
 	if err != nil {
 		return nil, err
 	}
 	r.ack = ack
+	// Charged before anything waits on its behalf (topic metadata, its
+	// producer's sequence), so a client cannot hold more than its share.
+	if err := g.charge(r); err != nil {
+		return nil, err
+	}
+	if err := g.admit(ctx, r); err != nil {
+		r.finish(nil, err)
+		return nil, err
+	}
 	if g.stopped.Load() {
-		return nil, status.Error(codes.Unavailable, "gateway shutting down; retry with another gateway (same sequence)")
+		r.finish(nil, shutdown)
+		return nil, shutdown
 	}
-	if q := g.queued.Add(int64(r.size)); q > g.cfg.MaxQueuedBytes {
-		g.queued.Add(-int64(r.size))
-		return nil, exhausted(100*time.Millisecond, "gateway queue full (%d bytes waiting, max_queued_bytes %d); retry shortly", q-int64(r.size), g.cfg.MaxQueuedBytes)
-	}
-	select {
-	case g.queue <- r:
-	default:
-		g.queued.Add(-int64(r.size))
-		return nil, exhausted(100*time.Millisecond, "gateway queue full (%d batches waiting); retry shortly", len(g.queue))
+	if !r.following {
+		select {
+		case g.queue <- r:
+		default:
+			err := exhausted(100*time.Millisecond, "gateway queue full (%d batches waiting); retry shortly", len(g.queue))
+			r.finish(nil, err)
+			return nil, err
+		}
 	}
 	if ack == byzlogv1.Ack_ACK_NONE {
 		return r.receipt(ack), nil
@@ -207,9 +246,9 @@ func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack 
 	}
 }
 
-// check runs the pre-checks that reject a bad batch alone, before bundling:
-// signature, decoding, chain, size, topic and partition.
-func (g *Gateway) check(ctx context.Context, b *byzlogv1.SignedBatch) (*request, error) {
+// decode runs the stateless pre-checks that reject a bad batch alone:
+// signature, decoding, chain and size.
+func (g *Gateway) decode(b *byzlogv1.SignedBatch) (*request, error) {
 	if b == nil {
 		return nil, status.Error(codes.InvalidArgument, "request carries no batch")
 	}
@@ -230,10 +269,31 @@ func (g *Gateway) check(ctx context.Context, b *byzlogv1.SignedBatch) (*request,
 	if chain := g.pool.ChainID(); body.ChainId != chain {
 		return nil, rejected(core.CodeWrongChain, fmt.Sprintf("batch is signed for chain %q, this gateway writes to %q", body.ChainId, chain))
 	}
-	if err := g.topics.check(ctx, g, body.Topic, body.Partition); err != nil {
-		return nil, err
+	return &request{batch: b, body: &body, key: string(b.ProducerKey), size: len(tx), done: make(chan answer, 1), g: g}, nil
+}
+
+// admit runs the stateful pre-checks, against committed state as the
+// gateway last read it and its own pending batches: topic and partition,
+// the topic's allowed producers, record limits, and the sequence.
+func (g *Gateway) admit(ctx context.Context, r *request) error {
+	cfg, limits, err := g.topics.check(ctx, g, r.body.Topic, r.body.Partition)
+	if err != nil {
+		return err
 	}
-	return &request{batch: b, body: &body, size: len(tx), done: make(chan answer, 1), g: g}, nil
+	if err := checkRecords(r, cfg, limits); err != nil {
+		if status.Code(err) != codes.PermissionDenied || !g.topics.refreshable() {
+			return err
+		}
+		// A key granted a moment ago may not be in the cache yet.
+		g.topics.expire()
+		if cfg, limits, err = g.topics.check(ctx, g, r.body.Topic, r.body.Partition); err != nil {
+			return err
+		}
+		if err := checkRecords(r, cfg, limits); err != nil {
+			return err
+		}
+	}
+	return g.admitSequence(ctx, r)
 }
 
 // bundle collects queued batches into bundles: it closes a bundle after
@@ -278,7 +338,7 @@ func (g *Gateway) bundle(ctx context.Context) {
 		}
 		var once sync.Once
 		release := func() { once.Do(func() { <-g.inflight }) }
-		go g.submit(ctx, reqs, release)
+		go g.submit(ctx, reqs, release, time.Time{})
 	}
 }
 
@@ -295,8 +355,10 @@ func (g *Gateway) requeue(reqs []*request) {
 	}
 }
 
-// submit sends one bundle and registers it to be matched in a block.
-func (g *Gateway) submit(ctx context.Context, reqs []*request, release func()) {
+// submit sends one bundle and registers it to be matched in a block. A
+// bundle split from a rejected one keeps its deadline; zero means a new
+// one.
+func (g *Gateway) submit(ctx context.Context, reqs []*request, release func(), deadline time.Time) {
 	batches := make([]*byzlogv1.SignedBatch, len(reqs))
 	for i, r := range reqs {
 		batches[i] = r.batch
@@ -309,7 +371,7 @@ func (g *Gateway) submit(ctx context.Context, reqs []*request, release func()) {
 		release()
 		return
 	}
-	p := &pendingTx{tx: tx, hash: hex.EncodeToString(cmttypes.Tx(tx).Hash()), reqs: reqs, release: release}
+	p := &pendingTx{tx: tx, hash: hex.EncodeToString(cmttypes.Tx(tx).Hash()), reqs: reqs, release: release, deadline: deadline}
 	g.metrics.bundleBatches.Observe(float64(len(reqs)))
 	g.metrics.bundleBytes.Observe(float64(len(tx)))
 	g.broadcast(ctx, p)
@@ -340,16 +402,40 @@ func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (int64, error) {
 	case d := <-ch:
 		return d.height, d.err
 	case <-ctx.Done():
-		g.untrack(p)
+		// Left tracked: the same bytes sent again wait on it as twins, and
+		// the pending timeout bounds it.
 		return 0, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
-func (g *Gateway) track(p *pendingTx) {
+// track registers p to be matched in blocks and reports whether to send
+// it. A transaction with the same bytes as a pending one is not: it waits
+// on that one as its twin, so neither entry, nor the slot it holds, is
+// lost.
+func (g *Gateway) track(p *pendingTx) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	p.submitted = time.Now()
+	if q := g.pending[p.hash]; q != nil && q != p {
+		q.twins = append(q.twins, p)
+		return false
+	}
+	now := time.Now()
+	p.submitted = now
+	if p.deadline.IsZero() {
+		p.deadline = now.Add(g.cfg.PendingTimeout)
+	}
 	g.pending[p.hash] = p
+	return true
+}
+
+// takeTwins returns the transactions waiting on p's outcome; p is
+// untracked, so no more are added.
+func (g *Gateway) takeTwins(p *pendingTx) []*pendingTx {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := p.twins
+	p.twins = nil
+	return t
 }
 
 func (g *Gateway) untrack(p *pendingTx) bool {
@@ -362,10 +448,17 @@ func (g *Gateway) untrack(p *pendingTx) bool {
 	return true
 }
 
-// broadcast submits p to healthy nodes in turn until one's CheckTx answers.
+// broadcast tracks p and submits it, unless the same bytes are pending.
 // p is tracked before it is sent: its block may come before the answer.
 func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
-	g.track(p)
+	if g.track(p) {
+		g.send(ctx, p)
+	}
+}
+
+// send submits tracked p to healthy nodes in turn until one's CheckTx
+// answers.
+func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 	var lastErr error
 	var retry *nodes.Node
 	retriedStale := false
@@ -380,7 +473,7 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 		if err != nil {
 			msg := err.Error()
 			switch {
-			case strings.Contains(msg, "tx already exists in cache"):
+			case nodes.AlreadyHeld(err):
 				// The same bytes were seen before: still in a mempool (a
 				// block will tell), or already committed, perhaps before
 				// this gateway was watching. Look it up.
@@ -402,7 +495,7 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 		if res.Code == 0 {
 			for _, r := range p.reqs {
 				if r.ack == byzlogv1.Ack_ACK_MEMPOOL {
-					r.finish(r.receipt(byzlogv1.Ack_ACK_MEMPOOL), nil)
+					r.answer(r.receipt(byzlogv1.Ack_ACK_MEMPOOL), nil)
 				}
 			}
 			return
@@ -465,6 +558,9 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 // original offsets, bad batches their error, and the rest go out again in
 // a new bundle.
 func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, log string, data []byte) {
+	for _, t := range g.takeTwins(p) {
+		g.rejected(ctx, t, code, log, data)
+	}
 	if p.reqs == nil {
 		p.failed(rejected(code, log))
 		p.release()
@@ -492,10 +588,13 @@ func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, lo
 		p.release()
 		return
 	}
-	g.submit(ctx, again, p.release)
+	g.submit(ctx, again, p.release, p.deadline)
 }
 
 func (g *Gateway) fail(p *pendingTx, err error) {
+	for _, t := range g.takeTwins(p) {
+		g.fail(t, err)
+	}
 	for _, r := range p.reqs {
 		r.finish(nil, err)
 	}
@@ -506,8 +605,9 @@ func (g *Gateway) fail(p *pendingTx, err error) {
 }
 
 // follow matches committed blocks against pending transactions, height by
-// height (never by event alone, so nothing is skipped), and resubmits what
-// has waited longer than CommitTimeout.
+// height (never by event alone, so nothing is skipped), resubmits what
+// has waited longer than CommitTimeout and gives up what has waited longer
+// than PendingTimeout.
 func (g *Gateway) follow(ctx context.Context) {
 	t := time.NewTicker(g.cfg.PollInterval)
 	defer t.Stop()
@@ -520,7 +620,7 @@ func (g *Gateway) follow(ctx context.Context) {
 		if err := g.followOnce(ctx); err != nil && ctx.Err() == nil {
 			g.log.Debug().Err(err).Msg("follow blocks")
 		}
-		g.resubmitStale(ctx)
+		g.sweep(ctx)
 	}
 }
 
@@ -566,6 +666,9 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 
 // committed answers a transaction found in block h at index i.
 func (g *Gateway) committed(ctx context.Context, p *pendingTx, h int64, i uint32, res *abci.ExecTxResult) {
+	for _, t := range g.takeTwins(p) {
+		g.committed(ctx, t, h, i, res)
+	}
 	if p.committed != nil {
 		p.committed(h, i, res)
 		p.release()
@@ -589,66 +692,96 @@ func (g *Gateway) committed(ctx context.Context, p *pendingTx, h int64, i uint32
 	p.release()
 }
 
-// resubmitStale sends again, to the next node, what has waited too long: a
-// node may have dropped it. The bytes are the same, so it commits once.
-func (g *Gateway) resubmitStale(ctx context.Context) {
-	var stale []*pendingTx
+// sweep sends again, to the next node, what has waited CommitTimeout: a
+// node may have dropped it (the bytes are the same, so it commits once).
+// What has passed its deadline is given up: a transaction that never shows
+// up in a block (a node keeps it in its mempool, but no proposer picks it)
+// must not hold its slot and bytes for good. It may still commit later; the
+// client's retry with the same sequence then gets the original offsets.
+func (g *Gateway) sweep(ctx context.Context) {
+	var stale, expired []*pendingTx
+	now := time.Now()
 	g.mu.Lock()
 	for _, p := range g.pending {
-		if time.Since(p.submitted) > g.cfg.CommitTimeout {
-			p.submitted = time.Now()
+		switch {
+		case now.After(p.deadline):
+			delete(g.pending, p.hash)
+			expired = append(expired, p)
+		case now.Sub(p.submitted) > g.cfg.CommitTimeout:
+			p.submitted = now
 			stale = append(stale, p)
 		}
 	}
 	g.mu.Unlock()
+	for _, p := range expired {
+		g.log.Warn().Str("tx", p.hash).Int("batches", len(p.reqs)).Dur("pending_timeout", g.cfg.PendingTimeout).Msg("transaction not committed in time; giving up")
+		g.metrics.expired.Inc()
+		g.fail(p, status.Errorf(codes.DeadlineExceeded, "not committed within %s (the gateway's pending_timeout); it may still commit: retry with the same sequence (or nonce)", g.cfg.PendingTimeout))
+	}
 	for _, p := range stale {
 		g.log.Warn().Str("tx", p.hash).Int("batches", len(p.reqs)).Msg("transaction not committed in time; submitting it again")
 		g.metrics.resubmits.Inc()
-		go g.broadcast(ctx, p)
+		go g.send(ctx, p)
 	}
 }
 
 // Query runs an ABCI query on a healthy node, failing over once per node.
+// The node must have committed every block this gateway has acknowledged
+// from (read your writes).
 func (g *Gateway) Query(ctx context.Context, path string, req, resp proto.Message) error {
+	_, err := g.queryAt(ctx, path, req, resp, g.seenHeight())
+	return err
+}
+
+// seenHeight is the last block whose results the gateway matched: every
+// receipt it gave is at or below it.
+func (g *Gateway) seenHeight() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.height
+}
+
+// queryAt is Query on a node whose app has committed minHeight; it returns
+// the height the answer is from.
+func (g *Gateway) queryAt(ctx context.Context, path string, req, resp proto.Message, minHeight int64) (int64, error) {
 	var data []byte
 	if req != nil {
 		var err error
 		if data, err = proto.Marshal(req); err != nil {
-			return status.Errorf(codes.InvalidArgument, "encode query: %v", err)
+			return 0, status.Errorf(codes.InvalidArgument, "encode query: %v", err)
 		}
 	}
 	var lastErr error
-	g.mu.Lock()
-	seen := g.height // every receipt this gateway gave is at or below it
-	g.mu.Unlock()
 	for attempt := 0; attempt < g.pool.Len(); attempt++ {
 		n := g.pool.Pick()
 		if attempt == 0 {
 			n = g.pool.Freshest()
 		}
-		// Read your writes: a node must have committed every block this
-		// gateway has acknowledged from before it answers.
-		if !g.caughtUp(ctx, n, seen) {
+		if !g.caughtUp(ctx, n, minHeight) {
+			lastErr = fmt.Errorf("node %s has not committed height %d", n.Addr, minHeight)
 			continue
 		}
 		res, err := n.Client.ABCIQuery(ctx, path, data)
 		if err != nil {
 			if ctx.Err() != nil {
-				return status.FromContextError(ctx.Err()).Err()
+				return 0, status.FromContextError(ctx.Err()).Err()
 			}
 			g.pool.MarkDown(n, err)
 			lastErr = err
 			continue
 		}
 		if res.Response.Code != 0 {
-			return rejected(core.Code(res.Response.Code), res.Response.Log)
+			return 0, rejected(core.Code(res.Response.Code), res.Response.Log)
 		}
 		if err := proto.Unmarshal(res.Response.Value, resp); err != nil {
-			return status.Errorf(codes.Internal, "node %s answered %s with bytes that do not decode: %v", n.Addr, path, err)
+			return 0, status.Errorf(codes.Internal, "node %s answered %s with bytes that do not decode: %v", n.Addr, path, err)
 		}
-		return nil
+		return res.Response.Height, nil
 	}
-	return status.Errorf(codes.Unavailable, "no CometBFT node answered %s (last error: %v)", path, lastErr)
+	if ctx.Err() != nil {
+		return 0, status.FromContextError(ctx.Err()).Err()
+	}
+	return 0, status.Errorf(codes.Unavailable, "no CometBFT node answered %s (last error: %v)", path, lastErr)
 }
 
 // caughtUp waits up to 2 s for node n's app to have committed height h. It
@@ -671,61 +804,95 @@ func (g *Gateway) caughtUp(ctx context.Context, n *nodes.Node, h int64) bool {
 	}
 }
 
-// topicCache holds topic metadata for pre-checks.
+// topicCache holds topic metadata and the chain's limits for pre-checks.
 type topicCache struct {
 	ttl     time.Duration
 	mu      sync.Mutex
 	fetched time.Time
-	topics  map[string]uint32 // name -> partitions
+	topics  map[string]*byzlogv1.TopicConfig
+	limits  *byzlogv1.Limits
 }
 
 // missRefresh is the least time between refreshes caused by unknown
-// topics, so a client naming nonexistent topics costs no query per request.
+// topics (or keys a topic does not allow), so a client naming nonexistent
+// topics costs no query per request.
 const missRefresh = 200 * time.Millisecond
 
 // check says whether topic/partition exists, refreshing the cache when it
-// is stale or does not know the topic.
-func (c *topicCache) check(ctx context.Context, g *Gateway, topic string, partition uint32) error {
+// is stale or does not know the topic; it returns the topic's config and
+// the chain's limits.
+func (c *topicCache) check(ctx context.Context, g *Gateway, topic string, partition uint32) (*byzlogv1.TopicConfig, *byzlogv1.Limits, error) {
 	return c.checkOnce(ctx, g, topic, partition, false)
 }
 
-func (c *topicCache) checkOnce(ctx context.Context, g *Gateway, topic string, partition uint32, retried bool) error {
+// refreshable reports whether a miss may refresh the cache now.
+func (c *topicCache) refreshable() bool {
 	c.mu.Lock()
-	parts, ok := c.topics[topic]
+	defer c.mu.Unlock()
+	return time.Since(c.fetched) > missRefresh
+}
+
+// expire makes the next check refresh.
+func (c *topicCache) expire() {
+	c.mu.Lock()
+	c.fetched = time.Time{}
+	c.mu.Unlock()
+}
+
+func (c *topicCache) refresh(ctx context.Context, g *Gateway) error {
+	var list byzlogv1.TopicList
+	if err := g.Query(ctx, core.PathTopics, nil, &list); err != nil {
+		return err
+	}
+	var st byzlogv1.AppState
+	if err := g.Query(ctx, core.PathState, nil, &st); err != nil {
+		return err
+	}
+	m := make(map[string]*byzlogv1.TopicConfig, len(list.Topics))
+	for _, t := range list.Topics {
+		if t.GetConfig() != nil {
+			m[t.Name] = t.Config
+		}
+	}
+	c.mu.Lock()
+	c.topics, c.limits, c.fetched = m, st.GetParams().GetLimits(), time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *topicCache) checkOnce(ctx context.Context, g *Gateway, topic string, partition uint32, retried bool) (*byzlogv1.TopicConfig, *byzlogv1.Limits, error) {
+	c.mu.Lock()
+	cfg, ok := c.topics[topic]
 	age := time.Since(c.fetched)
 	c.mu.Unlock()
 	if age > c.ttl || (!ok && age > missRefresh) {
-		var list byzlogv1.TopicList
-		if err := g.Query(ctx, core.PathTopics, nil, &list); err != nil {
-			return err
-		}
-		m := make(map[string]uint32, len(list.Topics))
-		for _, t := range list.Topics {
-			m[t.Name] = t.GetConfig().GetPartitions()
+		if err := c.refresh(ctx, g); err != nil {
+			return nil, nil, err
 		}
 		c.mu.Lock()
-		c.topics, c.fetched = m, time.Now()
+		cfg, ok = c.topics[topic]
 		c.mu.Unlock()
-		parts, ok = m[topic]
 	}
 	if !ok && !retried {
 		// A topic created a moment ago may not be on the node asked yet:
-		// look again once a block later, as a Kafka client waits for metadata.
+		// look again once a block later, as a Kafka client waits for
+		// metadata. The batch is charged to the queue while it waits.
 		select {
 		case <-time.After(time.Second):
 		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
+			return nil, nil, status.FromContextError(ctx.Err()).Err()
 		}
-		c.mu.Lock()
-		c.fetched = time.Time{}
-		c.mu.Unlock()
+		c.expire()
 		return c.checkOnce(ctx, g, topic, partition, true)
 	}
 	if !ok {
-		return rejected(core.CodeUnknownTopic, fmt.Sprintf("topic %q does not exist; create it first", topic))
+		return nil, nil, rejected(core.CodeUnknownTopic, fmt.Sprintf("topic %q does not exist; create it first", topic))
 	}
-	if partition >= parts {
-		return rejected(core.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0..%d", topic, parts-1))
+	if partition >= cfg.Partitions {
+		return nil, nil, rejected(core.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0..%d", topic, cfg.Partitions-1))
 	}
-	return nil
+	c.mu.Lock()
+	limits := c.limits
+	c.mu.Unlock()
+	return cfg, limits, nil
 }

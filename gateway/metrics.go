@@ -17,6 +17,7 @@ type Metrics struct {
 	bundleBytes   prometheus.Histogram     // bytes per submitted bundle
 	latency       *prometheus.HistogramVec // produce to answer, by ack level
 	resubmits     prometheus.Counter
+	expired       prometheus.Counter
 	disagreements prometheus.Counter
 }
 
@@ -24,7 +25,7 @@ func newMetrics(g *Gateway) *Metrics {
 	return &Metrics{
 		queuedBytes: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "byzlog", Subsystem: "gateway", Name: "queued_bytes",
-			Help: "Bytes of batches accepted and not yet answered.",
+			Help: "Bytes of batches accepted and not yet settled (committed, rejected or given up).",
 		}, func() float64 { return float64(g.queued.Load()) }),
 		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "byzlog", Subsystem: "gateway", Name: "batches_total",
@@ -46,6 +47,10 @@ func newMetrics(g *Gateway) *Metrics {
 			Namespace: "byzlog", Subsystem: "gateway", Name: "resubmits_total",
 			Help: "Transactions submitted again after the commit timeout.",
 		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "expired_total",
+			Help: "Transactions given up after the pending timeout without showing up in a block.",
+		}),
 		disagreements: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "byzlog", Subsystem: "gateway", Name: "node_disagreements_total",
 			Help: "Blocks whose hash or results one node reported differently from the f+1 nodes that agreed (the gateway used theirs).",
@@ -55,7 +60,7 @@ func newMetrics(g *Gateway) *Metrics {
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.disagreements}
+	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.disagreements}
 }
 
 func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Receipt, err error) {

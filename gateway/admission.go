@@ -1,0 +1,413 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Admission: what one producer may hold in the gateway, and which of its
+// batches may be bundled at all. A batch that cannot commit must never
+// reach a bundle: CheckTx lets sequences run up to core.MaxLookahead ahead,
+// so a batch with a gap passes it, is never valid in a block, and would
+// strand its bundle and hold an in-flight slot until the pending timeout.
+// So a batch is bundled only when its sequence is the producer's next one
+// after what is committed and what this gateway already has pending.
+
+// gapWait is how long a batch whose sequence is ahead (within CheckTx's
+// lookahead) waits for the batches before it: requests of one producer,
+// sent in order, may reach the admission check out of order (each call of
+// a stream is served by its own goroutine). It waits charged to its
+// producer.
+const gapWait = time.Second
+
+// maxSeqStates bounds the producer sequences the gateway remembers; past it
+// those with nothing pending are forgotten (and read again when needed).
+const maxSeqStates = 1 << 16
+
+// seqKey is one producer's sequence space.
+type seqKey struct {
+	key       string // producer public key
+	topic     string
+	partition uint32
+}
+
+// seqState is what the gateway knows of one producer's sequences.
+type seqState struct {
+	// next is the next sequence after those committed, as last read from a
+	// node or advanced by this gateway's own commits (never backwards).
+	next  uint64
+	known bool
+	// pending are the sequences accepted and not yet settled, each with
+	// its request.
+	pending map[uint64]*request
+	// changed is closed (and replaced) when a sequence is reserved or next
+	// moves: batches waiting for the ones before them look again.
+	changed chan struct{}
+}
+
+func (st *seqState) notify() {
+	close(st.changed)
+	st.changed = make(chan struct{})
+}
+
+// expected is the sequence a new batch must carry: the first after the
+// committed ones and the run of pending ones that follows them.
+func (st *seqState) expected() uint64 {
+	e := st.next
+	for st.pending[e] != nil {
+		e++
+	}
+	return e
+}
+
+// usage is what one producer key holds queued.
+type usage struct {
+	bytes   int64
+	batches int
+}
+
+// placement is where a batch's sequence stands.
+type placement int
+
+const (
+	placeUnknown   placement = iota // the producer's committed sequence is not known yet
+	placeNext                       // the next sequence: reserved for this batch
+	placeCommitted                  // already committed: the chain answers it as a duplicate
+	placeFollow                     // the same batch is pending: wait for its answer
+	placeConflict                   // another batch with this sequence is pending
+	placeGap                        // skips a sequence
+)
+
+// charge counts r against the gateway's queue and its producer's share, or
+// refuses it with RESOURCE_EXHAUSTED. Every batch is charged before the
+// gateway waits for anything on its behalf; finish uncharges it.
+func (g *Gateway) charge(r *request) error {
+	if q := g.queued.Add(int64(r.size)); q > g.cfg.MaxQueuedBytes {
+		g.queued.Add(-int64(r.size))
+		return exhausted(100*time.Millisecond, "gateway queue full (%d bytes waiting, max_queued_bytes %d); retry shortly", q-int64(r.size), g.cfg.MaxQueuedBytes)
+	}
+	g.prodMu.Lock()
+	defer g.prodMu.Unlock()
+	u := g.usage[r.key]
+	if u == nil {
+		u = &usage{}
+	}
+	switch {
+	case u.bytes+int64(r.size) > g.cfg.MaxProducerQueuedBytes:
+		g.queued.Add(-int64(r.size))
+		return exhausted(time.Second, "producer %x holds %d bytes at this gateway (max_producer_queued_bytes %d); wait for answers before sending more", r.key, u.bytes, g.cfg.MaxProducerQueuedBytes)
+	case u.batches+1 > g.cfg.MaxProducerQueuedBatches:
+		g.queued.Add(-int64(r.size))
+		return exhausted(time.Second, "producer %x holds %d batches at this gateway (max_producer_queued_batches %d); wait for answers before sending more", r.key, u.batches, g.cfg.MaxProducerQueuedBatches)
+	}
+	u.bytes += int64(r.size)
+	u.batches++
+	g.usage[r.key] = u
+	r.charged = true
+	return nil
+}
+
+// settle gives back what r held once it has its final answer: its queue
+// bytes, its producer's share and its sequence, which a commit advances.
+// Batches that waited on r (the same bytes, sent again) get its answer.
+func (g *Gateway) settle(r *request, rc *byzlogv1.Receipt, err error) {
+	g.prodMu.Lock()
+	if r.charged {
+		g.queued.Add(-int64(r.size))
+		if u := g.usage[r.key]; u != nil {
+			u.bytes -= int64(r.size)
+			if u.batches--; u.batches <= 0 {
+				delete(g.usage, r.key)
+			}
+		}
+	}
+	if r.reserved {
+		k := seqKey{r.key, r.body.Topic, r.body.Partition}
+		if st := g.seqs[k]; st != nil {
+			if st.pending[r.body.Sequence] == r {
+				delete(st.pending, r.body.Sequence)
+			}
+			if err == nil && rc.GetAck() == byzlogv1.Ack_ACK_COMMIT && r.body.Sequence+1 > st.next {
+				st.next = r.body.Sequence + 1
+				st.notify()
+			}
+		}
+	}
+	followers := r.followers
+	r.followers = nil
+	g.prodMu.Unlock()
+	for _, f := range followers {
+		f.finish(rc, err)
+	}
+}
+
+// place decides where r's sequence stands and, when it is the next one,
+// reserves it. The caller holds prodMu.
+func (g *Gateway) place(r *request) (placement, uint64) {
+	st := g.seqs[seqKey{r.key, r.body.Topic, r.body.Partition}]
+	if st == nil || !st.known {
+		return placeUnknown, 0
+	}
+	s := r.body.Sequence
+	if p := st.pending[s]; p != nil {
+		if bytes.Equal(p.batch.Body, r.batch.Body) && bytes.Equal(p.batch.Signature, r.batch.Signature) {
+			p.followers = append(p.followers, r)
+			return placeFollow, s
+		}
+		return placeConflict, s
+	}
+	switch {
+	case s < st.next:
+		return placeCommitted, st.next
+	case s == st.next || (s > 0 && st.pending[s-1] != nil):
+		st.pending[s] = r
+		r.reserved = true
+		st.notify()
+		return placeNext, s
+	}
+	return placeGap, st.expected()
+}
+
+// learn records a producer's committed next sequence as a node reported it.
+func (g *Gateway) learn(k seqKey, next uint64) {
+	g.prodMu.Lock()
+	defer g.prodMu.Unlock()
+	st := g.seqs[k]
+	if st == nil {
+		if len(g.seqs) >= maxSeqStates {
+			for sk, s := range g.seqs {
+				if len(s.pending) == 0 {
+					delete(g.seqs, sk)
+				}
+			}
+		}
+		st = &seqState{pending: map[uint64]*request{}, changed: make(chan struct{})}
+		g.seqs[k] = st
+	}
+	if next > st.next || !st.known {
+		st.next, st.known = max(st.next, next), true
+		st.notify()
+	}
+}
+
+// admitSequence accepts r only if its sequence can commit after what is
+// committed and pending. It reads the producer's state from a node when
+// the gateway does not know it. A batch ahead of the expected sequence
+// (within CheckTx's lookahead) waits up to gapWait for the ones before it;
+// then the state is read once more, a block later (the producer may have
+// written through another gateway), before the batch is refused as a gap.
+func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
+	k := seqKey{r.key, r.body.Topic, r.body.Partition}
+	var readAt int64
+	var waitUntil time.Time
+	for reads := 0; ; {
+		g.prodMu.Lock()
+		where, expected := g.place(r)
+		var changed chan struct{}
+		if st := g.seqs[k]; st != nil {
+			changed = st.changed
+		}
+		g.prodMu.Unlock()
+		switch where {
+		case placeNext, placeCommitted:
+			return nil
+		case placeFollow:
+			r.following = true
+			return nil
+		case placeConflict:
+			return status.Errorf(codes.FailedPrecondition, "sequence %d of producer %x in %s/%d is pending at this gateway with other contents: a sequence carries one batch; wait for its answer",
+				r.body.Sequence, r.key, r.body.Topic, r.body.Partition)
+		case placeGap:
+			gap := rejected(core.CodeSequenceGap, fmt.Sprintf("producer %x in %s/%d: expected sequence %d, got %d (committed and pending at this gateway); send the missing batches first",
+				r.key, r.body.Topic, r.body.Partition, expected, r.body.Sequence))
+			if reads >= 2 || (reads == 1 && r.body.Sequence > expected+core.MaxLookahead) {
+				return gap
+			}
+			if reads == 1 {
+				if waitUntil.IsZero() {
+					waitUntil = time.Now().Add(gapWait)
+				}
+				if wait := time.Until(waitUntil); wait > 0 {
+					t := time.NewTimer(wait)
+					select {
+					case <-changed:
+					case <-t.C:
+					case <-ctx.Done():
+						t.Stop()
+						return status.FromContextError(ctx.Err()).Err()
+					}
+					t.Stop()
+					continue
+				}
+			}
+		}
+		minHeight := g.seenHeight()
+		if reads == 1 {
+			minHeight = readAt + 1 // a block later than the last read
+		}
+		var ps byzlogv1.ProducerState
+		h, err := g.queryAt(ctx, core.PathProducer, &byzlogv1.ProducerRequest{ProducerKey: r.batch.ProducerKey, Topic: r.body.Topic, Partition: r.body.Partition}, &ps, minHeight)
+		if err != nil {
+			return err
+		}
+		readAt = h
+		reads++
+		g.learn(k, ps.NextSequence)
+	}
+}
+
+// checkRecords applies the topic's ACL and the chain's record limits that
+// are cheap to check here: the declared size, and for uncompressed records
+// their count, headers and sizes (scanned, not decoded). Compressed
+// records are left to the validators, who inflate them under a budget.
+func checkRecords(r *request, cfg *byzlogv1.TopicConfig, l *byzlogv1.Limits) error {
+	b := r.body
+	if !allowed(cfg, r.batch.ProducerKey) {
+		return rejected(core.CodeNotAllowed, fmt.Sprintf("producer key %x is not in topic %q's allowed_producers", r.batch.ProducerKey, b.Topic))
+	}
+	if l == nil {
+		return nil
+	}
+	if b.UncompressedSize > l.MaxBatchBytes {
+		return rejected(core.CodeBatchTooLarge, fmt.Sprintf("declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", b.UncompressedSize, l.MaxBatchBytes))
+	}
+	if b.Codec != byzlogv1.Codec_CODEC_NONE {
+		return nil
+	}
+	if len(b.Records) != int(b.UncompressedSize) {
+		return rejected(core.CodeBatchTooLarge, fmt.Sprintf("records are %d bytes uncompressed, the batch declares %d", len(b.Records), b.UncompressedSize))
+	}
+	maxRecord := l.MaxRecordBytes
+	if cfg.GetMaxRecordBytes() != 0 && cfg.GetMaxRecordBytes() < maxRecord {
+		maxRecord = cfg.GetMaxRecordBytes()
+	}
+	if code, msg := scanRecords(b.Records, int(l.MaxBatchRecords), int(l.MaxHeaders), uint64(maxRecord)); code != core.CodeOK {
+		return rejected(code, msg)
+	}
+	return nil
+}
+
+func allowed(cfg *byzlogv1.TopicConfig, key []byte) bool {
+	if len(cfg.GetAllowedProducers()) == 0 {
+		return true
+	}
+	for _, k := range cfg.AllowedProducers {
+		if bytes.Equal(k, key) {
+			return true
+		}
+	}
+	return false
+}
+
+// scanRecords checks a serialized RecordSet's record count, headers per
+// record and record sizes (key + value + headers, as the chain counts
+// them) without allocating.
+func scanRecords(b []byte, maxRecords, maxHeaders int, maxRecord uint64) (core.Code, string) {
+	malformed := func(what string) (core.Code, string) {
+		return core.CodeMalformedTx, "records are not a byzlog.v1.RecordSet: " + what
+	}
+	records := 0
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return malformed("bad field tag")
+		}
+		b = b[n:]
+		if num != 1 || typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return malformed("bad field value")
+			}
+			b = b[n:]
+			continue
+		}
+		rec, n := protowire.ConsumeBytes(b)
+		if n < 0 {
+			return malformed("bad record length")
+		}
+		b = b[n:]
+		if records++; records > maxRecords {
+			return core.CodeBatchTooLarge, fmt.Sprintf("batch holds more than the chain's %d records", maxRecords)
+		}
+		i := records - 1
+		var key, value, hdrs uint64
+		headers := 0
+		for len(rec) > 0 {
+			num, typ, n := protowire.ConsumeTag(rec)
+			if n < 0 {
+				return malformed(fmt.Sprintf("record %d: bad field tag", i))
+			}
+			rec = rec[n:]
+			if typ != protowire.BytesType || num < 1 || num > 3 {
+				if n = protowire.ConsumeFieldValue(num, typ, rec); n < 0 {
+					return malformed(fmt.Sprintf("record %d: bad field value", i))
+				}
+				rec = rec[n:]
+				continue
+			}
+			v, n := protowire.ConsumeBytes(rec)
+			if n < 0 {
+				return malformed(fmt.Sprintf("record %d: bad field length", i))
+			}
+			rec = rec[n:]
+			switch num {
+			case 1:
+				key = uint64(len(v))
+			case 2:
+				value = uint64(len(v))
+			case 3:
+				if headers++; headers > maxHeaders {
+					return core.CodeTooManyHeaders, fmt.Sprintf("record %d has more than the chain's %d headers", i, maxHeaders)
+				}
+				hdrs += headerSize(v)
+			}
+		}
+		if size := key + value + hdrs; size > maxRecord {
+			return core.CodeRecordTooLarge, fmt.Sprintf("record %d is %d bytes (key + value + headers), the topic allows %d", i, size, maxRecord)
+		}
+	}
+	if records == 0 {
+		return core.CodeEmptyBatch, "batch holds no record"
+	}
+	return core.CodeOK, ""
+}
+
+// headerSize is a RecordHeader's key and value length (the last of each
+// field, as protobuf decoding keeps).
+func headerSize(h []byte) uint64 {
+	var key, value uint64
+	for len(h) > 0 {
+		num, typ, n := protowire.ConsumeTag(h)
+		if n < 0 {
+			return 0
+		}
+		h = h[n:]
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, h); n < 0 {
+				return 0
+			}
+			h = h[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(h)
+		if n < 0 {
+			return 0
+		}
+		h = h[n:]
+		switch num {
+		case 1:
+			key = uint64(len(v))
+		case 2:
+			value = uint64(len(v))
+		}
+	}
+	return key + value
+}
