@@ -1,8 +1,13 @@
 package gateway
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,9 +16,6 @@ import (
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
-
-// maxHTTPBody bounds a JSON produce request (base64 makes a batch ~4/3 larger).
-const maxHTTPBody = 4 << 20
 
 // HTTPHandler is the HTTP/JSON face of the gateway, for clients without
 // gRPC. Bodies are the protobuf messages in their canonical JSON form
@@ -26,13 +28,21 @@ const maxHTTPBody = 4 << 20
 //
 // Errors answer with the HTTP status of their gRPC code and
 // {"code": "...", "message": "..."}.
+//
+// Costs are bounded before work is done (Config.HTTP): at most
+// MaxConcurrent requests are served at once (past it, 429 with
+// Retry-After), a body over MaxBodyBytes gets 413, and each request must
+// arrive within ReadTimeout and be answered within WriteTimeout, set per
+// request so they hold whatever http.Server serves the handler (use
+// NewHTTPServer for the header and idle bounds).
 func HTTPHandler(g *Gateway) http.Handler {
 	s := &Service{g: g}
+	cfg := g.cfg.HTTP
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/produce", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxHTTPBody+1))
-		if err != nil || len(body) > maxHTTPBody {
-			writeError(w, status.Errorf(codes.InvalidArgument, "request body unreadable or over %d bytes", maxHTTPBody))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))
+		if err != nil {
+			writeBodyError(w, err, cfg)
 			return
 		}
 		var req byzlogv1.ProduceRequest
@@ -55,7 +65,63 @@ func HTTPHandler(g *Gateway) http.Handler {
 		resp, err := s.GetGroupOffsets(r.Context(), &byzlogv1.GroupRequest{Group: r.PathValue("name")})
 		writeJSON(w, resp, err)
 	})
-	return mux
+	return limitHTTP(cfg, mux)
+}
+
+// NewHTTPServer returns an http.Server for h with cfg's timeouts and
+// header bound.
+func NewHTTPServer(cfg HTTPConfig, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		WriteTimeout:      cfg.WriteTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+	}
+}
+
+// limitHTTP serves at most cfg.MaxConcurrent requests at once and gives
+// each its read and write deadlines.
+func limitHTTP(cfg HTTPConfig, next http.Handler) http.Handler {
+	slots := make(chan struct{}, cfg.MaxConcurrent)
+	retryAfter := strconv.Itoa(1)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			w.Header().Set("Retry-After", retryAfter)
+			writeError(w, status.Errorf(codes.ResourceExhausted, "the gateway is serving %d HTTP requests (http.max_concurrent); retry after %ss", cfg.MaxConcurrent, retryAfter))
+			return
+		}
+		defer func() { <-slots }()
+		now := time.Now()
+		rc := http.NewResponseController(w)
+		// Not every ResponseWriter supports deadlines (ErrNotSupported);
+		// the server's own timeouts then still hold.
+		_ = rc.SetReadDeadline(now.Add(cfg.ReadTimeout))
+		_ = rc.SetWriteDeadline(now.Add(cfg.WriteTimeout))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeBodyError answers a request whose body could not be read: too
+// large (413), too slow (408), or broken.
+func writeBodyError(w http.ResponseWriter, err error, cfg HTTPConfig) {
+	var tooLarge *http.MaxBytesError
+	var ne net.Error
+	code, msg := http.StatusBadRequest, fmt.Sprintf("request body unreadable: %v", err)
+	switch {
+	case errors.As(err, &tooLarge):
+		code, msg = http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is over %d bytes (the gateway's http.max_body_bytes); send smaller batches", tooLarge.Limit)
+	case errors.As(err, &ne) && ne.Timeout():
+		code, msg = http.StatusRequestTimeout, fmt.Sprintf("request body not received within %s (the gateway's http.read_timeout)", cfg.ReadTimeout)
+	}
+	b, _ := protojson.Marshal(&byzlogv1.HTTPError{Code: codes.InvalidArgument.String(), Message: msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
 }
 
 func writeJSON(w http.ResponseWriter, m proto.Message, err error) {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
+	"google.golang.org/grpc/keepalive"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
@@ -33,8 +34,20 @@ var _ byzlogv1.GatewayServer = (*Service)(nil)
 
 // NewGRPCServer returns a gRPC server with the gateway service, the standard
 // health service (SERVING while a CometBFT node is healthy) and reflection.
+// It is bounded by Config.GRPC (message size, calls per connection,
+// keepalive enforcement, idle connections, handshake time); opts come after
+// and may override them.
 func NewGRPCServer(g *Gateway, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	srv := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(4 << 20)}, opts...)...)
+	c := g.cfg.GRPC
+	bounds := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
+		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
+		grpc.ConnectionTimeout(c.ConnectionTimeout),
+		// A client pinging faster than KeepaliveMinTime is sent GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.MaxConnectionIdle, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+	}
+	srv := grpc.NewServer(append(bounds, opts...)...)
 	byzlogv1.RegisterGatewayServer(srv, &Service{g: g})
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
