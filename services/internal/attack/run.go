@@ -1,0 +1,273 @@
+package attack
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/gateway/client"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/chaos"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// Config is one attack run's shape.
+type Config struct {
+	// Duration is each row's honest load; the attack runs for all of it
+	// but the first Gap and the last second.
+	Duration time.Duration
+	// Settle bounds each wait after the load (chaos.Phase.Settle).
+	Settle time.Duration
+	// Load is the honest workload; its Topic is set per row.
+	Load chaos.Workload
+	Seed uint64
+	// MinRatio is the honest throughput each row must keep, as a share of
+	// the no-attack phase's (0.8).
+	MinRatio float64
+}
+
+// JunkTopic is the attackers' own topic (JunkPartitions partitions): what
+// they get committed stays out of the honest history.
+const (
+	JunkTopic      = "attack-junk"
+	JunkPartitions = 1024
+)
+
+// Run runs the no-attack baseline and then each attack on c, each a chaos
+// phase on a fresh topic, and returns one row each, judged against the
+// baseline. Between rows it restarts the validators and the gateways, so
+// what one attack left in a mempool or a gateway's queue does not carry
+// into the next row.
+func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, progress io.Writer) ([]Row, error) {
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey)
+	if err != nil {
+		return nil, err
+	}
+	_, err = adm.CreateTopic(ctx, JunkTopic, &byzlogv1.TopicConfig{Partitions: JunkPartitions})
+	adm.Close()
+	if err != nil {
+		return nil, fmt.Errorf("create the attackers' topic %s: %w", JunkTopic, err)
+	}
+	env := Env{ChainID: c.Net.Config().ChainID, Junk: JunkTopic, JunkPartitions: JunkPartitions,
+		Limits: core.DefaultLimits(), MaxTxBytes: min(core.MaxTxBytes, localnet.RPCMaxBodyBytes*3/4-64<<10) - 1<<10, Tamper: c.Tamper}
+	for i := 0; i < c.Net.Config().Validators; i++ {
+		env.Nodes = append(env.Nodes, c.Net.Config().RPCAddr(i))
+	}
+	for g := 0; g < c.Services.Gateways; g++ {
+		env.Gateways = append(env.Gateways, c.Services.GatewayAddr(g))
+		env.GatewayHTTP = append(env.GatewayHTTP, c.Services.GatewayHTTP(g))
+	}
+
+	all := append([]Attack{Baseline}, attacks...)
+	var rows []Row
+	for i, a := range all {
+		if ctx.Err() != nil {
+			return rows, ctx.Err()
+		}
+		if i > 0 {
+			if err := reset(ctx, c); err != nil {
+				return rows, fmt.Errorf("restart the cluster before %s: %w", a.Name, err)
+			}
+		}
+		fmt.Fprintf(progress, "[%d/%d] %s for %s: %s\n", i+1, len(all), a.Name, cfg.Duration, a.Doc)
+		e := env
+		e.Topic, e.Seed = fmt.Sprintf("attack-%d-%s", i, a.Name), cfg.Seed+uint64(i)
+		row := runRow(ctx, c, a, &e, cfg, progress)
+		if i == 0 {
+			row.Ratio = 1
+		} else if rows[0].Rate > 0 {
+			row.Ratio = row.Rate / rows[0].Rate
+		}
+		base := row
+		if i > 0 {
+			base = rows[0]
+		}
+		row.Misses = Evaluate(row, base.Rate, cfg.MinRatio)
+		rows = append(rows, row)
+		verdict := "ok"
+		if len(row.Misses) > 0 {
+			verdict = "MISS: " + strings.Join(row.Misses, "; ")
+		}
+		fmt.Fprintf(progress, "[%d/%d] %s: %d crashes, %.0f honest records/s (%.2f×), p99 %s, %d anomalies: %s\n", i+1, len(all), a.Name,
+			row.Crashes(), row.Rate, row.Ratio, row.Chaos.ReceiptP99.Round(time.Millisecond), row.Anomalies(), verdict)
+	}
+	return rows, nil
+}
+
+// runRow runs one attack as the nemesis of a chaos phase: it starts once
+// (after the phase's first Gap) and is healed a second before the load
+// ends; meanwhile a watcher notes every process of the cluster that dies.
+func runRow(ctx context.Context, c *chaos.Cluster, a Attack, env *Env, cfg Config, progress io.Writer) Row {
+	t := newTally()
+	dead := newDeaths()
+	var attackErr error
+	gap := min(time.Second, cfg.Duration/10)
+	nem := chaos.Nemesis{Name: a.Name, Doc: a.Doc,
+		Inject: func(ctx context.Context, c *chaos.Cluster, _ int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			actx, stop := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); attackErr = a.Run(actx, env, t) }()
+			go func() { defer wg.Done(); watch(actx, c, dead) }()
+			return a.Name, func(hctx context.Context) error {
+				stop()
+				wg.Wait()
+				dead.sweep(c) // what died as the attack ended
+				if err := restart(hctx, c, dead.names()); err != nil {
+					return err
+				}
+				if attackErr != nil {
+					return fmt.Errorf("the attack could not run: %w", attackErr)
+				}
+				return nil
+			}, nil
+		}}
+	ph := chaos.Phase{Nemesis: nem, Duration: cfg.Duration, Gap: gap, Hold: cfg.Duration - gap - time.Second - 250*time.Millisecond,
+		Seed: cfg.Seed, Settle: cfg.Settle}
+	w := cfg.Load
+	w.Topic = env.Topic
+	cr, err := chaos.RunPhase(ctx, c, w, ph, progress)
+	if err != nil {
+		cr.Errors = append(cr.Errors, err.Error())
+	}
+	// A process that died after the heal (or one the phase found down)
+	// counts too; it is restarted for the next row.
+	before := len(dead.names())
+	dead.sweep(c)
+	if names := dead.names(); len(names) > before {
+		if err := restart(ctx, c, names[before:]); err != nil {
+			cr.Errors = append(cr.Errors, err.Error())
+		}
+	}
+	row := Row{Attack: a.Name, Chaos: cr, Stats: t.stats(), Crashed: dead.names()}
+	if s := cr.Load.Seconds(); s > 0 {
+		row.Rate = float64(cr.AckedUnderLoad) / s
+	}
+	return row
+}
+
+// deaths records which processes of the cluster were seen dead, once each.
+type deaths struct {
+	mu   sync.Mutex
+	seen map[string]bool
+	list []string
+}
+
+func newDeaths() *deaths { return &deaths{seen: map[string]bool{}} }
+
+func (d *deaths) sweep(c *chaos.Cluster) {
+	for _, name := range c.ProcessNames() {
+		if !c.Net.IsRunning(c.Services, name) {
+			d.mu.Lock()
+			if !d.seen[name] {
+				d.seen[name] = true
+				d.list = append(d.list, name)
+			}
+			d.mu.Unlock()
+		}
+	}
+}
+
+func (d *deaths) names() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.list...)
+}
+
+// watch sweeps the cluster's processes every 200 ms until ctx ends. No one
+// else stops a process during an attack, so each one down died.
+func watch(ctx context.Context, c *chaos.Cluster, d *deaths) {
+	for ctx.Err() == nil {
+		d.sweep(c)
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// restart brings the named processes back: a validator whole (whichever
+// half still runs is killed first, as its cometbft cannot go on without
+// its app), a service alone.
+func restart(ctx context.Context, c *chaos.Cluster, names []string) error {
+	nodes := map[int]bool{}
+	var services []string
+	for _, name := range names {
+		found := false
+		for i := 0; i < c.Net.Config().Validators; i++ {
+			if name == localnet.CometBFTName(i) || name == localnet.AppName(i) {
+				nodes[i], found = true, true
+			}
+		}
+		if !found {
+			services = append(services, name)
+		}
+	}
+	var idx []int
+	for i := range nodes {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	for _, i := range idx {
+		if err := c.Net.KillRest(i); err != nil {
+			return err
+		}
+		if err := c.Net.StartNode(ctx, i); err != nil {
+			return fmt.Errorf("restart node%d after it died: %w", i, err)
+		}
+	}
+	for _, name := range services {
+		if c.Net.IsRunning(c.Services, name) {
+			continue
+		}
+		if err := c.Net.Start(ctx, c.Services, name); err != nil {
+			return fmt.Errorf("restart %s after it died: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// reset restarts every validator (all at once: their mempools go) and
+// every gateway (their queues go), then waits until the chain is live.
+func reset(ctx context.Context, c *chaos.Cluster) error {
+	if c.Tamper != nil {
+		c.Tamper.SetMode("")
+	}
+	n := c.Net.Config().Validators
+	for i := 0; i < n; i++ {
+		if err := c.Net.KillRest(i); err != nil {
+			return err
+		}
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+		if err := c.Net.StartNode(ctx, i); err != nil {
+			return err
+		}
+	}
+	var top int64
+	for _, st := range c.Net.Status(ctx) {
+		top = max(top, st.Committed())
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := c.Net.WaitHeight(wctx, all, top+1, io.Discard); err != nil {
+		return fmt.Errorf("the validators did not resume: %w", err)
+	}
+	for g := 0; g < c.Services.Gateways; g++ {
+		name := localnet.GatewayName(g)
+		if c.Net.IsRunning(c.Services, name) {
+			if err := c.Net.Kill(c.Services, name); err != nil {
+				return err
+			}
+		}
+		if err := c.Net.Start(ctx, c.Services, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
