@@ -31,6 +31,9 @@ SOAK_RATE ?= 10000
 CHAOS_DURATION ?= 3m
 CHAOS_OUT ?= chaos-results
 CHAOS_ARGS ?=
+ATTACK_DURATION ?= 60s
+ATTACK_OUT ?= attack-results
+ATTACK_ARGS ?=
 
 .PHONY: help
 help: ## list the targets
@@ -116,6 +119,14 @@ chaos: build failpoints-app ## every nemesis for CHAOS_DURATION (3m) each under 
 chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis, 2 faults each (~7 min)
 	$(BIN)/byzlog chaos --duration 12s --hold 3s --gap 2s --settle 60s $(CHAOS_ARGS)
 
+.PHONY: attack
+attack: build ## the no-attack phase, then every Byzantine-client attack for ATTACK_DURATION (60s) each under honest load: table in $(ATTACK_OUT), exit 1 if a row has a crash, an anomaly or < 0.8x honest throughput (~20 min)
+	$(BIN)/byzlog attack --duration $(ATTACK_DURATION) --out $(ATTACK_OUT) $(ATTACK_ARGS)
+
+.PHONY: attack-smoke
+attack-smoke: build ## the short attack run make test runs: 10 s per row (~5 min)
+	$(BIN)/byzlog attack --duration 10s --settle 30s $(ATTACK_ARGS)
+
 .PHONY: model
 model: ## model-check the protocol with spin (scripts/model): every property passes, every sanity mutation fails; installs spin if missing
 	@(command -v spin && command -v gcc) >/dev/null 2>&1 || (apt-get update && apt-get install -y spin gcc)
@@ -125,6 +136,7 @@ model: ## model-check the protocol with spin (scripts/model): every property pas
 test: deps build lint verify-proto verify-reference unit e2e model ## everything CI runs
 	$(MAKE) --no-print-directory demo DEMO_RECORDS=2000
 	$(MAKE) --no-print-directory chaos-smoke
+	$(MAKE) --no-print-directory attack-smoke
 
 .PHONY: reference verify-reference
 reference: build ## write every binary's --help usage and flags into README.md's configuration reference
