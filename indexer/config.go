@@ -38,11 +38,20 @@ type Config struct {
 	PollInterval time.Duration
 	// CursorInterval is how often the cursor is saved.
 	CursorInterval time.Duration
+	// MaxResponseBytes bounds every RPC response body read from a node
+	// (blocks and their results are the largest honest ones), so a lying
+	// node cannot make the indexer read a huge one.
+	MaxResponseBytes int64
 }
+
+// DefaultMaxResponseBytes is 16 MiB: four times the 4 MiB block limit, room
+// for a block or its results in JSON.
+const DefaultMaxResponseBytes = 16 << 20
 
 // Default returns the defaults: 168 h trusting period, id "indexer",
 // start at height 1, 1 replica, 10 min duplicate window, 8192 pending
-// publishes, 100 ms polling, cursor saved every second.
+// publishes, 100 ms polling, cursor saved every second, RPC responses up
+// to 16 MiB.
 func Default() Config {
 	return Config{
 		TrustingPeriod:  168 * time.Hour,
@@ -53,6 +62,8 @@ func Default() Config {
 		MaxPending:      8192,
 		PollInterval:    100 * time.Millisecond,
 		CursorInterval:  time.Second,
+
+		MaxResponseBytes: DefaultMaxResponseBytes,
 	}
 }
 
@@ -79,6 +90,8 @@ func (c Config) Validate() error {
 		return errors.New("max_pending must be at least 1")
 	case c.PollInterval <= 0 || c.CursorInterval <= 0:
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
+	case c.MaxResponseBytes < 1<<20:
+		return fmt.Errorf("max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
 	}
 	return nil
 }

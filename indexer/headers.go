@@ -32,7 +32,7 @@ func NewHeaders(chainID string, nodes []string, trust Trust, log zerolog.Logger)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	_, ns, err := NewNodes(chainID, nodes)
+	_, ns, err := newNodes(chainID, nodes, cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cometbft/cometbft/light/store"
 	dbs "github.com/cometbft/cometbft/light/store/db"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -41,8 +42,15 @@ type node struct {
 	prov provider.Provider
 }
 
-// NewNodes connects to CometBFT RPC addresses (host:port or a URL).
+// NewNodes connects to CometBFT RPC addresses (host:port or a URL), with
+// responses bounded by DefaultMaxResponseBytes.
 func NewNodes(chainID string, addrs []string) ([]provider.Provider, []*node, error) {
+	return newNodes(chainID, addrs, DefaultMaxResponseBytes)
+}
+
+// newNodes connects to the nodes; a response body over maxResponse bytes
+// fails its call.
+func newNodes(chainID string, addrs []string, maxResponse int64) ([]provider.Provider, []*node, error) {
 	var provs []provider.Provider
 	var nodes []*node
 	for _, a := range addrs {
@@ -50,7 +58,13 @@ func NewNodes(chainID string, addrs []string) ([]provider.Provider, []*node, err
 		if !strings.Contains(u, "://") {
 			u = "http://" + u
 		}
-		c, err := rpchttp.NewWithTimeout(u, "/websocket", 10)
+		hc, err := jsonrpcclient.DefaultHTTPClient(u)
+		if err != nil {
+			return nil, nil, fmt.Errorf("node %s: %w", a, err)
+		}
+		hc.Timeout = 10 * time.Second
+		hc.Transport = limitTransport{base: hc.Transport, max: maxResponse}
+		c, err := rpchttp.NewWithClient(u, "/websocket", hc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("node %s: %w", a, err)
 		}

@@ -1,0 +1,59 @@
+package indexer
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestRPCResponseSizeLimit: a node answering with a body over the limit
+// fails the call with an error naming the URL and max_response_bytes,
+// whether or not it declares the length; an answer under it is read.
+func TestRPCResponseSizeLimit(t *testing.T) {
+	const limit = 1 << 20
+	for _, tc := range []struct {
+		name    string
+		pad     int
+		chunked bool
+		wantErr bool
+	}{
+		{"under the limit", limit / 2, false, false},
+		{"over the limit", 3 * limit, false, true},
+		{"over the limit, no length", 3 * limit, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				resp := fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"result":{"node_info":{"protocol_version":{"p2p":"0","block":"0","app":"0"},"network":"c","moniker":%q},"sync_info":{"latest_block_height":"7"},"validator_info":{"voting_power":"0"}}}`,
+					strings.Repeat("x", tc.pad))
+				if !tc.chunked {
+					w.Header().Set("Content-Length", fmt.Sprint(len(resp)))
+				}
+				for i := 0; i < len(resp); i += 64 << 10 {
+					if _, err := w.Write([]byte(resp[i:min(i+64<<10, len(resp))])); err != nil {
+						return
+					}
+					if tc.chunked {
+						w.(http.Flusher).Flush()
+					}
+				}
+			}))
+			defer srv.Close()
+			_, nodes, err := newNodes("c", []string{srv.URL}, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = nodes[0].rpc.Status(context.Background())
+			switch {
+			case !tc.wantErr && err != nil:
+				t.Fatalf("Status = %v, want nil", err)
+			case tc.wantErr && err == nil:
+				t.Fatal("Status = nil, want an error naming max_response_bytes")
+			case tc.wantErr && (!strings.Contains(err.Error(), "max_response_bytes") || !strings.Contains(err.Error(), srv.URL)):
+				t.Fatalf("Status = %v, want an error naming %s and max_response_bytes", err, srv.URL)
+			}
+		})
+	}
+}
