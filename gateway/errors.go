@@ -15,7 +15,8 @@ import (
 // grpcCode maps a state machine result code to the gRPC code a client
 // branches on: InvalidArgument means fix the request, FailedPrecondition
 // means fix the order or state first, NotFound and PermissionDenied mean
-// what they say.
+// what they say; Aborted, ResourceExhausted and Unavailable mean send the
+// same batch again later.
 func grpcCode(c core.Code) codes.Code {
 	switch c {
 	case core.CodeOK, core.CodeDuplicate:
@@ -32,6 +33,17 @@ func grpcCode(c core.Code) codes.Code {
 		return codes.OutOfRange
 	case core.CodeUnknownQuery:
 		return codes.Unimplemented
+	case core.CodePending:
+		// Another transaction holds the sequence: retrying the same batch
+		// is answered by its outcome (a duplicate with offsets once it
+		// commits), so the client retries, as after a concurrency conflict.
+		return codes.Aborted
+	case core.CodeMempoolFull:
+		return codes.ResourceExhausted
+	case core.CodeExpired:
+		return codes.Unavailable
+	case core.CodeInternal:
+		return codes.Internal
 	}
 	return codes.InvalidArgument
 }
