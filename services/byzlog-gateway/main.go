@@ -67,6 +67,10 @@ from the block's results. It keeps no state: run as many as you like.`,
 	f.IntVar(&cfg.MaxInFlight, "max-in-flight", cfg.MaxInFlight, "bundles submitted and not yet committed")
 	f.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "resubmit a bundle not committed after this long")
 	f.IntVar(&cfg.Nodes.HexSubmitMaxBytes, "hex-submit-max-bytes", cfg.Nodes.HexSubmitMaxBytes, "submit bundles up to this size as hex forms (cheaper for nodes than JSON-RPC's base64); 2x+16 must fit the nodes' rpc.max_body_bytes; 0: always JSON-RPC")
+	f.DurationVar(&cfg.PendingTimeout, "pending-timeout", cfg.PendingTimeout, "answer a batch not committed after this long with DEADLINE_EXCEEDED and free its slot (the producer retries with the same sequence)")
+	f.Int64Var(&cfg.MaxProducerQueuedBytes, "max-producer-queued-bytes", cfg.MaxProducerQueuedBytes, "bytes of batches one producer key may have waiting before RESOURCE_EXHAUSTED")
+	f.IntVar(&cfg.MaxProducerQueuedBatches, "max-producer-queued-batches", cfg.MaxProducerQueuedBatches, "batches one producer key may have waiting before RESOURCE_EXHAUSTED")
+	f.IntVar(&cfg.HTTP.MaxConcurrent, "http-max-concurrent", cfg.HTTP.MaxConcurrent, "HTTP requests served at once; more get 429 with Retry-After")
 	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long to wait at start for a healthy CometBFT node")
 	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
 	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
@@ -117,7 +121,7 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen,
 		if err != nil {
 			return fmt.Errorf("listen for metrics on %s: %w", metricsListen, err)
 		}
-		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = gateway.NewHTTPServer(cfg.HTTP, mux)
 		go func() { _ = httpSrv.Serve(mln) }()
 	}
 	var wg sync.WaitGroup
