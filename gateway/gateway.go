@@ -658,6 +658,7 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 				g.committed(ctx, p, h, uint32(i), res.TxsResults[i])
 			}
 		}
+		g.settleConflicts(ctx, h, blk.Block.Txs, res.TxsResults)
 		g.mu.Lock()
 		g.height = h
 		g.mu.Unlock()

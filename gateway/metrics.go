@@ -18,6 +18,7 @@ type Metrics struct {
 	latency       *prometheus.HistogramVec // produce to answer, by ack level
 	resubmits     prometheus.Counter
 	expired       prometheus.Counter
+	conflicts     prometheus.Counter
 	disagreements prometheus.Counter
 }
 
@@ -51,6 +52,10 @@ func newMetrics(g *Gateway) *Metrics {
 			Namespace: "byzlog", Subsystem: "gateway", Name: "expired_total",
 			Help: "Transactions given up after the pending timeout without showing up in a block.",
 		}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "conflicts_total",
+			Help: "Pending bundles settled because another transaction committed one of their batches (failover, a second gateway, a re-wrapped batch).",
+		}),
 		disagreements: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "byzlog", Subsystem: "gateway", Name: "node_disagreements_total",
 			Help: "Blocks whose hash or results one node reported differently from the f+1 nodes that agreed (the gateway used theirs).",
@@ -60,7 +65,7 @@ func newMetrics(g *Gateway) *Metrics {
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.disagreements}
+	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.conflicts, m.disagreements}
 }
 
 func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Receipt, err error) {

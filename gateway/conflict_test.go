@@ -1,0 +1,79 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/byzlog/byzlog/abciapp/sign"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// jumpQueue puts tx at the front of the test node's mempool, as if another
+// gateway's (or an attacker's) bundle reached the proposer first.
+func (c *testChain) jumpQueue(t *testing.T, tx []byte) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mempool = append([][]byte{tx}, c.mempool...)
+	c.cache[string(tx)] = true
+}
+
+// TestBatchCommittedElsewhereSettlesAtOnce is issue 13's double-bundle
+// attack: someone re-wraps a pending batch into a bundle of their own, which
+// commits first. The gateway's bundle can then never commit; it used to
+// wait out commit_timeout for every such bundle. Now the block that
+// commits the other copy settles it: the same batch gets that commit's
+// receipt, a different batch under the same sequence is refused (its
+// records were not written), and the bundle's other batches commit.
+func TestBatchCommittedElsewhereSettlesAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		same bool
+	}{{"the same batch", true}, {"another batch under its sequence", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newTestChain(t, testTopics()...)
+			c.freeze(true)
+			runChain(t, c)
+			g := startGateway(t, c, func(cfg *Config) {
+				cfg.CommitTimeout, cfg.PendingTimeout, cfg.Linger = 20*time.Second, 40*time.Second, 200*time.Millisecond
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			victim, bystander := newTestProducer("victim"), newTestProducer("bystander")
+			b := victim.batch(t, "t", 0, "v")
+			mine := produceAsync(ctx, g, b)
+			other := produceAsync(ctx, g, bystander.batch(t, "t", 0, "w"))
+			if !waitFor(2*time.Second, func() bool { return c.mempoolLen() == 1 }) {
+				t.Fatal("the gateway's bundle never reached the node")
+			}
+			copied := b
+			if !tc.same {
+				copied = victim.batch(t, "t", 0, "forged under the same sequence")
+			}
+			tx, err := sign.BundleTx(newTestProducer("rewrapper").batch(t, "t", 0, "x"), copied)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.jumpQueue(t, tx)
+			c.freeze(false)
+			a := await(t, mine, 3*time.Second, "the batch the other bundle committed")
+			if tc.same {
+				if a.err != nil || !a.receipt.Duplicate || a.receipt.BaseOffset != 1 || a.receipt.RecordCount != 1 {
+					t.Errorf("Produce(batch committed by another bundle) = %v, %v; want the other commit's receipt at offset 1, marked duplicate", a.receipt, a.err)
+				}
+			} else if status.Code(a.err) != codes.FailedPrecondition {
+				t.Errorf("Produce(batch whose sequence another batch took) = %v, %v; want FAILED_PRECONDITION (its records were not written)", a.receipt, a.err)
+			}
+			if a := await(t, other, 3*time.Second, "the bundle's other batch"); a.err != nil || a.receipt.Ack != byzlogv1.Ack_ACK_COMMIT {
+				t.Errorf("Produce(the bundle's other batch) = %v, %v; want a commit receipt", a.receipt, a.err)
+			}
+			if !waitFor(time.Second, func() bool { return len(g.inflight) == 0 && g.queued.Load() == 0 }) {
+				t.Errorf("%d bundles in flight, %d bytes queued; want 0, 0", len(g.inflight), g.queued.Load())
+			}
+		})
+	}
+}
