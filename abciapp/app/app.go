@@ -85,7 +85,16 @@ func New(st *store.Store, log zerolog.Logger, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("load committed state: %w", err)
 	}
 	a := &App{log: log, store: st, poolCfg: cfg.Mempool, committed: core.State{Height: last.Height, AppHash: last.AppHash}}
-	if params, err := core.LoadParams(st); err == nil {
+	if last.Height > 0 {
+		params, err := core.LoadParams(st)
+		if err != nil {
+			return nil, fmt.Errorf("load chain params of committed height %d: %w", last.Height, err)
+		}
+		if err := a.setParams(params); err != nil {
+			return nil, err
+		}
+	} else if params, err := core.LoadParams(st); err == nil {
+		// InitChain ran, no block committed yet.
 		if err := a.setParams(params); err != nil {
 			return nil, err
 		}
