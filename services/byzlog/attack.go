@@ -54,9 +54,11 @@ honest sends and acknowledgements, honest acknowledged records/s under load
 and its ratio to the no-attack phase, the p99 produce→receipt time, and each
 anomaly's count. The goal of every row: no process died, no anomaly, the
 phase ran whole, and a ratio of at least --min-ratio. It exits 1 if any row
-missed it and says how. A process that died is restarted after its phase;
-between phases every validator and gateway is restarted, so what one attack
-left in a mempool or a queue does not count against the next. With --out
+missed it and says how. A process that died is restarted after its phase.
+The rows run back to back on the same cluster, so each also shows that what
+the attacks before it left behind does no harm; --reset restarts every
+validator and gateway between rows instead (what the code before issue 13
+needed for its rows to mean anything one by one). With --out
 it writes attack.json and attack.txt there. The run directory is removed at
 the end unless --keep, or a row missed its goal (its logs stay for reading).
 
@@ -88,6 +90,7 @@ peer proxies BASE+1000..1033.`,
 	f.Uint32Var(&o.cfg.Load.Partitions, "partitions", o.cfg.Load.Partitions, "partitions of each phase's topic")
 	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the run's processes (see above)")
 	f.StringVar(&o.out, "out", "", "directory for attack.json and attack.txt")
+	f.BoolVar(&o.cfg.Reset, "reset", false, "restart every validator and gateway between rows, so nothing an attack leaves behind reaches the next row")
 	f.BoolVar(&o.keep, "keep", false, "keep the run directory (data and logs) when every row met its goal")
 	return cmd
 }
