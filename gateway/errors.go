@@ -25,7 +25,7 @@ func grpcCode(c core.Code) codes.Code {
 		return codes.NotFound
 	case core.CodeNotAllowed, core.CodeNotAdmin, core.CodeNotGroupOwner:
 		return codes.PermissionDenied
-	case core.CodeSequenceGap, core.CodeBadNonce, core.CodeOffsetBackwards:
+	case core.CodeSequenceGap, core.CodeBadNonce, core.CodeOffsetBackwards, core.CodeSequenceReused:
 		return codes.FailedPrecondition
 	case core.CodeTopicExists:
 		return codes.AlreadyExists

@@ -80,7 +80,8 @@ func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
 	p := sign.NewSigner(key("p"), chainID)
-	c.must(bundle(t, batch(t, p, "t", 0, 0, records("committed"))))
+	committedBatch := batch(t, p, "t", 0, 0, records("committed"))
+	c.must(bundle(t, committedBatch))
 	params, err := core.LoadParams(c.store)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +102,8 @@ func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
 		code    core.Code
 		waiting bool
 	}{
-		{"committed sequence", bundle(t, batch(t, p, "t", 0, 0, records("again"))), core.CodeDuplicate, false},
+		{"committed batch again", bundle(t, committedBatch), core.CodeDuplicate, false},
+		{"another batch under a committed sequence", bundle(t, batch(t, p, "t", 0, 0, records("again"))), core.CodeSequenceReused, false},
 		{"next sequence", seq1, core.CodeOK, false},
 		{"same sequence in another bundle", bundle(t, batch(t, p, "t", 0, 1, records("b"))), core.CodePending, false},
 		{"one ahead of pending", bundle(t, batch(t, p, "t", 0, 3, records("c"))), core.CodeSequenceGap, true},
@@ -116,6 +118,33 @@ func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
 		}
 		if r.Code == core.CodePending && (len(r.Data) > 0 && outcome(t, r).Batches[0].Duplicate) {
 			t.Errorf("Pending.Add(%s) answered a pending batch as a duplicate", tc.name)
+		}
+	}
+}
+
+// TestReusedSequenceIsNotADuplicate is issue 14's third finding: a
+// different batch signed under an already committed sequence (an SDK that
+// re-signs a freed sequence while an old copy is still queued) used to be
+// answered with the old batch's offsets, and its records were lost. Only
+// the same body is a duplicate.
+func TestReusedSequenceIsNotADuplicate(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	p := sign.NewSigner(key("p"), chainID)
+	first := batch(t, p, "t", 0, 0, records("first"))
+	c.must(bundle(t, first))
+	reused := bundle(t, batch(t, p, "t", 0, 0, records("other records, same sequence")))
+	for name, r := range map[string]core.Result{"Check": c.check(reused), "Execute": c.block(reused)[0]} {
+		if r.Code != core.CodeSequenceReused {
+			t.Errorf("%s(another batch under committed sequence 0) = %s %q, want %s", name, r.Code, r.Log, core.CodeSequenceReused)
+		}
+		if br := outcome(t, r).Batches[0]; br.Duplicate || br.RecordCount != 0 {
+			t.Errorf("%s(reused sequence) outcome = %+v, want no duplicate and no offsets", name, br)
+		}
+	}
+	for name, r := range map[string]core.Result{"Check": c.check(bundle(t, first)), "Execute": c.block(bundle(t, first))[0]} {
+		if br := outcome(t, r).Batches[0]; r.Code != core.CodeDuplicate || !br.Duplicate || br.BaseOffset != 0 || br.RecordCount != 1 {
+			t.Errorf("%s(the same batch again) = %s %+v, want a duplicate at offset 0", name, r.Code, br)
 		}
 	}
 }

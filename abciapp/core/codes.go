@@ -98,6 +98,10 @@ const (
 	// CodeInternal: the app failed on the transaction; it is refused, and
 	// the failure is in the node's log.
 	CodeInternal Code = 37
+	// CodeSequenceReused: the batch's sequence is committed, but with a
+	// different batch (another body): this one was not written. Never a
+	// duplicate; send its records under a new sequence.
+	CodeSequenceReused Code = 38
 )
 
 var codeNames = map[Code]string{
@@ -114,6 +118,7 @@ var codeNames = map[Code]string{
 	CodeOffsetOutOfRange: "offset_out_of_range", CodeNotFound: "not_found",
 	CodeBlockFull: "block_full", CodeBundleTooLarge: "bundle_too_large",
 	CodePending: "pending", CodeMempoolFull: "mempool_full", CodeExpired: "expired", CodeInternal: "internal",
+	CodeSequenceReused: "sequence_reused",
 }
 
 // String names the code for logs and messages.

@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -222,7 +223,7 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	o.put(CFMeta, pk, marshal(&part))
 	o.put(CFProducers, pkey, marshal(&byzlogv1.ProducerState{NextSequence: body.Sequence + 1}))
 	o.put(CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence),
-		marshal(&byzlogv1.BatchRef{BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Height: ex.b.Height}))
+		marshal(&byzlogv1.BatchRef{BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Height: ex.b.Height, BodySha256: digestOfBody(sb.Body)}))
 	return br, run, nil
 }
 
@@ -233,19 +234,26 @@ func (ex *executor) sequence(o *overlay, sb *byzlogv1.SignedBatch, body *byzlogv
 	if err != nil {
 		return nil, err
 	}
-	committed := next
+	committed, refs := next, Reader(o)
 	if ex.mode == modePool {
 		// The overlay holds the pool's pending batches; only what the base
 		// holds is committed and may be answered as a duplicate.
 		if committed, err = nextSequence(ex.base, pkey); err != nil {
 			return nil, err
 		}
+		refs = ex.base
 	}
 	switch {
 	case body.Sequence < committed:
 		var ref byzlogv1.BatchRef
-		if _, err := getProto(ex.base, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence), &ref); err != nil {
+		if _, err := getProto(refs, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence), &ref); err != nil {
 			return nil, err
+		}
+		if !bytes.Equal(ref.BodySha256, digestOfBody(sb.Body)) {
+			// Another batch took this sequence: this one's records were
+			// never written, so it must not be answered with their offsets.
+			return failBatch(body, CodeSequenceReused, "sequence %d is already committed (height %d) with a different batch; these records were not written: send them under a new sequence (the next is %d)",
+				body.Sequence, ref.Height, committed), nil
 		}
 		br := failBatch(body, CodeDuplicate, "sequence %d is already committed at offsets %d..%d (height %d); the next sequence is %d",
 			body.Sequence, ref.BaseOffset, ref.BaseOffset+uint64(ref.RecordCount)-1, ref.Height, committed)
@@ -269,6 +277,11 @@ func (ex *executor) sequence(o *overlay, sb *byzlogv1.SignedBatch, body *byzlogv
 		ex.txSeen[seen] = true
 	}
 	return nil, nil
+}
+
+func digestOfBody(body []byte) []byte {
+	d := sha256.Sum256(body)
+	return d[:]
 }
 
 func nextSequence(r Reader, pkey []byte) (uint64, error) {

@@ -529,10 +529,13 @@ func (x *ProducerState) GetNextSequence() uint64 {
 
 // BatchRef says where a committed batch landed, to answer duplicates.
 type BatchRef struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	BaseOffset    uint64                 `protobuf:"varint,1,opt,name=base_offset,json=baseOffset,proto3" json:"base_offset,omitempty"`
-	RecordCount   uint32                 `protobuf:"varint,2,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
-	Height        int64                  `protobuf:"varint,3,opt,name=height,proto3" json:"height,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	BaseOffset  uint64                 `protobuf:"varint,1,opt,name=base_offset,json=baseOffset,proto3" json:"base_offset,omitempty"`
+	RecordCount uint32                 `protobuf:"varint,2,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	Height      int64                  `protobuf:"varint,3,opt,name=height,proto3" json:"height,omitempty"`
+	// body_sha256 is SHA-256 of the batch's signed body bytes: a later batch
+	// under the same sequence is a duplicate only if its body is the same.
+	BodySha256    []byte `protobuf:"bytes,4,opt,name=body_sha256,json=bodySha256,proto3" json:"body_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -586,6 +589,13 @@ func (x *BatchRef) GetHeight() int64 {
 		return x.Height
 	}
 	return 0
+}
+
+func (x *BatchRef) GetBodySha256() []byte {
+	if x != nil {
+		return x.BodySha256
+	}
+	return nil
 }
 
 // GroupOffset is a consumer group's committed offset in one partition.
@@ -1976,12 +1986,14 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"4\n" +
 	"\rProducerState\x12#\n" +
-	"\rnext_sequence\x18\x01 \x01(\x04R\fnextSequence\"f\n" +
+	"\rnext_sequence\x18\x01 \x01(\x04R\fnextSequence\"\x87\x01\n" +
 	"\bBatchRef\x12\x1f\n" +
 	"\vbase_offset\x18\x01 \x01(\x04R\n" +
 	"baseOffset\x12!\n" +
 	"\frecord_count\x18\x02 \x01(\rR\vrecordCount\x12\x16\n" +
-	"\x06height\x18\x03 \x01(\x03R\x06height\"Y\n" +
+	"\x06height\x18\x03 \x01(\x03R\x06height\x12\x1f\n" +
+	"\vbody_sha256\x18\x04 \x01(\fR\n" +
+	"bodySha256\"Y\n" +
 	"\vGroupOffset\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\tR\bmetadata\x12\x16\n" +
