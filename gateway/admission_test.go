@@ -36,15 +36,15 @@ func TestProduceCommits(t *testing.T) {
 		}
 	}
 	// A retry with the same bytes gets the original receipt (the node's
-	// cache knows the tx); other bytes with a committed sequence get the
-	// original offsets, marked duplicate.
+	// cache knows the tx); other bytes under a committed sequence were
+	// never written, so they get an error, never the original's offsets.
 	rc, err := g.Produce(ctx, p.batch(t, "t", 1, "v"), byzlogv1.Ack_ACK_COMMIT)
 	if err != nil || rc.GetBaseOffset() != 1 {
 		t.Fatalf("Produce(seq 1 again) = %v, %v; want offset 1", rc, err)
 	}
 	rc, err = g.Produce(ctx, p.batch(t, "t", 1, "other"), byzlogv1.Ack_ACK_COMMIT)
-	if err != nil || !rc.GetDuplicate() || rc.GetBaseOffset() != 1 {
-		t.Fatalf("Produce(seq 1, other bytes) = %v, %v; want a duplicate at offset 1", rc, err)
+	if status.Code(err) != codes.FailedPrecondition || rc != nil {
+		t.Fatalf("Produce(seq 1, other bytes) = %v, %v; want FAILED_PRECONDITION (sequence reused)", rc, err)
 	}
 	if !waitFor(time.Second, func() bool { return len(g.inflight) == 0 && g.queued.Load() == 0 }) {
 		t.Fatalf("after every answer: %d bundles in flight, %d bytes queued; want 0, 0", len(g.inflight), g.queued.Load())

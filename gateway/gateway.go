@@ -638,8 +638,11 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 		g.mu.Lock()
 		h, idle := g.height+1, len(g.pending) == 0
 		if idle || h > top {
-			if idle && top > g.height {
-				g.height = top // nothing submitted before top can be in those blocks
+			// Nothing submitted before top can be in those blocks; but top
+			// is one node's word, so no further than f+1 nodes have reached
+			// (a liar's height would make read-your-writes wait forever).
+			if top = min(top, g.pool.Height()); idle && top > g.height {
+				g.height = top
 			}
 			g.mu.Unlock()
 			return nil

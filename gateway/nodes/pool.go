@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,33 @@ type Pool struct {
 
 	mu      sync.Mutex
 	chainID string
+	agreed  int64 // agreedHeight at the last check
+}
+
+// agreedHeight is the height at least f+1 of n nodes reported (f = (n-1)/3):
+// the (f+1)-th highest of heights. One lying node (up to f) cannot raise it,
+// so it cannot mark honest nodes as lagging and draw the traffic to itself;
+// with fewer answers than f+1 it is the lowest answer.
+func agreedHeight(heights []int64, n int) int64 {
+	if len(heights) == 0 {
+		return 0
+	}
+	hs := slices.Clone(heights)
+	slices.Sort(hs)
+	slices.Reverse(hs)
+	k := (n-1)/3 + 1
+	if k > len(hs) {
+		k = len(hs)
+	}
+	return hs[k-1]
+}
+
+// Height is the height f+1 nodes had reached at the last check
+// (agreedHeight).
+func (p *Pool) Height() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.agreed
 }
 
 // New returns a pool; call Check or Run before using it.
@@ -170,12 +198,16 @@ func (p *Pool) Check(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	var top int64
+	var heights []int64
 	for _, s := range st {
 		if s.err == nil {
-			top = max(top, s.height)
+			heights = append(heights, s.height)
 		}
 	}
+	top := agreedHeight(heights, len(p.nodes))
+	p.mu.Lock()
+	p.agreed = top
+	p.mu.Unlock()
 	healthy := 0
 	for i, n := range p.nodes {
 		s := st[i]
@@ -237,16 +269,20 @@ func (p *Pool) Pick() *Node {
 }
 
 // Freshest returns a healthy node with the highest height at the last
-// check (round-robin among equals), for reads that should see recent
-// commits; with none healthy, Pick's choice.
+// check, counting no height above the agreed one (round-robin among
+// equals), for reads that should see recent commits; with none healthy,
+// Pick's choice.
 func (p *Pool) Freshest() *Node {
 	start := p.next.Add(1)
+	agreed := p.Height()
 	var best *Node
 	var top int64 = -1
 	for i := range p.nodes {
 		n := p.nodes[(start+uint64(i))%uint64(len(p.nodes))]
 		n.mu.Lock()
-		ok, h := n.healthy, n.height
+		// A height above what f+1 nodes reached is one node's claim: it
+		// counts as the agreed height, so a liar cannot draw every read.
+		ok, h := n.healthy, min(n.height, agreed)
 		n.mu.Unlock()
 		if ok && h > top {
 			best, top = n, h
@@ -294,15 +330,12 @@ func (p *Pool) MarkDown(n *Node, err error) {
 	n.healthy, n.lastErr = false, err.Error()
 }
 
-// Health returns every node's state and the highest healthy height.
+// Health returns every node's state and the height f+1 nodes agree on
+// (Height): never what one node alone claims.
 func (p *Pool) Health() ([]Health, int64) {
 	out := make([]Health, len(p.nodes))
-	var top int64
 	for i, n := range p.nodes {
 		out[i] = n.snapshot()
-		if out[i].Healthy {
-			top = max(top, out[i].Height)
-		}
 	}
-	return out, top
+	return out, p.Height()
 }
