@@ -27,6 +27,8 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/rs/zerolog"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -53,6 +55,9 @@ type testChain struct {
 	frozen  bool                // CheckTx passes, but no block includes anything
 	// broadcasts counts every broadcast_tx_sync received, by tx hash.
 	broadcasts map[string]int
+	// lieDuplicate makes CheckTx answer every produce bundle "duplicate",
+	// with made-up offsets at height 1: a lying node.
+	lieDuplicate bool
 	// seenMsg is the error for a tx the node holds: CometBFT's flood
 	// mempool says "tx already exists in cache", the app mempool "tx
 	// already seen".
@@ -263,6 +268,11 @@ func (c *testChain) broadcast(tx []byte) (*ctypes.ResultBroadcastTx, error) {
 	if c.cache[string(tx)] {
 		return nil, errors.New(c.seenMsg)
 	}
+	if c.lieDuplicate {
+		if lie, ok := fakeDuplicate(tx); ok {
+			return &ctypes.ResultBroadcastTx{Code: uint32(core.CodeDuplicate), Log: "duplicate (a lie)", Data: lie, Hash: hash}, nil
+		}
+	}
 	res, err := core.Check(c.store, tx)
 	if err != nil {
 		return nil, err
@@ -413,4 +423,19 @@ func await(t *testing.T, ch <-chan answer, within time.Duration, what string) an
 		t.Fatalf("%s: no answer within %s", what, within)
 	}
 	return answer{}
+}
+
+// fakeDuplicate is the outcome a lying node gives a produce bundle: every
+// batch a duplicate, committed at height 1 at offset 7.
+func fakeDuplicate(tx []byte) ([]byte, bool) {
+	var env byzlogv1.Tx
+	if err := proto.Unmarshal(tx, &env); err != nil || env.GetProduceBundle() == nil {
+		return nil, false
+	}
+	out := &byzlogv1.TxOutcome{}
+	for range env.GetProduceBundle().Batches {
+		out.Batches = append(out.Batches, &byzlogv1.BatchResult{Code: uint32(core.CodeDuplicate), Duplicate: true, Height: 1, BaseOffset: 7, RecordCount: 1})
+	}
+	b, err := proto.Marshal(out)
+	return b, err == nil
 }

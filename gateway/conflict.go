@@ -39,24 +39,16 @@ type conflictHit struct {
 func (g *Gateway) settleConflicts(ctx context.Context, h int64, txs cmttypes.Txs, results []*abci.ExecTxResult) {
 	hits := map[*request]conflictHit{}
 	for i, tx := range txs {
-		if i >= len(results) || results[i].Code != 0 {
-			continue
+		if i >= len(results) {
+			break
 		}
-		var env byzlogv1.Tx
-		if err := proto.Unmarshal(tx, &env); err != nil {
-			continue
-		}
-		pb := env.GetProduceBundle()
-		if pb == nil {
-			continue
-		}
-		var out byzlogv1.TxOutcome
-		if err := proto.Unmarshal(results[i].Data, &out); err != nil || len(out.Batches) != len(pb.Batches) {
+		batches, outcome, ok := committedBatches(tx, results[i])
+		if !ok {
 			continue
 		}
 		g.prodMu.Lock()
-		for j, sb := range pb.Batches {
-			br := out.Batches[j]
+		for j, sb := range batches {
+			br := outcome[j]
 			st := g.seqs[seqKey{string(sb.ProducerKey), br.Topic, br.Partition}]
 			if st == nil {
 				continue
@@ -120,4 +112,26 @@ func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, h int64, hit
 		return
 	}
 	g.submit(ctx, again, p.release, p.deadline)
+}
+
+// committedBatches decodes a committed produce bundle and its outcome: the
+// batches and, one each, where they landed. ok is false for anything else
+// (another kind, a rejected bundle, bytes that do not decode).
+func committedBatches(tx []byte, res *abci.ExecTxResult) (batches []*byzlogv1.SignedBatch, outcome []*byzlogv1.BatchResult, ok bool) {
+	if res.Code != 0 {
+		return nil, nil, false
+	}
+	var env byzlogv1.Tx
+	if err := proto.Unmarshal(tx, &env); err != nil {
+		return nil, nil, false
+	}
+	pb := env.GetProduceBundle()
+	if pb == nil {
+		return nil, nil, false
+	}
+	var out byzlogv1.TxOutcome
+	if err := proto.Unmarshal(res.Data, &out); err != nil || len(out.Batches) != len(pb.Batches) {
+		return nil, nil, false
+	}
+	return pb.Batches, out.Batches, true
 }

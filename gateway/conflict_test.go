@@ -77,3 +77,45 @@ func TestBatchCommittedElsewhereSettlesAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestLyingDuplicateIsNotAcknowledged is issue 14's first finding: a node's
+// CheckTx "duplicate" answer, with offsets of its choosing, became a commit
+// receipt, so a lying node could acknowledge a batch that was never
+// written. Now the block the answer names must hold the batch, as f+1
+// nodes report it; otherwise the producer is told to retry, and the retry
+// through an honest node commits it.
+func TestLyingDuplicateIsNotAcknowledged(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	runChain(t, c)
+	g := startGateway(t, c, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if !waitFor(2*time.Second, func() bool { return c.height() >= 2 }) {
+		t.Fatal("the chain made no blocks")
+	}
+	c.mu.Lock()
+	c.lieDuplicate = true
+	c.mu.Unlock()
+	b := newTestProducer("victim").batch(t, "t", 0, "never written")
+	a := await(t, produceAsync(ctx, g, b), 5*time.Second, "a batch a node lied about")
+	if a.err == nil || status.Code(a.err) != codes.Unavailable {
+		t.Fatalf("Produce(batch the node calls a duplicate at offset 7) = %v, %v; want UNAVAILABLE (not confirmed), never a receipt", a.receipt, a.err)
+	}
+	c.mu.Lock()
+	c.lieDuplicate = false
+	c.mu.Unlock()
+	a = await(t, produceAsync(ctx, g, b), 5*time.Second, "the retry")
+	if a.err != nil || a.receipt.Duplicate || a.receipt.BaseOffset != 0 {
+		t.Errorf("retry = %v, %v; want the batch committed at offset 0", a.receipt, a.err)
+	}
+	// A true duplicate is still acknowledged, from the block. (The node
+	// forgets the tx bytes, so CheckTx answers, not its cache.)
+	c.mu.Lock()
+	c.cache = map[string]bool{}
+	c.mu.Unlock()
+	committedAt := a.receipt.Height
+	a = await(t, produceAsync(ctx, g, b), 5*time.Second, "a true duplicate")
+	if a.err != nil || !a.receipt.Duplicate || a.receipt.BaseOffset != 0 || a.receipt.Height != committedAt {
+		t.Errorf("true duplicate = %v, %v; want the original receipt at offset 0", a.receipt, a.err)
+	}
+}

@@ -52,6 +52,7 @@ type Gateway struct {
 	prodMu sync.Mutex
 	usage  map[string]*usage    // by producer key: what it holds queued
 	seqs   map[seqKey]*seqState // what the gateway knows of producers' sequences
+	dups   dupBlocks            // confirmed blocks that duplicate answers named
 }
 
 // request is one batch waiting for its answer.
@@ -85,9 +86,13 @@ func (r *request) answer(rc *byzlogv1.Receipt, err error) {
 
 // finish is a request's final outcome: it answers (if not yet) and gives
 // back what the request held.
+//
+// It settles before it answers: a client that sends the same batch again
+// the moment it has the answer must find the sequence free, not join the
+// settled request as a follower and get its old answer.
 func (r *request) finish(rc *byzlogv1.Receipt, err error) {
-	r.answer(rc, err)
 	r.settleOnce.Do(func() { r.g.settle(r, rc, err) })
+	r.answer(rc, err)
 }
 
 func (r *request) receipt(ack byzlogv1.Ack) *byzlogv1.Receipt {
@@ -515,7 +520,7 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 			}
 		}
 		if g.untrack(p) {
-			g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data)
+			g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, false)
 		}
 		return
 	}
@@ -556,10 +561,12 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 
 // rejected answers each batch of a refused bundle: duplicates get their
 // original offsets, bad batches their error, and the rest go out again in
-// a new bundle.
-func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, log string, data []byte) {
+// a new bundle. confirmed says the refusal comes from block results f+1
+// nodes agree on; a CheckTx refusal is one node's word, so its duplicates
+// are acknowledged only from the block they name (confirmDuplicate).
+func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, log string, data []byte, confirmed bool) {
 	for _, t := range g.takeTwins(p) {
-		g.rejected(ctx, t, code, log, data)
+		g.rejected(ctx, t, code, log, data, confirmed)
 	}
 	if p.reqs == nil {
 		p.failed(rejected(code, log))
@@ -575,6 +582,8 @@ func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, lo
 	for i, br := range out.Batches {
 		r := p.reqs[i]
 		switch {
+		case br.Duplicate && !confirmed:
+			g.confirmDuplicate(ctx, r, br)
 		case br.Duplicate:
 			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: br.Height, Topic: br.Topic, Partition: br.Partition,
 				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true}, nil)
@@ -679,7 +688,7 @@ func (g *Gateway) committed(ctx context.Context, p *pendingTx, h int64, i uint32
 		return
 	}
 	if res.Code != 0 {
-		g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data)
+		g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, true)
 		return
 	}
 	var out byzlogv1.TxOutcome

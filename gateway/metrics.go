@@ -19,7 +19,10 @@ type Metrics struct {
 	resubmits     prometheus.Counter
 	expired       prometheus.Counter
 	conflicts     prometheus.Counter
-	disagreements prometheus.Counter
+	// unconfirmedDuplicates counts duplicate answers the named block did
+	// not confirm.
+	unconfirmedDuplicates prometheus.Counter
+	disagreements         prometheus.Counter
 }
 
 func newMetrics(g *Gateway) *Metrics {
@@ -56,6 +59,10 @@ func newMetrics(g *Gateway) *Metrics {
 			Namespace: "byzlog", Subsystem: "gateway", Name: "conflicts_total",
 			Help: "Pending bundles settled because another transaction committed one of their batches (failover, a second gateway, a re-wrapped batch).",
 		}),
+		unconfirmedDuplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "unconfirmed_duplicates_total",
+			Help: "Duplicate answers from a node that the block they named, as f+1 nodes report it, did not confirm (the batch was retried instead of acknowledged).",
+		}),
 		disagreements: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "byzlog", Subsystem: "gateway", Name: "node_disagreements_total",
 			Help: "Blocks whose hash or results one node reported differently from the f+1 nodes that agreed (the gateway used theirs).",
@@ -65,7 +72,7 @@ func newMetrics(g *Gateway) *Metrics {
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.conflicts, m.disagreements}
+	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.conflicts, m.unconfirmedDuplicates, m.disagreements}
 }
 
 func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Receipt, err error) {
