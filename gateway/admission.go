@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -254,14 +257,13 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 		if reads == 1 {
 			minHeight = readAt + 1 // a block later than the last read
 		}
-		var ps byzlogv1.ProducerState
-		h, err := g.queryAt(ctx, core.PathProducer, &byzlogv1.ProducerRequest{ProducerKey: r.batch.ProducerKey, Topic: r.body.Topic, Partition: r.body.Partition}, &ps, minHeight)
+		next, h, err := g.agreedNextSequence(ctx, &byzlogv1.ProducerRequest{ProducerKey: r.batch.ProducerKey, Topic: r.body.Topic, Partition: r.body.Partition}, minHeight)
 		if err != nil {
 			return err
 		}
 		readAt = h
 		reads++
-		g.learn(k, ps.NextSequence)
+		g.learn(k, next)
 	}
 }
 
@@ -410,4 +412,73 @@ func headerSize(h []byte) uint64 {
 		}
 	}
 	return key + value
+}
+
+// agreedNextSequence reads a producer's next sequence from every node that
+// has committed minHeight and returns the (f+1)-th highest answer, with
+// the lowest height among them. One node's word would steer admission: a
+// liar's low value made honest batches gaps the gateway refused, a high
+// one made their sequences look committed. Honest nodes that have caught
+// up agree, and at most f answers lie, so the (f+1)-th highest is one an
+// honest node gave or lies between two honest ones.
+func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.ProducerRequest, minHeight int64) (uint64, int64, error) {
+	data, err := proto.Marshal(req)
+	if err != nil {
+		return 0, 0, status.Errorf(codes.InvalidArgument, "encode query: %v", err)
+	}
+	type answer struct {
+		next   uint64
+		height int64
+		err    error
+	}
+	all := g.pool.All()
+	answers := make([]answer, len(all))
+	var wg sync.WaitGroup
+	for i, n := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !g.caughtUp(ctx, n, minHeight) {
+				answers[i].err = fmt.Errorf("node %s has not committed height %d", n.Addr, minHeight)
+				return
+			}
+			res, err := n.Client.ABCIQuery(ctx, core.PathProducer, data)
+			switch {
+			case err != nil:
+				answers[i].err = err
+			case res.Response.Code != 0:
+				answers[i].err = rejected(core.Code(res.Response.Code), res.Response.Log)
+			default:
+				var ps byzlogv1.ProducerState
+				if err := proto.Unmarshal(res.Response.Value, &ps); err != nil {
+					answers[i].err = fmt.Errorf("node %s answered bytes that do not decode: %v", n.Addr, err)
+					return
+				}
+				answers[i] = answer{next: ps.NextSequence, height: res.Response.Height}
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return 0, 0, status.FromContextError(ctx.Err()).Err()
+	}
+	var nexts []uint64
+	var low int64
+	var lastErr error
+	for _, a := range answers {
+		if a.err != nil {
+			lastErr = a.err
+			continue
+		}
+		nexts = append(nexts, a.next)
+		if low == 0 || a.height < low {
+			low = a.height
+		}
+	}
+	need := g.quorum()
+	if len(nexts) < need {
+		return 0, 0, status.Errorf(codes.Unavailable, "only %d of %d nodes answered the producer's sequence, %d must (last error: %v); retry", len(nexts), len(all), need, lastErr)
+	}
+	slices.Sort(nexts)
+	return nexts[len(nexts)-need], low, nil
 }

@@ -158,7 +158,23 @@ func (c *testChain) makeBlock() error {
 	return nil
 }
 
-func (c *testChain) serve(w http.ResponseWriter, r *http.Request) {
+func (c *testChain) serve(w http.ResponseWriter, r *http.Request) { c.serveAs(w, r, nil) }
+
+// node serves the same chain at another address, each answer passed
+// through lie (nil: an honest node), and returns its URL.
+func (c *testChain) node(t *testing.T, lie liar) string {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { c.serveAs(w, r, lie) }))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// liar rewrites a node's answer to method (called with params).
+type liar func(method string, params json.RawMessage, res any) any
+
+func (c *testChain) serveAs(w http.ResponseWriter, r *http.Request, lie liar) {
+	if lie == nil {
+		lie = func(_ string, _ json.RawMessage, res any) any { return res }
+	}
 	body, _ := io.ReadAll(r.Body)
 	if r.URL.Path == "/broadcast_tx_sync" { // the gateway's hex form
 		form, _ := url.ParseQuery(string(body))
@@ -168,7 +184,7 @@ func (c *testChain) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		res, err := c.broadcast(tx)
-		resp := rpctypes.NewRPCSuccessResponse(rpctypes.JSONRPCIntID(-1), res)
+		resp := rpctypes.NewRPCSuccessResponse(rpctypes.JSONRPCIntID(-1), lie("broadcast_tx_sync", nil, res))
 		if err != nil {
 			resp = rpctypes.RPCInternalError(rpctypes.JSONRPCIntID(-1), err)
 		}
@@ -181,7 +197,7 @@ func (c *testChain) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := c.call(req.Method, req.Params)
-	resp := rpctypes.NewRPCSuccessResponse(req.ID, res)
+	resp := rpctypes.NewRPCSuccessResponse(req.ID, lie(req.Method, req.Params, res))
 	if err != nil {
 		resp = rpctypes.RPCInternalError(req.ID, err)
 	}

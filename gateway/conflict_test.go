@@ -2,12 +2,18 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	ctypes "github.com/cometbft/cometbft/rpc/core/types"
+	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -117,5 +123,60 @@ func TestLyingDuplicateIsNotAcknowledged(t *testing.T) {
 	a = await(t, produceAsync(ctx, g, b), 5*time.Second, "a true duplicate")
 	if a.err != nil || !a.receipt.Duplicate || a.receipt.BaseOffset != 0 || a.receipt.Height != committedAt {
 		t.Errorf("true duplicate = %v, %v; want the original receipt at offset 0", a.receipt, a.err)
+	}
+}
+
+// lowAndHigh is a node that claims a height far ahead of the chain and
+// answers every producer-state query with next sequence 0.
+func lowAndHigh(method string, params json.RawMessage, res any) any {
+	switch r := res.(type) {
+	case *ctypes.ResultStatus:
+		if r != nil {
+			lied := *r
+			lied.SyncInfo.LatestBlockHeight += 1_000_000
+			return &lied
+		}
+	case *ctypes.ResultABCIQuery:
+		if r != nil && strings.Contains(string(params), core.PathProducer) {
+			lied := *r
+			lied.Response.Value, _ = proto.Marshal(&byzlogv1.ProducerState{NextSequence: 0})
+			return &lied
+		}
+	}
+	return res
+}
+
+// TestOneNodeCannotSteer is issue 14's second finding: the pool took the
+// highest height any node reported and read producer sequences from the
+// freshest node, so one liar drew every read, made honest nodes look
+// lagging, and with a low sequence made an honest batch a gap the gateway
+// refused. Heights and sequences are now what f+1 nodes say.
+func TestOneNodeCannotSteer(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	runChain(t, c)
+	nodes := []string{c.srv.URL, c.node(t, nil), c.node(t, nil), c.node(t, lowAndHigh)}
+	first := startGateway(t, c, func(cfg *Config) { cfg.Nodes.Addrs = nodes })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p := newTestProducer("honest")
+	for seq := uint64(0); seq < 3; seq++ {
+		if a := await(t, produceAsync(ctx, first, p.batch(t, "t", seq, "v")), 5*time.Second, "honest batch"); a.err != nil {
+			t.Fatalf("Produce(seq %d) = %v", seq, a.err)
+		}
+	}
+	// A second gateway knows nothing of the producer: it must read the
+	// sequence from the nodes, one of which lies.
+	second := startGateway(t, c, func(cfg *Config) { cfg.Nodes.Addrs = nodes })
+	if a := await(t, produceAsync(ctx, second, p.batch(t, "t", 3, "v")), 5*time.Second, "batch through a fresh gateway"); a.err != nil || a.receipt.BaseOffset != 3 {
+		t.Errorf("Produce(seq 3 through a gateway with a lying node) = %v, %v; want it committed at offset 3", a.receipt, a.err)
+	}
+	hs, top := second.Health()
+	if top > c.height()+5 {
+		t.Errorf("gateway height %d, the chain's %d: one node's claim was taken", top, c.height())
+	}
+	for _, h := range hs[:3] {
+		if !h.Healthy {
+			t.Errorf("honest node %s unhealthy (%s): the liar's height made it look lagging", h.Addr, h.Err)
+		}
 	}
 }

@@ -316,6 +316,9 @@ func (p *Pool) Others(n *Node) []*Node {
 	return append(healthy, rest...)
 }
 
+// All returns every node, in configuration order.
+func (p *Pool) All() []*Node { return slices.Clone(p.nodes) }
+
 // Len is the number of nodes.
 func (p *Pool) Len() int { return len(p.nodes) }
 
