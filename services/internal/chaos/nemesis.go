@@ -177,19 +177,11 @@ var Nemeses = []Nemesis{
 	},
 	{
 		Name: "tamper-rpc", Doc: "the RPC proxy in front of node0 (gateway0's first node, the indexer's light-client primary) forges headers, alters transactions and results, or withholds blocks, in turn; then tells the truth",
-		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
-			if c.Tamper == nil {
-				return "", nil, fmt.Errorf("tamper-rpc: the cluster has no tampering proxy")
-			}
-			mode := tamper.Modes[round%len(tamper.Modes)]
-			before := c.Tamper.Count(mode)
-			c.Tamper.SetMode(mode)
-			return "node0 rpc " + mode, func(context.Context) error {
-				c.Tamper.SetMode("")
-				c.note(fmt.Sprintf("node0's rpc proxy lied %d times (%s)", c.Tamper.Count(mode)-before, mode))
-				return nil
-			}, nil
-		},
+		Inject: proxyLies("tamper-rpc", tamper.Modes),
+	},
+	{
+		Name: "lying-node", Doc: "the RPC proxy in front of node0 lies to gateway0 in what it answers directly: drops bundles and answers that every batch is a committed duplicate, claims a height a million blocks ahead, answers producer queries with sequence 0; then tells the truth",
+		Inject: proxyLies("lying-node", tamper.LiarModes),
 	},
 	{
 		Name: "kill-gateway", Doc: "kill -9 a gateway, each in turn; restart it",
@@ -260,6 +252,24 @@ func Lookup(names []string) ([]Nemesis, error) {
 
 // restartNode kills whatever half of node i still runs and starts the
 // node again with the normal app.
+// proxyLies makes node0's RPC proxy tell the lies of modes, one a round,
+// until the heal.
+func proxyLies(nemesis string, modes []string) func(context.Context, *Cluster, int, *rand.Rand) (string, func(context.Context) error, error) {
+	return func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+		if c.Tamper == nil {
+			return "", nil, fmt.Errorf("%s: the cluster has no tampering proxy", nemesis)
+		}
+		mode := modes[round%len(modes)]
+		before := c.Tamper.Count(mode)
+		c.Tamper.SetMode(mode)
+		return "node0 rpc " + mode, func(context.Context) error {
+			c.Tamper.SetMode("")
+			c.note(fmt.Sprintf("node0's rpc proxy lied %d times (%s)", c.Tamper.Count(mode)-before, mode))
+			return nil
+		}, nil
+	}
+}
+
 func restartNode(c *Cluster, i int) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := c.Net.KillRest(i); err != nil {

@@ -7,12 +7,17 @@ package tamper
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +40,10 @@ type Proxy struct {
 // an attack's (byzlog attack), not a chaos nemesis's, and is not listed.
 var Modes = []string{Header, Tx, Results, Withhold}
 
+// LiarModes are the lies of the lying-node nemesis (issue 14): a node that
+// lies to a gateway in what it answers directly, not in blocks.
+var LiarModes = []string{Liar}
+
 // The modes.
 const (
 	// Header forges the app hash of the signed header (/commit) a light
@@ -48,6 +57,13 @@ const (
 	Results = "results"
 	// Withhold never answers for a block (12 s, then an error).
 	Withhold = "withhold"
+	// Liar lies in every answer a gateway takes from one node: it drops
+	// produce bundles and answers CheckTx that every batch is a duplicate
+	// committed at height 1 offset 0 (a batch never written, acknowledged
+	// if believed); it claims a height a million blocks ahead (honest nodes
+	// look lagging); and it answers every producer-state query with next
+	// sequence 0 (an honest batch looks like a gap).
+	Liar = "liar"
 	// Huge answers every request with a well-formed start of a JSON-RPC
 	// response whose result never ends before HugeBytes: a client that
 	// reads whole responses holds them all in memory.
@@ -95,10 +111,27 @@ func (p *Proxy) hit(m string) {
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	var req struct {
-		Method string `json:"method"`
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
 	}
 	_ = json.Unmarshal(body, &req)
+	if req.Method == "" { // a URI or form call: /broadcast_tx_sync
+		req.Method = strings.TrimPrefix(r.URL.Path, "/")
+	}
 	mode := p.mode.Load().(string)
+	if mode == Liar && req.Method == "broadcast_tx_sync" {
+		if out, ok := fakeDuplicate(requestTx(body, req.Params)); ok {
+			p.hit(mode)
+			id := req.ID
+			if len(id) == 0 {
+				id = json.RawMessage("-1")
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": id, "result": out})
+			return
+		}
+	}
 	if mode == Huge {
 		p.hit(mode)
 		_, _ = writeHuge(w, HugeBytes)
@@ -137,7 +170,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, _ := io.ReadAll(resp.Body)
 	var msg map[string]any
 	if json.Unmarshal(out, &msg) == nil {
-		if res, ok := msg["result"].(map[string]any); ok && p.tamper(mode, req.Method, res) {
+		if res, ok := msg["result"].(map[string]any); ok && (p.tamper(mode, req.Method, res) || p.lie(mode, req.Method, req.Params, res)) {
 			p.hit(mode)
 			out, _ = json.Marshal(msg)
 		}
@@ -249,4 +282,73 @@ func writeHuge(w http.ResponseWriter, n int64) (int64, error) {
 		left -= int64(len(c))
 	}
 	return sent, write(tail)
+}
+
+// lie alters a Liar's answers to status and producer queries in place.
+func (p *Proxy) lie(mode, method string, params json.RawMessage, res map[string]any) bool {
+	if mode != Liar {
+		return false
+	}
+	switch method {
+	case "status":
+		if si, ok := res["sync_info"].(map[string]any); ok {
+			if h, err := strconv.ParseInt(fmt.Sprint(si["latest_block_height"]), 10, 64); err == nil {
+				si["latest_block_height"] = strconv.FormatInt(h+1_000_000, 10)
+				return true
+			}
+		}
+	case "abci_query":
+		if !bytes.Contains(params, []byte(`"/producer"`)) {
+			return false
+		}
+		if r, ok := res["response"].(map[string]any); ok {
+			zero, _ := proto.Marshal(&byzlogv1.ProducerState{NextSequence: 0})
+			r["value"] = base64.StdEncoding.EncodeToString(zero)
+			return true
+		}
+	}
+	return false
+}
+
+// requestTx is the transaction of a broadcast request: a form's tx=0x<hex>
+// or JSON-RPC params' base64 tx.
+func requestTx(body []byte, params json.RawMessage) []byte {
+	if len(params) > 0 {
+		var p struct {
+			Tx []byte `json:"tx"`
+		}
+		if json.Unmarshal(params, &p) == nil {
+			return p.Tx
+		}
+		return nil
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return nil
+	}
+	tx, err := hex.DecodeString(strings.TrimPrefix(form.Get("tx"), "0x"))
+	if err != nil {
+		return nil
+	}
+	return tx
+}
+
+// fakeDuplicate is a Liar's CheckTx answer to a produce bundle: every
+// batch a duplicate committed at height 1, offset 0.
+func fakeDuplicate(tx []byte) (map[string]any, bool) {
+	var env byzlogv1.Tx
+	if len(tx) == 0 || proto.Unmarshal(tx, &env) != nil || env.GetProduceBundle() == nil {
+		return nil, false
+	}
+	out := &byzlogv1.TxOutcome{}
+	for range env.GetProduceBundle().Batches {
+		out.Batches = append(out.Batches, &byzlogv1.BatchResult{Code: 13, Duplicate: true, Height: 1, RecordCount: 1, Log: "already committed (a lie)"})
+	}
+	data, err := proto.Marshal(out)
+	if err != nil {
+		return nil, false
+	}
+	sum := sha256.Sum256(tx)
+	return map[string]any{"code": 13, "codespace": "byzlog", "log": "duplicate (a lie)",
+		"data": base64.StdEncoding.EncodeToString(data), "hash": strings.ToUpper(hex.EncodeToString(sum[:]))}, true
 }

@@ -2,6 +2,7 @@ package tamper
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net"
@@ -138,3 +139,81 @@ func TestHugeStreamsAWellFormedBodyOfHugeBytes(t *testing.T) {
 		t.Fatalf("Count(huge) = %d, want 1", p.Count(Huge))
 	}
 }
+
+// TestLiar: the lying-node nemesis's lies, each as a gateway reads it.
+func TestLiar(t *testing.T) {
+	forwarded := 0
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		forwarded++
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.Contains(string(b), `"status"`):
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"sync_info":{"latest_block_height":"42"}}}`)
+		default:
+			_, _ = io.WriteString(w, `{"jsonrpc":"2.0","id":1,"result":{"response":{"value":"CAc=","height":"42"}}}`)
+		}
+	}))
+	defer node.Close()
+	addr := freeAddr(t)
+	p, err := Start(addr, node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.SetMode(Liar)
+	call := func(body string) map[string]any {
+		t.Helper()
+		resp, err := http.Post("http://"+addr+"/", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var msg struct {
+			Result map[string]any `json:"result"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil {
+			t.Fatal(err)
+		}
+		return msg.Result
+	}
+	if h := call(`{"method":"status","id":1}`)["sync_info"].(map[string]any)["latest_block_height"]; h != "1000042" {
+		t.Errorf("status height = %v, want 1000042 (a million ahead)", h)
+	}
+	v := call(`{"method":"abci_query","id":1,"params":{"path":"/producer","data":"00"}}`)["response"].(map[string]any)["value"].(string)
+	if b, _ := base64.StdEncoding.DecodeString(v); len(b) != 0 {
+		t.Errorf("producer query value = %x, want next sequence 0 (empty message)", b)
+	}
+	b, err := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{Batches: []*byzlogv1.SignedBatch{{Body: []byte("b")}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := forwarded
+	resp, err := http.Post("http://"+addr+"/broadcast_tx_sync", "application/x-www-form-urlencoded", strings.NewReader("tx=0x"+hexString(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var msg struct {
+		Result struct {
+			Code uint32 `json:"code"`
+			Data string `json:"data"`
+		} `json:"result"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil {
+		t.Fatal(err)
+	}
+	var out byzlogv1.TxOutcome
+	data, _ := base64.StdEncoding.DecodeString(msg.Result.Data)
+	if err := proto.Unmarshal(data, &out); err != nil || msg.Result.Code != 13 || len(out.Batches) != 1 || !out.Batches[0].Duplicate {
+		t.Errorf("broadcast answer = code %d, outcome %v (%v); want every batch a duplicate", msg.Result.Code, &out, err)
+	}
+	if forwarded != before {
+		t.Errorf("the liar forwarded the bundle to the node; it must drop it")
+	}
+	if p.Count(Liar) != 3 {
+		t.Errorf("Count(Liar) = %d, want 3", p.Count(Liar))
+	}
+}
+
+func hexString(b []byte) string { return hex.EncodeToString(b) }
