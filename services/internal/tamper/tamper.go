@@ -42,7 +42,7 @@ var Modes = []string{Header, Tx, Results, Withhold}
 
 // LiarModes are the lies of the lying-node nemesis (issue 14): a node that
 // lies to a gateway in what it answers directly, not in blocks.
-var LiarModes = []string{Liar}
+var LiarModes = []string{LieDuplicate, LieHeight, LieQuery}
 
 // The modes.
 const (
@@ -57,13 +57,16 @@ const (
 	Results = "results"
 	// Withhold never answers for a block (12 s, then an error).
 	Withhold = "withhold"
-	// Liar lies in every answer a gateway takes from one node: it drops
-	// produce bundles and answers CheckTx that every batch is a duplicate
-	// committed at height 1 offset 0 (a batch never written, acknowledged
-	// if believed); it claims a height a million blocks ahead (honest nodes
-	// look lagging); and it answers every producer-state query with next
-	// sequence 0 (an honest batch looks like a gap).
-	Liar = "liar"
+	// LieDuplicate drops produce bundles and answers CheckTx that every
+	// batch is a duplicate committed at height 1, offset 0: a batch never
+	// written, acknowledged if believed.
+	LieDuplicate = "lie-duplicate"
+	// LieHeight claims a height a million blocks ahead: honest nodes look
+	// lagging, and a gateway that believed it waited for that height.
+	LieHeight = "lie-height"
+	// LieQuery answers every producer-state query with next sequence 0:
+	// an honest batch looks like a gap.
+	LieQuery = "lie-query"
 	// Huge answers every request with a well-formed start of a JSON-RPC
 	// response whose result never ends before HugeBytes: a client that
 	// reads whole responses holds them all in memory.
@@ -120,7 +123,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Method = strings.TrimPrefix(r.URL.Path, "/")
 	}
 	mode := p.mode.Load().(string)
-	if mode == Liar && req.Method == "broadcast_tx_sync" {
+	if mode == LieDuplicate && req.Method == "broadcast_tx_sync" {
 		if out, ok := fakeDuplicate(requestTx(body, req.Params)); ok {
 			p.hit(mode)
 			id := req.ID
@@ -284,20 +287,17 @@ func writeHuge(w http.ResponseWriter, n int64) (int64, error) {
 	return sent, write(tail)
 }
 
-// lie alters a Liar's answers to status and producer queries in place.
+// lie alters answers to status and producer queries in place, per mode.
 func (p *Proxy) lie(mode, method string, params json.RawMessage, res map[string]any) bool {
-	if mode != Liar {
-		return false
-	}
-	switch method {
-	case "status":
+	switch {
+	case mode == LieHeight && method == "status":
 		if si, ok := res["sync_info"].(map[string]any); ok {
 			if h, err := strconv.ParseInt(fmt.Sprint(si["latest_block_height"]), 10, 64); err == nil {
 				si["latest_block_height"] = strconv.FormatInt(h+1_000_000, 10)
 				return true
 			}
 		}
-	case "abci_query":
+	case mode == LieQuery && method == "abci_query":
 		if !bytes.Contains(params, []byte(`"/producer"`)) {
 			return false
 		}
@@ -333,7 +333,7 @@ func requestTx(body []byte, params json.RawMessage) []byte {
 	return tx
 }
 
-// fakeDuplicate is a Liar's CheckTx answer to a produce bundle: every
+// fakeDuplicate is LieDuplicate's CheckTx answer to a produce bundle: every
 // batch a duplicate committed at height 1, offset 0.
 func fakeDuplicate(tx []byte) (map[string]any, bool) {
 	var env byzlogv1.Tx
