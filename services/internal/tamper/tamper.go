@@ -350,5 +350,5 @@ func fakeDuplicate(tx []byte) (map[string]any, bool) {
 	}
 	sum := sha256.Sum256(tx)
 	return map[string]any{"code": 13, "codespace": "byzlog", "log": "duplicate (a lie)",
-		"data": base64.StdEncoding.EncodeToString(data), "hash": strings.ToUpper(hex.EncodeToString(sum[:]))}, true
+		"data": strings.ToUpper(hex.EncodeToString(data)), "hash": strings.ToUpper(hex.EncodeToString(sum[:]))}, true
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	cmtjson "github.com/cometbft/cometbft/libs/json"
+	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -196,19 +198,20 @@ func TestLiar(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	// Read as a gateway reads it: CometBFT's JSON of ResultBroadcastTx.
 	var msg struct {
-		Result struct {
-			Code uint32 `json:"code"`
-			Data string `json:"data"`
-		} `json:"result"`
+		Result json.RawMessage `json:"result"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&msg); err != nil {
 		t.Fatal(err)
 	}
+	var res ctypes.ResultBroadcastTx
+	if err := cmtjson.Unmarshal(msg.Result, &res); err != nil {
+		t.Fatalf("the lie is not a ResultBroadcastTx a gateway can read: %v", err)
+	}
 	var out byzlogv1.TxOutcome
-	data, _ := base64.StdEncoding.DecodeString(msg.Result.Data)
-	if err := proto.Unmarshal(data, &out); err != nil || msg.Result.Code != 13 || len(out.Batches) != 1 || !out.Batches[0].Duplicate {
-		t.Errorf("broadcast answer = code %d, outcome %v (%v); want every batch a duplicate", msg.Result.Code, &out, err)
+	if err := proto.Unmarshal(res.Data, &out); err != nil || res.Code != 13 || len(out.Batches) != 1 || !out.Batches[0].Duplicate {
+		t.Errorf("broadcast answer = code %d, outcome %v (%v); want every batch a duplicate", res.Code, &out, err)
 	}
 	if forwarded != before {
 		t.Errorf("the liar forwarded the bundle to the node; it must drop it")
