@@ -190,13 +190,15 @@ func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopic
 	return &byzlogv1.DescribeTopicResponse{Topic: &info}, nil
 }
 
-// GetProducerState returns a producer's next sequence.
+// GetProducerState returns a producer's next sequence: what f+1 nodes
+// agree on, not one node's word. A producer starts from it, and a liar's low
+// value would have it re-sign used sequences.
 func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
-	var ps byzlogv1.ProducerState
-	if err := s.g.Query(ctx, core.PathProducer, req, &ps); err != nil {
+	next, _, err := s.g.agreedNextSequence(ctx, req, s.g.seenHeight())
+	if err != nil {
 		return nil, err
 	}
-	return &ps, nil
+	return &byzlogv1.ProducerState{NextSequence: next}, nil
 }
 
 // GetNonce returns a key's next nonce.
