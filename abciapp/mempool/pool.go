@@ -37,6 +37,10 @@ type Config struct {
 	// MaxCost bounds the sum of the held transactions' core.Checked.Cost
 	// (what they inflate to). Default 256 MiB.
 	MaxCost int64
+	// MaxTxs bounds how many transactions are held, ready and waiting:
+	// after every block all of them are applied again, so their number,
+	// not only their bytes, is what a block waits for. Default 4096.
+	MaxTxs int
 	// MaxWaitingBytes and MaxWaiting bound the transactions waiting for an
 	// earlier sequence or nonce. Defaults 8 MiB and 1024.
 	MaxWaitingBytes int64
@@ -53,7 +57,7 @@ type Config struct {
 // Default returns the default bounds.
 func Default() Config {
 	return Config{
-		MaxBytes: 64 << 20, MaxCost: 256 << 20,
+		MaxBytes: 64 << 20, MaxCost: 256 << 20, MaxTxs: 4096,
 		MaxWaitingBytes: 8 << 20, MaxWaiting: 1024, MaxWaitingPerSigner: core.MaxLookahead,
 		ReadyHeights: 100, WaitingHeights: 5,
 	}
@@ -75,6 +79,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxWaiting == 0 {
 		c.MaxWaiting = d.MaxWaiting
 	}
+	if c.MaxTxs == 0 {
+		c.MaxTxs = d.MaxTxs
+	}
 	if c.MaxWaitingPerSigner == 0 {
 		c.MaxWaitingPerSigner = d.MaxWaitingPerSigner
 	}
@@ -89,7 +96,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("mempool max bytes (%d) must hold at least one transaction (%d)", c.MaxBytes, core.MaxTxBytes)
 	case c.MaxWaitingBytes > c.MaxBytes:
 		return fmt.Errorf("mempool max waiting bytes (%d) must not exceed max bytes (%d)", c.MaxWaitingBytes, c.MaxBytes)
-	case c.MaxBytes < 0 || c.MaxCost < 0 || c.MaxWaitingBytes < 0 || c.MaxWaiting < 0 || c.MaxWaitingPerSigner < 0 || c.ReadyHeights < 0 || c.WaitingHeights < 0:
+	case c.MaxWaiting > c.MaxTxs:
+		return fmt.Errorf("mempool max waiting (%d) must not exceed max txs (%d)", c.MaxWaiting, c.MaxTxs)
+	case c.MaxBytes < 0 || c.MaxCost < 0 || c.MaxTxs < 0 || c.MaxWaitingBytes < 0 || c.MaxWaiting < 0 || c.MaxWaitingPerSigner < 0 || c.ReadyHeights < 0 || c.WaitingHeights < 0:
 		return fmt.Errorf("mempool bounds must be positive (or 0 for the default)")
 	}
 	return nil
@@ -164,9 +173,9 @@ func (p *Pool) Add(r core.Reader, height int64, c *core.Checked, local bool) (co
 		return core.Result{Code: core.CodeOK, Log: "already in this node's mempool"}, nil
 	}
 	size := int64(len(c.Tx))
-	if p.bytes+size > p.cfg.MaxBytes || p.cost+c.Cost > p.cfg.MaxCost {
-		return core.Result{Code: core.CodeMempoolFull, Log: fmt.Sprintf("this node's mempool is full (%d of %d bytes, %d of %d inflated); retry later or at another node",
-			p.bytes, p.cfg.MaxBytes, p.cost, p.cfg.MaxCost)}, nil
+	if p.bytes+size > p.cfg.MaxBytes || p.cost+c.Cost > p.cfg.MaxCost || len(p.byHash) >= p.cfg.MaxTxs {
+		return core.Result{Code: core.CodeMempoolFull, Log: fmt.Sprintf("this node's mempool is full (%d of %d transactions, %d of %d bytes, %d of %d inflated); retry later or at another node",
+			len(p.byHash), p.cfg.MaxTxs, p.bytes, p.cfg.MaxBytes, p.cost, p.cfg.MaxCost)}, nil
 	}
 	res, waiting, err := p.pending.Add(c)
 	if err != nil {

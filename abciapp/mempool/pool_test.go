@@ -251,11 +251,20 @@ func TestReapGossipsLocalReadyOnce(t *testing.T) {
 	}
 }
 
-// TestFullPoolRefuses: over MaxBytes the pool refuses with a code that
-// says so.
+// TestFullPoolRefuses: over MaxBytes, or MaxTxs, the pool refuses with a
+// code that says so.
 func TestFullPoolRefuses(t *testing.T) {
 	c := newChain(t)
-	p := newPool(t, c, mempool.Config{MaxBytes: core.MaxTxBytes, MaxWaitingBytes: 1 << 20})
+	counted := newPool(t, c, mempool.Config{MaxTxs: 100, MaxWaiting: 10})
+	for i := 0; i < 100; i++ {
+		if r := c.add(counted, bundle(t, signer(fmt.Sprint("n", i)), 0)); !r.OK() {
+			t.Fatalf("Add %d of 100 = %s %q", i, r.Code, r.Log)
+		}
+	}
+	if r := c.add(counted, bundle(t, signer("one too many"), 0)); r.Code != core.CodeMempoolFull {
+		t.Errorf("Add(the 101st, MaxTxs 100) = %s %q, want %s", r.Code, r.Log, core.CodeMempoolFull)
+	}
+	p := newPool(t, c, mempool.Config{MaxBytes: core.MaxTxBytes, MaxWaitingBytes: 1 << 20, MaxTxs: 1 << 20})
 	for i := 0; ; i++ {
 		r := c.add(p, bundle(t, signer(fmt.Sprint(i)), 0))
 		if r.Code == core.CodeMempoolFull {

@@ -77,6 +77,7 @@ committed height and CometBFT replays the blocks it is missing.`,
 	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")
 	mp := &appCfg.Mempool
 	f.Int64Var(&mp.MaxBytes, "mempool-max-bytes", mp.MaxBytes, "bytes of transactions the mempool holds, ready and waiting")
+	f.IntVar(&mp.MaxTxs, "mempool-max-txs", mp.MaxTxs, "transactions the mempool holds, ready and waiting (all are checked again after every block)")
 	f.Int64Var(&mp.MaxCost, "mempool-max-cost", mp.MaxCost, "bytes the held transactions may inflate to (records, headers)")
 	f.Int64Var(&mp.MaxWaitingBytes, "mempool-max-waiting-bytes", mp.MaxWaitingBytes, "bytes of transactions waiting for an earlier sequence or nonce")
 	f.IntVar(&mp.MaxWaiting, "mempool-max-waiting", mp.MaxWaiting, "transactions waiting for an earlier sequence or nonce")
