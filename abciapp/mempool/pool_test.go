@@ -278,3 +278,30 @@ func TestFullPoolRefuses(t *testing.T) {
 		t.Errorf("Stats() = %+v, over MaxBytes", st)
 	}
 }
+
+// BenchmarkResync measures what a block costs the pool at its transaction
+// bound: after a commit every held transaction is applied again (on the
+// in-memory store here; RocksDB reads cost more).
+func BenchmarkResync(b *testing.B) {
+	t := &testing.T{}
+	c := newChain(t)
+	p, err := mempool.New(mempool.Config{}, c.params)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := mempool.Default().MaxTxs
+	for i := 0; i < n; i++ {
+		tx := bundle(t, signer(fmt.Sprint("bench", i)), 0)
+		if r, err := p.Add(c, 0, core.Precheck(c.params, tx, false), true); err != nil || !r.OK() {
+			b.Fatalf("Add %d: %v %s", i, err, r.Log)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		p.Committed(int64(i+1), nil)
+		if _, err := p.Proposal(c, int64(i+1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/resync")
+}
