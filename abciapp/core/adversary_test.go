@@ -86,7 +86,7 @@ func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pend := core.NewPending(c.store, params)
+	pend := core.NewPending(c.store, params, c.state.Height+1)
 	add := func(tx []byte) (core.Result, bool) {
 		t.Helper()
 		r, waiting, err := pend.Add(core.Precheck(params, tx, false))
@@ -146,5 +146,47 @@ func TestReusedSequenceIsNotADuplicate(t *testing.T) {
 		if br := outcome(t, r).Batches[0]; r.Code != core.CodeDuplicate || !br.Duplicate || br.BaseOffset != 0 || br.RecordCount != 1 {
 			t.Errorf("%s(the same batch again) = %s %+v, want a duplicate at offset 0", name, r.Code, br)
 		}
+	}
+}
+
+// TestSignedBodiesExpire is part of issue 14's fourth finding: an admin
+// client signs whatever nonce its gateway reports, so a gateway could keep
+// requests signed for future nonces and play them later. A body that names
+// an expiry height commits up to that height and never after.
+func TestSignedBodiesExpire(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	c.block() // height 2
+	next := c.state.Height + 1
+	nonce := c.nextNonce(c.admin)
+	req, err := c.admin.AdminUntil(nonce, next-1, &byzlogv1.CreateTopic{Name: "late", Config: &byzlogv1.TopicConfig{Partitions: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := sign.AdminTx(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := core.LoadParams(c.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := core.NewPending(c.store, params, next).Add(core.Precheck(params, late, false)); err != nil || r.Code != core.CodeBodyExpired {
+		t.Errorf("Pending.Add(admin request expired at %d, next block %d) = %s %v, want %s", next-1, next, r.Code, err, core.CodeBodyExpired)
+	}
+	if r := c.block(late)[0]; r.Code != core.CodeBodyExpired {
+		t.Errorf("Execute(admin request expired at %d) at height %d = %s %q, want %s", next-1, next, r.Code, r.Log, core.CodeBodyExpired)
+	}
+	// The expired request used no nonce: the next one may take it.
+	req, err = c.admin.AdminUntil(nonce, c.state.Height+1, &byzlogv1.CreateTopic{Name: "in-time", Config: &byzlogv1.TopicConfig{Partitions: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inTime, err := sign.AdminTx(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.block(inTime)[0]; !r.OK() {
+		t.Errorf("Execute(admin request that expires at this height) = %s %q, want ok", r.Code, r.Log)
 	}
 }

@@ -102,6 +102,9 @@ const (
 	// different batch (another body): this one was not written. Never a
 	// duplicate; send its records under a new sequence.
 	CodeSequenceReused Code = 38
+	// CodeBodyExpired: the signed admin or consumer body's expiry_height has
+	// passed; sign the request again.
+	CodeBodyExpired Code = 39
 )
 
 var codeNames = map[Code]string{
@@ -118,7 +121,7 @@ var codeNames = map[Code]string{
 	CodeOffsetOutOfRange: "offset_out_of_range", CodeNotFound: "not_found",
 	CodeBlockFull: "block_full", CodeBundleTooLarge: "bundle_too_large",
 	CodePending: "pending", CodeMempoolFull: "mempool_full", CodeExpired: "expired", CodeInternal: "internal",
-	CodeSequenceReused: "sequence_reused",
+	CodeSequenceReused: "sequence_reused", CodeBodyExpired: "body_expired",
 }
 
 // String names the code for logs and messages.

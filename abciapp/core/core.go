@@ -273,9 +273,11 @@ type Pending struct {
 	ex *executor
 }
 
-// NewPending starts a Pending on the committed state r.
-func NewPending(r Reader, params *byzlogv1.ChainParams) *Pending {
-	ex := newExecutor(r, params, Block{})
+// NewPending starts a Pending on the committed state r, for transactions
+// that will commit at nextHeight or later (expiry heights are checked
+// against it).
+func NewPending(r Reader, params *byzlogv1.ChainParams, nextHeight int64) *Pending {
+	ex := newExecutor(r, params, Block{Height: nextHeight})
 	ex.mode, ex.countOnly = modePool, true
 	return &Pending{ex: ex}
 }

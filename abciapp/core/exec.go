@@ -377,6 +377,9 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 	if !isAdmin(ex.params, req.AdminKey) {
 		return reject(CodeNotAdmin, "key %x is not an admin of this chain (genesis app_state admins)", req.AdminKey), nil
 	}
+	if r := ex.expired("admin request", body.ExpiryHeight); !r.OK() {
+		return r, nil
+	}
 	if r, err := ex.useNonce(o, req.AdminKey, body.Nonce); err != nil || !r.OK() {
 		return r, err
 	}
@@ -453,6 +456,16 @@ func isAdmin(p *byzlogv1.ChainParams, key []byte) bool {
 	return false
 }
 
+// expired refuses a signed body whose expiry height is before the block's
+// (or, in the mempool, the next block's) height. CheckTx on committed state
+// alone (height 0) leaves it to the block.
+func (ex *executor) expired(what string, expiry int64) Result {
+	if expiry != 0 && ex.b.Height > 0 && ex.b.Height > expiry {
+		return reject(CodeBodyExpired, "%s expired at height %d, this is height %d: sign it again", what, expiry, ex.b.Height)
+	}
+	return Result{}
+}
+
 // useNonce checks that nonce is key's next one (in a block) or not already
 // used (in the mempool), and in a block advances it.
 func (ex *executor) useNonce(o *overlay, key []byte, nonce uint64) (Result, error) {
@@ -503,6 +516,9 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		return reject(CodeWrongChain, "offset commit signed for chain %s, this is %q", short(body.ChainId), ex.params.ChainId), nil
 	}
 	if r := checkGroupName(body.Group); !r.OK() {
+		return r, nil
+	}
+	if r := ex.expired("offset commit", body.ExpiryHeight); !r.OK() {
 		return r, nil
 	}
 	if n := len(body.Offsets); n == 0 || n > int(ex.params.Limits.MaxCommitOffsets) {

@@ -307,7 +307,7 @@ func (p *Pool) sync(r core.Reader, height int64) error {
 	old := append(p.ready, p.waiting...)
 	p.ready, p.waiting, p.bytes, p.cost, p.waitSize = nil, nil, 0, 0, 0
 	p.byHash, p.perKey = map[[sha256.Size]byte]*entry{}, map[string]int{}
-	p.pending = core.NewPending(r, p.params)
+	p.pending = core.NewPending(r, p.params, height+1)
 	p.height, p.stale = height, false
 	for _, e := range old {
 		switch {

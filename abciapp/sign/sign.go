@@ -67,9 +67,16 @@ func (s *Signer) Batch(topic string, partition uint32, seq uint64, codec byzlogv
 	return &byzlogv1.SignedBatch{Body: b, ProducerKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
 }
 
-// Admin signs an admin request with the key's next nonce.
+// Admin signs an admin request with the key's next nonce, with no expiry.
 func (s *Signer) Admin(nonce uint64, op isAdminOp) (*byzlogv1.AdminRequest, error) {
-	body := &byzlogv1.AdminBody{ChainId: s.chainID, Nonce: nonce}
+	return s.AdminUntil(nonce, 0, op)
+}
+
+// AdminUntil signs an admin request that may commit up to height expiry
+// (0: any height), so that a request kept back by a gateway, say for a
+// future nonce, cannot be played long after it was signed.
+func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1.AdminRequest, error) {
+	body := &byzlogv1.AdminBody{ChainId: s.chainID, Nonce: nonce, ExpiryHeight: expiry}
 	switch o := op.(type) {
 	case *byzlogv1.CreateTopic:
 		body.Op = &byzlogv1.AdminBody_CreateTopic{CreateTopic: o}

@@ -38,6 +38,12 @@ func (a *Admin) Gateway() byzlogv1.GatewayClient { return a.gw }
 // Close closes the connection.
 func (a *Admin) Close() error { return a.conn.Close() }
 
+// AdminExpiryBlocks is how many blocks past the gateway's height an admin
+// request stays valid (about a minute at localnet's ~0.5 s blocks): a
+// gateway that kept a signed request back cannot play it later than that.
+// The height is the gateway's word until receipts verify themselves.
+const AdminExpiryBlocks = 120
+
 // CreateTopic creates a topic and returns the height that committed it.
 func (a *Admin) CreateTopic(ctx context.Context, name string, cfg *byzlogv1.TopicConfig) (int64, error) {
 	return a.do(ctx, &byzlogv1.CreateTopic{Name: name, Config: cfg})
@@ -66,7 +72,11 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("read the admin key's nonce: %w", err)
 		}
-		req, err := s.Admin(n.NextNonce, op)
+		var expiry int64 // what the gateway says f+1 nodes reached; 0: no expiry
+		if hs.Height > 0 {
+			expiry = hs.Height + AdminExpiryBlocks
+		}
+		req, err := s.AdminUntil(n.NextNonce, expiry, op)
 		if err != nil {
 			return 0, err
 		}

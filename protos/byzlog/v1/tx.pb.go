@@ -722,7 +722,10 @@ type AdminBody struct {
 	//	*AdminBody_CreateTopic
 	//	*AdminBody_UpdateTopic
 	//	*AdminBody_DeleteTopic
-	Op            isAdminBody_Op `protobuf_oneof:"op"`
+	Op isAdminBody_Op `protobuf_oneof:"op"`
+	// The last height this request may commit at; 0: no expiry. A request
+	// signed for a future nonce and kept back cannot be played long after.
+	ExpiryHeight  int64 `protobuf:"varint,6,opt,name=expiry_height,json=expiryHeight,proto3" json:"expiry_height,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -803,6 +806,13 @@ func (x *AdminBody) GetDeleteTopic() *DeleteTopic {
 		}
 	}
 	return nil
+}
+
+func (x *AdminBody) GetExpiryHeight() int64 {
+	if x != nil {
+		return x.ExpiryHeight
+	}
+	return 0
 }
 
 type isAdminBody_Op interface {
@@ -1056,7 +1066,9 @@ type CommitOffsetsBody struct {
 	// as Kafka's reset-offsets.
 	Rewind bool `protobuf:"varint,4,opt,name=rewind,proto3" json:"rewind,omitempty"`
 	// The chain this commit is for (genesis chain_id).
-	ChainId       string `protobuf:"bytes,5,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	ChainId string `protobuf:"bytes,5,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// The last height this commit may commit at; 0: no expiry.
+	ExpiryHeight  int64 `protobuf:"varint,6,opt,name=expiry_height,json=expiryHeight,proto3" json:"expiry_height,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1124,6 +1136,13 @@ func (x *CommitOffsetsBody) GetChainId() string {
 		return x.ChainId
 	}
 	return ""
+}
+
+func (x *CommitOffsetsBody) GetExpiryHeight() int64 {
+	if x != nil {
+		return x.ExpiryHeight
+	}
+	return 0
 }
 
 // PartitionOffset is the next offset a group will read in one partition.
@@ -1240,13 +1259,14 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fAdminRequest\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tadmin_key\x18\x02 \x01(\fR\badminKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xf9\x01\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x9e\x02\n" +
 	"\tAdminBody\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12;\n" +
 	"\fcreate_topic\x18\x03 \x01(\v2\x16.byzlog.v1.CreateTopicH\x00R\vcreateTopic\x12;\n" +
 	"\fupdate_topic\x18\x04 \x01(\v2\x16.byzlog.v1.UpdateTopicH\x00R\vupdateTopic\x12;\n" +
-	"\fdelete_topic\x18\x05 \x01(\v2\x16.byzlog.v1.DeleteTopicH\x00R\vdeleteTopicB\x04\n" +
+	"\fdelete_topic\x18\x05 \x01(\v2\x16.byzlog.v1.DeleteTopicH\x00R\vdeleteTopic\x12#\n" +
+	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeightB\x04\n" +
 	"\x02op\"Q\n" +
 	"\vCreateTopic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
@@ -1259,13 +1279,14 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\rCommitOffsets\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12!\n" +
 	"\fconsumer_key\x18\x02 \x01(\fR\vconsumerKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xa8\x01\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xcd\x01\n" +
 	"\x11CommitOffsetsBody\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x124\n" +
 	"\aoffsets\x18\x02 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\x04R\x05nonce\x12\x16\n" +
 	"\x06rewind\x18\x04 \x01(\bR\x06rewind\x12\x19\n" +
-	"\bchain_id\x18\x05 \x01(\tR\achainId\"y\n" +
+	"\bchain_id\x18\x05 \x01(\tR\achainId\x12#\n" +
+	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeight\"y\n" +
 	"\x0fPartitionOffset\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
