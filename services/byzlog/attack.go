@@ -62,9 +62,7 @@ needed for its rows to mean anything one by one). With --out
 it writes attack.json and attack.txt there. The run directory is removed at
 the end unless --keep, or a row missed its goal (its logs stay for reading).
 
-Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
-gateways BASE+810..813, indexer BASE+830, node0's lying RPC proxy BASE+870,
-peer proxies BASE+1000..1033.`,
+` + testClusterPorts,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			attacks, err := attack.Lookup(o.attacks)

@@ -27,6 +27,12 @@ type chaosOptions struct {
 	keep     bool
 }
 
+// testClusterPorts ends the help of the commands that start the test
+// cluster (chaos, attack): where its processes listen.
+const testClusterPorts = `Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
+gateways BASE+810..813, indexer BASE+830, node0's lying RPC proxy BASE+870,
+peer proxies BASE+1000..1033.`
+
 func newChaosCommand() *cobra.Command {
 	o := chaosOptions{nemeses: []string{"all"}, basePort: 28656,
 		phase: chaos.Phase{Duration: 3 * time.Minute, Hold: 8 * time.Second, Gap: 6 * time.Second, Settle: 90 * time.Second, Seed: 1},
@@ -77,9 +83,7 @@ The validators reach each other through loopback TCP proxies run by this
 command (one per ordered pair, BASE+1000+10i+j), which the partition nemeses
 cut: a network partition without network namespaces or firewall rules.
 
-Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
-gateways BASE+810..813, indexer BASE+830, node0's lying RPC proxy BASE+870,
-peer proxies BASE+1000..1033.`,
+` + testClusterPorts,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			nemeses, err := chaos.Lookup(o.nemeses)
