@@ -151,22 +151,43 @@ func readLog(ctx context.Context, t *testing.T, n *localnet.Net, i int) [][]byte
 	return resp.Records
 }
 
+// settledLog returns log/0 once all four nodes hold the same records. A
+// bundle the stopped producer sent last may still commit, and the nodes apply
+// each block a moment apart, so one read of each node can see two heights;
+// logs of different lengths are read again until they agree or 30 seconds
+// pass. Records that differ at the same offset fail at once.
+func settledLog(ctx context.Context, t *testing.T, n *localnet.Net) [][]byte {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ref := readLog(ctx, t, n, 0)
+		diff := ""
+		for i := 1; i < 4 && diff == ""; i++ {
+			got := readLog(ctx, t, n, i)
+			for j := range min(len(got), len(ref)) {
+				if string(got[j]) != string(ref[j]) {
+					t.Fatalf("node%d's record %d differs from node0's", i, j)
+				}
+			}
+			if len(got) != len(ref) {
+				diff = fmt.Sprintf("node%d holds %d records, node0 %d", i, len(got), len(ref))
+			}
+		}
+		if diff == "" {
+			return ref
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30 s the nodes still disagree: %s", diff)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // checkLog requires every node to hold the same records, dense from offset
 // 0, each sequence exactly once and in order, and every acknowledged one.
 func checkLog(ctx context.Context, t *testing.T, n *localnet.Net, acked []uint64) {
 	t.Helper()
-	ref := readLog(ctx, t, n, 0)
-	for i := 1; i < 4; i++ {
-		got := readLog(ctx, t, n, i)
-		if len(got) != len(ref) {
-			t.Fatalf("node%d holds %d records, node0 %d", i, len(got), len(ref))
-		}
-		for j := range got {
-			if string(got[j]) != string(ref[j]) {
-				t.Fatalf("node%d's record %d differs from node0's", i, j)
-			}
-		}
-	}
+	ref := settledLog(ctx, t, n)
 	for j, b := range ref {
 		var r byzlogv1.StoredRecord
 		if err := proto.Unmarshal(b, &r); err != nil {
