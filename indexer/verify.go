@@ -9,11 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cometbft/cometbft/light"
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
-	"github.com/cometbft/cometbft/light/store"
-	dbs "github.com/cometbft/cometbft/light/store/db"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 	cmttypes "github.com/cometbft/cometbft/types"
@@ -21,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -75,86 +73,42 @@ func newNodes(chainID string, addrs []string, maxResponse int64) ([]provider.Pro
 	return provs, nodes, nil
 }
 
-// verifier hands out verified blocks by height. It keeps a light client
-// (rebuilt from its store when the client gives up on its providers) and
-// fetches block data round-robin, skipping a node whose data does not match
-// the verified headers.
+// verifier hands out verified blocks by height: headers from the light
+// client (chain.Headers, every node a primary in turn and the others
+// witnesses), block data round-robin from the nodes, skipping a node whose
+// data does not match the verified headers.
 type verifier struct {
 	cfg     Config
 	log     zerolog.Logger
 	m       *Metrics
 	nodes   []*node
-	store   store.Store
-	lc      *light.Client
-	trusted bool // the store holds headers verified from the root of trust
+	headers *chain.Headers
 	next    int
 	lastTip int64
 }
 
 func newVerifier(cfg Config, nodes []*node, m *Metrics, log zerolog.Logger) *verifier {
-	return &verifier{cfg: cfg, log: log, m: m, nodes: nodes, store: dbs.New(newLightDB(), cfg.ChainID)}
-}
-
-// client returns the light client, building it when there is none.
-func (v *verifier) client(ctx context.Context) (*light.Client, error) {
-	if v.lc != nil {
-		return v.lc, nil
+	provs := make([]provider.Provider, len(nodes))
+	for i, n := range nodes {
+		provs[i] = n.prov
 	}
-	// Every node serves as primary in turn; the others are witnesses.
-	var errs []error
-	for i := range v.nodes {
-		k := (v.next + i) % len(v.nodes)
-		var witnesses []provider.Provider
-		for j, n := range v.nodes {
-			if j != k {
-				witnesses = append(witnesses, n.prov)
-			}
-		}
-		opts := []light.Option{
-			light.SequentialVerification(), light.PruningSize(1000), light.MaxRetryAttempts(2),
-			// A lagging witness costs 2×drift + lag of waiting: keep it short.
-			light.MaxClockDrift(5 * time.Second), light.MaxBlockLag(2 * time.Second),
-			light.Logger(lightLogger{log: v.log, errors: v.m.lightErrors}),
-		}
-		var lc *light.Client
-		var err error
-		if v.trusted {
-			// Rebuilt after the client gave up on its providers: go on from
-			// the headers it verified (starting again from the root of trust
-			// would roll them back and re-verify the whole chain).
-			lc, err = light.NewClientFromTrustedStore(v.cfg.ChainID, v.cfg.TrustingPeriod, v.nodes[k].prov, witnesses, v.store, opts...)
-		} else {
-			lc, err = light.NewClient(ctx, v.cfg.ChainID,
-				light.TrustOptions{Period: v.cfg.TrustingPeriod, Height: v.cfg.Trust.Height, Hash: v.cfg.Trust.Hash},
-				v.nodes[k].prov, witnesses, v.store, opts...)
-		}
-		if err == nil {
-			v.lc, v.trusted = lc, true
-			return lc, nil
-		}
-		errs = append(errs, fmt.Errorf("primary %s: %w", v.nodes[k].addr, err))
-		if ctx.Err() != nil {
-			break
-		}
-		v.m.lightErrors.Inc()
-		v.log.Warn().Str("node", v.nodes[k].addr).Err(err).Msg("light client could not start with this node as primary; trying the next")
+	h, err := chain.NewHeaders(chain.Config{
+		Root:           chain.Root{ChainID: cfg.ChainID, Height: cfg.Trust.Height, Hash: cfg.Trust.Hash},
+		TrustingPeriod: cfg.TrustingPeriod, Sequential: true, Log: log, Errors: m.lightErrors,
+	}, provs...)
+	if err != nil {
+		// Config.Validate checked the root and the nodes.
+		panic(fmt.Sprintf("indexer: light client of a validated config: %v", err))
 	}
-	return nil, fmt.Errorf("start the light client: %w", errors.Join(errs...))
+	return &verifier{cfg: cfg, log: log, m: m, nodes: nodes, headers: h}
 }
 
 // header verifies the header at h with the light client.
 func (v *verifier) header(ctx context.Context, h int64) (*cmttypes.LightBlock, error) {
-	lc, err := v.client(ctx)
-	if err != nil {
-		return nil, err
-	}
-	lb, err := lc.VerifyLightBlockAtHeight(ctx, h, time.Now())
+	lb, err := v.headers.Verify(ctx, h)
 	if err != nil {
 		v.m.verifyFailures.WithLabelValues("header").Inc()
-		// The client drops providers it has given up on; start afresh from
-		// the trusted store on the next call.
-		v.lc = nil
-		return nil, fmt.Errorf("verify header %d: %w", h, err)
+		return nil, err
 	}
 	return lb, nil
 }

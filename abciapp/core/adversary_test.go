@@ -1,6 +1,8 @@
 package core_test
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -188,5 +190,34 @@ func TestSignedBodiesExpire(t *testing.T) {
 	}
 	if r := c.block(inTime)[0]; !r.OK() {
 		t.Errorf("Execute(admin request that expires at this height) = %s %q, want ok", r.Code, r.Log)
+	}
+}
+
+// TestResultsNameTheirBatch: a receipt is proven from a block's results, so
+// each batch's result names the batch it is for (producer key and body
+// digest), whether it was written, answered as a duplicate or refused. A
+// result without them could be shown to any client as its own.
+func TestResultsNameTheirBatch(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	p, q := sign.NewSigner(key("p"), chainID), sign.NewSigner(key("q"), chainID)
+	a, b := batch(t, p, "t", 0, 0, records("a")), batch(t, q, "t", 0, 0, records("b"))
+	gap := batch(t, q, "t", 0, 5, records("gap"))
+	for _, tc := range []struct {
+		name string
+		tx   []byte
+		want []*byzlogv1.SignedBatch
+	}{
+		{"written", bundle(t, a, b), []*byzlogv1.SignedBatch{a, b}},
+		{"duplicate", bundle(t, a), []*byzlogv1.SignedBatch{a}},
+		{"refused", bundle(t, gap, a), []*byzlogv1.SignedBatch{gap, a}},
+	} {
+		o := outcome(t, c.block(tc.tx)[0])
+		for i, sb := range tc.want {
+			d := sha256.Sum256(sb.Body)
+			if br := o.Batches[i]; !bytes.Equal(br.Producer, sb.ProducerKey) || !bytes.Equal(br.BodySha256, d[:]) {
+				t.Errorf("%s: result %d names producer %x body %x, want %x %x", tc.name, i, br.Producer, br.BodySha256, sb.ProducerKey, d)
+			}
+		}
 	}
 }

@@ -63,6 +63,9 @@ func (c *Checked) Signers() [][]byte {
 type checkedBatch struct {
 	sb   *byzlogv1.SignedBatch
 	body *byzlogv1.BatchBody
+	// digest is SHA-256 of the signed body bytes: the batch's identity in
+	// its BatchRef and in its result.
+	digest []byte
 	// early is a failure found before any state is read (the body, the
 	// topic name, the chain); late one found in the records, reported after
 	// the topic and the producer's sequence are known to be right, as a
@@ -110,7 +113,7 @@ func Precheck(params *byzlogv1.ChainParams, tx []byte, keepRecords bool) *Checke
 		// A bundle stops at its first bad batch: what follows is never
 		// applied, so it is not inflated either.
 		for j := i + 1; j < len(c.batches); j++ {
-			c.batches[j] = &checkedBatch{sb: pb.ProduceBundle.Batches[j], body: &byzlogv1.BatchBody{},
+			c.batches[j] = &checkedBatch{sb: pb.ProduceBundle.Batches[j], body: &byzlogv1.BatchBody{}, digest: digestOfBody(pb.ProduceBundle.Batches[j].Body),
 				early: failBatch(&byzlogv1.BatchBody{}, CodeMalformedTx, "not checked: an earlier batch of the bundle was rejected")}
 		}
 		break
@@ -123,7 +126,7 @@ func Precheck(params *byzlogv1.ChainParams, tx []byte, keepRecords bool) *Checke
 // each step that would spend them.
 func precheckBatch(params *byzlogv1.ChainParams, sb *byzlogv1.SignedBatch, keepRecords bool, inflated, records *int64) *checkedBatch {
 	l := params.Limits
-	cb := &checkedBatch{sb: sb}
+	cb := &checkedBatch{sb: sb, digest: digestOfBody(sb.Body)}
 	var body byzlogv1.BatchBody
 	if err := proto.Unmarshal(sb.Body, &body); err != nil {
 		cb.body = &byzlogv1.BatchBody{}

@@ -139,6 +139,9 @@ func (ex *executor) produce(o *overlay, batches []*checkedBatch) (Result, []*app
 			}})
 		}
 	}
+	for i, cb := range batches {
+		outcome.Batches[i].Producer, outcome.Batches[i].BodySha256 = cb.sb.ProducerKey, cb.digest
+	}
 	if failed != nil {
 		for _, br := range outcome.Batches[:] {
 			if br.Code == uint32(CodeOK) && br.RecordCount > 0 {
@@ -177,7 +180,7 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return failBatch(body, CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
 	}
 	pkey := producerKey(sb.ProducerKey, body.Topic, body.Partition)
-	if br, err := ex.sequence(o, sb, body, pkey); br != nil || err != nil {
+	if br, err := ex.sequence(o, cb, pkey); br != nil || err != nil {
 		return br, nil, err
 	}
 	if cb.late != nil {
@@ -223,13 +226,14 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	o.put(CFMeta, pk, marshal(&part))
 	o.put(CFProducers, pkey, marshal(&byzlogv1.ProducerState{NextSequence: body.Sequence + 1}))
 	o.put(CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence),
-		marshal(&byzlogv1.BatchRef{BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Height: ex.b.Height, BodySha256: digestOfBody(sb.Body)}))
+		marshal(&byzlogv1.BatchRef{BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Height: ex.b.Height, BodySha256: cb.digest}))
 	return br, run, nil
 }
 
 // sequence checks the batch's sequence against the producer's state; a
 // non-nil result is the batch's failure.
-func (ex *executor) sequence(o *overlay, sb *byzlogv1.SignedBatch, body *byzlogv1.BatchBody, pkey []byte) (*byzlogv1.BatchResult, error) {
+func (ex *executor) sequence(o *overlay, cb *checkedBatch, pkey []byte) (*byzlogv1.BatchResult, error) {
+	sb, body := cb.sb, cb.body
 	next, err := nextSequence(o, pkey)
 	if err != nil {
 		return nil, err
@@ -249,7 +253,7 @@ func (ex *executor) sequence(o *overlay, sb *byzlogv1.SignedBatch, body *byzlogv
 		if _, err := getProto(refs, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence), &ref); err != nil {
 			return nil, err
 		}
-		if !bytes.Equal(ref.BodySha256, digestOfBody(sb.Body)) {
+		if !bytes.Equal(ref.BodySha256, cb.digest) {
 			// Another batch took this sequence: this one's records were
 			// never written, so it must not be answered with their offsets.
 			return failBatch(body, CodeSequenceReused, "sequence %d is already committed (height %d) with a different batch; these records were not written: send them under a new sequence (the next is %d)",

@@ -228,7 +228,10 @@ type Receipt struct {
 	RecordCount uint32                 `protobuf:"varint,7,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
 	// True when the batch's sequence was already committed: the offsets are
 	// those of the original write, nothing was appended again.
-	Duplicate     bool `protobuf:"varint,8,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	Duplicate bool `protobuf:"varint,8,opt,name=duplicate,proto3" json:"duplicate,omitempty"`
+	// For ACK_COMMIT: the proof that the block at height holds this result,
+	// which the client checks against a header its light client verified.
+	Proof         *ResultProof `protobuf:"bytes,9,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,16 +322,223 @@ func (x *Receipt) GetDuplicate() bool {
 	return false
 }
 
+func (x *Receipt) GetProof() *ResultProof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+// ResultProof ties one transaction's result, and one batch's result in it,
+// to the header at height+1: CometBFT hashes the results of block height
+// into that header's LastResultsHash. Nothing in it needs trusting the
+// gateway that relays it.
+type ResultProof struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The transaction's result as CometBFT hashes it: a cometbft.abci.v1
+	// ExecTxResult holding only code, data, gas_wanted and gas_used. For a
+	// produce bundle its data is a TxOutcome.
+	TxResult []byte `protobuf:"bytes,1,opt,name=tx_result,json=txResult,proto3" json:"tx_result,omitempty"`
+	// The Merkle path of tx_result among the block's results, as CometBFT's
+	// merkle.Proof holds it.
+	Total int64    `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Index int64    `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Aunts [][]byte `protobuf:"bytes,4,rep,name=aunts,proto3" json:"aunts,omitempty"`
+	// For a produce receipt: the batch's index in the TxOutcome.
+	BatchIndex uint32 `protobuf:"varint,5,opt,name=batch_index,json=batchIndex,proto3" json:"batch_index,omitempty"`
+	// For an admin or offset-commit receipt: the Merkle path of the
+	// transaction's hash among the block's (the header's data hash), so the
+	// client knows the result is its own transaction's.
+	TxTotal       int64    `protobuf:"varint,6,opt,name=tx_total,json=txTotal,proto3" json:"tx_total,omitempty"`
+	TxAunts       [][]byte `protobuf:"bytes,7,rep,name=tx_aunts,json=txAunts,proto3" json:"tx_aunts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResultProof) Reset() {
+	*x = ResultProof{}
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResultProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResultProof) ProtoMessage() {}
+
+func (x *ResultProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
+func (*ResultProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ResultProof) GetTxResult() []byte {
+	if x != nil {
+		return x.TxResult
+	}
+	return nil
+}
+
+func (x *ResultProof) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ResultProof) GetIndex() int64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ResultProof) GetAunts() [][]byte {
+	if x != nil {
+		return x.Aunts
+	}
+	return nil
+}
+
+func (x *ResultProof) GetBatchIndex() uint32 {
+	if x != nil {
+		return x.BatchIndex
+	}
+	return 0
+}
+
+func (x *ResultProof) GetTxTotal() int64 {
+	if x != nil {
+		return x.TxTotal
+	}
+	return 0
+}
+
+func (x *ResultProof) GetTxAunts() [][]byte {
+	if x != nil {
+		return x.TxAunts
+	}
+	return nil
+}
+
+type LightBlockRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0: the latest the gateway's nodes agree on.
+	Height        int64 `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LightBlockRequest) Reset() {
+	*x = LightBlockRequest{}
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LightBlockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LightBlockRequest) ProtoMessage() {}
+
+func (x *LightBlockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LightBlockRequest.ProtoReflect.Descriptor instead.
+func (*LightBlockRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LightBlockRequest) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+type LightBlockResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A cometbft.types.v1.LightBlock (signed header and validator set) as
+	// CometBFT encodes it.
+	LightBlock    []byte `protobuf:"bytes,1,opt,name=light_block,json=lightBlock,proto3" json:"light_block,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LightBlockResponse) Reset() {
+	*x = LightBlockResponse{}
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LightBlockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LightBlockResponse) ProtoMessage() {}
+
+func (x *LightBlockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LightBlockResponse.ProtoReflect.Descriptor instead.
+func (*LightBlockResponse) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LightBlockResponse) GetLightBlock() []byte {
+	if x != nil {
+		return x.LightBlock
+	}
+	return nil
+}
+
 type AdminResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Height        int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Height int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	// The proof that the block at height holds the request's transaction and
+	// its result (tx_result, tx_total and tx_aunts set).
+	Proof         *ResultProof `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
+	TxIndex       uint32       `protobuf:"varint,3,opt,name=tx_index,json=txIndex,proto3" json:"tx_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdminResponse) Reset() {
 	*x = AdminResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +550,7 @@ func (x *AdminResponse) String() string {
 func (*AdminResponse) ProtoMessage() {}
 
 func (x *AdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +563,7 @@ func (x *AdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminResponse.ProtoReflect.Descriptor instead.
 func (*AdminResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AdminResponse) GetHeight() int64 {
@@ -363,17 +573,34 @@ func (x *AdminResponse) GetHeight() int64 {
 	return 0
 }
 
+func (x *AdminResponse) GetProof() *ResultProof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+func (x *AdminResponse) GetTxIndex() uint32 {
+	if x != nil {
+		return x.TxIndex
+	}
+	return 0
+}
+
 type CommitOffsetsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The height of the block that committed the offsets.
-	Height        int64 `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	Height int64 `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	// As in AdminResponse.
+	Proof         *ResultProof `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
+	TxIndex       uint32       `protobuf:"varint,3,opt,name=tx_index,json=txIndex,proto3" json:"tx_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitOffsetsResponse) Reset() {
 	*x = CommitOffsetsResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +612,7 @@ func (x *CommitOffsetsResponse) String() string {
 func (*CommitOffsetsResponse) ProtoMessage() {}
 
 func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,12 +625,26 @@ func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CommitOffsetsResponse) GetHeight() int64 {
 	if x != nil {
 		return x.Height
+	}
+	return 0
+}
+
+func (x *CommitOffsetsResponse) GetProof() *ResultProof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+func (x *CommitOffsetsResponse) GetTxIndex() uint32 {
+	if x != nil {
+		return x.TxIndex
 	}
 	return 0
 }
@@ -416,7 +657,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +669,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +682,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 type ListTopicsResponse struct {
@@ -453,7 +694,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +706,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +719,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicInfo {
@@ -497,7 +738,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +750,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +763,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -541,7 +782,7 @@ type DescribeTopicResponse struct {
 
 func (x *DescribeTopicResponse) Reset() {
 	*x = DescribeTopicResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +794,7 @@ func (x *DescribeTopicResponse) String() string {
 func (*DescribeTopicResponse) ProtoMessage() {}
 
 func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +807,7 @@ func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DescribeTopicResponse) GetTopic() *TopicInfo {
@@ -584,7 +825,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +837,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +850,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 type HealthResponse struct {
@@ -625,7 +866,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +878,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +891,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HealthResponse) GetNodes() []*NodeHealth {
@@ -687,7 +928,7 @@ type NodeHealth struct {
 
 func (x *NodeHealth) Reset() {
 	*x = NodeHealth{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +940,7 @@ func (x *NodeHealth) String() string {
 func (*NodeHealth) ProtoMessage() {}
 
 func (x *NodeHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +953,7 @@ func (x *NodeHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealth.ProtoReflect.Descriptor instead.
 func (*NodeHealth) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeHealth) GetAddress() string {
@@ -755,7 +996,7 @@ type HTTPError struct {
 
 func (x *HTTPError) Reset() {
 	*x = HTTPError{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +1008,7 @@ func (x *HTTPError) String() string {
 func (*HTTPError) ProtoMessage() {}
 
 func (x *HTTPError) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +1021,7 @@ func (x *HTTPError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPError.ProtoReflect.Descriptor instead.
 func (*HTTPError) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HTTPError) GetCode() string {
@@ -813,7 +1054,7 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\areceipt\x18\x02 \x01(\v2\x12.byzlog.v1.ReceiptR\areceipt\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\x03 \x01(\rR\terrorCode\x12#\n" +
-	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\xf4\x01\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"\xa2\x02\n" +
 	"\aReceipt\x12 \n" +
 	"\x03ack\x18\x01 \x01(\x0e2\x0e.byzlog.v1.AckR\x03ack\x12\x16\n" +
 	"\x06height\x18\x02 \x01(\x03R\x06height\x12\x19\n" +
@@ -823,11 +1064,30 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\vbase_offset\x18\x06 \x01(\x04R\n" +
 	"baseOffset\x12!\n" +
 	"\frecord_count\x18\a \x01(\rR\vrecordCount\x12\x1c\n" +
-	"\tduplicate\x18\b \x01(\bR\tduplicate\"'\n" +
+	"\tduplicate\x18\b \x01(\bR\tduplicate\x12,\n" +
+	"\x05proof\x18\t \x01(\v2\x16.byzlog.v1.ResultProofR\x05proof\"\xc3\x01\n" +
+	"\vResultProof\x12\x1b\n" +
+	"\ttx_result\x18\x01 \x01(\fR\btxResult\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x03R\x05index\x12\x14\n" +
+	"\x05aunts\x18\x04 \x03(\fR\x05aunts\x12\x1f\n" +
+	"\vbatch_index\x18\x05 \x01(\rR\n" +
+	"batchIndex\x12\x19\n" +
+	"\btx_total\x18\x06 \x01(\x03R\atxTotal\x12\x19\n" +
+	"\btx_aunts\x18\a \x03(\fR\atxAunts\"+\n" +
+	"\x11LightBlockRequest\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\"5\n" +
+	"\x12LightBlockResponse\x12\x1f\n" +
+	"\vlight_block\x18\x01 \x01(\fR\n" +
+	"lightBlock\"p\n" +
 	"\rAdminResponse\x12\x16\n" +
-	"\x06height\x18\x01 \x01(\x03R\x06height\"/\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12,\n" +
+	"\x05proof\x18\x02 \x01(\v2\x16.byzlog.v1.ResultProofR\x05proof\x12\x19\n" +
+	"\btx_index\x18\x03 \x01(\rR\atxIndex\"x\n" +
 	"\x15CommitOffsetsResponse\x12\x16\n" +
-	"\x06height\x18\x01 \x01(\x03R\x06height\"\x13\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12,\n" +
+	"\x05proof\x18\x02 \x01(\v2\x16.byzlog.v1.ResultProofR\x05proof\x12\x19\n" +
+	"\btx_index\x18\x03 \x01(\rR\atxIndex\"\x13\n" +
 	"\x11ListTopicsRequest\"B\n" +
 	"\x12ListTopicsResponse\x12,\n" +
 	"\x06topics\x18\x01 \x03(\v2\x14.byzlog.v1.TopicInfoR\x06topics\"*\n" +
@@ -854,7 +1114,7 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\bACK_NONE\x10\x01\x12\x0f\n" +
 	"\vACK_MEMPOOL\x10\x02\x12\x0e\n" +
 	"\n" +
-	"ACK_COMMIT\x10\x032\xcc\x05\n" +
+	"ACK_COMMIT\x10\x032\x9a\x06\n" +
 	"\aGateway\x12@\n" +
 	"\aProduce\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse\x12J\n" +
 	"\rProduceStream\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse(\x010\x01\x12:\n" +
@@ -866,7 +1126,8 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\bGetNonce\x12\x17.byzlog.v1.NonceRequest\x1a\x18.byzlog.v1.NonceResponse\x12K\n" +
 	"\rCommitOffsets\x12\x18.byzlog.v1.CommitOffsets\x1a .byzlog.v1.CommitOffsetsResponse\x12C\n" +
 	"\x0fGetGroupOffsets\x12\x17.byzlog.v1.GroupRequest\x1a\x17.byzlog.v1.GroupOffsets\x12=\n" +
-	"\x06Health\x12\x18.byzlog.v1.HealthRequest\x1a\x19.byzlog.v1.HealthResponseB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
+	"\x06Health\x12\x18.byzlog.v1.HealthRequest\x1a\x19.byzlog.v1.HealthResponse\x12L\n" +
+	"\rGetLightBlock\x12\x1c.byzlog.v1.LightBlockRequest\x1a\x1d.byzlog.v1.LightBlockResponseB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
 
 var (
 	file_byzlog_v1_gateway_proto_rawDescOnce sync.Once
@@ -881,66 +1142,74 @@ func file_byzlog_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(Ack)(0),                      // 0: byzlog.v1.Ack
 	(*ProduceRequest)(nil),        // 1: byzlog.v1.ProduceRequest
 	(*ProduceResponse)(nil),       // 2: byzlog.v1.ProduceResponse
 	(*Receipt)(nil),               // 3: byzlog.v1.Receipt
-	(*AdminResponse)(nil),         // 4: byzlog.v1.AdminResponse
-	(*CommitOffsetsResponse)(nil), // 5: byzlog.v1.CommitOffsetsResponse
-	(*ListTopicsRequest)(nil),     // 6: byzlog.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),    // 7: byzlog.v1.ListTopicsResponse
-	(*DescribeTopicRequest)(nil),  // 8: byzlog.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil), // 9: byzlog.v1.DescribeTopicResponse
-	(*HealthRequest)(nil),         // 10: byzlog.v1.HealthRequest
-	(*HealthResponse)(nil),        // 11: byzlog.v1.HealthResponse
-	(*NodeHealth)(nil),            // 12: byzlog.v1.NodeHealth
-	(*HTTPError)(nil),             // 13: byzlog.v1.HTTPError
-	(*SignedBatch)(nil),           // 14: byzlog.v1.SignedBatch
-	(*TopicInfo)(nil),             // 15: byzlog.v1.TopicInfo
-	(*AdminRequest)(nil),          // 16: byzlog.v1.AdminRequest
-	(*ProducerRequest)(nil),       // 17: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),          // 18: byzlog.v1.NonceRequest
-	(*CommitOffsets)(nil),         // 19: byzlog.v1.CommitOffsets
-	(*GroupRequest)(nil),          // 20: byzlog.v1.GroupRequest
-	(*ProducerState)(nil),         // 21: byzlog.v1.ProducerState
-	(*NonceResponse)(nil),         // 22: byzlog.v1.NonceResponse
-	(*GroupOffsets)(nil),          // 23: byzlog.v1.GroupOffsets
+	(*ResultProof)(nil),           // 4: byzlog.v1.ResultProof
+	(*LightBlockRequest)(nil),     // 5: byzlog.v1.LightBlockRequest
+	(*LightBlockResponse)(nil),    // 6: byzlog.v1.LightBlockResponse
+	(*AdminResponse)(nil),         // 7: byzlog.v1.AdminResponse
+	(*CommitOffsetsResponse)(nil), // 8: byzlog.v1.CommitOffsetsResponse
+	(*ListTopicsRequest)(nil),     // 9: byzlog.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),    // 10: byzlog.v1.ListTopicsResponse
+	(*DescribeTopicRequest)(nil),  // 11: byzlog.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil), // 12: byzlog.v1.DescribeTopicResponse
+	(*HealthRequest)(nil),         // 13: byzlog.v1.HealthRequest
+	(*HealthResponse)(nil),        // 14: byzlog.v1.HealthResponse
+	(*NodeHealth)(nil),            // 15: byzlog.v1.NodeHealth
+	(*HTTPError)(nil),             // 16: byzlog.v1.HTTPError
+	(*SignedBatch)(nil),           // 17: byzlog.v1.SignedBatch
+	(*TopicInfo)(nil),             // 18: byzlog.v1.TopicInfo
+	(*AdminRequest)(nil),          // 19: byzlog.v1.AdminRequest
+	(*ProducerRequest)(nil),       // 20: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),          // 21: byzlog.v1.NonceRequest
+	(*CommitOffsets)(nil),         // 22: byzlog.v1.CommitOffsets
+	(*GroupRequest)(nil),          // 23: byzlog.v1.GroupRequest
+	(*ProducerState)(nil),         // 24: byzlog.v1.ProducerState
+	(*NonceResponse)(nil),         // 25: byzlog.v1.NonceResponse
+	(*GroupOffsets)(nil),          // 26: byzlog.v1.GroupOffsets
 }
 var file_byzlog_v1_gateway_proto_depIdxs = []int32{
-	14, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
+	17, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
 	0,  // 1: byzlog.v1.ProduceRequest.ack:type_name -> byzlog.v1.Ack
 	3,  // 2: byzlog.v1.ProduceResponse.receipt:type_name -> byzlog.v1.Receipt
 	0,  // 3: byzlog.v1.Receipt.ack:type_name -> byzlog.v1.Ack
-	15, // 4: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
-	15, // 5: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
-	12, // 6: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
-	1,  // 7: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
-	1,  // 8: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
-	16, // 9: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
-	6,  // 10: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
-	8,  // 11: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
-	17, // 12: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
-	18, // 13: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
-	19, // 14: byzlog.v1.Gateway.CommitOffsets:input_type -> byzlog.v1.CommitOffsets
-	20, // 15: byzlog.v1.Gateway.GetGroupOffsets:input_type -> byzlog.v1.GroupRequest
-	10, // 16: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
-	2,  // 17: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
-	2,  // 18: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
-	4,  // 19: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
-	7,  // 20: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
-	9,  // 21: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
-	21, // 22: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
-	22, // 23: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
-	5,  // 24: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
-	23, // 25: byzlog.v1.Gateway.GetGroupOffsets:output_type -> byzlog.v1.GroupOffsets
-	11, // 26: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
-	17, // [17:27] is the sub-list for method output_type
-	7,  // [7:17] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	4,  // 4: byzlog.v1.Receipt.proof:type_name -> byzlog.v1.ResultProof
+	4,  // 5: byzlog.v1.AdminResponse.proof:type_name -> byzlog.v1.ResultProof
+	4,  // 6: byzlog.v1.CommitOffsetsResponse.proof:type_name -> byzlog.v1.ResultProof
+	18, // 7: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
+	18, // 8: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
+	15, // 9: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
+	1,  // 10: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
+	1,  // 11: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
+	19, // 12: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
+	9,  // 13: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
+	11, // 14: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
+	20, // 15: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
+	21, // 16: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
+	22, // 17: byzlog.v1.Gateway.CommitOffsets:input_type -> byzlog.v1.CommitOffsets
+	23, // 18: byzlog.v1.Gateway.GetGroupOffsets:input_type -> byzlog.v1.GroupRequest
+	13, // 19: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
+	5,  // 20: byzlog.v1.Gateway.GetLightBlock:input_type -> byzlog.v1.LightBlockRequest
+	2,  // 21: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
+	2,  // 22: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
+	7,  // 23: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
+	10, // 24: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
+	12, // 25: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
+	24, // 26: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
+	25, // 27: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
+	8,  // 28: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
+	26, // 29: byzlog.v1.Gateway.GetGroupOffsets:output_type -> byzlog.v1.GroupOffsets
+	14, // 30: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
+	6,  // 31: byzlog.v1.Gateway.GetLightBlock:output_type -> byzlog.v1.LightBlockResponse
+	21, // [21:32] is the sub-list for method output_type
+	10, // [10:21] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_gateway_proto_init() }
@@ -956,7 +1225,7 @@ func file_byzlog_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_gateway_proto_rawDesc), len(file_byzlog_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	Gateway_CommitOffsets_FullMethodName    = "/byzlog.v1.Gateway/CommitOffsets"
 	Gateway_GetGroupOffsets_FullMethodName  = "/byzlog.v1.Gateway/GetGroupOffsets"
 	Gateway_Health_FullMethodName           = "/byzlog.v1.Gateway/Health"
+	Gateway_GetLightBlock_FullMethodName    = "/byzlog.v1.Gateway/GetLightBlock"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -69,6 +70,10 @@ type GatewayClient interface {
 	GetGroupOffsets(ctx context.Context, in *GroupRequest, opts ...grpc.CallOption) (*GroupOffsets, error)
 	// Health reports the gateway's view of its CometBFT nodes and the chain.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
+	// GetLightBlock relays a signed header and its validator set from a
+	// CometBFT node, for the client's light client to verify receipts with.
+	// The gateway vouches for nothing: the client checks the signatures.
+	GetLightBlock(ctx context.Context, in *LightBlockRequest, opts ...grpc.CallOption) (*LightBlockResponse, error)
 }
 
 type gatewayClient struct {
@@ -182,6 +187,16 @@ func (c *gatewayClient) Health(ctx context.Context, in *HealthRequest, opts ...g
 	return out, nil
 }
 
+func (c *gatewayClient) GetLightBlock(ctx context.Context, in *LightBlockRequest, opts ...grpc.CallOption) (*LightBlockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LightBlockResponse)
+	err := c.cc.Invoke(ctx, Gateway_GetLightBlock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -214,6 +229,10 @@ type GatewayServer interface {
 	GetGroupOffsets(context.Context, *GroupRequest) (*GroupOffsets, error)
 	// Health reports the gateway's view of its CometBFT nodes and the chain.
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
+	// GetLightBlock relays a signed header and its validator set from a
+	// CometBFT node, for the client's light client to verify receipts with.
+	// The gateway vouches for nothing: the client checks the signatures.
+	GetLightBlock(context.Context, *LightBlockRequest) (*LightBlockResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -253,6 +272,9 @@ func (UnimplementedGatewayServer) GetGroupOffsets(context.Context, *GroupRequest
 }
 func (UnimplementedGatewayServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
+}
+func (UnimplementedGatewayServer) GetLightBlock(context.Context, *LightBlockRequest) (*LightBlockResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLightBlock not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -444,6 +466,24 @@ func _Gateway_Health_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_GetLightBlock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LightBlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetLightBlock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetLightBlock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetLightBlock(ctx, req.(*LightBlockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -486,6 +526,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Health",
 			Handler:    _Gateway_Health_Handler,
+		},
+		{
+			MethodName: "GetLightBlock",
+			Handler:    _Gateway_GetLightBlock_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -673,7 +673,12 @@ type BatchResult struct {
 	Code uint32 `protobuf:"varint,7,opt,name=code,proto3" json:"code,omitempty"`
 	Log  string `protobuf:"bytes,8,opt,name=log,proto3" json:"log,omitempty"`
 	// For a duplicate: the height that committed the original.
-	Height        int64 `protobuf:"varint,9,opt,name=height,proto3" json:"height,omitempty"`
+	Height int64 `protobuf:"varint,9,opt,name=height,proto3" json:"height,omitempty"`
+	// Which batch this is: its producer's key and SHA-256 of its signed body
+	// bytes. A receipt is checked against them, so a result proven from the
+	// block is the client's own batch and not another one in the bundle.
+	Producer      []byte `protobuf:"bytes,10,opt,name=producer,proto3" json:"producer,omitempty"`
+	BodySha256    []byte `protobuf:"bytes,11,opt,name=body_sha256,json=bodySha256,proto3" json:"body_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -769,6 +774,20 @@ func (x *BatchResult) GetHeight() int64 {
 		return x.Height
 	}
 	return 0
+}
+
+func (x *BatchResult) GetProducer() []byte {
+	if x != nil {
+		return x.Producer
+	}
+	return nil
+}
+
+func (x *BatchResult) GetBodySha256() []byte {
+	if x != nil {
+		return x.BodySha256
+	}
+	return nil
 }
 
 // TxOutcome is ExecTxResult.Data of a ProduceBundle (covered by the next
@@ -1997,7 +2016,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vGroupOffset\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\tR\bmetadata\x12\x16\n" +
-	"\x06height\x18\x03 \x01(\x03R\x06height\"\xfd\x01\n" +
+	"\x06height\x18\x03 \x01(\x03R\x06height\"\xba\x02\n" +
 	"\vBatchResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1a\n" +
@@ -2008,7 +2027,11 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\tduplicate\x18\x06 \x01(\bR\tduplicate\x12\x12\n" +
 	"\x04code\x18\a \x01(\rR\x04code\x12\x10\n" +
 	"\x03log\x18\b \x01(\tR\x03log\x12\x16\n" +
-	"\x06height\x18\t \x01(\x03R\x06height\"=\n" +
+	"\x06height\x18\t \x01(\x03R\x06height\x12\x1a\n" +
+	"\bproducer\x18\n" +
+	" \x01(\fR\bproducer\x12\x1f\n" +
+	"\vbody_sha256\x18\v \x01(\fR\n" +
+	"bodySha256\"=\n" +
 	"\tTxOutcome\x120\n" +
 	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.BatchResultR\abatches\"\x97\x01\n" +
 	"\rPartitionInfo\x12\x1c\n" +

@@ -1,0 +1,153 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cometbft/cometbft/light"
+	"github.com/cometbft/cometbft/light/provider"
+	"github.com/cometbft/cometbft/light/store"
+	dbs "github.com/cometbft/cometbft/light/store/db"
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Config configures Headers.
+type Config struct {
+	Root Root
+	// TrustingPeriod bounds how old a trusted header may be (CometBFT's
+	// light client refuses to verify from one older; default 168h).
+	TrustingPeriod time.Duration
+	// Sequential verifies every header between the root and the one asked
+	// for (the indexer, which reads them all anyway); otherwise the light
+	// client skips ahead while a third of the trusted power still signs.
+	Sequential bool
+	Log        zerolog.Logger
+	// Errors counts the light client's errors and the providers it drops;
+	// nil: not counted.
+	Errors prometheus.Counter
+}
+
+// DefaultTrustingPeriod is CometBFT's usual two thirds of a three-week
+// unbonding period, rounded to a week.
+const DefaultTrustingPeriod = 168 * time.Hour
+
+// Headers verifies headers with CometBFT's light client from a root of
+// trust. The first provider is the primary and the others witnesses,
+// every one in turn taking the primary's place when the client gives up
+// on it. With a single provider it is its own witness: signatures are
+// still checked, but a fork that provider serves is not noticed. Safe for
+// concurrent use; calls are serialized.
+type Headers struct {
+	cfg       Config
+	providers []provider.Provider
+
+	mu      sync.Mutex
+	store   store.Store
+	lc      *light.Client
+	root    Root // resolved: a height and hash
+	trusted bool // the store holds headers verified from the root
+	next    int  // the primary of the next client built
+}
+
+// NewHeaders verifies headers served by providers (at least one).
+func NewHeaders(cfg Config, providers ...provider.Provider) (*Headers, error) {
+	if err := cfg.Root.Validate(); err != nil {
+		return nil, err
+	}
+	if len(providers) == 0 {
+		return nil, errors.New("verify headers: no source of light blocks")
+	}
+	if cfg.TrustingPeriod == 0 {
+		cfg.TrustingPeriod = DefaultTrustingPeriod
+	}
+	if cfg.Errors == nil {
+		cfg.Errors = prometheus.NewCounter(prometheus.CounterOpts{Name: "unused"})
+	}
+	return &Headers{cfg: cfg, providers: providers, store: dbs.New(newLightDB(), cfg.Root.ChainID)}, nil
+}
+
+// ChainID is the chain of the root of trust.
+func (h *Headers) ChainID() string { return h.cfg.Root.ChainID }
+
+// Verify returns the header at height, verified.
+func (h *Headers) Verify(ctx context.Context, height int64) (*cmttypes.LightBlock, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lc, err := h.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lb, err := lc.VerifyLightBlockAtHeight(ctx, height, time.Now())
+	if err != nil {
+		// The client drops providers it has given up on; start afresh from
+		// the trusted store on the next call.
+		h.lc = nil
+		return nil, fmt.Errorf("verify header %d: %w", height, err)
+	}
+	return lb, nil
+}
+
+// client returns the light client, building it when there is none.
+func (h *Headers) client(ctx context.Context) (*light.Client, error) {
+	if h.lc != nil {
+		return h.lc, nil
+	}
+	if h.root.Height == 0 {
+		r, err := h.cfg.Root.resolve(ctx, h.providers)
+		if err != nil {
+			return nil, err
+		}
+		h.root = r
+	}
+	var errs []error
+	for i := range h.providers {
+		k := (h.next + i) % len(h.providers)
+		var witnesses []provider.Provider
+		for j, p := range h.providers {
+			if j != k {
+				witnesses = append(witnesses, p)
+			}
+		}
+		if len(witnesses) == 0 {
+			witnesses = []provider.Provider{h.providers[k]}
+		}
+		opts := []light.Option{
+			light.PruningSize(1000), light.MaxRetryAttempts(2),
+			// A lagging witness costs 2×drift + lag of waiting: keep it short.
+			light.MaxClockDrift(5 * time.Second), light.MaxBlockLag(2 * time.Second),
+			light.Logger(lightLogger{log: h.cfg.Log, errors: h.cfg.Errors}),
+		}
+		if h.cfg.Sequential {
+			opts = append(opts, light.SequentialVerification())
+		}
+		var lc *light.Client
+		var err error
+		if h.trusted {
+			// Rebuilt after the client gave up on its providers: go on from
+			// the headers it verified (starting again from the root would
+			// roll them back and verify the whole chain again).
+			lc, err = light.NewClientFromTrustedStore(h.cfg.Root.ChainID, h.cfg.TrustingPeriod, h.providers[k], witnesses, h.store, opts...)
+		} else {
+			lc, err = light.NewClient(ctx, h.cfg.Root.ChainID,
+				light.TrustOptions{Period: h.cfg.TrustingPeriod, Height: h.root.Height, Hash: h.root.Hash},
+				h.providers[k], witnesses, h.store, opts...)
+		}
+		h.next = (k + 1) % len(h.providers)
+		if err == nil {
+			h.lc, h.trusted = lc, true
+			return lc, nil
+		}
+		errs = append(errs, fmt.Errorf("primary %s: %w", h.providers[k], err))
+		if ctx.Err() != nil {
+			break
+		}
+		h.cfg.Errors.Inc()
+		h.cfg.Log.Warn().Str("source", fmt.Sprint(h.providers[k])).Err(err).Msg("light client could not start with this source as primary; trying the next")
+	}
+	return nil, fmt.Errorf("start the light client: %w", errors.Join(errs...))
+}
