@@ -239,7 +239,7 @@ func (c *testChain) call(method string, params json.RawMessage) (any, error) {
 			return nil, err
 		}
 		return c.broadcast(p.Tx)
-	case "block", "block_results":
+	case "block", "block_results", "header":
 		var p struct {
 			Height *int64 `json:"height"`
 		}
@@ -252,9 +252,11 @@ func (c *testChain) call(method string, params json.RawMessage) (any, error) {
 			return nil, errors.New("height must be less than or equal to the current blockchain height")
 		}
 		h := *p.Height
-		if method == "block" {
-			blk := c.blocks[h-1]
+		switch blk := c.blocks[h-1]; method {
+		case "block":
 			return &ctypes.ResultBlock{BlockID: cmttypes.BlockID{Hash: blk.Hash()}, Block: blk}, nil
+		case "header":
+			return &ctypes.ResultHeader{Header: &blk.Header}, nil
 		}
 		return &ctypes.ResultBlockResults{Height: h, TxsResults: c.results[h-1]}, nil
 	case "tx":
@@ -398,7 +400,7 @@ func startGateway(t *testing.T, c *testChain, edit func(*Config)) *Gateway {
 	if edit != nil {
 		edit(&cfg)
 	}
-	g, err := New(cfg, zerolog.Nop())
+	g, err := New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel))
 	if err != nil {
 		t.Fatal(err)
 	}

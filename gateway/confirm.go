@@ -11,6 +11,8 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 
 	"github.com/byzlog/byzlog/gateway/nodes"
+	"github.com/byzlog/byzlog/indexer/chain"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // A receipt's offsets come from a committed block's results, and one node
@@ -28,6 +30,13 @@ type blockData struct {
 	block   *ctypes.ResultBlock
 	results *ctypes.ResultBlockResults
 	digest  string // block hash + results hash, hex
+	proofs  *chain.Results
+}
+
+// prove returns the proof of tx i's result (batch names the receipt's batch
+// in it); withTx adds the tx's inclusion path.
+func (d *blockData) prove(i, batch uint32, withTx bool) *byzlogv1.ResultProof {
+	return d.proofs.Prove(int(i), batch, withTx)
 }
 
 // fetchBlock reads block h and its results from n and hashes them itself:
@@ -48,11 +57,12 @@ func fetchBlock(ctx context.Context, n *nodes.Node, h int64) (*blockData, error)
 	if !bytes.Equal(blk.Block.Data.Hash(), blk.Block.DataHash) {
 		return nil, fmt.Errorf("block %d from %s: its txs do not match its header's data hash", h, n.Addr)
 	}
-	return &blockData{block: blk, results: res, digest: blockDigest(blk.Block.Hash(), res.TxsResults)}, nil
+	proofs := chain.NewResults(blk.Block.Txs, res.TxsResults)
+	return &blockData{block: blk, results: res, digest: blockDigest(blk.Block.Hash(), proofs.Hash()), proofs: proofs}, nil
 }
 
-func blockDigest(blockHash []byte, results []*abci.ExecTxResult) string {
-	return hex.EncodeToString(blockHash) + "/" + hex.EncodeToString(cmttypes.NewResults(results).Hash())
+func blockDigest(blockHash, resultsHash []byte) string {
+	return hex.EncodeToString(blockHash) + "/" + hex.EncodeToString(resultsHash)
 }
 
 // confirmedBlock returns block h and its results as n reports them once
@@ -111,7 +121,7 @@ func confirmHeader(ctx context.Context, m *nodes.Node, h int64) (*blockData, err
 	if err != nil {
 		return nil, fmt.Errorf("block results %d from %s: %w", h, m.Addr, err)
 	}
-	return &blockData{results: res, digest: blockDigest(hdr.Header.Hash(), res.TxsResults)}, nil
+	return &blockData{results: res, digest: blockDigest(hdr.Header.Hash(), cmttypes.NewResults(res.TxsResults).Hash())}, nil
 }
 
 // confirmedTx returns what n's transaction index says about hash once

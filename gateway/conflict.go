@@ -5,7 +5,6 @@ import (
 	"context"
 
 	abci "github.com/cometbft/cometbft/abci/types"
-	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -29,6 +28,7 @@ import (
 // another transaction.
 type conflictHit struct {
 	txIndex uint32
+	batch   uint32 // the batch's index in the committed tx
 	result  *byzlogv1.BatchResult
 	same    bool // the committed batch is this request's batch, byte for byte
 }
@@ -36,7 +36,8 @@ type conflictHit struct {
 // settleConflicts finds and settles the pending bundles that the
 // transactions of block h (whose results f+1 nodes confirmed) made
 // impossible.
-func (g *Gateway) settleConflicts(ctx context.Context, h int64, txs cmttypes.Txs, results []*abci.ExecTxResult) {
+func (g *Gateway) settleConflicts(ctx context.Context, d *blockData) {
+	txs, results := d.block.Block.Txs, d.results.TxsResults
 	hits := map[*request]conflictHit{}
 	for i, tx := range txs {
 		if i >= len(results) {
@@ -54,7 +55,7 @@ func (g *Gateway) settleConflicts(ctx context.Context, h int64, txs cmttypes.Txs
 				continue
 			}
 			if r := st.pending[br.Sequence]; r != nil {
-				hits[r] = conflictHit{txIndex: uint32(i), result: br,
+				hits[r] = conflictHit{txIndex: uint32(i), batch: uint32(j), result: br,
 					same: bytes.Equal(r.batch.Body, sb.Body) && bytes.Equal(r.batch.Signature, sb.Signature)}
 			}
 		}
@@ -77,17 +78,18 @@ func (g *Gateway) settleConflicts(ctx context.Context, h int64, txs cmttypes.Txs
 	for _, p := range doomed {
 		if g.untrack(p) {
 			g.metrics.conflicts.Inc()
-			g.settleConflict(ctx, p, h, hits)
+			g.settleConflict(ctx, p, d, hits)
 		}
 	}
 }
 
 // settleConflict answers the requests of p that block h committed
 // elsewhere and sends the rest again.
-func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, h int64, hits map[*request]conflictHit) {
+func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, d *blockData, hits map[*request]conflictHit) {
 	for _, t := range g.takeTwins(p) {
-		g.settleConflict(ctx, t, h, hits)
+		g.settleConflict(ctx, t, d, hits)
 	}
+	h := d.block.Block.Height
 	var again []*request
 	for _, r := range p.reqs {
 		hit, ok := hits[r]
@@ -97,7 +99,7 @@ func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, h int64, hit
 		case hit.same:
 			br := hit.result
 			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: hit.txIndex, Topic: br.Topic, Partition: br.Partition,
-				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true}, nil)
+				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.prove(hit.txIndex, hit.batch, false)}, nil)
 		default:
 			r.finish(nil, status.Errorf(codes.FailedPrecondition,
 				"sequence %d of %s/%d was committed at height %d by a different batch signed with this producer's key; this batch was not written: use a new sequence",

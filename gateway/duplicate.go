@@ -83,7 +83,7 @@ func (g *Gateway) duplicateReceipt(ctx context.Context, r *request, h int64) (*b
 			if bytes.Equal(sb.ProducerKey, r.batch.ProducerKey) && bytes.Equal(sb.Body, r.batch.Body) {
 				br := outcome[j]
 				return &byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: uint32(i), Topic: br.Topic, Partition: br.Partition,
-					BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true}, nil
+					BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.prove(uint32(i), uint32(j), false)}, nil
 			}
 		}
 	}

@@ -11,6 +11,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -103,8 +104,8 @@ func (r *request) receipt(ack byzlogv1.Ack) *byzlogv1.Receipt {
 type pendingTx struct {
 	tx        []byte
 	hash      string
-	reqs      []*request                                               // a produce bundle's batches, in order
-	committed func(height int64, index uint32, res *abci.ExecTxResult) // any other transaction
+	reqs      []*request                                // a produce bundle's batches, in order
+	committed func(c Committed, res *abci.ExecTxResult) // any other transaction
 	failed    func(err error)
 	release   func()
 	submitted time.Time // last sent
@@ -382,34 +383,42 @@ func (g *Gateway) submit(ctx context.Context, reqs []*request, release func(), d
 	g.broadcast(ctx, p)
 }
 
+// Committed is where a transaction landed, with the proof a client checks
+// that against its own verified headers.
+type Committed struct {
+	Height  int64
+	TxIndex uint32
+	Proof   *byzlogv1.ResultProof
+}
+
 // SubmitTx sends any other transaction (an admin request) and waits until
 // it is committed; the error is the state machine's rejection, mapped.
-func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (int64, error) {
+func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (Committed, error) {
 	type done struct {
-		height int64
-		err    error
+		c   Committed
+		err error
 	}
 	ch := make(chan done, 1)
 	p := &pendingTx{
 		tx: tx, hash: hex.EncodeToString(cmttypes.Tx(tx).Hash()),
-		committed: func(h int64, _ uint32, res *abci.ExecTxResult) {
+		committed: func(c Committed, res *abci.ExecTxResult) {
 			if res.Code != 0 {
-				ch <- done{h, rejected(core.Code(res.Code), res.Log)}
+				ch <- done{c, rejected(core.Code(res.Code), res.Log)}
 				return
 			}
-			ch <- done{h, nil}
+			ch <- done{c, nil}
 		},
-		failed:  func(err error) { ch <- done{0, err} },
+		failed:  func(err error) { ch <- done{err: err} },
 		release: func() {},
 	}
 	g.broadcast(ctx, p)
 	select {
 	case d := <-ch:
-		return d.height, d.err
+		return d.c, d.err
 	case <-ctx.Done():
 		// Left tracked: the same bytes sent again wait on it as twins, and
 		// the pending timeout bounds it.
-		return 0, status.FromContextError(ctx.Err()).Err()
+		return Committed{}, status.FromContextError(ctx.Err()).Err()
 	}
 }
 
@@ -520,7 +529,7 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 			}
 		}
 		if g.untrack(p) {
-			g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, false)
+			g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, nil)
 		}
 		return
 	}
@@ -554,19 +563,35 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 	if res == nil {
 		return // not indexed (or not by f+1 nodes): still pending
 	}
+	// The receipt's proof needs the block's results: read the block, as
+	// f+1 nodes report it, and find the transaction in it.
+	d, err := g.dups.get(cctx, g, res.Height)
+	if err != nil || int(res.Index) >= len(d.block.Block.Txs) || !bytes.Equal(d.block.Block.Txs[res.Index].Hash(), hash) {
+		g.log.Debug().Err(err).Int64("height", res.Height).Msg("the tx index names a block that does not confirm it; waiting for the block")
+		return
+	}
 	if g.untrack(p) {
-		g.committed(ctx, p, res.Height, res.Index, &res.TxResult)
+		g.committed(ctx, p, txAt{d, res.Index})
 	}
 }
 
+// txAt is a transaction in a confirmed block: block d, index i.
+type txAt struct {
+	d *blockData
+	i uint32
+}
+
+func (at txAt) height() int64 { return at.d.block.Block.Height }
+
 // rejected answers each batch of a refused bundle: duplicates get their
 // original offsets, bad batches their error, and the rest go out again in
-// a new bundle. confirmed says the refusal comes from block results f+1
-// nodes agree on; a CheckTx refusal is one node's word, so its duplicates
-// are acknowledged only from the block they name (confirmDuplicate).
-func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, log string, data []byte, confirmed bool) {
+// a new bundle. at is where the refusal was committed, in block results
+// f+1 nodes agree on; nil for a CheckTx refusal, which is one node's word,
+// so its duplicates are acknowledged only from the block they name
+// (confirmDuplicate).
+func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, log string, data []byte, at *txAt) {
 	for _, t := range g.takeTwins(p) {
-		g.rejected(ctx, t, code, log, data, confirmed)
+		g.rejected(ctx, t, code, log, data, at)
 	}
 	if p.reqs == nil {
 		p.failed(rejected(code, log))
@@ -582,11 +607,13 @@ func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, lo
 	for i, br := range out.Batches {
 		r := p.reqs[i]
 		switch {
-		case br.Duplicate && !confirmed:
+		case br.Duplicate && at == nil:
 			g.confirmDuplicate(ctx, r, br)
 		case br.Duplicate:
-			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: br.Height, Topic: br.Topic, Partition: br.Partition,
-				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true}, nil)
+			// The block at.height() says the batch is a duplicate, with the
+			// original's offsets: that result is the proof.
+			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: at.height(), TxIndex: at.i, Topic: br.Topic, Partition: br.Partition,
+				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: at.d.prove(at.i, uint32(i), false)}, nil)
 		case br.Code != 0:
 			r.finish(nil, rejected(core.Code(br.Code), br.Log))
 		default:
@@ -661,34 +688,34 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		blk, res := d.block, d.results
-		for i, tx := range blk.Block.Txs {
+		for i, tx := range d.block.Block.Txs {
 			g.mu.Lock()
 			p := g.pending[hex.EncodeToString(tx.Hash())]
 			g.mu.Unlock()
 			if p != nil && g.untrack(p) {
-				g.committed(ctx, p, h, uint32(i), res.TxsResults[i])
+				g.committed(ctx, p, txAt{d, uint32(i)})
 			}
 		}
-		g.settleConflicts(ctx, h, blk.Block.Txs, res.TxsResults)
+		g.settleConflicts(ctx, d)
 		g.mu.Lock()
 		g.height = h
 		g.mu.Unlock()
 	}
 }
 
-// committed answers a transaction found in block h at index i.
-func (g *Gateway) committed(ctx context.Context, p *pendingTx, h int64, i uint32, res *abci.ExecTxResult) {
+// committed answers a transaction found in a confirmed block.
+func (g *Gateway) committed(ctx context.Context, p *pendingTx, at txAt) {
 	for _, t := range g.takeTwins(p) {
-		g.committed(ctx, t, h, i, res)
+		g.committed(ctx, t, at)
 	}
+	h, i, res := at.height(), at.i, at.d.results.TxsResults[at.i]
 	if p.committed != nil {
-		p.committed(h, i, res)
+		p.committed(Committed{Height: h, TxIndex: i, Proof: at.d.prove(i, 0, true)}, res)
 		p.release()
 		return
 	}
 	if res.Code != 0 {
-		g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, true)
+		g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, &at)
 		return
 	}
 	var out byzlogv1.TxOutcome
@@ -699,7 +726,7 @@ func (g *Gateway) committed(ctx context.Context, p *pendingTx, h int64, i uint32
 	for j, br := range out.Batches {
 		p.reqs[j].finish(&byzlogv1.Receipt{
 			Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: i, Topic: br.Topic, Partition: br.Partition,
-			BaseOffset: br.BaseOffset, RecordCount: br.RecordCount,
+			BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Proof: at.d.prove(i, uint32(j), false),
 		}, nil)
 	}
 	p.release()

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/byzlog/byzlog/abciapp v0.0.0-00010101000000-000000000000
+	github.com/byzlog/byzlog/indexer v0.0.0
 	github.com/byzlog/byzlog/protos v0.0.0
 	github.com/cometbft/cometbft v0.40.0
 	github.com/prometheus/client_golang v1.24.1
@@ -67,16 +68,17 @@ require (
 	github.com/syndtr/goleveldb v1.0.1-0.20210819022825-2ae1ddf74ef7 // indirect
 	go.etcd.io/bbolt v1.4.0-alpha.0.0.20240404170359-43604f3112c5 // indirect
 	go.opencensus.io v0.24.0 // indirect
-	golang.org/x/crypto v0.57.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20260410095643-746e56fc9e2f // indirect
 	golang.org/x/net v0.60.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace (
 	github.com/byzlog/byzlog/abciapp => ../abciapp
+	github.com/byzlog/byzlog/indexer => ../indexer
 	github.com/byzlog/byzlog/protos => ../protos
 	// CometBFT's build list pulls grocksdb >= v1.8.14, which does not build
 	// against Debian's RocksDB 7.8.3; v1.7.15 does.

@@ -139,11 +139,11 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 	if res := core.ValidateTx(tx); !res.OK() {
 		return nil, rejected(res.Code, res.Log)
 	}
-	h, err := s.g.SubmitTx(ctx, tx)
+	c, err := s.g.SubmitTx(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
-	return &byzlogv1.AdminResponse{Height: h}, nil
+	return &byzlogv1.AdminResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
 
 // CommitOffsets forwards a consumer-signed offset commit and waits for its
@@ -156,11 +156,11 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 	if res := core.ValidateTx(tx); !res.OK() {
 		return nil, rejected(res.Code, res.Log)
 	}
-	h, err := s.g.SubmitTx(ctx, tx)
+	c, err := s.g.SubmitTx(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
-	return &byzlogv1.CommitOffsetsResponse{Height: h}, nil
+	return &byzlogv1.CommitOffsetsResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
 
 // GetGroupOffsets returns a consumer group's committed offsets.

@@ -94,7 +94,7 @@ func newVerifier(cfg Config, nodes []*node, m *Metrics, log zerolog.Logger) *ver
 	}
 	h, err := chain.NewHeaders(chain.Config{
 		Root:           chain.Root{ChainID: cfg.ChainID, Height: cfg.Trust.Height, Hash: cfg.Trust.Hash},
-		TrustingPeriod: cfg.TrustingPeriod, Sequential: true, Log: log, Errors: m.lightErrors,
+		TrustingPeriod: cfg.TrustingPeriod, Sequential: true, CrossCheck: true, Log: log, Errors: m.lightErrors,
 	}, provs...)
 	if err != nil {
 		// Config.Validate checked the root and the nodes.

@@ -18,18 +18,35 @@ import (
 
 // Admin changes topics with an admin key listed in genesis.
 type Admin struct {
-	conn *grpc.ClientConn
-	gw   byzlogv1.GatewayClient
-	key  ed25519.PrivateKey
+	conn   *grpc.ClientConn
+	gw     byzlogv1.GatewayClient
+	key    ed25519.PrivateKey
+	trust  Trust
+	verify *verifier // nil: commits are taken on the gateway's word
 }
 
-// NewAdmin connects to one gateway.
-func NewAdmin(gateway string, key ed25519.PrivateKey) (*Admin, error) {
+// adminWait bounds how long the admin client waits for a header to appear.
+const adminWait = 30 * time.Second
+
+// NewAdmin connects to one gateway. trust names the chain requests are
+// signed for and, unless it is TrustGateway, the root of trust each
+// commit is verified from: the request's transaction and its result must
+// be in a block whose header the admin's light client verified.
+func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust) (*Admin, error) {
+	if err := trust.validate("byzlog admin"); err != nil {
+		return nil, err
+	}
 	c, err := grpc.NewClient(gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", gateway, err)
 	}
-	return &Admin{conn: c, gw: byzlogv1.NewGatewayClient(c), key: key}, nil
+	gw := byzlogv1.NewGatewayClient(c)
+	v, err := newVerifier(trust, []byzlogv1.GatewayClient{gw}, adminWait)
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &Admin{conn: c, gw: gw, key: key, trust: trust, verify: v}, nil
 }
 
 // Gateway is the admin's gateway client, for read calls.
@@ -38,10 +55,11 @@ func (a *Admin) Gateway() byzlogv1.GatewayClient { return a.gw }
 // Close closes the connection.
 func (a *Admin) Close() error { return a.conn.Close() }
 
-// AdminExpiryBlocks is how many blocks past the gateway's height an admin
+// AdminExpiryBlocks is how many blocks past the chain's height an admin
 // request stays valid (about a minute at localnet's ~0.5 s blocks): a
 // gateway that kept a signed request back cannot play it later than that.
-// The height is the gateway's word until receipts verify themselves.
+// With verification on, the height is one whose header the admin's light
+// client verified, so a gateway cannot stretch the window.
 const AdminExpiryBlocks = 120
 
 // CreateTopic creates a topic and returns the height that committed it.
@@ -62,19 +80,19 @@ func (a *Admin) DeleteTopic(ctx context.Context, name string) (int64, error) {
 // do signs op with the key's next nonce, read from the chain, and submits
 // it; a stale or raced nonce is read again, up to five times.
 func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
-	hs, err := a.gw.Health(ctx, &byzlogv1.HealthRequest{})
-	if err != nil {
-		return 0, fmt.Errorf("ask the gateway for its chain: %w", err)
-	}
-	s := sign.NewSigner(a.key, hs.ChainId)
+	s := sign.NewSigner(a.key, a.trust.ChainID())
 	for attempt := 0; ; attempt++ {
+		height, err := a.height(ctx)
+		if err != nil {
+			return 0, err
+		}
 		n, err := a.gw.GetNonce(ctx, &byzlogv1.NonceRequest{Key: s.PublicKey()})
 		if err != nil {
 			return 0, fmt.Errorf("read the admin key's nonce: %w", err)
 		}
-		var expiry int64 // what the gateway says f+1 nodes reached; 0: no expiry
-		if hs.Height > 0 {
-			expiry = hs.Height + AdminExpiryBlocks
+		var expiry int64 // 0: no expiry (no block yet)
+		if height > 0 {
+			expiry = height + AdminExpiryBlocks
 		}
 		req, err := s.AdminUntil(n.NextNonce, expiry, op)
 		if err != nil {
@@ -94,6 +112,34 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
+		if a.verify != nil {
+			tx, err := sign.AdminTx(req)
+			if err != nil {
+				return 0, err
+			}
+			if err := a.verify.tx(ctx, tx, resp.GetHeight(), resp.GetTxIndex(), resp.GetProof()); err != nil {
+				return 0, fmt.Errorf("the gateway answered committed at height %d: %w", resp.GetHeight(), err)
+			}
+		}
 		return resp.Height, nil
 	}
+}
+
+// height is the chain's height: the gateway's word, checked by verifying
+// its header when verification is on.
+func (a *Admin) height(ctx context.Context) (int64, error) {
+	hs, err := a.gw.Health(ctx, &byzlogv1.HealthRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("ask the gateway for the chain's height: %w", err)
+	}
+	if hs.ChainId != a.trust.ChainID() {
+		return 0, fmt.Errorf("the gateway serves chain %q, this admin trusts %q", hs.ChainId, a.trust.ChainID())
+	}
+	if a.verify == nil || hs.Height <= 0 {
+		return hs.Height, nil
+	}
+	if _, err := a.verify.headers.Verify(ctx, hs.Height); err != nil {
+		return 0, fmt.Errorf("%w: the gateway's height %d: %v", ErrUnverified, hs.Height, err)
+	}
+	return hs.Height, nil
 }

@@ -12,6 +12,7 @@ import (
 type Option func(*options)
 
 type options struct {
+	trust          Trust
 	gateways       []string
 	key            ed25519.PrivateKey
 	linger         time.Duration
@@ -43,6 +44,7 @@ func (o options) validate() error {
 		ok  bool
 		msg string
 	}{
+		{o.trust.ChainID() != "", "WithTrust: required: TrustGenesis, TrustHeader or TrustGateway (the chain id comes from the client's configuration, not from a gateway)"},
 		{len(o.gateways) > 0, "WithGateways: at least one gateway address is required"},
 		{o.key == nil || len(o.key) == ed25519.PrivateKeySize, fmt.Sprintf("WithKey: key is %d bytes, an ed25519 private key is %d", len(o.key), ed25519.PrivateKeySize)},
 		{o.linger >= 0 && o.linger <= time.Second, fmt.Sprintf("WithLinger(%s): must be between 0 and 1s", o.linger)},
@@ -58,6 +60,14 @@ func (o options) validate() error {
 	}
 	return nil
 }
+
+// WithTrust sets the chain the producer signs for and the root of trust
+// its receipts are verified from. Required. With TrustGenesis or
+// TrustHeader every ACK_COMMIT receipt is checked against a header the
+// producer's light client verified (the gateways relay the headers and the
+// proofs; they are not trusted), and one that does not check fails its
+// records with ErrUnverified. TrustGateway turns that off.
+func WithTrust(t Trust) Option { return func(o *options) { o.trust = t } }
 
 // WithGateways sets the gateway addresses (host:port). Required. Batches go
 // to the first; on a retriable error they go to the next, same bytes.

@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -48,6 +50,10 @@ type Receipt struct {
 	// Duplicate is true when the batch had been committed by an earlier
 	// attempt: the offsets are the original ones.
 	Duplicate bool
+	// Verified is true when the producer checked the receipt against the
+	// chain itself (WithTrust from a genesis or a header): the offsets are
+	// the chain's, whatever the gateway is.
+	Verified bool
 }
 
 // Future is the result of one Produce.
@@ -85,7 +91,12 @@ type Producer struct {
 	gws     []byzlogv1.GatewayClient
 	signer  *sign.Signer
 	chainID string
+	verify  *verifier // nil: receipts are taken on the gateway's word
 	next    atomic.Uint64
+	// verifying bounds the receipts being checked at once; each holds its
+	// batch's records until it is resolved.
+	verifying chan struct{}
+	vwg       sync.WaitGroup // receipt checks
 
 	mu      sync.Mutex
 	space   *sync.Cond // on mu: a partition's queue has room again
@@ -119,6 +130,12 @@ type partition struct {
 	wake    chan struct{} // a batch was queued, or closing was set
 	seq     uint64
 	known   bool
+	// verified is closed when the last batch handed to the verifier has
+	// resolved its records, so records resolve in order; relearn asks the
+	// sender to read the partition's sequence from the chain again (a
+	// receipt it moved on from did not verify).
+	verified chan struct{}
+	relearn  atomic.Bool
 }
 
 // maxQueuedBatches bounds a partition's queue: Produce waits beyond it.
@@ -129,7 +146,11 @@ type batch struct {
 	futs []*Future
 }
 
-// NewProducer connects to the gateways and learns the chain they write to.
+// maxVerifying bounds the receipts a producer checks at once.
+const maxVerifying = 256
+
+// NewProducer connects to the gateways, checks they serve the chain of its
+// Trust, and starts the light client that verifies receipts.
 func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 	o := defaults()
 	for _, opt := range opts {
@@ -145,7 +166,8 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 		}
 		o.key = k
 	}
-	p := &Producer{o: o, parts: map[string]*partition{}, counts: map[string]uint32{}, sticky: map[string]uint32{}}
+	p := &Producer{o: o, parts: map[string]*partition{}, counts: map[string]uint32{}, sticky: map[string]uint32{},
+		chainID: o.trust.ChainID(), verifying: make(chan struct{}, maxVerifying)}
 	p.space = sync.NewCond(&p.mu)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	for _, a := range o.gateways {
@@ -157,19 +179,16 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 		p.conns = append(p.conns, c)
 		p.gws = append(p.gws, byzlogv1.NewGatewayClient(c))
 	}
-	var lastErr error
-	for _, gw := range p.gws {
-		h, err := gw.Health(ctx, &byzlogv1.HealthRequest{})
-		if err == nil && h.ChainId != "" {
-			p.chainID = h.ChainId
-			break
-		}
-		lastErr = err
-	}
-	if p.chainID == "" {
+	if err := checkChain(ctx, p.gws, o.gateways, p.chainID); err != nil {
 		p.closeConns()
-		return nil, fmt.Errorf("no gateway of %v told its chain (last error: %v)", o.gateways, lastErr)
+		return nil, err
 	}
+	v, err := newVerifier(o.trust, p.gws, o.requestTimeout)
+	if err != nil {
+		p.closeConns()
+		return nil, err
+	}
+	p.verify = v
 	p.signer = sign.NewSigner(o.key, p.chainID)
 	return p, nil
 }
@@ -295,6 +314,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	p.mu.Unlock()
 	p.cancel()
 	p.wg.Wait()
+	p.vwg.Wait()
 	p.closeConns()
 	return err
 }
@@ -416,7 +436,11 @@ func (p *Producer) send(pt *partition) {
 // unreachable, overloaded or timed out — are retried with the same signed
 // bytes on the next gateway, so the batch commits at most once.
 func (p *Producer) sendBatch(pt *partition, b batch) {
+	handed := false // to the verifier, which resolves and releases the records
 	defer func() {
+		if handed {
+			return
+		}
 		for range b.futs {
 			p.pending.Done()
 		}
@@ -425,6 +449,9 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 		for _, f := range b.futs {
 			f.resolve(Receipt{}, err)
 		}
+	}
+	if pt.relearn.Swap(false) {
+		pt.known = false
 	}
 	if !pt.known {
 		seq, err := p.nextSequence(pt)
@@ -447,6 +474,16 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
 		resp, err := gw.Produce(ctx, &byzlogv1.ProduceRequest{Batch: signed, Ack: p.o.acks})
 		cancel()
+		if err == nil && p.verify != nil && resp.GetReceipt().GetAck() == byzlogv1.Ack_ACK_COMMIT {
+			// The next batch goes out while this receipt is checked (it
+			// needs the header after its block): the partition moves on, and
+			// if the receipt does not verify its records fail and the
+			// partition reads its sequence from the chain again.
+			pt.seq++
+			handed = true
+			p.verifyReceipt(pt, b, signed, resp.GetReceipt())
+			return
+		}
 		if err == nil {
 			rc := resp.GetReceipt()
 			for i, f := range b.futs {
@@ -532,4 +569,62 @@ func retriable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// verifyReceipt checks rc in the background and then resolves b's records,
+// after those of the partition's previous batch.
+func (p *Producer) verifyReceipt(pt *partition, b batch, signed *byzlogv1.SignedBatch, rc *byzlogv1.Receipt) {
+	prev := pt.verified
+	done := make(chan struct{})
+	pt.verified = done
+	p.verifying <- struct{}{}
+	p.vwg.Add(1)
+	go func() {
+		defer p.vwg.Done()
+		defer close(done)
+		var body byzlogv1.BatchBody
+		err := proto.Unmarshal(signed.Body, &body)
+		var br *byzlogv1.BatchResult
+		if err == nil {
+			ctx, cancel := context.WithTimeout(p.ctx, max(2*p.o.requestTimeout, time.Minute))
+			br, err = p.verify.batch(ctx, signed, &body, len(b.recs), rc)
+			cancel()
+		}
+		<-p.verifying
+		if prev != nil {
+			<-prev
+		}
+		if err != nil {
+			pt.relearn.Store(true)
+		}
+		for i, f := range b.futs {
+			if err != nil {
+				f.resolve(Receipt{}, fmt.Errorf("%s/%d sequence %d: %w", pt.topic, pt.num, body.Sequence, err))
+			} else {
+				f.resolve(Receipt{Topic: br.Topic, Partition: br.Partition, Offset: br.BaseOffset + uint64(i),
+					Height: rc.GetHeight(), TxIndex: rc.GetTxIndex(), Duplicate: br.Duplicate, Verified: true}, nil)
+			}
+			p.pending.Done()
+		}
+	}()
+}
+
+// checkChain asks the gateways which chain they serve: one that names
+// another chain than the producer's Trust is a configuration error, said
+// at once rather than as every batch refused. The answer is only checked,
+// never adopted.
+func checkChain(ctx context.Context, gws []byzlogv1.GatewayClient, addrs []string, chainID string) error {
+	var lastErr error
+	for i, gw := range gws {
+		h, err := gw.Health(ctx, &byzlogv1.HealthRequest{})
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if h.ChainId != chainID {
+			return fmt.Errorf("gateway %s serves chain %q, this client trusts %q: check its --genesis or chain id", addrs[i], h.ChainId, chainID)
+		}
+		return nil
+	}
+	return fmt.Errorf("no gateway of %v answered (last error: %v)", addrs, lastErr)
 }

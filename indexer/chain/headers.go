@@ -26,6 +26,14 @@ type Config struct {
 	// for (the indexer, which reads them all anyway); otherwise the light
 	// client skips ahead while a third of the trusted power still signs.
 	Sequential bool
+	// CrossCheck compares every new header with the other providers, as
+	// witnesses (the indexer's, which are independent nodes). Without it
+	// each provider is its own witness and the others only take over when
+	// it fails: gateways relaying the same nodes are no independent
+	// witnesses, and one gateway down must not stop verification. Forks
+	// need more than a third of the validators faulty, beyond byzlog's
+	// fault model; signatures are checked either way.
+	CrossCheck bool
 	Log        zerolog.Logger
 	// Errors counts the light client's errors and the providers it drops;
 	// nil: not counted.
@@ -37,11 +45,9 @@ type Config struct {
 const DefaultTrustingPeriod = 168 * time.Hour
 
 // Headers verifies headers with CometBFT's light client from a root of
-// trust. The first provider is the primary and the others witnesses,
-// every one in turn taking the primary's place when the client gives up
-// on it. With a single provider it is its own witness: signatures are
-// still checked, but a fork that provider serves is not noticed. Safe for
-// concurrent use; calls are serialized.
+// trust. The first provider is the primary, every one in turn taking its
+// place when the client gives up on it; with Config.CrossCheck the others
+// are its witnesses. Safe for concurrent use; calls are serialized.
 type Headers struct {
 	cfg       Config
 	providers []provider.Provider
@@ -109,7 +115,7 @@ func (h *Headers) client(ctx context.Context) (*light.Client, error) {
 		k := (h.next + i) % len(h.providers)
 		var witnesses []provider.Provider
 		for j, p := range h.providers {
-			if j != k {
+			if j != k && h.cfg.CrossCheck {
 				witnesses = append(witnesses, p)
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ func newBenchCommand() *cobra.Command {
 	js := bench.DefaultJetStream()
 	kvPort := 30656
 	txSize := 256 << 10
+	var tf trustFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
@@ -44,6 +46,9 @@ bytes (at least 16: they name themselves so a consumer can time them), random
 or JSON-like (--payload), keyless or over --keys keys. After --warmup, it
 measures for --duration; with --nats it also reads the records back through
 JetStream and times receipt→consumer.
+
+Receipts are verified as the producer SDK does by default (--genesis, default
+DIR/node0/config/genesis.json); --no-verify measures without it.
 
 It creates --topic with --partitions when missing (signed with --admin-key,
 default DIR/admin.key). Each second it prints the rate, records acknowledged,
@@ -83,14 +88,22 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("genesis") {
+				tf.genesis = filepath.Join(dir, "node0", "config", "genesis.json")
+			}
+			trust, err := tf.trust(cmd.Flags())
+			if err != nil {
+				return err
+			}
 			cfg.Acks, cfg.Gateways, cfg.NATSURL = a, gateways, natsURL
+			cfg.Options = append(cfg.Options, client.WithTrust(trust))
 			if zstd {
 				cfg.Options = append(cfg.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if err := ensureTopic(cmd, gateways[0], cfg.Topic, partitions, adminKey, dir); err != nil {
+			if err := ensureTopic(cmd, gateways[0], cfg.Topic, partitions, adminKey, dir, trust); err != nil {
 				return err
 			}
 			var watch func() []bench.ProcessStat
@@ -151,12 +164,13 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 	f.BoolVar(&js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
 	f.IntVar(&js.Servers, "servers", js.Servers, "with --baseline jetstream: servers (and stream replicas)")
 	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
+	tf.add(f)
 	cmd.AddCommand(newBenchSuiteCommand())
 	return cmd
 }
 
 // ensureTopic creates topic unless it exists.
-func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, adminKey, dir string) error {
+func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, adminKey, dir string, trust client.Trust) error {
 	gw, closeFn, err := dial(gateway)
 	if err != nil {
 		return err
@@ -172,7 +186,7 @@ func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, a
 	if err != nil {
 		return fmt.Errorf("topic %s does not exist and creating it needs the admin key: %w (--admin-key)", topic, err)
 	}
-	adm, err := client.NewAdmin(gateway, key)
+	adm, err := client.NewAdmin(gateway, key, trust)
 	if err != nil {
 		return err
 	}

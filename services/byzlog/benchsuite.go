@@ -62,7 +62,10 @@ shape, warm-up and duration, every system in --systems:
 
   byzlog            a fresh 4-validator localnet (gRPC ABCI), NATS, a gateway and
                     the indexer; closed-loop producers with the SDK, acks=commit,
-                    random (incompressible) records, a consumer through NATS
+                    random (incompressible) records, a consumer through NATS;
+                    every receipt verified by the producer (light client)
+  byzlog-noverify   the same with receipts taken on the gateway's word
+                    (client.TrustGateway): the cost of verifying them
   byzlog-write      the write path alone: validators, the gateway and the
                     producers, without the indexer, NATS and the consumer (what
                     the noop and kvstore baselines also leave out)
@@ -267,7 +270,8 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 					profDir = "" // the closed-loop row has them
 				}
 			}
-			res, mean, err = suiteByzlog(ctx, o, transport, r.validators, writeOnly, load, tag, progress, profDir)
+			verify := r.system != bench.SystemByzlogTrusted
+			res, mean, err = suiteByzlog(ctx, o, transport, r.validators, writeOnly, verify, load, tag, progress, profDir)
 			if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
 				bundle[r.size] = int(mean)
 			}
@@ -322,7 +326,7 @@ func rowProgress(w io.Writer, tag string) (func(bench.Progress), func()) {
 
 // suiteByzlog runs one byzlog row on a fresh cluster and returns the
 // gateway's mean bundle size with the result.
-func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validators int, writeOnly bool, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
+func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validators int, writeOnly, verify bool, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
 	dir, err := os.MkdirTemp("", "byzlog-bench-suite-")
 	if err != nil {
 		return bench.Result{}, 0, err
@@ -352,6 +356,14 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 		return bench.Result{}, 0, err
 	}
 	defer func() { _ = n.Down(io.Discard) }()
+	trust, err := client.TrustGenesis(n.GenesisPath())
+	if err != nil {
+		return bench.Result{}, 0, err
+	}
+	if !verify {
+		trust = client.TrustGateway(trust.ChainID())
+	}
+	load.Options = append(slices.Clip(load.Options), client.WithTrust(trust))
 	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
 	if writeOnly {
 		load.NATSURL = ""
@@ -407,7 +419,11 @@ func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, par
 	if err != nil {
 		return err
 	}
-	adm, err := client.NewAdmin(gateway, key)
+	trust, err := client.TrustGenesis(n.GenesisPath())
+	if err != nil {
+		return err
+	}
+	adm, err := client.NewAdmin(gateway, key, trust)
 	if err != nil {
 		return err
 	}

@@ -126,7 +126,11 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	if err != nil {
 		return res, err
 	}
-	adm, err := client.NewAdmin(svc.GatewayAddr(0), key)
+	trust, err := client.TrustGenesis(n.GenesisPath())
+	if err != nil {
+		return res, err
+	}
+	adm, err := client.NewAdmin(svc.GatewayAddr(0), key, trust)
 	if err != nil {
 		return res, err
 	}
@@ -134,7 +138,7 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
 		return res, fmt.Errorf("create topic: %w", err)
 	}
-	p, err := client.NewProducer(ctx, client.WithGateways(svc.GatewayAddr(0)))
+	p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(svc.GatewayAddr(0)))
 	if err != nil {
 		return res, err
 	}

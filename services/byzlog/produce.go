@@ -46,6 +46,7 @@ func newTopicCommand() *cobra.Command {
 	cmd.PersistentFlags().StringVar(&gateway, "gateway", gateway, "gateway address (host:port)")
 
 	var adminKey string
+	var tf trustFlags
 	cfg := &byzlogv1.TopicConfig{Partitions: 1}
 	var allowed []string
 	create := &cobra.Command{
@@ -64,7 +65,11 @@ func newTopicCommand() *cobra.Command {
 				}
 				cfg.AllowedProducers = append(cfg.AllowedProducers, k)
 			}
-			adm, err := client.NewAdmin(gateway, key)
+			trust, err := tf.trust(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			adm, err := client.NewAdmin(gateway, key, trust)
 			if err != nil {
 				return err
 			}
@@ -86,6 +91,7 @@ func newTopicCommand() *cobra.Command {
 	f.Int64Var(&cfg.RetentionMs, "retention-ms", 0, "delete records older than this (0: keep forever)")
 	f.Int64Var(&cfg.RetentionBytes, "retention-bytes", 0, "keep at most this many bytes per partition (0: no limit)")
 	f.StringSliceVar(&allowed, "allowed-producer", nil, "public key (hex) allowed to produce; repeat for more (none: any key)")
+	tf.add(f)
 	_ = create.MarkFlagRequired("admin-key")
 
 	list := &cobra.Command{
@@ -156,6 +162,7 @@ func newProduceCommand() *cobra.Command {
 		partition int64 = -1
 		verbose   bool
 		zstd      bool
+		tf        trustFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "produce TOPIC",
@@ -165,14 +172,23 @@ otherwise every line of stdin is a record (with --parse-key, "key<TAB>value").
 Records without a key spread over partitions like Kafka's sticky partitioner;
 keyed records go where Kafka's murmur2 partitioner puts them. Prints each
 record's topic/partition@offset (--verbose, or a single record), then a summary.
-Without --key, a new key is generated for this run (a new producer identity).`,
+Without --key, a new key is generated for this run (a new producer identity).
+
+Every receipt is verified before it is printed: its proof must lead to a header
+the producer's light client verified from --genesis (or --trust-height and
+--trust-hash), so a gateway cannot acknowledge records the chain did not write.
+--no-verify takes receipts on the gateway's word.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ack, err := parseAcks(acks)
 			if err != nil {
 				return err
 			}
-			opts := []client.Option{client.WithGateways(gateways...), client.WithAcks(ack)}
+			trust, err := tf.trust(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			opts := []client.Option{client.WithTrust(trust), client.WithGateways(gateways...), client.WithAcks(ack)}
 			if keyPath != "" {
 				k, err := keyfile.Read(keyPath)
 				if err != nil {
@@ -257,6 +273,7 @@ Without --key, a new key is generated for this run (a new producer identity).`,
 	f.Int64Var(&partition, "partition", -1, "pin every record to this partition (default: the partitioner chooses)")
 	f.BoolVar(&verbose, "verbose", false, "print every record's receipt")
 	f.BoolVar(&zstd, "zstd", false, "compress batches with zstd")
+	tf.add(f)
 	return cmd
 }
 

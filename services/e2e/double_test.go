@@ -91,7 +91,7 @@ func TestLyingGateway(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
-	p, err := client.NewProducer(ctx, client.WithGateways(ln.Addr().String()), client.WithRequestTimeout(3*time.Second),
+	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(ln.Addr().String()), client.WithRequestTimeout(3*time.Second),
 		client.WithBatchRecords(10), client.WithBackoff(20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

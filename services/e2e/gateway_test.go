@@ -128,7 +128,7 @@ func TestGatewaysProduce(t *testing.T) {
 			defer wg.Done()
 			// Each producer prefers one gateway and fails over to the other.
 			order := []string{gws[i%2].addr, gws[(i+1)%2].addr}
-			p, err := client.NewProducer(ctx, client.WithGateways(order...), client.WithRequestTimeout(5*time.Second))
+			p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(order...), client.WithRequestTimeout(5*time.Second))
 			if err != nil {
 				t.Error(err)
 				return
@@ -251,15 +251,22 @@ func TestGatewaysProduce(t *testing.T) {
 			out, err := cmd.CombinedOutput()
 			return string(out), err
 		}
-		gw := "--gateway=" + gws[1].addr
-		if out, err := cli("", "topic", "create", "cli", "--partitions", "2", "--admin-key", n.AdminKeyPath(), gw); err != nil || !strings.Contains(out, "created topic cli with 2 partitions") {
+		gw, gen := "--gateway="+gws[1].addr, "--genesis="+n.GenesisPath()
+		if out, err := cli("", "topic", "create", "cli", "--partitions", "2", "--admin-key", n.AdminKeyPath(), gw, gen); err != nil || !strings.Contains(out, "created topic cli with 2 partitions") {
 			t.Fatalf("topic create: %v\n%s", err, out)
 		}
-		out, err := cli("k1\tv1\nk2\tv2\nk1\tv3\n", "produce", "cli", "--parse-key", "--verbose", gw)
+		out, err := cli("k1\tv1\nk2\tv2\nk1\tv3\n", "produce", "cli", "--parse-key", "--verbose", gw, gen)
 		if err != nil || strings.Count(out, "cli/") != 3 || !strings.Contains(out, "produced 3 of 3 records") {
 			t.Fatalf("produce from stdin: %v\n%s", err, out)
 		}
-		out, err = cli("", "produce", "nope", "--value", "x", gw)
+		chain := "--chain-id=" + trustOf(t, n).ChainID()
+		if out, err := cli("", "produce", "cli", "--value", "unverified", "--no-verify", chain, gw); err != nil || !strings.Contains(out, "produced 1 of 1 records") {
+			t.Fatalf("produce --no-verify --chain-id: %v\n%s", err, out)
+		}
+		if out, err := cli("", "produce", "cli", "--value", "x", "--genesis=/nonexistent/genesis.json", gw); err == nil || !strings.Contains(out, "--genesis") {
+			t.Fatalf("produce without a readable genesis = %v, want exit 1 naming --genesis:\n%s", err, out)
+		}
+		out, err = cli("", "produce", "nope", "--value", "x", gw, gen)
 		if err == nil || !strings.Contains(out, "NotFound") || !strings.Contains(out, `topic "nope" does not exist`) {
 			t.Fatalf("produce to a missing topic = %v, want exit 1 naming the topic:\n%s", err, out)
 		}
@@ -383,7 +390,7 @@ func TestReadYourWrites(t *testing.T) {
 		}
 	}
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900))
-	p, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
+	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr))
 	if err != nil {
 		t.Fatal(err)
 	}

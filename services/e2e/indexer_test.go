@@ -120,7 +120,7 @@ func createTopicVia(ctx context.Context, t *testing.T, n *localnet.Net, gw, topi
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm, err := client.NewAdmin(gw, key)
+	adm, err := client.NewAdmin(gw, key, trustOf(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestIndexerExactlyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
+			p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr))
 			if err != nil {
 				t.Error(err)
 				return
@@ -457,4 +457,15 @@ func TestIndexerExactlyOnce(t *testing.T) {
 		}
 	}
 	ixB.stop(syscall.SIGTERM)
+}
+
+// trustOf is the clients' root of trust in n: its genesis, so every
+// receipt a test counts was verified against the chain.
+func trustOf(t testing.TB, n *localnet.Net) client.Trust {
+	t.Helper()
+	tr, err := client.TrustGenesis(n.GenesisPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }

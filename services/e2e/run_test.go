@@ -125,7 +125,7 @@ func TestRunWholeSystem(t *testing.T) {
 		}
 		return string(b)
 	}
-	bin("byzlog", "", "topic", "create", "orders", "--partitions", "3", "--admin-key", filepath.Join(dir, "admin.key"), "--gateway", gw)
+	bin("byzlog", "", "topic", "create", "orders", "--partitions", "3", "--admin-key", filepath.Join(dir, "admin.key"), "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"))
 	sub := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), "sub", "byzlog.orders.>", "--server", natsURL, "--count", "5", "--raw")
 	subOut, err := sub.StdoutPipe()
 	if err != nil {
@@ -135,7 +135,7 @@ func TestRunWholeSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // subscribed before the records commit
-	bin("byzlog", "one\ntwo\nthree\nfour\nfive\n", "produce", "orders", "--gateway", gw)
+	bin("byzlog", "one\ntwo\nthree\nfour\nfive\n", "produce", "orders", "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"))
 	got := map[string]bool{}
 	sc := bufio.NewScanner(subOut)
 	for sc.Scan() && len(got) < 5 {

@@ -63,7 +63,7 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := client.NewProducer(ctx, client.WithGateways(gw.addr))
+	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr))
 	if err != nil {
 		t.Fatal(err)
 	}

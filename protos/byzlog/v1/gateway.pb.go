@@ -481,7 +481,7 @@ func (x *LightBlockRequest) GetHeight() int64 {
 
 type LightBlockResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// A cometbft.types.v1.LightBlock (signed header and validator set) as
+	// A tendermint.types.LightBlock (signed header and validator set) as
 	// CometBFT encodes it.
 	LightBlock    []byte `protobuf:"bytes,1,opt,name=light_block,json=lightBlock,proto3" json:"light_block,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -50,7 +50,11 @@ const (
 // between rows, so what one attack left in a mempool or a gateway's queue
 // does not carry into the next row.
 func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, progress io.Writer) ([]Row, error) {
-	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey)
+	trust, err := c.Trust()
+	if err != nil {
+		return nil, err
+	}
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,8 @@ import (
 // The systems a suite measures, in the order it runs them. byzlog's own
 // rows come first so the noop baseline can be fed byzlog's bundle size.
 const (
-	SystemByzlog        = "byzlog"             // gRPC ABCI, random payload
+	SystemByzlog        = "byzlog"             // gRPC ABCI, random payload, receipts verified
+	SystemByzlogTrusted = "byzlog-noverify"    // the same, receipts taken on the gateway's word
 	SystemByzlogWrite   = "byzlog-write"       // the write path alone: no indexer, NATS or consumer
 	SystemByzlogSocket  = "byzlog-socket"      // socket ABCI, random payload
 	SystemByzlogJSON    = "byzlog-json-zstd"   // JSON-like payload, zstd batches
@@ -24,14 +25,16 @@ const (
 
 // Systems lists every system a suite knows, in run order.
 func Systems() []string {
-	return []string{SystemByzlog, SystemByzlogWrite, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
+	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogWrite, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
 }
 
 // Describe says in a few words what a system row is.
 func Describe(system string) string {
 	switch system {
 	case SystemByzlog:
-		return "byzlog, 4 validators, gRPC ABCI, random payload"
+		return "byzlog, 4 validators, gRPC ABCI, random payload, every receipt verified by the producer"
+	case SystemByzlogTrusted:
+		return "byzlog as above, receipts taken on the gateway's word (client.TrustGateway)"
 	case SystemByzlogWrite:
 		return "byzlog's write path alone: 4 validators, gRPC ABCI, gateway, producers; no indexer, NATS or consumer"
 	case SystemByzlogSocket:
@@ -137,6 +140,7 @@ func (s Suite) Ratios() []Ratio {
 		add("byzlog-json-zstd / jetstream-sync records/s", SystemByzlogJSON, SystemJetStreamSync, 1, false)
 		add("byzlog / jetstream records/s", SystemByzlog, SystemJetStream, 0, false)
 		add("byzlog-socket / byzlog records/s", SystemByzlogSocket, SystemByzlog, 0, false)
+		add("byzlog / byzlog-noverify records/s", SystemByzlog, SystemByzlogTrusted, 0, false)
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"github.com/byzlog/byzlog/gateway/client"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -35,6 +36,11 @@ type Cluster struct {
 }
 
 func (c *Cluster) note(s string) { c.notes = append(c.notes, s) }
+
+// Trust is the clients' root of trust: the cluster's genesis, so every
+// receipt the workload counts as acknowledged was verified against the
+// chain, whatever a gateway said.
+func (c *Cluster) Trust() (client.Trust, error) { return client.TrustGenesis(c.Net.GenesisPath()) }
 
 func (c *Cluster) validators() int { return c.Net.Config().Validators }
 

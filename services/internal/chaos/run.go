@@ -72,7 +72,11 @@ func (r Row) Safe() bool { return r.Report.Safe() && len(r.Errors) == 0 }
 func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io.Writer) (Row, error) {
 	row := Row{Nemesis: ph.Nemesis.Name, ConsumerErrors: map[string]int{}}
 	c.topic, c.notes = w.Topic, nil
-	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey)
+	trust, err := c.Trust()
+	if err != nil {
+		return Row{}, err
+	}
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust)
 	if err != nil {
 		return row, err
 	}

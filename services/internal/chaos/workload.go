@@ -86,7 +86,11 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 	for g := 0; g < c.Services.Gateways; g++ {
 		gws = append(gws, c.Services.GatewayAddr((id+g)%c.Services.Gateways))
 	}
-	p, err := client.NewProducer(ctx, client.WithGateways(gws...), client.WithRequestTimeout(5*time.Second))
+	trust, err := c.Trust()
+	if err != nil {
+		return err
+	}
+	p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(gws...), client.WithRequestTimeout(5*time.Second))
 	if err != nil {
 		return fmt.Errorf("producer %d: %w", id, err)
 	}

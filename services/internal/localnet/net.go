@@ -599,5 +599,8 @@ func (n *Net) AdminKey() (ed25519.PrivateKey, error) {
 	return keyfile.Read(filepath.Join(n.cfg.Dir, adminKeyFile))
 }
 
+// GenesisPath is the chain's genesis file: clients' root of trust.
+func (n *Net) GenesisPath() string { return filepath.Join(n.cfg.home(0), "config", "genesis.json") }
+
 // AdminKeyPath is the admin key file of the network.
 func (n *Net) AdminKeyPath() string { return filepath.Join(n.cfg.Dir, adminKeyFile) }
