@@ -470,7 +470,8 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 	start := p.next.Load()
 	var uncertainSince time.Time // first attempt whose outcome is unknown
 	for attempt := uint64(0); ; attempt++ {
-		gw := p.gws[(start+attempt)%uint64(len(p.gws))]
+		at := (start + attempt) % uint64(len(p.gws))
+		gw := p.gws[at]
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
 		resp, err := gw.Produce(ctx, &byzlogv1.ProduceRequest{Batch: signed, Ack: p.o.acks})
 		cancel()
@@ -481,7 +482,7 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 			// partition reads its sequence from the chain again.
 			pt.seq++
 			handed = true
-			p.verifyReceipt(pt, b, signed, resp.GetReceipt())
+			p.verifyReceipt(pt, b, signed, resp.GetReceipt(), at)
 			return
 		}
 		if err == nil {
@@ -573,7 +574,7 @@ func retriable(err error) bool {
 
 // verifyReceipt checks rc in the background and then resolves b's records,
 // after those of the partition's previous batch.
-func (p *Producer) verifyReceipt(pt *partition, b batch, signed *byzlogv1.SignedBatch, rc *byzlogv1.Receipt) {
+func (p *Producer) verifyReceipt(pt *partition, b batch, signed *byzlogv1.SignedBatch, rc *byzlogv1.Receipt, gw uint64) {
 	prev := pt.verified
 	done := make(chan struct{})
 	pt.verified = done
@@ -594,8 +595,11 @@ func (p *Producer) verifyReceipt(pt *partition, b batch, signed *byzlogv1.Signed
 		if prev != nil {
 			<-prev
 		}
-		if err != nil {
+		if err != nil && p.ctx.Err() == nil {
+			// A gateway whose receipt does not check is not used again
+			// while another is there: later batches start at the next one.
 			pt.relearn.Store(true)
+			p.next.Store(gw + 1)
 		}
 		for i, f := range b.futs {
 			if err != nil {

@@ -1,8 +1,10 @@
-// Package tamper is a lying CometBFT RPC proxy, for tests, chaos and attack
-// runs: in front of one node, it forges headers, alters transactions and
-// results, withholds blocks or answers with endless bodies, so that a client
-// of that node (the indexer, a gateway) must notice and go to another. It
-// only ever listens on the address it is given.
+// Package tamper holds liars for tests, chaos and attack runs. Proxy is a
+// lying CometBFT RPC proxy: in front of one node, it forges headers, alters
+// transactions and results, withholds blocks or answers with endless
+// bodies, so that a client of that node (the indexer, a gateway) must
+// notice and go to another. GatewayProxy is a lying gateway: it invents,
+// alters and fakes receipts, so that a producer must notice. Each only ever
+// listens on the address it is given.
 package tamper
 
 import (

@@ -1,0 +1,161 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/gateway/client"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+	"github.com/byzlog/byzlog/services/internal/tamper"
+)
+
+// TestLyingGatewayIsCaught is issue 14's fourth finding from the producer's
+// side: a malicious gateway could invent receipts for batches it dropped,
+// move a receipt's offsets, or answer a batch as a duplicate of another's
+// write. A producer that verifies receipts refuses every one of those lies
+// (ErrUnverified, nothing acknowledged), and what it did acknowledge is on
+// the chain at its offsets, once. A producer that takes the gateway's word
+// (TrustGateway) is shown the invented receipt as a success: the lie this
+// test would miss if the proxy stopped lying.
+func TestLyingGatewayIsCaught(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	n, _ := startNet(ctx, t, 7500)
+	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900))
+	const topic = "liar"
+	createTopicVia(ctx, t, n, gw.addr, topic, 1)
+	px, err := tamper.StartGateway("127.0.0.1:0", gw.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+
+	trust := trustOf(t, n)
+	acked := map[uint64]string{} // offset -> value, of verified receipts
+	produce := func(p *client.Producer, value string) (client.Receipt, error) {
+		t.Helper()
+		pctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		return p.ProduceSync(pctx, &client.Record{Topic: topic, Value: []byte(value)})
+	}
+	for _, mode := range tamper.GatewayModes {
+		p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(px.Addr()), client.WithRequestTimeout(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		px.SetMode("")
+		for i := range 3 {
+			v := fmt.Sprintf("%s-honest-%d", mode, i)
+			rc, err := produce(p, v)
+			if err != nil || !rc.Verified {
+				t.Fatalf("%s: honest produce through the proxy = %+v, %v; want a verified receipt", mode, rc, err)
+			}
+			acked[rc.Offset] = v
+		}
+		before := px.Count(mode)
+		px.SetMode(mode)
+		refused := 0
+		for i := range 3 {
+			v := fmt.Sprintf("%s-lie-%d", mode, i)
+			rc, err := produce(p, v)
+			switch {
+			case err == nil && rc.Verified:
+				acked[rc.Offset] = v
+			case errors.Is(err, client.ErrUnverified):
+				refused++
+			default:
+				t.Errorf("%s: produce = %+v, %v; want a verified receipt or ErrUnverified", mode, rc, err)
+			}
+		}
+		px.SetMode("")
+		lies := px.Count(mode) - before
+		if lies == 0 {
+			t.Fatalf("%s: the proxy told no lie", mode)
+		}
+		if mode == tamper.Rebundle {
+			if refused != 0 {
+				t.Errorf("%s: %d receipts refused; the replays are the gateway's, the producer's own batches commit", mode, refused)
+			}
+		} else if refused != 3 {
+			t.Errorf("%s: %d of 3 lying receipts refused", mode, refused)
+		}
+		t.Logf("%s: the proxy lied %d times; the producer refused %d receipts", mode, lies, refused)
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// What the producers acknowledged is on the chain, at its offset, and
+	// no value is there twice (the replays appended nothing).
+	log := readTopic(ctx, t, n, topic)
+	seen := map[string]int{}
+	for _, r := range log {
+		seen[string(r.Value)]++
+	}
+	for off, v := range acked {
+		if off >= uint64(len(log)) || string(log[off].Value) != v {
+			t.Errorf("acknowledged %q at offset %d, which the chain does not hold", v, off)
+		}
+	}
+	for v, k := range seen {
+		if k > 1 {
+			t.Errorf("%q is on the chain %d times", v, k)
+		}
+	}
+	t.Logf("the chain holds %d records; all %d acknowledged at their offsets, none twice", len(log), len(acked))
+
+	// The lie verification stops: a producer on the gateway's word takes
+	// an invented receipt for a record that was never written.
+	p, err := client.NewProducer(ctx, client.WithTrust(client.TrustGateway(trust.ChainID())), client.WithGateways(px.Addr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = p.Close(ctx) }()
+	px.SetMode(tamper.InventReceipt)
+	defer px.SetMode("")
+	rc, err := produce(p, "believed")
+	if err != nil || rc.Verified {
+		t.Fatalf("unverified produce through an inventing gateway = %+v, %v; want an unverified success", rc, err)
+	}
+	for _, r := range readTopic(ctx, t, n, topic) {
+		if string(r.Value) == "believed" {
+			t.Fatalf("the inventing gateway wrote the record after all (offset %d)", r.Offset)
+		}
+	}
+	t.Logf("without verification the invented receipt (offset %d) was taken for a record the chain never wrote", rc.Offset)
+}
+
+// readTopic reads partition 0 of topic from node 0 (at most 1000 records).
+func readTopic(ctx context.Context, t *testing.T, n *localnet.Net, topic string) []*byzlogv1.StoredRecord {
+	t.Helper()
+	c, err := n.Client(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := proto.Marshal(&byzlogv1.RecordsRequest{Topic: topic})
+	q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+	if err != nil || q.Response.Code != 0 {
+		t.Fatalf("records of %s: %v %s", topic, err, q.Response.Log)
+	}
+	var resp byzlogv1.RecordsResponse
+	if err := proto.Unmarshal(q.Response.Value, &resp); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*byzlogv1.StoredRecord, len(resp.Records))
+	for i, b := range resp.Records {
+		out[i] = &byzlogv1.StoredRecord{}
+		if err := proto.Unmarshal(b, out[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}

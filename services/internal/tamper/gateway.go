@@ -1,0 +1,187 @@
+package tamper
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// GatewayModes are the lies of the lying-gateway nemesis (issue 14): a
+// gateway that invents, alters and fakes receipts and replays others'
+// batches. "" tells none.
+var GatewayModes = []string{InventReceipt, AlterOffset, FakeDuplicate, Rebundle}
+
+// The modes of a GatewayProxy.
+const (
+	// InventReceipt drops every batch and answers it committed, with the
+	// last genuine receipt's height, tx and proof (another batch's) and
+	// offsets just past it: records acknowledged that were never written.
+	InventReceipt = "invent-receipt"
+	// AlterOffset forwards every batch and moves its receipt's offset one
+	// on, proof untouched: a receipt pointing at another record.
+	AlterOffset = "alter-offset"
+	// FakeDuplicate drops every batch and answers it a duplicate of the
+	// last genuine receipt (another batch's write).
+	FakeDuplicate = "fake-duplicate"
+	// Rebundle forwards every batch and sends the previous one it saw
+	// (another producer's, usually) again in its own request: the chain
+	// must answer the replay as a duplicate and append nothing.
+	Rebundle = "rebundle"
+)
+
+// GatewayProxy is a lying byzlog gateway, for tests and chaos runs: a gRPC
+// server that forwards every call to a real gateway and, per mode, lies in
+// what it answers Produce. It only listens on the address it is given.
+type GatewayProxy struct {
+	byzlogv1.UnimplementedGatewayServer
+	up   byzlogv1.GatewayClient
+	conn *grpc.ClientConn
+	srv  *grpc.Server
+	lis  net.Listener
+	mode atomic.Value // string
+
+	mu   sync.Mutex
+	hits map[string]int
+	last *byzlogv1.Receipt      // the last genuine ACK_COMMIT receipt
+	prev *byzlogv1.SignedBatch // the last batch seen, for Rebundle
+}
+
+// StartGateway serves a GatewayProxy on listen (host:port) in front of the
+// gateway at target.
+func StartGateway(listen, target string) (*GatewayProxy, error) {
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("gateway %s: %w", target, err)
+	}
+	lis, err := net.Listen("tcp", listen)
+	if err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	p := &GatewayProxy{up: byzlogv1.NewGatewayClient(conn), conn: conn, lis: lis, srv: grpc.NewServer(), hits: map[string]int{}}
+	p.mode.Store("")
+	byzlogv1.RegisterGatewayServer(p.srv, p)
+	go func() { _ = p.srv.Serve(lis) }()
+	return p, nil
+}
+
+// Addr is where the proxy listens.
+func (p *GatewayProxy) Addr() string { return p.lis.Addr().String() }
+
+// Close stops the proxy.
+func (p *GatewayProxy) Close() error {
+	p.srv.Stop()
+	return p.conn.Close()
+}
+
+// SetMode sets the lie to tell ("" for none).
+func (p *GatewayProxy) SetMode(m string) { p.mode.Store(m) }
+
+// Count is how many times the proxy told lie m.
+func (p *GatewayProxy) Count(m string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hits[m]
+}
+
+func (p *GatewayProxy) hit(m string) {
+	p.mu.Lock()
+	p.hits[m]++
+	p.mu.Unlock()
+}
+
+// Produce forwards or lies, per mode.
+func (p *GatewayProxy) Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzlogv1.ProduceResponse, error) {
+	mode := p.mode.Load().(string)
+	p.mu.Lock()
+	last, prev := p.last, p.prev
+	p.prev = req.GetBatch()
+	p.mu.Unlock()
+	if last != nil && (mode == InventReceipt || mode == FakeDuplicate) {
+		var body byzlogv1.BatchBody
+		_ = proto.Unmarshal(req.GetBatch().GetBody(), &body)
+		rc := proto.Clone(last).(*byzlogv1.Receipt)
+		rc.Topic, rc.Partition = body.Topic, body.Partition
+		if mode == InventReceipt {
+			rc.BaseOffset += uint64(last.RecordCount)
+			rc.Duplicate = false
+		} else {
+			rc.Duplicate = true
+		}
+		p.hit(mode)
+		return &byzlogv1.ProduceResponse{RequestId: req.GetRequestId(), Receipt: rc}, nil
+	}
+	if mode == Rebundle && prev != nil && !proto.Equal(prev, req.GetBatch()) {
+		if _, err := p.up.Produce(ctx, &byzlogv1.ProduceRequest{Batch: prev, Ack: byzlogv1.Ack_ACK_COMMIT}); err == nil {
+			p.hit(mode)
+		}
+	}
+	resp, err := p.up.Produce(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if rc := resp.GetReceipt(); rc.GetAck() == byzlogv1.Ack_ACK_COMMIT {
+		p.mu.Lock()
+		p.last = proto.Clone(rc).(*byzlogv1.Receipt)
+		p.mu.Unlock()
+		if mode == AlterOffset {
+			resp = proto.Clone(resp).(*byzlogv1.ProduceResponse)
+			resp.Receipt.BaseOffset++
+			p.hit(mode)
+		}
+	}
+	return resp, nil
+}
+
+// ProduceStream is not relayed: the SDK produces with unary calls.
+func (p *GatewayProxy) ProduceStream(byzlogv1.Gateway_ProduceStreamServer) error {
+	return status.Error(codes.Unimplemented, "the lying gateway relays unary Produce only")
+}
+
+// The rest is relayed as it is.
+
+func (p *GatewayProxy) Admin(ctx context.Context, r *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
+	return p.up.Admin(ctx, r)
+}
+
+func (p *GatewayProxy) ListTopics(ctx context.Context, r *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
+	return p.up.ListTopics(ctx, r)
+}
+
+func (p *GatewayProxy) DescribeTopic(ctx context.Context, r *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
+	return p.up.DescribeTopic(ctx, r)
+}
+
+func (p *GatewayProxy) GetProducerState(ctx context.Context, r *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
+	return p.up.GetProducerState(ctx, r)
+}
+
+func (p *GatewayProxy) GetNonce(ctx context.Context, r *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
+	return p.up.GetNonce(ctx, r)
+}
+
+func (p *GatewayProxy) CommitOffsets(ctx context.Context, r *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
+	return p.up.CommitOffsets(ctx, r)
+}
+
+func (p *GatewayProxy) GetGroupOffsets(ctx context.Context, r *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
+	return p.up.GetGroupOffsets(ctx, r)
+}
+
+func (p *GatewayProxy) Health(ctx context.Context, r *byzlogv1.HealthRequest) (*byzlogv1.HealthResponse, error) {
+	return p.up.Health(ctx, r)
+}
+
+func (p *GatewayProxy) GetLightBlock(ctx context.Context, r *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
+	return p.up.GetLightBlock(ctx, r)
+}
