@@ -52,7 +52,7 @@ type GatewayProxy struct {
 
 	mu   sync.Mutex
 	hits map[string]int
-	last *byzlogv1.Receipt      // the last genuine ACK_COMMIT receipt
+	last *byzlogv1.Receipt     // the last genuine ACK_COMMIT receipt
 	prev *byzlogv1.SignedBatch // the last batch seen, for Rebundle
 }
 
