@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/sign"
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -22,7 +23,7 @@ type Admin struct {
 	gw     byzlogv1.GatewayClient
 	key    ed25519.PrivateKey
 	trust  Trust
-	verify *verifier // nil: commits are taken on the gateway's word
+	verify *chain.Verifier // nil: commits are taken on the gateway's word
 }
 
 // adminWait bounds how long the admin client waits for a header to appear.
@@ -33,7 +34,7 @@ const adminWait = 30 * time.Second
 // commit is verified from: the request's transaction and its result must
 // be in a block whose header the admin's light client verified.
 func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust) (*Admin, error) {
-	if err := trust.validate("byzlog admin"); err != nil {
+	if err := trust.Validate("byzlog admin"); err != nil {
 		return nil, err
 	}
 	c, err := grpc.NewClient(gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -41,7 +42,7 @@ func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust) (*Admin, erro
 		return nil, fmt.Errorf("gateway %s: %w", gateway, err)
 	}
 	gw := byzlogv1.NewGatewayClient(c)
-	v, err := newVerifier(trust, []byzlogv1.GatewayClient{gw}, adminWait)
+	v, err := chain.NewVerifier(trust, []byzlogv1.GatewayClient{gw}, adminWait)
 	if err != nil {
 		_ = c.Close()
 		return nil, err
@@ -117,7 +118,7 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 			if err != nil {
 				return 0, err
 			}
-			if err := a.verify.tx(ctx, tx, resp.GetHeight(), resp.GetTxIndex(), resp.GetProof()); err != nil {
+			if err := a.verify.Tx(ctx, tx, resp.GetHeight(), resp.GetTxIndex(), resp.GetProof()); err != nil {
 				return 0, fmt.Errorf("the gateway answered committed at height %d: %w", resp.GetHeight(), err)
 			}
 		}
@@ -138,7 +139,7 @@ func (a *Admin) height(ctx context.Context) (int64, error) {
 	if a.verify == nil || hs.Height <= 0 {
 		return hs.Height, nil
 	}
-	if _, err := a.verify.headers.Verify(ctx, hs.Height); err != nil {
+	if _, err := a.verify.Header(ctx, hs.Height); err != nil {
 		return 0, fmt.Errorf("%w: the gateway's height %d: %v", ErrUnverified, hs.Height, err)
 	}
 	return hs.Height, nil

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/sign"
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -91,7 +92,7 @@ type Producer struct {
 	gws     []byzlogv1.GatewayClient
 	signer  *sign.Signer
 	chainID string
-	verify  *verifier // nil: receipts are taken on the gateway's word
+	verify  *chain.Verifier // nil: receipts are taken on the gateway's word
 	next    atomic.Uint64
 	// verifying bounds the receipts being checked at once; each holds its
 	// batch's records until it is resolved.
@@ -183,7 +184,7 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 		p.closeConns()
 		return nil, err
 	}
-	v, err := newVerifier(o.trust, p.gws, o.requestTimeout)
+	v, err := chain.NewVerifier(o.trust, p.gws, o.requestTimeout)
 	if err != nil {
 		p.closeConns()
 		return nil, err
@@ -588,7 +589,7 @@ func (p *Producer) verifyReceipt(pt *partition, b batch, signed *byzlogv1.Signed
 		var br *byzlogv1.BatchResult
 		if err == nil {
 			ctx, cancel := context.WithTimeout(p.ctx, max(2*p.o.requestTimeout, time.Minute))
-			br, err = p.verify.batch(ctx, signed, &body, len(b.recs), rc)
+			br, err = checkBatch(ctx, p.verify, signed, &body, len(b.recs), rc)
 			cancel()
 		}
 		<-p.verifying

@@ -25,12 +25,14 @@ type chaosOptions struct {
 	basePort int
 	out      string
 	keep     bool
+	noVerify bool
 }
 
 // testClusterPorts ends the help of the commands that start the test
 // cluster (chaos, attack): where its processes listen.
 const testClusterPorts = `Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
 gateways BASE+810..813, indexer BASE+830, node0's lying RPC proxy BASE+870,
+gateway0's lying proxy BASE+875 (the producers' way to gateway0),
 peer proxies BASE+1000..1033.`
 
 func newChaosCommand() *cobra.Command {
@@ -76,6 +78,10 @@ With --out it writes chaos.json and chaos.txt there. The run directory is
 removed at the end unless --keep, or the run failed (its logs stay for
 reading).
 
+Producers verify every receipt against the chain (light client from the
+cluster's genesis), as the SDK does by default; --no-verify turns that off to
+show what a lying gateway then gets acknowledged.
+
 The nemeses crash-app and byzantine-proposer need byzlog-app-failpoints (the
 -tags failpoints build; make chaos builds it) next to this binary.
 
@@ -111,6 +117,7 @@ cut: a network partition without network namespaces or firewall rules.
 	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the run's processes (see above)")
 	f.StringVar(&o.out, "out", "", "directory for chaos.json and chaos.txt")
 	f.BoolVar(&o.keep, "keep", false, "keep the run directory (data and logs) when the run passes")
+	f.BoolVar(&o.noVerify, "no-verify", false, "producers take receipts on the gateway's word (client.TrustGateway): shows what lying-gateway finds without receipt verification")
 	return cmd
 }
 
@@ -147,6 +154,7 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 	}
 	defer func() { tc.close(err == nil && !o.keep, progress) }()
 	c := tc.c
+	c.Unverified = o.noVerify
 
 	var rows []chaos.Row
 	for i, nem := range nemeses {
@@ -194,10 +202,11 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 // proxies (partitions cut them), NATS, 2 gateways and the indexer, and a
 // lying RPC proxy in front of node0 for gateway0 and the indexer.
 type testCluster struct {
-	dir   string
-	c     *chaos.Cluster
-	links *localnet.Links
-	proxy *tamper.Proxy
+	dir     string
+	c       *chaos.Cluster
+	links   *localnet.Links
+	proxy   *tamper.Proxy
+	gwProxy *tamper.GatewayProxy
 }
 
 // startTestCluster creates and starts a test cluster in a fresh temporary
@@ -234,7 +243,12 @@ func startTestCluster(ctx context.Context, name string, basePort int, progress i
 	if tc.proxy, err = tamper.Start(fmt.Sprintf("127.0.0.1:%d", basePort+870), cfg.RPCAddr(0)); err != nil {
 		return tc, err
 	}
-	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: findBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy}
+	// The producers reach gateway0 through a gateway that lies on demand
+	// (lying-gateway); it relays the truth otherwise.
+	if tc.gwProxy, err = tamper.StartGateway(fmt.Sprintf("127.0.0.1:%d", basePort+875), svc.GatewayAddr(0)); err != nil {
+		return tc, err
+	}
+	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: findBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy, GatewayProxy: tc.gwProxy}
 	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
 	if err := startCluster(ctx, n, svc, progress); err != nil {
 		return tc, err
@@ -258,6 +272,9 @@ func (tc *testCluster) close(remove bool, progress io.Writer) {
 	}
 	if tc.proxy != nil {
 		_ = tc.proxy.Close()
+	}
+	if tc.gwProxy != nil {
+		_ = tc.gwProxy.Close()
 	}
 	if tc.links != nil {
 		tc.links.Close()

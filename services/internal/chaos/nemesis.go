@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/byzlog/byzlog/gateway/client"
 	"io"
@@ -30,6 +31,13 @@ type Cluster struct {
 	// Tamper is a lying RPC proxy in front of one node, which gateway0 and
 	// the indexer use for that node; nil leaves tamper-rpc out.
 	Tamper *tamper.Proxy
+	// GatewayProxy is a lying gateway in front of gateway0, which the
+	// producers use in its place; nil leaves lying-gateway out.
+	GatewayProxy *tamper.GatewayProxy
+	// Unverified makes the producers take receipts on the gateway's word
+	// (client.TrustGateway): what the lying nemeses find without the
+	// verification that stops them.
+	Unverified bool
 
 	topic string   // the running phase's topic
 	notes []string // what the running phase's faults observed
@@ -40,7 +48,22 @@ func (c *Cluster) note(s string) { c.notes = append(c.notes, s) }
 // Trust is the clients' root of trust: the cluster's genesis, so every
 // receipt the workload counts as acknowledged was verified against the
 // chain, whatever a gateway said.
-func (c *Cluster) Trust() (client.Trust, error) { return client.TrustGenesis(c.Net.GenesisPath()) }
+func (c *Cluster) Trust() (client.Trust, error) {
+	t, err := client.TrustGenesis(c.Net.GenesisPath())
+	if err != nil || !c.Unverified {
+		return t, err
+	}
+	return client.TrustGateway(t.ChainID()), nil
+}
+
+// producerGateway is the address producers use for gateway g: gateway0's
+// lying proxy when there is one.
+func (c *Cluster) producerGateway(g int) string {
+	if g == 0 && c.GatewayProxy != nil {
+		return c.GatewayProxy.Addr()
+	}
+	return c.Services.GatewayAddr(g)
+}
 
 func (c *Cluster) validators() int { return c.Net.Config().Validators }
 
@@ -188,6 +211,23 @@ var Nemeses = []Nemesis{
 	{
 		Name: "lying-node", Doc: "the RPC proxy in front of node0 lies to gateway0 in what it answers directly, in turn: drops bundles and answers that every batch is a committed duplicate, claims a height a million blocks ahead, answers producer queries with sequence 0; then tells the truth",
 		Inject: proxyLies("lying-node", tamper.LiarModes),
+	},
+	{
+		Name: "lying-gateway", Doc: "gateway0 (through a lying proxy) lies to its producers, in turn: invents receipts for batches it drops, moves a receipt's offsets, answers batches as duplicates of another's write, replays others' batches; then tells the truth (a verifying producer leaves a gateway whose receipt does not check, so later rounds see less of its traffic)",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			px := c.GatewayProxy
+			if px == nil {
+				return "", nil, errors.New("lying-gateway: the cluster has no lying gateway proxy")
+			}
+			mode := tamper.GatewayModes[round%len(tamper.GatewayModes)]
+			before := px.Count(mode)
+			px.SetMode(mode)
+			return "gateway0 " + mode, func(context.Context) error {
+				px.SetMode("")
+				c.note(fmt.Sprintf("gateway0 lied %d times (%s)", px.Count(mode)-before, mode))
+				return nil
+			}, nil
+		},
 	},
 	{
 		Name: "kill-gateway", Doc: "kill -9 a gateway, each in turn; restart it",

@@ -84,7 +84,7 @@ func (r *recorder) consumerError(err error) {
 func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, rec *recorder, settle time.Duration) error {
 	var gws []string
 	for g := 0; g < c.Services.Gateways; g++ {
-		gws = append(gws, c.Services.GatewayAddr((id+g)%c.Services.Gateways))
+		gws = append(gws, c.producerGateway((id+g)%c.Services.Gateways))
 	}
 	trust, err := c.Trust()
 	if err != nil {

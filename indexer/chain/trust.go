@@ -1,0 +1,154 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cometbft/cometbft/light/provider"
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/rs/zerolog"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// Trust is what a client believes about the chain without asking a
+// gateway: the chain it signs for and, unless verification is off, the
+// root of trust its receipts are checked from. It comes from the client's
+// configuration, never from a gateway: a gateway that named the chain
+// could have requests signed for another one.
+type Trust struct {
+	root   Root
+	verify bool
+}
+
+// TrustGenesis trusts the chain of a genesis file: receipts are checked
+// against headers verified from the first header its validators signed.
+func TrustGenesis(path string) (Trust, error) {
+	r, err := GenesisRoot(path)
+	if err != nil {
+		return Trust{}, err
+	}
+	return Trust{root: r, verify: true}, nil
+}
+
+// TrustHeader trusts the chain from a header the operator checked: its
+// height and hash (hex, as CometBFT's RPC prints it).
+func TrustHeader(chainID string, height int64, hash string) (Trust, error) {
+	r, err := HashRoot(chainID, height, hash)
+	if err != nil {
+		return Trust{}, err
+	}
+	return Trust{root: r, verify: true}, nil
+}
+
+// TrustGateway signs for chainID and takes receipts on the gateway's
+// word: nothing is verified, so a lying gateway can acknowledge records it
+// dropped. It saves one block of latency per receipt (the header that
+// proves a block's results is the next one) and the light client's work;
+// use it only with a gateway you run yourself.
+func TrustGateway(chainID string) Trust {
+	return Trust{root: Root{ChainID: chainID}}
+}
+
+// ChainID is the chain the client signs for.
+func (t Trust) ChainID() string { return t.root.ChainID }
+
+// Verifies reports whether receipts are checked.
+func (t Trust) Verifies() bool { return t.verify }
+
+// Validate says what is missing; who names the client.
+func (t Trust) Validate(who string) error {
+	if t.root.ChainID == "" {
+		return fmt.Errorf("%s: no trust: give TrustGenesis, TrustHeader or TrustGateway (the chain id comes from the client's configuration, not from a gateway)", who)
+	}
+	return nil
+}
+
+// ErrUnverified means a gateway's receipt did not check against the
+// chain: its proof is missing or false, or the proven result is another
+// batch's or says something else. The records may or may not have been
+// written; the receipt proves nothing, so they are not acknowledged.
+var ErrUnverified = errors.New("receipt not verified against the chain")
+
+// Verifier checks receipts against headers a light client verified
+// through the gateways (which relay them and need not be trusted).
+type Verifier struct {
+	headers *Headers
+	wait    time.Duration // how long a header may take to appear
+}
+
+// NewVerifier checks receipts through gws (the first is the light
+// client's primary, the others take over when it fails); wait bounds how
+// long a header may take to appear. It returns nil for a Trust that does
+// not verify.
+func NewVerifier(t Trust, gws []byzlogv1.GatewayClient, wait time.Duration) (*Verifier, error) {
+	if !t.verify {
+		return nil, nil
+	}
+	provs := make([]provider.Provider, len(gws))
+	for i, gw := range gws {
+		provs[i] = &gatewayProvider{gw: gw, chainID: t.root.ChainID, name: fmt.Sprintf("gateway %d", i), wait: wait}
+	}
+	h, err := NewHeaders(Config{Root: t.root, Log: zerolog.Nop()}, provs...)
+	if err != nil {
+		return nil, err
+	}
+	return &Verifier{headers: h, wait: wait}, nil
+}
+
+// Header verifies the header at height, trying again until ctx is done:
+// right after a block the next header takes a moment, and a gateway that
+// is failing over may not serve one at once.
+func (v *Verifier) Header(ctx context.Context, height int64) (*cmttypes.LightBlock, error) {
+	backoff := 50 * time.Millisecond
+	for {
+		lb, err := v.headers.Verify(ctx, height)
+		if err == nil {
+			return lb, nil
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: header %d: %v", ErrUnverified, height, err)
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// Result verifies the header above height and returns the data and code
+// of tx index's result in block height, proven by p.
+func (v *Verifier) Result(ctx context.Context, height int64, index uint32, p *byzlogv1.ResultProof) ([]byte, uint32, error) {
+	if height <= 0 {
+		return nil, 0, fmt.Errorf("%w: height %d", ErrUnverified, height)
+	}
+	next, err := v.Header(ctx, height+1)
+	if err != nil {
+		return nil, 0, err
+	}
+	res, err := CheckResult(next.Header, index, p)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %v", ErrUnverified, err)
+	}
+	return res.Data, res.Code, nil
+}
+
+// Tx checks that tx was committed, with code 0, at height and index.
+func (v *Verifier) Tx(ctx context.Context, tx []byte, height int64, index uint32, p *byzlogv1.ResultProof) error {
+	_, code, err := v.Result(ctx, height, index, p)
+	if err != nil {
+		return err
+	}
+	hdr, err := v.Header(ctx, height)
+	if err != nil {
+		return err
+	}
+	if err := CheckTx(hdr.Header, index, tx, p); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnverified, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("%w: the chain refused the transaction (code %d)", ErrUnverified, code)
+	}
+	return nil
+}
