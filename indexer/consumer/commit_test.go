@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/indexer/chain"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -139,7 +140,7 @@ func TestCommit(t *testing.T) {
 	e.fill("t", 2, 0, 10)
 	gw, addr := startGateway(t)
 	_, key, _ := ed25519.GenerateKey(nil)
-	c := e.consumer(consumer.WithGateway(addr), consumer.WithKey(key))
+	c := e.consumer(consumer.WithGateway(addr), consumer.WithKey(key), consumer.WithTrust(chain.TrustGateway("test-chain")))
 	s := e.subscribe(c, "t", consumer.WithGroup("g"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -182,13 +183,27 @@ func TestCommit(t *testing.T) {
 
 	// The group belongs to the key that first committed.
 	_, other, _ := ed25519.GenerateKey(nil)
-	c2 := e.consumer(consumer.WithGateway(addr), consumer.WithKey(other))
+	c2 := e.consumer(consumer.WithGateway(addr), consumer.WithKey(other), consumer.WithTrust(chain.TrustGateway("test-chain")))
 	if _, err := c2.Commit(ctx, "g", consumer.Offset{Topic: "t", Partition: 0, Offset: 8}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Commit with another key = %v, want PermissionDenied", err)
 	}
 	g, err := c.GroupOffsets(ctx, "g")
 	if err != nil || !reflect.DeepEqual(g.Owner, key.Public()) || len(g.Offsets) != 2 {
 		t.Errorf("GroupOffsets = %+v, %v, want two offsets owned by the key", g, err)
+	}
+}
+
+// TestCommitNeedsTrust: the chain id commits are signed for comes from the
+// consumer's configuration, never from the gateway.
+func TestCommitNeedsTrust(t *testing.T) {
+	e := newEnv(t)
+	_, addr := startGateway(t)
+	_, key, _ := ed25519.GenerateKey(nil)
+	c := e.consumer(consumer.WithGateway(addr), consumer.WithKey(key))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Commit(ctx, "g", consumer.Offset{Topic: "t", Offset: 1}); err == nil || !strings.Contains(err.Error(), "WithTrust") {
+		t.Errorf("Commit without WithTrust = %v, want an error naming WithTrust", err)
 	}
 }
 

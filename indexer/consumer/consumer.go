@@ -37,6 +37,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/sign"
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -70,8 +71,8 @@ type Consumer struct {
 	gw       byzlogv1.GatewayClient
 	gwConn   *grpc.ClientConn
 
-	mu      sync.Mutex
-	chainID string
+	mu     sync.Mutex
+	verify *chain.Verifier // built at the first commit; nil: not verified
 }
 
 // New returns a Consumer on an existing NATS connection, which it does not
@@ -189,11 +190,14 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 	if c.gw == nil || c.o.key == nil {
 		return 0, errors.New("byzlog consumer: committing offsets needs WithGateway and WithKey")
 	}
-	chain, err := c.chain(ctx)
+	if err := c.o.trust.Validate("byzlog consumer: committing offsets needs WithTrust"); err != nil {
+		return 0, err
+	}
+	v, err := c.verifier()
 	if err != nil {
 		return 0, err
 	}
-	s := sign.NewSigner(c.o.key, chain)
+	s := sign.NewSigner(c.o.key, c.o.trust.ChainID())
 	for attempt := 0; ; attempt++ {
 		offsets, retryBackwards, err := build(ctx)
 		if err != nil || len(offsets) == 0 {
@@ -212,6 +216,15 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 			return 0, err
 		}
 		resp, err := c.gw.CommitOffsets(ctx, req)
+		if err == nil && v != nil {
+			tx, terr := sign.OffsetsTx(req)
+			if terr != nil {
+				return 0, terr
+			}
+			if verr := v.Tx(ctx, tx, resp.GetHeight(), resp.GetTxIndex(), resp.GetProof()); verr != nil {
+				return 0, fmt.Errorf("commit offsets of group %q: the gateway answered committed at height %d: %w", group, resp.GetHeight(), verr)
+			}
+		}
 		if err == nil {
 			return resp.Height, nil
 		}
@@ -234,20 +247,17 @@ func isCode(err error, c core.Code) bool {
 	return ok && st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), c.String()+":")
 }
 
-// chain is the gateway's chain id, which commits are signed for.
-func (c *Consumer) chain(ctx context.Context) (string, error) {
+// verifier returns the commit verifier, built on first use.
+func (c *Consumer) verifier() (*chain.Verifier, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.chainID != "" {
-		return c.chainID, nil
+	if c.verify != nil || !c.o.trust.Verifies() {
+		return c.verify, nil
 	}
-	hs, err := c.gw.Health(ctx, &byzlogv1.HealthRequest{})
+	v, err := chain.NewVerifier(c.o.trust, []byzlogv1.GatewayClient{c.gw}, 30*time.Second)
 	if err != nil {
-		return "", fmt.Errorf("ask the gateway for its chain: %w", err)
+		return nil, fmt.Errorf("byzlog consumer: %w", err)
 	}
-	if hs.ChainId == "" {
-		return "", errors.New("byzlog consumer: the gateway reports no chain id; is it connected to a CometBFT node?")
-	}
-	c.chainID = hs.ChainId
-	return c.chainID, nil
+	c.verify = v
+	return v, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -24,6 +25,7 @@ type options struct {
 	commitTry int
 	retryWait time.Duration
 	verifier  RecordVerifier
+	trust     chain.Trust
 }
 
 func defaults() options {
@@ -36,6 +38,13 @@ func (o options) validate() error {
 		{o.key == nil || len(o.key) == ed25519.PrivateKeySize, fmt.Sprintf("WithKey: key is %d bytes, an ed25519 private key is %d", len(o.key), ed25519.PrivateKeySize)},
 	})
 }
+
+// WithTrust sets the chain offset commits are signed for and, unless it
+// is chain.TrustGateway, the root of trust each commit is verified from:
+// the commit's transaction and its result must be in a block whose header
+// the consumer's light client verified, so a gateway cannot answer a
+// commit it dropped. Committing needs it; reading records does not.
+func WithTrust(t chain.Trust) Option { return func(o *options) { o.trust = t } }
 
 // WithGateway sets the byzlog gateway (host:port, plaintext gRPC) that
 // Commit, GroupOffsets and FromCommitted talk to. Default: none; reading

@@ -40,7 +40,7 @@ func newConsumeCommand() *cobra.Command {
 		gateway       = defaultGateway
 		timeout       time.Duration
 		verify        bool
-		genesis       = "run/localnet/node0/config/genesis.json"
+		tf            trustFlags
 		nodes         = "127.0.0.1:26657,127.0.0.1:26757,127.0.0.1:26857,127.0.0.1:26957"
 	)
 	cmd := &cobra.Command{
@@ -80,6 +80,11 @@ verified with CometBFT's light client from --genesis (through --nodes, at
 least two), and a Merkle proof of the record from a node must lead to the app
 hash of the header after its block. A record that fails is not printed; it is
 reported on stderr like a malformed message. It costs a query per record.
+
+Offset commits are signed for the chain of --genesis (or --chain-id) and
+verified like producer receipts: the commit and its result must be in a block
+whose header the consumer's light client verified. --no-verify takes the
+gateway's word for them.
 
 It stops after --count records, after --timeout without a new record, or on
 Ctrl-C, and then exits 0, except: when --timeout stops it before --count
@@ -126,10 +131,14 @@ summary goes to stderr.`,
 				if err != nil {
 					return fmt.Errorf("--key-file: %w", err)
 				}
-				copts = append(copts, consumer.WithKey(k))
+				trust, err := tf.trust(cmd.Flags())
+				if err != nil {
+					return err
+				}
+				copts = append(copts, consumer.WithKey(k), consumer.WithTrust(trust))
 			}
 			if verify {
-				h, err := headersFrom(cmd.Context(), genesis, nodes)
+				h, err := headersFrom(cmd.Context(), tf.genesis, nodes)
 				if err != nil {
 					return err
 				}
@@ -194,7 +203,7 @@ summary goes to stderr.`,
 	f.StringVar(&gateway, "gateway", gateway, "gateway address (host:port), for committed offsets and commits")
 	f.DurationVar(&timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
 	f.BoolVar(&verify, "verify", false, "prove each record against light-client verified headers before printing it")
-	f.StringVar(&genesis, "genesis", genesis, "with --verify: the chain's genesis.json, the root of trust")
+	tf.add(f)
 	f.StringVar(&nodes, "nodes", nodes, "with --verify: comma-separated CometBFT RPC addresses (at least two)")
 	cmd.MarkFlagsMutuallyExclusive("from-beginning", "offset", "since")
 	return cmd

@@ -349,7 +349,7 @@ func TestIndexerExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := consumer.Connect(natsURL, consumer.WithGateway(gw.addr), consumer.WithKey(sdkKey))
+	cons, err := consumer.Connect(natsURL, consumer.WithGateway(gw.addr), consumer.WithKey(sdkKey), consumer.WithTrust(trustOf(t, n)))
 	if err != nil {
 		t.Fatal(err)
 	}
