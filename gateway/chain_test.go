@@ -400,7 +400,7 @@ func startGateway(t *testing.T, c *testChain, edit func(*Config)) *Gateway {
 	if edit != nil {
 		edit(&cfg)
 	}
-	g, err := New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel))
+	g, err := New(cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -180,3 +180,37 @@ func TestOneNodeCannotSteer(t *testing.T) {
 		}
 	}
 }
+
+// topicLiar answers every topic query with a topic of 99 partitions.
+func topicLiar(method string, params json.RawMessage, res any) any {
+	if r, ok := res.(*ctypes.ResultABCIQuery); ok && r != nil && strings.Contains(string(params), core.PathTopic) {
+		var info byzlogv1.TopicInfo
+		if proto.Unmarshal(r.Response.Value, &info) == nil && info.Config != nil {
+			info.Config.Partitions = 99
+			lied := *r
+			lied.Response.Value, _ = proto.Marshal(&info)
+			return &lied
+		}
+	}
+	return res
+}
+
+// TestOneNodeCannotAnswerQueries is issue 14's second finding for queries:
+// a query was answered by the freshest node alone, so one liar chose a
+// consumer group's offsets or a topic's shape. Answers are now what f+1
+// nodes say byte for byte.
+func TestOneNodeCannotAnswerQueries(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	runChain(t, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	g := startGateway(t, c, func(cfg *Config) {
+		cfg.Nodes.Addrs = []string{c.node(t, topicLiar), c.srv.URL, c.node(t, nil), c.node(t, nil)}
+	})
+	for range 5 {
+		var info byzlogv1.TopicInfo
+		if err := g.Query(ctx, core.PathTopic, &byzlogv1.TopicRequest{Name: "t"}, &info); err != nil || info.Config.GetPartitions() == 99 {
+			t.Fatalf("topic query with one liar = %v partitions, %v; want the honest answer", info.Config.GetPartitions(), err)
+		}
+	}
+}

@@ -781,8 +781,12 @@ func (g *Gateway) seenHeight() int64 {
 	return g.height
 }
 
-// queryAt is Query on a node whose app has committed minHeight; it returns
-// the height the answer is from.
+// queryAt is Query answered as f+1 nodes whose apps have committed
+// minHeight answer it, byte for byte (a rejection too): one node's word
+// could make a consumer group resume at offsets of its choosing, or a
+// topic look missing. Nodes a block apart may differ on a value that just
+// changed, so the nodes are asked again, up to queryRounds times, until
+// f+1 agree. It returns the lowest height among the agreeing answers.
 func (g *Gateway) queryAt(ctx context.Context, path string, req, resp proto.Message, minHeight int64) (int64, error) {
 	var data []byte
 	if req != nil {
@@ -791,38 +795,87 @@ func (g *Gateway) queryAt(ctx context.Context, path string, req, resp proto.Mess
 			return 0, status.Errorf(codes.InvalidArgument, "encode query: %v", err)
 		}
 	}
+	type answer struct {
+		code   uint32
+		log    string
+		value  []byte
+		height int64
+	}
+	need := g.quorum()
 	var lastErr error
-	for attempt := 0; attempt < g.pool.Len(); attempt++ {
-		n := g.pool.Pick()
-		if attempt == 0 {
-			n = g.pool.Freshest()
-		}
-		if !g.caughtUp(ctx, n, minHeight) {
-			lastErr = fmt.Errorf("node %s has not committed height %d", n.Addr, minHeight)
-			continue
-		}
-		res, err := n.Client.ABCIQuery(ctx, path, data)
-		if err != nil {
-			if ctx.Err() != nil {
+	for round := 0; round < queryRounds; round++ {
+		if round > 0 {
+			select {
+			case <-time.After(queryRetry):
+			case <-ctx.Done():
 				return 0, status.FromContextError(ctx.Err()).Err()
 			}
-			g.pool.MarkDown(n, err)
-			lastErr = err
-			continue
 		}
-		if res.Response.Code != 0 {
-			return 0, rejected(core.Code(res.Response.Code), res.Response.Log)
+		all := g.pool.All()
+		answers := make([]*answer, len(all))
+		errs := make([]error, len(all))
+		var wg sync.WaitGroup
+		for i, n := range all {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := n.Client.ABCIQuery(ctx, path, data)
+				switch {
+				case err != nil:
+					if ctx.Err() == nil {
+						g.pool.MarkDown(n, err)
+					}
+					errs[i] = err
+				case res.Response.Height < minHeight:
+					errs[i] = fmt.Errorf("node %s has not committed height %d", n.Addr, minHeight)
+				default:
+					answers[i] = &answer{code: res.Response.Code, log: res.Response.Log, value: res.Response.Value, height: res.Response.Height}
+				}
+			}()
 		}
-		if err := proto.Unmarshal(res.Response.Value, resp); err != nil {
-			return 0, status.Errorf(codes.Internal, "node %s answered %s with bytes that do not decode: %v", n.Addr, path, err)
+		wg.Wait()
+		if ctx.Err() != nil {
+			return 0, status.FromContextError(ctx.Err()).Err()
 		}
-		return res.Response.Height, nil
+		votes := map[string][]*answer{}
+		for i, a := range answers {
+			if a == nil {
+				lastErr = errs[i]
+				continue
+			}
+			k := fmt.Sprintf("%d/%x", a.code, a.value)
+			votes[k] = append(votes[k], a)
+			if len(votes[k]) < need {
+				continue
+			}
+			if len(votes) > 1 {
+				g.metrics.disagreements.Inc()
+			}
+			low := a.height
+			for _, b := range votes[k] {
+				low = min(low, b.height)
+			}
+			if a.code != 0 {
+				return 0, rejected(core.Code(a.code), a.log)
+			}
+			if err := proto.Unmarshal(a.value, resp); err != nil {
+				return 0, status.Errorf(codes.Internal, "%d nodes answered %s with bytes that do not decode: %v", need, path, err)
+			}
+			return low, nil
+		}
+		if len(votes) > 0 {
+			lastErr = fmt.Errorf("%d different answers, fewer than %d nodes agree on one", len(votes), need)
+		}
 	}
-	if ctx.Err() != nil {
-		return 0, status.FromContextError(ctx.Err()).Err()
-	}
-	return 0, status.Errorf(codes.Unavailable, "no CometBFT node answered %s (last error: %v)", path, lastErr)
+	return 0, status.Errorf(codes.Unavailable, "%s: fewer than %d CometBFT nodes that committed height %d gave the same answer (last: %v); retry", path, need, minHeight, lastErr)
 }
+
+// queryRounds bounds how often queryAt asks the nodes for an answer f+1
+// agree on; queryRetry is the wait between rounds (a block is ~0.5 s).
+const (
+	queryRounds = 6
+	queryRetry  = 150 * time.Millisecond
+)
 
 // caughtUp waits up to 2 s for node n's app to have committed height h. It
 // asks the app, not CometBFT's /status: CometBFT stores a block before the

@@ -97,9 +97,16 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 // isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic.
 type isAdminOp = proto.Message
 
-// CommitOffsets signs a consumer group's offset commit with the key's next nonce.
+// CommitOffsets signs a consumer group's offset commit with the key's next
+// nonce, with no expiry.
 func (s *Signer) CommitOffsets(nonce uint64, group string, rewind bool, offsets ...*byzlogv1.PartitionOffset) (*byzlogv1.CommitOffsets, error) {
-	b, err := proto.Marshal(&byzlogv1.CommitOffsetsBody{ChainId: s.chainID, Group: group, Offsets: offsets, Nonce: nonce, Rewind: rewind})
+	return s.CommitOffsetsUntil(nonce, 0, group, rewind, offsets...)
+}
+
+// CommitOffsetsUntil signs an offset commit that may commit up to height
+// expiry (0: any height), as AdminUntil.
+func (s *Signer) CommitOffsetsUntil(nonce uint64, expiry int64, group string, rewind bool, offsets ...*byzlogv1.PartitionOffset) (*byzlogv1.CommitOffsets, error) {
+	b, err := proto.Marshal(&byzlogv1.CommitOffsetsBody{ChainId: s.chainID, Group: group, Offsets: offsets, Nonce: nonce, Rewind: rewind, ExpiryHeight: expiry})
 	if err != nil {
 		return nil, fmt.Errorf("encode offsets body: %w", err)
 	}

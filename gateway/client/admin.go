@@ -57,11 +57,10 @@ func (a *Admin) Gateway() byzlogv1.GatewayClient { return a.gw }
 func (a *Admin) Close() error { return a.conn.Close() }
 
 // AdminExpiryBlocks is how many blocks past the chain's height an admin
-// request stays valid (about a minute at localnet's ~0.5 s blocks): a
-// gateway that kept a signed request back cannot play it later than that.
-// With verification on, the height is one whose header the admin's light
-// client verified, so a gateway cannot stretch the window.
-const AdminExpiryBlocks = 120
+// request stays valid (chain.ExpiryBlocks). With verification on, the
+// height is one whose header the admin's light client verified, so a
+// gateway cannot stretch the window.
+const AdminExpiryBlocks = chain.ExpiryBlocks
 
 // CreateTopic creates a topic and returns the height that committed it.
 func (a *Admin) CreateTopic(ctx context.Context, name string, cfg *byzlogv1.TopicConfig) (int64, error) {
@@ -83,17 +82,13 @@ func (a *Admin) DeleteTopic(ctx context.Context, name string) (int64, error) {
 func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 	s := sign.NewSigner(a.key, a.trust.ChainID())
 	for attempt := 0; ; attempt++ {
-		height, err := a.height(ctx)
+		expiry, err := chain.Expiry(ctx, a.gw, a.verify, a.trust.ChainID())
 		if err != nil {
 			return 0, err
 		}
 		n, err := a.gw.GetNonce(ctx, &byzlogv1.NonceRequest{Key: s.PublicKey()})
 		if err != nil {
 			return 0, fmt.Errorf("read the admin key's nonce: %w", err)
-		}
-		var expiry int64 // 0: no expiry (no block yet)
-		if height > 0 {
-			expiry = height + AdminExpiryBlocks
 		}
 		req, err := s.AdminUntil(n.NextNonce, expiry, op)
 		if err != nil {
@@ -124,23 +119,4 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 		}
 		return resp.Height, nil
 	}
-}
-
-// height is the chain's height: the gateway's word, checked by verifying
-// its header when verification is on.
-func (a *Admin) height(ctx context.Context) (int64, error) {
-	hs, err := a.gw.Health(ctx, &byzlogv1.HealthRequest{})
-	if err != nil {
-		return 0, fmt.Errorf("ask the gateway for the chain's height: %w", err)
-	}
-	if hs.ChainId != a.trust.ChainID() {
-		return 0, fmt.Errorf("the gateway serves chain %q, this admin trusts %q", hs.ChainId, a.trust.ChainID())
-	}
-	if a.verify == nil || hs.Height <= 0 {
-		return hs.Height, nil
-	}
-	if _, err := a.verify.Header(ctx, hs.Height); err != nil {
-		return 0, fmt.Errorf("%w: the gateway's height %d: %v", ErrUnverified, hs.Height, err)
-	}
-	return hs.Height, nil
 }

@@ -3,8 +3,12 @@
 // signed with the producer's ed25519 key and a sequence number, sent to a
 // gateway, and retried with the same bytes on retriable errors, so a retry
 // never duplicates. Partitions are picked like Kafka's default partitioner:
-// murmur2 of the key, sticky for keyless records. It logs nothing; errors
-// come back through each record's Future.
+// murmur2 of the key, sticky for keyless records. Every ACK_COMMIT receipt
+// is checked against a header the producer's own light client verified
+// from the root of trust it is configured with (WithTrust), so an
+// untrusted gateway cannot acknowledge records the chain did not write;
+// Admin does the same for topic changes. It logs nothing; errors come back
+// through each record's Future.
 package client
 
 import (

@@ -152,3 +152,32 @@ func (v *Verifier) Tx(ctx context.Context, tx []byte, height int64, index uint32
 	}
 	return nil
 }
+
+// ExpiryBlocks is how many blocks past the chain's height a signed admin
+// request or offset commit stays valid (about a minute at localnet's
+// ~0.5 s blocks): a gateway that kept a signed body back cannot play it
+// later than that.
+const ExpiryBlocks = 120
+
+// Expiry is the expiry height for a body signed now: the gateway's height
+// plus ExpiryBlocks, with the height's header verified when v is not nil
+// (so a gateway cannot stretch the window); 0, no expiry, before the first
+// block. A gateway that names another chain than chainID is refused.
+func Expiry(ctx context.Context, gw byzlogv1.GatewayClient, v *Verifier, chainID string) (int64, error) {
+	hs, err := gw.Health(ctx, &byzlogv1.HealthRequest{})
+	if err != nil {
+		return 0, fmt.Errorf("ask the gateway for the chain's height: %w", err)
+	}
+	if hs.ChainId != chainID {
+		return 0, fmt.Errorf("the gateway serves chain %q, this client trusts %q", hs.ChainId, chainID)
+	}
+	if hs.Height <= 0 {
+		return 0, nil
+	}
+	if v != nil {
+		if _, err := v.Header(ctx, hs.Height); err != nil {
+			return 0, fmt.Errorf("the gateway's height %d: %w", hs.Height, err)
+		}
+	}
+	return hs.Height + ExpiryBlocks, nil
+}

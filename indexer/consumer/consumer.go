@@ -207,11 +207,15 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 		for i, o := range offsets {
 			pos[i] = &byzlogv1.PartitionOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: o.Metadata}
 		}
+		expiry, err := chain.Expiry(ctx, c.gw, v, c.o.trust.ChainID())
+		if err != nil {
+			return 0, fmt.Errorf("commit offsets of group %q: %w", group, err)
+		}
 		n, err := c.gw.GetNonce(ctx, &byzlogv1.NonceRequest{Key: s.PublicKey()})
 		if err != nil {
 			return 0, fmt.Errorf("read the consumer key's nonce: %w", err)
 		}
-		req, err := s.CommitOffsets(n.NextNonce, group, false, pos...)
+		req, err := s.CommitOffsetsUntil(n.NextNonce, expiry, group, false, pos...)
 		if err != nil {
 			return 0, err
 		}
