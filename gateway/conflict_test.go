@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,4 +214,54 @@ func TestOneNodeCannotAnswerQueries(t *testing.T) {
 			t.Fatalf("topic query with one liar = %v partitions, %v; want the honest answer", info.Config.GetPartitions(), err)
 		}
 	}
+}
+
+// refuser refuses every transaction in CheckTx with bad_signature.
+func refuser(method string, _ json.RawMessage, res any) any {
+	if r, ok := res.(*ctypes.ResultBroadcastTx); ok && r != nil && method == "broadcast_tx_sync" {
+		lied := *r
+		lied.Code, lied.Log, lied.Data = uint32(core.CodeBadSignature), "bad_signature: a lie", nil
+		return &lied
+	}
+	return res
+}
+
+// TestOneNodeCannotRefuse is the other CheckTx lie of issue 14: one node's
+// refusal failed the batch, so a liar could refuse every producer's
+// batches. A refusal now stands only when f+1 nodes give it: here two
+// liars of seven validators (f = 2) refuse everything.
+func TestOneNodeCannotRefuse(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	runChain(t, c)
+	var refused atomic.Int64
+	lie := func(m string, p json.RawMessage, res any) any {
+		if m == "broadcast_tx_sync" {
+			refused.Add(1)
+		}
+		return refuser(m, p, res)
+	}
+	addrs := []string{c.node(t, lie), c.node(t, lie), c.srv.URL}
+	for range 4 {
+		addrs = append(addrs, c.node(t, nil))
+	}
+	g := startGateway(t, c, func(cfg *Config) { cfg.Nodes.Addrs = addrs })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := newTestProducer("refused")
+	const n = 40
+	for seq := uint64(0); seq < n; seq++ {
+		if a := await(t, produceAsync(ctx, g, p.batch(t, "t", seq, "v")), 5*time.Second, "batch"); a.err != nil {
+			t.Fatalf("Produce(seq %d) with two refusing nodes of seven = %v (after %d refusals); want it committed", seq, a.err, refused.Load())
+		}
+	}
+	if refused.Load() == 0 {
+		t.Fatal("the refusing nodes were never asked: the test proves nothing")
+	}
+	// A real refusal, which every node gives, still comes back.
+	bad := p.batch(t, "t", n, "v")
+	bad.Signature[0] ^= 1
+	if a := await(t, produceAsync(ctx, g, bad), 5*time.Second, "bad batch"); a.err == nil {
+		t.Fatal("a batch with a bad signature was committed")
+	}
+	t.Logf("%d batches committed through %d refusals", n, refused.Load())
 }

@@ -474,13 +474,15 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 // answers.
 func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 	var lastErr error
-	var retry *nodes.Node
 	retriedStale := false
-	for attempt := 0; attempt <= g.pool.Len(); attempt++ {
-		n := g.pool.Pick()
-		if retry != nil {
-			n, retry = retry, nil
-		}
+	// A CheckTx refusal is one node's word: a liar could refuse every
+	// batch. A refusal stands once f+1 nodes give the same code; a node
+	// that takes the transaction settles it the other way.
+	refusals := map[uint32]int{}
+	first := g.pool.Pick()
+	order := append([]*nodes.Node{first}, g.pool.Others(first)...)
+	for i := 0; i < len(order); i++ {
+		n := order[i]
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		res, err := n.BroadcastTxSync(cctx, p.tx)
 		cancel()
@@ -514,7 +516,8 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 			}
 			return
 		}
-		if staleSensitive(core.Code(res.Code)) && !retriedStale {
+		code := core.Code(res.Code)
+		if staleSensitive(code) && !retriedStale {
 			// The node may not have the block that created the topic (or
 			// granted the key) yet, though the pre-check's node had: give
 			// it one more block than this gateway has seen, then ask again.
@@ -523,15 +526,20 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 			seen := g.height
 			g.mu.Unlock()
 			if g.caughtUp(ctx, n, seen+1) {
-				attempt--
-				retry = n
+				i--
 				continue
 			}
 		}
-		if g.untrack(p) {
-			g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, nil)
+		refusals[res.Code]++
+		// A duplicate is settled by the block it names (confirmDuplicate),
+		// whoever says it.
+		if code == core.CodeDuplicate || refusals[res.Code] >= g.quorum() {
+			if g.untrack(p) {
+				g.rejected(ctx, p, code, res.Log, res.Data, nil)
+			}
+			return
 		}
-		return
+		lastErr = fmt.Errorf("node %s refused it (%s: %s), which fewer than %d nodes confirm", n.Addr, code, res.Log, g.quorum())
 	}
 	if g.untrack(p) {
 		g.fail(p, status.Errorf(codes.Unavailable, "no CometBFT node took the transaction (last error: %v); retry", lastErr))
