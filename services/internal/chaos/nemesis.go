@@ -209,7 +209,7 @@ var Nemeses = []Nemesis{
 		Inject: proxyLies("tamper-rpc", tamper.Modes),
 	},
 	{
-		Name: "lying-node", Doc: "the RPC proxy in front of node0 lies to gateway0 in what it answers directly, in turn: drops bundles and answers that every batch is a committed duplicate, claims a height a million blocks ahead, answers producer queries with sequence 0; then tells the truth",
+		Name: "lying-node", Doc: "the RPC proxy in front of node0 lies to gateway0 in what it answers directly, in turn: drops bundles and answers that every batch is a committed duplicate, claims a height a million blocks ahead, answers producer queries with sequence 0, refuses bundles as badly signed; then tells the truth",
 		Inject: proxyLies("lying-node", tamper.LiarModes),
 	},
 	{

@@ -44,7 +44,7 @@ var Modes = []string{Header, Tx, Results, Withhold}
 
 // LiarModes are the lies of the lying-node nemesis (issue 14): a node that
 // lies to a gateway in what it answers directly, not in blocks.
-var LiarModes = []string{LieDuplicate, LieHeight, LieQuery}
+var LiarModes = []string{LieDuplicate, LieHeight, LieQuery, LieRefuse}
 
 // The modes.
 const (
@@ -63,6 +63,9 @@ const (
 	// batch is a duplicate committed at height 1, offset 0: a batch never
 	// written, acknowledged if believed.
 	LieDuplicate = "lie-duplicate"
+	// LieRefuse drops produce bundles and answers CheckTx that the bundle's
+	// signature is bad: honest batches refused, if believed.
+	LieRefuse = "lie-refuse"
 	// LieHeight claims a height a million blocks ahead: honest nodes look
 	// lagging, and a gateway that believed it waited for that height.
 	LieHeight = "lie-height"
@@ -125,8 +128,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		req.Method = strings.TrimPrefix(r.URL.Path, "/")
 	}
 	mode := p.mode.Load().(string)
-	if mode == LieDuplicate && req.Method == "broadcast_tx_sync" {
-		if out, ok := fakeDuplicate(requestTx(body, req.Params)); ok {
+	if (mode == LieDuplicate || mode == LieRefuse) && req.Method == "broadcast_tx_sync" {
+		fake := fakeDuplicate
+		if mode == LieRefuse {
+			fake = fakeRefusal
+		}
+		if out, ok := fake(requestTx(body, req.Params)); ok {
 			p.hit(mode)
 			id := req.ID
 			if len(id) == 0 {
@@ -333,6 +340,26 @@ func requestTx(body []byte, params json.RawMessage) []byte {
 		return nil
 	}
 	return tx
+}
+
+// fakeRefusal is LieRefuse's CheckTx answer to a produce bundle: code 6,
+// bad_signature, for every batch.
+func fakeRefusal(tx []byte) (map[string]any, bool) {
+	var env byzlogv1.Tx
+	if len(tx) == 0 || proto.Unmarshal(tx, &env) != nil || env.GetProduceBundle() == nil {
+		return nil, false
+	}
+	out := &byzlogv1.TxOutcome{}
+	for range env.GetProduceBundle().Batches {
+		out.Batches = append(out.Batches, &byzlogv1.BatchResult{Code: 6, Log: "signature does not verify (a lie)"})
+	}
+	data, err := proto.Marshal(out)
+	if err != nil {
+		return nil, false
+	}
+	sum := sha256.Sum256(tx)
+	return map[string]any{"code": 6, "codespace": "byzlog", "log": "bad_signature: signature does not verify (a lie)",
+		"data": strings.ToUpper(hex.EncodeToString(data)), "hash": strings.ToUpper(hex.EncodeToString(sum[:]))}, true
 }
 
 // fakeDuplicate is LieDuplicate's CheckTx answer to a produce bundle: every

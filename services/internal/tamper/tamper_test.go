@@ -216,6 +216,22 @@ func TestLiar(t *testing.T) {
 	if forwarded != before {
 		t.Errorf("the liar forwarded the bundle to the node; it must drop it")
 	}
+	p.SetMode(LieRefuse)
+	resp2, err := http.Post("http://"+addr+"/broadcast_tx_sync", "application/x-www-form-urlencoded", strings.NewReader("tx=0x"+hexString(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	if err := json.NewDecoder(resp2.Body).Decode(&msg); err != nil {
+		t.Fatal(err)
+	}
+	var refused ctypes.ResultBroadcastTx
+	if err := cmtjson.Unmarshal(msg.Result, &refused); err != nil || refused.Code != 6 {
+		t.Errorf("refusing broadcast answer = code %d (%v); want 6, bad_signature", refused.Code, err)
+	}
+	if forwarded != before {
+		t.Errorf("the refusing liar forwarded the bundle to the node; it must drop it")
+	}
 	for _, m := range LiarModes {
 		if p.Count(m) != 1 {
 			t.Errorf("Count(%s) = %d, want 1", m, p.Count(m))
