@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -186,21 +185,12 @@ func (v *verifier) fetch(ctx context.Context, n *node, lb, next *cmttypes.LightB
 	if err != nil {
 		return nil, "", err
 	}
-	if rb.Block == nil {
-		return nil, "block", errors.New("empty block")
-	}
-	if err := rb.Block.ValidateBasic(); err != nil {
-		return nil, "block", fmt.Errorf("block %d: %w", h, err)
-	}
-	if got := rb.Block.Hash(); !bytes.Equal(got, lb.Hash()) {
-		return nil, "block", fmt.Errorf("block %d hashes to %X, the verified header to %X", h, got, lb.Hash())
-	}
 	rr, err := n.rpc.BlockResults(cctx, &h)
 	if err != nil {
 		return nil, "", err
 	}
-	if got := cmttypes.NewResults(rr.TxsResults).Hash(); !bytes.Equal(got, next.LastResultsHash) {
-		return nil, "results", fmt.Errorf("results of block %d hash to %X, the verified header %d says %X", h, got, h+1, next.LastResultsHash)
+	if kind, err := chain.CheckBlock(lb, next, rb.Block, rr.TxsResults); err != nil {
+		return nil, kind, err
 	}
 	txs := make([][]byte, len(rb.Block.Txs))
 	for i, tx := range rb.Block.Txs {

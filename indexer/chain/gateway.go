@@ -43,7 +43,11 @@ func (p *gatewayProvider) LightBlock(ctx context.Context, height int64) (*cmttyp
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if status.Code(err) != codes.OutOfRange {
+		switch status.Code(err) {
+		case codes.OutOfRange:
+		case codes.Unimplemented:
+			return nil, provider.ErrBadLightBlock{Reason: fmt.Errorf("%s does not relay light blocks (GetLightBlock): a byzlog-gateway too old to verify receipts through; upgrade it, or trust it (TrustGateway)", p.name)}
+		default:
 			return nil, provider.ErrNoResponse
 		}
 		if time.Now().After(deadline) {

@@ -55,6 +55,10 @@ func (l *liar) Health(ctx context.Context, req *byzlogv1.HealthRequest) (*byzlog
 	return l.real.Health(ctx, req)
 }
 
+func (l *liar) GetLightBlock(ctx context.Context, req *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
+	return l.real.GetLightBlock(ctx, req)
+}
+
 func (l *liar) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
 	return l.real.DescribeTopic(ctx, req)
 }

@@ -68,6 +68,25 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close(ctx)
+	// A filler puts a transaction in nearly every block: the proxy serves
+	// a quarter of the indexer's block reads (round-robin), and a producer
+	// waiting for its receipts writes every other block, which could be
+	// just the ones the proxy never serves.
+	createTopicVia(ctx, t, n, gw.addr, "filler", 1)
+	filler, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr), client.WithAcks(byzlogv1.Ack_ACK_MEMPOOL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stopFiller := context.WithCancel(ctx)
+	fillerDone := make(chan struct{})
+	go func() {
+		defer close(fillerDone)
+		for i := 0; fctx.Err() == nil && i < 100_000; i++ {
+			filler.Produce(fctx, &client.Record{Topic: "filler", Value: []byte(fmt.Sprint("f", i))})
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	defer func() { stopFiller(); <-fillerDone; _ = filler.Close(ctx) }()
 
 	type where struct {
 		partition uint32
