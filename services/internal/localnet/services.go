@@ -229,11 +229,26 @@ func portsFree(s Services) error {
 		ports = append(ports, s.GatewayPort+2*g, s.GatewayPort+2*g+1)
 	}
 	for _, port := range ports {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
+		if err := portFree(port); err != nil {
 			return fmt.Errorf("port %d is in use, perhaps by another byzlog run: %w", port, err)
 		}
-		ln.Close()
 	}
 	return nil
+}
+
+// portFree reports whether port can be listened on, waiting up to 10 s: a
+// port in the ephemeral range (NATS's monitoring port often is) can be
+// held for a moment as the source port of some outgoing connection.
+func portFree(port int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			return ln.Close()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

@@ -19,7 +19,7 @@ import (
 // GatewayModes are the lies of the lying-gateway nemesis (issue 14): a
 // gateway that invents, alters and fakes receipts and replays others'
 // batches. "" tells none.
-var GatewayModes = []string{Rebundle, InventReceipt, FakeDuplicate, AlterOffset}
+var GatewayModes = []string{InventReceipt, FakeDuplicate, AlterOffset, Rebundle}
 
 // The modes of a GatewayProxy.
 const (
