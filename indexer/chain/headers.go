@@ -104,7 +104,7 @@ func (h *Headers) client(ctx context.Context) (*light.Client, error) {
 		return h.lc, nil
 	}
 	if h.root.Height == 0 {
-		r, err := h.cfg.Root.resolve(ctx, h.providers)
+		r, err := h.cfg.Root.Resolve(ctx, h.providers)
 		if err != nil {
 			return nil, err
 		}

@@ -61,11 +61,11 @@ func (r Root) Validate() error {
 	return nil
 }
 
-// resolve turns a genesis root into a height and hash: the header at
+// Resolve turns a genesis root into a height and hash: the header at
 // height 1 that more than two thirds of the genesis validators signed.
 // Each provider is asked in turn; one that serves another header is
 // skipped, with the reason kept.
-func (r Root) resolve(ctx context.Context, providers []provider.Provider) (Root, error) {
+func (r Root) Resolve(ctx context.Context, providers []provider.Provider) (Root, error) {
 	if r.Genesis == nil {
 		return r, nil
 	}
@@ -89,12 +89,6 @@ func (r Root) resolve(ctx context.Context, providers []provider.Provider) (Root,
 		errs = append(errs, fmt.Errorf("%s: %w", p, err))
 	}
 	return Root{}, fmt.Errorf("no source served a height-1 header signed by the genesis validators: %w", errors.Join(errs...))
-}
-
-// Resolve is resolve for callers that keep the height and hash (the
-// indexer's configuration).
-func (r Root) Resolve(ctx context.Context, providers []provider.Provider) (Root, error) {
-	return r.resolve(ctx, providers)
 }
 
 func checkGenesisBlock(chainID string, set *cmttypes.ValidatorSet, lb *cmttypes.LightBlock) error {

@@ -17,14 +17,14 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/tamper"
 )
 
 // liar is a gateway test double in front of a real gateway that drops,
 // duplicates, delays (reorders) and alters the batches it is given, by a
 // fixed pattern over the requests it sees.
 type liar struct {
-	byzlogv1.UnimplementedGatewayServer
-	real                                  byzlogv1.GatewayClient
+	tamper.Relay                          // the calls it does not lie in
 	n                                     atomic.Int64
 	dropped, duplicated, delayed, altered atomic.Int64
 }
@@ -41,30 +41,14 @@ func (l *liar) Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzl
 		return nil, ctx.Err()
 	case i%5 == 0: // duplicate: forward twice, answer the second
 		l.duplicated.Add(1)
-		if _, err := l.real.Produce(ctx, req); err != nil {
+		if _, err := l.Up.Produce(ctx, req); err != nil {
 			return nil, err
 		}
 	case i%3 == 0: // reorder: hold it back while later requests overtake it
 		l.delayed.Add(1)
 		time.Sleep(300 * time.Millisecond)
 	}
-	return l.real.Produce(ctx, req)
-}
-
-func (l *liar) Health(ctx context.Context, req *byzlogv1.HealthRequest) (*byzlogv1.HealthResponse, error) {
-	return l.real.Health(ctx, req)
-}
-
-func (l *liar) GetLightBlock(ctx context.Context, req *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
-	return l.real.GetLightBlock(ctx, req)
-}
-
-func (l *liar) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
-	return l.real.DescribeTopic(ctx, req)
-}
-
-func (l *liar) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
-	return l.real.GetProducerState(ctx, req)
+	return l.Up.Produce(ctx, req)
 }
 
 // TestLyingGateway: whatever a gateway does to signed batches, the log
@@ -85,7 +69,7 @@ func TestLyingGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	l := &liar{real: byzlogv1.NewGatewayClient(conn)}
+	l := &liar{Relay: tamper.Relay{Up: byzlogv1.NewGatewayClient(conn)}}
 	srv := grpc.NewServer()
 	byzlogv1.RegisterGatewayServer(srv, l)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

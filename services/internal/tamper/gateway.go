@@ -43,8 +43,7 @@ const (
 // server that forwards every call to a real gateway and, per mode, lies in
 // what it answers Produce. It only listens on the address it is given.
 type GatewayProxy struct {
-	byzlogv1.UnimplementedGatewayServer
-	up   byzlogv1.GatewayClient
+	Relay
 	conn *grpc.ClientConn
 	srv  *grpc.Server
 	lis  net.Listener
@@ -68,7 +67,7 @@ func StartGateway(listen, target string) (*GatewayProxy, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	p := &GatewayProxy{up: byzlogv1.NewGatewayClient(conn), conn: conn, lis: lis, srv: grpc.NewServer(), hits: map[string]int{}}
+	p := &GatewayProxy{Relay: Relay{Up: byzlogv1.NewGatewayClient(conn)}, conn: conn, lis: lis, srv: grpc.NewServer(), hits: map[string]int{}}
 	p.mode.Store("")
 	byzlogv1.RegisterGatewayServer(p.srv, p)
 	go func() { _ = p.srv.Serve(lis) }()
@@ -122,11 +121,11 @@ func (p *GatewayProxy) Produce(ctx context.Context, req *byzlogv1.ProduceRequest
 		return &byzlogv1.ProduceResponse{RequestId: req.GetRequestId(), Receipt: rc}, nil
 	}
 	if mode == Rebundle && prev != nil && !proto.Equal(prev, req.GetBatch()) {
-		if _, err := p.up.Produce(ctx, &byzlogv1.ProduceRequest{Batch: prev, Ack: byzlogv1.Ack_ACK_COMMIT}); err == nil {
+		if _, err := p.Up.Produce(ctx, &byzlogv1.ProduceRequest{Batch: prev, Ack: byzlogv1.Ack_ACK_COMMIT}); err == nil {
 			p.hit(mode)
 		}
 	}
-	resp, err := p.up.Produce(ctx, req)
+	resp, err := p.Up.Produce(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -148,40 +147,50 @@ func (p *GatewayProxy) ProduceStream(byzlogv1.Gateway_ProduceStreamServer) error
 	return status.Error(codes.Unimplemented, "the lying gateway relays unary Produce only")
 }
 
-// The rest is relayed as it is.
-
-func (p *GatewayProxy) Admin(ctx context.Context, r *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
-	return p.up.Admin(ctx, r)
+// Relay is a byzlog gateway that forwards every unary call to a real one
+// as it is. A liar embeds it and overrides what it lies in, so a method
+// added to the API is relayed, not answered Unimplemented.
+type Relay struct {
+	byzlogv1.UnimplementedGatewayServer
+	Up byzlogv1.GatewayClient
 }
 
-func (p *GatewayProxy) ListTopics(ctx context.Context, r *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
-	return p.up.ListTopics(ctx, r)
+func (r Relay) Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzlogv1.ProduceResponse, error) {
+	return r.Up.Produce(ctx, req)
 }
 
-func (p *GatewayProxy) DescribeTopic(ctx context.Context, r *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
-	return p.up.DescribeTopic(ctx, r)
+func (r Relay) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
+	return r.Up.Admin(ctx, req)
 }
 
-func (p *GatewayProxy) GetProducerState(ctx context.Context, r *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
-	return p.up.GetProducerState(ctx, r)
+func (r Relay) ListTopics(ctx context.Context, req *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
+	return r.Up.ListTopics(ctx, req)
 }
 
-func (p *GatewayProxy) GetNonce(ctx context.Context, r *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
-	return p.up.GetNonce(ctx, r)
+func (r Relay) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
+	return r.Up.DescribeTopic(ctx, req)
 }
 
-func (p *GatewayProxy) CommitOffsets(ctx context.Context, r *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
-	return p.up.CommitOffsets(ctx, r)
+func (r Relay) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
+	return r.Up.GetProducerState(ctx, req)
 }
 
-func (p *GatewayProxy) GetGroupOffsets(ctx context.Context, r *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
-	return p.up.GetGroupOffsets(ctx, r)
+func (r Relay) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
+	return r.Up.GetNonce(ctx, req)
 }
 
-func (p *GatewayProxy) Health(ctx context.Context, r *byzlogv1.HealthRequest) (*byzlogv1.HealthResponse, error) {
-	return p.up.Health(ctx, r)
+func (r Relay) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
+	return r.Up.CommitOffsets(ctx, req)
 }
 
-func (p *GatewayProxy) GetLightBlock(ctx context.Context, r *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
-	return p.up.GetLightBlock(ctx, r)
+func (r Relay) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
+	return r.Up.GetGroupOffsets(ctx, req)
+}
+
+func (r Relay) Health(ctx context.Context, req *byzlogv1.HealthRequest) (*byzlogv1.HealthResponse, error) {
+	return r.Up.Health(ctx, req)
+}
+
+func (r Relay) GetLightBlock(ctx context.Context, req *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
+	return r.Up.GetLightBlock(ctx, req)
 }
