@@ -152,7 +152,7 @@ func (c *testChain) makeBlock() error {
 	c.mempool = left
 	blk := cmttypes.MakeBlock(h, txs, &cmttypes.Commit{}, nil)
 	blk.ChainID, blk.Time, blk.AppHash = c.chainID, now, out.State.AppHash
-	blk.ValidatorsHash = make([]byte, 32)
+	blk.ValidatorsHash, blk.ProposerAddress = make([]byte, 32), make([]byte, 20)
 	c.blocks = append(c.blocks, blk)
 	c.results = append(c.results, results)
 	return nil

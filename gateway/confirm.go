@@ -1,9 +1,7 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/hex"
 	"fmt"
 
 	abci "github.com/cometbft/cometbft/abci/types"
@@ -12,7 +10,6 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/nodes"
 	"github.com/byzlog/byzlog/indexer/chain"
-	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // A receipt's offsets come from a committed block's results, and one node
@@ -24,51 +21,12 @@ import (
 // quorum is how many nodes must agree: f+1.
 func (g *Gateway) quorum() int { return (g.pool.Len()-1)/3 + 1 }
 
-// blockData is one node's account of a block: the block, its results, and
-// the hashes they are compared by.
-type blockData struct {
-	block   *ctypes.ResultBlock
-	results *ctypes.ResultBlockResults
-	digest  string // block hash + results hash, hex
-	proofs  *chain.Results
-}
-
-// prove returns the proof of tx i's result (batch names the receipt's batch
-// in it); withTx adds the tx's inclusion path.
-func (d *blockData) prove(i, batch uint32, withTx bool) *byzlogv1.ResultProof {
-	return d.proofs.Prove(int(i), batch, withTx)
-}
-
-// fetchBlock reads block h and its results from n and hashes them itself:
-// the block hash from the header (whose data hash must cover the txs), the
-// results as CometBFT's LastResultsHash does.
-func fetchBlock(ctx context.Context, n *nodes.Node, h int64) (*blockData, error) {
-	blk, err := n.Client.Block(ctx, &h)
-	if err != nil {
-		return nil, fmt.Errorf("block %d from %s: %w", h, n.Addr, err)
-	}
-	res, err := n.Client.BlockResults(ctx, &h)
-	if err != nil {
-		return nil, fmt.Errorf("block results %d from %s: %w", h, n.Addr, err)
-	}
-	if len(res.TxsResults) != len(blk.Block.Txs) {
-		return nil, fmt.Errorf("block %d from %s: %d txs but %d results", h, n.Addr, len(blk.Block.Txs), len(res.TxsResults))
-	}
-	if !bytes.Equal(blk.Block.Data.Hash(), blk.Block.DataHash) {
-		return nil, fmt.Errorf("block %d from %s: its txs do not match its header's data hash", h, n.Addr)
-	}
-	proofs := chain.NewResults(blk.Block.Txs, res.TxsResults)
-	return &blockData{block: blk, results: res, digest: blockDigest(blk.Block.Hash(), proofs.Hash()), proofs: proofs}, nil
-}
-
-func blockDigest(blockHash, resultsHash []byte) string {
-	return hex.EncodeToString(blockHash) + "/" + hex.EncodeToString(resultsHash)
-}
-
 // confirmedBlock returns block h and its results as n reports them once
-// quorum nodes agree, or what quorum other nodes agree on if n is alone.
-func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*blockData, error) {
-	first, err := fetchBlock(ctx, n, h)
+// quorum nodes agree (chain.Block's Digest: block hash and results hash),
+// or what quorum other nodes agree on if n is alone. Every account is read
+// and checked by chain.ReadBlock, the reader the indexer uses too.
+func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*chain.Block, error) {
+	first, err := readBlock(ctx, n, h)
 	if err != nil {
 		return nil, err
 	}
@@ -76,32 +34,35 @@ func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*
 	if need <= 1 {
 		return first, nil
 	}
-	votes := map[string]int{first.digest: 1}
-	full := map[string]*blockData{first.digest: first}
+	votes := map[string]int{first.Digest(): 1}
+	full := map[string]*chain.Block{first.Digest(): first}
 	for _, m := range g.pool.Others(n) {
-		var d *blockData
+		var digest string
 		if len(votes) == 1 {
-			d, err = confirmHeader(ctx, m, h) // all agree so far: a header and results do
+			digest, err = headerDigest(ctx, m, h) // all agree so far: a header and results do
 		} else {
-			d, err = fetchBlock(ctx, m, h)
+			var b *chain.Block
+			if b, err = readBlock(ctx, m, h); err == nil {
+				digest = b.Digest()
+				if full[digest] == nil {
+					full[digest] = b
+				}
+			}
 		}
 		if err != nil {
 			continue
 		}
-		votes[d.digest]++
-		if d.block != nil && full[d.digest] == nil {
-			full[d.digest] = d
-		}
-		if votes[d.digest] < need {
+		votes[digest]++
+		if votes[digest] < need {
 			continue
 		}
-		b := full[d.digest]
+		b := full[digest]
 		if b == nil { // agreed on by headers only: take the block from m
-			if b, err = fetchBlock(ctx, m, h); err != nil || b.digest != d.digest {
+			if b, err = readBlock(ctx, m, h); err != nil || b.Digest() != digest {
 				continue
 			}
 		}
-		if b.digest != first.digest {
+		if digest != first.Digest() {
 			g.log.Warn().Str("node", n.Addr).Int64("height", h).Msg("a node's block or results differ from what the others agree on; using theirs")
 			g.metrics.disagreements.Inc()
 		}
@@ -110,18 +71,27 @@ func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*
 	return nil, fmt.Errorf("block %d: fewer than %d nodes agree on its hash and results (%d accounts)", h, need, len(votes))
 }
 
-// confirmHeader reads block h's header and results from m: enough to
-// compare, not to use (block is nil).
-func confirmHeader(ctx context.Context, m *nodes.Node, h int64) (*blockData, error) {
+// readBlock reads block h and its results from n (chain.ReadBlock).
+func readBlock(ctx context.Context, n *nodes.Node, h int64) (*chain.Block, error) {
+	b, _, err := chain.ReadBlock(ctx, n.Client, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", n.Addr, err)
+	}
+	return b, nil
+}
+
+// headerDigest is block h's chain.Digest from m's header and results:
+// enough to compare with a Block, not to use.
+func headerDigest(ctx context.Context, m *nodes.Node, h int64) (string, error) {
 	hdr, err := m.Client.Header(ctx, &h)
 	if err != nil || hdr.Header == nil {
-		return nil, fmt.Errorf("header %d from %s: %v", h, m.Addr, err)
+		return "", fmt.Errorf("header %d from %s: %v", h, m.Addr, err)
 	}
 	res, err := m.Client.BlockResults(ctx, &h)
 	if err != nil {
-		return nil, fmt.Errorf("block results %d from %s: %w", h, m.Addr, err)
+		return "", fmt.Errorf("block results %d from %s: %w", h, m.Addr, err)
 	}
-	return &blockData{results: res, digest: blockDigest(hdr.Header.Hash(), cmttypes.NewResults(res.TxsResults).Hash())}, nil
+	return chain.Digest(hdr.Header.Hash(), res.TxsResults), nil
 }
 
 // confirmedTx returns what n's transaction index says about hash once

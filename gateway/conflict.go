@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -36,8 +37,8 @@ type conflictHit struct {
 // settleConflicts finds and settles the pending bundles that the
 // transactions of block h (whose results f+1 nodes confirmed) made
 // impossible.
-func (g *Gateway) settleConflicts(ctx context.Context, d *blockData) {
-	txs, results := d.block.Block.Txs, d.results.TxsResults
+func (g *Gateway) settleConflicts(ctx context.Context, d *chain.Block) {
+	txs, results := d.Block.Txs, d.Results
 	hits := map[*request]conflictHit{}
 	for i, tx := range txs {
 		if i >= len(results) {
@@ -85,11 +86,11 @@ func (g *Gateway) settleConflicts(ctx context.Context, d *blockData) {
 
 // settleConflict answers the requests of p that block h committed
 // elsewhere and sends the rest again.
-func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, d *blockData, hits map[*request]conflictHit) {
+func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, d *chain.Block, hits map[*request]conflictHit) {
 	for _, t := range g.takeTwins(p) {
 		g.settleConflict(ctx, t, d, hits)
 	}
-	h := d.block.Block.Height
+	h := d.Block.Height
 	var again []*request
 	for _, r := range p.reqs {
 		hit, ok := hits[r]
@@ -99,7 +100,7 @@ func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, d *blockData
 		case hit.same:
 			br := hit.result
 			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: hit.txIndex, Topic: br.Topic, Partition: br.Partition,
-				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.prove(hit.txIndex, hit.batch, false)}, nil)
+				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.Prove(int(hit.txIndex), hit.batch, false)}, nil)
 		default:
 			r.finish(nil, status.Errorf(codes.FailedPrecondition,
 				"sequence %d of %s/%d was committed at height %d by a different batch signed with this producer's key; this batch was not written: use a new sequence",

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -24,12 +25,12 @@ import (
 // many retries of batches from the same few blocks.
 type dupBlocks struct {
 	mu     sync.Mutex
-	blocks map[int64]*blockData
+	blocks map[int64]*chain.Block
 }
 
 const maxDupBlocks = 16
 
-func (c *dupBlocks) get(ctx context.Context, g *Gateway, h int64) (*blockData, error) {
+func (c *dupBlocks) get(ctx context.Context, g *Gateway, h int64) (*chain.Block, error) {
 	c.mu.Lock()
 	d := c.blocks[h]
 	c.mu.Unlock()
@@ -43,7 +44,7 @@ func (c *dupBlocks) get(ctx context.Context, g *Gateway, h int64) (*blockData, e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.blocks == nil || len(c.blocks) >= maxDupBlocks {
-		c.blocks = map[int64]*blockData{}
+		c.blocks = map[int64]*chain.Block{}
 	}
 	c.blocks[h] = d
 	return d, nil
@@ -74,8 +75,8 @@ func (g *Gateway) duplicateReceipt(ctx context.Context, r *request, h int64) (*b
 	if err != nil {
 		return nil, err
 	}
-	for i, tx := range d.block.Block.Txs {
-		batches, outcome, ok := committedBatches(tx, d.results.TxsResults[i])
+	for i, tx := range d.Block.Txs {
+		batches, outcome, ok := committedBatches(tx, d.Results[i])
 		if !ok {
 			continue
 		}
@@ -83,7 +84,7 @@ func (g *Gateway) duplicateReceipt(ctx context.Context, r *request, h int64) (*b
 			if bytes.Equal(sb.ProducerKey, r.batch.ProducerKey) && bytes.Equal(sb.Body, r.batch.Body) {
 				br := outcome[j]
 				return &byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: uint32(i), Topic: br.Topic, Partition: br.Partition,
-					BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.prove(uint32(i), uint32(j), false)}, nil
+					BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.Prove(i, uint32(j), false)}, nil
 			}
 		}
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/gateway/nodes"
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -574,7 +575,7 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 	// The receipt's proof needs the block's results: read the block, as
 	// f+1 nodes report it, and find the transaction in it.
 	d, err := g.dups.get(cctx, g, res.Height)
-	if err != nil || int(res.Index) >= len(d.block.Block.Txs) || !bytes.Equal(d.block.Block.Txs[res.Index].Hash(), hash) {
+	if err != nil || int(res.Index) >= len(d.Block.Txs) || !bytes.Equal(d.Block.Txs[res.Index].Hash(), hash) {
 		g.log.Debug().Err(err).Int64("height", res.Height).Msg("the tx index names a block that does not confirm it; waiting for the block")
 		return
 	}
@@ -585,11 +586,11 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 
 // txAt is a transaction in a confirmed block: block d, index i.
 type txAt struct {
-	d *blockData
+	d *chain.Block
 	i uint32
 }
 
-func (at txAt) height() int64 { return at.d.block.Block.Height }
+func (at txAt) height() int64 { return at.d.Block.Height }
 
 // rejected answers each batch of a refused bundle: duplicates get their
 // original offsets, bad batches their error, and the rest go out again in
@@ -621,7 +622,7 @@ func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, lo
 			// The block at.height() says the batch is a duplicate, with the
 			// original's offsets: that result is the proof.
 			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: at.height(), TxIndex: at.i, Topic: br.Topic, Partition: br.Partition,
-				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: at.d.prove(at.i, uint32(i), false)}, nil)
+				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: at.d.Prove(int(at.i), uint32(i), false)}, nil)
 		case br.Code != 0:
 			r.finish(nil, rejected(core.Code(br.Code), br.Log))
 		default:
@@ -696,7 +697,7 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for i, tx := range d.block.Block.Txs {
+		for i, tx := range d.Block.Txs {
 			g.mu.Lock()
 			p := g.pending[hex.EncodeToString(tx.Hash())]
 			g.mu.Unlock()
@@ -716,9 +717,9 @@ func (g *Gateway) committed(ctx context.Context, p *pendingTx, at txAt) {
 	for _, t := range g.takeTwins(p) {
 		g.committed(ctx, t, at)
 	}
-	h, i, res := at.height(), at.i, at.d.results.TxsResults[at.i]
+	h, i, res := at.height(), at.i, at.d.Results[at.i]
 	if p.committed != nil {
-		p.committed(Committed{Height: h, TxIndex: i, Proof: at.d.prove(i, 0, true)}, res)
+		p.committed(Committed{Height: h, TxIndex: i, Proof: at.d.Prove(int(i), 0, true)}, res)
 		p.release()
 		return
 	}
@@ -734,7 +735,7 @@ func (g *Gateway) committed(ctx context.Context, p *pendingTx, at txAt) {
 	for j, br := range out.Batches {
 		p.reqs[j].finish(&byzlogv1.Receipt{
 			Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: i, Topic: br.Topic, Partition: br.Partition,
-			BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Proof: at.d.prove(i, uint32(j), false),
+			BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Proof: at.d.Prove(int(i), uint32(j), false),
 		}, nil)
 	}
 	p.release()

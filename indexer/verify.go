@@ -181,23 +181,19 @@ func (v *verifier) fetch(ctx context.Context, n *node, lb, next *cmttypes.LightB
 	h := lb.Height
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rb, err := n.rpc.Block(cctx, &h)
+	b, kind, err := chain.ReadBlock(cctx, n.rpc, h)
 	if err != nil {
-		return nil, "", err
-	}
-	rr, err := n.rpc.BlockResults(cctx, &h)
-	if err != nil {
-		return nil, "", err
-	}
-	if kind, err := chain.CheckBlock(lb, next, rb.Block, rr.TxsResults); err != nil {
 		return nil, kind, err
 	}
-	txs := make([][]byte, len(rb.Block.Txs))
-	for i, tx := range rb.Block.Txs {
+	if kind, err := b.Check(lb, next); err != nil {
+		return nil, kind, err
+	}
+	txs := make([][]byte, len(b.Block.Txs))
+	for i, tx := range b.Block.Txs {
 		txs[i] = tx
 	}
-	results := make([]core.TxResult, len(rr.TxsResults))
-	for i, r := range rr.TxsResults {
+	results := make([]core.TxResult, len(b.Results))
+	for i, r := range b.Results {
 		results[i] = core.TxResult{Code: r.Code, Data: r.Data}
 	}
 	app, err := core.BlockRecords(h, lb.Time.UnixNano(), txs, results)

@@ -121,28 +121,3 @@ func verifyPath(root []byte, total, index int64, aunts [][]byte, leaf []byte) er
 	pr := merkle.Proof{Total: total, Index: index, LeafHash: lh[:], Aunts: aunts}
 	return pr.Verify(root, leaf)
 }
-
-// CheckBlock checks that blk and its results are the block the verified
-// header lb names and the results the verified header next (one above)
-// hashes: a node that serves anything else is lying or broken. kind names
-// the failed check ("block" or "results").
-func CheckBlock(lb, next *cmttypes.LightBlock, blk *cmttypes.Block, results []*abci.ExecTxResult) (kind string, err error) {
-	if blk == nil {
-		return "block", errors.New("empty block")
-	}
-	if err := blk.ValidateBasic(); err != nil { // the txs match the data hash
-		return "block", fmt.Errorf("block %d: %w", lb.Height, err)
-	}
-	if got := blk.Hash(); !bytesEqual(got, lb.Hash()) {
-		return "block", fmt.Errorf("block %d hashes to %X, the verified header to %X", lb.Height, got, lb.Hash())
-	}
-	if len(results) != len(blk.Txs) {
-		return "results", fmt.Errorf("block %d: %d txs but %d results", lb.Height, len(blk.Txs), len(results))
-	}
-	if got := cmttypes.NewResults(results).Hash(); !bytesEqual(got, next.LastResultsHash) {
-		return "results", fmt.Errorf("results of block %d hash to %X, the verified header %d says %X", lb.Height, got, next.Height, next.LastResultsHash)
-	}
-	return "", nil
-}
-
-func bytesEqual(a, b []byte) bool { return string(a) == string(b) }

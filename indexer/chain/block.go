@@ -1,0 +1,126 @@
+package chain
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	abci "github.com/cometbft/cometbft/abci/types"
+	ctypes "github.com/cometbft/cometbft/rpc/core/types"
+	cmttypes "github.com/cometbft/cometbft/types"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// The one reader of committed blocks. A node's block and results are read
+// by ReadBlock, which checks them against each other (the txs hash to the
+// header's data hash, one result per tx); what makes them the chain's is
+// the caller's policy, on the same Block:
+//   - Check, against the light client's verified headers of the block and
+//     the next one (the indexer, which publishes every block and can wait
+//     for the next header);
+//   - Digest, compared across f+1 nodes (the gateway, which answers a
+//     block's receipts as soon as it is committed: the results hash is only
+//     signed in the next header, a block later, and its clients check the
+//     receipts' proofs against that header themselves).
+
+// Kinds of failed check: data a node served that is wrong, as opposed to a
+// node that did not answer (kind "").
+const (
+	KindBlock   = "block"
+	KindResults = "results"
+)
+
+// Block is one node's account of a committed block and its results.
+type Block struct {
+	Block   *cmttypes.Block
+	Results []*abci.ExecTxResult
+	proofs  *Results
+	hash    []byte
+}
+
+// BlockSource serves blocks and their results: a CometBFT RPC client.
+type BlockSource interface {
+	Block(ctx context.Context, height *int64) (*ctypes.ResultBlock, error)
+	BlockResults(ctx context.Context, height *int64) (*ctypes.ResultBlockResults, error)
+}
+
+// ReadBlock reads block h and its results from src and checks that they
+// fit each other. kind names the failed check when src served wrong data
+// (KindBlock, KindResults) and is empty when it did not answer.
+func ReadBlock(ctx context.Context, src BlockSource, h int64) (b *Block, kind string, err error) {
+	rb, err := src.Block(ctx, &h)
+	if err != nil {
+		return nil, "", fmt.Errorf("block %d: %w", h, err)
+	}
+	if rb == nil || rb.Block == nil {
+		return nil, KindBlock, fmt.Errorf("block %d: empty answer", h)
+	}
+	if rb.Block.Height != h {
+		return nil, KindBlock, fmt.Errorf("asked for block %d, got %d", h, rb.Block.Height)
+	}
+	if err := rb.Block.ValidateBasic(); err != nil { // the txs match the data hash
+		return nil, KindBlock, fmt.Errorf("block %d: %w", h, err)
+	}
+	rr, err := src.BlockResults(ctx, &h)
+	if err != nil {
+		return nil, "", fmt.Errorf("block results %d: %w", h, err)
+	}
+	if rr == nil || len(rr.TxsResults) != len(rb.Block.Txs) {
+		n := 0
+		if rr != nil {
+			n = len(rr.TxsResults)
+		}
+		return nil, KindResults, fmt.Errorf("block %d: %d txs but %d results", h, len(rb.Block.Txs), n)
+	}
+	return NewBlock(rb.Block, rr.TxsResults), "", nil
+}
+
+// NewBlock wraps a block and its results (one per tx), as ReadBlock
+// returns them.
+func NewBlock(blk *cmttypes.Block, results []*abci.ExecTxResult) *Block {
+	return &Block{Block: blk, Results: results, proofs: NewResults(blk.Txs, results), hash: blk.Hash()}
+}
+
+// Height is the block's height.
+func (b *Block) Height() int64 { return b.Block.Height }
+
+// Digest names the block and its results: two accounts with the same
+// digest are the same block with the same results.
+func (b *Block) Digest() string { return digest(b.hash, b.proofs.Hash()) }
+
+// Digest names a block by its header hash and its results hash (the next
+// header's LastResultsHash), as Block.Digest does; from a header and
+// results alone, it is enough to compare with a Block.
+func Digest(blockHash []byte, results []*abci.ExecTxResult) string {
+	return digest(blockHash, cmttypes.NewResults(results).Hash())
+}
+
+func digest(blockHash, resultsHash []byte) string {
+	return hex.EncodeToString(blockHash) + "/" + hex.EncodeToString(resultsHash)
+}
+
+// Check checks that b is the block the verified header lb names and its
+// results what the verified header next (one above) hashes: a node that
+// served anything else is lying or broken. kind names the failed check.
+func (b *Block) Check(lb, next *cmttypes.LightBlock) (kind string, err error) {
+	if lb == nil || next == nil || next.Height != lb.Height+1 {
+		return KindBlock, errors.New("check a block: need its verified header and the next one")
+	}
+	if !bytesEqual(b.hash, lb.Hash()) {
+		return KindBlock, fmt.Errorf("block %d hashes to %X, the verified header to %X", lb.Height, b.hash, lb.Hash())
+	}
+	if got := b.proofs.Hash(); !bytesEqual(got, next.LastResultsHash) {
+		return KindResults, fmt.Errorf("results of block %d hash to %X, the verified header %d says %X", lb.Height, got, next.Height, next.LastResultsHash)
+	}
+	return "", nil
+}
+
+// Prove returns the proof of tx i's result, batch naming the receipt's
+// batch in it; withTx adds the tx's inclusion path (Results.Prove).
+func (b *Block) Prove(i int, batch uint32, withTx bool) *byzlogv1.ResultProof {
+	return b.proofs.Prove(i, batch, withTx)
+}
+
+func bytesEqual(a, b []byte) bool { return string(a) == string(b) }
