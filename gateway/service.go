@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -201,13 +202,29 @@ func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRe
 	return &byzlogv1.ProducerState{NextSequence: next}, nil
 }
 
-// GetNonce returns a key's next nonce.
+// GetNonce returns a key's next nonce, as f+1 nodes agree on it, with the
+// committed transaction that used the nonce before it and its proof: a
+// client that signs only nonces shown used up to the one before signs no
+// future nonce for a gateway to keep back.
 func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
 	var n byzlogv1.NonceResponse
 	if err := s.g.Query(ctx, core.PathNonce, req, &n); err != nil {
 		return nil, err
 	}
-	return &n, nil
+	if n.NextNonce == 0 || n.UsedHeight <= 0 {
+		return &n, nil
+	}
+	d, err := s.g.dups.get(ctx, s.g, n.UsedHeight)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "read block %d, which used nonce %d: %v", n.UsedHeight, n.NextNonce-1, err)
+	}
+	for i, tx := range d.Block.Txs {
+		if key, nonce, ok := core.NonceUse(tx); ok && bytes.Equal(key, req.Key) && nonce == n.NextNonce-1 {
+			n.UsedTx, n.UsedTxIndex, n.UsedProof = tx, uint32(i), d.Prove(i, 0, true)
+			return &n, nil
+		}
+	}
+	return nil, status.Errorf(codes.Internal, "block %d holds no transaction of this key with nonce %d, which the nodes say it used", n.UsedHeight, n.NextNonce-1)
 }
 
 // Health reports the nodes and the chain.

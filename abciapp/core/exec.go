@@ -492,19 +492,55 @@ func (ex *executor) useNonce(o *overlay, key []byte, nonce uint64) (Result, erro
 		}
 		return reject(CodeBadNonce, "nonce %d is not key %x's next nonce, %d", nonce, key, next), nil
 	}
-	o.put(CFMeta, nonceKey(key), be64(nonce+1))
+	// The height goes with it: the block that holds the transaction which
+	// used nonce, so a client can be shown that transaction (NonceUse).
+	o.put(CFMeta, nonceKey(key), cat(be64(nonce+1), be64(uint64(ex.b.Height))))
 	return Result{}, nil
 }
 
 func loadNonce(r Reader, key []byte) (uint64, error) {
+	next, _, err := loadNonceState(r, key)
+	return next, err
+}
+
+// loadNonceState returns key's next nonce and the height of the block that
+// used the one before it (0, 0: none used).
+func loadNonceState(r Reader, key []byte) (next uint64, usedAt int64, err error) {
 	b, err := r.Get(CFMeta, nonceKey(key))
 	if err != nil || b == nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if len(b) != 8 {
-		return 0, fmt.Errorf("nonce of %x: stored value is %d bytes, want 8", key, len(b))
+	if len(b) != 16 {
+		return 0, 0, fmt.Errorf("nonce of %x: stored value is %d bytes, want 16", key, len(b))
 	}
-	return binary.BigEndian.Uint64(b), nil
+	return binary.BigEndian.Uint64(b), int64(binary.BigEndian.Uint64(b[8:])), nil
+}
+
+// NonceUse returns the signing key and nonce of a signed admin request or
+// offset commit, the two kinds that use a key's nonce; ok is false for
+// anything else, or a transaction whose signature does not verify. A
+// client shown the transaction that used its nonce checks with it that the
+// nonce is used, given a proof that the transaction was committed.
+func NonceUse(tx []byte) (key []byte, nonce uint64, ok bool) {
+	env, r := decodeTx(tx, 1)
+	if !r.OK() {
+		return nil, 0, false
+	}
+	switch k := env.Kind.(type) {
+	case *byzlogv1.Tx_Admin:
+		var body byzlogv1.AdminBody
+		if proto.Unmarshal(k.Admin.GetBody(), &body) != nil {
+			return nil, 0, false
+		}
+		return k.Admin.GetAdminKey(), body.Nonce, true
+	case *byzlogv1.Tx_CommitOffsets:
+		var body byzlogv1.CommitOffsetsBody
+		if proto.Unmarshal(k.CommitOffsets.GetBody(), &body) != nil {
+			return nil, 0, false
+		}
+		return k.CommitOffsets.GetConsumerKey(), body.Nonce, true
+	}
+	return nil, 0, false
 }
 
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.

@@ -97,11 +97,11 @@ func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error
 		if len(req.Key) != ed25519.PublicKeySize {
 			return nil, reject(CodeBadQuery, "key is %d bytes, an ed25519 public key is %d", len(req.Key), ed25519.PublicKeySize), nil
 		}
-		n, err := loadNonce(s, req.Key)
+		n, at, err := loadNonceState(s, req.Key)
 		if err != nil {
 			return nil, Result{}, err
 		}
-		return marshal(&byzlogv1.NonceResponse{NextNonce: n}), Result{}, nil
+		return marshal(&byzlogv1.NonceResponse{NextNonce: n, UsedHeight: at}), Result{}, nil
 	case PathProof:
 		var req byzlogv1.ProofRequest
 		if r := decodeQuery(data, &req); !r.OK() {

@@ -472,12 +472,18 @@ func TestQueryNonce(t *testing.T) {
 }
 
 // TestQueryNonceAdvances: an accepted admin tx advances the admin's nonce, a
-// rejected one does not.
+// rejected one does not; the answer names the block of the tx that used the
+// nonce before, and NonceUse reads the key and nonce from that tx.
 func TestQueryNonceAdvances(t *testing.T) {
 	c := newChain(t, "")
+	var usedAt int64
+	var usedTx []byte
 	adminNonce := func() uint64 {
 		var got byzlogv1.NonceResponse
 		c.query(core.PathNonce, &byzlogv1.NonceRequest{Key: c.admin.PublicKey()}, &got)
+		if got.UsedHeight != usedAt {
+			t.Errorf("Query(%s, admin).used_height = %d, want %d", core.PathNonce, got.UsedHeight, usedAt)
+		}
 		return got.NextNonce
 	}
 	create := &byzlogv1.CreateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 1}}
@@ -499,12 +505,33 @@ func TestQueryNonceAdvances(t *testing.T) {
 		t.Fatalf("Query(%s, admin) on a fresh chain = %d, want 0", core.PathNonce, got)
 	}
 	for _, s := range steps {
-		r := c.block(c.adminTx(c.admin, s.nonce, s.op))[0]
+		tx := c.adminTx(c.admin, s.nonce, s.op)
+		r := c.block(tx)[0]
 		if r.Code != s.code {
 			t.Fatalf("%s: admin tx with nonce %d = %s (%s), want %s", s.name, s.nonce, r.Code, r.Log, s.code)
 		}
+		if r.OK() {
+			usedAt, usedTx = c.state.Height, tx
+		}
 		if got := adminNonce(); got != s.want {
 			t.Errorf("%s: Query(%s, admin) = %d, want %d", s.name, core.PathNonce, got, s.want)
+		}
+		key, nonce, ok := core.NonceUse(usedTx)
+		if !ok || string(key) != string(c.admin.PublicKey()) || nonce != s.want-1 {
+			t.Errorf("%s: NonceUse(the tx at %d) = %x, %d, %v; want the admin key and nonce %d", s.name, usedAt, key, nonce, ok, s.want-1)
+		}
+	}
+	for name, tx := range map[string][]byte{
+		"a produce bundle": bundle(t, batch(t, sign.NewSigner(key("p"), chainID), "t", 0, 0, records("a"))),
+		"garbage":          []byte("not a tx"),
+		"a forged signature": func() []byte {
+			tx := c.adminTx(c.admin, 9, create)
+			tx[len(tx)-1] ^= 1
+			return tx
+		}(),
+	} {
+		if key, n, ok := core.NonceUse(tx); ok {
+			t.Errorf("NonceUse(%s) = %x, %d, true; want false", name, key, n)
 		}
 	}
 }

@@ -77,7 +77,9 @@ func (a *Admin) DeleteTopic(ctx context.Context, name string) (int64, error) {
 	return a.do(ctx, &byzlogv1.DeleteTopic{Name: name})
 }
 
-// do signs op with the key's next nonce, read from the chain, and submits
+// do signs op with the key's next nonce, read from the chain (and, when
+// verifying, checked against the committed transaction that used the one
+// before), and submits
 // it; a stale or raced nonce is read again, up to five times.
 func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 	s := sign.NewSigner(a.key, a.trust.ChainID())
@@ -89,6 +91,13 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 		n, err := a.gw.GetNonce(ctx, &byzlogv1.NonceRequest{Key: s.PublicKey()})
 		if err != nil {
 			return 0, fmt.Errorf("read the admin key's nonce: %w", err)
+		}
+		if a.verify != nil {
+			// Signed only for a nonce shown used up to the one before: a
+			// gateway cannot collect requests for future nonces to replay.
+			if err := a.verify.Nonce(ctx, s.PublicKey(), n); err != nil {
+				return 0, fmt.Errorf("the gateway's nonce for the admin key: %w", err)
+			}
 		}
 		req, err := s.AdminUntil(n.NextNonce, expiry, op)
 		if err != nil {

@@ -44,8 +44,8 @@ func committed(n int) (*cmttypes.Block, []*abci.ExecTxResult, *cmttypes.LightBlo
 
 func TestReadBlockChecks(t *testing.T) {
 	blk, results, lb, next := committed(5)
-	forged := *blk
-	forged.Data = cmttypes.Data{Txs: append(cmttypes.Txs{[]byte("forged")}, blk.Txs[1:]...)}
+	forged := cmttypes.MakeBlock(7, append(cmttypes.Txs{[]byte("forged")}, blk.Txs[1:]...), &cmttypes.Commit{}, nil)
+	forged.Header = blk.Header // the committed header over other txs
 	other, _, otherLB, _ := committed(4)
 	altered := append([]*abci.ExecTxResult{{Code: 0, Data: []byte("other offsets")}}, results[1:]...)
 	for _, tc := range []struct {
@@ -57,7 +57,7 @@ func TestReadBlockChecks(t *testing.T) {
 		wantErr string
 	}{
 		{"the committed block", source{blk: blk, results: results}, lb, "-", "", ""},
-		{"a tx swapped under the header", source{blk: &forged, results: results}, lb, KindBlock, "", "DataHash"},
+		{"a tx swapped under the header", source{blk: forged, results: results}, lb, KindBlock, "", "DataHash"},
 		{"a result missing", source{blk: blk, results: results[1:]}, lb, KindResults, "", "5 txs but 4 results"},
 		{"another block", source{blk: other, results: results[:4]}, lb, "-", KindBlock, "hashes to"},
 		{"altered results", source{blk: blk, results: altered}, lb, "-", KindResults, "results of block 7"},

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/rs/zerolog"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -149,6 +151,26 @@ func (v *Verifier) Tx(ctx context.Context, tx []byte, height int64, index uint32
 	}
 	if code != 0 {
 		return fmt.Errorf("%w: the chain refused the transaction (code %d)", ErrUnverified, code)
+	}
+	return nil
+}
+
+// Nonce checks a gateway's GetNonce answer for key. Nonce 0 needs no
+// proof; any other comes with the committed transaction, signed by key,
+// that used the nonce before it. A nonce shown so is at most the key's
+// next: a request signed for it is never one for a future nonce that a
+// gateway could keep back and play later (a stale one the chain refuses).
+func (v *Verifier) Nonce(ctx context.Context, key []byte, n *byzlogv1.NonceResponse) error {
+	next := n.GetNextNonce()
+	if next == 0 {
+		return nil
+	}
+	k, used, ok := core.NonceUse(n.GetUsedTx())
+	if !ok || !bytes.Equal(k, key) || used != next-1 {
+		return fmt.Errorf("%w: nonce %d came without a signed transaction of this key that used nonce %d", ErrUnverified, next, next-1)
+	}
+	if err := v.Tx(ctx, n.GetUsedTx(), n.GetUsedHeight(), n.GetUsedTxIndex(), n.GetUsedProof()); err != nil {
+		return fmt.Errorf("nonce %d: the transaction that used nonce %d: %w", next, next-1, err)
 	}
 	return nil
 }

@@ -215,6 +215,11 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 		if err != nil {
 			return 0, fmt.Errorf("read the consumer key's nonce: %w", err)
 		}
+		if v != nil {
+			if err := v.Nonce(ctx, s.PublicKey(), n); err != nil {
+				return 0, fmt.Errorf("commit offsets of group %q: %w", group, err)
+			}
+		}
 		req, err := s.CommitOffsetsUntil(n.NextNonce, expiry, group, false, pos...)
 		if err != nil {
 			return 0, err

@@ -113,6 +113,52 @@ func TestLyingGatewayIsCaught(t *testing.T) {
 	}
 	t.Logf("the chain holds %d records; all %d acknowledged at their offsets, none twice", len(log), len(acked))
 
+	// An admin client is shown a nonce ahead of the key's next. Verifying,
+	// it signs nothing (the proof is of the nonce before the real one); on
+	// the gateway's word it signs a request the gateway keeps, to play it
+	// once the key's nonce gets there. Honest, the proof checks.
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	createVia := func(tr client.Trust, name string) error {
+		adm, err := client.NewAdmin(px.Addr(), adminKey, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer adm.Close()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err = adm.CreateTopic(actx, name, &byzlogv1.TopicConfig{Partitions: 1})
+		return err
+	}
+	if err := createVia(trust, "through-the-proxy"); err != nil {
+		t.Fatalf("admin request through the honest proxy, nonce checked: %v", err)
+	}
+	px.SetMode(tamper.FutureNonce)
+	if err := createVia(trust, "kept-verified"); !errors.Is(err, client.ErrUnverified) {
+		t.Fatalf("verifying admin shown a future nonce: %v; want ErrUnverified", err)
+	}
+	if px.Count(tamper.FutureNonce) == 0 {
+		t.Fatal("the proxy told no nonce lie")
+	}
+	if k := px.Kept(); len(k) != 0 {
+		t.Fatalf("the verifying admin signed %d requests for a future nonce", len(k))
+	}
+	if err := createVia(client.TrustGateway(trust.ChainID()), "kept"); err == nil {
+		t.Fatal("the proxy forwarded the request it should keep")
+	}
+	px.SetMode("")
+	k := px.Kept()
+	if len(k) != 1 {
+		t.Fatalf("the unverifying admin signed %d requests for the proxy to keep; want 1", len(k))
+	}
+	var body byzlogv1.AdminBody
+	if err := proto.Unmarshal(k[0].Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("on the gateway's word the admin signed nonce %d, 5 ahead, for the gateway to keep; verifying, it signed none", body.Nonce)
+
 	// The lie verification stops: a producer on the gateway's word takes
 	// an invented receipt for a record that was never written.
 	p, err := client.NewProducer(ctx, client.WithTrust(client.TrustGateway(trust.ChainID())), client.WithGateways(px.Addr()))

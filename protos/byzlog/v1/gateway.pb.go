@@ -329,111 +329,6 @@ func (x *Receipt) GetProof() *ResultProof {
 	return nil
 }
 
-// ResultProof ties one transaction's result, and one batch's result in it,
-// to the header at height+1: CometBFT hashes the results of block height
-// into that header's LastResultsHash. Nothing in it needs trusting the
-// gateway that relays it.
-type ResultProof struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The transaction's result as CometBFT hashes it: a cometbft.abci.v1
-	// ExecTxResult holding only code, data, gas_wanted and gas_used. For a
-	// produce bundle its data is a TxOutcome.
-	TxResult []byte `protobuf:"bytes,1,opt,name=tx_result,json=txResult,proto3" json:"tx_result,omitempty"`
-	// The Merkle path of tx_result among the block's results, as CometBFT's
-	// merkle.Proof holds it.
-	Total int64    `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
-	Index int64    `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
-	Aunts [][]byte `protobuf:"bytes,4,rep,name=aunts,proto3" json:"aunts,omitempty"`
-	// For a produce receipt: the batch's index in the TxOutcome.
-	BatchIndex uint32 `protobuf:"varint,5,opt,name=batch_index,json=batchIndex,proto3" json:"batch_index,omitempty"`
-	// For an admin or offset-commit receipt: the Merkle path of the
-	// transaction's hash among the block's (the header's data hash), so the
-	// client knows the result is its own transaction's.
-	TxTotal       int64    `protobuf:"varint,6,opt,name=tx_total,json=txTotal,proto3" json:"tx_total,omitempty"`
-	TxAunts       [][]byte `protobuf:"bytes,7,rep,name=tx_aunts,json=txAunts,proto3" json:"tx_aunts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ResultProof) Reset() {
-	*x = ResultProof{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ResultProof) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ResultProof) ProtoMessage() {}
-
-func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
-func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *ResultProof) GetTxResult() []byte {
-	if x != nil {
-		return x.TxResult
-	}
-	return nil
-}
-
-func (x *ResultProof) GetTotal() int64 {
-	if x != nil {
-		return x.Total
-	}
-	return 0
-}
-
-func (x *ResultProof) GetIndex() int64 {
-	if x != nil {
-		return x.Index
-	}
-	return 0
-}
-
-func (x *ResultProof) GetAunts() [][]byte {
-	if x != nil {
-		return x.Aunts
-	}
-	return nil
-}
-
-func (x *ResultProof) GetBatchIndex() uint32 {
-	if x != nil {
-		return x.BatchIndex
-	}
-	return 0
-}
-
-func (x *ResultProof) GetTxTotal() int64 {
-	if x != nil {
-		return x.TxTotal
-	}
-	return 0
-}
-
-func (x *ResultProof) GetTxAunts() [][]byte {
-	if x != nil {
-		return x.TxAunts
-	}
-	return nil
-}
-
 type LightBlockRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 0: the latest the gateway's nodes agree on.
@@ -444,7 +339,7 @@ type LightBlockRequest struct {
 
 func (x *LightBlockRequest) Reset() {
 	*x = LightBlockRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +351,7 @@ func (x *LightBlockRequest) String() string {
 func (*LightBlockRequest) ProtoMessage() {}
 
 func (x *LightBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +364,7 @@ func (x *LightBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LightBlockRequest.ProtoReflect.Descriptor instead.
 func (*LightBlockRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LightBlockRequest) GetHeight() int64 {
@@ -490,7 +385,7 @@ type LightBlockResponse struct {
 
 func (x *LightBlockResponse) Reset() {
 	*x = LightBlockResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -502,7 +397,7 @@ func (x *LightBlockResponse) String() string {
 func (*LightBlockResponse) ProtoMessage() {}
 
 func (x *LightBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -515,7 +410,7 @@ func (x *LightBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LightBlockResponse.ProtoReflect.Descriptor instead.
 func (*LightBlockResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LightBlockResponse) GetLightBlock() []byte {
@@ -538,7 +433,7 @@ type AdminResponse struct {
 
 func (x *AdminResponse) Reset() {
 	*x = AdminResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +445,7 @@ func (x *AdminResponse) String() string {
 func (*AdminResponse) ProtoMessage() {}
 
 func (x *AdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +458,7 @@ func (x *AdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminResponse.ProtoReflect.Descriptor instead.
 func (*AdminResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AdminResponse) GetHeight() int64 {
@@ -600,7 +495,7 @@ type CommitOffsetsResponse struct {
 
 func (x *CommitOffsetsResponse) Reset() {
 	*x = CommitOffsetsResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +507,7 @@ func (x *CommitOffsetsResponse) String() string {
 func (*CommitOffsetsResponse) ProtoMessage() {}
 
 func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +520,7 @@ func (x *CommitOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CommitOffsetsResponse) GetHeight() int64 {
@@ -657,7 +552,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +564,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +577,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 type ListTopicsResponse struct {
@@ -694,7 +589,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +601,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +614,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicInfo {
@@ -738,7 +633,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +645,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +658,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -782,7 +677,7 @@ type DescribeTopicResponse struct {
 
 func (x *DescribeTopicResponse) Reset() {
 	*x = DescribeTopicResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +689,7 @@ func (x *DescribeTopicResponse) String() string {
 func (*DescribeTopicResponse) ProtoMessage() {}
 
 func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +702,7 @@ func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DescribeTopicResponse) GetTopic() *TopicInfo {
@@ -825,7 +720,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +732,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +745,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 type HealthResponse struct {
@@ -866,7 +761,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +773,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +786,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HealthResponse) GetNodes() []*NodeHealth {
@@ -928,7 +823,7 @@ type NodeHealth struct {
 
 func (x *NodeHealth) Reset() {
 	*x = NodeHealth{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +835,7 @@ func (x *NodeHealth) String() string {
 func (*NodeHealth) ProtoMessage() {}
 
 func (x *NodeHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +848,7 @@ func (x *NodeHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealth.ProtoReflect.Descriptor instead.
 func (*NodeHealth) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeHealth) GetAddress() string {
@@ -996,7 +891,7 @@ type HTTPError struct {
 
 func (x *HTTPError) Reset() {
 	*x = HTTPError{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[15]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +903,7 @@ func (x *HTTPError) String() string {
 func (*HTTPError) ProtoMessage() {}
 
 func (x *HTTPError) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[15]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +916,7 @@ func (x *HTTPError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPError.ProtoReflect.Descriptor instead.
 func (*HTTPError) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HTTPError) GetCode() string {
@@ -1065,16 +960,7 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"baseOffset\x12!\n" +
 	"\frecord_count\x18\a \x01(\rR\vrecordCount\x12\x1c\n" +
 	"\tduplicate\x18\b \x01(\bR\tduplicate\x12,\n" +
-	"\x05proof\x18\t \x01(\v2\x16.byzlog.v1.ResultProofR\x05proof\"\xc3\x01\n" +
-	"\vResultProof\x12\x1b\n" +
-	"\ttx_result\x18\x01 \x01(\fR\btxResult\x12\x14\n" +
-	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x03R\x05index\x12\x14\n" +
-	"\x05aunts\x18\x04 \x03(\fR\x05aunts\x12\x1f\n" +
-	"\vbatch_index\x18\x05 \x01(\rR\n" +
-	"batchIndex\x12\x19\n" +
-	"\btx_total\x18\x06 \x01(\x03R\atxTotal\x12\x19\n" +
-	"\btx_aunts\x18\a \x03(\fR\atxAunts\"+\n" +
+	"\x05proof\x18\t \x01(\v2\x16.byzlog.v1.ResultProofR\x05proof\"+\n" +
 	"\x11LightBlockRequest\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\"5\n" +
 	"\x12LightBlockResponse\x12\x1f\n" +
@@ -1142,26 +1028,26 @@ func file_byzlog_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(Ack)(0),                      // 0: byzlog.v1.Ack
 	(*ProduceRequest)(nil),        // 1: byzlog.v1.ProduceRequest
 	(*ProduceResponse)(nil),       // 2: byzlog.v1.ProduceResponse
 	(*Receipt)(nil),               // 3: byzlog.v1.Receipt
-	(*ResultProof)(nil),           // 4: byzlog.v1.ResultProof
-	(*LightBlockRequest)(nil),     // 5: byzlog.v1.LightBlockRequest
-	(*LightBlockResponse)(nil),    // 6: byzlog.v1.LightBlockResponse
-	(*AdminResponse)(nil),         // 7: byzlog.v1.AdminResponse
-	(*CommitOffsetsResponse)(nil), // 8: byzlog.v1.CommitOffsetsResponse
-	(*ListTopicsRequest)(nil),     // 9: byzlog.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),    // 10: byzlog.v1.ListTopicsResponse
-	(*DescribeTopicRequest)(nil),  // 11: byzlog.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil), // 12: byzlog.v1.DescribeTopicResponse
-	(*HealthRequest)(nil),         // 13: byzlog.v1.HealthRequest
-	(*HealthResponse)(nil),        // 14: byzlog.v1.HealthResponse
-	(*NodeHealth)(nil),            // 15: byzlog.v1.NodeHealth
-	(*HTTPError)(nil),             // 16: byzlog.v1.HTTPError
-	(*SignedBatch)(nil),           // 17: byzlog.v1.SignedBatch
+	(*LightBlockRequest)(nil),     // 4: byzlog.v1.LightBlockRequest
+	(*LightBlockResponse)(nil),    // 5: byzlog.v1.LightBlockResponse
+	(*AdminResponse)(nil),         // 6: byzlog.v1.AdminResponse
+	(*CommitOffsetsResponse)(nil), // 7: byzlog.v1.CommitOffsetsResponse
+	(*ListTopicsRequest)(nil),     // 8: byzlog.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),    // 9: byzlog.v1.ListTopicsResponse
+	(*DescribeTopicRequest)(nil),  // 10: byzlog.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil), // 11: byzlog.v1.DescribeTopicResponse
+	(*HealthRequest)(nil),         // 12: byzlog.v1.HealthRequest
+	(*HealthResponse)(nil),        // 13: byzlog.v1.HealthResponse
+	(*NodeHealth)(nil),            // 14: byzlog.v1.NodeHealth
+	(*HTTPError)(nil),             // 15: byzlog.v1.HTTPError
+	(*SignedBatch)(nil),           // 16: byzlog.v1.SignedBatch
+	(*ResultProof)(nil),           // 17: byzlog.v1.ResultProof
 	(*TopicInfo)(nil),             // 18: byzlog.v1.TopicInfo
 	(*AdminRequest)(nil),          // 19: byzlog.v1.AdminRequest
 	(*ProducerRequest)(nil),       // 20: byzlog.v1.ProducerRequest
@@ -1173,38 +1059,38 @@ var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(*GroupOffsets)(nil),          // 26: byzlog.v1.GroupOffsets
 }
 var file_byzlog_v1_gateway_proto_depIdxs = []int32{
-	17, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
+	16, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
 	0,  // 1: byzlog.v1.ProduceRequest.ack:type_name -> byzlog.v1.Ack
 	3,  // 2: byzlog.v1.ProduceResponse.receipt:type_name -> byzlog.v1.Receipt
 	0,  // 3: byzlog.v1.Receipt.ack:type_name -> byzlog.v1.Ack
-	4,  // 4: byzlog.v1.Receipt.proof:type_name -> byzlog.v1.ResultProof
-	4,  // 5: byzlog.v1.AdminResponse.proof:type_name -> byzlog.v1.ResultProof
-	4,  // 6: byzlog.v1.CommitOffsetsResponse.proof:type_name -> byzlog.v1.ResultProof
+	17, // 4: byzlog.v1.Receipt.proof:type_name -> byzlog.v1.ResultProof
+	17, // 5: byzlog.v1.AdminResponse.proof:type_name -> byzlog.v1.ResultProof
+	17, // 6: byzlog.v1.CommitOffsetsResponse.proof:type_name -> byzlog.v1.ResultProof
 	18, // 7: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
 	18, // 8: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
-	15, // 9: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
+	14, // 9: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
 	1,  // 10: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
 	1,  // 11: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
 	19, // 12: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
-	9,  // 13: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
-	11, // 14: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
+	8,  // 13: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
+	10, // 14: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
 	20, // 15: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
 	21, // 16: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
 	22, // 17: byzlog.v1.Gateway.CommitOffsets:input_type -> byzlog.v1.CommitOffsets
 	23, // 18: byzlog.v1.Gateway.GetGroupOffsets:input_type -> byzlog.v1.GroupRequest
-	13, // 19: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
-	5,  // 20: byzlog.v1.Gateway.GetLightBlock:input_type -> byzlog.v1.LightBlockRequest
+	12, // 19: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
+	4,  // 20: byzlog.v1.Gateway.GetLightBlock:input_type -> byzlog.v1.LightBlockRequest
 	2,  // 21: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
 	2,  // 22: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
-	7,  // 23: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
-	10, // 24: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
-	12, // 25: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
+	6,  // 23: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
+	9,  // 24: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
+	11, // 25: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
 	24, // 26: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
 	25, // 27: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
-	8,  // 28: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
+	7,  // 28: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
 	26, // 29: byzlog.v1.Gateway.GetGroupOffsets:output_type -> byzlog.v1.GroupOffsets
-	14, // 30: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
-	6,  // 31: byzlog.v1.Gateway.GetLightBlock:output_type -> byzlog.v1.LightBlockResponse
+	13, // 30: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
+	5,  // 31: byzlog.v1.Gateway.GetLightBlock:output_type -> byzlog.v1.LightBlockResponse
 	21, // [21:32] is the sub-list for method output_type
 	10, // [10:21] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
@@ -1225,7 +1111,7 @@ func file_byzlog_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_gateway_proto_rawDesc), len(file_byzlog_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

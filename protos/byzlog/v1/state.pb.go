@@ -1481,8 +1481,18 @@ func (x *NonceRequest) GetKey() []byte {
 }
 
 type NonceResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NextNonce     uint64                 `protobuf:"varint,1,opt,name=next_nonce,json=nextNonce,proto3" json:"next_nonce,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	NextNonce uint64                 `protobuf:"varint,1,opt,name=next_nonce,json=nextNonce,proto3" json:"next_nonce,omitempty"`
+	// The height of the block holding the transaction that used nonce
+	// next_nonce-1 (0 when no nonce is used).
+	UsedHeight int64 `protobuf:"varint,2,opt,name=used_height,json=usedHeight,proto3" json:"used_height,omitempty"`
+	// Set by the gateway, which anyone may run: that transaction, its index in
+	// the block and the proof it was committed, so a client can check that
+	// next_nonce-1 is used and next_nonce is not a future nonce it would sign
+	// for a gateway to keep.
+	UsedTx        []byte       `protobuf:"bytes,3,opt,name=used_tx,json=usedTx,proto3" json:"used_tx,omitempty"`
+	UsedTxIndex   uint32       `protobuf:"varint,4,opt,name=used_tx_index,json=usedTxIndex,proto3" json:"used_tx_index,omitempty"`
+	UsedProof     *ResultProof `protobuf:"bytes,5,opt,name=used_proof,json=usedProof,proto3" json:"used_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1524,6 +1534,139 @@ func (x *NonceResponse) GetNextNonce() uint64 {
 	return 0
 }
 
+func (x *NonceResponse) GetUsedHeight() int64 {
+	if x != nil {
+		return x.UsedHeight
+	}
+	return 0
+}
+
+func (x *NonceResponse) GetUsedTx() []byte {
+	if x != nil {
+		return x.UsedTx
+	}
+	return nil
+}
+
+func (x *NonceResponse) GetUsedTxIndex() uint32 {
+	if x != nil {
+		return x.UsedTxIndex
+	}
+	return 0
+}
+
+func (x *NonceResponse) GetUsedProof() *ResultProof {
+	if x != nil {
+		return x.UsedProof
+	}
+	return nil
+}
+
+// ResultProof ties one transaction's result, and one batch's result in it,
+// to the header at height+1: CometBFT hashes the results of block height
+// into that header's LastResultsHash. Nothing in it needs trusting the
+// gateway that relays it.
+type ResultProof struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The transaction's result as CometBFT hashes it: a cometbft.abci.v1
+	// ExecTxResult holding only code, data, gas_wanted and gas_used. For a
+	// produce bundle its data is a TxOutcome.
+	TxResult []byte `protobuf:"bytes,1,opt,name=tx_result,json=txResult,proto3" json:"tx_result,omitempty"`
+	// The Merkle path of tx_result among the block's results, as CometBFT's
+	// merkle.Proof holds it.
+	Total int64    `protobuf:"varint,2,opt,name=total,proto3" json:"total,omitempty"`
+	Index int64    `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	Aunts [][]byte `protobuf:"bytes,4,rep,name=aunts,proto3" json:"aunts,omitempty"`
+	// For a produce receipt: the batch's index in the TxOutcome.
+	BatchIndex uint32 `protobuf:"varint,5,opt,name=batch_index,json=batchIndex,proto3" json:"batch_index,omitempty"`
+	// For an admin or offset-commit receipt: the Merkle path of the
+	// transaction's hash among the block's (the header's data hash), so the
+	// client knows the result is its own transaction's.
+	TxTotal       int64    `protobuf:"varint,6,opt,name=tx_total,json=txTotal,proto3" json:"tx_total,omitempty"`
+	TxAunts       [][]byte `protobuf:"bytes,7,rep,name=tx_aunts,json=txAunts,proto3" json:"tx_aunts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResultProof) Reset() {
+	*x = ResultProof{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResultProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResultProof) ProtoMessage() {}
+
+func (x *ResultProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
+func (*ResultProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResultProof) GetTxResult() []byte {
+	if x != nil {
+		return x.TxResult
+	}
+	return nil
+}
+
+func (x *ResultProof) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *ResultProof) GetIndex() int64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ResultProof) GetAunts() [][]byte {
+	if x != nil {
+		return x.Aunts
+	}
+	return nil
+}
+
+func (x *ResultProof) GetBatchIndex() uint32 {
+	if x != nil {
+		return x.BatchIndex
+	}
+	return 0
+}
+
+func (x *ResultProof) GetTxTotal() int64 {
+	if x != nil {
+		return x.TxTotal
+	}
+	return 0
+}
+
+func (x *ResultProof) GetTxAunts() [][]byte {
+	if x != nil {
+		return x.TxAunts
+	}
+	return nil
+}
+
 // BlockDigest is what one block's app hash commits to (see core.Digest),
 // stored per height so records can be proven later.
 type BlockDigest struct {
@@ -1539,7 +1682,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1694,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1707,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -1618,7 +1761,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1773,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1786,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -1695,7 +1838,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +1850,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +1863,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -1757,7 +1900,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1912,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1925,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -1803,7 +1946,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1958,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1971,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -1873,7 +2016,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2028,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2041,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2079,10 +2222,25 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\" \n" +
 	"\fNonceRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\".\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\"\xc3\x01\n" +
 	"\rNonceResponse\x12\x1d\n" +
 	"\n" +
-	"next_nonce\x18\x01 \x01(\x04R\tnextNonce\"\xc3\x01\n" +
+	"next_nonce\x18\x01 \x01(\x04R\tnextNonce\x12\x1f\n" +
+	"\vused_height\x18\x02 \x01(\x03R\n" +
+	"usedHeight\x12\x17\n" +
+	"\aused_tx\x18\x03 \x01(\fR\x06usedTx\x12\"\n" +
+	"\rused_tx_index\x18\x04 \x01(\rR\vusedTxIndex\x125\n" +
+	"\n" +
+	"used_proof\x18\x05 \x01(\v2\x16.byzlog.v1.ResultProofR\tusedProof\"\xc3\x01\n" +
+	"\vResultProof\x12\x1b\n" +
+	"\ttx_result\x18\x01 \x01(\fR\btxResult\x12\x14\n" +
+	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x03R\x05index\x12\x14\n" +
+	"\x05aunts\x18\x04 \x03(\fR\x05aunts\x12\x1f\n" +
+	"\vbatch_index\x18\x05 \x01(\rR\n" +
+	"batchIndex\x12\x19\n" +
+	"\btx_total\x18\x06 \x01(\x03R\atxTotal\x12\x19\n" +
+	"\btx_aunts\x18\a \x03(\fR\atxAunts\"\xc3\x01\n" +
 	"\vBlockDigest\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12\"\n" +
 	"\rprev_app_hash\x18\x02 \x01(\fR\vprevAppHash\x12!\n" +
@@ -2129,7 +2287,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),    // 0: byzlog.v1.StoredRecord
 	(*Limits)(nil),          // 1: byzlog.v1.Limits
@@ -2153,35 +2311,37 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*ProducerRequest)(nil), // 19: byzlog.v1.ProducerRequest
 	(*NonceRequest)(nil),    // 20: byzlog.v1.NonceRequest
 	(*NonceResponse)(nil),   // 21: byzlog.v1.NonceResponse
-	(*BlockDigest)(nil),     // 22: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),   // 23: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),     // 24: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),   // 25: byzlog.v1.DigestRequest
-	(*ProofRequest)(nil),    // 26: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),     // 27: byzlog.v1.RecordProof
-	(*RecordHeader)(nil),    // 28: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),     // 29: byzlog.v1.TopicConfig
-	(*PartitionOffset)(nil), // 30: byzlog.v1.PartitionOffset
+	(*ResultProof)(nil),     // 22: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),     // 23: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),   // 24: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),     // 25: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),   // 26: byzlog.v1.DigestRequest
+	(*ProofRequest)(nil),    // 27: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),     // 28: byzlog.v1.RecordProof
+	(*RecordHeader)(nil),    // 29: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),     // 30: byzlog.v1.TopicConfig
+	(*PartitionOffset)(nil), // 31: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	28, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	29, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
 	1,  // 1: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	29, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	30, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
 	8,  // 3: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	29, // 4: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	30, // 4: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	10, // 5: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	2,  // 6: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	11, // 7: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	30, // 8: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	23, // 9: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	24, // 10: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	23, // 11: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	24, // 12: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	31, // 8: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	22, // 9: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	24, // 10: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	25, // 11: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	24, // 12: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	25, // 13: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -2196,7 +2356,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -37,6 +37,13 @@ const (
 	// (another producer's, usually) again in its own request: the chain
 	// must answer the replay as a duplicate and append nothing.
 	Rebundle = "rebundle"
+	// FutureNonce answers GetNonce with a nonce 5 past the key's next, the
+	// rest of the answer (the proof of the nonce before the real one)
+	// untouched, and keeps every admin request it is then sent without
+	// forwarding it: the signed requests for future nonces a gateway would
+	// collect to play later. It lies to admin clients, not producers, so
+	// it is not in GatewayModes.
+	FutureNonce = "future-nonce"
 )
 
 // GatewayProxy is a lying byzlog gateway, for tests and chaos runs: a gRPC
@@ -53,6 +60,7 @@ type GatewayProxy struct {
 	hits map[string]int
 	last *byzlogv1.Receipt     // the last genuine ACK_COMMIT receipt
 	prev *byzlogv1.SignedBatch // the last batch seen, for Rebundle
+	kept []*byzlogv1.AdminRequest
 }
 
 // StartGateway serves a GatewayProxy on listen (host:port) in front of the
@@ -140,6 +148,37 @@ func (p *GatewayProxy) Produce(ctx context.Context, req *byzlogv1.ProduceRequest
 		}
 	}
 	return resp, nil
+}
+
+// GetNonce forwards or, in FutureNonce, names a nonce ahead.
+func (p *GatewayProxy) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
+	resp, err := p.Up.GetNonce(ctx, req)
+	if err != nil || p.mode.Load().(string) != FutureNonce {
+		return resp, err
+	}
+	resp = proto.Clone(resp).(*byzlogv1.NonceResponse)
+	resp.NextNonce += 5
+	p.hit(FutureNonce)
+	return resp, nil
+}
+
+// Admin forwards or, in FutureNonce, keeps the request and answers
+// UNAVAILABLE, as a gateway that lost it would.
+func (p *GatewayProxy) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
+	if p.mode.Load().(string) != FutureNonce {
+		return p.Up.Admin(ctx, req)
+	}
+	p.mu.Lock()
+	p.kept = append(p.kept, req)
+	p.mu.Unlock()
+	return nil, status.Error(codes.Unavailable, "the lying gateway keeps this request")
+}
+
+// Kept returns the admin requests the proxy kept back in FutureNonce.
+func (p *GatewayProxy) Kept() []*byzlogv1.AdminRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*byzlogv1.AdminRequest(nil), p.kept...)
 }
 
 // ProduceStream is not relayed: the SDK produces with unary calls.
