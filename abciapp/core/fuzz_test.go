@@ -90,6 +90,30 @@ func FuzzValidateTx(f *testing.F) {
 	})
 }
 
+// FuzzNonceUse: a client decodes the transaction a gateway shows it as
+// having used its nonce. Any bytes give an answer, and a yes is a signed
+// admin request or offset commit the chain would check the same way.
+func FuzzNonceUse(f *testing.F) {
+	for _, s := range seedTxs(f) {
+		f.Add(s.tx)
+	}
+	f.Fuzz(func(t *testing.T, tx []byte) {
+		key, nonce, ok := core.NonceUse(tx)
+		if !ok {
+			if key != nil || nonce != 0 {
+				t.Fatalf("NonceUse(%x) = %x, %d, false; want nothing with false", tx, key, nonce)
+			}
+			return
+		}
+		if len(key) != 32 {
+			t.Fatalf("NonceUse(%x) = a %d-byte key", tx, len(key))
+		}
+		if r := core.ValidateTx(tx); !r.OK() {
+			t.Fatalf("NonceUse(%x) = ok, ValidateTx = %s (%s)", tx, r.Code, r.Log)
+		}
+	})
+}
+
 func FuzzCheckTx(f *testing.F) {
 	c := newChain(f, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 2})
