@@ -10,7 +10,8 @@ usage() {
 init-cluster.sh generates what a byzlog cluster needs before its first start:
 each validator's CometBFT home (node key, validator key, config.toml), one
 genesis shared by all, with the admin's public key in app_state.admins, and the
-admin key itself unless you bring your own public key. It runs `cometbft
+admin key itself unless you bring your own public key, and a local CA with the
+gateways' TLS certificate and a client certificate. It runs `cometbft
 testnet`, then sets what byzlog needs, as `byzlog localnet` does: abci = "grpc",
 proxy_app = "127.0.0.1:ABCI_PORT" (host:port, no tcp:// with gRPC),
 [mempool] recheck = false, type = "app", reap_interval = 25ms, timeout_propose = 10s, persistent peers with PEX
@@ -22,8 +23,12 @@ Output in DIR:
   node<i>/                CometBFT home of validator i (config/, data/)
   genesis/genesis.json    the genesis (nodes, indexers and light clients)
   admin/admin.key, .pub   the admin key, when generated here (keep it offline)
-  k8s/*.yaml              with --k8s: ConfigMap validator-config and Secret
-                          validator-keys for deployments/k8s
+  tls/ca.pem              the CA clients check the gateways against (--tls-ca)
+  tls/gateway.pem, -key   the gateways' certificate and key (--tls-cert, --tls-key)
+  tls/client.pem, -key    a client certificate, for gateways that require mutual TLS
+  tls/ca-key.pem          the CA's key (`byzlog certs --dir tls NAME` issues more)
+  k8s/*.yaml              with --k8s: ConfigMap validator-config and Secrets
+                          validator-keys and gateway-tls for deployments/k8s
 
 Usage:
   init-cluster.sh --out DIR [flags]
@@ -41,6 +46,7 @@ Flags:
       --p2p-port int             every validator's p2p port (default 26656)
       --rpc-laddr string         every node's RPC listen address (default "tcp://0.0.0.0:26657")
       --timeout-commit string    consensus timeout_commit: the floor of the block interval (default "300ms")
+      --tls-hosts string         comma-separated names and IPs the gateways' certificate is valid for (default "localhost,127.0.0.1")
       --validators int           number of validators; 3f+1 tolerate f faults (default 4)
 EOF
 }
@@ -53,7 +59,7 @@ die() {
 
 out="" validators=4 chain_id=byzlog prefix=node suffix="" p2p_port=26656 abci_port=26658
 rpc_laddr="tcp://0.0.0.0:26657" admin_pub=${BYZLOG_ADMIN_PUBKEY:-} block_max_bytes=$((3 << 20))
-timeout_commit=300ms k8s=false
+timeout_commit=300ms k8s=false tls_hosts=localhost,127.0.0.1
 
 while (($#)); do
   arg=$1
@@ -87,6 +93,7 @@ while (($#)); do
   --p2p-port) p2p_port=$value ;;
   --rpc-laddr) rpc_laddr=$value ;;
   --timeout-commit) timeout_commit=$value ;;
+  --tls-hosts) tls_hosts=$value ;;
   --validators) validators=$value ;;
   *) die "unknown flag $arg (see --help)" ;;
   esac
@@ -107,9 +114,9 @@ done
   die "--admin-pubkey: want the 64 hex digits \`byzlog keygen\` prints, got \"$admin_pub\""
 [[ $timeout_commit =~ ^[0-9]+(ms|s|m)$ ]] || die "--timeout-commit ($timeout_commit): want a duration such as 300ms or 1s"
 [[ $rpc_laddr == tcp://*:* ]] || die "--rpc-laddr ($rpc_laddr): want tcp://HOST:PORT"
+[[ $tls_hosts =~ ^[A-Za-z0-9.:*-]+(,[A-Za-z0-9.:*-]+)*$ ]] || die "--tls-hosts ($tls_hosts): want comma-separated host names or IP addresses"
 
-need=(cometbft jq)
-[ -n "$admin_pub" ] || need+=(byzlog)
+need=(cometbft jq byzlog)
 for tool in "${need[@]}"; do
   command -v "$tool" >/dev/null 2>&1 || die "$tool is not on PATH (make build puts cometbft and byzlog in ./bin; jq comes from apt)"
 done
@@ -161,6 +168,13 @@ if [ -z "$admin_pub" ]; then
   echo "$admin_pub" >"$tmp/admin/admin.pub"
   say "generated the admin key: admin/admin.key (public key $admin_pub)"
 fi
+
+# The gateways serve TLS (DESIGN.md: every hop encrypted); `byzlog certs`
+# makes the CA and the certificates.
+byzlog certs --dir "$tmp/tls" --hosts "$tls_hosts" gateway client >"$tmp/certs.log" 2>&1 || {
+  cat "$tmp/certs.log" >&2
+  die "byzlog certs failed"
+}
 
 jq --arg chain "$chain_id" --arg max "$block_max_bytes" --arg admin "$admin_pub" '
   .chain_id = $chain
@@ -217,6 +231,14 @@ if $k8s; then
       printf '  priv_validator_key-%d.json: %s\n' "$i" "$(base64 -w0 "$tmp/net/node$i/config/priv_validator_key.json")"
     done
   } >"$tmp/k8s/validator-keys.yaml"
+  {
+    printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: gateway-tls\n'
+    printf '  labels:\n    app.kubernetes.io/name: byzlog\n    app.kubernetes.io/component: gateway\n'
+    printf 'type: Opaque\ndata:\n'
+    for f in ca.pem gateway.pem gateway-key.pem; do
+      printf '  %s: %s\n' "$f" "$(base64 -w0 "$tmp/tls/$f")"
+    done
+  } >"$tmp/k8s/gateway-tls.yaml"
 fi
 
 # Install into DIR. The directories may be mount points (compose volumes), so
@@ -230,6 +252,9 @@ if [ -d "$tmp/admin" ]; then
   cp --preserve=mode "$tmp/admin/admin.key" "$tmp/admin/admin.pub" "$out/admin/"
   chmod 644 "$out/admin/admin.pub"
 fi
+mkdir -p "$out/tls"
+cp --preserve=mode "$tmp/tls/"*.pem "$out/tls/"
+chmod 644 "$out/tls/ca.pem" "$out/tls/gateway.pem" "$out/tls/client.pem"
 if $k8s; then
   mkdir -p "$out/k8s"
   cp --preserve=mode "$tmp/k8s/"*.yaml "$out/k8s/"

@@ -18,7 +18,7 @@ fi
 
 # Debian packages.
 missing=()
-for pkg in librocksdb-dev protobuf-compiler jq; do
+for pkg in librocksdb-dev protobuf-compiler jq tcpdump; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
 done
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)

@@ -8,7 +8,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -32,12 +31,20 @@ const adminWait = 30 * time.Second
 // NewAdmin connects to one gateway. trust names the chain requests are
 // signed for and, unless it is TrustGateway, the root of trust each
 // commit is verified from: the request's transaction and its result must
-// be in a block whose header the admin's light client verified.
-func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust) (*Admin, error) {
+// be in a block whose header the admin's light client verified. Of opts,
+// only the transport options apply (WithTLS, WithInsecure).
+func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust, opts ...Option) (*Admin, error) {
 	if err := trust.Validate("byzlog admin"); err != nil {
 		return nil, err
 	}
-	c, err := grpc.NewClient(gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	o := defaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.insecure && o.tls != nil {
+		return nil, fmt.Errorf("byzlog admin: WithInsecure and WithTLS: choose one")
+	}
+	c, err := grpc.NewClient(gateway, o.dialCreds())
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", gateway, err)
 	}

@@ -2,8 +2,13 @@ package client
 
 import (
 	"crypto/ed25519"
+	"crypto/tls"
 	"fmt"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -23,6 +28,8 @@ type options struct {
 	requestTimeout time.Duration
 	backoff        time.Duration
 	maxBackoff     time.Duration
+	tls            *tls.Config
+	insecure       bool
 }
 
 func defaults() options {
@@ -51,6 +58,7 @@ func (o options) validate() error {
 		{o.batchRecords >= 1 && o.batchRecords <= 10000, fmt.Sprintf("WithBatchRecords(%d): must be between 1 and 10000 (the chain's max_batch_records)", o.batchRecords)},
 		{o.batchBytes >= 1<<10 && o.batchBytes <= 1<<20, fmt.Sprintf("WithBatchBytes(%d): must be between 1 KiB and 1 MiB (the gateway's default max_bundle_bytes)", o.batchBytes)},
 		{o.requestTimeout >= time.Second, fmt.Sprintf("WithRequestTimeout(%s): must be at least 1s", o.requestTimeout)},
+		{!(o.insecure && o.tls != nil), "WithInsecure and WithTLS: choose one"},
 		{o.backoff > 0 && o.maxBackoff >= o.backoff, fmt.Sprintf("WithBackoff(%s, %s): initial must be positive and at most the maximum", o.backoff, o.maxBackoff)},
 	}
 	for _, c := range checks {
@@ -104,4 +112,28 @@ func WithRequestTimeout(d time.Duration) Option { return func(o *options) { o.re
 // to maxBackoff (defaults 100 ms and 2 s).
 func WithBackoff(initial, maxBackoff time.Duration) Option {
 	return func(o *options) { o.backoff, o.maxBackoff = initial, maxBackoff }
+}
+
+// WithTLS sets the TLS configuration of the gateway connections: the CA
+// the gateways' certificates are checked against (RootCAs) and, for a
+// gateway that requires mutual TLS, the client's certificate. Default: TLS
+// checked against the system's roots. tlsconf.Files builds one from PEM
+// files.
+func WithTLS(c *tls.Config) Option { return func(o *options) { o.tls = c } }
+
+// WithInsecure connects to the gateways in plaintext: anyone on the path
+// reads the records and can alter what is not signed. For a gateway on
+// loopback started with --insecure.
+func WithInsecure() Option { return func(o *options) { o.insecure = true } }
+
+// dialCreds is the transport of the gateway connections.
+func (o options) dialCreds() grpc.DialOption {
+	if o.insecure {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	c := o.tls
+	if c == nil {
+		c = &tls.Config{MinVersion: tls.VersionTLS13}
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(c))
 }

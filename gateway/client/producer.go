@@ -24,7 +24,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"google.golang.org/protobuf/proto"
@@ -176,7 +175,7 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 	p.space = sync.NewCond(&p.mu)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	for _, a := range o.gateways {
-		c, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(a, o.dialCreds())
 		if err != nil {
 			p.closeConns()
 			return nil, fmt.Errorf("gateway %s: %w", a, err)

@@ -140,7 +140,7 @@ func TestCommit(t *testing.T) {
 	e.fill("t", 2, 0, 10)
 	gw, addr := startGateway(t)
 	_, key, _ := ed25519.GenerateKey(nil)
-	c := e.consumer(consumer.WithGateway(addr), consumer.WithKey(key), consumer.WithTrust(chain.TrustGateway("test-chain")))
+	c := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure(), consumer.WithKey(key), consumer.WithTrust(chain.TrustGateway("test-chain")))
 	s := e.subscribe(c, "t", consumer.WithGroup("g"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -183,7 +183,7 @@ func TestCommit(t *testing.T) {
 
 	// The group belongs to the key that first committed.
 	_, other, _ := ed25519.GenerateKey(nil)
-	c2 := e.consumer(consumer.WithGateway(addr), consumer.WithKey(other), consumer.WithTrust(chain.TrustGateway("test-chain")))
+	c2 := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure(), consumer.WithKey(other), consumer.WithTrust(chain.TrustGateway("test-chain")))
 	if _, err := c2.Commit(ctx, "g", consumer.Offset{Topic: "t", Partition: 0, Offset: 8}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Commit with another key = %v, want PermissionDenied", err)
 	}
@@ -199,7 +199,7 @@ func TestCommitNeedsTrust(t *testing.T) {
 	e := newEnv(t)
 	_, addr := startGateway(t)
 	_, key, _ := ed25519.GenerateKey(nil)
-	c := e.consumer(consumer.WithGateway(addr), consumer.WithKey(key))
+	c := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure(), consumer.WithKey(key))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if _, err := c.Commit(ctx, "g", consumer.Offset{Topic: "t", Offset: 1}); err == nil || !strings.Contains(err.Error(), "WithTrust") {
@@ -215,7 +215,7 @@ func TestFromCommitted(t *testing.T) {
 	gw.set("h", "t", 0, 3)
 	gw.set("h", "t", 1, 8)
 	gw.set("h", "other", 2, 9)
-	c := e.consumer(consumer.WithGateway(addr))
+	c := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure())
 	for _, tc := range []struct {
 		group string
 		want  map[uint32][]uint64

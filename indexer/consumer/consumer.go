@@ -32,7 +32,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/byzlog/byzlog/abciapp/core"
@@ -94,7 +93,7 @@ func New(nc *nats.Conn, opts ...Option) (*Consumer, error) {
 	}
 	c := &Consumer{nc: nc, js: js, o: o, gw: o.gwClient}
 	if o.gateway != "" {
-		conn, err := grpc.NewClient(o.gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(o.gateway, o.gatewayCreds())
 		if err != nil {
 			return nil, fmt.Errorf("byzlog consumer: gateway %s: %w", o.gateway, err)
 		}

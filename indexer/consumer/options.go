@@ -3,11 +3,15 @@ package consumer
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"fmt"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/chain"
@@ -26,6 +30,9 @@ type options struct {
 	retryWait time.Duration
 	verifier  RecordVerifier
 	trust     chain.Trust
+	// gatewayTLS and gatewayInsecure: the WithGateway transport.
+	gatewayTLS      *tls.Config
+	gatewayInsecure bool
 }
 
 func defaults() options {
@@ -35,6 +42,7 @@ func defaults() options {
 func (o options) validate() error {
 	return firstFailed("byzlog consumer", []check{
 		{o.gateway == "" || o.gwClient == nil, "WithGateway and WithGatewayClient: set one, not both"},
+		{!(o.gatewayInsecure && o.gatewayTLS != nil), "WithGatewayInsecure and WithGatewayTLS: choose one"},
 		{o.key == nil || len(o.key) == ed25519.PrivateKeySize, fmt.Sprintf("WithKey: key is %d bytes, an ed25519 private key is %d", len(o.key), ed25519.PrivateKeySize)},
 	})
 }
@@ -46,10 +54,20 @@ func (o options) validate() error {
 // commit it dropped. Committing needs it; reading records does not.
 func WithTrust(t chain.Trust) Option { return func(o *options) { o.trust = t } }
 
-// WithGateway sets the byzlog gateway (host:port, plaintext gRPC) that
-// Commit, GroupOffsets and FromCommitted talk to. Default: none; reading
-// records needs only NATS.
+// WithGateway sets the byzlog gateway (host:port) that Commit,
+// GroupOffsets and FromCommitted talk to, over TLS (WithGatewayTLS; the
+// system's roots by default) unless WithGatewayInsecure. Default: none;
+// reading records needs only NATS.
 func WithGateway(addr string) Option { return func(o *options) { o.gateway = addr } }
+
+// WithGatewayTLS sets the TLS configuration of the WithGateway connection:
+// the CA the gateway is checked against and, for mutual TLS, the client's
+// certificate (tlsconf.Files builds one from PEM files).
+func WithGatewayTLS(c *tls.Config) Option { return func(o *options) { o.gatewayTLS = c } }
+
+// WithGatewayInsecure connects to the WithGateway gateway in plaintext,
+// for one started with --insecure on loopback.
+func WithGatewayInsecure() Option { return func(o *options) { o.gatewayInsecure = true } }
 
 // WithGatewayClient is WithGateway for a client you dialled yourself (TLS,
 // interceptors). The Consumer does not close it.
@@ -218,3 +236,16 @@ func WithAckWait(d time.Duration) SubscribeOption { return func(o *subOptions) {
 // WithBuffer bounds the records fetched ahead of Next (default 256, 1 to
 // 10,000): fetches are batched up to this size and paused while it is full.
 func WithBuffer(n int) SubscribeOption { return func(o *subOptions) { o.buffer = n } }
+
+// gatewayCreds is the WithGateway connection's transport: TLS unless
+// WithGatewayInsecure.
+func (o options) gatewayCreds() grpc.DialOption {
+	if o.gatewayInsecure {
+		return grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	c := o.gatewayTLS
+	if c == nil {
+		c = &tls.Config{MinVersion: tls.VersionTLS13}
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(c))
+}

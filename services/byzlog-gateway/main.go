@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -20,8 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	"github.com/byzlog/byzlog/services/internal/logging"
 	"github.com/byzlog/byzlog/services/internal/profiling"
 )
@@ -40,6 +45,8 @@ func newCommand() *cobra.Command {
 	metricsListen := "127.0.0.1:7071"
 	nodes := "http://127.0.0.1:26657"
 	pprofListen := ""
+	var tlsFiles tlsconf.Files
+	insecure := false
 	cmd := &cobra.Command{
 		Use:   "byzlog-gateway",
 		Short: "byzlog's produce gateway: bundles signed batches into CometBFT transactions",
@@ -47,18 +54,31 @@ func newCommand() *cobra.Command {
 standard gRPC health service). It bundles producers' signed batches for up to
 --linger into one transaction, submits it to a healthy CometBFT node (round-robin,
 failing over), follows committed blocks and answers each batch with a receipt
-from the block's results. It keeps no state: run as many as you like.`,
+from the block's results. It keeps no state: run as many as you like.
+
+Both faces, gRPC and HTTP, serve TLS 1.3 with --tls-cert and --tls-key; with
+--tls-client-ca every client must present a certificate that CA signed (mutual
+TLS). Plaintext needs --insecure.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Nodes.Addrs = strings.Split(nodes, ",")
-			return run(cmd.Context(), cfg, logCfg, listen, metricsListen, pprofListen)
+			serverTLS, err := serverTLS(tlsFiles, insecure)
+			if err != nil {
+				return err
+			}
+			return run(cmd.Context(), cfg, logCfg, serverTLS, listen, metricsListen, pprofListen)
 		},
 	}
+	cmd.AddCommand(newHealthcheckCommand())
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", listen, "host:port of the gRPC API")
 	f.StringVar(&nodes, "nodes", nodes, "comma-separated CometBFT RPC addresses")
+	f.StringVar(&tlsFiles.Cert, "tls-cert", "", "PEM certificate (chain) the gRPC and HTTP faces serve TLS with")
+	f.StringVar(&tlsFiles.Key, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&tlsFiles.CA, "tls-client-ca", "", "PEM CA: require every client to present a certificate it signed (mutual TLS); empty: any client")
+	f.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC and HTTP instead of TLS (anyone on the path reads and alters the traffic)")
 	f.StringVar(&metricsListen, "http-listen", metricsListen, "host:port of the HTTP endpoint: the JSON API (/v1/produce, /v1/topics), /metrics (Prometheus) and /healthz; empty disables it")
 	f.DurationVar(&cfg.Linger, "linger", cfg.Linger, "how long a bundle waits for more batches")
 	f.IntVar(&cfg.MaxBundleBytes, "max-bundle-bytes", cfg.MaxBundleBytes, "close a bundle at this size (below the chain's 2 MiB tx limit)")
@@ -78,7 +98,19 @@ from the block's results. It keeps no state: run as many as you like.`,
 	return cmd
 }
 
-func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen, metricsListen, pprofListen string) error {
+// serverTLS is the faces' TLS configuration: nil with --insecure, which
+// may not come with TLS files.
+func serverTLS(f tlsconf.Files, insecure bool) (*tls.Config, error) {
+	if insecure {
+		if f != (tlsconf.Files{}) {
+			return nil, errors.New("--insecure serves plaintext: drop --tls-cert, --tls-key and --tls-client-ca, or --insecure")
+		}
+		return nil, nil
+	}
+	return f.Server()
+}
+
+func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, serverTLS *tls.Config, listen, metricsListen, pprofListen string) error {
 	log, err := logging.New(logCfg, os.Stderr, "byzlog-gateway")
 	if err != nil {
 		return err
@@ -101,7 +133,11 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen,
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", listen, err)
 	}
-	srv, hs := gateway.NewGRPCServer(g)
+	var opts []grpc.ServerOption
+	if serverTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
+	}
+	srv, hs := gateway.NewGRPCServer(g, opts...)
 	var httpSrv *http.Server
 	if metricsListen != "" {
 		reg := prometheus.NewRegistry()
@@ -121,6 +157,9 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen,
 		if err != nil {
 			return fmt.Errorf("listen for metrics on %s: %w", metricsListen, err)
 		}
+		if serverTLS != nil {
+			mln = tls.NewListener(mln, serverTLS)
+		}
 		httpSrv = gateway.NewHTTPServer(cfg.HTTP, mux)
 		go func() { _ = httpSrv.Serve(mln) }()
 	}
@@ -128,7 +167,7 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, listen,
 	wg.Add(2)
 	go func() { defer wg.Done(); g.Run(ctx) }()
 	go func() { defer wg.Done(); gateway.WatchHealth(ctx, g, hs) }()
-	log.Info().Str("listen", listen).Strs("nodes", cfg.Nodes.Addrs).Str("chain_id", g.ChainID()).Msg("serving")
+	log.Info().Str("listen", listen).Strs("nodes", cfg.Nodes.Addrs).Str("chain_id", g.ChainID()).Bool("tls", serverTLS != nil).Bool("mutual_tls", serverTLS != nil && serverTLS.ClientCAs != nil).Msg("serving")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

@@ -36,6 +36,7 @@ func newBenchCommand() *cobra.Command {
 	kvPort := 30656
 	txSize := 256 << 10
 	var tf trustFlags
+	var tlsf tlsFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
@@ -91,19 +92,26 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 			if !cmd.Flags().Changed("genesis") {
 				tf.genesis = filepath.Join(dir, "node0", "config", "genesis.json")
 			}
+			if !cmd.Flags().Changed("tls-ca") {
+				tlsf.files.CA = filepath.Join(dir, "tls", "ca.pem")
+			}
 			trust, err := tf.trust(cmd.Flags())
 			if err != nil {
 				return err
 			}
+			transport, err := tlsf.producerOption(cmd.Flags())
+			if err != nil {
+				return err
+			}
 			cfg.Acks, cfg.Gateways, cfg.NATSURL = a, gateways, natsURL
-			cfg.Options = append(cfg.Options, client.WithTrust(trust))
+			cfg.Options = append(cfg.Options, client.WithTrust(trust), transport)
 			if zstd {
 				cfg.Options = append(cfg.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if err := ensureTopic(cmd, gateways[0], cfg.Topic, partitions, adminKey, dir, trust); err != nil {
+			if err := ensureTopic(cmd, gateways[0], cfg.Topic, partitions, adminKey, dir, trust, &tlsf); err != nil {
 				return err
 			}
 			var watch func() []bench.ProcessStat
@@ -165,13 +173,19 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 	f.IntVar(&js.Servers, "servers", js.Servers, "with --baseline jetstream: servers (and stream replicas)")
 	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
 	tf.add(f)
+	tlsf.add(f)
 	cmd.AddCommand(newBenchSuiteCommand())
 	return cmd
 }
 
 // ensureTopic creates topic unless it exists.
-func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, adminKey, dir string, trust client.Trust) error {
-	gw, closeFn, err := dial(gateway)
+func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, adminKey, dir string, trust client.Trust, tlsf *tlsFlags) error {
+	c, err := tlsf.config(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	transport, _ := tlsf.producerOption(cmd.Flags())
+	gw, closeFn, err := dial(gateway, c)
 	if err != nil {
 		return err
 	}
@@ -186,7 +200,7 @@ func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, a
 	if err != nil {
 		return fmt.Errorf("topic %s does not exist and creating it needs the admin key: %w (--admin-key)", topic, err)
 	}
-	adm, err := client.NewAdmin(gateway, key, trust)
+	adm, err := client.NewAdmin(gateway, key, trust, transport)
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,8 @@ shape, warm-up and duration, every system in --systems:
                     every receipt verified by the producer (light client)
   byzlog-noverify   the same with receipts taken on the gateway's word
                     (client.TrustGateway): the cost of verifying them
+  byzlog-plaintext  the same as byzlog with the gateway in plaintext
+                    (--insecure): the cost of TLS between producers and gateway
   byzlog-write      the write path alone: validators, the gateway and the
                     producers, without the indexer, NATS and the consumer (what
                     the noop and kvstore baselines also leave out)
@@ -270,8 +272,9 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 					profDir = "" // the closed-loop row has them
 				}
 			}
-			verify := r.system != bench.SystemByzlogTrusted
-			res, mean, err = suiteByzlog(ctx, o, transport, r.validators, writeOnly, verify, load, tag, progress, profDir)
+			row := byzlogRow{transport: transport, validators: r.validators, writeOnly: writeOnly,
+				verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain}
+			res, mean, err = suiteByzlog(ctx, o, row, load, tag, progress, profDir)
 			if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
 				bundle[r.size] = int(mean)
 			}
@@ -326,7 +329,18 @@ func rowProgress(w io.Writer, tag string) (func(bench.Progress), func()) {
 
 // suiteByzlog runs one byzlog row on a fresh cluster and returns the
 // gateway's mean bundle size with the result.
-func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validators int, writeOnly, verify bool, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
+// byzlogRow is how one byzlog row runs: its ABCI transport, validators,
+// and what it leaves out or turns off.
+type byzlogRow struct {
+	transport  string
+	validators int
+	writeOnly  bool // no indexer, NATS or consumer
+	verify     bool // producers verify receipts
+	plaintext  bool // the gateway without TLS
+}
+
+func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
+	transport, validators, writeOnly, verify := row.transport, row.validators, row.writeOnly, row.verify
 	dir, err := os.MkdirTemp("", "byzlog-bench-suite-")
 	if err != nil {
 		return bench.Result{}, 0, err
@@ -344,6 +358,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 1, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
 		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
 	svc.GatewaysOnly = writeOnly
+	svc.Insecure = row.plaintext
 	if profDir != "" {
 		cfg.PprofPort = o.basePort + 840
 		svc.PprofPort = o.basePort + 850
@@ -363,12 +378,16 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 	if !verify {
 		trust = client.TrustGateway(trust.ChainID())
 	}
-	load.Options = append(slices.Clip(load.Options), client.WithTrust(trust))
+	tlsOpt, err := n.ProducerTransport(svc)
+	if err != nil {
+		return bench.Result{}, 0, err
+	}
+	load.Options = append(slices.Clip(load.Options), client.WithTrust(trust), tlsOpt)
 	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
 	if writeOnly {
 		load.NATSURL = ""
 	}
-	if err := suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions); err != nil {
+	if err := suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions, tlsOpt); err != nil {
 		return bench.Result{}, 0, err
 	}
 	var ps []bench.Process
@@ -406,7 +425,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 	} else if profDir != "" {
 		fmt.Fprintf(progress, "%s: profiles in %s\n", tag, profDir)
 	}
-	mean := meanBundleBytes(ctx, svc.GatewayHTTP(0))
+	mean := meanBundleBytes(ctx, n, svc)
 	if err == nil && res.Committed == 0 {
 		err = errors.New("nothing was committed in the measured window")
 	}
@@ -414,7 +433,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, transport string, validato
 }
 
 // suiteTopic creates the bench topic with the network's admin key.
-func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, partitions uint32) error {
+func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, partitions uint32, transport client.Option) error {
 	key, err := n.AdminKey()
 	if err != nil {
 		return err
@@ -423,7 +442,7 @@ func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, par
 	if err != nil {
 		return err
 	}
-	adm, err := client.NewAdmin(gateway, key, trust)
+	adm, err := client.NewAdmin(gateway, key, trust, transport)
 	if err != nil {
 		return err
 	}
@@ -433,11 +452,15 @@ func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, par
 }
 
 // meanBundleBytes reads the gateway's bundle_bytes histogram: sum / count.
-func meanBundleBytes(ctx context.Context, httpAddr string) float64 {
+func meanBundleBytes(ctx context.Context, n *localnet.Net, svc localnet.Services) float64 {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
-	resp, err := http.DefaultClient.Do(req)
+	hc, base, err := n.GatewayHTTPClient(svc, 0)
+	if err != nil {
+		return 0
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0
 	}

@@ -245,7 +245,15 @@ func startTestCluster(ctx context.Context, name string, basePort int, progress i
 	}
 	// The producers reach gateway0 through a gateway that lies on demand
 	// (lying-gateway); it relays the truth otherwise.
-	if tc.gwProxy, err = tamper.StartGateway(fmt.Sprintf("127.0.0.1:%d", basePort+875), svc.GatewayAddr(0)); err != nil {
+	serveTLS, err := n.GatewayServerTLS(svc)
+	if err != nil {
+		return tc, err
+	}
+	dialTLS, err := n.ClientTLS(svc)
+	if err != nil {
+		return tc, err
+	}
+	if tc.gwProxy, err = tamper.StartGateway(fmt.Sprintf("127.0.0.1:%d", basePort+875), svc.GatewayAddr(0), serveTLS, dialTLS); err != nil {
 		return tc, err
 	}
 	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: findBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy, GatewayProxy: tc.gwProxy}

@@ -41,6 +41,7 @@ func newConsumeCommand() *cobra.Command {
 		timeout       time.Duration
 		verify        bool
 		tf            trustFlags
+		tlsf          tlsFlags
 		nodes         = "127.0.0.1:26657,127.0.0.1:26757,127.0.0.1:26857,127.0.0.1:26957"
 	)
 	cmd := &cobra.Command{
@@ -125,7 +126,18 @@ summary goes to stderr.`,
 			if keyPath != "" && group == "" {
 				return errors.New("--key-file signs a group's offset commits: give --group too")
 			}
-			copts := []consumer.Option{consumer.WithGateway(gateway)}
+			var copts []consumer.Option
+			// A group's committed offsets are read, and its commits made,
+			// through the gateway; a run that starts elsewhere and commits
+			// nothing needs none.
+			startsElsewhere := fromBeginning || f.Changed("offset") || f.Changed("since")
+			if group != "" && (keyPath != "" || !startsElsewhere) {
+				transport, err := tlsf.consumerOption(f)
+				if err != nil {
+					return err
+				}
+				copts = append(copts, consumer.WithGateway(gateway), transport)
+			}
 			if keyPath != "" {
 				k, err := keyfile.Read(keyPath)
 				if err != nil {
@@ -204,6 +216,7 @@ summary goes to stderr.`,
 	f.DurationVar(&timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
 	f.BoolVar(&verify, "verify", false, "prove each record against light-client verified headers before printing it")
 	tf.add(f)
+	tlsf.add(f)
 	f.StringVar(&nodes, "nodes", nodes, "with --verify: comma-separated CometBFT RPC addresses (at least two)")
 	cmd.MarkFlagsMutuallyExclusive("from-beginning", "offset", "since")
 	return cmd

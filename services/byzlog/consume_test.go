@@ -144,7 +144,7 @@ func TestConsumeCommand(t *testing.T) {
 			t.Fatalf("first run printed %q, %v, want offsets 0 and 1", out, err)
 		}
 		// The group's consumer exists now: no gateway is asked for offsets.
-		out, _, err = runConsume(t, "t", "--group", "cli", "--partition", "0", "--timeout", "300ms", "--nats", url, "--gateway", "127.0.0.1:1")
+		out, _, err = runConsume(t, "t", "--group", "cli", "--partition", "0", "--timeout", "300ms", "--nats", url, "--gateway", "127.0.0.1:1", "--insecure")
 		if err != nil || !strings.HasPrefix(out, "0 2 ") || strings.Count(out, "\n") != 3 {
 			t.Fatalf("second run printed %q, %v, want offsets 2 to 4", out, err)
 		}

@@ -82,6 +82,7 @@ directory is removed on PASS unless --keep; on FAIL it stays, with the logs.`,
 	f := cmd.Flags()
 	f.IntVar(&records, "records", records, "how many records to produce and check")
 	f.BoolVar(&keep, "keep", keep, "keep the cluster's directory after a PASS")
+	addServiceTLSFlags(f, &svc)
 	return cmd
 }
 
@@ -130,7 +131,11 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	if err != nil {
 		return res, err
 	}
-	adm, err := client.NewAdmin(svc.GatewayAddr(0), key, trust)
+	transport, err := n.ProducerTransport(svc)
+	if err != nil {
+		return res, err
+	}
+	adm, err := client.NewAdmin(svc.GatewayAddr(0), key, trust, transport)
 	if err != nil {
 		return res, err
 	}
@@ -138,7 +143,7 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
 		return res, fmt.Errorf("create topic: %w", err)
 	}
-	p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(svc.GatewayAddr(0)))
+	p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(svc.GatewayAddr(0)), transport)
 	if err != nil {
 		return res, err
 	}

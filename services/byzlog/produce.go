@@ -44,6 +44,8 @@ func newTopicCommand() *cobra.Command {
 	gateway := defaultGateway
 	cmd := &cobra.Command{Use: "topic", Short: "Create, list and describe topics"}
 	cmd.PersistentFlags().StringVar(&gateway, "gateway", gateway, "gateway address (host:port)")
+	var tlsf tlsFlags
+	tlsf.add(cmd.PersistentFlags())
 
 	var adminKey string
 	var tf trustFlags
@@ -69,7 +71,11 @@ func newTopicCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			adm, err := client.NewAdmin(gateway, key, trust)
+			transport, err := tlsf.producerOption(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			adm, err := client.NewAdmin(gateway, key, trust, transport)
 			if err != nil {
 				return err
 			}
@@ -99,7 +105,11 @@ func newTopicCommand() *cobra.Command {
 		Short: "List topics with their partitions and record counts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			gw, closeFn, err := dial(gateway)
+			tc, err := tlsf.config(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			gw, closeFn, err := dial(gateway, tc)
 			if err != nil {
 				return err
 			}
@@ -125,7 +135,11 @@ func newTopicCommand() *cobra.Command {
 		Short: "Show a topic's config and each partition's offsets",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			gw, closeFn, err := dial(gateway)
+			tc, err := tlsf.config(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			gw, closeFn, err := dial(gateway, tc)
 			if err != nil {
 				return err
 			}
@@ -163,6 +177,7 @@ func newProduceCommand() *cobra.Command {
 		verbose   bool
 		zstd      bool
 		tf        trustFlags
+		tlsf      tlsFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "produce TOPIC",
@@ -188,7 +203,11 @@ the producer's light client verified from --genesis (or --trust-height and
 			if err != nil {
 				return err
 			}
-			opts := []client.Option{client.WithTrust(trust), client.WithGateways(gateways...), client.WithAcks(ack)}
+			transport, err := tlsf.producerOption(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			opts := []client.Option{client.WithTrust(trust), client.WithGateways(gateways...), client.WithAcks(ack), transport}
 			if keyPath != "" {
 				k, err := keyfile.Read(keyPath)
 				if err != nil {
@@ -274,6 +293,7 @@ the producer's light client verified from --genesis (or --trust-height and
 	f.BoolVar(&verbose, "verbose", false, "print every record's receipt")
 	f.BoolVar(&zstd, "zstd", false, "compress batches with zstd")
 	tf.add(f)
+	tlsf.add(f)
 	return cmd
 }
 

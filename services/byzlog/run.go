@@ -15,6 +15,7 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -66,6 +67,7 @@ Ports: node i p2p/RPC/ABCI BASE+100i/+1/+2 (BASE 26656), NATS 4222 (monitoring
 	f.IntVar(&svc.GatewayPort, "gateway-port", svc.GatewayPort, "gateway 0's gRPC port; gateway g uses PORT+2g, HTTP PORT+2g+1")
 	f.IntVar(&svc.NATSPort, "nats-port", svc.NATSPort, "NATS client port (monitoring: 8222 + the difference from 4222)")
 	f.IntVar(&svc.IndexerPort, "indexer-port", svc.IndexerPort, "indexer HTTP port (/metrics, /healthz, /readyz)")
+	addServiceTLSFlags(f, &svc)
 	return cmd
 }
 
@@ -126,6 +128,23 @@ func startCluster(ctx context.Context, n *localnet.Net, svc localnet.Services, p
 	}
 }
 
+// addServiceTLSFlags adds how the localnet's gateways speak to clients.
+func addServiceTLSFlags(f *pflag.FlagSet, svc *localnet.Services) {
+	f.BoolVar(&svc.Insecure, "insecure", false, "serve the gateways in plaintext (default: TLS with a certificate of the network's CA, DIR/tls/ca.pem)")
+	f.BoolVar(&svc.MutualTLS, "mutual-tls", false, "make the gateways require a client certificate of the network's CA (DIR/tls/client.pem)")
+}
+
+// gatewaySecurity says how the gateways serve, for the banner.
+func gatewaySecurity(n *localnet.Net, svc localnet.Services) string {
+	switch {
+	case svc.Insecure:
+		return "plaintext (--insecure)"
+	case svc.MutualTLS:
+		return fmt.Sprintf("TLS with client certificates (CA %s, client %s)", n.TLS().CA(), n.TLS().Party("client").Cert)
+	}
+	return "TLS (CA " + n.TLS().CA() + ")"
+}
+
 // indexerReady asks the indexer's /readyz.
 func indexerReady(ctx context.Context, svc localnet.Services) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -149,7 +168,7 @@ func printBanner(w io.Writer, n *localnet.Net, svc localnet.Services) {
 	fmt.Fprintf(w, `
 byzlog is running — %d validators, NATS, %d gateway(s), indexer. Data and logs: %s
 
-  gateway   %s
+  gateway   %s, %s
   NATS      %s (monitoring http://127.0.0.1:%d)
   indexer   http://%s/metrics
   nodes     %s … (RPC)
@@ -162,7 +181,7 @@ Try, in another terminal:
   bin/nats sub 'byzlog.>' --server %s
 
 Ctrl-C stops everything.
-`, c.Validators, svc.Gateways, c.Dir, strings.Join(gws, ", "), svc.NATSURL(), svc.MonitorPort(), svc.IndexerAddr(),
+`, c.Validators, svc.Gateways, c.Dir, strings.Join(gws, ", "), gatewaySecurity(n, svc), svc.NATSURL(), svc.MonitorPort(), svc.IndexerAddr(),
 		c.RPCAddr(0), c.Dir, c.Dir, svc.GatewayAddr(0), svc.GatewayAddr(0), svc.NATSURL(), svc.NATSURL())
 }
 
@@ -177,9 +196,13 @@ func watch(ctx context.Context, w io.Writer, n *localnet.Net, svc localnet.Servi
 	if tty {
 		every = time.Second
 	}
-	gw, closeGW, err := dial(svc.GatewayAddr(0))
+	c, err := n.ClientTLS(svc)
+	var gw byzlogv1.GatewayClient
 	if err == nil {
-		defer closeGW()
+		var closeGW func()
+		if gw, closeGW, err = dial(svc.GatewayAddr(0), c); err == nil {
+			defer closeGW()
+		}
 	}
 	for {
 		s := clusterStatus(ctx, n, svc, gw)

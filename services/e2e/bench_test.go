@@ -139,7 +139,7 @@ func TestBenchGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm, err := client.NewAdmin(gw.addr, adminKey, trustOf(t, n))
+	adm, err := client.NewAdmin(gw.addr, adminKey, trustOf(t, n), tlsOpt(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestBenchGateway(t *testing.T) {
 	value := make([]byte, 100)
 
 	// byzlog: 8 producers, one partition each, through one gateway.
-	viaGW := produceLoad(ctx, t, gw.addr, "viagw", partitions, partitions, d, 3000, client.WithTrust(trustOf(t, n)))
+	viaGW := produceLoad(ctx, t, gw.addr, "viagw", partitions, partitions, d, 3000, client.WithTrust(trustOf(t, n)), tlsOpt(t, n))
 	var wg sync.WaitGroup
 
 	// Baseline: one record per transaction, broadcast_tx_async, 8 senders.
@@ -226,7 +226,7 @@ func TestBenchGatewaySweep(t *testing.T) {
 	for k, args := range settings {
 		gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900+k), args...)
 		if k == 0 {
-			adm, err := client.NewAdmin(gw.addr, adminKey, trustOf(t, n))
+			adm, err := client.NewAdmin(gw.addr, adminKey, trustOf(t, n), tlsOpt(t, n))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -238,7 +238,7 @@ func TestBenchGatewaySweep(t *testing.T) {
 		}
 		// 200-record batches of 100 B (about 24 KiB signed), 64 at a time,
 		// three batches queued behind each.
-		r := produceLoad(ctx, t, gw.addr, "sweep", producers, partitions, d, 600, client.WithTrust(trustOf(t, n)), client.WithBatchRecords(200))
+		r := produceLoad(ctx, t, gw.addr, "sweep", producers, partitions, d, 600, client.WithTrust(trustOf(t, n)), client.WithBatchRecords(200), tlsOpt(t, n))
 		gw.stop(syscall.SIGTERM)
 		results = append(results, r)
 		t.Logf("%-45s %s", strings.Join(args, " "), r)
@@ -277,7 +277,7 @@ func TestBenchIndexer(t *testing.T) {
 	}
 	defer cons.Close()
 	// The stream exists once the topic has a record.
-	warm, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr))
+	warm, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr), tlsOpt(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestBenchIndexer(t *testing.T) {
 			}
 		}
 	}()
-	produced := produceTagged(ctx, t, trustOf(t, n), gw.addr, topic, partitions, d, &receipts)
+	produced := produceTagged(ctx, t, []client.Option{client.WithTrust(trustOf(t, n)), tlsOpt(t, n)}, gw.addr, topic, partitions, d, &receipts)
 	<-readDone
 	sub.Close()
 	t.Logf("live: %d records produced and acknowledged in %s, %d read by the subscriber", produced, d, read.Load())
@@ -324,7 +324,7 @@ func TestBenchIndexer(t *testing.T) {
 
 	// Catch-up: stop the indexer, build a backlog, start it and time it.
 	ix.stop(syscall.SIGTERM)
-	backlog := produceTagged(ctx, t, trustOf(t, n), gw.addr, topic, partitions, d, nil)
+	backlog := produceTagged(ctx, t, []client.Option{client.WithTrust(trustOf(t, n)), tlsOpt(t, n)}, gw.addr, topic, partitions, d, nil)
 	total := uint64(produced + backlog + 1) // and the warm-up record
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
@@ -346,7 +346,7 @@ func TestBenchIndexer(t *testing.T) {
 // produceTagged produces 100 B records with unique values from one
 // producer per partition for d, recording each receipt's arrival time in
 // receipts (when not nil), and returns how many were acknowledged.
-func produceTagged(ctx context.Context, t *testing.T, trust client.Trust, gw, topic string, partitions uint32, d time.Duration, receipts *sync.Map) int64 {
+func produceTagged(ctx context.Context, t *testing.T, opts []client.Option, gw, topic string, partitions uint32, d time.Duration, receipts *sync.Map) int64 {
 	t.Helper()
 	var acked atomic.Int64
 	var wg sync.WaitGroup
@@ -355,7 +355,7 @@ func produceTagged(ctx context.Context, t *testing.T, trust client.Trust, gw, to
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(gw))
+			p, err := client.NewProducer(ctx, append([]client.Option{client.WithGateways(gw)}, opts...)...)
 			if err != nil {
 				t.Error(err)
 				return

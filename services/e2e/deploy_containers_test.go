@@ -429,7 +429,8 @@ func describeMounts(ms []mount) string {
 }
 
 // probeCommand reads a health check command line: `probe HOST:PORT [PATH]`
-// (deployments/docker/probe), or wget/curl with a URL.
+// (deployments/docker/probe), `byzlog-gateway healthcheck [flags] URL`
+// (the gateway's own check of its TLS face), or wget/curl with a URL.
 func probeCommand(kind string, args []string) (probe, error) {
 	if len(args) == 0 {
 		return probe{}, fmt.Errorf("empty %s check", kind)
@@ -448,9 +449,12 @@ func probeCommand(kind string, args []string) (probe, error) {
 			pr.path = args[2]
 		}
 		return pr, nil
-	case "wget", "curl":
+	case "byzlog-gateway", "wget", "curl":
+		if path.Base(args[0]) == "byzlog-gateway" && (len(args) < 3 || args[1] != "healthcheck") {
+			break
+		}
 		for _, a := range args[1:] {
-			if strings.HasPrefix(a, "http://") {
+			if strings.HasPrefix(a, "http://") || strings.HasPrefix(a, "https://") {
 				u, err := url.Parse(a)
 				if err != nil {
 					return probe{}, err
@@ -463,5 +467,5 @@ func probeCommand(kind string, args []string) (probe, error) {
 			}
 		}
 	}
-	return probe{}, fmt.Errorf("cannot read the %s probe %q: use probe HOST:PORT [PATH], wget or curl with a URL", kind, args)
+	return probe{}, fmt.Errorf("cannot read the %s probe %q: use probe HOST:PORT [PATH], byzlog-gateway healthcheck URL, wget or curl with a URL", kind, args)
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/gateway/client"
@@ -64,7 +64,7 @@ func TestLyingGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	conn, err := grpc.NewClient(gw.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(gw.addr, grpc.WithTransportCredentials(credentials.NewTLS(gwTLS(t, n))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,8 @@ func TestLyingGateway(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
-	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(ln.Addr().String()), client.WithRequestTimeout(3*time.Second),
+	// The double serves plaintext on loopback: the lies are its answers.
+	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(ln.Addr().String()), client.WithRequestTimeout(3*time.Second), client.WithInsecure(),
 		client.WithBatchRecords(10), client.WithBackoff(20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

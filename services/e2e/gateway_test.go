@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +21,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -41,7 +42,8 @@ type gatewayProc struct {
 
 // startGateway runs bin/byzlog-gateway on addr against every node of n and
 // waits until it serves; it is stopped when the test ends. extra flags are
-// passed on to the gateway.
+// passed on to the gateway. It serves TLS with the network's certificate
+// (clients check it with gwTLS) unless extra says --insecure.
 func startGateway(t *testing.T, n *localnet.Net, addr string, extra ...string) *gatewayProc {
 	t.Helper()
 	var rpcs []string
@@ -54,8 +56,14 @@ func startGateway(t *testing.T, n *localnet.Net, addr string, extra ...string) *
 	}
 	p, _ := strconv.Atoi(port)
 	metrics := net.JoinHostPort(host, strconv.Itoa(p+50))
-	args := append([]string{"--listen", addr, "--http-listen", metrics,
-		"--nodes", strings.Join(rpcs, ","), "--log-format", "json"}, extra...)
+	args := []string{"--listen", addr, "--http-listen", metrics,
+		"--nodes", strings.Join(rpcs, ","), "--log-format", "json"}
+	if !slices.Contains(extra, "--insecure") {
+		gwTLS(t, n) // makes the network's certificates
+		f := n.TLS().Party("gateway")
+		args = append(args, "--tls-cert", f.Cert, "--tls-key", f.Key)
+	}
+	args = append(args, extra...)
 	return &gatewayProc{proc: startProc(t, "byzlog-gateway", addr, args...), addr: addr, metrics: metrics}
 }
 
@@ -128,7 +136,7 @@ func TestGatewaysProduce(t *testing.T) {
 			defer wg.Done()
 			// Each producer prefers one gateway and fails over to the other.
 			order := []string{gws[i%2].addr, gws[(i+1)%2].addr}
-			p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(order...), client.WithRequestTimeout(5*time.Second))
+			p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(order...), client.WithRequestTimeout(5*time.Second), tlsOpt(t, n))
 			if err != nil {
 				t.Error(err)
 				return
@@ -246,6 +254,9 @@ func TestGatewaysProduce(t *testing.T) {
 
 	t.Run("byzlog CLI creates a topic, produces and lists", func(t *testing.T) {
 		cli := func(stdin string, args ...string) (string, error) {
+			if !slices.ContainsFunc(args, func(a string) bool { return a == "--insecure" || strings.HasPrefix(a, "--tls-ca") }) {
+				args = append(args, "--tls-ca="+n.TLS().CA())
+			}
 			cmd := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), args...)
 			cmd.Stdin = strings.NewReader(stdin)
 			out, err := cmd.CombinedOutput()
@@ -274,10 +285,17 @@ func TestGatewaysProduce(t *testing.T) {
 		if err != nil || !strings.Contains(out, "cli") || !strings.Contains(out, "orders") {
 			t.Fatalf("topic list: %v\n%s", err, out)
 		}
+		if out, err := cli("", "topic", "list", gw, "--insecure"); err == nil {
+			t.Fatalf("topic list in plaintext from a TLS gateway worked:\n%s", out)
+		}
+		if out, err := cli("", "topic", "list", gw, "--tls-ca=/nonexistent/ca.pem"); err == nil || !strings.Contains(out, "read CA /nonexistent/ca.pem") {
+			t.Fatalf("topic list with a missing CA = %v, want an error naming it:\n%s", err, out)
+		}
 	})
 
+	https := &http.Client{Transport: &http.Transport{TLSClientConfig: gwTLS(t, n)}}
 	t.Run("metrics count answered batches and latency", func(t *testing.T) {
-		resp, err := http.Get("http://" + gws[1].metrics + "/metrics")
+		resp, err := https.Get("https://" + gws[1].metrics + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,13 +310,13 @@ func TestGatewaysProduce(t *testing.T) {
 				t.Errorf("/metrics lacks %s", want)
 			}
 		}
-		if resp, err := http.Get("http://" + gws[1].metrics + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		if resp, err := https.Get("https://" + gws[1].metrics + "/healthz"); err != nil || resp.StatusCode != http.StatusOK {
 			t.Errorf("/healthz = %v %v, want 200", resp, err)
 		}
 	})
 
 	t.Run("HTTP/JSON produce and topic listing", func(t *testing.T) {
-		base := "http://" + gws[1].metrics
+		base := "https://" + gws[1].metrics
 		s := sign.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize)), n.Config().ChainID)
 		post := func(topic string) (int, string) {
 			b, err := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("over http")}})
@@ -309,7 +327,7 @@ func TestGatewaysProduce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			resp, err := http.Post(base+"/v1/produce", "application/json", bytes.NewReader(body))
+			resp, err := https.Post(base+"/v1/produce", "application/json", bytes.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -323,7 +341,7 @@ func TestGatewaysProduce(t *testing.T) {
 		if code, out := post("nope"); code != http.StatusNotFound || !strings.Contains(out, `"code":"NotFound"`) {
 			t.Errorf("POST /v1/produce to a missing topic = %d %s, want 404 NotFound", code, out)
 		}
-		resp, err := http.Post(base+"/v1/produce", "application/json", strings.NewReader("{not json"))
+		resp, err := https.Post(base+"/v1/produce", "application/json", strings.NewReader("{not json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -331,7 +349,7 @@ func TestGatewaysProduce(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("POST /v1/produce with bad JSON = %d, want 400", resp.StatusCode)
 		}
-		resp, err = http.Get(base + "/v1/topics")
+		resp, err = https.Get(base + "/v1/topics")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +373,7 @@ func TestGatewaysProduce(t *testing.T) {
 			{[]string{"-d", `{"name": "nope"}`}, []string{"byzlog.v1.Gateway/DescribeTopic"}, []string{"NotFound", "unknown_topic"}},
 			{nil, []string{"grpc.health.v1.Health/Check"}, []string{"SERVING"}},
 		} {
-			args := append(append(append([]string{"-plaintext"}, c.flags...), gws[1].addr), c.call...)
+			args := append(append(append([]string{"-cacert", n.TLS().CA()}, c.flags...), gws[1].addr), c.call...)
 			out, _ := exec.CommandContext(ctx, grpcurl, args...).CombinedOutput()
 			for _, w := range c.want {
 				if !strings.Contains(string(out), w) {
@@ -390,12 +408,12 @@ func TestReadYourWrites(t *testing.T) {
 		}
 	}
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900))
-	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr))
+	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr), tlsOpt(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close(context.Background()) })
-	conn, err := grpc.NewClient(gw.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(gw.addr, grpc.WithTransportCredentials(credentials.NewTLS(gwTLS(t, n))))
 	if err != nil {
 		t.Fatal(err)
 	}

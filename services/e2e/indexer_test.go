@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -120,7 +121,7 @@ func createTopicVia(ctx context.Context, t *testing.T, n *localnet.Net, gw, topi
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm, err := client.NewAdmin(gw, key, trustOf(t, n))
+	adm, err := client.NewAdmin(gw, key, trustOf(t, n), tlsOpt(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestIndexerExactlyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr))
+			p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr), tlsOpt(t, n))
 			if err != nil {
 				t.Error(err)
 				return
@@ -349,7 +350,7 @@ func TestIndexerExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := consumer.Connect(natsURL, consumer.WithGateway(gw.addr), consumer.WithKey(sdkKey), consumer.WithTrust(trustOf(t, n)))
+	cons, err := consumer.Connect(natsURL, consumer.WithGateway(gw.addr), consumer.WithGatewayTLS(gwTLS(t, n)), consumer.WithKey(sdkKey), consumer.WithTrust(trustOf(t, n)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,6 +462,20 @@ func TestIndexerExactlyOnce(t *testing.T) {
 
 // trustOf is the clients' root of trust in n: its genesis, so every
 // receipt a test counts was verified against the chain.
+// gwTLS is how the tests' clients check the gateways startGateway runs:
+// against the network's CA.
+func gwTLS(t testing.TB, n *localnet.Net) *tls.Config {
+	t.Helper()
+	c, err := n.ClientTLS(localnet.Services{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// tlsOpt is gwTLS as a producer or admin option.
+func tlsOpt(t testing.TB, n *localnet.Net) client.Option { return client.WithTLS(gwTLS(t, n)) }
+
 func trustOf(t testing.TB, n *localnet.Net) client.Trust {
 	t.Helper()
 	tr, err := client.TrustGenesis(n.GenesisPath())

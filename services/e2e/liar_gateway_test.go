@@ -33,7 +33,11 @@ func TestLyingGatewayIsCaught(t *testing.T) {
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", n.Config().BasePort+900))
 	const topic = "liar"
 	createTopicVia(ctx, t, n, gw.addr, topic, 1)
-	px, err := tamper.StartGateway("127.0.0.1:0", gw.addr)
+	serve, err := n.GatewayServerTLS(localnet.Services{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px, err := tamper.StartGateway("127.0.0.1:0", gw.addr, serve, gwTLS(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +52,7 @@ func TestLyingGatewayIsCaught(t *testing.T) {
 		return p.ProduceSync(pctx, &client.Record{Topic: topic, Value: []byte(value)})
 	}
 	for _, mode := range tamper.GatewayModes {
-		p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(px.Addr()), client.WithRequestTimeout(5*time.Second))
+		p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(px.Addr()), client.WithRequestTimeout(5*time.Second), tlsOpt(t, n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +126,7 @@ func TestLyingGatewayIsCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	createVia := func(tr client.Trust, name string) error {
-		adm, err := client.NewAdmin(px.Addr(), adminKey, tr)
+		adm, err := client.NewAdmin(px.Addr(), adminKey, tr, tlsOpt(t, n))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +165,7 @@ func TestLyingGatewayIsCaught(t *testing.T) {
 
 	// The lie verification stops: a producer on the gateway's word takes
 	// an invented receipt for a record that was never written.
-	p, err := client.NewProducer(ctx, client.WithTrust(client.TrustGateway(trust.ChainID())), client.WithGateways(px.Addr()))
+	p, err := client.NewProducer(ctx, client.WithTrust(client.TrustGateway(trust.ChainID())), client.WithGateways(px.Addr()), tlsOpt(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}

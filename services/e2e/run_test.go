@@ -125,7 +125,7 @@ func TestRunWholeSystem(t *testing.T) {
 		}
 		return string(b)
 	}
-	bin("byzlog", "", "topic", "create", "orders", "--partitions", "3", "--admin-key", filepath.Join(dir, "admin.key"), "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"))
+	bin("byzlog", "", "topic", "create", "orders", "--partitions", "3", "--admin-key", filepath.Join(dir, "admin.key"), "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
 	sub := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), "sub", "byzlog.orders.>", "--server", natsURL, "--count", "5", "--raw")
 	subOut, err := sub.StdoutPipe()
 	if err != nil {
@@ -135,7 +135,7 @@ func TestRunWholeSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // subscribed before the records commit
-	bin("byzlog", "one\ntwo\nthree\nfour\nfive\n", "produce", "orders", "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"))
+	bin("byzlog", "one\ntwo\nthree\nfour\nfive\n", "produce", "orders", "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
 	got := map[string]bool{}
 	sc := bufio.NewScanner(subOut)
 	for sc.Scan() && len(got) < 5 {
@@ -184,7 +184,7 @@ func TestRunWholeSystem(t *testing.T) {
 
 	// Again on the same directory: the same chain, with its records.
 	runCluster(t, dir, base)
-	list := bin("byzlog", "", "topic", "list", "--gateway", gw)
+	list := bin("byzlog", "", "topic", "list", "--gateway", gw, "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
 	found := false
 	for _, line := range strings.Split(list, "\n") {
 		if f := strings.Fields(line); len(f) >= 3 && f[0] == "orders" {

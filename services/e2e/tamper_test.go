@@ -63,7 +63,7 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr))
+	p, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr), tlsOpt(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	// waiting for its receipts writes every other block, which could be
 	// just the ones the proxy never serves.
 	createTopicVia(ctx, t, n, gw.addr, "filler", 1)
-	filler, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr), client.WithAcks(byzlogv1.Ack_ACK_MEMPOOL))
+	filler, err := client.NewProducer(ctx, client.WithTrust(trustOf(t, n)), client.WithGateways(gw.addr), client.WithAcks(byzlogv1.Ack_ACK_MEMPOOL), tlsOpt(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ package attack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +28,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -43,6 +45,10 @@ type Env struct {
 	Nodes []string
 	// Gateways are the gateways' gRPC addresses, GatewayHTTP their HTTP ones.
 	Gateways, GatewayHTTP []string
+	// TLS is how a client reaches the gateways (the network's CA); nil:
+	// plaintext. Attackers speak TLS as any client does: what they send
+	// is the attack, not the transport.
+	TLS *tls.Config
 	// Topic is the phase's honest topic; Junk (JunkPartitions
 	// partitions) the attackers' own, so records an attack gets committed
 	// never mix with the history the checker reads.
@@ -221,7 +227,11 @@ func gateways(env *Env) ([]byzlogv1.GatewayClient, func(), error) {
 	}
 	var out []byzlogv1.GatewayClient
 	for _, addr := range env.Gateways {
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		creds := insecure.NewCredentials()
+		if env.TLS != nil {
+			creds = credentials.NewTLS(env.TLS)
+		}
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 		if err != nil {
 			closeAll()
@@ -409,7 +419,7 @@ func slowHTTP(ctx context.Context, env *Env, t *Tally) error {
 				}
 				opened++
 				opens.Unlock()
-				held, refusal, err := slowConn(ctx, addr, c%2 == 0)
+				held, refusal, err := slowConn(ctx, addr, env.TLS, c%2 == 0)
 				if ctx.Err() != nil && err == nil && refusal == "" {
 					t.count(held, "", nil) // held open until the attack's end
 					return
@@ -419,7 +429,7 @@ func slowHTTP(ctx context.Context, env *Env, t *Tally) error {
 			}
 		}()
 	}
-	probeHTTP(ctx, env.GatewayHTTP, t)
+	probeHTTP(ctx, env.GatewayHTTP, env.TLS, t)
 	wg.Wait()
 	return nil
 }
@@ -427,10 +437,17 @@ func slowHTTP(ctx context.Context, env *Env, t *Tally) error {
 // slowConn opens one connection to addr and sends a request one byte per
 // second: its headers (headers true) or, after whole headers, its body. It
 // returns the bytes it got out, and how it ended: a refusal when the
-// gateway closed it, an error when it could not connect.
-func slowConn(ctx context.Context, addr string, headers bool) (int, string, error) {
+// gateway closed it, an error when it could not connect. With c it
+// completes a TLS handshake first.
+func slowConn(ctx context.Context, addr string, c *tls.Config, headers bool) (int, string, error) {
 	d := net.Dialer{Timeout: 5 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	var conn net.Conn
+	var err error
+	if c != nil {
+		conn, err = (&tls.Dialer{NetDialer: &d, Config: c}).DialContext(ctx, "tcp", addr)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return 0, "", err
 	}
@@ -476,13 +493,17 @@ func roundTo(d time.Duration) time.Duration {
 
 // probeHTTP times an honest GET /v1/topics on each gateway every second
 // until ctx ends, and notes the slowest answers and failures.
-func probeHTTP(ctx context.Context, addrs []string, t *Tally) {
+func probeHTTP(ctx context.Context, addrs []string, c *tls.Config, t *Tally) {
 	client := &http.Client{Timeout: 5 * time.Second}
+	scheme := "http://"
+	if c != nil {
+		client.Transport, scheme = &http.Transport{TLSClientConfig: c}, "https://"
+	}
 	var waits []time.Duration
 	failed := 0
 	for i := 0; ctx.Err() == nil; i++ {
 		start := time.Now()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addrs[i%len(addrs)]+"/v1/topics", nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+addrs[i%len(addrs)]+"/v1/topics", nil)
 		if err != nil {
 			return
 		}

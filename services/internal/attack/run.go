@@ -54,7 +54,11 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 	if err != nil {
 		return nil, err
 	}
-	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust)
+	transport, err := c.Transport()
+	if err != nil {
+		return nil, err
+	}
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +71,9 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 		Limits: core.DefaultLimits(), MaxTxBytes: min(core.MaxTxBytes, localnet.RPCMaxBodyBytes*3/4-64<<10) - 1<<10, Tamper: c.Tamper}
 	for i := 0; i < c.Net.Config().Validators; i++ {
 		env.Nodes = append(env.Nodes, c.Net.Config().RPCAddr(i))
+	}
+	if env.TLS, err = c.Net.ClientTLS(c.Services); err != nil {
+		return nil, err
 	}
 	for g := 0; g < c.Services.Gateways; g++ {
 		env.Gateways = append(env.Gateways, c.Services.GatewayAddr(g))

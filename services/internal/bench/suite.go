@@ -13,6 +13,7 @@ import (
 const (
 	SystemByzlog        = "byzlog"             // gRPC ABCI, random payload, receipts verified
 	SystemByzlogTrusted = "byzlog-noverify"    // the same, receipts taken on the gateway's word
+	SystemByzlogPlain   = "byzlog-plaintext"   // the same as byzlog, the gateway without TLS
 	SystemByzlogWrite   = "byzlog-write"       // the write path alone: no indexer, NATS or consumer
 	SystemByzlogSocket  = "byzlog-socket"      // socket ABCI, random payload
 	SystemByzlogJSON    = "byzlog-json-zstd"   // JSON-like payload, zstd batches
@@ -25,7 +26,7 @@ const (
 
 // Systems lists every system a suite knows, in run order.
 func Systems() []string {
-	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogWrite, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
+	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogPlain, SystemByzlogWrite, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
 }
 
 // Describe says in a few words what a system row is.
@@ -35,6 +36,8 @@ func Describe(system string) string {
 		return "byzlog, 4 validators, gRPC ABCI, random payload, every receipt verified by the producer"
 	case SystemByzlogTrusted:
 		return "byzlog as above, receipts taken on the gateway's word (client.TrustGateway)"
+	case SystemByzlogPlain:
+		return "byzlog as the first row, producers talking to the gateway in plaintext (--insecure) instead of TLS"
 	case SystemByzlogWrite:
 		return "byzlog's write path alone: 4 validators, gRPC ABCI, gateway, producers; no indexer, NATS or consumer"
 	case SystemByzlogSocket:

@@ -56,6 +56,10 @@ func (c *Cluster) Trust() (client.Trust, error) {
 	return client.TrustGateway(t.ChainID()), nil
 }
 
+// Transport is how clients reach the gateways (and the lying proxy):
+// TLS with the network's CA unless the services are insecure.
+func (c *Cluster) Transport() (client.Option, error) { return c.Net.ProducerTransport(c.Services) }
+
 // producerGateway is the address producers use for gateway g: gateway0's
 // lying proxy when there is one.
 func (c *Cluster) producerGateway(g int) string {

@@ -76,7 +76,11 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	if err != nil {
 		return Row{}, err
 	}
-	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust)
+	transport, err := c.Transport()
+	if err != nil {
+		return Row{}, err
+	}
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
 	if err != nil {
 		return row, err
 	}

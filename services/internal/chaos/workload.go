@@ -90,7 +90,11 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 	if err != nil {
 		return err
 	}
-	p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(gws...), client.WithRequestTimeout(5*time.Second))
+	transport, err := c.Transport()
+	if err != nil {
+		return err
+	}
+	p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(gws...), client.WithRequestTimeout(5*time.Second), transport)
 	if err != nil {
 		return fmt.Errorf("producer %d: %w", id, err)
 	}

@@ -2,15 +2,98 @@ package localnet
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
+
+// The network's TLS parties: the gateways share one certificate, clients
+// (tests, the CLI with --tls-cert) another, both for loopback.
+const (
+	gatewayParty = "gateway"
+	clientParty  = "client"
+)
+
+var tlsHosts = []string{"127.0.0.1", "localhost", "::1"}
+
+// TLS is the network's CA and certificates, under its directory; services
+// started create what is missing.
+func (n *Net) TLS() tlsconf.Local { return tlsconf.Local{Dir: filepath.Join(n.cfg.Dir, "tls")} }
+
+// ClientTLS is the TLS configuration a client of s's gateways uses: their
+// certificate checked against the network's CA and, with s.MutualTLS, the
+// network's client certificate. nil when s is insecure.
+func (n *Net) ClientTLS(s Services) (*tls.Config, error) {
+	if s.Insecure {
+		return nil, nil
+	}
+	if err := n.ensureTLS(); err != nil {
+		return nil, err
+	}
+	f := n.TLS().Party(clientParty)
+	if !s.MutualTLS {
+		f.Cert, f.Key = "", ""
+	}
+	return f.Client()
+}
+
+// GatewayServerTLS is the TLS configuration the gateways serve with (for a
+// proxy in their place); nil when s is insecure.
+func (n *Net) GatewayServerTLS(s Services) (*tls.Config, error) {
+	if s.Insecure {
+		return nil, nil
+	}
+	if err := n.ensureTLS(); err != nil {
+		return nil, err
+	}
+	f := n.TLS().Party(gatewayParty)
+	if !s.MutualTLS {
+		f.CA = ""
+	}
+	return f.Server()
+}
+
+// ensureTLS makes the network's CA and certificates that are missing.
+func (n *Net) ensureTLS() error {
+	if err := n.TLS().Ensure(tlsHosts, gatewayParty, clientParty); err != nil {
+		return fmt.Errorf("TLS certificates in %s: %w", n.TLS().Dir, err)
+	}
+	return nil
+}
+
+// GatewayHTTPClient is an HTTP client for gateway g's HTTP face (JSON API,
+// /metrics, /healthz) and its base URL: https checked against the
+// network's CA, or http when s is insecure.
+func (n *Net) GatewayHTTPClient(s Services, g int) (*http.Client, string, error) {
+	c, err := n.ClientTLS(s)
+	if err != nil {
+		return nil, "", err
+	}
+	if c == nil {
+		return &http.Client{Timeout: 30 * time.Second}, "http://" + s.GatewayHTTP(g), nil
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: c}}, "https://" + s.GatewayHTTP(g), nil
+}
+
+// ProducerTransport is ClientTLS as a producer or admin option.
+func (n *Net) ProducerTransport(s Services) (client.Option, error) {
+	c, err := n.ClientTLS(s)
+	if err != nil || c == nil {
+		return client.WithInsecure(), err
+	}
+	return client.WithTLS(c), nil
+}
 
 // Services are the processes `byzlog run` adds to the validators: a NATS
 // server with JetStream, gateways and an indexer, all on loopback, with
@@ -36,6 +119,13 @@ type Services struct {
 	// its RPC (a tampering one, in chaos runs): the gateways and the
 	// indexer reach that node through it.
 	ProxiedRPC map[int]int
+	// Insecure serves the gateways in plaintext. By default they serve
+	// TLS with a certificate of the network's CA (Net.TLS), which clients
+	// check them against (Net.ClientTLS).
+	Insecure bool
+	// MutualTLS makes the gateways require a client certificate of the
+	// network's CA (Net.TLS().Party("client")).
+	MutualTLS bool
 	// Binaries.
 	NATS, Gateway, Indexer string
 }
@@ -55,6 +145,9 @@ func (s Services) Validate() error {
 		if p.port < 1024 || p.port > 65000 {
 			return fmt.Errorf("%s %d: want 1024..65000", p.name, p.port)
 		}
+	}
+	if s.Insecure && s.MutualTLS {
+		return errors.New("mutual TLS needs TLS: drop insecure or mutual_tls")
 	}
 	if s.Gateways < 1 || s.Gateways > 8 {
 		return fmt.Errorf("gateways (%d): want 1 to 8", s.Gateways)
@@ -112,6 +205,15 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 		"--hex-submit-max-bytes", strconv.Itoa((RPCMaxBodyBytes - 16) / 2)}
 	if s.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+g))
+	}
+	if s.Insecure {
+		args = append(args, "--insecure")
+	} else {
+		f := n.TLS().Party(gatewayParty)
+		args = append(args, "--tls-cert", f.Cert, "--tls-key", f.Key)
+		if s.MutualTLS {
+			args = append(args, "--tls-client-ca", f.CA)
+		}
 	}
 	return proc{
 		name: GatewayName(g), bin: s.Gateway, mark: s.GatewayAddr(g),
@@ -181,6 +283,9 @@ func (n *Net) StartServices(ctx context.Context, s Services, progress io.Writer)
 		return err
 	}
 	if err := portsFree(s); err != nil {
+		return err
+	}
+	if err := n.ensureTLS(); err != nil {
 		return err
 	}
 	type step struct {

@@ -2,6 +2,7 @@ package tamper
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -64,9 +66,14 @@ type GatewayProxy struct {
 }
 
 // StartGateway serves a GatewayProxy on listen (host:port) in front of the
-// gateway at target.
-func StartGateway(listen, target string) (*GatewayProxy, error) {
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// gateway at target. It serves TLS with serve and reaches target over TLS
+// with dial; nil: plaintext.
+func StartGateway(listen, target string, serve, dial *tls.Config) (*GatewayProxy, error) {
+	up := insecure.NewCredentials()
+	if dial != nil {
+		up = credentials.NewTLS(dial)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(up))
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", target, err)
 	}
@@ -75,7 +82,11 @@ func StartGateway(listen, target string) (*GatewayProxy, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	p := &GatewayProxy{Relay: Relay{Up: byzlogv1.NewGatewayClient(conn)}, conn: conn, lis: lis, srv: grpc.NewServer(), hits: map[string]int{}}
+	var opts []grpc.ServerOption
+	if serve != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serve)))
+	}
+	p := &GatewayProxy{Relay: Relay{Up: byzlogv1.NewGatewayClient(conn)}, conn: conn, lis: lis, srv: grpc.NewServer(opts...), hits: map[string]int{}}
 	p.mode.Store("")
 	byzlogv1.RegisterGatewayServer(p.srv, p)
 	go func() { _ = p.srv.Serve(lis) }()
