@@ -31,6 +31,12 @@ type ServeConfig struct {
 	// Listen is host:port. With gRPC, the node's proxy_app is this address
 	// without a scheme; with the socket transport it is tcp://host:port.
 	Listen string
+	// PrivateNetwork allows a Listen host other than loopback. The ABCI
+	// link has neither authentication nor encryption (CometBFT's ABCI
+	// clients speak neither), so it must stay on loopback, or on a network
+	// that only this validator's node can reach (compose's per-validator
+	// abciN network).
+	PrivateNetwork bool
 }
 
 // DefaultServeConfig returns the defaults: gRPC on 127.0.0.1:26658.
@@ -45,8 +51,12 @@ func (c ServeConfig) Validate() error {
 	default:
 		return fmt.Errorf("transport %q: must be %q or %q", c.Transport, TransportGRPC, TransportSocket)
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
 		return fmt.Errorf("listen %q: want host:port: %w", c.Listen, err)
+	}
+	if ip := net.ParseIP(host); !c.PrivateNetwork && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("listen %q: ABCI has no authentication or encryption, so the app listens on loopback (127.0.0.1, the node beside it); on a network only this validator's node reaches, say so with --private-network", c.Listen)
 	}
 	return nil
 }

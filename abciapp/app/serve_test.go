@@ -95,6 +95,13 @@ func TestServeConfigValidate(t *testing.T) {
 		{app.ServeConfig{Transport: "socket", Listen: "127.0.0.1:1"}, true},
 		{app.ServeConfig{Transport: "http", Listen: "127.0.0.1:1"}, false},
 		{app.ServeConfig{Transport: "grpc", Listen: "tcp://127.0.0.1:26658"}, false},
+		{app.ServeConfig{Transport: "grpc", Listen: "[::1]:26658"}, true},
+		{app.ServeConfig{Transport: "grpc", Listen: "localhost:26658"}, true},
+		// ABCI is unauthenticated: off loopback only when told the network is private.
+		{app.ServeConfig{Transport: "grpc", Listen: "0.0.0.0:26658"}, false},
+		{app.ServeConfig{Transport: "grpc", Listen: ":26658"}, false},
+		{app.ServeConfig{Transport: "grpc", Listen: "10.0.0.5:26658"}, false},
+		{app.ServeConfig{Transport: "grpc", Listen: "0.0.0.0:26658", PrivateNetwork: true}, true},
 	} {
 		if err := c.cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("%+v.Validate() = %v, want ok=%v", c.cfg, err, c.ok)

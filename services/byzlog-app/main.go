@@ -74,6 +74,7 @@ committed height and CometBFT replays the blocks it is missing.`,
 	f := cmd.Flags()
 	f.StringVar(&serve.Listen, "listen", serve.Listen, "host:port to serve ABCI on")
 	f.StringVar(&serve.Transport, "transport", serve.Transport, "ABCI transport: grpc or socket")
+	f.BoolVar(&serve.PrivateNetwork, "private-network", false, "allow --listen on an address other than loopback: one on a network only this validator's node reaches (ABCI has no authentication or encryption)")
 	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")
 	mp := &appCfg.Mempool
 	f.Int64Var(&mp.MaxBytes, "mempool-max-bytes", mp.MaxBytes, "bytes of transactions the mempool holds, ready and waiting")
