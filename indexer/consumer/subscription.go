@@ -99,7 +99,10 @@ func (s *Subscription) ordered(ctx context.Context, st jetstream.Stream, parts [
 	if err != nil {
 		return fmt.Errorf("find where to start in topic %q: %w", s.topic, err)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}
+	// The server drops the ephemeral consumer 30 s after its last fetch
+	// (Close does not delete it: a reader may not delete consumers, which
+	// would let it delete other groups').
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: orderedIdle}
 	if seq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, seq
 	}
@@ -393,12 +396,7 @@ func (s *Subscription) Close() error {
 	s.nextMu.Lock()
 	defer s.nextMu.Unlock()
 	if s.group == "" {
-		s.iter.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if info := s.cons.CachedInfo(); info != nil {
-			_ = s.c.js.DeleteConsumer(ctx, s.stream, info.Name) // else the server drops it after 5 minutes idle
-		}
+		s.iter.Stop() // the server drops the consumer orderedIdle later
 		return nil
 	}
 	var firstErr error
@@ -431,3 +429,7 @@ func (s *Subscription) Close() error {
 	}
 	return firstErr
 }
+
+// orderedIdle is how long the server keeps a closed subscription's
+// ephemeral consumer.
+const orderedIdle = 30 * time.Second

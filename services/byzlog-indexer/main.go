@@ -22,9 +22,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/services/internal/logging"
+	"github.com/byzlog/byzlog/services/internal/natsconn"
 	"github.com/byzlog/byzlog/services/internal/profiling"
 )
 
@@ -40,6 +42,7 @@ type flags struct {
 	trustHeight                                             int64
 	maxLag                                                  int64
 	pprofListen                                             string
+	nats                                                    natsconn.Flags
 }
 
 func newCommand() *cobra.Command {
@@ -69,7 +72,7 @@ HTTP on --http-listen: /metrics (Prometheus), /healthz (200 while running),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return run(cmd.Context(), cfg, logCfg, fl)
+			return run(cmd.Context(), cfg, logCfg, fl, cmd.Flags())
 		},
 	}
 	f := cmd.Flags()
@@ -79,6 +82,7 @@ HTTP on --http-listen: /metrics (Prometheus), /healthz (200 while running),
 	f.Int64Var(&fl.trustHeight, "trust-height", 0, "height of a header you trust")
 	f.StringVar(&fl.trustHash, "trust-hash", "", "hex hash of the header at --trust-height")
 	f.StringVar(&fl.natsURL, "nats", fl.natsURL, "NATS server URL(s), comma-separated")
+	fl.nats.Add(f, natsconn.Flags{})
 	f.StringVar(&fl.httpListen, "http-listen", fl.httpListen, "host:port of /metrics, /healthz and /readyz; empty disables it")
 	f.Int64Var(&fl.maxLag, "max-lag", fl.maxLag, "blocks behind the chain /readyz tolerates")
 	f.StringVar(&cfg.ID, "id", cfg.ID, "this indexer's cursor name")
@@ -128,7 +132,7 @@ func trustRoot(ctx context.Context, cfg *indexer.Config, fl flags) error {
 	return errors.New("no root of trust: give --genesis FILE, or --chain-id, --trust-height and --trust-hash")
 }
 
-func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flags) error {
+func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flags, flagSet *pflag.FlagSet) error {
 	log, err := logging.New(logCfg, os.Stderr, "byzlog-indexer")
 	if err != nil {
 		return err
@@ -148,7 +152,11 @@ func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flag
 	if err := trustRoot(ctx, &cfg, fl); err != nil {
 		return err
 	}
-	nc, err := nats.Connect(fl.natsURL, nats.Name("byzlog-indexer "+cfg.ID), nats.MaxReconnects(-1))
+	natsOpts, err := fl.nats.Options(flagSet)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(fl.natsURL, append([]nats.Option{nats.Name("byzlog-indexer " + cfg.ID), nats.MaxReconnects(-1)}, natsOpts...)...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", fl.natsURL, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/byzlog/byzlog/services/internal/bench"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/localnet"
+	"github.com/byzlog/byzlog/services/internal/natsconn"
 )
 
 func newBenchCommand() *cobra.Command {
@@ -37,6 +38,7 @@ func newBenchCommand() *cobra.Command {
 	txSize := 256 << 10
 	var tf trustFlags
 	var tlsf tlsFlags
+	var natsf natsconn.Flags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
@@ -95,6 +97,13 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 			if !cmd.Flags().Changed("tls-ca") {
 				tlsf.files.CA = filepath.Join(dir, "tls", "ca.pem")
 			}
+			if !cmd.Flags().Changed("nats-password-file") {
+				natsf.PasswordFile = filepath.Join(dir, "nats", "consumer.password")
+			}
+			if !cmd.Flags().Changed("nats-tls-ca") {
+				natsf.CA = filepath.Join(dir, "tls", "ca.pem")
+			}
+			natsf.Insecure = tlsf.insecure
 			trust, err := tf.trust(cmd.Flags())
 			if err != nil {
 				return err
@@ -104,6 +113,9 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 				return err
 			}
 			cfg.Acks, cfg.Gateways, cfg.NATSURL = a, gateways, natsURL
+			if cfg.NATSOptions, err = natsf.Options(cmd.Flags()); err != nil {
+				return err
+			}
 			cfg.Options = append(cfg.Options, client.WithTrust(trust), transport)
 			if zstd {
 				cfg.Options = append(cfg.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
@@ -174,6 +186,7 @@ consensus engine's ceiling, a record counting as --record-size of its bytes.`,
 	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
 	tf.add(f)
 	tlsf.add(f)
+	natsf.Add(f, natsconn.Flags{User: "consumer"})
 	cmd.AddCommand(newBenchSuiteCommand())
 	return cmd
 }

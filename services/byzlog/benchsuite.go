@@ -386,6 +386,8 @@ func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.
 	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
 	if writeOnly {
 		load.NATSURL = ""
+	} else if load.NATSOptions, err = n.NATSOptions(svc, localnet.NATSConsumerUser); err != nil {
+		return bench.Result{}, 0, err
 	}
 	if err := suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions, tlsOpt); err != nil {
 		return bench.Result{}, 0, err

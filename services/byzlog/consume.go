@@ -21,6 +21,7 @@ import (
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
+	"github.com/byzlog/byzlog/services/internal/natsconn"
 )
 
 const defaultNATS = "nats://127.0.0.1:4222"
@@ -42,6 +43,7 @@ func newConsumeCommand() *cobra.Command {
 		verify        bool
 		tf            trustFlags
 		tlsf          tlsFlags
+		natsf         natsconn.Flags
 		nodes         = "127.0.0.1:26657,127.0.0.1:26757,127.0.0.1:26857,127.0.0.1:26957"
 	)
 	cmd := &cobra.Command{
@@ -156,6 +158,12 @@ summary goes to stderr.`,
 				}
 				copts = append(copts, consumer.WithVerifier(h))
 			}
+			natsf.Insecure = tlsf.insecure
+			natsOpts, err := natsf.Options(f)
+			if err != nil {
+				return err
+			}
+			copts = append(copts, consumer.WithNATSOptions(natsOpts...))
 			c, err := consumer.Connect(natsURL, copts...)
 			if err != nil {
 				return fmt.Errorf("%w (--nats)", err)
@@ -212,6 +220,7 @@ summary goes to stderr.`,
 	f.IntVar(&count, "count", 0, "stop after this many records (0: no limit)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per record")
 	f.StringVar(&natsURL, "nats", natsURL, "NATS server URL")
+	natsf.Add(f, natsconn.Flags{User: "consumer", PasswordFile: localnetNATSPassword, CA: localnetCA})
 	f.StringVar(&gateway, "gateway", gateway, "gateway address (host:port), for committed offsets and commits")
 	f.DurationVar(&timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
 	f.BoolVar(&verify, "verify", false, "prove each record against light-client verified headers before printing it")

@@ -159,7 +159,11 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	}
 	acked[first] = placed{r0.Partition, r0.Offset, time.Now()}
 	res.receipt = append(res.receipt, time.Since(t1))
-	cons, err := consumer.Connect(svc.NATSURL())
+	natsOpts, err := n.NATSOptions(svc, localnet.NATSConsumerUser)
+	if err != nil {
+		return res, err
+	}
+	cons, err := consumer.Connect(svc.NATSURL(), consumer.WithNATSOptions(natsOpts...))
 	if err != nil {
 		return res, err
 	}

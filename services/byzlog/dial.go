@@ -21,6 +21,10 @@ import (
 // flag.
 const localnetCA = "run/localnet/tls/ca.pem"
 
+// localnetNATSPassword is the password file of `make run`'s NATS user
+// "consumer", the default of byzlog consume.
+const localnetNATSPassword = "run/localnet/nats/consumer.password"
+
 // tlsFlags are a client's transport to the gateway: TLS checked against a
 // CA, a certificate for mutual TLS, or plaintext with --insecure.
 type tlsFlags struct {

@@ -145,6 +145,14 @@ func gatewaySecurity(n *localnet.Net, svc localnet.Services) string {
 	return "TLS (CA " + n.TLS().CA() + ")"
 }
 
+// natsCAFlag is the nats CLI's --tlsca for the banner ("" when insecure).
+func natsCAFlag(n *localnet.Net, svc localnet.Services) string {
+	if svc.Insecure {
+		return ""
+	}
+	return " --tlsca " + n.TLS().CA()
+}
+
 // indexerReady asks the indexer's /readyz.
 func indexerReady(ctx context.Context, svc localnet.Services) (bool, string) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -178,11 +186,12 @@ Try, in another terminal:
   bin/byzlog topic create orders --partitions 3 --admin-key %s/admin.key --gateway %s
   seq 1 1000 | bin/byzlog produce orders --gateway %s
   bin/byzlog consume orders --count 1000 --nats %s
-  bin/nats sub 'byzlog.>' --server %s
+  bin/nats sub 'byzlog.>' --server %s --user consumer --password "$(cat %s)"%s
 
 Ctrl-C stops everything.
 `, c.Validators, svc.Gateways, c.Dir, strings.Join(gws, ", "), gatewaySecurity(n, svc), svc.NATSURL(), svc.MonitorPort(), svc.IndexerAddr(),
-		c.RPCAddr(0), c.Dir, c.Dir, svc.GatewayAddr(0), svc.GatewayAddr(0), svc.NATSURL(), svc.NATSURL())
+		c.RPCAddr(0), c.Dir, c.Dir, svc.GatewayAddr(0), svc.GatewayAddr(0), svc.NATSURL(), svc.NATSURL(),
+		n.NATSPasswordFile(localnet.NATSConsumerUser), natsCAFlag(n, svc))
 }
 
 // watch prints a status line (height, records committed, height indexed)

@@ -126,7 +126,12 @@ func TestRunWholeSystem(t *testing.T) {
 		return string(b)
 	}
 	bin("byzlog", "", "topic", "create", "orders", "--partitions", "3", "--admin-key", filepath.Join(dir, "admin.key"), "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
-	sub := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), "sub", "byzlog.orders.>", "--server", natsURL, "--count", "5", "--raw")
+	pw, err := os.ReadFile(filepath.Join(dir, "nats", "consumer.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natsAuth := []string{"--server", natsURL, "--user", "consumer", "--password", strings.TrimSpace(string(pw)), "--tlsca", filepath.Join(dir, "tls", "ca.pem")}
+	sub := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), append([]string{"sub", "byzlog.orders.>", "--count", "5", "--raw"}, natsAuth...)...)
 	subOut, err := sub.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

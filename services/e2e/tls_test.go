@@ -18,16 +18,18 @@ import (
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
-// demoGatewayPort is the gateway port of `byzlog demo` (its --help names it).
-const demoGatewayPort = 20470
+// The ports of `byzlog demo`'s gateway and NATS (its --help names them).
+const demoGatewayPort, demoNATSPort = 20470, 20422
 
-// TestCaptureSeesNoRecords is issue 15's capture test on the hop TLS covers
-// so far, producers to the gateway: tcpdump records loopback traffic to the
-// demo's gateway while `byzlog demo` produces its records ("demo-N"), and no
-// record value may be in the capture. The same demo with --insecure shows
-// them, so the test can fail. (The inner hops, gateway to CometBFT, node to
-// app and NATS, are still plaintext: the capture filters on the gateway's
-// port until they are encrypted.)
+// TestCaptureSeesNoRecords is issue 15's capture test on the hops TLS
+// covers so far, producers to the gateway and the indexer and consumers to
+// NATS: tcpdump records loopback traffic on the demo's gateway and NATS
+// ports while `byzlog demo` produces its records ("demo-N") and reads them
+// back, and no record value may be in the capture. The same demo with
+// --insecure shows them, so the test can fail. (The gateways' and the
+// indexer's CometBFT RPC links are still plaintext, and the node-to-app
+// link is loopback: the capture filters on the two ports until they are
+// encrypted.)
 func TestCaptureSeesNoRecords(t *testing.T) {
 	tcpdump, err := exec.LookPath("tcpdump")
 	if err != nil {
@@ -38,7 +40,7 @@ func TestCaptureSeesNoRecords(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		pcap := filepath.Join(t.TempDir(), "capture.pcap")
-		dump := exec.CommandContext(ctx, tcpdump, "-i", "lo", "-n", "-U", "-s", "0", "-w", pcap, "tcp", "port", fmt.Sprint(demoGatewayPort))
+		dump := exec.CommandContext(ctx, tcpdump, "-i", "lo", "-n", "-U", "-s", "0", "-w", pcap, "tcp", "port", fmt.Sprint(demoGatewayPort), "or", "tcp", "port", fmt.Sprint(demoNATSPort))
 		var dumpErr bytes.Buffer
 		dump.Stderr = &dumpErr
 		if err := dump.Start(); err != nil {
@@ -68,10 +70,10 @@ func TestCaptureSeesNoRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(b) < 10<<10 {
-			t.Fatalf("the capture holds %d bytes: tcpdump saw no demo traffic on port %d (%s)", len(b), demoGatewayPort, dumpErr.String())
+			t.Fatalf("the capture holds %d bytes: tcpdump saw no demo traffic on ports %d and %d (%s)", len(b), demoGatewayPort, demoNATSPort, dumpErr.String())
 		}
 		n := bytes.Count(b, []byte("demo-"))
-		t.Logf("demo insecure=%v: %d KiB captured on the gateway's port, %d record values in it", insecure, len(b)>>10, n)
+		t.Logf("demo insecure=%v: %d KiB captured on the gateway's and NATS's ports, %d record values in it", insecure, len(b)>>10, n)
 		return n
 	}
 	if n := count(false); n != 0 {

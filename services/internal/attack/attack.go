@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -49,6 +50,10 @@ type Env struct {
 	// plaintext. Attackers speak TLS as any client does: what they send
 	// is the attack, not the transport.
 	TLS *tls.Config
+	// NATSURL is the cluster's NATS; NATSOptions connect to it as a
+	// consumer (an identity that may read, not write).
+	NATSURL     string
+	NATSOptions []nats.Option
 	// Topic is the phase's honest topic; Junk (JunkPartitions
 	// partitions) the attackers' own, so records an attack gets committed
 	// never mix with the history the checker reads.
@@ -72,6 +77,9 @@ type Attack struct {
 	Name string
 	Doc  string
 	Run  func(ctx context.Context, env *Env, t *Tally) error
+	// Unauthorized: every send is something the attacker has no right to
+	// do, so one accepted send misses the row's goal.
+	Unauthorized bool
 }
 
 // Baseline is the no-attack phase every row is compared with.
@@ -96,6 +104,8 @@ var Attacks = []Attack{
 		Run: paddedOffsetsAttack},
 	{Name: "slow-http", Doc: "200 connections to the gateways' HTTP face that send their headers or their body one byte per second, while a probe times GET /v1/topics",
 		Run: slowHTTP},
+	{Name: "nats-intruder", Doc: "a NATS client with consumer credentials tries, in turn, what only the indexer may: publish a forged record with a huge Byzlog-Offset into byzlog.<topic>.0, pre-claim an upcoming Nats-Msg-Id, delete and purge the topic's stream, create a byzlog stream, write the indexer's cursor, open the cursor bucket",
+		Run: natsIntruder, Unauthorized: true},
 	{Name: "huge-rpc", Doc: "the RPC proxy in front of node0 (gateway0's first node, the indexer's primary) answers every request with a 200 MiB body, generated as it is sent",
 		Run: hugeRPC},
 }

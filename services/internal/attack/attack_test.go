@@ -294,6 +294,9 @@ func TestEvaluate(t *testing.T) {
 		{"exactly 0.8×", func(r Row) Row { r.Rate = 320; return r }, 400, nil},
 		{"slow", func(r Row) Row { r.Rate = 100; return r }, 400, []string{"honest throughput 0.25×"}},
 		{"crashed", func(r Row) Row { r.Crashed = []string{"node0/byzlog-app", "node0/cometbft"}; return r }, 400, []string{"2 processes died (node0/byzlog-app, node0/cometbft)"}},
+		{"an unauthorized send accepted", func(r Row) Row { r.Unauthorized, r.Stats = true, Stats{Sent: 70, Accepted: 1}; return r }, 400, []string{"1 of 70 sends accepted from an identity with no right"}},
+		{"unauthorized, all refused", func(r Row) Row { r.Unauthorized, r.Stats = true, Stats{Sent: 70}; return r }, 400, nil},
+		{"authorized sends accepted", func(r Row) Row { r.Stats = Stats{Sent: 70, Accepted: 70}; return r }, 400, nil},
 		{"anomalies", func(r Row) Row {
 			r.Chaos.Report.Counts = map[string]int{chaos.Lost: 3, chaos.Unseen: 1}
 			return r
@@ -362,8 +365,8 @@ func TestWriteTable(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	all, err := Lookup([]string{"all"})
-	if err != nil || len(all) != len(Attacks) || len(Attacks) != 9 {
-		t.Fatalf("Lookup(all) = %d attacks, %v; want the 9", len(all), err)
+	if err != nil || len(all) != len(Attacks) || len(Attacks) != 10 {
+		t.Fatalf("Lookup(all) = %d attacks, %v; want the 10", len(all), err)
 	}
 	if _, err := Lookup([]string{"nuke"}); err == nil || !strings.Contains(err.Error(), "crash-input") {
 		t.Fatalf("Lookup(nuke) = %v, want an error listing the attacks", err)

@@ -26,6 +26,9 @@ type Row struct {
 	Chaos chaos.Row `json:"chaos"`
 	// Stats is what the attacker sent and what came of it.
 	Stats Stats `json:"attacker"`
+	// Unauthorized: the attacker had no right to any of its sends
+	// (Attack.Unauthorized), so none may be accepted.
+	Unauthorized bool `json:"unauthorized,omitempty"`
 	// Misses says how the row missed its goal; empty when it met it.
 	Misses []string `json:"misses,omitempty"`
 }
@@ -87,6 +90,9 @@ func Evaluate(r Row, baseRate, minRatio float64) []string {
 	}
 	if len(r.Chaos.Errors) > 0 {
 		misses = append(misses, fmt.Sprintf("the phase did not run whole (%d run errors)", len(r.Chaos.Errors)))
+	}
+	if r.Unauthorized && r.Stats.Accepted > 0 {
+		misses = append(misses, fmt.Sprintf("%d of %d sends accepted from an identity with no right to any of them", r.Stats.Accepted, r.Stats.Sent))
 	}
 	return misses
 }

@@ -75,6 +75,10 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 	if env.TLS, err = c.Net.ClientTLS(c.Services); err != nil {
 		return nil, err
 	}
+	env.NATSURL = c.Services.NATSURL()
+	if env.NATSOptions, err = c.Net.NATSOptions(c.Services, localnet.NATSConsumerUser); err != nil {
+		return nil, err
+	}
 	for g := 0; g < c.Services.Gateways; g++ {
 		env.Gateways = append(env.Gateways, c.Services.GatewayAddr(g))
 		env.GatewayHTTP = append(env.GatewayHTTP, c.Services.GatewayHTTP(g))
@@ -161,7 +165,7 @@ func runRow(ctx context.Context, c *chaos.Cluster, a Attack, env *Env, cfg Confi
 			cr.Errors = append(cr.Errors, err.Error())
 		}
 	}
-	row := Row{Attack: a.Name, Chaos: cr, Stats: t.stats(), Crashed: dead.names()}
+	row := Row{Attack: a.Name, Chaos: cr, Stats: t.stats(), Crashed: dead.names(), Unauthorized: a.Unauthorized}
 	if s := cr.Load.Seconds(); s > 0 {
 		row.Rate = float64(cr.AckedUnderLoad) / s
 	}

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc/status"
 
 	"github.com/byzlog/byzlog/gateway/client"
@@ -28,10 +29,12 @@ import (
 
 // Config is one load run. Default fills it; Validate names what is wrong.
 type Config struct {
-	Gateways  []string
-	NATSURL   string // empty: no consumer
-	Topic     string
-	Producers int
+	Gateways []string
+	NATSURL  string // empty: no consumer
+	// NATSOptions connect the consumer (credentials, TLS).
+	NATSOptions []nats.Option
+	Topic       string
+	Producers   int
 	// RecordSize is the value's size in bytes; at least 16, which name the
 	// record (producer, sequence) so the consumer can time it.
 	RecordSize int
@@ -249,7 +252,7 @@ func (r *runner) subscribe(ctx context.Context, p *client.Producer) (*consumer.S
 	if _, err := p.ProduceSync(ctx, &client.Record{Topic: r.cfg.Topic, Value: []byte("bench-start")}); err != nil {
 		return nil, fmt.Errorf("first record: %w", err)
 	}
-	c, err := consumer.Connect(r.cfg.NATSURL)
+	c, err := consumer.Connect(r.cfg.NATSURL, consumer.WithNATSOptions(r.cfg.NATSOptions...))
 	if err != nil {
 		return nil, err
 	}

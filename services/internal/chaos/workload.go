@@ -156,7 +156,12 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 func consume(ctx context.Context, c *Cluster, w Workload, name string, partition uint32, rec *recorder, seq *int, mu *sync.Mutex) {
 	next := uint64(0)
 	for ctx.Err() == nil {
-		cons, err := consumer.Connect(c.Services.NATSURL())
+		natsOpts, err := c.Net.NATSOptions(c.Services, localnet.NATSConsumerUser)
+		if err != nil {
+			rec.consumerError(err)
+			return
+		}
+		cons, err := consumer.Connect(c.Services.NATSURL(), consumer.WithNATSOptions(natsOpts...))
 		if err != nil {
 			sleep(ctx, 500*time.Millisecond)
 			continue

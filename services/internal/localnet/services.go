@@ -18,11 +18,12 @@ import (
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
-// The network's TLS parties: the gateways share one certificate, clients
-// (tests, the CLI with --tls-cert) another, both for loopback.
+// The network's TLS parties: the gateways share one certificate, NATS has
+// one, clients (tests, the CLI with --tls-cert) another, all for loopback.
 const (
 	gatewayParty = "gateway"
 	clientParty  = "client"
+	natsParty    = "nats"
 )
 
 var tlsHosts = []string{"127.0.0.1", "localhost", "::1"}
@@ -66,7 +67,7 @@ func (n *Net) GatewayServerTLS(s Services) (*tls.Config, error) {
 
 // ensureTLS makes the network's CA and certificates that are missing.
 func (n *Net) ensureTLS() error {
-	if err := n.TLS().Ensure(tlsHosts, gatewayParty, clientParty); err != nil {
+	if err := n.TLS().Ensure(tlsHosts, gatewayParty, clientParty, natsParty); err != nil {
 		return fmt.Errorf("TLS certificates in %s: %w", n.TLS().Dir, err)
 	}
 	return nil
@@ -119,9 +120,10 @@ type Services struct {
 	// its RPC (a tampering one, in chaos runs): the gateways and the
 	// indexer reach that node through it.
 	ProxiedRPC map[int]int
-	// Insecure serves the gateways in plaintext. By default they serve
-	// TLS with a certificate of the network's CA (Net.TLS), which clients
-	// check them against (Net.ClientTLS).
+	// Insecure serves the gateways and NATS in plaintext. By default they
+	// serve TLS with certificates of the network's CA (Net.TLS), which
+	// clients check them against (Net.ClientTLS, Net.NATSOptions). NATS
+	// asks for a user and password either way.
 	Insecure bool
 	// MutualTLS makes the gateways require a client certificate of the
 	// network's CA (Net.TLS().Party("client")).
@@ -183,13 +185,14 @@ func (s Services) rpcHostPort(c Config, i int) string {
 	return fmt.Sprintf("127.0.0.1:%d", c.RPCPort(i))
 }
 
+// natsProc runs NATS with the configuration StartServices writes
+// (writeNATSConfig: TLS, users and their permissions).
 func (n *Net) natsProc(s Services) proc {
-	dir := filepath.Join(n.cfg.Dir, "nats")
-	data := filepath.Join(dir, "data")
+	dir := n.natsDir()
+	conf := n.natsConfigPath()
 	return proc{
-		name: NATSName, bin: s.NATS, mark: data,
-		args: []string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(s.NATSPort), "-m", strconv.Itoa(s.MonitorPort()),
-			"-sd", data, "-n", "byzlog-localnet"},
+		name: NATSName, bin: s.NATS, mark: conf,
+		args:    []string{"-c", conf},
 		logPath: filepath.Join(dir, "nats.log"), pidPath: filepath.Join(dir, "nats.pid"),
 	}
 }
@@ -230,7 +233,11 @@ func (n *Net) indexerProc(s Services) proc {
 		rpcs = append(rpcs, s.rpcHostPort(n.cfg, i))
 	}
 	args := []string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
+		"--nats-user", NATSIndexerUser, "--nats-password-file", n.NATSPasswordFile(NATSIndexerUser),
 		"--http-listen", s.IndexerAddr(), "--log-format", "json"}
+	if !s.Insecure {
+		args = append(args, "--nats-tls-ca", n.TLS().CA())
+	}
 	if s.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+9))
 	}
@@ -287,6 +294,11 @@ func (n *Net) StartServices(ctx context.Context, s Services, progress io.Writer)
 	}
 	if err := n.ensureTLS(); err != nil {
 		return err
+	}
+	if !s.GatewaysOnly {
+		if err := n.writeNATSConfig(s); err != nil {
+			return fmt.Errorf("NATS configuration: %w", err)
+		}
 	}
 	type step struct {
 		p    proc

@@ -1,0 +1,66 @@
+// Package natsconn is how byzlog's commands connect to NATS: a user with a
+// password read from a file, and TLS checked against a CA, as NATS's own
+// authentication and TLS do them. The localnet's NATS asks for both; any
+// NATS server a user runs may ask for either.
+package natsconn
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/pflag"
+)
+
+// Flags are a NATS client's credentials and TLS.
+type Flags struct {
+	// User and PasswordFile: NATS user/password authentication (empty
+	// User: none). The file holds the password on its first line.
+	User, PasswordFile string
+	// CA is the PEM CA NATS's TLS certificate is checked against (empty:
+	// the system's roots, when the server asks for TLS).
+	CA string
+	// Insecure leaves CA out: TLS only if the server asks for it. Commands
+	// set it from their --insecure.
+	Insecure bool
+}
+
+// Add registers the flags, with d's values as defaults.
+func (f *Flags) Add(fs *pflag.FlagSet, d Flags) {
+	*f = d
+	fs.StringVar(&f.User, "nats-user", d.User, "NATS user (empty: no user/password authentication)")
+	fs.StringVar(&f.PasswordFile, "nats-password-file", d.PasswordFile, "file whose first line is the NATS user's password")
+	fs.StringVar(&f.CA, "nats-tls-ca", d.CA, "PEM CA NATS's TLS certificate is checked against (empty: the system's roots)")
+}
+
+// Options are the nats.Connect options the flags say. A default password
+// file or CA that does not exist is left out (a server that needs them
+// then says so); one given on the command line must exist.
+func (f Flags) Options(fs *pflag.FlagSet) ([]nats.Option, error) {
+	var opts []nats.Option
+	if f.User != "" {
+		pw := ""
+		if f.PasswordFile != "" {
+			b, err := os.ReadFile(f.PasswordFile)
+			switch {
+			case err == nil:
+				pw, _, _ = strings.Cut(string(b), "\n")
+				pw = strings.TrimSpace(pw)
+			case errors.Is(err, os.ErrNotExist) && !fs.Changed("nats-password-file"):
+			default:
+				return nil, fmt.Errorf("--nats-password-file: %w", err)
+			}
+		}
+		if pw != "" || fs.Changed("nats-user") {
+			opts = append(opts, nats.UserInfo(f.User, pw))
+		}
+	}
+	if f.CA != "" && !f.Insecure {
+		if _, err := os.Stat(f.CA); err == nil || fs.Changed("nats-tls-ca") {
+			opts = append(opts, nats.RootCAs(f.CA))
+		}
+	}
+	return opts, nil
+}
