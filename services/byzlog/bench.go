@@ -287,7 +287,10 @@ func writeResult(cmd *cobra.Command, res bench.Result, out string) error {
 	if out == "" {
 		return nil
 	}
-	b, _ := json.MarshalIndent(res, "", "  ")
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode the result for --out: %w", err)
+	}
 	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ type Config struct {
 	Gateways []string
 	NATSURL  string // empty: no consumer
 	// NATSOptions connect the consumer (credentials, TLS).
-	NATSOptions []nats.Option
+	NATSOptions []nats.Option `json:"-"`
 	Topic       string
 	Producers   int
 	// RecordSize is the value's size in bytes; at least 16, which name the

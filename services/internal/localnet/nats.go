@@ -37,6 +37,9 @@ var natsConsumerPublish = []string{
 	"$JS.API.INFO",
 	"$JS.API.STREAM.NAMES",
 	"$JS.API.STREAM.INFO.*",
+	"$JS.API.STREAM.MSG.GET.*", // a message by sequence: where a start offset or time is
+	"$JS.API.DIRECT.GET.*",
+	"$JS.API.DIRECT.GET.*.>",
 	"$JS.API.CONSUMER.CREATE.*",
 	"$JS.API.CONSUMER.CREATE.*.>",
 	"$JS.API.CONSUMER.DURABLE.CREATE.*.*",
@@ -50,7 +53,8 @@ var natsConsumerPublish = []string{
 var natsConsumerDeny = func() []string {
 	kv := "KV_" + layout.CursorBucket
 	return []string{
-		"$JS.API.STREAM.INFO." + kv,
+		"$JS.API.STREAM.INFO." + kv, "$JS.API.STREAM.MSG.GET." + kv,
+		"$JS.API.DIRECT.GET." + kv, "$JS.API.DIRECT.GET." + kv + ".>",
 		"$JS.API.CONSUMER.CREATE." + kv, "$JS.API.CONSUMER.CREATE." + kv + ".>",
 		"$JS.API.CONSUMER.DURABLE.CREATE." + kv + ".*",
 		"$JS.API.CONSUMER.INFO." + kv + ".*", "$JS.API.CONSUMER.MSG.NEXT." + kv + ".*",
@@ -105,7 +109,7 @@ func (n *Net) NATSOptions(s Services, user string) ([]nats.Option, error) {
 func (n *Net) natsConfigPath() string { return filepath.Join(n.natsDir(), "nats.conf") }
 
 // writeNATSConfig writes the server's configuration for s: loopback, the
-// monitoring port, JetStream in the network's directory, TLS with the
+// monitoring port if s.NATSMonitor, JetStream in the network's directory, TLS with the
 // network's certificate unless s is insecure, and the two users.
 func (n *Net) writeNATSConfig(s Services) error {
 	users := map[string]string{}
@@ -119,7 +123,10 @@ func (n *Net) writeNATSConfig(s Services) error {
 	q := strconv.Quote
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by byzlog localnet at every start.\n")
-	fmt.Fprintf(&b, "listen: %s\nhttp: %s\nserver_name: byzlog-localnet\n", q(fmt.Sprintf("127.0.0.1:%d", s.NATSPort)), q(fmt.Sprintf("127.0.0.1:%d", s.MonitorPort())))
+	fmt.Fprintf(&b, "listen: %s\nserver_name: byzlog-localnet\n", q(fmt.Sprintf("127.0.0.1:%d", s.NATSPort)))
+	if s.NATSMonitor {
+		fmt.Fprintf(&b, "http: %s\n", q(fmt.Sprintf("127.0.0.1:%d", s.MonitorPort())))
+	}
 	fmt.Fprintf(&b, "jetstream { store_dir: %s }\n", q(filepath.Join(n.natsDir(), "data")))
 	if !s.Insecure {
 		f := n.TLS().Party(natsParty)

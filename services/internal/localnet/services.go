@@ -101,9 +101,14 @@ func (n *Net) ProducerTransport(s Services) (client.Option, error) {
 // their data and logs under the network's directory. Ports are not part of
 // the saved network: each run says them.
 type Services struct {
-	// NATSPort is the NATS client port; its monitoring port is 8222 +
-	// (NATSPort - 4222).
+	// NATSPort is the NATS client port; its monitoring port, when
+	// NATSMonitor, is 8222 + (NATSPort - 4222).
 	NATSPort int
+	// NATSMonitor serves NATS's HTTP monitoring (byzlog run's, on 8222).
+	// Off for the other clusters: nothing reads it, and their monitoring
+	// ports fall in the ephemeral range, where an outgoing connection's
+	// source port can hold one.
+	NATSMonitor bool
 	// Gateways is how many gateways to run; gateway g serves gRPC on
 	// GatewayPort+2g and HTTP on GatewayPort+2g+1.
 	Gateways    int
@@ -135,7 +140,7 @@ type Services struct {
 // DefaultServices is one gateway on 7070 (HTTP 7071), NATS on 4222
 // (monitoring 8222) and the indexer on 7080, as DESIGN.md lays them out.
 func DefaultServices() Services {
-	return Services{NATSPort: 4222, Gateways: 1, GatewayPort: 7070, IndexerPort: 7080}
+	return Services{NATSPort: 4222, NATSMonitor: true, Gateways: 1, GatewayPort: 7070, IndexerPort: 7080}
 }
 
 // Validate names what is wrong.
@@ -341,7 +346,10 @@ func (n *Net) StopServices(progress io.Writer) error {
 }
 
 func portsFree(s Services) error {
-	ports := []int{s.NATSPort, s.MonitorPort(), s.IndexerPort}
+	ports := []int{s.NATSPort, s.IndexerPort}
+	if s.NATSMonitor {
+		ports = append(ports, s.MonitorPort())
+	}
 	for g := 0; g < s.Gateways; g++ {
 		ports = append(ports, s.GatewayPort+2*g, s.GatewayPort+2*g+1)
 	}
