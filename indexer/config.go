@@ -1,9 +1,12 @@
 package indexer
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
 // Config is an indexer's settings. Default fills every field but the
@@ -13,6 +16,8 @@ type Config struct {
 	// the first reachable one as primary and every other as a witness, so
 	// at least two are needed.
 	Nodes []string
+	// Link says how to reach the nodes' RPC.
+	Link NodeLink
 	// ChainID is the chain to follow (from genesis).
 	ChainID string
 	// Trust is the root of trust: a header hash at a height, taken from
@@ -42,6 +47,27 @@ type Config struct {
 	// (blocks and their results are the largest honest ones), so a lying
 	// node cannot make the indexer read a huge one.
 	MaxResponseBytes int64
+}
+
+// NodeLink says how to reach CometBFT nodes' RPC: https with certificates
+// checked against TLS (the nodes' CA; nil: the system's roots), plaintext
+// only on loopback unless Insecure.
+type NodeLink struct {
+	TLS      *tls.Config
+	Insecure bool
+}
+
+// urls checks addrs and returns them as URLs (tlsconf.NodeURL).
+func (l NodeLink) urls(addrs []string) ([]string, error) {
+	out := make([]string, len(addrs))
+	for i, a := range addrs {
+		u, err := tlsconf.NodeURL(a, l.Insecure)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = u
+	}
+	return out, nil
 }
 
 // DefaultMaxResponseBytes is 16 MiB: four times the 4 MiB block limit, room
@@ -93,7 +119,8 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < 1<<20:
 		return fmt.Errorf("max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
 	}
-	return nil
+	_, err := c.Link.urls(c.Nodes)
+	return err
 }
 
 func validID(s string) bool {

@@ -25,14 +25,14 @@ type Headers struct {
 }
 
 // NewHeaders follows the chain chainID through nodes (at least two: a
-// primary and a witness) from the root of trust.
-func NewHeaders(chainID string, nodes []string, trust Trust, log zerolog.Logger) (*Headers, error) {
+// primary and a witness, reached over link) from the root of trust.
+func NewHeaders(chainID string, nodes []string, link NodeLink, trust Trust, log zerolog.Logger) (*Headers, error) {
 	cfg := Default()
-	cfg.ChainID, cfg.Nodes, cfg.Trust = chainID, nodes, trust
+	cfg.ChainID, cfg.Nodes, cfg.Link, cfg.Trust = chainID, nodes, link, trust
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	_, ns, err := newNodes(chainID, nodes, cfg.MaxResponseBytes)
+	_, ns, err := newNodes(chainID, nodes, link, cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ func New(cfg Config, nc *nats.Conn, log zerolog.Logger) (*Indexer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.MaxResponseBytes)
+	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.Link, cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, err
 	}

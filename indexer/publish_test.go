@@ -174,7 +174,7 @@ func TestPublishExactlyOnce(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	good := Default()
-	good.Nodes, good.ChainID, good.Trust = []string{"a:1", "b:1"}, "c", Trust{Height: 1, Hash: make([]byte, 32)}
+	good.Nodes, good.ChainID, good.Trust = []string{"https://a:1", "127.0.0.1:1"}, "c", Trust{Height: 1, Hash: make([]byte, 32)}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
@@ -190,6 +190,7 @@ func TestConfigValidate(t *testing.T) {
 		{"replicas", func(c *Config) { c.Replicas = 7 }, "replicas"},
 		{"window", func(c *Config) { c.DuplicateWindow = time.Second }, "duplicate_window"},
 		{"start", func(c *Config) { c.StartHeight = 0 }, "start_height"},
+		{"plaintext node", func(c *Config) { c.Nodes = []string{"https://a:1", "http://b:1"} }, "plaintext RPC"},
 	} {
 		c := good
 		tc.fn(&c)

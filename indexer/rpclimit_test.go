@@ -41,7 +41,7 @@ func TestRPCResponseSizeLimit(t *testing.T) {
 				}
 			}))
 			defer srv.Close()
-			_, nodes, err := newNodes("c", []string{srv.URL}, limit)
+			_, nodes, err := newNodes("c", []string{srv.URL}, NodeLink{}, limit)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/cometbft/cometbft/light/provider"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -39,28 +39,29 @@ type node struct {
 	prov provider.Provider
 }
 
-// NewNodes connects to CometBFT RPC addresses (host:port or a URL), with
-// responses bounded by DefaultMaxResponseBytes.
-func NewNodes(chainID string, addrs []string) ([]provider.Provider, []*node, error) {
-	return newNodes(chainID, addrs, DefaultMaxResponseBytes)
+// NewNodes connects to CometBFT RPC addresses (host:port or a URL) over
+// link, with responses bounded by DefaultMaxResponseBytes.
+func NewNodes(chainID string, addrs []string, link NodeLink) ([]provider.Provider, []*node, error) {
+	return newNodes(chainID, addrs, link, DefaultMaxResponseBytes)
 }
 
 // newNodes connects to the nodes; a response body over maxResponse bytes
 // fails its call.
-func newNodes(chainID string, addrs []string, maxResponse int64) ([]provider.Provider, []*node, error) {
+func newNodes(chainID string, addrs []string, link NodeLink, maxResponse int64) ([]provider.Provider, []*node, error) {
+	urls, err := link.urls(addrs)
+	if err != nil {
+		return nil, nil, err
+	}
 	var provs []provider.Provider
 	var nodes []*node
-	for _, a := range addrs {
-		u := a
-		if !strings.Contains(u, "://") {
-			u = "http://" + u
-		}
+	for i, a := range addrs {
+		u := urls[i]
 		hc, err := jsonrpcclient.DefaultHTTPClient(u)
 		if err != nil {
 			return nil, nil, fmt.Errorf("node %s: %w", a, err)
 		}
 		hc.Timeout = 10 * time.Second
-		hc.Transport = limitTransport{base: hc.Transport, max: maxResponse}
+		hc.Transport = limitTransport{base: tlsconf.NodeTransport(hc.Transport, link.TLS), max: maxResponse}
 		c, err := rpchttp.NewWithClient(u, "/websocket", hc)
 		if err != nil {
 			return nil, nil, fmt.Errorf("node %s: %w", a, err)

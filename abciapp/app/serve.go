@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"time"
 
 	abciserver "github.com/cometbft/cometbft/abci/server"
@@ -28,8 +30,10 @@ const maxGRPCMessageBytes = 64 << 20
 type ServeConfig struct {
 	// Transport is "grpc" (default) or "socket" (CometBFT's own protocol).
 	Transport string
-	// Listen is host:port. With gRPC, the node's proxy_app is this address
-	// without a scheme; with the socket transport it is tcp://host:port.
+	// Listen is host:port or unix:///path/to/socket. With gRPC, the
+	// node's proxy_app is host:port without a scheme, or
+	// passthrough:///unix:///path; with the socket transport
+	// tcp://host:port or unix:///path.
 	Listen string
 	// PrivateNetwork allows a Listen host other than loopback. The ABCI
 	// link has neither authentication nor encryption (CometBFT's ABCI
@@ -39,7 +43,9 @@ type ServeConfig struct {
 	PrivateNetwork bool
 }
 
-// DefaultServeConfig returns the defaults: gRPC on 127.0.0.1:26658.
+// DefaultServeConfig returns the defaults: gRPC on 127.0.0.1:26658. A unix
+// socket confines the link further: only processes that may open the
+// socket reach it, and nothing of it crosses loopback.
 func DefaultServeConfig() ServeConfig {
 	return ServeConfig{Transport: TransportGRPC, Listen: "127.0.0.1:26658"}
 }
@@ -51,9 +57,15 @@ func (c ServeConfig) Validate() error {
 	default:
 		return fmt.Errorf("transport %q: must be %q or %q", c.Transport, TransportGRPC, TransportSocket)
 	}
+	if path, ok := strings.CutPrefix(c.Listen, "unix://"); ok {
+		if path == "" {
+			return fmt.Errorf("listen %q: want unix:///path/to/socket", c.Listen)
+		}
+		return nil
+	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %q: want host:port: %w", c.Listen, err)
+		return fmt.Errorf("listen %q: want host:port or unix:///path: %w", c.Listen, err)
 	}
 	if ip := net.ParseIP(host); !c.PrivateNetwork && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return fmt.Errorf("listen %q: ABCI has no authentication or encryption, so the app listens on loopback (127.0.0.1, the node beside it); on a network only this validator's node reaches, say so with --private-network", c.Listen)
@@ -72,8 +84,29 @@ func Serve(ctx context.Context, c ServeConfig, application abci.Application) err
 	return serveGRPC(ctx, c.Listen, application)
 }
 
+// listen listens on host:port or unix:///path. A socket file left by an
+// app that was killed is removed first; the socket is the owner's alone.
+func listen(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove the old socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
 func serveGRPC(ctx context.Context, addr string, application abci.Application) error {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen(addr)
 	if err != nil {
 		return fmt.Errorf("listen for ABCI over gRPC on %s: %w", addr, err)
 	}
@@ -103,7 +136,14 @@ func serveGRPC(ctx context.Context, addr string, application abci.Application) e
 }
 
 func serveSocket(ctx context.Context, addr string, application abci.Application) error {
-	srv := abciserver.NewSocketServer("tcp://"+addr, application)
+	protoAddr := "tcp://" + addr
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("serve ABCI over a socket on %s: remove the old socket: %w", addr, err)
+		}
+		protoAddr = addr
+	}
+	srv := abciserver.NewSocketServer(protoAddr, application)
 	if err := srv.Start(); err != nil {
 		return fmt.Errorf("serve ABCI over a socket on %s: %w", addr, err)
 	}

@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -24,16 +26,35 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// TestServeWithCometBFTClients serves the app over both transports and drives
-// it with CometBFT's own ABCI clients, the code a node runs. The gRPC case
-// sends a FinalizeBlock request over gRPC's default 4 MiB receive cap, which
-// the app's server must accept.
+// TestServeWithCometBFTClients serves the app over both transports, on
+// loopback TCP and on a unix socket, and drives it with CometBFT's own ABCI
+// clients, the code a node runs, with proxy_app as a node's config would
+// say it. The gRPC case sends a FinalizeBlock request over gRPC's default
+// 4 MiB receive cap, which the app's server must accept.
 func TestServeWithCometBFTClients(t *testing.T) {
-	for _, transport := range []string{app.TransportGRPC, app.TransportSocket} {
-		t.Run(transport, func(t *testing.T) {
+	for _, c := range []struct{ transport, network string }{
+		{app.TransportGRPC, "tcp"}, {app.TransportSocket, "tcp"},
+		{app.TransportGRPC, "unix"}, {app.TransportSocket, "unix"},
+	} {
+		transport := c.transport
+		t.Run(transport+"/"+c.network, func(t *testing.T) {
 			a := open(t, t.TempDir())
 			defer a.Close()
 			listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
+			addr := listen // gRPC: host:port, as proxy_app must be
+			if transport == app.TransportSocket {
+				addr = "tcp://" + listen
+			}
+			if c.network == "unix" {
+				sock := filepath.Join(t.TempDir(), "abci.sock")
+				if err := os.WriteFile(sock, nil, 0o600); err != nil { // as a killed app leaves it
+					t.Fatal(err)
+				}
+				listen, addr = "unix://"+sock, "unix://"+sock
+				if transport == app.TransportGRPC {
+					addr = "passthrough:///" + addr
+				}
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			served := make(chan error, 1)
 			go func() { served <- app.Serve(ctx, app.ServeConfig{Transport: transport, Listen: listen}, a) }()
@@ -49,10 +70,6 @@ func TestServeWithCometBFTClients(t *testing.T) {
 				}
 			}()
 
-			addr := listen // gRPC: host:port, as proxy_app must be
-			if transport == app.TransportSocket {
-				addr = "tcp://" + listen
-			}
 			c, err := abcicli.NewClient(addr, transport, false)
 			if err != nil {
 				t.Fatal(err)
@@ -102,6 +119,9 @@ func TestServeConfigValidate(t *testing.T) {
 		{app.ServeConfig{Transport: "grpc", Listen: ":26658"}, false},
 		{app.ServeConfig{Transport: "grpc", Listen: "10.0.0.5:26658"}, false},
 		{app.ServeConfig{Transport: "grpc", Listen: "0.0.0.0:26658", PrivateNetwork: true}, true},
+		{app.ServeConfig{Transport: "grpc", Listen: "unix:///run/byzlog/abci.sock"}, true},
+		{app.ServeConfig{Transport: "socket", Listen: "unix:///run/byzlog/abci.sock"}, true},
+		{app.ServeConfig{Transport: "grpc", Listen: "unix://"}, false},
 	} {
 		if err := c.cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("%+v.Validate() = %v, want ok=%v", c.cfg, err, c.ok)

@@ -26,10 +26,12 @@ type Appended struct {
 	Topics []TopicChange
 }
 
-// TopicChange is a topic created or deleted by a committed admin request.
+// TopicChange is a topic created, updated or deleted by a committed admin
+// request; Config is the topic's config after a create or an update.
 type TopicChange struct {
 	Name    string
 	Deleted bool
+	Config  *byzlogv1.TopicConfig
 }
 
 // AppendedPartition is the records one block appended to one partition, in
@@ -83,7 +85,9 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 			}
 			switch {
 			case body.GetCreateTopic() != nil:
-				changes = append(changes, TopicChange{Name: body.GetCreateTopic().Name})
+				changes = append(changes, TopicChange{Name: body.GetCreateTopic().Name, Config: body.GetCreateTopic().Config})
+			case body.GetUpdateTopic() != nil:
+				changes = append(changes, TopicChange{Name: body.GetUpdateTopic().Name, Config: body.GetUpdateTopic().Config})
 			case body.GetDeleteTopic() != nil:
 				changes = append(changes, TopicChange{Name: body.GetDeleteTopic().Name, Deleted: true})
 			}

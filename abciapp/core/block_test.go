@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"strings"
 	"testing"
 
@@ -44,6 +45,7 @@ func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 		bundle(t, batch(t, p, "t", 1, 5, records("gap"))), // rejected: appends nothing
 		bundle(t, batch(t, q, "t", 1, 0, records("e")), batch(t, p, "t", 0, 1, records("f"))),
 		c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1}}),
+		c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.UpdateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{key("r").Public().(ed25519.PublicKey)}}}),
 	}
 	h := c.state.Height + 1
 	tm, results, d, prev, appHash := committedBlock(t, c, txs...)
@@ -57,8 +59,9 @@ func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 	if a.Count() != 7 {
 		t.Fatalf("rebuilt %d records, want 7", a.Count())
 	}
-	if len(a.Topics) != 1 || a.Topics[0] != (core.TopicChange{Name: "u"}) {
-		t.Fatalf("topic changes %v, want u created", a.Topics)
+	if len(a.Topics) != 2 || a.Topics[0].Name != "u" || a.Topics[0].Deleted || a.Topics[0].Config.GetPartitions() != 1 ||
+		a.Topics[1].Name != "u" || len(a.Topics[1].Config.GetReaders()) != 1 {
+		t.Fatalf("topic changes %v, want u created, then updated with one reader", a.Topics)
 	}
 	// Every rebuilt record is byte for byte the stored one.
 	for _, part := range a.Partitions {

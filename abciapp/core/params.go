@@ -63,6 +63,7 @@ type GenesisTopic struct {
 	RetentionMs      int64    `json:"retention_ms,omitempty"`
 	RetentionBytes   int64    `json:"retention_bytes,omitempty"`
 	AllowedProducers []string `json:"allowed_producers,omitempty"`
+	Readers          []string `json:"readers,omitempty"`
 }
 
 // ParseGenesis reads the genesis app_state (empty means no admins, default
@@ -126,6 +127,13 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 				return nil, nil, fmt.Errorf("genesis app_state topics[%d].allowed_producers[%d]: %w", i, j, err)
 			}
 			cfg.AllowedProducers = append(cfg.AllowedProducers, k)
+		}
+		for j, s := range t.Readers {
+			k, err := parseKey(s)
+			if err != nil {
+				return nil, nil, fmt.Errorf("genesis app_state topics[%d].readers[%d]: %w", i, j, err)
+			}
+			cfg.Readers = append(cfg.Readers, k)
 		}
 		if r := checkTopicName(t.Name); !r.OK() {
 			return nil, nil, fmt.Errorf("genesis app_state topics[%d]: %s", i, r.Log)

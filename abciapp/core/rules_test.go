@@ -232,6 +232,9 @@ func TestAdminRules(t *testing.T) {
 		{"too many partitions", c.adminTx(a, 1, create("u", 1025)), core.CodeBadTopicConfig},
 		{"negative retention", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, RetentionMs: -1}}), core.CodeBadTopicConfig},
 		{"bad allowed key", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, AllowedProducers: [][]byte{{1}}}}), core.CodeBadTopicConfig},
+		{"bad reader key", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{{1}}}}), core.CodeBadTopicConfig},
+		{"reader twice", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{make([]byte, 32), make([]byte, 32)}}}), core.CodeBadTopicConfig},
+		{"too many readers", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: readerKeys(core.MaxReaders + 1)}}), core.CodeBadTopicConfig},
 		{"shrink", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 1}}), core.CodeBadTopicConfig},
 		{"update unknown", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "nope", Config: &byzlogv1.TopicConfig{Partitions: 1}}), core.CodeUnknownTopic},
 		{"grow", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 3}}), core.CodeOK},
@@ -245,6 +248,16 @@ func TestAdminRules(t *testing.T) {
 	if info := c.partition("t", 2); info.NextOffset != 0 {
 		t.Errorf("grown partition 2 = %v, want an empty partition", info)
 	}
+}
+
+// readerKeys returns n distinct 32-byte keys.
+func readerKeys(n int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = make([]byte, 32)
+		out[i][0], out[i][1] = byte(i), byte(i>>8)
+	}
+	return out
 }
 
 func TestDeleteTopicAndCreateAgain(t *testing.T) {

@@ -173,6 +173,10 @@ const maxRetentionMs = math.MaxInt64 / 1_000_000
 // maxAllowedProducers bounds a topic's producer list.
 const maxAllowedProducers = 1000
 
+// MaxReaders bounds a topic's reader list: each reader is a NATS user
+// with permissions for the topic, which every server reload re-reads.
+const MaxReaders = 256
+
 func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig) Result {
 	switch {
 	case c == nil:
@@ -187,11 +191,23 @@ func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig) Result {
 		return reject(CodeBadTopicConfig, "retention_bytes (%d) must be 0 (no limit) or positive", c.RetentionBytes)
 	case len(c.AllowedProducers) > maxAllowedProducers:
 		return reject(CodeBadTopicConfig, "allowed_producers lists %d keys, at most %d", len(c.AllowedProducers), maxAllowedProducers)
+	case len(c.Readers) > MaxReaders:
+		return reject(CodeBadTopicConfig, "readers lists %d keys, at most %d", len(c.Readers), MaxReaders)
 	}
 	for i, k := range c.AllowedProducers {
 		if len(k) != ed25519.PublicKeySize {
 			return reject(CodeBadTopicConfig, "allowed_producers[%d] is %d bytes, an ed25519 public key is %d", i, len(k), ed25519.PublicKeySize)
 		}
+	}
+	seen := make(map[string]bool, len(c.Readers))
+	for i, k := range c.Readers {
+		switch {
+		case len(k) != ed25519.PublicKeySize:
+			return reject(CodeBadTopicConfig, "readers[%d] is %d bytes, an ed25519 public key is %d", i, len(k), ed25519.PublicKeySize)
+		case seen[string(k)]:
+			return reject(CodeBadTopicConfig, "readers[%d] (%x) is listed twice", i, k)
+		}
+		seen[string(k)] = true
 	}
 	return Result{}
 }

@@ -7,13 +7,16 @@ package nodes
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 	"github.com/rs/zerolog"
@@ -21,8 +24,14 @@ import (
 
 // Config says which nodes to use and how to judge them.
 type Config struct {
-	// Addrs are CometBFT RPC addresses, e.g. http://127.0.0.1:26657.
+	// Addrs are CometBFT RPC addresses, e.g. https://10.0.0.5:26657;
+	// plaintext (http://, host:port) only on loopback unless Insecure.
 	Addrs []string
+	// TLS checks https nodes' certificates (their CA); nil uses the
+	// system's roots.
+	TLS *tls.Config
+	// Insecure allows plaintext RPC to nodes beyond loopback.
+	Insecure bool
 	// HealthInterval is how often every node's status is read.
 	HealthInterval time.Duration
 	// MaxLag is how many blocks behind the highest node a node may be and
@@ -69,6 +78,11 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < 1<<20:
 		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
 	}
+	for _, a := range c.Addrs {
+		if _, err := tlsconf.NodeURL(a, c.Insecure); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -76,8 +90,9 @@ func (c Config) Validate() error {
 type Node struct {
 	Addr   string
 	Client *rpchttp.HTTP
-	base   string // Addr as an http:// URL
+	base   string // Addr as an http(s):// URL
 	hexMax int    // largest tx submitted as a hex form
+	submit *http.Client
 
 	mu      sync.Mutex
 	healthy bool
@@ -143,17 +158,22 @@ func New(cfg Config, log zerolog.Logger) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{cfg: cfg, log: log}
+	submit := newSubmitClient(cfg.TLS)
 	for _, a := range cfg.Addrs {
-		hc, err := jsonrpcclient.DefaultHTTPClient(a)
+		u, err := tlsconf.NodeURL(a, cfg.Insecure)
+		if err != nil {
+			return nil, err
+		}
+		hc, err := jsonrpcclient.DefaultHTTPClient(u)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", a, err)
 		}
-		hc.Transport = limitTransport{base: hc.Transport, max: cfg.MaxResponseBytes}
-		c, err := rpchttp.NewWithClient(a, "/websocket", hc)
+		hc.Transport = limitTransport{base: tlsconf.NodeTransport(hc.Transport, cfg.TLS), max: cfg.MaxResponseBytes}
+		c, err := rpchttp.NewWithClient(u, "/websocket", hc)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", a, err)
 		}
-		p.nodes = append(p.nodes, &Node{Addr: a, Client: c, base: httpBase(a), hexMax: cfg.HexSubmitMaxBytes})
+		p.nodes = append(p.nodes, &Node{Addr: a, Client: c, base: u, hexMax: cfg.HexSubmitMaxBytes, submit: submit})
 	}
 	return p, nil
 }

@@ -3,6 +3,7 @@ package nodes
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -17,13 +18,17 @@ import (
 // formOverhead is "tx=0x" and slack, beyond the hex digits of a form body.
 const formOverhead = 16
 
-// submitClient keeps connections to the nodes open between submissions.
-// A broadcast_tx_sync answer holds CheckTx's result: its log is short and
+// newSubmitClient keeps connections to the nodes open between
+// submissions, https checked against tlsCfg (nil: the system's roots). A
+// broadcast_tx_sync answer holds CheckTx's result: its log is short and
 // its data a TxOutcome of at most 4096 batch results.
-var submitClient = &http.Client{Transport: limitTransport{
-	base: &http.Transport{MaxIdleConnsPerHost: 16, ForceAttemptHTTP2: false},
-	max:  maxBroadcastResponse,
-}}
+func newSubmitClient(tlsCfg *tls.Config) *http.Client {
+	t := &http.Transport{MaxIdleConnsPerHost: 16, ForceAttemptHTTP2: false}
+	if tlsCfg != nil {
+		t.TLSClientConfig = tlsCfg.Clone()
+	}
+	return &http.Client{Transport: limitTransport{base: t, max: maxBroadcastResponse}}
+}
 
 const maxBroadcastResponse = 4 << 20
 
@@ -47,7 +52,7 @@ func (n *Node) BroadcastTxSync(ctx context.Context, tx []byte) (*ctypes.ResultBr
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := submitClient.Do(req)
+	resp, err := n.submit.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("post broadcast_tx_sync: %w", err)
 	}
@@ -68,19 +73,6 @@ func (n *Node) BroadcastTxSync(ctx context.Context, tx []byte) (*ctypes.ResultBr
 		return nil, fmt.Errorf("broadcast_tx_sync result: %w", err)
 	}
 	return &res, nil
-}
-
-// httpBase is the node's RPC address as an http(s) URL without a trailing
-// slash: "tcp://" (CometBFT's own notation) becomes "http://".
-func httpBase(addr string) string {
-	addr = strings.TrimRight(addr, "/")
-	switch {
-	case strings.HasPrefix(addr, "tcp://"):
-		return "http://" + strings.TrimPrefix(addr, "tcp://")
-	case strings.Contains(addr, "://"):
-		return addr
-	}
-	return "http://" + addr
 }
 
 // AlreadyHeld reports whether a broadcast failed only because the node

@@ -12,20 +12,6 @@ import (
 	"github.com/rs/zerolog"
 )
 
-func TestHTTPBase(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"http://127.0.0.1:26657", "http://127.0.0.1:26657"},
-		{"http://127.0.0.1:26657/", "http://127.0.0.1:26657"},
-		{"tcp://10.0.0.1:26657", "http://10.0.0.1:26657"},
-		{"127.0.0.1:26657", "http://127.0.0.1:26657"},
-		{"https://node.example:443", "https://node.example:443"},
-	} {
-		if got := httpBase(tc.in); got != tc.want {
-			t.Errorf("httpBase(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
 // TestBroadcastHexForm checks what the node receives for a small and a
 // large transaction, and that results and JSON-RPC errors come back as the
 // JSON-RPC client would give them.

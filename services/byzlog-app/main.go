@@ -72,7 +72,7 @@ committed height and CometBFT replays the blocks it is missing.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&serve.Listen, "listen", serve.Listen, "host:port to serve ABCI on")
+	f.StringVar(&serve.Listen, "listen", serve.Listen, "where to serve ABCI: host:port, or unix:///path for a unix socket (only this host's processes with access to the file reach it)")
 	f.StringVar(&serve.Transport, "transport", serve.Transport, "ABCI transport: grpc or socket")
 	f.BoolVar(&serve.PrivateNetwork, "private-network", false, "allow --listen on an address other than loopback: one on a network only this validator's node reaches (ABCI has no authentication or encryption)")
 	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")

@@ -28,6 +28,7 @@ import (
 	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 	"github.com/byzlog/byzlog/services/internal/logging"
+	"github.com/byzlog/byzlog/services/internal/nodelink"
 	"github.com/byzlog/byzlog/services/internal/profiling"
 )
 
@@ -47,6 +48,7 @@ func newCommand() *cobra.Command {
 	pprofListen := ""
 	var tlsFiles tlsconf.Files
 	insecure := false
+	var link nodelink.Flags
 	cmd := &cobra.Command{
 		Use:   "byzlog-gateway",
 		Short: "byzlog's produce gateway: bundles signed batches into CometBFT transactions",
@@ -58,12 +60,22 @@ from the block's results. It keeps no state: run as many as you like.
 
 Both faces, gRPC and HTTP, serve TLS 1.3 with --tls-cert and --tls-key; with
 --tls-client-ca every client must present a certificate that CA signed (mutual
-TLS). Plaintext needs --insecure.`,
+TLS). Plaintext needs --insecure.
+
+It reaches nodes' RPC over https (the nodes' rpc.tls_cert_file), checking their
+certificates against --node-tls-ca; plaintext http only on loopback, or beyond
+it with --insecure-nodes. It trusts no single node: what one says about
+committed state is confirmed by f+1 of them.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Nodes.Addrs = strings.Split(nodes, ",")
+			l, err := link.Link(cmd.Flags())
+			if err != nil {
+				return err
+			}
+			cfg.Nodes.TLS, cfg.Nodes.Insecure = l.TLS, l.Insecure
 			serverTLS, err := serverTLS(tlsFiles, insecure)
 			if err != nil {
 				return err
@@ -74,7 +86,8 @@ TLS). Plaintext needs --insecure.`,
 	cmd.AddCommand(newHealthcheckCommand())
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", listen, "host:port of the gRPC API")
-	f.StringVar(&nodes, "nodes", nodes, "comma-separated CometBFT RPC addresses")
+	f.StringVar(&nodes, "nodes", nodes, "comma-separated CometBFT RPC addresses: https://host:port, or host:port (plaintext) on loopback")
+	link.Add(f, nodelink.Flags{})
 	f.StringVar(&tlsFiles.Cert, "tls-cert", "", "PEM certificate (chain) the gRPC and HTTP faces serve TLS with")
 	f.StringVar(&tlsFiles.Key, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&tlsFiles.CA, "tls-client-ca", "", "PEM CA: require every client to present a certificate it signed (mutual TLS); empty: any client")

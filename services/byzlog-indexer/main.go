@@ -27,6 +27,7 @@ import (
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/services/internal/logging"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
+	"github.com/byzlog/byzlog/services/internal/nodelink"
 	"github.com/byzlog/byzlog/services/internal/profiling"
 )
 
@@ -43,6 +44,7 @@ type flags struct {
 	maxLag                                                  int64
 	pprofListen                                             string
 	nats                                                    natsconn.Flags
+	link                                                    nodelink.Flags
 }
 
 func newCommand() *cobra.Command {
@@ -83,6 +85,7 @@ HTTP on --http-listen: /metrics (Prometheus), /healthz (200 while running),
 	f.StringVar(&fl.trustHash, "trust-hash", "", "hex hash of the header at --trust-height")
 	f.StringVar(&fl.natsURL, "nats", fl.natsURL, "NATS server URL(s), comma-separated")
 	fl.nats.Add(f, natsconn.Flags{})
+	fl.link.Add(f, nodelink.Flags{})
 	f.StringVar(&fl.httpListen, "http-listen", fl.httpListen, "host:port of /metrics, /healthz and /readyz; empty disables it")
 	f.Int64Var(&fl.maxLag, "max-lag", fl.maxLag, "blocks behind the chain /readyz tolerates")
 	f.StringVar(&cfg.ID, "id", cfg.ID, "this indexer's cursor name")
@@ -108,7 +111,7 @@ func trustRoot(ctx context.Context, cfg *indexer.Config, fl flags) error {
 			return fmt.Errorf("--genesis: %w", err)
 		}
 		cfg.ChainID = gen.ChainID
-		provs, _, err := indexer.NewNodes(cfg.ChainID, cfg.Nodes)
+		provs, _, err := indexer.NewNodes(cfg.ChainID, cfg.Nodes, cfg.Link)
 		if err != nil {
 			return err
 		}
@@ -148,6 +151,9 @@ func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flag
 		if n = strings.TrimSpace(n); n != "" {
 			cfg.Nodes = append(cfg.Nodes, n)
 		}
+	}
+	if cfg.Link, err = fl.link.Link(flagSet); err != nil {
+		return err
 	}
 	if err := trustRoot(ctx, &cfg, fl); err != nil {
 		return err

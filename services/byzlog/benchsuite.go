@@ -349,6 +349,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.
 	cfg := localnet.Default()
 	cfg.Dir, cfg.BasePort, cfg.Transport, cfg.Validators, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, transport, validators, "byzlog-bench"
 	cfg.TimeoutCommit = localnet.Duration(o.timeoutCommit)
+	cfg.InsecureRPC = row.plaintext
 	bin := binDir()
 	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
 	n, err := localnet.Open(cfg)

@@ -240,7 +240,15 @@ func startTestCluster(ctx context.Context, name string, basePort int, progress i
 		ProxiedRPC: map[int]int{0: basePort + 870}}
 	// gateway0 and the indexer reach node0 through a proxy that lies on
 	// demand (tamper-rpc, huge-rpc); it tells the truth otherwise.
-	if tc.proxy, err = tamper.Start(fmt.Sprintf("127.0.0.1:%d", basePort+870), cfg.RPCAddr(0)); err != nil {
+	rpcClient, err := n.RPCHTTPClient(0)
+	if err != nil {
+		return tc, err
+	}
+	rpcTLS, err := n.NodeServerTLS()
+	if err != nil {
+		return tc, err
+	}
+	if tc.proxy, err = tamper.Start(fmt.Sprintf("127.0.0.1:%d", basePort+870), n.Config().RPCAddr(0), rpcClient, rpcTLS); err != nil {
 		return tc, err
 	}
 	// The producers reach gateway0 through a gateway that lies on demand

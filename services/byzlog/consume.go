@@ -22,6 +22,7 @@ import (
 	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
+	"github.com/byzlog/byzlog/services/internal/nodelink"
 )
 
 const defaultNATS = "nats://127.0.0.1:4222"
@@ -44,7 +45,8 @@ func newConsumeCommand() *cobra.Command {
 		tf            trustFlags
 		tlsf          tlsFlags
 		natsf         natsconn.Flags
-		nodes         = "127.0.0.1:26657,127.0.0.1:26757,127.0.0.1:26857,127.0.0.1:26957"
+		nodes         = "https://127.0.0.1:26657,https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957"
+		link          nodelink.Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
@@ -152,7 +154,11 @@ summary goes to stderr.`,
 				copts = append(copts, consumer.WithKey(k), consumer.WithTrust(trust))
 			}
 			if verify {
-				h, err := headersFrom(cmd.Context(), tf.genesis, nodes)
+				l, err := link.Link(cmd.Flags())
+				if err != nil {
+					return err
+				}
+				h, err := headersFrom(cmd.Context(), tf.genesis, nodes, l)
 				if err != nil {
 					return err
 				}
@@ -227,6 +233,7 @@ summary goes to stderr.`,
 	tf.add(f)
 	tlsf.add(f)
 	f.StringVar(&nodes, "nodes", nodes, "with --verify: comma-separated CometBFT RPC addresses (at least two)")
+	link.Add(f, nodelink.Flags{CA: localnetCA})
 	cmd.MarkFlagsMutuallyExclusive("from-beginning", "offset", "since")
 	return cmd
 }
@@ -393,7 +400,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 }
 
 // headersFrom starts a light client for --verify from a genesis file.
-func headersFrom(ctx context.Context, genesisPath, nodeList string) (*indexer.Headers, error) {
+func headersFrom(ctx context.Context, genesisPath, nodeList string, link indexer.NodeLink) (*indexer.Headers, error) {
 	gen, err := cmttypes.GenesisDocFromFile(genesisPath)
 	if err != nil {
 		return nil, fmt.Errorf("--genesis: %w", err)
@@ -404,7 +411,7 @@ func headersFrom(ctx context.Context, genesisPath, nodeList string) (*indexer.He
 			addrs = append(addrs, a)
 		}
 	}
-	provs, _, err := indexer.NewNodes(gen.ChainID, addrs)
+	provs, _, err := indexer.NewNodes(gen.ChainID, addrs, link)
 	if err != nil {
 		return nil, fmt.Errorf("--nodes: %w", err)
 	}
@@ -412,7 +419,7 @@ func headersFrom(ctx context.Context, genesisPath, nodeList string) (*indexer.He
 	if err != nil {
 		return nil, fmt.Errorf("--verify: %w", err)
 	}
-	h, err := indexer.NewHeaders(gen.ChainID, addrs, trust, zerolog.Nop())
+	h, err := indexer.NewHeaders(gen.ChainID, addrs, link, trust, zerolog.Nop())
 	if err != nil {
 		return nil, fmt.Errorf("--verify: %w", err)
 	}

@@ -50,7 +50,7 @@ directory is removed on PASS unless --keep; on FAIL it stays, with the logs.`,
 			if err != nil {
 				return err
 			}
-			cfg.Dir = filepath.Join(dir, "cluster")
+			cfg.Dir, cfg.InsecureRPC = filepath.Join(dir, "cluster"), svc.Insecure
 			n, err := openNet(cmd, cfg)
 			if err != nil {
 				return err

@@ -42,6 +42,7 @@ Ports: node i p2p/RPC/ABCI BASE+100i/+1/+2 (BASE 26656), NATS 4222 (monitoring
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			cfg.InsecureRPC = svc.Insecure
 			n, err := openNet(cmd, cfg)
 			if err != nil {
 				return err
@@ -130,7 +131,7 @@ func startCluster(ctx context.Context, n *localnet.Net, svc localnet.Services, p
 
 // addServiceTLSFlags adds how the localnet's gateways speak to clients.
 func addServiceTLSFlags(f *pflag.FlagSet, svc *localnet.Services) {
-	f.BoolVar(&svc.Insecure, "insecure", false, "serve the gateways in plaintext (default: TLS with a certificate of the network's CA, DIR/tls/ca.pem)")
+	f.BoolVar(&svc.Insecure, "insecure", false, "plaintext everywhere: the gateways, the nodes' RPC and NATS (default: TLS with certificates of the network's CA, DIR/tls/ca.pem; a network keeps the choice it was created with)")
 	f.BoolVar(&svc.MutualTLS, "mutual-tls", false, "make the gateways require a client certificate of the network's CA (DIR/tls/client.pem)")
 }
 
@@ -143,6 +144,14 @@ func gatewaySecurity(n *localnet.Net, svc localnet.Services) string {
 		return fmt.Sprintf("TLS with client certificates (CA %s, client %s)", n.TLS().CA(), n.TLS().Party("client").Cert)
 	}
 	return "TLS (CA " + n.TLS().CA() + ")"
+}
+
+// rpcSecurity says how the nodes serve RPC, for the banner.
+func rpcSecurity(n *localnet.Net) string {
+	if n.Config().InsecureRPC {
+		return "plaintext"
+	}
+	return "TLS, the same CA"
 }
 
 // natsCAFlag is the nats CLI's --tlsca for the banner ("" when insecure).
@@ -179,7 +188,7 @@ byzlog is running — %d validators, NATS, %d gateway(s), indexer. Data and logs
   gateway   %s, %s
   NATS      %s (monitoring http://127.0.0.1:%d)
   indexer   http://%s/metrics
-  nodes     %s … (RPC)
+  nodes     %s … (RPC, %s; ABCI on a unix socket in each node's home)
   admin key %s/admin.key
 
 Try, in another terminal:
@@ -190,7 +199,7 @@ Try, in another terminal:
 
 Ctrl-C stops everything.
 `, c.Validators, svc.Gateways, c.Dir, strings.Join(gws, ", "), gatewaySecurity(n, svc), svc.NATSURL(), svc.MonitorPort(), svc.IndexerAddr(),
-		c.RPCAddr(0), c.Dir, c.Dir, svc.GatewayAddr(0), svc.GatewayAddr(0), svc.NATSURL(), svc.NATSURL(),
+		c.RPCAddr(0), rpcSecurity(n), c.Dir, c.Dir, svc.GatewayAddr(0), svc.GatewayAddr(0), svc.NATSURL(), svc.NATSURL(),
 		n.NATSPasswordFile(localnet.NATSConsumerUser), natsCAFlag(n, svc))
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
@@ -46,18 +47,13 @@ type gatewayProc struct {
 // (clients check it with gwTLS) unless extra says --insecure.
 func startGateway(t *testing.T, n *localnet.Net, addr string, extra ...string) *gatewayProc {
 	t.Helper()
-	var rpcs []string
-	for i := 0; i < n.Config().Validators; i++ {
-		rpcs = append(rpcs, n.Config().RPCAddr(i))
-	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p, _ := strconv.Atoi(port)
 	metrics := net.JoinHostPort(host, strconv.Itoa(p+50))
-	args := []string{"--listen", addr, "--http-listen", metrics,
-		"--nodes", strings.Join(rpcs, ","), "--log-format", "json"}
+	args := append([]string{"--listen", addr, "--http-listen", metrics, "--log-format", "json"}, nodeFlags(n, rpcAddrs(n, 0))...)
 	if !slices.Contains(extra, "--insecure") {
 		gwTLS(t, n) // makes the network's certificates
 		f := n.TLS().Party("gateway")
@@ -65,6 +61,31 @@ func startGateway(t *testing.T, n *localnet.Net, addr string, extra ...string) *
 	}
 	args = append(args, extra...)
 	return &gatewayProc{proc: startProc(t, "byzlog-gateway", addr, args...), addr: addr, metrics: metrics}
+}
+
+// rpcAddrs are the RPC URLs of n's nodes from the first on.
+func rpcAddrs(n *localnet.Net, first int) []string {
+	var rpcs []string
+	for i := first; i < n.Config().Validators; i++ {
+		rpcs = append(rpcs, n.Config().RPCAddr(i))
+	}
+	return rpcs
+}
+
+// nodeFlags are the --nodes flag for rpcs, and the CA that checks their
+// certificates, for the gateway, the indexer and byzlog consume --verify.
+func nodeFlags(n *localnet.Net, rpcs []string) []string {
+	return []string{"--nodes", strings.Join(rpcs, ","), "--node-tls-ca", n.TLS().CA()}
+}
+
+// nodeLink is how a test's clients reach n's nodes.
+func nodeLink(t *testing.T, n *localnet.Net) indexer.NodeLink {
+	t.Helper()
+	l, err := n.NodeLink()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // readPartition reads every record of topic/partition from node i.

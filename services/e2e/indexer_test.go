@@ -104,13 +104,9 @@ func startNATS(t *testing.T, port int, dir string) string {
 // of n, publishing to natsURL; httpPort serves its metrics.
 func startIndexer(t *testing.T, n *localnet.Net, natsURL, id string, httpPort int) *proc {
 	t.Helper()
-	var rpcs []string
-	for i := 0; i < n.Config().Validators; i++ {
-		rpcs = append(rpcs, n.Config().RPCAddr(i))
-	}
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", httpPort)
-	return startProc(t, "byzlog-indexer", httpAddr, "--genesis", filepath.Join(n.Config().Dir, "node0", "config", "genesis.json"),
-		"--nodes", strings.Join(rpcs, ","), "--nats", natsURL, "--id", id, "--http-listen", httpAddr, "--log-format", "json")
+	return startProc(t, "byzlog-indexer", httpAddr, append([]string{"--genesis", filepath.Join(n.Config().Dir, "node0", "config", "genesis.json"),
+		"--nats", natsURL, "--id", id, "--http-listen", httpAddr, "--log-format", "json"}, nodeFlags(n, rpcAddrs(n, 0))...)...)
 }
 
 // createTopicVia creates topic through the gateway at gw, signed with the
@@ -435,13 +431,9 @@ func TestIndexerExactlyOnce(t *testing.T) {
 	t.Logf("byzlog consume printed %s/2's %d records in order", topic, perPartition[q])
 
 	// byzlog consume --verify proves each record it prints.
-	var rpcs []string
-	for i := 0; i < n.Config().Validators; i++ {
-		rpcs = append(rpcs, n.Config().RPCAddr(i))
-	}
-	vout, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "consume", topic, "--partition", "3", "--count", "100",
-		"--nats", natsURL, "--timeout", "30s", "--verify", "--genesis", filepath.Join(n.Config().Dir, "node0", "config", "genesis.json"),
-		"--nodes", strings.Join(rpcs, ",")).CombinedOutput()
+	vout, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), append([]string{"consume", topic, "--partition", "3", "--count", "100",
+		"--nats", natsURL, "--timeout", "30s", "--verify", "--genesis", filepath.Join(n.Config().Dir, "node0", "config", "genesis.json")},
+		nodeFlags(n, rpcAddrs(n, 0))...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("byzlog consume --verify: %v\n%s", err, vout)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +38,15 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	natsURL := startNATS(t, base+850, t.TempDir())
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+900))
 	proxyAddr := fmt.Sprintf("127.0.0.1:%d", base+870)
-	proxy, err := tamper.Start(proxyAddr, n.Config().RPCAddr(0))
+	upstream, err := n.RPCHTTPClient(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve, err := n.NodeServerTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := tamper.Start(proxyAddr, n.Config().RPCAddr(0), upstream, serve)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +54,9 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	const topic = "tamper"
 	createTopicVia(ctx, t, n, gw.addr, topic, 2)
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", base+860)
-	var rpcs []string
-	for i := 1; i < n.Config().Validators; i++ {
-		rpcs = append(rpcs, n.Config().RPCAddr(i))
-	}
-	ix := startProc(t, "byzlog-indexer", httpAddr, "--genesis", n.Config().Dir+"/node0/config/genesis.json",
-		"--nodes", proxyAddr+","+strings.Join(rpcs, ","), "--nats", natsURL, "--http-listen", httpAddr, "--log-format", "json")
+	rpcs := append([]string{"https://" + proxyAddr}, rpcAddrs(n, 1)...)
+	ix := startProc(t, "byzlog-indexer", httpAddr, append([]string{"--genesis", n.Config().Dir + "/node0/config/genesis.json",
+		"--nats", natsURL, "--http-listen", httpAddr, "--log-format", "json"}, nodeFlags(n, rpcs)...)...)
 
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
@@ -164,7 +168,7 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	provs, _, err := indexer.NewNodes(gen.ChainID, rpcs)
+	provs, _, err := indexer.NewNodes(gen.ChainID, rpcs, nodeLink(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +176,7 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	headers, err := indexer.NewHeaders(gen.ChainID, rpcs, trust, zerolog.Nop())
+	headers, err := indexer.NewHeaders(gen.ChainID, rpcs, nodeLink(t, n), trust, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -577,8 +577,12 @@ type TopicConfig struct {
 	RetentionBytes int64 `protobuf:"varint,4,opt,name=retention_bytes,json=retentionBytes,proto3" json:"retention_bytes,omitempty"`
 	// ed25519 public keys allowed to produce; empty means any key.
 	AllowedProducers [][]byte `protobuf:"bytes,5,rep,name=allowed_producers,json=allowedProducers,proto3" json:"allowed_producers,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// ed25519 public keys allowed to consume (read records from NATS, as
+	// NATS nkey users the indexer's NATS accounts derive from this list);
+	// empty means every consumer the cluster admits.
+	Readers       [][]byte `protobuf:"bytes,6,rep,name=readers,proto3" json:"readers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TopicConfig) Reset() {
@@ -642,6 +646,13 @@ func (x *TopicConfig) GetRetentionBytes() int64 {
 func (x *TopicConfig) GetAllowedProducers() [][]byte {
 	if x != nil {
 		return x.AllowedProducers
+	}
+	return nil
+}
+
+func (x *TopicConfig) GetReaders() [][]byte {
+	if x != nil {
+		return x.Readers
 	}
 	return nil
 }
@@ -1247,7 +1258,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x15create_time_unix_nano\x18\x04 \x01(\x03R\x12createTimeUnixNano\"6\n" +
 	"\fRecordHeader\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xd0\x01\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xea\x01\n" +
 	"\vTopicConfig\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -1255,7 +1266,8 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x10max_record_bytes\x18\x02 \x01(\rR\x0emaxRecordBytes\x12!\n" +
 	"\fretention_ms\x18\x03 \x01(\x03R\vretentionMs\x12'\n" +
 	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\x12+\n" +
-	"\x11allowed_producers\x18\x05 \x03(\fR\x10allowedProducers\"]\n" +
+	"\x11allowed_producers\x18\x05 \x03(\fR\x10allowedProducers\x12\x18\n" +
+	"\areaders\x18\x06 \x03(\fR\areaders\"]\n" +
 	"\fAdminRequest\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tadmin_key\x18\x02 \x01(\fR\badminKey\x12\x1c\n" +

@@ -42,8 +42,11 @@ import (
 // loopback, and the chain it signs for.
 type Env struct {
 	ChainID string
-	// Nodes are each validator's own CometBFT RPC ("http://127.0.0.1:p").
+	// Nodes are each validator's own CometBFT RPC ("https://127.0.0.1:p"),
+	// reached with RPC (the network's CA; bounded waits, so an attacker
+	// always stops with its context).
 	Nodes []string
+	RPC   *http.Client
 	// Gateways are the gateways' gRPC addresses, GatewayHTTP their HTTP ones.
 	Gateways, GatewayHTTP []string
 	// TLS is how a client reaches the gateways (the network's CA); nil:
@@ -156,7 +159,7 @@ func flood(ctx context.Context, env *Env, t *Tally, p *pacer, workers, max int, 
 					if !p.wait(ctx, len(tx)) {
 						return
 					}
-					refusal, err := broadcastTxSync(ctx, rpc, tx)
+					refusal, err := broadcastTxSync(ctx, env.RPC, rpc, tx)
 					if ctx.Err() != nil {
 						t.count(len(tx), "", errAttackEnded)
 						return
@@ -354,7 +357,7 @@ func doubleBundle(ctx context.Context, env *Env, t *Tally) error {
 					defer func() { <-inFlight }()
 					produce(ctx, gws[i%len(gws)], t, b, byzlogv1.Ack_ACK_COMMIT, 30*time.Second)
 				}()
-				refusal, err := broadcastTxSync(ctx, env.Nodes[i%len(env.Nodes)], tx)
+				refusal, err := broadcastTxSync(ctx, env.RPC, env.Nodes[i%len(env.Nodes)], tx)
 				if ctx.Err() != nil {
 					err = errAttackEnded
 				}

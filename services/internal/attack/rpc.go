@@ -162,15 +162,11 @@ func (p *pacer) wait(ctx context.Context, n int) bool {
 	}
 }
 
-// rpcClient is what the attackers send CometBFT JSON-RPC with: bounded
-// waits, so an attacker always stops with its context.
-var rpcClient = &http.Client{Timeout: 15 * time.Second}
-
-// broadcastTxSync submits tx to a node's CometBFT RPC (http://host:port)
+// broadcastTxSync submits tx with client to a node's CometBFT RPC URL
 // and returns the refusal ("" when CheckTx passed: code 0), or an error when
 // no answer came (the node is down, or answered a JSON-RPC error such as
 // "tx already exists in cache").
-func broadcastTxSync(ctx context.Context, rpc string, tx []byte) (refusal string, err error) {
+func broadcastTxSync(ctx context.Context, client *http.Client, rpc string, tx []byte) (refusal string, err error) {
 	req, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "broadcast_tx_sync", "params": map[string]any{"tx": tx}})
 	if err != nil {
 		return "", err
@@ -180,7 +176,7 @@ func broadcastTxSync(ctx context.Context, rpc string, tx []byte) (refusal string
 		return "", err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	resp, err := rpcClient.Do(hreq)
+	resp, err := client.Do(hreq)
 	if err != nil {
 		return "", fmt.Errorf("broadcast_tx_sync: %w", err)
 	}

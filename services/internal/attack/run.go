@@ -72,6 +72,9 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 	for i := 0; i < c.Net.Config().Validators; i++ {
 		env.Nodes = append(env.Nodes, c.Net.Config().RPCAddr(i))
 	}
+	if env.RPC, err = c.Net.RPCHTTPClient(15 * time.Second); err != nil {
+		return nil, err
+	}
 	if env.TLS, err = c.Net.ClientTLS(c.Services); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -43,6 +44,10 @@ type Config struct {
 	// the middle can cut links (partitions, for chaos runs). Without a
 	// running Links the nodes cannot reach each other. At most 10 nodes.
 	PeerProxies bool `json:"peer_proxies,omitempty"`
+	// InsecureRPC serves the nodes' CometBFT RPC in plaintext. By default
+	// it is https (rpc.tls_cert_file) with a certificate from the
+	// network's CA (DIR/tls/node.pem): the RPC carries every record.
+	InsecureRPC bool `json:"insecure_rpc,omitempty"`
 	// PprofPort, when not 0, makes app i serve Go runtime profiles on
 	// PprofPort+i and node i's cometbft on PprofPort+20+i (set when the
 	// network is created; not saved with it).
@@ -139,8 +144,47 @@ func (c Config) PeerProxyPort(i, j int) int { return c.BasePort + 1000 + 10*i + 
 // CometBFTPprofPort is node i's cometbft profile port when PprofPort is set.
 func (c Config) CometBFTPprofPort(i int) int { return c.PprofPort + 20 + i }
 
-// RPCAddr is node i's CometBFT RPC address for clients.
-func (c Config) RPCAddr(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.RPCPort(i)) }
+// RPCAddr is node i's CometBFT RPC address for clients: https, or http
+// with InsecureRPC.
+func (c Config) RPCAddr(i int) string {
+	scheme := "https"
+	if c.InsecureRPC {
+		scheme = "http"
+	}
+	return fmt.Sprintf("%s://127.0.0.1:%d", scheme, c.RPCPort(i))
+}
+
+// ABCIAddr is where node i's app serves ABCI, as byzlog-app's --listen
+// takes it: a unix socket in the node's home, which only processes that
+// may enter the home reach and no packet capture on loopback sees (ABCI
+// has neither authentication nor encryption); loopback TCP on ABCIPort
+// when the socket's path would be too long for one (108 bytes).
+func (c Config) ABCIAddr(i int) string {
+	if p, err := filepath.Abs(filepath.Join(c.home(i), "abci.sock")); err == nil && len(p) < maxSocketPath {
+		return "unix://" + p
+	}
+	return fmt.Sprintf("127.0.0.1:%d", c.ABCIPort(i))
+}
+
+// maxSocketPath is below Linux's 108-byte sun_path.
+const maxSocketPath = 100
+
+// proxyApp is node i's proxy_app: ABCIAddr as CometBFT's client for the
+// transport dials it. Its gRPC client hands the address, resolved by gRPC,
+// to a dialer that knows tcp:// and unix://: "passthrough:///" keeps gRPC's
+// own unix resolver from stripping the scheme.
+func (c Config) proxyApp(i int) string {
+	a := c.ABCIAddr(i)
+	switch {
+	case c.Transport == "grpc" && strings.HasPrefix(a, "unix://"):
+		return "passthrough:///" + a
+	case c.Transport == "grpc":
+		return a // no tcp:// with gRPC
+	case strings.HasPrefix(a, "unix://"):
+		return a
+	}
+	return "tcp://" + a
+}
 
 func (c Config) home(i int) string { return filepath.Join(c.Dir, fmt.Sprintf("node%d", i)) }
 

@@ -63,10 +63,19 @@ func TestValidate(t *testing.T) {
 func TestNodeConfig(t *testing.T) {
 	c := validConfig(t)
 	ids := []p2p.ID{"id0", "id1", "id2", "id3"}
+	sock := "unix://" + filepath.Join(c.Dir, "node2", "abci.sock")
+	long := c
+	long.Dir = "/" + strings.Repeat("d", maxSocketPath)
 	for _, tt := range []struct {
+		c         Config
 		transport string
 		proxyApp  string
-	}{{"grpc", "127.0.0.1:26858"}, {"socket", "tcp://127.0.0.1:26858"}} {
+	}{
+		{c, "grpc", "passthrough:///" + sock}, {c, "socket", sock},
+		// a home too deep for a socket's path: loopback TCP
+		{long, "grpc", "127.0.0.1:26858"}, {long, "socket", "tcp://127.0.0.1:26858"},
+	} {
+		c := tt.c
 		c.Transport = tt.transport
 		got := c.nodeConfig(2, ids)
 		if got.ProxyApp != tt.proxyApp || got.ABCI != tt.transport {
@@ -74,6 +83,12 @@ func TestNodeConfig(t *testing.T) {
 		}
 		if got.RPC.ListenAddress != "tcp://127.0.0.1:26857" || got.P2P.ListenAddress != "tcp://127.0.0.1:26856" {
 			t.Errorf("node 2 listens on rpc %q p2p %q, want ports 26857 and 26856 on loopback", got.RPC.ListenAddress, got.P2P.ListenAddress)
+		}
+		if wantCert := filepath.Join(c.Dir, "tls", "node.pem"); got.RPC.TLSCertFile != wantCert || !got.RPC.IsTLSEnabled() || !strings.HasPrefix(c.RPCAddr(2), "https://") {
+			t.Errorf("rpc tls_cert_file %q (TLS %v), clients at %s: want %s, https", got.RPC.TLSCertFile, got.RPC.IsTLSEnabled(), c.RPCAddr(2), wantCert)
+		}
+		if c.InsecureRPC = true; c.nodeConfig(2, ids).RPC.IsTLSEnabled() || !strings.HasPrefix(c.RPCAddr(2), "http://") {
+			t.Errorf("insecure_rpc: the node still serves TLS, or clients dial %s", c.RPCAddr(2))
 		}
 		wantPeers := "id0@127.0.0.1:26656,id1@127.0.0.1:26756,id3@127.0.0.1:26956"
 		if got.P2P.PersistentPeers != wantPeers {

@@ -119,7 +119,7 @@ func (n *Net) Start(ctx context.Context, s Services, name string) error {
 func (n *Net) StartApp(ctx context.Context, i int, appBin string, env []string) error {
 	a := n.app(i)
 	a.bin, a.env = appBin, env
-	return n.startListening(ctx, a, fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i)))
+	return n.startListening(ctx, a, n.cfg.ABCIAddr(i))
 }
 
 func (n *Net) startListening(ctx context.Context, p proc, addr string) error {
@@ -142,7 +142,7 @@ func (n *Net) listenAddr(s Services, name string) string {
 		case CometBFTName(i):
 			return fmt.Sprintf("127.0.0.1:%d", n.cfg.RPCPort(i))
 		case AppName(i):
-			return fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i))
+			return n.cfg.ABCIAddr(i)
 		}
 	}
 	switch name {

@@ -79,7 +79,7 @@ func (n *Net) app(i int) proc {
 	home := n.cfg.home(i)
 	data := filepath.Join(home, "app")
 	args := []string{
-		"--listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i)), "--transport", n.cfg.Transport,
+		"--listen", n.cfg.ABCIAddr(i), "--transport", n.cfg.Transport,
 		"--data-dir", data, "--log-format", "json",
 	}
 	if n.cfg.PprofPort != 0 {
@@ -218,7 +218,7 @@ func (n *Net) StartNodeWith(ctx context.Context, i int, appBin string, env []str
 	if err := n.startProc(a); err != nil {
 		return err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", n.cfg.ABCIPort(i))
+	addr := n.cfg.ABCIAddr(i)
 	if err := waitListening(ctx, addr, 15*time.Second, n.exited(a)); err != nil {
 		return fmt.Errorf("%s did not listen on %s: %w\nlast lines of %s:\n%s", a.name, addr, err, a.logPath, a.tail(15))
 	}
@@ -306,7 +306,11 @@ func (n *Net) stopAll(ps []proc, progress io.Writer) error {
 
 // Client returns a CometBFT RPC client for node i.
 func (n *Net) Client(i int) (*rpchttp.HTTP, error) {
-	c, err := rpchttp.New(n.cfg.RPCAddr(i), "/websocket")
+	hc, err := n.RPCHTTPClient(0)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rpchttp.NewWithClient(n.cfg.RPCAddr(i), "/websocket", hc)
 	if err != nil {
 		return nil, fmt.Errorf("rpc client for node %d: %w", i, err)
 	}
@@ -440,7 +444,11 @@ func (n *Net) tails(st []NodeStatus, nodes []int, h int64) string {
 func waitListening(ctx context.Context, addr string, timeout time.Duration, exited <-chan struct{}) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		c, err := net.DialTimeout("tcp", addr, 500*time.Millisecond)
+		network, a := "tcp", addr
+		if p, ok := strings.CutPrefix(addr, "unix://"); ok {
+			network, a = "unix", p
+		}
+		c, err := net.DialTimeout(network, a, 500*time.Millisecond)
 		if err == nil {
 			return c.Close()
 		}
@@ -470,6 +478,11 @@ func (n *Net) create(ctx context.Context) error {
 		return fmt.Errorf("create run directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	if !c.InsecureRPC {
+		if err := n.ensureTLS(); err != nil {
+			return err
+		}
+	}
 	out, err := exec.CommandContext(ctx, c.CometBFT, "testnet", "--v", strconv.Itoa(c.Validators), "--o", tmp,
 		"--starting-ip-address", "127.0.0.1").CombinedOutput()
 	if err != nil {
@@ -533,12 +546,14 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	switch {
 	case c.Builtin():
 		cfg.ABCI, cfg.ProxyApp = "socket", c.Transport
-	case c.Transport == "grpc":
-		cfg.ProxyApp = fmt.Sprintf("127.0.0.1:%d", c.ABCIPort(i)) // no tcp:// with gRPC
 	default:
-		cfg.ProxyApp = fmt.Sprintf("tcp://127.0.0.1:%d", c.ABCIPort(i))
+		cfg.ProxyApp = c.proxyApp(i)
 	}
 	cfg.RPC.ListenAddress = fmt.Sprintf("tcp://127.0.0.1:%d", c.RPCPort(i))
+	if !c.InsecureRPC {
+		f := c.tls().Party(nodeParty)
+		cfg.RPC.TLSCertFile, cfg.RPC.TLSKeyFile = f.Cert, f.Key // Dir is absolute (Open)
+	}
 	cfg.P2P.ListenAddress = fmt.Sprintf("tcp://127.0.0.1:%d", c.P2PPort(i))
 	var peers []string
 	for j, id := range ids {

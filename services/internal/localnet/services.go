@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
@@ -24,13 +25,51 @@ const (
 	gatewayParty = "gateway"
 	clientParty  = "client"
 	natsParty    = "nats"
+	nodeParty    = "node" // the nodes' RPC
 )
 
 var tlsHosts = []string{"127.0.0.1", "localhost", "::1"}
 
 // TLS is the network's CA and certificates, under its directory; services
 // started create what is missing.
-func (n *Net) TLS() tlsconf.Local { return tlsconf.Local{Dir: filepath.Join(n.cfg.Dir, "tls")} }
+func (n *Net) TLS() tlsconf.Local { return n.cfg.tls() }
+
+func (c Config) tls() tlsconf.Local { return tlsconf.Local{Dir: filepath.Join(c.Dir, "tls")} }
+
+// NodeLink is how clients reach the nodes' RPC: https checked against the
+// network's CA, or plaintext with InsecureRPC.
+func (n *Net) NodeLink() (indexer.NodeLink, error) {
+	if n.cfg.InsecureRPC {
+		return indexer.NodeLink{}, nil
+	}
+	c, err := tlsconf.Files{CA: n.TLS().CA()}.Client()
+	return indexer.NodeLink{TLS: c}, err
+}
+
+// NodeServerTLS is the TLS configuration the nodes' RPC serves with, for
+// a proxy in a node's place; nil with InsecureRPC.
+func (n *Net) NodeServerTLS() (*tls.Config, error) {
+	if n.cfg.InsecureRPC {
+		return nil, nil
+	}
+	if err := n.ensureTLS(); err != nil {
+		return nil, err
+	}
+	f := n.TLS().Party(nodeParty)
+	f.CA = ""
+	return f.Server()
+}
+
+// RPCHTTPClient is an HTTP client for the nodes' RPC (NodeLink).
+func (n *Net) RPCHTTPClient(timeout time.Duration) (*http.Client, error) {
+	l, err := n.NodeLink()
+	if err != nil {
+		return nil, err
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = l.TLS
+	return &http.Client{Timeout: timeout, Transport: t}, nil
+}
 
 // ClientTLS is the TLS configuration a client of s's gateways uses: their
 // certificate checked against the network's CA and, with s.MutualTLS, the
@@ -67,7 +106,7 @@ func (n *Net) GatewayServerTLS(s Services) (*tls.Config, error) {
 
 // ensureTLS makes the network's CA and certificates that are missing.
 func (n *Net) ensureTLS() error {
-	if err := n.TLS().Ensure(tlsHosts, gatewayParty, clientParty, natsParty); err != nil {
+	if err := n.TLS().Ensure(tlsHosts, gatewayParty, clientParty, natsParty, nodeParty); err != nil {
 		return fmt.Errorf("TLS certificates in %s: %w", n.TLS().Dir, err)
 	}
 	return nil
@@ -182,12 +221,22 @@ func (s Services) GatewayHTTP(g int) string { return fmt.Sprintf("127.0.0.1:%d",
 // IndexerAddr is the indexer's HTTP address.
 func (s Services) IndexerAddr() string { return fmt.Sprintf("127.0.0.1:%d", s.IndexerPort) }
 
-// rpcHostPort is where the services reach node i's RPC.
-func (s Services) rpcHostPort(c Config, i int) string {
+// rpcURL is where the services reach node i's RPC; a proxy in its place
+// serves the same scheme (NodeServerTLS).
+func (s Services) rpcURL(c Config, i int) string {
 	if port, ok := s.ProxiedRPC[i]; ok {
-		return fmt.Sprintf("127.0.0.1:%d", port)
+		scheme, _, _ := strings.Cut(c.RPCAddr(i), "://")
+		return fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
 	}
-	return fmt.Sprintf("127.0.0.1:%d", c.RPCPort(i))
+	return c.RPCAddr(i)
+}
+
+// nodeLinkArgs are the gateway's and indexer's flags for the nodes' RPC.
+func (n *Net) nodeLinkArgs() []string {
+	if n.cfg.InsecureRPC {
+		return nil
+	}
+	return []string{"--node-tls-ca", n.TLS().CA()}
 }
 
 // natsProc runs NATS with the configuration StartServices writes
@@ -206,11 +255,11 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 	dir := filepath.Join(n.cfg.Dir, fmt.Sprintf("gateway%d", g))
 	var rpcs []string
 	for i := 0; i < n.cfg.Validators; i++ {
-		rpcs = append(rpcs, "http://"+s.rpcHostPort(n.cfg, (g+i)%n.cfg.Validators)) // spread the gateways over the nodes
+		rpcs = append(rpcs, s.rpcURL(n.cfg, (g+i)%n.cfg.Validators)) // spread the gateways over the nodes
 	}
-	args := []string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
+	args := append([]string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
 		"--nodes", strings.Join(rpcs, ","), "--log-format", "json",
-		"--hex-submit-max-bytes", strconv.Itoa((RPCMaxBodyBytes - 16) / 2)}
+		"--hex-submit-max-bytes", strconv.Itoa((RPCMaxBodyBytes - 16) / 2)}, n.nodeLinkArgs()...)
 	if s.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+g))
 	}
@@ -235,11 +284,11 @@ func (n *Net) indexerProc(s Services) proc {
 	genesis := filepath.Join(n.cfg.home(0), "config", "genesis.json")
 	var rpcs []string
 	for i := 0; i < n.cfg.Validators; i++ {
-		rpcs = append(rpcs, s.rpcHostPort(n.cfg, i))
+		rpcs = append(rpcs, s.rpcURL(n.cfg, i))
 	}
-	args := []string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
+	args := append([]string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
 		"--nats-user", NATSIndexerUser, "--nats-password-file", n.NATSPasswordFile(NATSIndexerUser),
-		"--http-listen", s.IndexerAddr(), "--log-format", "json"}
+		"--http-listen", s.IndexerAddr(), "--log-format", "json"}, n.nodeLinkArgs()...)
 	if !s.Insecure {
 		args = append(args, "--nats-tls-ca", n.TLS().CA())
 	}

@@ -10,6 +10,7 @@ package tamper
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -31,11 +32,12 @@ import (
 
 // Proxy sits in front of one CometBFT node's JSON-RPC and, per mode, lies.
 type Proxy struct {
-	target string
-	srv    *http.Server
-	mode   atomic.Value // string
-	mu     sync.Mutex
-	hits   map[string]int
+	target   string
+	upstream *http.Client
+	srv      *http.Server
+	mode     atomic.Value // string
+	mu       sync.Mutex
+	hits     map[string]int
 }
 
 // Modes are the lies a Proxy tells in chaos runs; "" tells none. Huge is
@@ -83,13 +85,21 @@ const (
 var HugeBytes int64 = 200 << 20
 
 // Start serves a Proxy on listen (host:port) in front of target (the
-// node's RPC URL, "http://127.0.0.1:26657"). It tells no lie until SetMode.
-func Start(listen, target string) (*Proxy, error) {
-	p := &Proxy{target: target, hits: map[string]int{}}
+// node's RPC URL, "https://127.0.0.1:26657"), which it reaches with
+// upstream (nil: http.DefaultClient). With serve it serves https, as the
+// node does. It tells no lie until SetMode.
+func Start(listen, target string, upstream *http.Client, serve *tls.Config) (*Proxy, error) {
+	if upstream == nil {
+		upstream = http.DefaultClient
+	}
+	p := &Proxy{target: target, upstream: upstream, hits: map[string]int{}}
 	p.SetMode("")
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("tamper proxy: %w", err)
+	}
+	if serve != nil {
+		ln = tls.NewListener(ln, serve)
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = p.srv.Serve(ln) }()
@@ -173,7 +183,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		fwd.Header.Set("Content-Type", ct)
 	}
-	resp, err := http.DefaultClient.Do(fwd)
+	resp, err := p.upstream.Do(fwd)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return

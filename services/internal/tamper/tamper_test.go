@@ -39,7 +39,7 @@ func TestProxyForwardsFormsAndLiesOnDemand(t *testing.T) {
 	}))
 	defer node.Close()
 	addr := freeAddr(t)
-	p, err := Start(addr, node.URL)
+	p, err := Start(addr, node.URL, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestHugeStreamsAWellFormedBodyOfHugeBytes(t *testing.T) {
 	}))
 	defer node.Close()
 	addr := freeAddr(t)
-	p, err := Start(addr, node.URL)
+	p, err := Start(addr, node.URL, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestLiar(t *testing.T) {
 	}))
 	defer node.Close()
 	addr := freeAddr(t)
-	p, err := Start(addr, node.URL)
+	p, err := Start(addr, node.URL, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
