@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // publisher writes verified blocks to JetStream: each record on its
@@ -21,7 +24,9 @@ import (
 // partition, the next offset the stream lacks, so a replayed block after a
 // restart publishes nothing twice; for blocks older than half the duplicate
 // window it asks the stream first, since another indexer may have published
-// them longer ago than de-duplication remembers.
+// them longer ago than de-duplication remembers. What a stream answers is
+// checked against the block's own records before anything is skipped for it
+// (recordsIn, blocksIn).
 type publisher struct {
 	cfg       Config
 	js        jetstream.JetStream
@@ -125,20 +130,160 @@ func (p *publisher) dropStream(ctx context.Context, topic string) error {
 	return nil
 }
 
-// lastIn returns 1 + the header value of the last message on subject, or 0.
-func lastIn(ctx context.Context, st jetstream.Stream, subject, header string) (uint64, error) {
-	m, err := st.GetLastMsgForSubject(ctx, subject)
+// Reading back what a stream holds. What the stream says it holds decides
+// what the publisher skips, and anyone else allowed to publish on its
+// subjects could have written its last message; so a value read back counts
+// only as far as the chain's data confirms it, and a message that does not
+// fit stops publishing with an error naming it, rather than records being
+// skipped for it.
+
+// recordsIn returns the first offset of part's records the stream lacks:
+// the offset after the last record on the partition's subject, which must be
+// a byzlog record of the subject. If it is one of part's offsets, it must be
+// the chain's record; if it is past them (another indexer, or this one
+// before a restart, published later blocks), the stream must hold part's
+// last record too, as the chain has it.
+func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedPartition) (uint64, error) {
+	root := part.Root
+	subject := layout.Subject(root.Topic, root.Partition)
+	name := st.CachedInfo().Config.Name
+	last, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("last message on %s: %w", subject, err)
 	}
-	v, err := strconv.ParseUint(m.Header.Get(header), 10, 64)
+	r, err := streamRecord(last, subject)
 	if err != nil {
-		return 0, fmt.Errorf("last message on %s has %s %q: not a byzlog message", subject, header, m.Header.Get(header))
+		return 0, foreign(name, subject, last.Sequence, err.Error())
 	}
-	return v + 1, nil
+	end := root.FirstOffset + uint64(len(part.Records))
+	if r.Offset < root.FirstOffset {
+		return r.Offset + 1, nil // none of part's records yet
+	}
+	m := last
+	if r.Offset >= end {
+		if m, err = firstAtLeast(ctx, st, layout.HeaderOffset, end-1, last); err != nil {
+			return 0, err
+		}
+		if r, err = streamRecord(m, subject); err != nil {
+			return 0, foreign(name, subject, m.Sequence, err.Error())
+		}
+		if r.Offset != end-1 {
+			return 0, lacks(name, subject, fmt.Sprintf("record %d, which block %d committed", end-1, part.Records[len(part.Records)-1].Height), m.Sequence, fmt.Sprintf("offset %d", r.Offset))
+		}
+	}
+	if want := part.Records[r.Offset-root.FirstOffset]; !sameRecord(r, want) {
+		return 0, foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
+	}
+	return r.Offset + 1, nil
+}
+
+// blocksIn returns the first height the blocks stream lacks: the height
+// after its last BlockInfo, checked as recordsIn checks records against
+// info, the BlockInfo of the block being published. At info's height it
+// must be info; past it, the stream must hold info too.
+func (p *publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64, error) {
+	last, err := p.blocks.GetLastMsgForSubject(ctx, layout.BlocksSubject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("last message on %s: %w", layout.BlocksSubject, err)
+	}
+	got, err := blockInfo(last)
+	if err != nil {
+		return 0, foreign(layout.BlocksStream, layout.BlocksSubject, last.Sequence, err.Error())
+	}
+	m := last
+	if got.Height > info.Height {
+		if m, err = firstAtLeast(ctx, p.blocks, layout.HeaderHeight, uint64(info.Height), last); err != nil {
+			return 0, err
+		}
+		if got, err = blockInfo(m); err != nil {
+			return 0, foreign(layout.BlocksStream, layout.BlocksSubject, m.Sequence, err.Error())
+		}
+		if got.Height != info.Height {
+			return 0, lacks(layout.BlocksStream, layout.BlocksSubject, fmt.Sprintf("block %d", info.Height), m.Sequence, fmt.Sprintf("height %d", got.Height))
+		}
+	}
+	if got.Height == info.Height && !reflect.DeepEqual(got, info) {
+		return 0, foreign(layout.BlocksStream, layout.BlocksSubject, m.Sequence, fmt.Sprintf("a BlockInfo of height %d that is not the block the chain committed (block hash %s, the chain's %s)", got.Height, got.BlockHash, info.BlockHash))
+	}
+	return got.Height + 1, nil
+}
+
+// firstAtLeast returns the first message on last's subject whose decimal
+// header is at least want; last, the subject's last message, is. The header
+// grows along the subject, as the publisher writes it. It reads O(log n)
+// messages, n last's stream sequence.
+func firstAtLeast(ctx context.Context, st jetstream.Stream, header string, want uint64, last *jetstream.RawStreamMsg) (*jetstream.RawStreamMsg, error) {
+	name, subject := st.CachedInfo().Config.Name, last.Subject
+	found := last
+	// Messages of subject before lo are below want; found is at least want,
+	// and the first message of subject from hi on.
+	lo, hi := uint64(1), last.Sequence
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, err := st.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(subject))
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, fmt.Errorf("read the message on %s at or after sequence %d: %w", subject, mid, err)
+		}
+		if err != nil || m.Sequence >= hi {
+			hi = mid
+			continue
+		}
+		if m.Subject != subject || m.Sequence < mid {
+			return nil, fmt.Errorf("stream %s answered sequence %d on %s for the message on %s at or after sequence %d", name, m.Sequence, m.Subject, subject, mid)
+		}
+		v, err := strconv.ParseUint(m.Header.Get(header), 10, 64)
+		if err != nil {
+			return nil, foreign(name, subject, m.Sequence, fmt.Sprintf("a message with %s %q", header, m.Header.Get(header)))
+		}
+		if v >= want {
+			found, hi = m, mid
+		} else {
+			lo = m.Sequence + 1
+		}
+	}
+	return found, nil
+}
+
+// streamRecord decodes a record message read from subject.
+func streamRecord(m *jetstream.RawStreamMsg, subject string) (*byzlogv1.StoredRecord, error) {
+	r, err := layout.Record(m.Subject, m.Header, m.Data)
+	if err != nil || m.Subject != subject {
+		return nil, fmt.Errorf("a message that is not a byzlog record of it (%s: %v)", m.Subject, err)
+	}
+	return r, nil
+}
+
+// blockInfo decodes a message of the blocks stream.
+func blockInfo(m *jetstream.RawStreamMsg) (layout.BlockInfo, error) {
+	var info layout.BlockInfo
+	h, err := strconv.ParseInt(m.Header.Get(layout.HeaderHeight), 10, 64)
+	if err == nil {
+		err = json.Unmarshal(m.Data, &info)
+	}
+	if err != nil || m.Subject != layout.BlocksSubject || info.Height != h || h < 1 {
+		return layout.BlockInfo{}, fmt.Errorf("a message that is not a byzlog BlockInfo (%s %q, height %d in the payload: %v)", layout.HeaderHeight, m.Header.Get(layout.HeaderHeight), info.Height, err)
+	}
+	return info, nil
+}
+
+// foreign reports a message no byzlog indexer writes.
+func foreign(stream, subject string, seq uint64, what string) error {
+	return fmt.Errorf("stream %s holds on %s at sequence %d %s, which no byzlog indexer writes: someone with publish rights wrote what nobody should have, "+
+		"and publishing stops rather than skip records for it; find who may publish to %s, and remove the message (nats stream rmm %s %d)",
+		stream, subject, seq, what, subject, stream, seq)
+}
+
+// lacks reports a stream that holds messages past one it lacks.
+func lacks(stream, subject, missing string, seq uint64, found string) error {
+	return fmt.Errorf("stream %s lacks %s on %s, though it holds later ones (sequence %d holds %s): "+
+		"retention removed it before this indexer replayed it (start it at a later height), or the later message is one nobody with publish rights should have written (remove it: nats stream rmm %s %d)",
+		stream, missing, subject, seq, found, stream, seq)
 }
 
 // publish sends block b's records and BlockInfo asynchronously and returns
@@ -171,8 +316,8 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		}
 		key := root.Topic + "\x00" + strconv.FormatUint(uint64(root.Partition), 10)
 		next, known := p.next[key]
-		if !known || old {
-			inStream, err := lastIn(ctx, st, layout.Subject(root.Topic, root.Partition), layout.HeaderOffset)
+		if (!known || old) && len(part.Records) > 0 {
+			inStream, err := recordsIn(ctx, st, part)
 			if err != nil {
 				return futs, err
 			}
@@ -194,11 +339,11 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		p.next[key] = next
 	}
 	if p.blockNext == 0 || old {
-		inStream, err := lastIn(ctx, p.blocks, layout.BlocksSubject, "Byzlog-Height")
+		inStream, err := p.blocksIn(ctx, info)
 		if err != nil {
 			return futs, err
 		}
-		p.blockNext = max(p.blockNext, int64(inStream))
+		p.blockNext = max(p.blockNext, inStream)
 	}
 	if b.Height >= p.blockNext {
 		data, err := json.Marshal(info)
@@ -208,7 +353,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		msg := nats.NewMsg(layout.BlocksSubject)
 		msg.Data = data
 		msg.Header.Set(layout.HeaderMsgID, layout.BlockMsgID(b.Height))
-		msg.Header.Set("Byzlog-Height", strconv.FormatInt(b.Height, 10))
+		msg.Header.Set(layout.HeaderHeight, strconv.FormatInt(b.Height, 10))
 		f, err := p.publishAsync(ctx, msg)
 		if err != nil {
 			return futs, err

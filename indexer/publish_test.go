@@ -3,6 +3,7 @@ package indexer
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,10 +93,12 @@ func TestPublishExactlyOnce(t *testing.T) {
 		}
 		return p
 	}
-	now := time.Now()
+	// Committed a minute ago: older than half the window, so every indexer
+	// asks the stream (JetStream's msg-id memory is not what saves it).
+	old := time.Now().Add(-time.Minute)
 	a := newPub()
 	for h := int64(1); h <= 3; h++ {
-		futs, err := a.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
+		futs, err := a.publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,13 +108,12 @@ func TestPublishExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A restart from cursor 2 replays block 3; a second indexer without a
-	// cursor replays everything, with blocks "older" than half the window
-	// (so JetStream's msg-id memory is not what saves it).
+	// cursor replays everything.
 	b := newPub()
 	if c, err := b.cursor(ctx); err != nil || c != 2 {
 		t.Fatalf("cursor = %d %v, want 2", c, err)
 	}
-	futs, err := b.publish(ctx, testBlock(3, 10, 5, now), m)
+	futs, err := b.publish(ctx, testBlock(3, 10, 5, old), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +124,6 @@ func TestPublishExactlyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := now.Add(-time.Minute)
 	for h := int64(1); h <= 4; h++ {
 		futs, err := c.publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
 		if err != nil {
@@ -229,9 +230,9 @@ func TestPublishOldBlocksAskTheStream(t *testing.T) {
 	pub(b, 1, now) // b knows t/0 and t/1 up to offset 5
 	pub(a, 2, now)
 	pub(a, 3, now)
-	time.Sleep(1500 * time.Millisecond) // past the duplicate window
-	pub(b, 2, now.Add(-time.Minute))
-	pub(b, 3, now.Add(-time.Minute))
+	time.Sleep(1500 * time.Millisecond) // past the duplicate window: the blocks are old now
+	pub(b, 2, now)
+	pub(b, 3, now)
 	js, _ := jetstream.New(nc)
 	for p := uint32(0); p < 2; p++ {
 		if n := subjectCount(t, js, "t", p); n != 15 {
@@ -280,4 +281,135 @@ func TestTopicStreamsFollowCreateAndDelete(t *testing.T) {
 			t.Errorf("partition %d of the re-created topic holds %d messages, want 3", part, n)
 		}
 	}
+}
+
+// TestPublishChecksWhatTheStreamHolds: the publisher skips what a stream
+// says it already holds, so a message someone else with publish rights
+// wrote there (a huge offset or height) must stop it with an error naming
+// the message, not make it skip the chain's records; once the message is
+// removed, publishing goes on.
+func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
+	const huge = uint64(1) << 60
+	record := func(offset uint64, value string) *nats.Msg {
+		m := layout.Message(&byzlogv1.StoredRecord{Topic: "t", Partition: 0, Offset: offset, Height: 1, Value: []byte(value), ProducerKey: make([]byte, 32)})
+		// With the record's message id it would also make JetStream drop
+		// the real one as a duplicate: another attack, not this test's.
+		m.Header.Del(layout.HeaderMsgID)
+		return m
+	}
+	offsetOnly := nats.NewMsg(layout.Subject("t", 0))
+	offsetOnly.Header.Set(layout.HeaderOffset, "18446744073709551000")
+	block := func(height uint64, hash string) *nats.Msg {
+		m := nats.NewMsg(layout.BlocksSubject)
+		m.Header.Set(layout.HeaderHeight, fmt.Sprint(height))
+		m.Data = []byte(fmt.Sprintf(`{"height":%d,"block_hash":%q}`, height, hash))
+		return m
+	}
+	heightOnly := nats.NewMsg(layout.BlocksSubject)
+	heightOnly.Header.Set(layout.HeaderHeight, fmt.Sprint(huge))
+	for _, tc := range []struct {
+		name   string
+		before int64 // blocks published before the message is forged
+		forged *nats.Msg
+		wants  []string // what the error publishing the next block names
+	}{
+		{"huge offset", 0, record(huge, "x"),
+			[]string{"stream byzlog-t lacks record 4", "byzlog.t.0", "sequence 1 holds offset 1152921504606846976", "nats stream rmm byzlog-t 1"}},
+		{"huge offset header alone", 0, offsetOnly,
+			[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "not a byzlog record", "nats stream rmm byzlog-t 1"}},
+		{"huge offset after a block", 1, record(huge, "x"),
+			[]string{"stream byzlog-t lacks record 9", "byzlog.t.0", "sequence 11 holds offset 1152921504606846976"}},
+		{"another record at an offset of the block", 0, record(2, "x"),
+			[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "offset 2", "not the one the chain committed"}},
+		{"huge height", 0, block(huge, "00"),
+			[]string{"stream byzlog-blocks lacks block 1", "byzlog.$blocks", "sequence 1 holds height 1152921504606846976"}},
+		{"huge height after a block", 1, block(huge, "00"),
+			[]string{"stream byzlog-blocks lacks block 2", "sequence 2 holds height 1152921504606846976"}},
+		{"huge height header alone", 0, heightOnly,
+			[]string{"stream byzlog-blocks holds on byzlog.$blocks at sequence 1", "not a byzlog BlockInfo", "1152921504606846976"}},
+		{"another block at the height", 0, block(1, "ff"),
+			[]string{"stream byzlog-blocks holds on byzlog.$blocks at sequence 1", "block hash ff"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := startNATS(t)
+			ctx := context.Background()
+			cfg := Default()
+			cfg.ChainID = "c"
+			m := newMetrics()
+			p, err := newPublisher(ctx, nc, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := p.stream(ctx, "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			for h := int64(1); h <= tc.before; h++ {
+				futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitAll(t, futs)
+			}
+			js, _ := jetstream.New(nc)
+			ack, err := js.PublishMsg(ctx, tc.forged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A restarted indexer asks the streams what they hold.
+			p.reset()
+			next := testBlock(tc.before+1, uint64(tc.before)*5, 5, now)
+			futs, err := p.publish(ctx, next, m)
+			waitAll(t, futs)
+			if err == nil {
+				t.Fatalf("publish(block %d) after the forged message = nil, want an error naming it", next.Height)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("publish(block %d) = %q, want it to name %q", next.Height, err, w)
+				}
+			}
+			// Removed, the message is no longer in the way.
+			if tc.forged.Subject == layout.BlocksSubject {
+				st = p.blocks
+			}
+			if err := st.DeleteMsg(ctx, ack.Sequence); err != nil {
+				t.Fatal(err)
+			}
+			p.reset()
+			futs, err = p.publish(ctx, next, m)
+			if err != nil {
+				t.Fatalf("publish(block %d) once the message is gone = %v", next.Height, err)
+			}
+			waitAll(t, futs)
+			if n := subjectCount(t, js, "t", 0); n != uint64(next.Height)*5 {
+				t.Errorf("partition 0 holds %d records, want %d", n, next.Height*5)
+			}
+			info, err := p.blocks.Info(ctx)
+			if err != nil || info.State.Msgs != uint64(next.Height) {
+				t.Errorf("blocks stream holds %v messages (%v), want %d", info.State.Msgs, err, next.Height)
+			}
+		})
+	}
+}
+
+func FuzzBlockInfo(f *testing.F) {
+	for _, s := range []struct {
+		height string
+		data   string
+	}{{"1", `{"height":1,"block_hash":"00"}`}, {"2", `{"height":1}`}, {"18446744073709551000", `{}`}, {"", "x"}, {"0", `{"height":0}`}, {"-1", `{"height":-1}`}} {
+		f.Add(s.height, []byte(s.data))
+	}
+	f.Fuzz(func(t *testing.T, height string, data []byte) {
+		m := &jetstream.RawStreamMsg{Subject: layout.BlocksSubject, Header: nats.Header{}, Data: data}
+		m.Header.Set(layout.HeaderHeight, height)
+		info, err := blockInfo(m)
+		if err != nil {
+			return
+		}
+		if h, _ := strconv.ParseInt(height, 10, 64); info.Height < 1 || info.Height != h {
+			t.Fatalf("blockInfo(%s %q, %q) = height %d, want the header's, at least 1", layout.HeaderHeight, height, data, info.Height)
+		}
+	})
 }

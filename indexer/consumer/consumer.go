@@ -15,8 +15,12 @@
 //
 // It reads, it never writes records, and it does not log: every problem is
 // an error returned to the caller. It trusts what NATS delivers as far as the
-// indexer put it there; checking records against the chain's signed headers
-// is a separate, later step.
+// indexer put it there; WithVerifier checks each record against the chain's
+// signed headers. Either way it reports records missing from a partition
+// (ErrGap), in a group too, where a member asks the stream what comes before
+// a record it was delivered (see Subscription.Next); and a message it reads
+// back from a stream to find where to start is used only if it is a byzlog
+// record of the subject asked for.
 package consumer
 
 import (

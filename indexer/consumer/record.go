@@ -30,6 +30,7 @@ type Record struct {
 	Producer ed25519.PublicKey
 	Sequence uint64
 
+	seq   uint64        // its stream sequence
 	msg   jetstream.Msg // group mode: the message to acknowledge
 	acked atomic.Bool
 }
@@ -66,6 +67,7 @@ func decode(stream string, m jetstream.Msg) (*Record, error) {
 		Key: sr.Key, Value: sr.Value,
 		Timestamp: time.Unix(0, sr.TimestampUnixNano).UTC(), CreateTime: time.Unix(0, sr.CreateTimeUnixNano).UTC(),
 		Producer: ed25519.PublicKey(sr.ProducerKey), Sequence: sr.Sequence,
+		seq: streamSeq(m),
 	}
 	for _, h := range sr.Headers {
 		r.Headers = append(r.Headers, Header{Key: h.Key, Value: h.Value})

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // floor is where a subscription starts in each partition: at the first
@@ -114,21 +113,7 @@ func startSeq(ctx context.Context, st jetstream.Stream, topic string, parts []ui
 	best := state.LastSeq + 1
 	for _, subj := range subjects {
 		_, p, _ := layout.ParseSubject(subj)
-		at := func(h nats.Header) (bool, error) {
-			off, err := strconv.ParseUint(h.Get(layout.HeaderOffset), 10, 64)
-			if err != nil {
-				return false, fmt.Errorf("header %s = %q: %v", layout.HeaderOffset, h.Get(layout.HeaderOffset), err)
-			}
-			ts := int64(0)
-			if f.TimeNano > 0 {
-				t, err := time.Parse(time.RFC3339Nano, h.Get(layout.HeaderTimestamp))
-				if err != nil {
-					return false, fmt.Errorf("header %s = %q: %v", layout.HeaderTimestamp, h.Get(layout.HeaderTimestamp), err)
-				}
-				ts = t.UnixNano()
-			}
-			return f.admits(p, off, ts), nil
-		}
+		at := func(r *byzlogv1.StoredRecord) bool { return f.admits(p, r.Offset, r.TimestampUnixNano) }
 		seq, err := seek(ctx, st, subj, state.FirstSeq, state.LastSeq, at)
 		if err != nil {
 			return 0, err
@@ -140,25 +125,22 @@ func startSeq(ctx context.Context, st jetstream.Stream, topic string, parts []ui
 
 // seek returns the stream sequence of the first message on subject, within
 // [first, last], for which at is true, or last+1 when there is none. at must
-// be monotonic along the subject's messages (false, then true). It costs
+// be monotonic along the subject's records (false, then true). It costs
 // O(log(last-first)) message reads: a read at sequence s returns the first
-// message on subject at or after s.
-func seek(ctx context.Context, st jetstream.Stream, subject string, first, last uint64, at func(nats.Header) (bool, error)) (uint64, error) {
+// message on subject at or after s. A message that is not a byzlog record
+// has no place in that order to trust, so the search takes it as at: it may
+// start there, earlier than it had to (Next reports it as ErrMalformed and
+// skips what the floor does not admit), but never later.
+func seek(ctx context.Context, st jetstream.Stream, subject string, first, last uint64, at func(*byzlogv1.StoredRecord) bool) (uint64, error) {
 	// next reads the first message on subject at or after seq; ok false
 	// when there is none.
 	next := func(seq uint64) (uint64, bool, bool, error) {
-		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return 0, false, false, nil
+		m, err := nextMsg(ctx, st, subject, seq)
+		if err != nil || m == nil {
+			return 0, false, false, err
 		}
-		if err != nil {
-			return 0, false, false, fmt.Errorf("read the message on %s at or after sequence %d: %w", subject, seq, err)
-		}
-		yes, err := at(m.Header)
-		if err != nil {
-			return 0, false, false, fmt.Errorf("%w: stream sequence %d on %s: %v", ErrMalformed, m.Sequence, subject, err)
-		}
-		return m.Sequence, true, yes, nil
+		r, err := layout.Record(m.Subject, m.Header, m.Data)
+		return m.Sequence, true, err != nil || at(r), nil
 	}
 	// Invariant: the answer's search position lies in (lo, hi]; pred(s) =
 	// "no message at or after s, or the next one is at" is false at lo
@@ -189,4 +171,62 @@ func seek(ctx context.Context, st jetstream.Stream, subject string, first, last 
 		return last + 1, err
 	}
 	return s, nil
+}
+
+// nextMsg reads the first message on subject at or after stream sequence
+// seq, or nil when there is none. An answer on another subject or before
+// seq is not what was asked for, and is reported as ErrMalformed.
+func nextMsg(ctx context.Context, st jetstream.Stream, subject string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the message on %s at or after sequence %d: %w", subject, seq, err)
+	}
+	if m.Subject != subject || m.Sequence < seq {
+		return nil, fmt.Errorf("%w: asked for the message on %s at or after sequence %d, the stream answered sequence %d on %s", ErrMalformed, subject, seq, m.Sequence, m.Subject)
+	}
+	return m, nil
+}
+
+// before returns the last message on subject with a stream sequence in
+// [from, seq), or nil when there is none. It reads O(log(seq-p)) messages,
+// p the answer's sequence: it looks back 1, 2, 4... sequences until one
+// reaches a message of subject, then halves the range between.
+func before(ctx context.Context, st jetstream.Stream, subject string, from, seq uint64) (*jetstream.RawStreamMsg, error) {
+	var found *jetstream.RawStreamMsg
+	hi := seq // no message of subject in [hi, seq)
+	for back := uint64(1); found == nil; back *= 2 {
+		if hi <= from {
+			return nil, nil
+		}
+		lo := from
+		if seq-from > back {
+			lo = seq - back
+		}
+		m, err := nextMsg(ctx, st, subject, lo)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil && m.Sequence < hi {
+			found = m
+		} else {
+			hi = lo
+		}
+	}
+	// found lies before hi; the answer is the last message in [found, hi).
+	for found.Sequence+1 < hi {
+		mid := found.Sequence + 1 + (hi-found.Sequence-1)/2
+		m, err := nextMsg(ctx, st, subject, mid)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil && m.Sequence < hi {
+			found = m
+		} else {
+			hi = mid
+		}
+	}
+	return found, nil
 }

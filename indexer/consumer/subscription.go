@@ -24,6 +24,7 @@ type Subscription struct {
 	topic  string
 	group  string
 	stream string
+	st     jetstream.Stream
 	floor  floor
 	cons   jetstream.Consumer
 	iter   jetstream.MessagesContext
@@ -32,9 +33,10 @@ type Subscription struct {
 	stop    context.CancelFunc
 	closed  atomic.Bool
 
-	nextMu  sync.Mutex // held by Next, and by Close once Next has returned
-	last    *Record    // group mode: the record Next returned before, acked by the next call
-	pending *Record    // a record held back while Next reports the gap before it
+	nextMu  sync.Mutex           // held by Next, and by Close once Next has returned
+	last    *Record              // group mode: the record Next returned before, acked by the next call
+	pending *Record              // a record held back while Next reports a gap (or an error finding one) before it
+	mine    map[uint32]delivered // group mode: per partition, this member's latest record in the stream
 
 	mu        sync.Mutex
 	positions map[uint32]uint64 // per partition, last delivered offset + 1
@@ -73,7 +75,7 @@ func (c *Consumer) Subscribe(ctx context.Context, topic string, opts ...Subscrib
 			filters = append(filters, layout.Subject(topic, p))
 		}
 	}
-	s := &Subscription{c: c, topic: topic, group: o.group, stream: name, positions: map[uint32]uint64{}}
+	s := &Subscription{c: c, topic: topic, group: o.group, stream: name, st: st, positions: map[uint32]uint64{}, mine: map[uint32]delivered{}}
 	s.closing, s.stop = context.WithCancel(context.Background())
 	if o.group == "" {
 		err = s.ordered(ctx, st, parts, filters, o)
@@ -247,10 +249,23 @@ func GroupConsumerName(group string) string {
 // In a group, calling Next acks the record it returned before.
 //
 // A message that is not a byzlog record is reported as ErrMalformed (naming
-// its subject, sequence and header) and skipped; outside a group, records
-// missing from a partition are reported as ErrGap before the record after
-// them; in both cases the next call carries on. After Close it returns
-// ErrClosed.
+// its subject, sequence and header) and skipped. Records missing from a
+// partition are reported as ErrGap before the record after them, which the
+// next call returns. After Close it returns ErrClosed.
+//
+// Outside a group, a gap is any offset missing between two records Next
+// returned, and a record published twice is returned once. A group member
+// sees only its share, so it asks the stream (reading messages by
+// sequence): the indexer publishes a partition's records in offset order,
+// so the message before the record on the partition's subject must hold the
+// offset before it. It does not ask when its own last record of the
+// partition is that offset. This finds records the indexer skipped or
+// someone deleted; not records retention removed before the group read
+// them, which leave nothing before the record to compare with (they cannot
+// be told from records another member read before retention removed them).
+// An error reading the stream is returned in ErrGap's place, and the next
+// call returns the record. In a group a record published twice may come
+// twice, as a redelivered one may.
 func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 	s.nextMu.Lock()
 	defer s.nextMu.Unlock()
@@ -307,22 +322,83 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 		}
 		if s.group != "" {
 			r.msg = m
-			s.last = r
-			return s.deliver(r), nil
 		}
-		s.mu.Lock()
-		next, seen := s.positions[r.Partition]
-		s.mu.Unlock()
-		switch {
-		case seen && r.Offset < next:
-			continue // published twice (after the stream's duplicate window)
-		case seen && r.Offset > next:
+		copied, err := s.gap(ctx, r)
+		if copied {
+			continue
+		}
+		if err != nil {
 			s.pending = r
-			return nil, fmt.Errorf("%w: %s/%d offsets %d to %d (the next delivered is %d): the stream's retention dropped them before they were read, or the indexer skipped them",
-				ErrGap, s.topic, r.Partition, next, r.Offset-1, r.Offset)
+			return nil, err
 		}
 		return s.deliver(r), nil
 	}
+}
+
+// gap reports the records of r's partition missing before r as ErrGap, and
+// says whether r is a copy of a record already delivered, to skip.
+func (s *Subscription) gap(ctx context.Context, r *Record) (copied bool, err error) {
+	if s.group != "" {
+		return false, s.groupGap(ctx, r)
+	}
+	s.mu.Lock()
+	next, seen := s.positions[r.Partition]
+	s.mu.Unlock()
+	switch {
+	case seen && r.Offset < next:
+		return true, nil // published twice (after the stream's duplicate window)
+	case seen && r.Offset > next:
+		return false, gapError(s.topic, r.Partition, next, r.Offset, "the stream's retention dropped them before they were read, or the indexer skipped them")
+	}
+	return false, nil
+}
+
+// groupGap is gap for a group member, which sees only its share of the
+// records: the indexer publishes a partition's records in offset order, so
+// the message before r's on the partition's subject must hold the offset
+// before r's (or r's, a copy). It reads the stream only when this member's
+// own latest record of the partition is not that offset.
+func (s *Subscription) groupGap(ctx context.Context, r *Record) error {
+	mine, ok := s.mine[r.Partition]
+	ok = ok && mine.seq < r.seq
+	if ok && mine.offset+1 >= r.Offset {
+		return nil
+	}
+	from := uint64(1)
+	if ok {
+		from = mine.seq // the message before r's is this member's, or after it
+	}
+	subject := layout.Subject(r.Topic, r.Partition)
+	for seq := r.seq; ; {
+		m, err := before(ctx, s.st, subject, from, seq)
+		if err != nil {
+			return fmt.Errorf("check for records missing before %s/%d@%d (stream %s sequence %d): %w", r.Topic, r.Partition, r.Offset, s.stream, r.seq, err)
+		}
+		if m == nil {
+			return nil // nothing left before it to compare with
+		}
+		prev, err := layout.Record(m.Subject, m.Header, m.Data)
+		if err != nil {
+			seq = m.Sequence // not a record: no member was delivered it
+			continue
+		}
+		if prev.Offset+1 >= r.Offset || !s.floor.admits(r.Partition, prev.Offset, prev.TimestampUnixNano) {
+			return nil
+		}
+		return gapError(r.Topic, r.Partition, prev.Offset+1, r.Offset,
+			fmt.Sprintf("stream %s holds offset %d right before it on %s (sequence %d, then %d): the indexer skipped them, or they were deleted from the stream", s.stream, prev.Offset, subject, m.Sequence, r.seq))
+	}
+}
+
+// gapError reports offsets from to next-1 of topic/p missing, and why.
+func gapError(topic string, p uint32, from, next uint64, why string) error {
+	return fmt.Errorf("%w: %s/%d offsets %d to %d (the next delivered is %d): %s", ErrGap, topic, p, from, next-1, next, why)
+}
+
+// delivered is a record a group member was delivered: its offset and
+// stream sequence.
+type delivered struct {
+	offset, seq uint64
 }
 
 // verify checks the message's record with v; a failure wraps ErrUnverified.
@@ -337,7 +413,14 @@ func (s *Subscription) verify(ctx context.Context, v RecordVerifier, m jetstream
 	return nil
 }
 
+// deliver records r as returned by Next.
 func (s *Subscription) deliver(r *Record) *Record {
+	if r.msg != nil {
+		s.last = r // acked by the next call, or Close
+		if d, ok := s.mine[r.Partition]; !ok || r.seq > d.seq {
+			s.mine[r.Partition] = delivered{offset: r.Offset, seq: r.seq}
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if r.Offset+1 > s.positions[r.Partition] {
@@ -385,7 +468,7 @@ func (s *Subscription) Commit(ctx context.Context) (int64, error) {
 }
 
 // Close stops reading. In a group it acks the record Next returned last,
-// hands back the records fetched ahead and not yet returned (so other
+// hands back the records fetched ahead or held back and not yet returned (so other
 // members get them at once, not after the ack wait), and flushes the acks to
 // the server. It does not commit offsets on the chain: call Commit first.
 func (s *Subscription) Close() error {
@@ -409,6 +492,9 @@ func (s *Subscription) Close() error {
 	// sends the record to the back of the redelivery queue.
 	s.iter.Drain()
 	var ahead []jetstream.Msg
+	if s.pending != nil {
+		ahead = append(ahead, s.pending.msg) // held back behind an error
+	}
 	for {
 		m, err := s.iter.Next(jetstream.NextMaxWait(time.Second))
 		if err != nil {
