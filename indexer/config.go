@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
@@ -47,6 +48,12 @@ type Config struct {
 	// (blocks and their results are the largest honest ones), so a lying
 	// node cannot make the indexer read a huge one.
 	MaxResponseBytes int64
+	// Authz, when set, keeps NATS's read permissions following the
+	// topics' readers (see Authz); nil leaves NATS's accounts alone.
+	Authz *Authz
+	// GenesisTopics are the topics genesis creates, whose read access no
+	// block shows (core.ParseGenesis of the genesis app_state).
+	GenesisTopics []core.TopicChange
 }
 
 // NodeLink says how to reach CometBFT nodes' RPC: https with certificates
@@ -118,6 +125,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
 	case c.MaxResponseBytes < 1<<20:
 		return fmt.Errorf("max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
+	}
+	if a := c.Authz; a != nil {
+		if err := a.Spec.Validate(); err != nil {
+			return err
+		}
+		if a.Reload == nil {
+			return errors.New("NATS authz: no way to reload the server (Reload is nil)")
+		}
 	}
 	_, err := c.Link.urls(c.Nodes)
 	return err

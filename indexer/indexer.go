@@ -50,6 +50,10 @@ func (i *Indexer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	acc, err := newAccess(ctx, pub.kv, i.cfg, i.log)
+	if err != nil {
+		return err
+	}
 	h, err := pub.cursor(ctx)
 	if err != nil {
 		return err
@@ -62,7 +66,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
 		before := i.acked.Load()
-		err := i.follow(ctx, pub)
+		err := i.follow(ctx, pub, acc)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -87,7 +91,7 @@ type inflight struct {
 
 // follow publishes blocks from the last acknowledged height on, until an
 // error: heights are followed by number, so nothing is skipped.
-func (i *Indexer) follow(ctx context.Context, pub *publisher) error {
+func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	pub.reset()
@@ -122,6 +126,9 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher) error {
 		}
 		b, err := i.v.block(ctx, h)
 		if err != nil {
+			return err
+		}
+		if err := acc.apply(ctx, b.Appended.Topics); err != nil {
 			return err
 		}
 		futs, err := pub.publish(ctx, b, i.m)

@@ -6,12 +6,14 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -24,7 +26,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer"
+	"github.com/byzlog/byzlog/indexer/natsauth"
 	"github.com/byzlog/byzlog/services/internal/logging"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
@@ -45,6 +49,7 @@ type flags struct {
 	pprofListen                                             string
 	nats                                                    natsconn.Flags
 	link                                                    nodelink.Flags
+	authz                                                   string
 }
 
 func newCommand() *cobra.Command {
@@ -86,6 +91,7 @@ HTTP on --http-listen: /metrics (Prometheus), /healthz (200 while running),
 	f.StringVar(&fl.natsURL, "nats", fl.natsURL, "NATS server URL(s), comma-separated")
 	fl.nats.Add(f, natsconn.Flags{})
 	fl.link.Add(f, nodelink.Flags{})
+	f.StringVar(&fl.authz, "nats-authz", "", "JSON file naming NATS's accounts file and its fixed users (natsauth.Spec): keep the server's read permissions following the topics' readers, reloading it through the system account's reloader user; empty: leave NATS's accounts alone")
 	f.StringVar(&fl.httpListen, "http-listen", fl.httpListen, "host:port of /metrics, /healthz and /readyz; empty disables it")
 	f.Int64Var(&fl.maxLag, "max-lag", fl.maxLag, "blocks behind the chain /readyz tolerates")
 	f.StringVar(&cfg.ID, "id", cfg.ID, "this indexer's cursor name")
@@ -100,6 +106,34 @@ HTTP on --http-listen: /metrics (Prometheus), /healthz (200 while running),
 	return cmd
 }
 
+// authz reads the --nats-authz spec into cfg, with a reload through a
+// connection as the spec's reloader (the system account) to the server nc
+// is connected to.
+func authz(cfg *indexer.Config, path, url string, natsOpts []nats.Option, nc *nats.Conn) (func(), error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--nats-authz: %w", err)
+	}
+	var spec natsauth.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return nil, fmt.Errorf("--nats-authz %s: %w", path, err)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("--nats-authz %s: %w", path, err)
+	}
+	sys, err := nats.Connect(url, append(slices.Clone(natsOpts), nats.Name("byzlog-indexer reloader"), nats.MaxReconnects(-1),
+		nats.UserInfo(spec.Reloader.Name, spec.Reloader.Password))...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s as the reloader %q (--nats-authz): %w", url, spec.Reloader.Name, err)
+	}
+	cfg.Authz = &indexer.Authz{Spec: spec, Reload: func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return natsauth.Reload(ctx, sys, nc.ConnectedServerId())
+	}}
+	return sys.Close, nil
+}
+
 // trustRoot fills cfg's chain id and root of trust from the flags.
 func trustRoot(ctx context.Context, cfg *indexer.Config, fl flags) error {
 	switch {
@@ -111,6 +145,13 @@ func trustRoot(ctx context.Context, cfg *indexer.Config, fl flags) error {
 			return fmt.Errorf("--genesis: %w", err)
 		}
 		cfg.ChainID = gen.ChainID
+		_, topics, err := core.ParseGenesis(gen.ChainID, gen.AppState)
+		if err != nil {
+			return fmt.Errorf("--genesis: %w", err)
+		}
+		for _, t := range topics {
+			cfg.GenesisTopics = append(cfg.GenesisTopics, core.TopicChange{Name: t.Name, Config: t.Config})
+		}
 		provs, _, err := indexer.NewNodes(cfg.ChainID, cfg.Nodes, cfg.Link)
 		if err != nil {
 			return err
@@ -167,6 +208,13 @@ func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flag
 		return fmt.Errorf("connect to NATS at %s: %w", fl.natsURL, err)
 	}
 	defer nc.Close()
+	if fl.authz != "" {
+		stop, err := authz(&cfg, fl.authz, fl.natsURL, natsOpts, nc)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ix, err := indexer.New(cfg, nc, log)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
@@ -169,6 +170,12 @@ summary goes to stderr.`,
 			if err != nil {
 				return err
 			}
+			errOut := cmd.ErrOrStderr()
+			natsOpts = append(natsOpts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if errors.Is(err, nats.ErrPermissionViolation) {
+					fmt.Fprintf(errOut, "byzlog consume: NATS refused a request: %v (a topic whose config lists readers is read as one of them, --nats-key-file)\n", err)
+				}
+			}))
 			copts = append(copts, consumer.WithNATSOptions(natsOpts...))
 			c, err := consumer.Connect(natsURL, copts...)
 			if err != nil {
@@ -227,6 +234,7 @@ summary goes to stderr.`,
 	f.BoolVar(&asJSON, "json", false, "print one JSON object per record")
 	f.StringVar(&natsURL, "nats", natsURL, "NATS server URL")
 	natsf.Add(f, natsconn.Flags{User: "consumer", PasswordFile: localnetNATSPassword, CA: localnetCA})
+	natsf.AddKeyFile(f)
 	f.StringVar(&gateway, "gateway", gateway, "gateway address (host:port), for committed offsets and commits")
 	f.DurationVar(&timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
 	f.BoolVar(&verify, "verify", false, "prove each record against light-client verified headers before printing it")

@@ -40,6 +40,27 @@ must be listed in genesis app_state.admins).`,
 	}
 }
 
+// publicKeys parses --flag's hex ed25519 public keys.
+func publicKeys(flag string, vals []string) ([][]byte, error) {
+	var out [][]byte
+	for _, a := range vals {
+		k, err := hex.DecodeString(a)
+		if err != nil || len(k) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("--%s %q: want a %d-byte public key in hex", flag, a, ed25519.PublicKeySize)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// readersText says who may consume a topic.
+func readersText(readers [][]byte) string {
+	if len(readers) == 0 {
+		return "open to every consumer"
+	}
+	return fmt.Sprintf("%d readers", len(readers))
+}
+
 func newTopicCommand() *cobra.Command {
 	gateway := defaultGateway
 	cmd := &cobra.Command{Use: "topic", Short: "Create, list and describe topics"}
@@ -50,7 +71,7 @@ func newTopicCommand() *cobra.Command {
 	var adminKey string
 	var tf trustFlags
 	cfg := &byzlogv1.TopicConfig{Partitions: 1}
-	var allowed []string
+	var allowed, readers []string
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a topic (signed with an admin key listed in genesis)",
@@ -60,12 +81,11 @@ func newTopicCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--admin-key: %w", err)
 			}
-			for _, a := range allowed {
-				k, err := hex.DecodeString(a)
-				if err != nil || len(k) != ed25519.PublicKeySize {
-					return fmt.Errorf("--allowed-producer %q: want a %d-byte public key in hex", a, ed25519.PublicKeySize)
-				}
-				cfg.AllowedProducers = append(cfg.AllowedProducers, k)
+			if cfg.AllowedProducers, err = publicKeys("allowed-producer", allowed); err != nil {
+				return err
+			}
+			if cfg.Readers, err = publicKeys("reader", readers); err != nil {
+				return err
 			}
 			trust, err := tf.trust(cmd.Flags())
 			if err != nil {
@@ -97,6 +117,7 @@ func newTopicCommand() *cobra.Command {
 	f.Int64Var(&cfg.RetentionMs, "retention-ms", 0, "delete records older than this (0: keep forever)")
 	f.Int64Var(&cfg.RetentionBytes, "retention-bytes", 0, "keep at most this many bytes per partition (0: no limit)")
 	f.StringSliceVar(&allowed, "allowed-producer", nil, "public key (hex) allowed to produce; repeat for more (none: any key)")
+	f.StringSliceVar(&readers, "reader", nil, "public key (hex) allowed to consume, as a NATS nkey user (byzlog consume --nats-key-file); repeat for more (none: every consumer the cluster admits)")
 	tf.add(f)
 	_ = create.MarkFlagRequired("admin-key")
 
@@ -151,8 +172,8 @@ func newTopicCommand() *cobra.Command {
 			t := resp.Topic
 			c := t.GetConfig()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "topic %s (created at height %d): %d partitions, max record bytes %d, retention %d ms / %d bytes, %d allowed producers\n",
-				t.Name, t.CreatedHeight, c.GetPartitions(), c.GetMaxRecordBytes(), c.GetRetentionMs(), c.GetRetentionBytes(), len(c.GetAllowedProducers()))
+			fmt.Fprintf(out, "topic %s (created at height %d): %d partitions, max record bytes %d, retention %d ms / %d bytes, %d allowed producers, %s\n",
+				t.Name, t.CreatedHeight, c.GetPartitions(), c.GetMaxRecordBytes(), c.GetRetentionMs(), c.GetRetentionBytes(), len(c.GetAllowedProducers()), readersText(c.GetReaders()))
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PARTITION\tLOG START\tNEXT OFFSET\tBYTES")
 			for _, p := range t.Partitions {

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -131,7 +132,8 @@ func TestRunWholeSystem(t *testing.T) {
 		t.Fatal(err)
 	}
 	natsAuth := []string{"--server", natsURL, "--user", "consumer", "--password", strings.TrimSpace(string(pw)), "--tlsca", filepath.Join(dir, "tls", "ca.pem")}
-	sub := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), append([]string{"sub", "byzlog.orders.>", "--count", "5", "--raw"}, natsAuth...)...)
+	waitStream(ctx, t, natsAuth, "byzlog-orders")
+	sub := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), append([]string{"sub", "byzlog.orders.*", "--count", "5", "--raw"}, natsAuth...)...)
 	subOut, err := sub.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -151,10 +153,39 @@ func TestRunWholeSystem(t *testing.T) {
 	_ = sub.Wait()
 	for _, v := range []string{"one", "two", "three", "four", "five"} {
 		if !got[v] {
-			t.Fatalf("nats sub 'byzlog.orders.>' saw %v, not %q", got, v)
+			t.Fatalf("nats sub 'byzlog.orders.*' saw %v, not %q", got, v)
 		}
 	}
 	t.Log("records produced with byzlog produce appeared in nats sub")
+
+	// A topic with readers: its reader consumes it with its key; the
+	// consumer user and a key it does not list cannot.
+	aliceKey := filepath.Join(t.TempDir(), "alice.key")
+	alice := strings.TrimSpace(bin("byzlog", "", "keygen", aliceKey))
+	bobKey := filepath.Join(t.TempDir(), "bob.key")
+	bin("byzlog", "", "keygen", bobKey)
+	bin("byzlog", "", "topic", "create", "payroll", "--partitions", "1", "--reader", alice, "--admin-key", filepath.Join(dir, "admin.key"), "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
+	waitStream(ctx, t, natsAuth, "byzlog-payroll")
+	bin("byzlog", "salary-1\nsalary-2\n", "produce", "payroll", "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
+	consume := func(extra ...string) (string, error) {
+		args := append([]string{"consume", "payroll", "--count", "2", "--timeout", "10s", "--nats", natsURL, "--tls-ca", filepath.Join(dir, "tls", "ca.pem"),
+			"--nats-tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--nats-password-file", filepath.Join(dir, "nats", "consumer.password")}, extra...)
+		b, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), args...).CombinedOutput()
+		return string(b), err
+	}
+	if out, err := consume("--nats-key-file", aliceKey); err != nil || !strings.Contains(out, "salary-2") || !strings.Contains(out, "consumed 2 records") {
+		t.Fatalf("payroll's reader consumes it: %v\n%s", err, out)
+	}
+	if out, err := consume(); err == nil || strings.Contains(out, "salary-") || !strings.Contains(out, "Permissions Violation") {
+		t.Fatalf("the consumer user reads payroll, which lists a reader: %v\n%s", err, out)
+	} else {
+		t.Logf("the consumer user is refused payroll: %s", firstLine(errors.New(strings.TrimSpace(out))))
+	}
+	if out, err := consume("--nats-key-file", bobKey); err == nil || strings.Contains(out, "salary-") || !strings.Contains(out, "Authorization Violation") {
+		t.Fatalf("a key payroll does not list reads it: %v\n%s", err, out)
+	} else {
+		t.Logf("a key payroll does not list is refused: %s", firstLine(errors.New(strings.TrimSpace(out))))
+	}
 
 	// byzlog bench loads the running cluster and reports on every process.
 	result := filepath.Join(t.TempDir(), "bench.json")
@@ -203,6 +234,24 @@ func TestRunWholeSystem(t *testing.T) {
 		t.Fatalf("after resuming, topic list lacks orders:\n%s", list)
 	}
 	t.Log("run again on the same directory: the chain resumed with its 5 records")
+}
+
+// waitStream waits until stream exists, seen with the nats CLI as auth's
+// user: the indexer makes a topic's stream once NATS's permissions for it
+// are in place.
+func waitStream(ctx context.Context, t *testing.T, auth []string, stream string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), append([]string{"stream", "info", stream, "--json"}, auth...)...).CombinedOutput()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stream %s did not appear within a minute: %v\n%s", stream, err, out)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // syncBuffer is a bytes.Buffer safe for a process writing and a test reading.

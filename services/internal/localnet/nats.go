@@ -1,8 +1,10 @@
 package localnet
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,55 +14,21 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/natsauth"
 )
 
-// NATS identities of a localnet, each a user of one account with
-// JetStream, with NATS's own subject permissions (issue 15):
-//   - the indexer may do anything in the account: it alone publishes
-//     records (byzlog.>), makes and changes the streams and keeps its
-//     cursor in the key-value bucket;
-//   - a consumer may read: look streams up, make and read consumers of
-//     them, ack, and subscribe to byzlog.> and its inboxes. It cannot
-//     publish a record, claim a message id, make, delete or purge a
-//     stream, delete a consumer, or read or write the cursor.
+// NATS identities of a localnet, users of one JetStream account with
+// NATS's own subject permissions (natsauth renders them; the indexer
+// renders them again whenever a topic's readers change): the indexer may
+// do anything; the consumer user may read the open topics; each key a
+// topic lists as a reader is a user of its own (nkey); the reloader, of
+// the system account, may only ask the server to reload.
 const (
 	NATSIndexerUser  = "indexer"
 	NATSConsumerUser = "consumer"
+	natsReloaderUser = "reloader"
+	natsAccount      = "BYZLOG"
 )
-
-// natsConsumerPublish is what a consumer may publish: the JetStream API
-// calls that read a stream, and acks. A subject wildcard matches whole
-// tokens only, so these cover every stream of the account, which are all
-// byzlog's; natsConsumerDeny takes the indexer's cursor bucket out.
-var natsConsumerPublish = []string{
-	"$JS.API.INFO",
-	"$JS.API.STREAM.NAMES",
-	"$JS.API.STREAM.INFO.*",
-	"$JS.API.STREAM.MSG.GET.*", // a message by sequence: where a start offset or time is
-	"$JS.API.DIRECT.GET.*",
-	"$JS.API.DIRECT.GET.*.>",
-	"$JS.API.CONSUMER.CREATE.*",
-	"$JS.API.CONSUMER.CREATE.*.>",
-	"$JS.API.CONSUMER.DURABLE.CREATE.*.*",
-	"$JS.API.CONSUMER.INFO.*.*",
-	"$JS.API.CONSUMER.MSG.NEXT.*.*",
-	"$JS.ACK.*.>",
-}
-
-// natsConsumerDeny: the cursor bucket's stream may not be read either
-// (deny wins over allow).
-var natsConsumerDeny = func() []string {
-	kv := "KV_" + layout.CursorBucket
-	return []string{
-		"$JS.API.STREAM.INFO." + kv, "$JS.API.STREAM.MSG.GET." + kv,
-		"$JS.API.DIRECT.GET." + kv, "$JS.API.DIRECT.GET." + kv + ".>",
-		"$JS.API.CONSUMER.CREATE." + kv, "$JS.API.CONSUMER.CREATE." + kv + ".>",
-		"$JS.API.CONSUMER.DURABLE.CREATE." + kv + ".*",
-		"$JS.API.CONSUMER.INFO." + kv + ".*", "$JS.API.CONSUMER.MSG.NEXT." + kv + ".*",
-		"$JS.ACK." + kv + ".>",
-	}
-}()
 
 func (n *Net) natsDir() string { return filepath.Join(n.cfg.Dir, "nats") }
 
@@ -105,52 +73,73 @@ func (n *Net) NATSOptions(s Services, user string) ([]nats.Option, error) {
 	return opts, nil
 }
 
+// NATSReaderOptions connect to s's NATS as reader key (natsauth): the
+// nkey challenge signed with it, its own inbox prefix, and TLS unless s is
+// insecure.
+func (n *Net) NATSReaderOptions(s Services, key ed25519.PrivateKey) ([]nats.Option, error) {
+	opts, err := natsauth.ReaderOptions(key)
+	if err != nil || s.Insecure {
+		return opts, err
+	}
+	if err := n.ensureTLS(); err != nil {
+		return nil, err
+	}
+	return append(opts, nats.RootCAs(n.TLS().CA())), nil
+}
+
 // natsConfigPath is the server's configuration, written at every start.
 func (n *Net) natsConfigPath() string { return filepath.Join(n.natsDir(), "nats.conf") }
 
+// NATSAuthzPath is the indexer's --nats-authz spec: the accounts file
+// and the fixed users, with their passwords (mode 0600).
+func (n *Net) NATSAuthzPath() string { return filepath.Join(n.natsDir(), "authz.json") }
+
+// natsAccountsPath is the accounts file the server's config includes; the
+// indexer rewrites it.
+func (n *Net) natsAccountsPath() string { return filepath.Join(n.natsDir(), "accounts.conf") }
+
 // writeNATSConfig writes the server's configuration for s: loopback, the
-// monitoring port if s.NATSMonitor, JetStream in the network's directory, TLS with the
-// network's certificate unless s is insecure, and the two users.
+// monitoring port if s.NATSMonitor, JetStream in the network's directory,
+// TLS with the network's certificate unless s is insecure, and the
+// accounts file, which it writes with no topic when there is none (a
+// restarted network keeps what its indexer rendered), and the indexer's
+// authz spec.
 func (n *Net) writeNATSConfig(s Services) error {
-	users := map[string]string{}
-	for _, u := range []string{NATSIndexerUser, NATSConsumerUser} {
-		pw, err := n.natsPassword(u)
+	spec := natsauth.Spec{Conf: n.natsAccountsPath(), Account: natsAccount}
+	for _, u := range []struct {
+		name string
+		to   *natsauth.User
+	}{{NATSIndexerUser, &spec.Indexer}, {NATSConsumerUser, &spec.Consumer}, {natsReloaderUser, &spec.Reloader}} {
+		pw, err := n.natsPassword(u.name)
 		if err != nil {
-			return fmt.Errorf("NATS password of %s: %w", u, err)
+			return fmt.Errorf("NATS password of %s: %w", u.name, err)
 		}
-		users[u] = pw
+		*u.to = natsauth.User{Name: u.name, Password: pw}
+	}
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(n.NATSAuthzPath(), append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	if _, err := os.Stat(spec.Conf); errors.Is(err, os.ErrNotExist) {
+		if err := natsauth.Write(spec, nil); err != nil {
+			return err
+		}
 	}
 	q := strconv.Quote
-	var b strings.Builder
-	fmt.Fprintf(&b, "# Written by byzlog localnet at every start.\n")
-	fmt.Fprintf(&b, "listen: %s\nserver_name: byzlog-localnet\n", q(fmt.Sprintf("127.0.0.1:%d", s.NATSPort)))
+	var c strings.Builder
+	fmt.Fprintf(&c, "# Written by byzlog localnet at every start.\n")
+	fmt.Fprintf(&c, "listen: %s\nserver_name: byzlog-localnet\n", q(fmt.Sprintf("127.0.0.1:%d", s.NATSPort)))
 	if s.NATSMonitor {
-		fmt.Fprintf(&b, "http: %s\n", q(fmt.Sprintf("127.0.0.1:%d", s.MonitorPort())))
+		fmt.Fprintf(&c, "http: %s\n", q(fmt.Sprintf("127.0.0.1:%d", s.MonitorPort())))
 	}
-	fmt.Fprintf(&b, "jetstream { store_dir: %s }\n", q(filepath.Join(n.natsDir(), "data")))
+	fmt.Fprintf(&c, "jetstream { store_dir: %s }\n", q(filepath.Join(n.natsDir(), "data")))
 	if !s.Insecure {
 		f := n.TLS().Party(natsParty)
-		fmt.Fprintf(&b, "tls { cert_file: %s, key_file: %s, timeout: 5 }\n", q(f.Cert), q(f.Key))
+		fmt.Fprintf(&c, "tls { cert_file: %s, key_file: %s, timeout: 5 }\n", q(f.Cert), q(f.Key))
 	}
-	quoted := func(subjects []string) string {
-		out := make([]string, len(subjects))
-		for i, subj := range subjects {
-			out[i] = q(subj)
-		}
-		return strings.Join(out, ", ")
-	}
-	fmt.Fprintf(&b, `accounts {
-  BYZLOG {
-    jetstream: enabled
-    users: [
-      {user: %s, password: %s, permissions: {publish: ">", subscribe: ">"}}
-      {user: %s, password: %s, permissions: {
-        publish: {allow: [%s], deny: [%s]}
-        subscribe: {allow: ["_INBOX.>", "byzlog.>"]}
-      }}
-    ]
-  }
-}
-`, q(NATSIndexerUser), q(users[NATSIndexerUser]), q(NATSConsumerUser), q(users[NATSConsumerUser]), quoted(natsConsumerPublish), quoted(natsConsumerDeny))
-	return os.WriteFile(n.natsConfigPath(), []byte(b.String()), 0o600)
+	fmt.Fprintf(&c, "include %s\n", q(filepath.Base(spec.Conf)))
+	return os.WriteFile(n.natsConfigPath(), []byte(c.String()), 0o600)
 }

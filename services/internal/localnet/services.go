@@ -287,7 +287,7 @@ func (n *Net) indexerProc(s Services) proc {
 		rpcs = append(rpcs, s.rpcURL(n.cfg, i))
 	}
 	args := append([]string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
-		"--nats-user", NATSIndexerUser, "--nats-password-file", n.NATSPasswordFile(NATSIndexerUser),
+		"--nats-user", NATSIndexerUser, "--nats-password-file", n.NATSPasswordFile(NATSIndexerUser), "--nats-authz", n.NATSAuthzPath(),
 		"--http-listen", s.IndexerAddr(), "--log-format", "json"}, n.nodeLinkArgs()...)
 	if !s.Insecure {
 		args = append(args, "--nats-tls-ca", n.TLS().CA())

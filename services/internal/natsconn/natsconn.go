@@ -12,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
+
+	"github.com/byzlog/byzlog/indexer/natsauth"
+	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
 // Flags are a NATS client's credentials and TLS.
@@ -25,6 +28,10 @@ type Flags struct {
 	// Insecure leaves CA out: TLS only if the server asks for it. Commands
 	// set it from their --insecure.
 	Insecure bool
+	// KeyFile, when set, connects as that byzlog key's reader user: NATS's
+	// nkey challenge signed with the key, for topics whose readers list it
+	// (natsauth). User and PasswordFile are then not used.
+	KeyFile string
 }
 
 // Add registers the flags, with d's values as defaults.
@@ -35,12 +42,26 @@ func (f *Flags) Add(fs *pflag.FlagSet, d Flags) {
 	fs.StringVar(&f.CA, "nats-tls-ca", d.CA, "PEM CA NATS's TLS certificate is checked against (empty: the system's roots)")
 }
 
+// AddKeyFile registers --nats-key-file, for commands that read topics.
+func (f *Flags) AddKeyFile(fs *pflag.FlagSet) {
+	fs.StringVar(&f.KeyFile, "nats-key-file", "", "byzlog key file (byzlog keygen): connect to NATS as that key's reader user (nkey), to read topics whose --reader lists it, instead of --nats-user")
+}
+
 // Options are the nats.Connect options the flags say. A default password
 // file or CA that does not exist is left out (a server that needs them
 // then says so); one given on the command line must exist.
 func (f Flags) Options(fs *pflag.FlagSet) ([]nats.Option, error) {
 	var opts []nats.Option
-	if f.User != "" {
+	switch {
+	case f.KeyFile != "":
+		k, err := keyfile.Read(f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-key-file: %w", err)
+		}
+		if opts, err = natsauth.ReaderOptions(k); err != nil {
+			return nil, fmt.Errorf("--nats-key-file: %w", err)
+		}
+	case f.User != "":
 		pw := ""
 		if f.PasswordFile != "" {
 			b, err := os.ReadFile(f.PasswordFile)
