@@ -170,7 +170,16 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 	for f := range pipe {
 		for _, fut := range f.futs {
 			select {
-			case <-fut.Ok():
+			case ack := <-fut.Ok():
+				if ack.Duplicate {
+					if err := pub.checkDuplicate(ctx, fut.Msg(), ack); err != nil {
+						i.m.publishErrors.Inc()
+						cancel(err)
+						for range pipe {
+						}
+						return
+					}
+				}
 			case err := <-fut.Err():
 				i.m.publishErrors.Inc()
 				cancel(fmt.Errorf("JetStream did not store a message of height %d: %w", f.height, err))

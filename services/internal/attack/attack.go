@@ -15,6 +15,7 @@ package attack
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -54,9 +55,20 @@ type Env struct {
 	// is the attack, not the transport.
 	TLS *tls.Config
 	// NATSURL is the cluster's NATS; NATSOptions connect to it as a
-	// consumer (an identity that may read, not write).
-	NATSURL     string
-	NATSOptions []nats.Option
+	// consumer (an identity that may read, not write), with NATSPassword;
+	// NATSTLS is its TLS alone (the cluster's CA).
+	NATSURL      string
+	NATSOptions  []nats.Option
+	NATSPassword string
+	NATSTLS      []nats.Option
+	// Secret is a topic whose config lists one reader, SecretReader (its
+	// NATS nkey), whose key nobody here holds; Stranger is a key no topic
+	// lists.
+	Secret, SecretReader string
+	Stranger             ed25519.PrivateKey
+	// Foreign is a client TLS configuration that trusts the cluster's CA
+	// and presents a certificate of another CA.
+	Foreign *tls.Config
 	// Topic is the phase's honest topic; Junk (JunkPartitions
 	// partitions) the attackers' own, so records an attack gets committed
 	// never mix with the history the checker reads.
@@ -109,6 +121,10 @@ var Attacks = []Attack{
 		Run: slowHTTP},
 	{Name: "nats-intruder", Doc: "a NATS client with consumer credentials tries, in turn, what only the indexer may: publish a forged record with a huge Byzlog-Offset into byzlog.<topic>.0, pre-claim an upcoming Nats-Msg-Id, delete and purge the topic's stream, create a byzlog stream, write the indexer's cursor, open the cursor bucket",
 		Run: natsIntruder, Unauthorized: true},
+	{Name: "forbidden-reader", Doc: "reads a topic whose config lists one reader (a key nobody here holds): as the consumer user, makes a consumer of its stream, gets its first message, subscribes to its subjects, to every subject and to its reader's inbox; connects as a key no topic lists",
+		Run: forbiddenReader, Unauthorized: true},
+	{Name: "foreign-ca", Doc: "calls every gateway's gRPC face with a client certificate of another CA, with none and in plaintext, its HTTP face with the foreign certificate, and NATS in plaintext with the consumer's password",
+		Run: foreignCA, Unauthorized: true},
 	{Name: "huge-rpc", Doc: "the RPC proxy in front of node0 (gateway0's first node, the indexer's primary) answers every request with a 200 MiB body, generated as it is sent",
 		Run: hugeRPC},
 }

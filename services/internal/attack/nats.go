@@ -48,7 +48,7 @@ func natsIntruder(ctx context.Context, env *Env, t *Tally) error {
 		{"publish a forged record", func(ctx context.Context, i int) error {
 			m := nats.NewMsg(layout.Subject(env.Topic, 0))
 			m.Data = []byte("forged")
-			m.Header.Set(layout.HeaderOffset, "18446744073709551000") // a huge offset the indexer's lastIn once trusted
+			m.Header.Set(layout.HeaderOffset, "18446744073709551000") // a huge offset: the indexer once trusted what it read back
 			_, err := js.PublishMsg(ctx, m)
 			return err
 		}},

@@ -2,16 +2,23 @@ package attack
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/natsauth"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/chaos"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -44,6 +51,40 @@ const (
 	JunkPartitions = 1024
 )
 
+// SecretTopic is a topic whose config lists one reader, a key nobody
+// keeps: what forbidden-reader tries to read.
+const SecretTopic = "attack-secret"
+
+// accessEnv fills what forbidden-reader and foreign-ca need: the secret
+// topic's reader, a key no topic lists, NATS's TLS and the consumer's
+// password, and a client certificate of another CA.
+func accessEnv(c *chaos.Cluster, env *Env, reader ed25519.PrivateKey) error {
+	var err error
+	if env.SecretReader, err = natsauth.ReaderNkey(reader.Public().(ed25519.PublicKey)); err != nil {
+		return err
+	}
+	if _, env.Stranger, err = ed25519.GenerateKey(nil); err != nil {
+		return err
+	}
+	pw, err := os.ReadFile(c.Net.NATSPasswordFile(localnet.NATSConsumerUser))
+	if err != nil {
+		return err
+	}
+	env.NATSPassword = strings.TrimSpace(string(pw))
+	if c.Services.Insecure {
+		return nil
+	}
+	env.NATSTLS = []nats.Option{nats.RootCAs(c.Net.TLS().CA())}
+	other := tlsconf.Local{Dir: filepath.Join(c.Net.Config().Dir, "foreign-ca")}
+	if err := other.Ensure([]string{"127.0.0.1"}, "client"); err != nil {
+		return err
+	}
+	f := other.Party("client")
+	f.CA = c.Net.TLS().CA()
+	env.Foreign, err = f.Client()
+	return err
+}
+
 // Run runs the no-attack baseline and then each attack on c, each a chaos
 // phase on a fresh topic, and returns one row each, judged against the
 // baseline. With cfg.Reset it restarts the validators and the gateways
@@ -63,11 +104,22 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 		return nil, err
 	}
 	_, err = adm.CreateTopic(ctx, JunkTopic, &byzlogv1.TopicConfig{Partitions: JunkPartitions})
-	adm.Close()
 	if err != nil {
+		adm.Close()
 		return nil, fmt.Errorf("create the attackers' topic %s: %w", JunkTopic, err)
 	}
-	env := Env{ChainID: c.Net.Config().ChainID, Junk: JunkTopic, JunkPartitions: JunkPartitions,
+	// The secret topic's one reader is a key thrown away at once.
+	_, reader, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		adm.Close()
+		return nil, err
+	}
+	_, err = adm.CreateTopic(ctx, SecretTopic, &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{reader.Public().(ed25519.PublicKey)}})
+	adm.Close()
+	if err != nil {
+		return nil, fmt.Errorf("create the secret topic %s: %w", SecretTopic, err)
+	}
+	env := Env{ChainID: c.Net.Config().ChainID, Junk: JunkTopic, JunkPartitions: JunkPartitions, Secret: SecretTopic,
 		Limits: core.DefaultLimits(), MaxTxBytes: min(core.MaxTxBytes, localnet.RPCMaxBodyBytes*3/4-64<<10) - 1<<10, Tamper: c.Tamper}
 	for i := 0; i < c.Net.Config().Validators; i++ {
 		env.Nodes = append(env.Nodes, c.Net.Config().RPCAddr(i))
@@ -80,6 +132,9 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 	}
 	env.NATSURL = c.Services.NATSURL()
 	if env.NATSOptions, err = c.Net.NATSOptions(c.Services, localnet.NATSConsumerUser); err != nil {
+		return nil, err
+	}
+	if err := accessEnv(c, &env, reader); err != nil {
 		return nil, err
 	}
 	for g := 0; g < c.Services.Gateways; g++ {

@@ -42,6 +42,9 @@ func (n *Net) NodeLink() (indexer.NodeLink, error) {
 	if n.cfg.InsecureRPC {
 		return indexer.NodeLink{}, nil
 	}
+	if err := n.ensureTLS(); err != nil {
+		return indexer.NodeLink{}, err
+	}
 	c, err := tlsconf.Files{CA: n.TLS().CA()}.Client()
 	return indexer.NodeLink{TLS: c}, err
 }
