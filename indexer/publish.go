@@ -50,7 +50,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, e
 	if err != nil {
 		return nil, fmt.Errorf("cursor bucket %s: %w", layout.CursorBucket, err)
 	}
-	if p.blocks, err = p.ensureStream(ctx, layout.BlocksStream, layout.BlocksSubject, "byzlog committed blocks"); err != nil {
+	if err := p.ensureBlocks(ctx); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -80,10 +80,26 @@ func (p *publisher) saveCursor(ctx context.Context, h int64) error {
 }
 
 // reset forgets what it knows of the streams: after a failed publish the
-// stream, not memory, says what is stored.
+// stream, not memory, says what is stored, and a stream someone deleted
+// is made again (empty: consumers see the records it held as a gap).
 func (p *publisher) reset() {
 	clear(p.next)
+	clear(p.streams)
+	p.blocks = nil
 	p.blockNext = 0
+}
+
+// ensureBlocks makes the blocks stream, unless it is known to exist.
+func (p *publisher) ensureBlocks(ctx context.Context) error {
+	if p.blocks != nil {
+		return nil
+	}
+	st, err := p.ensureStream(ctx, layout.BlocksStream, layout.BlocksSubject, "byzlog committed blocks")
+	if err != nil {
+		return err
+	}
+	p.blocks = st
+	return nil
 }
 
 func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string) (jetstream.Stream, error) {
@@ -289,6 +305,9 @@ func lacks(stream, subject, missing string, seq uint64, found string) error {
 // publish sends block b's records and BlockInfo asynchronously and returns
 // the futures of their acknowledgements. It counts what it published.
 func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstream.PubAckFuture, error) {
+	if err := p.ensureBlocks(ctx); err != nil {
+		return nil, err
+	}
 	old := time.Since(b.Time) > p.cfg.DuplicateWindow/2
 	var futs []jetstream.PubAckFuture
 	info := layout.BlockInfo{Height: b.Height, Time: b.Time.UTC().Format(time.RFC3339Nano), BlockHash: hex.EncodeToString(b.Hash), AppHash: hex.EncodeToString(b.AppHash)}

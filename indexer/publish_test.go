@@ -413,3 +413,43 @@ func FuzzBlockInfo(f *testing.F) {
 		}
 	})
 }
+
+// TestDeletedStreamIsMadeAgain: someone deletes a topic's stream and the
+// blocks stream under a running indexer; its publish fails, and after the
+// reset every retry starts with, the next block is published into streams
+// made again.
+func TestDeletedStreamIsMadeAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := startNATS(t)
+	cfg := Default()
+	cfg.ChainID, cfg.Nodes = "c", []string{"127.0.0.1:1", "127.0.0.1:2"}
+	p, err := newPublisher(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics()
+	futs, err := p.publish(ctx, testBlock(1, 0, 2, time.Now()), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, futs)
+	for _, s := range []string{layout.StreamName("t"), layout.BlocksStream} {
+		if err := p.js.DeleteStream(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.reset()
+	futs, err = p.publish(ctx, testBlock(2, 2, 2, time.Now()), m)
+	if err != nil {
+		t.Fatalf("publish after the streams were deleted: %v", err)
+	}
+	waitAll(t, futs)
+	st, err := p.js.Stream(ctx, layout.StreamName("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 4 {
+		t.Fatalf("topic stream made again holds %v messages (%v), want block 2's 4", info.State.Msgs, err)
+	}
+}
