@@ -10,44 +10,69 @@ usage() {
 init-cluster.sh generates what a byzlog cluster needs before its first start:
 each validator's CometBFT home (node key, validator key, config.toml), one
 genesis shared by all, with the admin's public key in app_state.admins, and the
-admin key itself unless you bring your own public key, and a local CA with the
-gateways' TLS certificate and a client certificate. It runs `cometbft
+admin key itself unless you bring your own public key; a local CA and, from it,
+every TLS certificate (each node's RPC, the gateways', NATS's, a client's); and
+NATS's configuration, accounts and users' passwords. It runs `cometbft
 testnet`, then sets what byzlog needs, as `byzlog localnet` does: abci = "grpc",
 proxy_app = "127.0.0.1:ABCI_PORT" (host:port, no tcp:// with gRPC),
 [mempool] recheck = false, type = "app", reap_interval = 25ms, timeout_propose = 10s, persistent peers with PEX
-off, p2p rates of 100 MiB/s, and genesis block.max_bytes under the 4 MiB cap of
-CometBFT's gRPC ABCI client. On an output that is already complete it does
-nothing; it never overwrites a validator key.
+off, p2p rates of 100 MiB/s, RPC over TLS (rpc.tls_cert_file), and genesis
+block.max_bytes under the 4 MiB cap of CometBFT's gRPC ABCI client. On an output
+that is already complete it does nothing; it never overwrites a validator key.
 
-Output in DIR:
-  node<i>/                CometBFT home of validator i (config/, data/)
+No link is plaintext beyond loopback: node RPC, the gateways' faces and NATS
+all serve TLS with certificates of one CA, and NATS asks for a password.
+
+Output in DIR, one directory per audience (copy each only where it is needed):
+  node<i>/                CometBFT home of validator i (config/, data/); config/rpc.pem,
+                          rpc-key.pem: its RPC certificate, valid for its host name and
+                          --rpc-tls-hosts; config/rpc-ca.pem: the CA, for its health check
   genesis/genesis.json    the genesis (nodes, indexers and light clients)
   admin/admin.key, .pub   the admin key, when generated here (keep it offline)
-  tls/ca.pem              the CA clients check the gateways against (--tls-ca)
+  tls/ca.pem              the CA every certificate here chains to (--tls-ca, --node-tls-ca)
   tls/gateway.pem, -key   the gateways' certificate and key (--tls-cert, --tls-key)
   tls/client.pem, -key    a client certificate, for gateways that require mutual TLS
-  tls/ca-key.pem          the CA's key (`byzlog certs --dir tls NAME` issues more)
+  nats/nats.conf          the NATS server's configuration (in --nats-dir): TLS, JetStream,
+                          monitoring on loopback, and the accounts file it includes
+  nats/nats.pem, -key     the NATS server's certificate, valid for --nats-tls-hosts
+  nats-accounts/accounts.conf  NATS's accounts and users, with their passwords (in
+                          --nats-accounts-dir): byzlog-indexer rewrites it as topics'
+                          readers change (--nats-authz), so the server and the indexer
+                          both mount it; here as it is for no topic yet
+  indexer/nats.password   the NATS password of user indexer (--nats-password-file),
+  indexer/authz.json      the accounts file's path and users (--nats-authz),
+  indexer/ca.pem          and the CA (--node-tls-ca, --nats-tls-ca)
+  consumer/nats.password  the NATS password of user consumer, which may read open topics,
+  consumer/ca.pem         and the CA
+  ca/ca.pem, ca-key.pem   the CA and its key, with every certificate issued: keep it
+                          offline (`byzlog certs --dir ca NAME` issues more)
   k8s/*.yaml              with --k8s: ConfigMap validator-config and Secrets
-                          validator-keys and gateway-tls for deployments/k8s
+                          validator-keys, gateway-tls, nats-tls, nats-users and
+                          indexer-nats for deployments/k8s
 
 Usage:
   init-cluster.sh --out DIR [flags]
 
 Flags:
-      --abci-port int            port byzlog-app listens on next to each node (default 26658)
-      --admin-pubkey string      hex ed25519 public key of the admin; else $BYZLOG_ADMIN_PUBKEY; else a new admin/admin.key
-      --block-max-bytes int      genesis block.max_bytes, below 4 MiB - 64 KiB (default 3145728)
-      --chain-id string          chain id (default "byzlog")
-  -h, --help                     help for init-cluster.sh
-      --hostname-prefix string   validator i is reached at PREFIX<i>SUFFIX (default "node")
-      --hostname-suffix string   see --hostname-prefix, e.g. ".validator" for a headless Service
-      --k8s                      also write k8s/validator-config.yaml and k8s/validator-keys.yaml
-      --out string               output directory (required)
-      --p2p-port int             every validator's p2p port (default 26656)
-      --rpc-laddr string         every node's RPC listen address (default "tcp://0.0.0.0:26657")
-      --timeout-commit string    consensus timeout_commit: the floor of the block interval (default "300ms")
-      --tls-hosts string         comma-separated names and IPs the gateways' certificate is valid for (default "localhost,127.0.0.1")
-      --validators int           number of validators; 3f+1 tolerate f faults (default 4)
+      --abci-port int             port byzlog-app listens on next to each node (default 26658)
+      --admin-pubkey string       hex ed25519 public key of the admin; else $BYZLOG_ADMIN_PUBKEY; else a new admin/admin.key
+      --block-max-bytes int       genesis block.max_bytes, below 4 MiB - 64 KiB (default 3145728)
+      --chain-id string           chain id (default "byzlog")
+  -h, --help                      help for init-cluster.sh
+      --hostname-prefix string    validator i is reached at PREFIX<i>SUFFIX (default "node")
+      --hostname-suffix string    see --hostname-prefix, e.g. ".validator" for a headless Service
+      --k8s                       also write the ConfigMap and Secrets of deployments/k8s into k8s/
+      --nats-accounts-dir string  where nats-accounts/ is, on the NATS server and the indexer alike (default "/etc/nats-accounts")
+      --nats-dir string           where nats/ is on the NATS server: nats.conf names its certificate there (default "/etc/nats")
+      --nats-store-dir string     the NATS server's JetStream directory (default "/data")
+      --nats-tls-hosts string     comma-separated names and IPs the NATS server's certificate is valid for (default "nats,localhost,127.0.0.1")
+      --out string                output directory (required)
+      --p2p-port int              every validator's p2p port (default 26656)
+      --rpc-laddr string          every node's RPC listen address (default "tcp://0.0.0.0:26657")
+      --rpc-tls-hosts string      comma-separated names and IPs every node's RPC certificate is valid for, besides its own host name (default "localhost,127.0.0.1")
+      --timeout-commit string     consensus timeout_commit: the floor of the block interval (default "300ms")
+      --tls-hosts string          comma-separated names and IPs the gateways' certificate is valid for (default "localhost,127.0.0.1")
+      --validators int            number of validators; 3f+1 tolerate f faults (default 4)
 EOF
 }
 
@@ -59,7 +84,8 @@ die() {
 
 out="" validators=4 chain_id=byzlog prefix=node suffix="" p2p_port=26656 abci_port=26658
 rpc_laddr="tcp://0.0.0.0:26657" admin_pub=${BYZLOG_ADMIN_PUBKEY:-} block_max_bytes=$((3 << 20))
-timeout_commit=300ms k8s=false tls_hosts=localhost,127.0.0.1
+timeout_commit=300ms k8s=false tls_hosts=localhost,127.0.0.1 rpc_tls_hosts=localhost,127.0.0.1
+nats_tls_hosts=nats,localhost,127.0.0.1 nats_dir=/etc/nats nats_store_dir=/data nats_accounts_dir=/etc/nats-accounts
 
 while (($#)); do
   arg=$1
@@ -89,9 +115,14 @@ while (($#)); do
   --chain-id) chain_id=$value ;;
   --hostname-prefix) prefix=$value ;;
   --hostname-suffix) suffix=$value ;;
+  --nats-accounts-dir) nats_accounts_dir=$value ;;
+  --nats-dir) nats_dir=$value ;;
+  --nats-store-dir) nats_store_dir=$value ;;
+  --nats-tls-hosts) nats_tls_hosts=$value ;;
   --out) out=$value ;;
   --p2p-port) p2p_port=$value ;;
   --rpc-laddr) rpc_laddr=$value ;;
+  --rpc-tls-hosts) rpc_tls_hosts=$value ;;
   --timeout-commit) timeout_commit=$value ;;
   --tls-hosts) tls_hosts=$value ;;
   --validators) validators=$value ;;
@@ -114,7 +145,12 @@ done
   die "--admin-pubkey: want the 64 hex digits \`byzlog keygen\` prints, got \"$admin_pub\""
 [[ $timeout_commit =~ ^[0-9]+(ms|s|m)$ ]] || die "--timeout-commit ($timeout_commit): want a duration such as 300ms or 1s"
 [[ $rpc_laddr == tcp://*:* ]] || die "--rpc-laddr ($rpc_laddr): want tcp://HOST:PORT"
-[[ $tls_hosts =~ ^[A-Za-z0-9.:*-]+(,[A-Za-z0-9.:*-]+)*$ ]] || die "--tls-hosts ($tls_hosts): want comma-separated host names or IP addresses"
+for h in "tls-hosts:$tls_hosts" "rpc-tls-hosts:$rpc_tls_hosts" "nats-tls-hosts:$nats_tls_hosts"; do
+  [[ ${h#*:} =~ ^[A-Za-z0-9.:*-]+(,[A-Za-z0-9.:*-]+)*$ ]] || die "--${h%%:*} (${h#*:}): want comma-separated host names or IP addresses"
+done
+for d in "nats-dir:$nats_dir" "nats-store-dir:$nats_store_dir" "nats-accounts-dir:$nats_accounts_dir"; do
+  [[ ${d#*:} == /* && ${d#*:} != *'"'* ]] || die "--${d%%:*} (${d#*:}): want an absolute path (nats.conf names it as the server sees it)"
+done
 
 need=(cometbft jq byzlog)
 for tool in "${need[@]}"; do
@@ -169,12 +205,94 @@ if [ -z "$admin_pub" ]; then
   say "generated the admin key: admin/admin.key (public key $admin_pub)"
 fi
 
-# The gateways serve TLS (DESIGN.md: every hop encrypted); `byzlog certs`
-# makes the CA and the certificates.
-byzlog certs --dir "$tmp/tls" --hosts "$tls_hosts" gateway client >"$tmp/certs.log" 2>&1 || {
-  cat "$tmp/certs.log" >&2
-  die "byzlog certs failed"
+# TLS everywhere beyond loopback (DESIGN.md: every hop encrypted): one CA in
+# ca/ signs every certificate; `byzlog certs` keeps what exists, so each call
+# adds names. Node i's RPC certificate holds its own host name only, so one
+# node's key cannot pose as another.
+certs() {
+  local hosts=$1
+  shift
+  byzlog certs --dir "$tmp/ca" --hosts "$hosts" "$@" >>"$tmp/certs.log" 2>&1 || {
+    cat "$tmp/certs.log" >&2
+    die "byzlog certs $* failed"
+  }
 }
+certs "$tls_hosts" gateway client
+certs "$nats_tls_hosts" nats
+for ((i = 0; i < validators; i++)); do
+  certs "$(host "$i"),$rpc_tls_hosts" "node$i-rpc"
+done
+
+# password prints 24 random bytes in hex, as the localnet makes its NATS
+# passwords; never digits alone: NATS reads an unquoted $VAR (k8s hands the
+# passwords over so) of digits as a number.
+password() {
+  local pw=""
+  until [[ $pw =~ [a-f] ]]; do
+    pw=$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')
+  done
+  printf '%s\n' "$pw"
+}
+mkdir -p "$tmp/nats" "$tmp/nats-accounts" "$tmp/indexer" "$tmp/consumer"
+password >"$tmp/indexer/nats.password"
+password >"$tmp/consumer/nats.password"
+reloader_pw=$(password)
+indexer_pw=$(cat "$tmp/indexer/nats.password")
+consumer_pw=$(cat "$tmp/consumer/nats.password")
+cp "$tmp/ca/ca.pem" "$tmp/indexer/ca.pem"
+cp "$tmp/ca/ca.pem" "$tmp/consumer/ca.pem"
+cp "$tmp/ca/nats.pem" "$tmp/ca/nats-key.pem" "$tmp/nats/"
+
+# NATS's accounts are the localnet's: byzlog-indexer renders them from the
+# chain's topic configs (indexer/natsauth: --nats-authz) into
+# nats-accounts/accounts.conf, which nats.conf includes, and has the server
+# reload them. The indexer may do anything; user consumer may read the open
+# topics and the blocks stream; each reader key a topic lists is a user of
+# its own; user reloader, of the system account, may only ask for a reload.
+# Here, before the indexer first runs, the file is what natsauth.Render
+# writes for no topic yet (TestDeployments compares them: they MUST stay
+# the same, as indexer/natsauth/natsauth.go changes).
+jq -n --arg conf "$nats_accounts_dir/accounts.conf" --arg ipw "$indexer_pw" --arg cpw "$consumer_pw" --arg rpw "$reloader_pw" '{
+  conf: $conf, account: "BYZLOG",
+  indexer: {user: "indexer", password: $ipw},
+  consumer: {user: "consumer", password: $cpw},
+  reloader: {user: "reloader", password: $rpw}
+}' >"$tmp/indexer/authz.json"
+blocks_reads() { # natsauth's streamReads of the blocks stream, quoted
+  local s=byzlog-blocks
+  printf '"$JS.API.STREAM.MSG.GET.%s", "$JS.API.DIRECT.GET.%s", "$JS.API.DIRECT.GET.%s.>", ' "$s" "$s" "$s"
+  printf '"$JS.API.CONSUMER.CREATE.%s", "$JS.API.CONSUMER.CREATE.%s.>", "$JS.API.CONSUMER.DURABLE.CREATE.%s.*", ' "$s" "$s" "$s"
+  printf '"$JS.API.CONSUMER.INFO.%s.*", "$JS.API.CONSUMER.MSG.NEXT.%s.*", "$JS.ACK.%s.>"' "$s" "$s" "$s"
+}
+{
+  echo "# Written by byzlog-indexer from the chain's topic configs: do not edit."
+  echo 'system_account: "SYS"'
+  echo 'accounts {'
+  echo '  "SYS" {'
+  echo "    users: [{user: \"reloader\", password: \"$reloader_pw\", permissions: {publish: [\"\$SYS.REQ.SERVER.*.RELOAD\"], subscribe: [\"_INBOX.>\"]}}]"
+  echo '  }'
+  echo '  "BYZLOG" {'
+  echo '    jetstream: enabled'
+  echo '    users: ['
+  echo "      {user: \"indexer\", password: \"$indexer_pw\", permissions: {publish: \">\", subscribe: \">\"}}"
+  echo "      {user: \"consumer\", password: \"$consumer_pw\", permissions: {publish: {allow: [\"\$JS.API.INFO\", \"\$JS.API.STREAM.NAMES\", \"\$JS.API.STREAM.INFO.*\", $(blocks_reads)], deny: [\"\$JS.API.STREAM.INFO.KV_byzlog-indexer\"]}, subscribe: {allow: [\"_INBOX.>\", \"byzlog.\$blocks\"]}}}"
+  echo '    ]'
+  echo '  }'
+  echo '}'
+} >"$tmp/nats-accounts/accounts.conf"
+
+# The NATS server: clients over TLS only, monitoring on loopback only (its
+# health check runs beside it), JetStream, and the accounts the indexer
+# keeps (an include is relative to this file).
+cat >"$tmp/nats/nats.conf" <<EOF
+# Written by init-cluster.sh.
+server_name: "byzlog-nats"
+listen: "0.0.0.0:4222"
+http: "127.0.0.1:8222"
+jetstream { store_dir: "$nats_store_dir" }
+tls { cert_file: "$nats_dir/nats.pem", key_file: "$nats_dir/nats-key.pem", timeout: 5 }
+include "$(realpath -m --relative-to="$nats_dir" "$nats_accounts_dir")/accounts.conf"
+EOF
 
 jq --arg chain "$chain_id" --arg max "$block_max_bytes" --arg admin "$admin_pub" '
   .chain_id = $chain
@@ -193,6 +311,8 @@ for ((i = 0; i < validators; i++)); do
   set_toml "$cfg" "" abci '"grpc"'
   set_toml "$cfg" "" proxy_app "\"127.0.0.1:$abci_port\"" # no tcp:// with gRPC
   set_toml "$cfg" rpc laddr "\"$rpc_laddr\""
+  set_toml "$cfg" rpc tls_cert_file '"rpc.pem"' # relative to config/: the RPC serves https only
+  set_toml "$cfg" rpc tls_key_file '"rpc-key.pem"'
   set_toml "$cfg" p2p laddr "\"tcp://0.0.0.0:$p2p_port\""
   set_toml "$cfg" p2p persistent_peers "\"$(
     IFS=,
@@ -209,36 +329,50 @@ for ((i = 0; i < validators; i++)); do
   set_toml "$cfg" consensus timeout_propose '"10s"' # 3 s causes extra rounds with large blocks
   set_toml "$cfg" consensus timeout_commit "\"$timeout_commit\""
   cp "$tmp/genesis.json" "$home/config/genesis.json"
+  cp "$tmp/ca/node$i-rpc.pem" "$home/config/rpc.pem"
+  cp "$tmp/ca/node$i-rpc-key.pem" "$home/config/rpc-key.pem"
+  cp "$tmp/ca/ca.pem" "$home/config/rpc-ca.pem" # what its health check trusts
 done
 
 if $k8s; then
   mkdir -p "$tmp/k8s"
-  {
-    printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: validator-config\n'
-    printf '  labels:\n    app.kubernetes.io/name: byzlog\n    app.kubernetes.io/component: validator\n'
-    printf 'binaryData:\n'
-    printf '  genesis.json: %s\n' "$(base64 -w0 "$tmp/genesis.json")"
-    for ((i = 0; i < validators; i++)); do
-      printf '  config-%d.toml: %s\n' "$i" "$(base64 -w0 "$tmp/net/node$i/config/config.toml")"
+  # manifest KIND NAME COMPONENT KEY=FILE...: a ConfigMap (binaryData) or
+  # Secret holding each FILE under KEY, base64 as both want it.
+  manifest() {
+    local kind=$1 name=$2 component=$3 kv
+    shift 3
+    printf 'apiVersion: v1\nkind: %s\nmetadata:\n  name: %s\n' "$kind" "$name"
+    printf '  labels:\n    app.kubernetes.io/name: byzlog\n    app.kubernetes.io/component: %s\n' "$component"
+    if [ "$kind" = Secret ]; then
+      printf 'type: Opaque\ndata:\n'
+    else
+      printf 'binaryData:\n'
+    fi
+    for kv in "$@"; do
+      printf '  %s: %s\n' "${kv%%=*}" "$(base64 -w0 "${kv#*=}")"
     done
-  } >"$tmp/k8s/validator-config.yaml"
-  {
-    printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: validator-keys\n'
-    printf '  labels:\n    app.kubernetes.io/name: byzlog\n    app.kubernetes.io/component: validator\n'
-    printf 'type: Opaque\ndata:\n'
-    for ((i = 0; i < validators; i++)); do
-      printf '  node_key-%d.json: %s\n' "$i" "$(base64 -w0 "$tmp/net/node$i/config/node_key.json")"
-      printf '  priv_validator_key-%d.json: %s\n' "$i" "$(base64 -w0 "$tmp/net/node$i/config/priv_validator_key.json")"
-    done
-  } >"$tmp/k8s/validator-keys.yaml"
-  {
-    printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: gateway-tls\n'
-    printf '  labels:\n    app.kubernetes.io/name: byzlog\n    app.kubernetes.io/component: gateway\n'
-    printf 'type: Opaque\ndata:\n'
-    for f in ca.pem gateway.pem gateway-key.pem; do
-      printf '  %s: %s\n' "$f" "$(base64 -w0 "$tmp/tls/$f")"
-    done
-  } >"$tmp/k8s/gateway-tls.yaml"
+  }
+  config=("genesis.json=$tmp/genesis.json" "rpc-ca.pem=$tmp/ca/ca.pem")
+  keys=()
+  for ((i = 0; i < validators; i++)); do
+    config+=("config-$i.toml=$tmp/net/node$i/config/config.toml")
+    keys+=("node_key-$i.json=$tmp/net/node$i/config/node_key.json"
+      "priv_validator_key-$i.json=$tmp/net/node$i/config/priv_validator_key.json"
+      "rpc-$i.pem=$tmp/ca/node$i-rpc.pem" "rpc-key-$i.pem=$tmp/ca/node$i-rpc-key.pem")
+  done
+  manifest ConfigMap validator-config validator "${config[@]}" >"$tmp/k8s/validator-config.yaml"
+  manifest Secret validator-keys validator "${keys[@]}" >"$tmp/k8s/validator-keys.yaml"
+  manifest Secret gateway-tls gateway "ca.pem=$tmp/ca/ca.pem" "gateway.pem=$tmp/ca/gateway.pem" \
+    "gateway-key.pem=$tmp/ca/gateway-key.pem" >"$tmp/k8s/gateway-tls.yaml"
+  # The NATS Helm release (nats-values.yaml) serves clients and routes with
+  # nats-tls and reads its users' passwords from nats-users (its accounts are
+  # static: see deployments/README.md, Kubernetes).
+  manifest Secret nats-tls nats "ca.pem=$tmp/ca/ca.pem" "nats.pem=$tmp/ca/nats.pem" \
+    "nats-key.pem=$tmp/ca/nats-key.pem" >"$tmp/k8s/nats-tls.yaml"
+  manifest Secret nats-users nats "indexer-password=$tmp/indexer/nats.password" \
+    "consumer-password=$tmp/consumer/nats.password" >"$tmp/k8s/nats-users.yaml"
+  manifest Secret indexer-nats indexer "ca.pem=$tmp/ca/ca.pem" \
+    "nats.password=$tmp/indexer/nats.password" >"$tmp/k8s/indexer-nats.yaml"
 fi
 
 # Install into DIR. The directories may be mount points (compose volumes), so
@@ -246,15 +380,26 @@ fi
 for ((i = 0; i < validators; i++)); do
   mkdir -p "$out/node$i"
   cp -R --preserve=mode "$tmp/net/node$i/." "$out/node$i/"
+  chmod 644 "$out/node$i/config/rpc.pem" "$out/node$i/config/rpc-ca.pem"
 done
 if [ -d "$tmp/admin" ]; then
   mkdir -p "$out/admin"
   cp --preserve=mode "$tmp/admin/admin.key" "$tmp/admin/admin.pub" "$out/admin/"
   chmod 644 "$out/admin/admin.pub"
 fi
-mkdir -p "$out/tls"
-cp --preserve=mode "$tmp/tls/"*.pem "$out/tls/"
+mkdir -p "$out/tls" "$out/ca" "$out/nats" "$out/nats-accounts" "$out/indexer" "$out/consumer"
+for f in ca.pem gateway.pem gateway-key.pem client.pem client-key.pem; do
+  cp --preserve=mode "$tmp/ca/$f" "$out/tls/"
+done
 chmod 644 "$out/tls/ca.pem" "$out/tls/gateway.pem" "$out/tls/client.pem"
+cp --preserve=mode "$tmp/ca/"*.pem "$out/ca/"
+cp --preserve=mode "$tmp/nats/"* "$out/nats/"
+chmod 644 "$out/nats/nats.pem"
+cp --preserve=mode "$tmp/nats-accounts/accounts.conf" "$out/nats-accounts/"
+for d in indexer consumer; do
+  cp --preserve=mode "$tmp/$d/"* "$out/$d/"
+  chmod 644 "$out/$d/ca.pem"
+done
 if $k8s; then
   mkdir -p "$out/k8s"
   cp --preserve=mode "$tmp/k8s/"*.yaml "$out/k8s/"

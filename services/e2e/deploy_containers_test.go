@@ -26,6 +26,26 @@ type container struct {
 	pod      string // containers of one pod (compose: one service) share loopback
 	checked  bool   // mounts and addresses are known (not a bare image)
 	script   string // the command line of a container running none of knownBinaries
+	// What the files the deployment generates say about the process, once
+	// the check has generated them (tlsUnknown, nil: not known).
+	rpcTLS   tlsMode        // cometbft start: config.toml's rpc.tls_cert_file
+	natsConf map[string]any // nats-server --config, parsed
+}
+
+// tlsMode is whether a listener serves TLS, as far as the check knows.
+type tlsMode int
+
+const (
+	tlsUnknown tlsMode = iota
+	tlsOff
+	tlsOn
+)
+
+func tlsIf(on bool) tlsMode {
+	if on {
+		return tlsOn
+	}
+	return tlsOff
 }
 
 type mount struct {
@@ -39,6 +59,9 @@ type probe struct {
 	host   string
 	port   int
 	path   string // "" for a TCP check
+	tls    bool   // speaks TLS (https)
+	ca     string // the CA file it checks the certificate against; "" checks none
+	args   []string
 }
 
 // listener is an address a flag makes the process listen on.
@@ -48,6 +71,7 @@ type listener struct {
 	port   int
 	http   []string // health endpoints served there; nil when not HTTP
 	public bool     // others must reach it (a gateway, a node), so not loopback
+	tls    tlsMode
 }
 
 func (c *container) longRunning() bool {
@@ -85,7 +109,7 @@ func splitAddr(addr string) (string, int, error) {
 func (c *container) listeners() ([]listener, error) {
 	f := c.inv.flags
 	var out []listener
-	add := func(flag, addr string, public bool, http ...string) error {
+	add := func(flag, addr string, public bool, tls tlsMode, http ...string) error {
 		if addr == "" {
 			return nil // disabled
 		}
@@ -93,32 +117,90 @@ func (c *container) listeners() ([]listener, error) {
 		if err != nil {
 			return fmt.Errorf("%s %q: %w", flag, addr, err)
 		}
-		out = append(out, listener{flag: flag, host: host, port: port, http: http, public: public})
+		out = append(out, listener{flag: flag, host: host, port: port, http: http, public: public, tls: tls})
 		return nil
 	}
 	var err error
 	switch c.binary {
 	case "byzlog-app":
-		err = add("--listen", f["listen"], false)
+		err = add("--listen", f["listen"], false, tlsOff)
 	case "byzlog-gateway":
-		if err = add("--listen", f["listen"], true); err == nil {
-			err = add("--http-listen", f["http-listen"], true, "/healthz", "/metrics")
+		faces := tlsIf(f["insecure"] != "true")
+		if err = add("--listen", f["listen"], true, faces); err == nil {
+			err = add("--http-listen", f["http-listen"], true, faces, "/healthz", "/metrics")
 		}
 	case "byzlog-indexer":
-		err = add("--http-listen", f["http-listen"], true, "/healthz", "/readyz", "/metrics")
+		err = add("--http-listen", f["http-listen"], true, tlsOff, "/healthz", "/readyz", "/metrics")
 	case "cometbft":
 		if c.inv.sub == "start" {
-			if err = add("--rpc.laddr", f["rpc.laddr"], true, "/health", "/status"); err == nil {
-				err = add("--p2p.laddr", f["p2p.laddr"], true)
+			if err = add("--rpc.laddr", f["rpc.laddr"], true, c.rpcTLS, "/health", "/status"); err == nil {
+				err = add("--p2p.laddr", f["p2p.laddr"], true, tlsOn) // CometBFT's SecretConnection
 			}
 		}
 	case "nats-server":
-		host := f["addr"]
-		if err = add("--port", net.JoinHostPort(host, f["port"]), true); err == nil && f["http_port"] != "" {
-			err = add("--http_port", net.JoinHostPort(host, f["http_port"]), true, "/healthz", "/varz")
+		n := c.natsListen()
+		if err = add("--port", n.client, true, n.tls); err == nil && n.monitor != "" {
+			// Monitoring is plain HTTP unless https_port; its own flag says which.
+			err = add(n.monitorFlag, n.monitor, !loopback(strings.Split(n.monitor, ":")[0]), tlsOff, "/healthz", "/varz")
 		}
 	}
 	return out, err
+}
+
+// natsAddrs are where a NATS server listens: its flags over its --config.
+type natsAddrs struct {
+	client, monitor, monitorFlag string
+	tls                          tlsMode
+}
+
+func (c *container) natsListen() natsAddrs {
+	f, g, conf := c.inv.flags, c.inv.given, c.natsConf
+	str := func(k string) string {
+		switch v := conf[k].(type) {
+		case string:
+			return v
+		case int64:
+			return strconv.FormatInt(v, 10)
+		}
+		return ""
+	}
+	host, port := f["addr"], f["port"]
+	if conf != nil {
+		if l := str("listen"); l != "" {
+			host, port, _ = net.SplitHostPort(l)
+		}
+		if h := str("host"); h != "" {
+			host = h
+		}
+		if p := str("port"); p != "" {
+			port = p
+		}
+	}
+	if g["addr"] {
+		host = f["addr"]
+	}
+	if g["port"] {
+		port = f["port"]
+	}
+	if host == "" {
+		host = "0.0.0.0" // nats-server's default
+	}
+	n := natsAddrs{client: net.JoinHostPort(host, port), tls: tlsIf(f["tls"] == "true" || f["tlscert"] != "")}
+	if conf != nil {
+		if _, ok := conf["tls"]; ok {
+			n.tls = tlsOn
+		}
+		switch {
+		case str("http") != "":
+			n.monitor, n.monitorFlag = str("http"), "--config http"
+		case str("http_port") != "":
+			n.monitor, n.monitorFlag = net.JoinHostPort(host, str("http_port")), "--config http_port"
+		}
+	}
+	if g["http_port"] {
+		n.monitor, n.monitorFlag = net.JoinHostPort(host, f["http_port"]), "--http_port"
+	}
+	return n
 }
 
 func (c *container) listenerOf(flag string) (listener, bool) {
@@ -150,12 +232,25 @@ func reach(from, to *container, port int) error {
 	return fmt.Errorf("%s does not listen on port %d", to.where, port)
 }
 
+// arrive is the target at to's port, with what serves there.
+func arrive(from, to *container, port int) (target, error) {
+	tg := target{c: to, port: port}
+	ls, _ := to.listeners()
+	for _, l := range ls {
+		if l.port == port {
+			tg.tls = l.tls
+		}
+	}
+	return tg, reach(from, to, port)
+}
+
 // target is where an address leads: a container and the port it arrives
 // on, or something outside the files (external names it).
 type target struct {
 	c        *container
 	port     int
 	external string
+	tls      tlsMode // what serves there, as far as known
 }
 
 // network resolves the host names a deployment's containers use.
@@ -171,19 +266,41 @@ type pathFlag struct {
 
 func (c *container) paths() []pathFlag {
 	f := c.inv.flags
+	var out []pathFlag
+	// read adds the files a process reads, when the flag is set.
+	read := func(flags ...string) {
+		for _, fl := range flags {
+			if f[fl] != "" {
+				out = append(out, pathFlag{"--" + fl, f[fl], false})
+			}
+		}
+	}
 	switch c.binary {
 	case "byzlog-app":
-		return []pathFlag{{"--data-dir", f["data-dir"], true}}
+		out = append(out, pathFlag{"--data-dir", f["data-dir"], true})
+	case "byzlog-gateway":
+		read("tls-cert", "tls-key", "tls-client-ca", "node-tls-ca")
 	case "byzlog-indexer":
-		return []pathFlag{{"--genesis", f["genesis"], false}}
+		out = append(out, pathFlag{"--genesis", f["genesis"], false})
+		read("node-tls-ca", "nats-tls-ca", "nats-password-file", "nats-authz")
 	case "cometbft":
 		if c.inv.sub == "start" {
-			return []pathFlag{{"--home", f["home"], true}}
+			out = append(out, pathFlag{"--home", f["home"], true})
 		}
 	case "nats-server":
-		return []pathFlag{{"--store_dir", f["store_dir"], true}}
+		read("config", "tlscert", "tlskey")
+		dir := f["store_dir"]
+		if js, ok := c.natsConf["jetstream"].(map[string]any); ok && !c.inv.given["store_dir"] {
+			dir, _ = js["store_dir"].(string)
+		}
+		out = append(out, pathFlag{"--store_dir", dir, true})
 	}
-	return nil
+	for _, pr := range c.probes {
+		if pr.ca != "" {
+			out = append(out, pathFlag{pr.kind + " --ca", pr.ca, false})
+		}
+	}
+	return out
 }
 
 // mountOf is the mount holding p (the deepest one), or nil.
@@ -240,6 +357,12 @@ func checkContainer(t *testing.T, c *container, nw network) {
 			t.Errorf("%s: the %s probe sends GET %s to port %d (%s), which does not serve HTTP", c.where, pr.kind, pr.path, pr.port, l.flag)
 		case pr.path != "" && !slices.Contains(l.http, pr.path):
 			t.Errorf("%s: the %s probe asks port %d for %s; %s serves %s", c.where, pr.kind, pr.port, pr.path, l.flag, strings.Join(l.http, ", "))
+		case pr.tls && l.tls == tlsOff:
+			t.Errorf("%s: the %s probe speaks TLS to port %d, but %s serves it in plaintext", c.where, pr.kind, pr.port, l.flag)
+		case !pr.tls && pr.path != "" && l.tls == tlsOn:
+			t.Errorf("%s: the %s probe sends plain HTTP to port %d, but %s serves TLS there: use https (probe --ca FILE, scheme: HTTPS)", c.where, pr.kind, pr.port, l.flag)
+		case pr.tls && pr.inside && pr.ca == "":
+			t.Errorf("%s: the %s probe runs beside the process, so it can check the certificate: give it the CA (probe --ca FILE, --tls-ca)", c.where, pr.kind)
 		}
 	}
 	if !c.checked {
@@ -309,35 +432,52 @@ func checkAddresses(t *testing.T, c *container, nw network) {
 				t.Errorf("%s: --abci %s, but %s serves --transport %s", c.where, abci, tg.c.where, tg.c.inv.flags["transport"])
 			}
 		}
-	case "byzlog-gateway":
-		for _, node := range strings.Split(f["nodes"], ",") {
+	case "byzlog-gateway", "byzlog-indexer":
+		nodes := strings.Split(f["nodes"], ",")
+		if c.binary == "byzlog-indexer" && len(nodes) < 2 {
+			t.Errorf("%s: --nodes %s: the light client needs a primary and at least one witness", c.where, f["nodes"])
+		}
+		if f["insecure-nodes"] == "true" {
+			t.Errorf("%s: --insecure-nodes: the nodes' RPC carries every record; serve it over https", c.where)
+		}
+		for _, node := range nodes {
+			// As tlsconf.NodeURL reads them: host:port is plaintext.
 			u, err := url.Parse(node)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-				t.Errorf("%s: --nodes %q: want http://HOST:PORT", c.where, node)
+			if err != nil || u.Scheme != "https" || u.Host == "" {
+				t.Errorf("%s: --nodes %q: want https://HOST:PORT (a node's RPC carries every record: plaintext beyond loopback is refused)", c.where, node)
 				continue
+			}
+			if f["node-tls-ca"] == "" {
+				t.Errorf("%s: --nodes %s without --node-tls-ca: the nodes' certificates come from the cluster's CA, not the system's roots", c.where, node)
 			}
 			if tg, ok := dial("--nodes", u.Host); ok {
 				expect("--nodes "+node, tg, "cometbft", "--rpc.laddr")
+				if tg.tls == tlsOff {
+					t.Errorf("%s: --nodes %s: %s serves RPC in plaintext (no rpc.tls_cert_file in its config.toml)", c.where, node, tg.c.where)
+				}
 			}
 		}
-	case "byzlog-indexer":
-		nodes := strings.Split(f["nodes"], ",")
-		if len(nodes) < 2 {
-			t.Errorf("%s: --nodes %s: the light client needs a primary and at least one witness", c.where, f["nodes"])
-		}
-		for _, node := range nodes {
-			if tg, ok := dial("--nodes", node); ok {
-				expect("--nodes "+node, tg, "cometbft", "--rpc.laddr")
-			}
+		if c.binary == "byzlog-gateway" {
+			return
 		}
 		for _, n := range strings.Split(f["nats"], ",") {
 			u, err := url.Parse(n)
-			if err != nil || u.Scheme != "nats" {
-				t.Errorf("%s: --nats %q: want nats://HOST:PORT", c.where, n)
+			if err != nil || u.Scheme != "tls" {
+				t.Errorf("%s: --nats %q: want tls://HOST:PORT (records and the indexer's password cross it)", c.where, n)
 				continue
 			}
-			if tg, ok := dial("--nats", u.Host); ok && tg.c != nil {
-				expect("--nats "+n, tg, "nats-server", "--port")
+			for _, fl := range []string{"nats-tls-ca", "nats-user", "nats-password-file"} {
+				if f[fl] == "" {
+					t.Errorf("%s: --nats %s without --%s: NATS asks for TLS and a password", c.where, n, fl)
+				}
+			}
+			if tg, ok := dial("--nats", u.Host); ok {
+				if tg.c != nil {
+					expect("--nats "+n, tg, "nats-server", "--port")
+				}
+				if tg.tls == tlsOff {
+					t.Errorf("%s: --nats %s: the server there serves no TLS", c.where, n)
+				}
 			}
 		}
 	}
@@ -437,21 +577,34 @@ func probeCommand(kind string, args []string) (probe, error) {
 	}
 	switch path.Base(args[0]) {
 	case "probe":
-		if len(args) < 2 || len(args) > 3 {
-			return probe{}, fmt.Errorf("%s check %q: want probe HOST:PORT [PATH]", kind, args)
+		rest, ca := args[1:], ""
+		if len(rest) > 0 && rest[0] == "--ca" {
+			if len(rest) < 2 {
+				return probe{}, fmt.Errorf("%s check %q: --ca needs a file", kind, args)
+			}
+			ca, rest = rest[1], rest[2:]
 		}
-		host, port, err := splitAddr(args[1])
+		if len(rest) < 1 || len(rest) > 2 {
+			return probe{}, fmt.Errorf("%s check %q: want probe [--ca FILE] HOST:PORT [PATH]", kind, args)
+		}
+		host, port, err := splitAddr(rest[0])
 		if err != nil {
 			return probe{}, err
 		}
-		pr := probe{kind: kind, inside: true, host: host, port: port}
-		if len(args) == 3 {
-			pr.path = args[2]
+		pr := probe{kind: kind, inside: true, host: host, port: port, tls: ca != "", ca: ca, args: args}
+		if len(rest) == 2 {
+			pr.path = rest[1]
 		}
 		return pr, nil
 	case "byzlog-gateway", "wget", "curl":
 		if path.Base(args[0]) == "byzlog-gateway" && (len(args) < 3 || args[1] != "healthcheck") {
 			break
+		}
+		ca := ""
+		for i, a := range args[1:] {
+			if (a == "--tls-ca" || a == "--cacert") && i+2 < len(args) {
+				ca = args[i+2]
+			}
 		}
 		for _, a := range args[1:] {
 			if strings.HasPrefix(a, "http://") || strings.HasPrefix(a, "https://") {
@@ -463,9 +616,9 @@ func probeCommand(kind string, args []string) (probe, error) {
 				if err != nil {
 					return probe{}, err
 				}
-				return probe{kind: kind, inside: true, host: host, port: port, path: u.Path}, nil
+				return probe{kind: kind, inside: true, host: host, port: port, path: u.Path, tls: u.Scheme == "https", ca: ca, args: args}, nil
 			}
 		}
 	}
-	return probe{}, fmt.Errorf("cannot read the %s probe %q: use probe HOST:PORT [PATH], byzlog-gateway healthcheck URL, wget or curl with a URL", kind, args)
+	return probe{}, fmt.Errorf("cannot read the %s probe %q: use probe [--ca FILE] HOST:PORT [PATH], byzlog-gateway healthcheck URL, wget or curl with a URL", kind, args)
 }

@@ -4,9 +4,12 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +19,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/conf"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kjson "sigs.k8s.io/json"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
 // k8sObject is one decoded manifest document.
@@ -120,6 +126,7 @@ type k8sNetwork struct {
 	services  map[string]*corev1.Service
 	natsHost  string
 	natsPort  int
+	natsTLS   tlsMode
 }
 
 func selects(selector, labels map[string]string) bool {
@@ -153,7 +160,7 @@ func (n *k8sNetwork) dial(from *container, host string, port int) (target, error
 		}
 		for _, c := range w.containers {
 			if ls, _ := c.listeners(); slices.ContainsFunc(ls, func(l listener) bool { return l.port == port }) {
-				return target{c: c, port: port}, reach(from, c, port)
+				return arrive(from, c, port)
 			}
 		}
 		return target{}, fmt.Errorf("no container of pod %s listens on port %d", from.pod, port)
@@ -162,7 +169,7 @@ func (n *k8sNetwork) dial(from *container, host string, port int) (target, error
 		if port != n.natsPort {
 			return target{}, fmt.Errorf("the NATS Helm release %s serves clients on port %d (nats-values.yaml config.nats.port), not %d", host, n.natsPort, port)
 		}
-		return target{external: "the NATS Helm release " + host, port: port}, nil
+		return target{external: "the NATS Helm release " + host, port: port, tls: n.natsTLS}, nil
 	}
 	if m := rePodDNS.FindStringSubmatch(host); m != nil {
 		w := n.workloads[m[1]]
@@ -184,7 +191,7 @@ func (n *k8sNetwork) dial(from *container, host string, port int) (target, error
 		if c == nil {
 			return target{}, fmt.Errorf("%s: no container of StatefulSet %s declares containerPort %d", host, w.name, port)
 		}
-		return target{c: c, port: port}, reach(from, c, port)
+		return arrive(from, c, port)
 	}
 	svc := n.services[host]
 	if svc == nil {
@@ -205,7 +212,7 @@ func (n *k8sNetwork) dial(from *container, host string, port int) (target, error
 				tp = port
 			}
 			if c := w.podDeclares(tp); c != nil {
-				return target{c: c, port: tp}, reach(from, c, tp)
+				return arrive(from, c, tp)
 			}
 		}
 		return target{}, fmt.Errorf("Service %s port %d (targetPort %s) reaches no declared container port", host, port, sp.TargetPort.String())
@@ -235,7 +242,8 @@ func (d *deployment) checkK8s(t *testing.T) {
 	}
 	d.checkKustomization(t, dir, manifests)
 	nw := &k8sNetwork{workloads: map[string]*workload{}, services: map[string]*corev1.Service{}}
-	nw.natsHost, nw.natsPort = d.checkNATSValues(t, dir)
+	values := d.checkNATSValues(t, dir)
+	nw.natsHost, nw.natsPort, nw.natsTLS = values.release, values.port, tlsIf(values.tls)
 
 	var ws []*workload
 	configs := map[string]map[string][]byte{} // ConfigMap or Secret name -> keys
@@ -274,6 +282,14 @@ func (d *deployment) checkK8s(t *testing.T) {
 		cs = append(cs, w.containers...)
 	}
 
+	// bootstrap.sh's output, generated once: the nodes' config.toml says
+	// whether their RPC is TLS, its Secrets hold what the pods mount.
+	var boot *k8sBoot
+	bootDir := t.TempDir()
+	if !t.Run("generate", func(t *testing.T) { boot = d.generateK8s(t, bootDir, ws, configs) }) {
+		t.FailNow()
+	}
+
 	t.Run("containers", func(t *testing.T) {
 		for _, c := range cs {
 			checkContainer(t, c, nw)
@@ -281,7 +297,54 @@ func (d *deployment) checkK8s(t *testing.T) {
 		checkTopology(t, cs, nw)
 	})
 	t.Run("objects", func(t *testing.T) { d.checkK8sObjects(t, objs, nw) })
-	t.Run("bootstrap", func(t *testing.T) { d.checkK8sBootstrap(t, ws, nw, configs) })
+	t.Run("bootstrap", func(t *testing.T) { d.checkK8sBootstrap(t, ws, nw, configs, boot) })
+	t.Run("tls", func(t *testing.T) { d.checkK8sTLS(t, cs, nw, boot, configs, values) })
+}
+
+// k8sBoot is what bootstrap.sh wrote, in a temporary directory.
+type k8sBoot struct {
+	dir string
+	sts *workload // the validators' StatefulSet
+}
+
+// generateK8s runs bootstrap.sh, reads the ConfigMaps and Secrets it
+// writes into configs, and learns from the nodes' config.toml whether
+// they serve RPC over TLS.
+func (d *deployment) generateK8s(t *testing.T, dir string, ws []*workload, configs map[string]map[string][]byte) *k8sBoot {
+	b := &k8sBoot{dir: dir}
+	for _, w := range ws {
+		if w.kind == "StatefulSet" && slices.ContainsFunc(w.containers, func(c *container) bool { return c.binary == "cometbft" }) {
+			b.sts = w
+		}
+	}
+	if b.sts == nil {
+		t.Fatal("k8s: no StatefulSet runs cometbft")
+	}
+	runScript(t, d, filepath.Join(d.dep, "k8s", "bootstrap.sh"), b.dir)
+	generated, _ := filepath.Glob(filepath.Join(b.dir, "k8s", "*.yaml"))
+	if len(generated) == 0 {
+		t.Fatalf("bootstrap.sh wrote no manifests to %s/k8s", b.dir)
+	}
+	for _, f := range generated {
+		for _, o := range decodeManifests(t, f) {
+			switch x := o.obj.(type) {
+			case *corev1.ConfigMap:
+				configs["configMap/"+x.Name] = configMapKeys(x)
+			case *corev1.Secret:
+				configs["secret/"+x.Name] = secretKeys(x)
+			}
+		}
+	}
+	// Every pod's config.toml is config-<i>.toml (checkK8sBootstrap checks
+	// they are the generated nodes'); pod 0 speaks for the template.
+	if cfg, err := readCometConfig(filepath.Join(b.dir, "node0")); err == nil {
+		for _, c := range b.sts.containers {
+			if c.binary == "cometbft" {
+				c.rpcTLS = tlsIf(cfg.RPC.IsTLSEnabled())
+			}
+		}
+	}
+	return b
 }
 
 func checkSelector(t *testing.T, file, what string, selector, labels map[string]string) {
@@ -426,7 +489,7 @@ func k8sProbe(kind string, p *corev1.Probe, ports []corev1.ContainerPort) (probe
 	switch {
 	case p.HTTPGet != nil:
 		port, err := resolve(p.HTTPGet.Port)
-		return probe{kind: kind, port: port, path: p.HTTPGet.Path}, err
+		return probe{kind: kind, port: port, path: p.HTTPGet.Path, tls: p.HTTPGet.Scheme == corev1.URISchemeHTTPS}, err
 	case p.TCPSocket != nil:
 		port, err := resolve(p.TCPSocket.Port)
 		return probe{kind: kind, port: port}, err
@@ -484,9 +547,19 @@ func (d *deployment) checkKustomization(t *testing.T, dir string, manifests []st
 	}
 }
 
-// checkNATSValues checks nats-values.yaml and returns the client Service's
-// name (the Helm release in the install command it documents) and port.
-func (d *deployment) checkNATSValues(t *testing.T, dir string) (string, int) {
+// natsValues is what checkNATSValues read: the client Service's name (the
+// Helm release in the install command it documents) and port, whether
+// clients must speak TLS, and the values themselves.
+type natsValues struct {
+	release string
+	port    int
+	tls     bool
+	get     func(keys ...string) any
+}
+
+// checkNATSValues checks nats-values.yaml on its own; checkK8sTLS checks
+// it against bootstrap.sh's Secrets and the localnet.
+func (d *deployment) checkNATSValues(t *testing.T, dir string) natsValues {
 	t.Helper()
 	file := filepath.Join(dir, "nats-values.yaml")
 	b, err := os.ReadFile(file)
@@ -508,6 +581,38 @@ func (d *deployment) checkNATSValues(t *testing.T, dir string) (string, int) {
 		}
 		return cur
 	}
+	out := natsValues{get: get, tls: get("config", "nats", "tls", "enabled") == true}
+	if !out.tls {
+		t.Errorf("k8s/nats-values.yaml: config.nats.tls.enabled must be true: records and passwords cross the client port")
+	}
+	if get("config", "cluster", "enabled") == true && (get("config", "cluster", "tls", "enabled") != true || get("config", "cluster", "tls", "merge", "verify") != true) {
+		t.Errorf("k8s/nats-values.yaml: config.cluster.tls.enabled and config.cluster.tls.merge.verify must be true: routes carry every record, and an unverified peer could join as a route")
+	}
+	// The chart's monitoring listens on every address, unauthenticated.
+	if get("config", "monitor", "enabled") != false {
+		t.Errorf("k8s/nats-values.yaml: config.monitor.enabled must be false (the chart's default, true, serves monitoring on every address); put it on loopback with config.merge.http")
+	}
+	mon, _ := get("config", "merge", "http").(string)
+	if mon != "" {
+		if h, _, err := net.SplitHostPort(mon); err != nil || !loopback(h) {
+			t.Errorf("k8s/nats-values.yaml: config.merge.http %q: monitoring must listen on loopback only", mon)
+		}
+	}
+	for _, kind := range []string{"startupProbe", "readinessProbe", "livenessProbe"} {
+		cmd, _ := get("container", "merge", kind, "exec", "command").([]any)
+		var args []string
+		for _, a := range cmd {
+			s, _ := a.(string)
+			args = append(args, s)
+		}
+		pr, err := probeCommand(kind, args)
+		switch {
+		case err != nil:
+			t.Errorf("k8s/nats-values.yaml: container.merge.%s: %v (the chart's own probes need config.monitor)", kind, err)
+		case mon == "" || net.JoinHostPort(pr.host, strconv.Itoa(pr.port)) != mon || pr.path != "/healthz":
+			t.Errorf("k8s/nats-values.yaml: container.merge.%s dials %s:%d%s; monitoring is at %q (config.merge.http), /healthz", kind, pr.host, pr.port, pr.path, mon)
+		}
+	}
 	for _, keys := range [][]string{
 		{"config", "jetstream", "enabled"},
 		{"config", "jetstream", "fileStore", "enabled"},
@@ -524,12 +629,14 @@ func (d *deployment) checkNATSValues(t *testing.T, dir string) (string, int) {
 	if p, ok := get("config", "nats", "port").(float64); ok {
 		port = int(p)
 	}
+	out.port = port
 	m := regexp.MustCompile(`helm (?:install|upgrade --install) (\S+) nats/nats`).FindSubmatch(b)
 	if m == nil {
 		t.Errorf("k8s/nats-values.yaml: document the `helm install RELEASE nats/nats` command: the release names the Service the indexer dials")
-		return "", port
+		return out
 	}
-	return string(m[1]), port
+	out.release = string(m[1])
+	return out
 }
 
 // checkK8sObjects checks Services, the autoscaler and the disruption budgets
@@ -610,16 +717,8 @@ func (d *deployment) checkK8sObjects(t *testing.T, objs []k8sObject, nw *k8sNetw
 // checkK8sBootstrap runs k8s/bootstrap.sh and checks what it writes against
 // the StatefulSet: the network's peers are its pods, and every file the pods
 // read from the ConfigMap and Secret is in them.
-func (d *deployment) checkK8sBootstrap(t *testing.T, ws []*workload, nw *k8sNetwork, configs map[string]map[string][]byte) {
-	var sts *workload
-	for _, w := range ws {
-		if w.kind == "StatefulSet" && slices.ContainsFunc(w.containers, func(c *container) bool { return c.binary == "cometbft" }) {
-			sts = w
-		}
-	}
-	if sts == nil {
-		t.Fatal("k8s: no StatefulSet runs cometbft")
-	}
+func (d *deployment) checkK8sBootstrap(t *testing.T, ws []*workload, nw *k8sNetwork, configs map[string]map[string][]byte, boot *k8sBoot) {
+	sts := boot.sts
 	var node, app *container
 	for _, c := range sts.containers {
 		switch c.binary {
@@ -635,10 +734,9 @@ func (d *deployment) checkK8sBootstrap(t *testing.T, ws []*workload, nw *k8sNetw
 	p2pL, _ := node.listenerOf("--p2p.laddr")
 	appL, _ := app.listenerOf("--listen")
 
-	tmp := t.TempDir()
-	runScript(t, d, filepath.Join(d.dep, "k8s", "bootstrap.sh"), tmp)
+	tmp := boot.dir
 	host := func(i int) string { return fmt.Sprintf("%s-%d.%s", sts.name, i, sts.serviceName) }
-	peers := checkGenerated(t, tmp, int(sts.replicas), "", host, p2pL.port, appL.port)
+	peers := d.checkGenerated(t, tmp, int(sts.replicas), "", host, p2pL.port, appL.port)
 	for i, ps := range peers {
 		for _, p := range ps {
 			tg, err := nw.dial(node, p.host, p.port)
@@ -650,20 +748,6 @@ func (d *deployment) checkK8sBootstrap(t *testing.T, ws []*workload, nw *k8sNetw
 		}
 	}
 
-	generated, _ := filepath.Glob(filepath.Join(tmp, "k8s", "*.yaml"))
-	if len(generated) == 0 {
-		t.Fatalf("bootstrap.sh wrote no manifests to %s/k8s", tmp)
-	}
-	for _, f := range generated {
-		for _, o := range decodeManifests(t, f) {
-			switch x := o.obj.(type) {
-			case *corev1.ConfigMap:
-				configs["configMap/"+x.Name] = configMapKeys(x)
-			case *corev1.Secret:
-				configs["secret/"+x.Name] = secretKeys(x)
-			}
-		}
-	}
 	// What pod i reads from a ConfigMap or Secret volume must be in it; a
 	// script's $i is the pod's ordinal.
 	for _, w := range ws {
@@ -724,12 +808,288 @@ func (d *deployment) checkK8sBootstrap(t *testing.T, ws []*workload, nw *k8sNetw
 			fmt.Sprintf("configMap/validator-config/config-%d.toml", i):        filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "config.toml"),
 			fmt.Sprintf("secret/validator-keys/node_key-%d.json", i):           filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "node_key.json"),
 			fmt.Sprintf("secret/validator-keys/priv_validator_key-%d.json", i): filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "priv_validator_key.json"),
+			fmt.Sprintf("secret/validator-keys/rpc-%d.pem", i):                 filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "rpc.pem"),
+			fmt.Sprintf("secret/validator-keys/rpc-key-%d.pem", i):             filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "rpc-key.pem"),
 			"configMap/validator-config/genesis.json":                          filepath.Join(tmp, "genesis", "genesis.json"),
+			"configMap/validator-config/rpc-ca.pem":                            filepath.Join(tmp, "ca", "ca.pem"),
 		} {
 			obj, k := path.Dir(key), path.Base(key)
 			want, _ := os.ReadFile(file)
 			if got := configs[obj][k]; !bytes.Equal(got, want) {
 				t.Errorf("bootstrap.sh: %s key %s differs from %s", obj, k, file)
+			}
+		}
+	}
+}
+
+// podFile writes what container c reads at p to a temporary file, for the
+// checks that take files: a key of the ConfigMap or Secret mounted there,
+// or, under a validator's --home, pod 0's file as bootstrap.sh generated
+// it.
+func podFile(t *testing.T, c *container, nw *k8sNetwork, boot *k8sBoot, configs map[string]map[string][]byte, p string) (string, error) {
+	t.Helper()
+	if c.binary == "cometbft" {
+		if home := c.inv.flags["home"]; strings.HasPrefix(p, home+"/") {
+			return filepath.Join(boot.dir, "node0", strings.TrimPrefix(p, home+"/")), nil
+		}
+	}
+	m := c.mountOf(p)
+	w := nw.workloads[c.pod]
+	if m == nil || w == nil {
+		return "", fmt.Errorf("%s: %s is on no volume", c.where, p)
+	}
+	rel := strings.TrimPrefix(p, strings.TrimSuffix(m.target, "/")+"/")
+	for _, v := range w.spec.Volumes {
+		if v.Name != m.volume {
+			continue
+		}
+		var keys map[string][]byte
+		var what string
+		switch {
+		case v.Secret != nil:
+			what, keys = "Secret "+v.Secret.SecretName, configs["secret/"+v.Secret.SecretName]
+		case v.ConfigMap != nil:
+			what, keys = "ConfigMap "+v.ConfigMap.Name, configs["configMap/"+v.ConfigMap.Name]
+			for _, it := range v.ConfigMap.Items {
+				if it.Path == rel {
+					rel = it.Key
+				}
+			}
+		}
+		b, ok := keys[rel]
+		if !ok {
+			return "", fmt.Errorf("%s: %s: %s has no key %s", c.where, p, what, rel)
+		}
+		f := filepath.Join(t.TempDir(), path.Base(rel))
+		return f, os.WriteFile(f, b, 0o600)
+	}
+	return "", fmt.Errorf("%s: %s: volume %s is no ConfigMap or Secret", c.where, p, m.volume)
+}
+
+// file0 is podFile, failing the test when the file is not there.
+func file0(t *testing.T, c *container, nw *k8sNetwork, boot *k8sBoot, configs map[string]map[string][]byte, p string) string {
+	t.Helper()
+	f, err := podFile(t, c, nw, boot, configs, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// secretFile writes key of Secret name (from bootstrap.sh) to a file.
+func secretFile(t *testing.T, configs map[string]map[string][]byte, name, key string) (string, error) {
+	b, ok := configs["secret/"+name][key]
+	if !ok {
+		return "", fmt.Errorf("bootstrap.sh writes no Secret %s with key %s", name, key)
+	}
+	f := filepath.Join(t.TempDir(), key)
+	return f, os.WriteFile(f, b, 0o600)
+}
+
+var reEnvRef = regexp.MustCompile(`^<<\s*\$([A-Za-z_][A-Za-z0-9_]*)\s*>>$`)
+
+// checkK8sTLS follows the TLS links of the manifests to what bootstrap.sh
+// wrote: the gateways' and the indexer's --nodes to each pod's RPC
+// certificate under the name they dial, the validators' readiness check to
+// its CA, the indexer's --nats to the certificate nats-values.yaml serves,
+// the NATS servers' routes to each other, and each NATS user's password
+// from the Secret the servers read it from to the one its client holds.
+// The NATS permissions are the localnet's, and no ConfigMap or Secret
+// holds the CA's key.
+func (d *deployment) checkK8sTLS(t *testing.T, cs []*container, nw *k8sNetwork, boot *k8sBoot, configs map[string]map[string][]byte, v natsValues) {
+	file := func(c *container, p string) string {
+		f, err := podFile(t, c, nw, boot, configs, p)
+		if err != nil {
+			t.Error(err)
+		}
+		return f
+	}
+	rpcCert := func(host string) (string, string, error) {
+		m := rePodDNS.FindStringSubmatch(host)
+		if m == nil {
+			return "", "", fmt.Errorf("%s is no pod of the StatefulSet", host)
+		}
+		cfg, err := readCometConfig(filepath.Join(boot.dir, "node"+m[2]))
+		if err != nil {
+			return "", "", err
+		}
+		if !cfg.RPC.IsTLSEnabled() {
+			return "", "", fmt.Errorf("node%s serves RPC in plaintext", m[2])
+		}
+		return cfg.RPC.CertFile(), cfg.RPC.KeyFile(), nil
+	}
+	str := func(keys ...string) string { s, _ := v.get(keys...).(string); return s }
+	orDefault := func(s, def string) string {
+		if s == "" {
+			return def
+		}
+		return s
+	}
+	natsCert := func(section string) (cert, key string, err error) {
+		secret := str("config", section, "tls", "secretName")
+		if cert, err = secretFile(t, configs, secret, orDefault(str("config", section, "tls", "cert"), "tls.crt")); err != nil {
+			return
+		}
+		key, err = secretFile(t, configs, secret, orDefault(str("config", section, "tls", "key"), "tls.key"))
+		return
+	}
+	users := natsUsers(v.get("config", "merge", "accounts"))
+	// password is user's password as the NATS servers read it: an
+	// environment variable from a Secret.
+	password := func(user string) (string, error) {
+		u := users[user]
+		ref, _ := u["password"].(string)
+		m := reEnvRef.FindStringSubmatch(ref)
+		if m == nil {
+			return "", fmt.Errorf("user %s: password %q: want \"<< $VAR >>\", VAR from a Secret in container.env (a password here is in the chart's ConfigMap)", user, ref)
+		}
+		sk, _ := v.get("container", "env", m[1], "valueFrom", "secretKeyRef").(map[string]any)
+		name, _ := sk["name"].(string)
+		key, _ := sk["key"].(string)
+		b, ok := configs["secret/"+name][key]
+		if !ok {
+			return "", fmt.Errorf("user %s: container.env %s: no secretKeyRef to a Secret bootstrap.sh writes (got %v)", user, m[1], sk)
+		}
+		t.Setenv(m[1], string(b)) // as the pod's environment has it
+		pw := strings.TrimSpace(string(b))
+		parsed, err := conf.Parse("password: $" + m[1])
+		if err != nil || parsed["password"] != pw {
+			return "", fmt.Errorf("user %s: NATS reads $%s as %#v, not the password in Secret %s (%v)", user, m[1], parsed["password"], name, err)
+		}
+		return pw, nil
+	}
+
+	for _, c := range cs {
+		f := c.inv.flags
+		if c.binary == "cometbft" {
+			for _, pr := range c.probes {
+				if pr.ca == "" {
+					continue
+				}
+				cert, key, err := rpcCert(fmt.Sprintf("%s-0.%s", boot.sts.name, boot.sts.serviceName))
+				if err == nil {
+					err = checkCert(file(c, pr.ca), cert, key, pr.host)
+				}
+				if err != nil {
+					t.Errorf("%s: the %s probe would fail: %v", c.where, pr.kind, err)
+				}
+			}
+		}
+		if c.binary != "byzlog-gateway" && c.binary != "byzlog-indexer" {
+			continue
+		}
+		ca := file(c, f["node-tls-ca"])
+		for _, node := range strings.Split(f["nodes"], ",") {
+			u, err := url.Parse(node)
+			if err != nil {
+				continue // checkAddresses says so
+			}
+			cert, key, err := rpcCert(u.Hostname())
+			if err == nil {
+				err = checkCert(ca, cert, key, u.Hostname())
+			}
+			if err != nil {
+				t.Errorf("%s: --nodes %s with --node-tls-ca %s: %v", c.where, node, f["node-tls-ca"], err)
+			}
+		}
+		if c.binary == "byzlog-gateway" {
+			for name, svc := range nw.services {
+				if selects(svc.Spec.Selector, nw.workloads[c.pod].labels) {
+					if err := checkCert(ca, file(c, f["tls-cert"]), file(c, f["tls-key"]), name); err != nil {
+						t.Errorf("%s: --tls-cert, for clients of Service %s: %v", c.where, name, err)
+					}
+				}
+			}
+			continue
+		}
+		for _, n := range strings.Split(f["nats"], ",") {
+			u, err := url.Parse(n)
+			if err != nil {
+				continue
+			}
+			cert, key, err := natsCert("nats")
+			if err == nil {
+				err = checkCert(file(c, f["nats-tls-ca"]), cert, key, u.Hostname())
+			}
+			if err != nil {
+				t.Errorf("%s: --nats %s with --nats-tls-ca %s, against config.nats.tls of nats-values.yaml: %v", c.where, n, f["nats-tls-ca"], err)
+			}
+		}
+		pw, err := password(f["nats-user"])
+		if err == nil {
+			if b, rerr := os.ReadFile(file(c, f["nats-password-file"])); rerr != nil || strings.TrimSpace(string(b)) != pw {
+				err = fmt.Errorf("--nats-password-file %s is not the password the NATS servers read (%v)", f["nats-password-file"], rerr)
+			}
+		}
+		if err != nil {
+			t.Errorf("%s: k8s/nats-values.yaml: %v", c.where, err)
+		}
+	}
+
+	// Routes dial the servers' pods by the headless Service's names.
+	if v.get("config", "cluster", "enabled") == true {
+		route := fmt.Sprintf("%s-0.%s-headless", v.release, v.release)
+		cert, key, err := natsCert("cluster")
+		var ca string
+		if err == nil {
+			ca, err = secretFile(t, configs, str("tlsCA", "secretName"), orDefault(str("tlsCA", "key"), "ca.crt"))
+		}
+		if err == nil {
+			err = checkCert(ca, cert, key, route)
+		}
+		if err != nil {
+			t.Errorf("k8s/nats-values.yaml: the routes to %s, with config.cluster.tls and tlsCA: %v", route, err)
+		}
+	}
+	if pw, err := password(localnet.NATSConsumerUser); err != nil {
+		t.Errorf("k8s/nats-values.yaml: %v", err)
+	} else if b, _ := os.ReadFile(filepath.Join(boot.dir, "consumer", "nats.password")); strings.TrimSpace(string(b)) != pw {
+		t.Errorf("k8s/nats-values.yaml: user consumer's password is not the one in bootstrap.sh's consumer/nats.password")
+	}
+	checkNATSAccounts(t, "k8s/nats-values.yaml config.merge.accounts", v.get("config", "merge", "accounts"), staticNATSAccountsWant(t, "BYZLOG"))
+
+	// One NATS server as the chart configures it from these values, on
+	// loopback, with the Secrets bootstrap.sh writes.
+	for _, c := range cs {
+		if c.binary != "byzlog-indexer" {
+			continue
+		}
+		f := c.inv.flags
+		cert, key, err := natsCert("nats")
+		if err != nil {
+			t.Errorf("k8s/nats-values.yaml: %v", err)
+			break
+		}
+		var accounts bytes.Buffer
+		enc := json.NewEncoder(&accounts)
+		enc.SetEscapeHTML(false) // NATS reads no \u escapes
+		if err := enc.Encode(v.get("config", "merge", "accounts")); err != nil {
+			t.Fatal(err)
+		}
+		port := freePorts(t, 1)[0]
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		text := fmt.Sprintf("listen: %q\njetstream { store_dir: %q }\ntls { cert_file: %q, key_file: %q }\naccounts: %s\n",
+			addr, t.TempDir(), cert, key, regexp.MustCompile(`"<<\s+(.*?)\s+>>"`).ReplaceAll(accounts.Bytes(), []byte("$1")))
+		file := filepath.Join(t.TempDir(), "nats.conf")
+		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		startProc(t, "nats-server", addr, "--config", file) // the passwords come from the environment, as in the chart's pods
+		checkNATSUsers(t, "tls://"+addr,
+			natsCreds{user: f["nats-user"], password: readPassword(t, file0(t, c, nw, boot, configs, f["nats-password-file"])), ca: file0(t, c, nw, boot, configs, f["nats-tls-ca"])},
+			natsCreds{user: localnet.NATSConsumerUser, password: readPassword(t, filepath.Join(boot.dir, "consumer", "nats.password")), ca: filepath.Join(boot.dir, "consumer", "ca.pem")},
+			nil)
+		break
+	}
+
+	caKey, err := os.ReadFile(filepath.Join(boot.dir, "ca", "ca-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, keys := range configs {
+		for k, b := range keys {
+			if bytes.Contains(b, bytes.TrimSpace(caKey)) {
+				t.Errorf("%s key %s holds the CA's key: whoever reads it can pose as any node, gateway or NATS server", name, k)
 			}
 		}
 	}
