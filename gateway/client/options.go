@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -128,12 +127,5 @@ func WithInsecure() Option { return func(o *options) { o.insecure = true } }
 
 // dialCreds is the transport of the gateway connections.
 func (o options) dialCreds() grpc.DialOption {
-	if o.insecure {
-		return grpc.WithTransportCredentials(insecure.NewCredentials())
-	}
-	c := o.tls
-	if c == nil {
-		c = &tls.Config{MinVersion: tls.VersionTLS13}
-	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(c))
+	return grpc.WithTransportCredentials(tlsconf.Transport(o.tls, o.insecure))
 }

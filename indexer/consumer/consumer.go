@@ -113,7 +113,9 @@ func Connect(url string, opts ...Option) (*Consumer, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("byzlog consumer")}, o.natsOpts...)...)
+	// NATS's 2 s connect timeout covers the TLS handshake, which a loaded
+	// machine can take longer than that to finish.
+	nc, err := nats.Connect(url, append([]nats.Option{nats.Name("byzlog consumer"), nats.Timeout(10 * time.Second)}, o.natsOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("byzlog consumer: connect to NATS at %s: %w", url, err)
 	}

@@ -10,11 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -240,12 +239,5 @@ func WithBuffer(n int) SubscribeOption { return func(o *subOptions) { o.buffer =
 // gatewayCreds is the WithGateway connection's transport: TLS unless
 // WithGatewayInsecure.
 func (o options) gatewayCreds() grpc.DialOption {
-	if o.gatewayInsecure {
-		return grpc.WithTransportCredentials(insecure.NewCredentials())
-	}
-	c := o.gatewayTLS
-	if c == nil {
-		c = &tls.Config{MinVersion: tls.VersionTLS13}
-	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(c))
+	return grpc.WithTransportCredentials(tlsconf.Transport(o.gatewayTLS, o.gatewayInsecure))
 }

@@ -121,7 +121,7 @@ func authz(cfg *indexer.Config, path, url string, natsOpts []nats.Option, nc *na
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("--nats-authz %s: %w", path, err)
 	}
-	sys, err := nats.Connect(url, append(slices.Clone(natsOpts), nats.Name("byzlog-indexer reloader"), nats.MaxReconnects(-1),
+	sys, err := nats.Connect(url, append(slices.Clone(natsOpts), nats.Name("byzlog-indexer reloader"), nats.MaxReconnects(-1), nats.Timeout(10*time.Second),
 		nats.UserInfo(spec.Reloader.Name, spec.Reloader.Password))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s as the reloader %q (--nats-authz): %w", url, spec.Reloader.Name, err)
@@ -203,7 +203,7 @@ func run(ctx context.Context, cfg indexer.Config, logCfg logging.Config, fl flag
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(fl.natsURL, append([]nats.Option{nats.Name("byzlog-indexer " + cfg.ID), nats.MaxReconnects(-1)}, natsOpts...)...)
+	nc, err := nats.Connect(fl.natsURL, append([]nats.Option{nats.Name("byzlog-indexer " + cfg.ID), nats.MaxReconnects(-1), nats.Timeout(10 * time.Second)}, natsOpts...)...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", fl.natsURL, err)
 	}

@@ -7,8 +7,6 @@ import (
 
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/consumer"
@@ -58,8 +56,11 @@ func (t *tlsFlags) config(f *pflag.FlagSet) (*tls.Config, error) {
 // producerOption is the transport as a producer or admin option.
 func (t *tlsFlags) producerOption(f *pflag.FlagSet) (client.Option, error) {
 	c, err := t.config(f)
-	if err != nil || c == nil {
-		return client.WithInsecure(), err
+	switch {
+	case err != nil:
+		return nil, err
+	case c == nil:
+		return client.WithInsecure(), nil
 	}
 	return client.WithTLS(c), nil
 }
@@ -67,8 +68,11 @@ func (t *tlsFlags) producerOption(f *pflag.FlagSet) (client.Option, error) {
 // consumerOptions is the transport as consumer options.
 func (t *tlsFlags) consumerOption(f *pflag.FlagSet) (consumer.Option, error) {
 	c, err := t.config(f)
-	if err != nil || c == nil {
-		return consumer.WithGatewayInsecure(), err
+	switch {
+	case err != nil:
+		return nil, err
+	case c == nil:
+		return consumer.WithGatewayInsecure(), nil
 	}
 	return consumer.WithGatewayTLS(c), nil
 }
@@ -76,11 +80,7 @@ func (t *tlsFlags) consumerOption(f *pflag.FlagSet) (consumer.Option, error) {
 // dial connects to one gateway for read-only calls, over c (nil:
 // plaintext).
 func dial(addr string, c *tls.Config) (byzlogv1.GatewayClient, func(), error) {
-	creds := insecure.NewCredentials()
-	if c != nil {
-		creds = credentials.NewTLS(c)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(tlsconf.Transport(c, c == nil)))
 	if err != nil {
 		return nil, nil, fmt.Errorf("gateway %s: %w", addr, err)
 	}

@@ -30,11 +30,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/byzlog/byzlog/abciapp/sign"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/tamper"
 )
@@ -256,11 +255,7 @@ func gateways(env *Env) ([]byzlogv1.GatewayClient, func(), error) {
 	}
 	var out []byzlogv1.GatewayClient
 	for _, addr := range env.Gateways {
-		creds := insecure.NewCredentials()
-		if env.TLS != nil {
-			creds = credentials.NewTLS(env.TLS)
-		}
-		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(tlsconf.Transport(env.TLS, env.TLS == nil)),
 			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20)))
 		if err != nil {
 			closeAll()

@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -69,11 +69,7 @@ type GatewayProxy struct {
 // gateway at target. It serves TLS with serve and reaches target over TLS
 // with dial; nil: plaintext.
 func StartGateway(listen, target string, serve, dial *tls.Config) (*GatewayProxy, error) {
-	up := insecure.NewCredentials()
-	if dial != nil {
-		up = credentials.NewTLS(dial)
-	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(up))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(tlsconf.Transport(dial, dial == nil)))
 	if err != nil {
 		return nil, fmt.Errorf("gateway %s: %w", target, err)
 	}
