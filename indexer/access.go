@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -139,9 +140,10 @@ func (a *access) render(ctx context.Context) error {
 	if err := natsauth.Write(a.authz.Spec, ts); err != nil {
 		return err
 	}
+	start := time.Now()
 	if err := a.authz.Reload(ctx); err != nil {
 		return err
 	}
-	a.log.Info().Int("topics", len(ts)).Int("restricted", restricted).Str("conf", a.authz.Spec.Conf).Msg("NATS permissions follow the topics' readers")
+	a.log.Info().Int("topics", len(ts)).Int("restricted", restricted).Str("conf", a.authz.Spec.Conf).Dur("reload", time.Since(start)).Msg("NATS permissions follow the topics' readers")
 	return nil
 }

@@ -185,10 +185,6 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 		}
 		producers[i] = p
 	}
-	start := time.Now()
-	r.measureFrom = start.Add(r.cfg.Warmup)
-	r.end = r.measureFrom.Add(r.cfg.Duration)
-
 	var sub *consumer.Subscription
 	if r.cfg.NATSURL != "" {
 		var err error
@@ -198,6 +194,11 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 		}
 		defer sub.Close()
 	}
+	// The warm-up starts with the load, once the reader is subscribed
+	// (its first record committed, the stream found).
+	start := time.Now()
+	r.measureFrom = start.Add(r.cfg.Warmup)
+	r.end = r.measureFrom.Add(r.cfg.Duration)
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumerDone := make(chan struct{})
 	if sub != nil {
