@@ -66,7 +66,7 @@ shape, warm-up and duration, every system in --systems:
                     every receipt verified by the producer (light client)
   byzlog-noverify   the same with receipts taken on the gateway's word
                     (client.TrustGateway): the cost of verifying them
-  byzlog-plaintext  the same as byzlog with the gateway in plaintext
+  byzlog-plaintext  the same as byzlog with every link in plaintext (--insecure)
                     (--insecure): the cost of TLS between producers and gateway
   byzlog-write      the write path alone: validators, the gateway and the
                     producers, without the indexer, NATS and the consumer (what
@@ -336,7 +336,7 @@ type byzlogRow struct {
 	validators int
 	writeOnly  bool // no indexer, NATS or consumer
 	verify     bool // producers verify receipts
-	plaintext  bool // the gateway without TLS
+	plaintext  bool // every link without TLS
 }
 
 func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {

@@ -13,7 +13,7 @@ import (
 const (
 	SystemByzlog        = "byzlog"             // gRPC ABCI, random payload, receipts verified
 	SystemByzlogTrusted = "byzlog-noverify"    // the same, receipts taken on the gateway's word
-	SystemByzlogPlain   = "byzlog-plaintext"   // the same as byzlog, the gateway without TLS
+	SystemByzlogPlain   = "byzlog-plaintext"   // the same as byzlog, every link without TLS
 	SystemByzlogWrite   = "byzlog-write"       // the write path alone: no indexer, NATS or consumer
 	SystemByzlogSocket  = "byzlog-socket"      // socket ABCI, random payload
 	SystemByzlogJSON    = "byzlog-json-zstd"   // JSON-like payload, zstd batches
@@ -37,7 +37,7 @@ func Describe(system string) string {
 	case SystemByzlogTrusted:
 		return "byzlog as above, receipts taken on the gateway's word (client.TrustGateway)"
 	case SystemByzlogPlain:
-		return "byzlog as the first row, producers talking to the gateway in plaintext (--insecure) instead of TLS"
+		return "byzlog as the first row, every link in plaintext (--insecure: producers to the gateway, the gateway and the indexer to the nodes' RPC, NATS) instead of TLS"
 	case SystemByzlogWrite:
 		return "byzlog's write path alone: 4 validators, gRPC ABCI, gateway, producers; no indexer, NATS or consumer"
 	case SystemByzlogSocket:
