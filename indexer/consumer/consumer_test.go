@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"reflect"
@@ -407,16 +408,29 @@ func TestGroupConsumerName(t *testing.T) {
 		{"é", "g-_c3_a9"},
 		{strings.Repeat("x", 255), "g-_h"},
 	} {
-		if got := consumer.GroupConsumerName(tc.group); !strings.HasPrefix(got, tc.want) || len(got) > 200 || strings.ContainsAny(got, " .*>/\\\t") {
+		if got := consumer.GroupConsumerName(nil, tc.group); !strings.HasPrefix(got, tc.want) || len(got) > 200 || strings.ContainsAny(got, " .*>/\\\t") {
 			t.Errorf("GroupConsumerName(%q) = %q, want %q", tc.group, got, tc.want)
 		}
 	}
 	names := map[string]string{}
 	for _, g := range []string{"a b", "a_20b", "a__b", "a_b", "a.b", "a_2eb", "A", "a"} {
-		n := consumer.GroupConsumerName(g)
+		n := consumer.GroupConsumerName(nil, g)
 		if o, ok := names[n]; ok {
 			t.Errorf("groups %q and %q share consumer %q", o, g, n)
 		}
 		names[n] = g
+	}
+	// With a key the name is the key's secret: the same for every member
+	// (one key), another for another key or group, and nothing of the
+	// group's name shows.
+	alice, bob := ed25519.NewKeyFromSeed(make([]byte, 32)), ed25519.NewKeyFromSeed(append(make([]byte, 31), 1))
+	a := consumer.GroupConsumerName(alice, "billing")
+	for _, other := range []string{consumer.GroupConsumerName(bob, "billing"), consumer.GroupConsumerName(alice, "billing2"), consumer.GroupConsumerName(nil, "billing")} {
+		if other == a {
+			t.Errorf("keyed name %q shared with another key, group or the keyless form", a)
+		}
+	}
+	if a != consumer.GroupConsumerName(alice, "billing") || !strings.HasPrefix(a, "g-_k") || len(a) != 44 || strings.Contains(a, "billing") {
+		t.Errorf("GroupConsumerName(alice, billing) = %q: want g-_k and 40 hex digits, stable", a)
 	}
 }

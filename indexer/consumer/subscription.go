@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -118,7 +120,7 @@ func (s *Subscription) ordered(ctx context.Context, st jetstream.Stream, parts [
 // join looks up the group's durable consumer, or creates it at the start
 // position when this is the group's first member.
 func (s *Subscription) join(ctx context.Context, st jetstream.Stream, parts []uint32, filters []string, o subOptions) error {
-	name := GroupConsumerName(o.group)
+	name := GroupConsumerName(s.c.o.key, o.group)
 	for attempt := 0; ; attempt++ {
 		cons, err := st.Consumer(ctx, name)
 		if err == nil {
@@ -219,12 +221,22 @@ func (s *Subscription) committed(ctx context.Context, group string) (map[uint32]
 }
 
 // GroupConsumerName is the durable JetStream consumer of a consumer group
-// in each topic's stream: "g-" and the group with every byte outside
-// [A-Za-z0-9-] escaped ('_' as "__", others as '_' and two hex digits), or
-// "g-_h" and the hex of 20 bytes of its SHA-256 when that would pass 200
-// bytes. Distinct groups get distinct names, and every name is a valid
-// subject token, as JetStream requires.
-func GroupConsumerName(group string) string {
+// in each topic's stream. With the consumer's key (WithKey, which every
+// member of a group shares: it owns the group's offsets on the chain) it
+// is "g-_k" and 20 bytes of HMAC-SHA256 under the key's seed, in hex: only
+// holders of the key can name it, and a NATS user that may not list a
+// stream's consumers (the localnet's readers may not) cannot find it to
+// pull from, ack or change it. Without a key it is "g-" and the group with
+// every byte outside [A-Za-z0-9-] escaped ('_' as "__", others as '_' and
+// two hex digits), or "g-_h" and the hex of 20 bytes of its SHA-256 when
+// that would pass 200 bytes. Distinct groups get distinct names, and every
+// name is a valid subject token, as JetStream requires.
+func GroupConsumerName(key ed25519.PrivateKey, group string) string {
+	if key != nil {
+		mac := hmac.New(sha256.New, key.Seed())
+		mac.Write([]byte("byzlog group consumer\x00" + group))
+		return "g-_k" + hex.EncodeToString(mac.Sum(nil)[:20])
+	}
 	const hexdig = "0123456789abcdef"
 	b := []byte("g-")
 	for _, c := range []byte(group) {

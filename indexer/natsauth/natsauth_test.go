@@ -170,6 +170,10 @@ func TestPermissionsFollowTopicConfigs(t *testing.T) {
 		{"consumer", consumer, layout.Subject("open", 0), false},
 		{"alice", c.must(c.reader(alice)...), layout.Subject("secret", 0), false},
 		{"consumer", consumer, natsauth.InboxPrefix("x") + ".>", true},
+		// Nobody but the indexer lists a stream's consumers: a group's
+		// durable, named with its key's secret, cannot be found.
+		{"consumer", consumer, "$JS.API.CONSUMER.NAMES." + layout.StreamName("open"), false},
+		{"alice", c.must(c.reader(alice)...), "$JS.API.CONSUMER.LIST." + layout.StreamName("secret"), false},
 		{"consumer", consumer, layout.TopicSubjects("secret"), true},
 		{"bob", c.must(c.reader(bob)...), "_INBOX.>", true},
 		{"bob", c.must(c.reader(bob)...), "byzlog.>", true},
