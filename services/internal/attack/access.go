@@ -82,6 +82,16 @@ func forbiddenReader(ctx context.Context, env *Env, t *Tally) error {
 			_, err = st.GetMsg(ctx, 1)
 			return err
 		}},
+		{"list the consumers of the phase's topic (to find a group's durable)", func(ctx context.Context, _ int) error {
+			st, err := js.Stream(ctx, layout.StreamName(env.Topic))
+			if err != nil {
+				return err
+			}
+			names := st.ConsumerNames(ctx)
+			for range names.Name() {
+			}
+			return names.Err()
+		}},
 		{"subscribe to the secret topic's subjects", func(context.Context, int) error { return subscribe(layout.TopicSubjects(env.Secret)) }},
 		{"subscribe to every subject", func(context.Context, int) error { return subscribe(">") }},
 		{"subscribe to the secret topic's reader's inbox", func(context.Context, int) error {

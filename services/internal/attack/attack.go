@@ -120,7 +120,7 @@ var Attacks = []Attack{
 		Run: slowHTTP},
 	{Name: "nats-intruder", Doc: "a NATS client with consumer credentials tries, in turn, what only the indexer may: publish a forged record with a huge Byzlog-Offset into byzlog.<topic>.0, pre-claim an upcoming Nats-Msg-Id, delete and purge the topic's stream, create a byzlog stream, write the indexer's cursor, open the cursor bucket",
 		Run: natsIntruder, Unauthorized: true},
-	{Name: "forbidden-reader", Doc: "reads a topic whose config lists one reader (a key nobody here holds): as the consumer user, makes a consumer of its stream, gets its first message, subscribes to its subjects, to every subject and to its reader's inbox; connects as a key no topic lists",
+	{Name: "forbidden-reader", Doc: "reads a topic whose config lists one reader (a key nobody here holds): as the consumer user, makes a consumer of its stream, gets its first message, subscribes to its subjects, to every subject and to its reader's inbox, lists the consumers of the phase's topic (where groups' durables are); connects as a key no topic lists",
 		Run: forbiddenReader, Unauthorized: true},
 	{Name: "foreign-ca", Doc: "calls every gateway's gRPC face with a client certificate of another CA, with none and in plaintext, its HTTP face with the foreign certificate, and NATS in plaintext with the consumer's password",
 		Run: foreignCA, Unauthorized: true},
