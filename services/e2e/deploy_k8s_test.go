@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats-server/v2/conf"
+	"github.com/nats-io/nats.go"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/byzlog/byzlog/indexer/natsauth"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -119,6 +121,13 @@ type workload struct {
 	spec             corev1.PodSpec
 	containers       []*container
 	namedPorts       map[string]int
+	kube             map[*container]corev1.Container // each container's own spec
+	initOnly         map[*container]bool             // plain init containers: run to completion first
+	// The NATS release's pods (natsPod): the chart's nats container runs
+	// nats-server as natsConf says, and the chart provides chartVolumes.
+	chart        bool
+	natsConf     map[string]any
+	chartVolumes map[string]bool
 }
 
 type k8sNetwork struct {
@@ -275,6 +284,10 @@ func (d *deployment) checkK8s(t *testing.T) {
 			configs["secret/"+x.Name] = secretKeys(x)
 		}
 	}
+	// The NATS servers' pods, with the indexer beside each (nats-values.yaml).
+	if w := d.natsPod(t, values); w != nil {
+		ws = append(ws, w)
+	}
 	var cs []*container
 	for _, w := range ws {
 		nw.workloads[w.name] = w
@@ -299,6 +312,7 @@ func (d *deployment) checkK8s(t *testing.T) {
 	t.Run("objects", func(t *testing.T) { d.checkK8sObjects(t, objs, nw) })
 	t.Run("bootstrap", func(t *testing.T) { d.checkK8sBootstrap(t, ws, nw, configs, boot) })
 	t.Run("tls", func(t *testing.T) { d.checkK8sTLS(t, cs, nw, boot, configs, values) })
+	t.Run("authz", func(t *testing.T) { d.checkK8sAuthz(t, nw, boot, configs, values) })
 }
 
 // k8sBoot is what bootstrap.sh wrote, in a temporary directory.
@@ -384,6 +398,7 @@ func (d *deployment) k8sContainers(t *testing.T, w *workload) []*container {
 		vols[v.Name] = v
 	}
 	w.namedPorts = map[string]int{}
+	w.kube, w.initOnly = map[*container]corev1.Container{}, map[*container]bool{}
 	var out []*container
 	all := append(slices.Clone(w.spec.InitContainers), w.spec.Containers...)
 	for i, kc := range all {
@@ -393,26 +408,33 @@ func (d *deployment) k8sContainers(t *testing.T, w *workload) []*container {
 		if init && !sidecar {
 			where = fmt.Sprintf("k8s/%s %s/%s init container %s", w.file, w.kind, w.name, kc.Name)
 		}
+		// The chart's own nats container runs its image's nats-server
+		// with the chart's args.
+		chartNATS := w.chart && !init && kc.Name == natsContainer
 		req := kc.Resources.Requests
 		if req.Cpu().IsZero() || req.Memory().IsZero() {
 			t.Errorf("%s: set resources.requests for cpu and memory", where)
 		}
-		if len(kc.Command) == 0 {
-			t.Errorf("%s: set command, so what it runs is stated (and checked)", where)
-			continue
-		}
-		binary := path.Base(kc.Command[0])
-		repo, _, _ := strings.Cut(kc.Image, ":")
-		if slices.Contains(knownBinaries, binary) {
-			stage := d.df.byName[strings.TrimPrefix(repo, "byzlog/")]
-			switch {
-			case !strings.HasPrefix(repo, "byzlog/") || stage == nil:
-				t.Errorf("%s: image %s is no target of deployments/docker/Dockerfile", where, kc.Image)
-			case len(stage.Entrypoint()) == 0 || path.Base(stage.Entrypoint()[0]) != binary:
-				t.Errorf("%s: runs %s, but image %s (Dockerfile target %s) is built for %v", where, binary, kc.Image, stage.name, stage.Entrypoint())
+		binary := "nats-server"
+		if !chartNATS {
+			if len(kc.Command) == 0 {
+				t.Errorf("%s: set command, so what it runs is stated (and checked)", where)
+				continue
+			}
+			binary = path.Base(kc.Command[0])
+			repo, _, _ := strings.Cut(kc.Image, ":")
+			if slices.Contains(knownBinaries, binary) {
+				stage := d.df.byName[strings.TrimPrefix(repo, "byzlog/")]
+				switch {
+				case !strings.HasPrefix(repo, "byzlog/") || stage == nil:
+					t.Errorf("%s: image %s is no target of deployments/docker/Dockerfile", where, kc.Image)
+				case len(stage.Entrypoint()) == 0 || path.Base(stage.Entrypoint()[0]) != binary:
+					t.Errorf("%s: runs %s, but image %s (Dockerfile target %s) is built for %v", where, binary, kc.Image, stage.name, stage.Entrypoint())
+				}
 			}
 		}
 		c := &container{where: where, binary: binary, declared: map[int]bool{}, pod: w.name, checked: true}
+		w.kube[c], w.initOnly[c] = kc, init && !sidecar
 		for _, p := range kc.Ports {
 			c.declared[int(p.ContainerPort)] = true
 			if p.Name != "" {
@@ -457,7 +479,13 @@ func (d *deployment) k8sContainers(t *testing.T, w *workload) []*container {
 			out = append(out, c)
 			continue
 		}
-		c.inv = d.invoke(t, where, binary, append(slices.Clone(kc.Command[1:]), kc.Args...))
+		if chartNATS {
+			// Its mounts and files are the chart's: only its listeners,
+			// ports and probes are checked.
+			c.inv, c.natsConf, c.checked = d.invoke(t, where, binary, kc.Args), w.natsConf, false
+		} else {
+			c.inv = d.invoke(t, where, binary, append(slices.Clone(kc.Command[1:]), kc.Args...))
+		}
 		if c.longRunning() {
 			if init && !sidecar {
 				t.Errorf("%s: a long-running %s as a plain init container blocks the pod: give it restartPolicy: Always (a sidecar)", where, binary)
@@ -554,6 +582,7 @@ type natsValues struct {
 	release string
 	port    int
 	tls     bool
+	include string // config.merge's $include, relative to natsChartConfigDir
 	get     func(keys ...string) any
 }
 
@@ -597,6 +626,31 @@ func (d *deployment) checkNATSValues(t *testing.T, dir string) natsValues {
 		if h, _, err := net.SplitHostPort(mon); err != nil || !loopback(h) {
 			t.Errorf("k8s/nats-values.yaml: config.merge.http %q: monitoring must listen on loopback only", mon)
 		}
+	}
+	// The accounts are the file the indexer beside each server keeps
+	// (checkK8sAuthz): the chart turns a key ending in $include into
+	// `include PATH;`, unquoted, relative to its nats.conf.
+	merge, _ := get("config", "merge").(map[string]any)
+	var incs []string
+	for k, val := range merge {
+		if strings.HasSuffix(k, "$include") {
+			inc, _ := val.(string)
+			incs = append(incs, inc)
+		}
+	}
+	switch {
+	case len(incs) != 1:
+		t.Errorf("k8s/nats-values.yaml: config.merge: want one $include, of the accounts file the indexer beside each server keeps (--nats-authz), got %q", incs)
+	case incs[0] == "" || path.IsAbs(incs[0]) || strings.ContainsAny(incs[0], " \t;\"'{}"):
+		t.Errorf("k8s/nats-values.yaml: config.merge.$include %q: want a path relative to the chart's config directory %s, without spaces or quotes (the chart writes it unquoted; its config reloader resolves it there)", incs[0], natsChartConfigDir)
+	default:
+		out.include = incs[0]
+	}
+	if _, ok := merge["accounts"]; ok {
+		t.Errorf("k8s/nats-values.yaml: config.merge.accounts: the accounts are the included file the indexers render from the chain (natsauth); static ones would let user consumer read topics that list readers")
+	}
+	if get("config", "cluster", "enabled") == true && get("config", "cluster", "noAdvertise") != true {
+		t.Errorf("k8s/nats-values.yaml: config.cluster.noAdvertise must be true: with the servers' client URLs advertised, an indexer whose server restarts may fail over to another server and from then on reload that one, never its own")
 	}
 	for _, kind := range []string{"startupProbe", "readinessProbe", "livenessProbe"} {
 		cmd, _ := get("container", "merge", kind, "exec", "command").([]any)
@@ -704,8 +758,8 @@ func (d *deployment) checkK8sObjects(t *testing.T, objs []k8sObject, nw *k8sNetw
 			if c.binary != "byzlog-indexer" {
 				continue
 			}
-			if w.replicas > 1 {
-				t.Errorf("%s: %d replicas share one --id: run a second indexer as its own Deployment with another --id", c.where, w.replicas)
+			if w.replicas > 1 && !w.fromPodName(c, c.inv.flags["id"]) {
+				t.Errorf("%s: %d replicas share --id %s, so one cursor: give each pod its own, its name ($(POD_NAME), from the downward API's metadata.name)", c.where, w.replicas, c.inv.flags["id"])
 			}
 			if r, _ := strconv.Atoi(c.inv.flags["replicas"]); r > natsReplicas {
 				t.Errorf("%s: --replicas %d, but the NATS cluster (nats-values.yaml) has %d servers", c.where, r, natsReplicas)
@@ -772,7 +826,7 @@ func (d *deployment) checkK8sBootstrap(t *testing.T, ws []*workload, nw *k8sNetw
 		for _, c := range w.containers {
 			for _, m := range c.mounts {
 				v, ok := vols[m.volume]
-				if !ok {
+				if !ok || w.chartVolumes[m.volume] {
 					continue
 				}
 				what, keys := keysOf(v)
@@ -886,16 +940,30 @@ func secretFile(t *testing.T, configs map[string]map[string][]byte, name, key st
 	return f, os.WriteFile(f, b, 0o600)
 }
 
-var reEnvRef = regexp.MustCompile(`^<<\s*\$([A-Za-z_][A-Za-z0-9_]*)\s*>>$`)
+// natsCertFiles are the certificate and key config.<section>.tls of
+// nats-values.yaml serves, from the Secret bootstrap.sh writes.
+func natsCertFiles(t *testing.T, configs map[string]map[string][]byte, v natsValues, section string) (cert, key string, err error) {
+	str := func(keys ...string) string { s, _ := v.get(keys...).(string); return s }
+	orDefault := func(s, def string) string {
+		if s == "" {
+			return def
+		}
+		return s
+	}
+	secret := str("config", section, "tls", "secretName")
+	if cert, err = secretFile(t, configs, secret, orDefault(str("config", section, "tls", "cert"), "tls.crt")); err != nil {
+		return
+	}
+	key, err = secretFile(t, configs, secret, orDefault(str("config", section, "tls", "key"), "tls.key"))
+	return
+}
 
 // checkK8sTLS follows the TLS links of the manifests to what bootstrap.sh
-// wrote: the gateways' and the indexer's --nodes to each pod's RPC
+// wrote: the gateways' and the indexers' --nodes to each pod's RPC
 // certificate under the name they dial, the validators' readiness check to
-// its CA, the indexer's --nats to the certificate nats-values.yaml serves,
-// the NATS servers' routes to each other, and each NATS user's password
-// from the Secret the servers read it from to the one its client holds.
-// The NATS permissions are the localnet's, and no ConfigMap or Secret
-// holds the CA's key.
+// its CA, the indexers' --nats to the certificate nats-values.yaml serves,
+// the NATS servers' routes to each other; and no ConfigMap or Secret holds
+// the CA's key. (The NATS users and passwords: checkK8sAuthz.)
 func (d *deployment) checkK8sTLS(t *testing.T, cs []*container, nw *k8sNetwork, boot *k8sBoot, configs map[string]map[string][]byte, v natsValues) {
 	file := func(c *container, p string) string {
 		f, err := podFile(t, c, nw, boot, configs, p)
@@ -919,45 +987,6 @@ func (d *deployment) checkK8sTLS(t *testing.T, cs []*container, nw *k8sNetwork, 
 		return cfg.RPC.CertFile(), cfg.RPC.KeyFile(), nil
 	}
 	str := func(keys ...string) string { s, _ := v.get(keys...).(string); return s }
-	orDefault := func(s, def string) string {
-		if s == "" {
-			return def
-		}
-		return s
-	}
-	natsCert := func(section string) (cert, key string, err error) {
-		secret := str("config", section, "tls", "secretName")
-		if cert, err = secretFile(t, configs, secret, orDefault(str("config", section, "tls", "cert"), "tls.crt")); err != nil {
-			return
-		}
-		key, err = secretFile(t, configs, secret, orDefault(str("config", section, "tls", "key"), "tls.key"))
-		return
-	}
-	users := natsUsers(v.get("config", "merge", "accounts"))
-	// password is user's password as the NATS servers read it: an
-	// environment variable from a Secret.
-	password := func(user string) (string, error) {
-		u := users[user]
-		ref, _ := u["password"].(string)
-		m := reEnvRef.FindStringSubmatch(ref)
-		if m == nil {
-			return "", fmt.Errorf("user %s: password %q: want \"<< $VAR >>\", VAR from a Secret in container.env (a password here is in the chart's ConfigMap)", user, ref)
-		}
-		sk, _ := v.get("container", "env", m[1], "valueFrom", "secretKeyRef").(map[string]any)
-		name, _ := sk["name"].(string)
-		key, _ := sk["key"].(string)
-		b, ok := configs["secret/"+name][key]
-		if !ok {
-			return "", fmt.Errorf("user %s: container.env %s: no secretKeyRef to a Secret bootstrap.sh writes (got %v)", user, m[1], sk)
-		}
-		t.Setenv(m[1], string(b)) // as the pod's environment has it
-		pw := strings.TrimSpace(string(b))
-		parsed, err := conf.Parse("password: $" + m[1])
-		if err != nil || parsed["password"] != pw {
-			return "", fmt.Errorf("user %s: NATS reads $%s as %#v, not the password in Secret %s (%v)", user, m[1], parsed["password"], name, err)
-		}
-		return pw, nil
-	}
 
 	for _, c := range cs {
 		f := c.inv.flags
@@ -1007,7 +1036,7 @@ func (d *deployment) checkK8sTLS(t *testing.T, cs []*container, nw *k8sNetwork, 
 			if err != nil {
 				continue
 			}
-			cert, key, err := natsCert("nats")
+			cert, key, err := natsCertFiles(t, configs, v, "nats")
 			if err == nil {
 				err = checkCert(file(c, f["nats-tls-ca"]), cert, key, u.Hostname())
 			}
@@ -1015,24 +1044,25 @@ func (d *deployment) checkK8sTLS(t *testing.T, cs []*container, nw *k8sNetwork, 
 				t.Errorf("%s: --nats %s with --nats-tls-ca %s, against config.nats.tls of nats-values.yaml: %v", c.where, n, f["nats-tls-ca"], err)
 			}
 		}
-		pw, err := password(f["nats-user"])
-		if err == nil {
-			if b, rerr := os.ReadFile(file(c, f["nats-password-file"])); rerr != nil || strings.TrimSpace(string(b)) != pw {
-				err = fmt.Errorf("--nats-password-file %s is not the password the NATS servers read (%v)", f["nats-password-file"], rerr)
-			}
-		}
-		if err != nil {
-			t.Errorf("%s: k8s/nats-values.yaml: %v", c.where, err)
-		}
+	}
+	// Consumers dial the Service of the release.
+	if cert, key, err := natsCertFiles(t, configs, v, "nats"); err != nil {
+		t.Errorf("k8s/nats-values.yaml: %v", err)
+	} else if err := checkCert(filepath.Join(boot.dir, "consumer", "ca.pem"), cert, key, v.release); err != nil {
+		t.Errorf("k8s/nats-values.yaml: config.nats.tls, for consumers of Service %s with bootstrap.sh's consumer/ca.pem: %v", v.release, err)
 	}
 
 	// Routes dial the servers' pods by the headless Service's names.
 	if v.get("config", "cluster", "enabled") == true {
 		route := fmt.Sprintf("%s-0.%s-headless", v.release, v.release)
-		cert, key, err := natsCert("cluster")
+		cert, key, err := natsCertFiles(t, configs, v, "cluster")
 		var ca string
 		if err == nil {
-			ca, err = secretFile(t, configs, str("tlsCA", "secretName"), orDefault(str("tlsCA", "key"), "ca.crt"))
+			tlsCAKey := str("tlsCA", "key")
+			if tlsCAKey == "" {
+				tlsCAKey = "ca.crt"
+			}
+			ca, err = secretFile(t, configs, str("tlsCA", "secretName"), tlsCAKey)
 		}
 		if err == nil {
 			err = checkCert(ca, cert, key, route)
@@ -1040,46 +1070,6 @@ func (d *deployment) checkK8sTLS(t *testing.T, cs []*container, nw *k8sNetwork, 
 		if err != nil {
 			t.Errorf("k8s/nats-values.yaml: the routes to %s, with config.cluster.tls and tlsCA: %v", route, err)
 		}
-	}
-	if pw, err := password(localnet.NATSConsumerUser); err != nil {
-		t.Errorf("k8s/nats-values.yaml: %v", err)
-	} else if b, _ := os.ReadFile(filepath.Join(boot.dir, "consumer", "nats.password")); strings.TrimSpace(string(b)) != pw {
-		t.Errorf("k8s/nats-values.yaml: user consumer's password is not the one in bootstrap.sh's consumer/nats.password")
-	}
-	checkNATSAccounts(t, "k8s/nats-values.yaml config.merge.accounts", v.get("config", "merge", "accounts"), staticNATSAccountsWant(t, "BYZLOG"))
-
-	// One NATS server as the chart configures it from these values, on
-	// loopback, with the Secrets bootstrap.sh writes.
-	for _, c := range cs {
-		if c.binary != "byzlog-indexer" {
-			continue
-		}
-		f := c.inv.flags
-		cert, key, err := natsCert("nats")
-		if err != nil {
-			t.Errorf("k8s/nats-values.yaml: %v", err)
-			break
-		}
-		var accounts bytes.Buffer
-		enc := json.NewEncoder(&accounts)
-		enc.SetEscapeHTML(false) // NATS reads no \u escapes
-		if err := enc.Encode(v.get("config", "merge", "accounts")); err != nil {
-			t.Fatal(err)
-		}
-		port := freePorts(t, 1)[0]
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		text := fmt.Sprintf("listen: %q\njetstream { store_dir: %q }\ntls { cert_file: %q, key_file: %q }\naccounts: %s\n",
-			addr, t.TempDir(), cert, key, regexp.MustCompile(`"<<\s+(.*?)\s+>>"`).ReplaceAll(accounts.Bytes(), []byte("$1")))
-		file := filepath.Join(t.TempDir(), "nats.conf")
-		if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		startProc(t, "nats-server", addr, "--config", file) // the passwords come from the environment, as in the chart's pods
-		checkNATSUsers(t, "tls://"+addr,
-			natsCreds{user: f["nats-user"], password: readPassword(t, file0(t, c, nw, boot, configs, f["nats-password-file"])), ca: file0(t, c, nw, boot, configs, f["nats-tls-ca"])},
-			natsCreds{user: localnet.NATSConsumerUser, password: readPassword(t, filepath.Join(boot.dir, "consumer", "nats.password")), ca: filepath.Join(boot.dir, "consumer", "ca.pem")},
-			nil)
-		break
 	}
 
 	caKey, err := os.ReadFile(filepath.Join(boot.dir, "ca", "ca-key.pem"))
@@ -1093,4 +1083,412 @@ func (d *deployment) checkK8sTLS(t *testing.T, cs []*container, nw *k8sNetwork, 
 			}
 		}
 	}
+}
+
+// Chart nats 1.x: its server container's name, and where it mounts the
+// nats.conf it renders (ConfigMap <release>-config), which an include is
+// relative to.
+const (
+	natsContainer      = "nats"
+	natsChartConfigDir = "/etc/nats-config"
+)
+
+// natsPod is a pod of the NATS release's StatefulSet as chart nats 1.x
+// renders it from nats-values.yaml, as far as byzlog's values reach it:
+// the chart's nats container (name, image, client port, --config, and its
+// config and pid volumes) with container.merge and container.patch
+// applied, then the pod with podTemplate.merge and podTemplate.patch, as
+// the chart applies them (Helm's mergeOverwrite, then JSON Patch), decoded
+// strictly. Its nats-server listens as the chart's nats.conf says
+// (config.nats.port, TLS, config.merge.http). The routes (checked in
+// checkK8sTLS) and the chart's config reloader, which byzlog's containers
+// do not use, are left out.
+func (d *deployment) natsPod(t *testing.T, v natsValues) *workload {
+	t.Helper()
+	nats := map[string]any{
+		"name":  natsContainer,
+		"image": fmt.Sprintf("%v:%v", v.get("container", "image", "repository"), v.get("container", "image", "tag")),
+		"ports": []any{map[string]any{"name": "nats", "containerPort": v.port}},
+		"args":  []any{"--config", natsChartConfigDir + "/nats.conf"},
+		"env":   []any{map[string]any{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}}},
+		"volumeMounts": []any{
+			map[string]any{"name": "config", "mountPath": natsChartConfigDir},
+			map[string]any{"name": "pid", "mountPath": "/var/run/nats"},
+		},
+	}
+	ctr, err := mergePatch(nats, v.get("container", "merge"), v.get("container", "patch"))
+	if err != nil {
+		t.Errorf("k8s/nats-values.yaml: container: %v", err)
+		return nil
+	}
+	labels := map[string]any{"app.kubernetes.io/name": "nats", "app.kubernetes.io/instance": v.release}
+	pod, err := mergePatch(map[string]any{
+		"metadata": map[string]any{"labels": labels},
+		"spec": map[string]any{
+			"containers": []any{ctr},
+			"volumes": []any{
+				map[string]any{"name": "config", "configMap": map[string]any{"name": v.release + "-config"}},
+				map[string]any{"name": "pid", "emptyDir": map[string]any{}},
+			},
+		},
+	}, v.get("podTemplate", "merge"), v.get("podTemplate", "patch"))
+	if err != nil {
+		t.Errorf("k8s/nats-values.yaml: podTemplate: %v", err)
+		return nil
+	}
+	j, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tpl corev1.PodTemplateSpec
+	if err := strictDecode(j, &tpl); err != nil {
+		t.Errorf("k8s/nats-values.yaml: the NATS server pod, with container.patch and podTemplate.patch: %v", err)
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, vol := range tpl.Spec.Volumes {
+		if seen[vol.Name] {
+			t.Errorf("k8s/nats-values.yaml: the NATS server pod has two volumes named %s", vol.Name)
+		}
+		seen[vol.Name] = true
+	}
+	replicas := int32(1)
+	if r, ok := v.get("config", "cluster", "replicas").(float64); ok && v.get("config", "cluster", "enabled") == true {
+		replicas = int32(r)
+	}
+	conf := map[string]any{"port": int64(v.port)}
+	if v.tls {
+		conf["tls"] = map[string]any{}
+	}
+	if mon, _ := v.get("config", "merge", "http").(string); mon != "" {
+		conf["http"] = mon
+	}
+	return &workload{kind: "StatefulSet", name: v.release, file: "nats-values.yaml", replicas: replicas,
+		serviceName: v.release + "-headless", labels: tpl.Labels, spec: tpl.Spec,
+		chart: true, natsConf: conf, chartVolumes: map[string]bool{"config": true, "pid": true}}
+}
+
+// mergePatch is doc with merge merged over it (Helm's mergeOverwrite:
+// maps merge, everything else is replaced) and then patch applied (JSON
+// Patch), on a copy: the values stay as they are.
+func mergePatch(doc, merge, patch any) (any, error) {
+	var out any
+	b, err := json.Marshal(map[string]any{"doc": doc, "merge": merge, "patch": patch})
+	if err != nil {
+		return nil, err
+	}
+	var cp struct {
+		Doc   any   `json:"doc"`
+		Merge any   `json:"merge"`
+		Patch []any `json:"patch"`
+	}
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return nil, fmt.Errorf("patch: want a list of operations: %w", err)
+	}
+	out = cp.Doc
+	if m, ok := cp.Merge.(map[string]any); ok {
+		d, ok := out.(map[string]any)
+		if !ok {
+			return nil, errors.New("merge into what is no map")
+		}
+		out = mergeOverwrite(d, m)
+	}
+	for i, o := range cp.Patch {
+		op, _ := o.(map[string]any)
+		name, _ := op["op"].(string)
+		p, _ := op["path"].(string)
+		if !strings.HasPrefix(p, "/") {
+			return nil, fmt.Errorf("patch %d: path %q: want a JSON pointer (/a/b)", i, p)
+		}
+		var keys []string
+		for _, k := range strings.Split(p[1:], "/") {
+			keys = append(keys, strings.NewReplacer("~1", "/", "~0", "~").Replace(k))
+		}
+		if out, err = patchAt(out, keys, name, op["value"]); err != nil {
+			return nil, fmt.Errorf("patch %d (%s %s): %w", i, name, p, err)
+		}
+	}
+	return out, nil
+}
+
+func mergeOverwrite(dst, src map[string]any) map[string]any {
+	for k, sv := range src {
+		if sm, ok := sv.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				dst[k] = mergeOverwrite(dm, sm)
+				continue
+			}
+		}
+		dst[k] = sv
+	}
+	return dst
+}
+
+// patchAt applies a JSON Patch add, remove or replace at keys below node.
+func patchAt(node any, keys []string, op string, value any) (any, error) {
+	if op != "add" && op != "remove" && op != "replace" {
+		return nil, fmt.Errorf("op %q: the chart's patches here use add, remove or replace", op)
+	}
+	k, last := keys[0], len(keys) == 1
+	switch n := node.(type) {
+	case map[string]any:
+		child, has := n[k]
+		switch {
+		case last && op == "add":
+			n[k] = value
+		case !has:
+			return nil, fmt.Errorf("no member %q", k)
+		case last && op == "remove":
+			delete(n, k)
+		case last:
+			n[k] = value
+		default:
+			c, err := patchAt(child, keys[1:], op, value)
+			if err != nil {
+				return nil, err
+			}
+			n[k] = c
+		}
+		return n, nil
+	case []any:
+		if last && op == "add" && k == "-" {
+			return append(n, value), nil
+		}
+		i, err := strconv.Atoi(k)
+		if err != nil || i < 0 || i > len(n) || (i == len(n) && !(last && op == "add")) {
+			return nil, fmt.Errorf("no index %q in a list of %d", k, len(n))
+		}
+		switch {
+		case last && op == "add":
+			return slices.Insert(n, i, value), nil
+		case last && op == "remove":
+			return slices.Delete(n, i, i+1), nil
+		case last:
+			n[i] = value
+			return n, nil
+		}
+		c, err := patchAt(n[i], keys[1:], op, value)
+		if err != nil {
+			return nil, err
+		}
+		n[i] = c
+		return n, nil
+	}
+	return nil, fmt.Errorf("%q: below a value that is no object or list", k)
+}
+
+var reEnvArg = regexp.MustCompile(`^\$\(([A-Za-z_][A-Za-z0-9_]*)\)$`)
+
+// fromPodName says whether value, an argument of c, is its pod's name:
+// $(VAR), which Kubernetes expands from c's env, with VAR from the
+// downward API's metadata.name.
+func (w *workload) fromPodName(c *container, value string) bool {
+	m := reEnvArg.FindStringSubmatch(value)
+	if m == nil {
+		return false
+	}
+	for _, e := range w.kube[c].Env {
+		if e.Name == m[1] {
+			return e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+		}
+	}
+	return false
+}
+
+// checkK8sAuthz checks that the NATS servers' read permissions follow the
+// topics' readers, as compose's do: every NATS server pod runs one
+// byzlog-indexer (checkK8sSidecar), and every byzlog-indexer runs in such
+// a pod.
+func (d *deployment) checkK8sAuthz(t *testing.T, nw *k8sNetwork, boot *k8sBoot, configs map[string]map[string][]byte, v natsValues) {
+	found := false
+	for _, w := range nw.workloads {
+		var srv *container
+		var idxs []*container
+		for _, c := range w.containers {
+			switch c.binary {
+			case "nats-server":
+				srv = c
+			case "byzlog-indexer":
+				idxs = append(idxs, c)
+			}
+		}
+		if w.chart {
+			found = true
+			if len(idxs) != 1 {
+				t.Errorf("k8s/nats-values.yaml: the NATS server pods run %d byzlog-indexer containers, want one beside each server (podTemplate.patch): without it no server's accounts follow the topics' readers, and two would share one file", len(idxs))
+			}
+		}
+		for _, idx := range idxs {
+			if srv == nil {
+				t.Errorf("%s: runs beside no NATS server: run it in the NATS release's pods (nats-values.yaml podTemplate.patch), where it keeps its server's accounts (--nats-authz)", idx.where)
+				continue
+			}
+			d.checkK8sSidecar(t, w, idx, srv, nw, boot, configs, v)
+		}
+	}
+	if !found {
+		t.Errorf("k8s/nats-values.yaml: no NATS server pod to check")
+	}
+}
+
+// reCopy finds `cp SRC DST` in an init container's script.
+var reCopy = regexp.MustCompile(`\bcp\s+(/\S+)\s+(/\S+?);?(?:\s|$)`)
+
+// checkK8sSidecar checks the indexer idx beside the NATS server srv in
+// pod w: it dials srv on loopback (it has the server its connection
+// reached reload, which must be the one that reads the file it writes);
+// the accounts file its --nats-authz spec names is on an emptyDir of the
+// pod (one per server) that it mounts writable and srv read-only, at the
+// path srv's config includes; a plain init container writes that file
+// before nats-server starts, with what indexer/natsauth renders for no
+// topic; and the spec's users and passwords are the ones the indexer and
+// consumers hold. Then it runs a nats-server configured as the chart
+// configures srv, starting from the init container's file, renders and
+// reloads the accounts as idx does, and checks the users (checkNATSUsers).
+func (d *deployment) checkK8sSidecar(t *testing.T, w *workload, idx, srv *container, nw *k8sNetwork, boot *k8sBoot, configs map[string]map[string][]byte, v natsValues) {
+	f := idx.inv.flags
+	for _, n := range strings.Split(f["nats"], ",") {
+		if u, err := url.Parse(n); err == nil && !loopback(u.Hostname()) {
+			t.Errorf("%s: --nats %s: dial this pod's server on loopback: the indexer has the server it is connected to reload, and only this pod's reads the file it writes", idx.where, n)
+		}
+	}
+	if f["nats-authz"] == "" {
+		t.Errorf("%s: no --nats-authz: NATS's read permissions would not follow the topics' readers", idx.where)
+		return
+	}
+	specFile, err := podFile(t, idx, nw, boot, configs, f["nats-authz"])
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	spec, err := natsauthSpec(specFile)
+	if err != nil {
+		t.Errorf("%s: --nats-authz: %v", idx.where, err)
+		return
+	}
+	// onVolume is where p is for c: the volume and the path on it.
+	onVolume := func(c *container, p string) (*mount, string) {
+		m := c.mountOf(p)
+		if m == nil {
+			return nil, ""
+		}
+		return m, strings.TrimPrefix(strings.TrimPrefix(p, strings.TrimSuffix(m.target, "/")), "/")
+	}
+	m, rel := onVolume(idx, spec.Conf)
+	if m == nil {
+		t.Errorf("%s: --nats-authz conf %s is on none of its mounts (%s)", idx.where, spec.Conf, describeMounts(idx.mounts))
+		return
+	}
+	if m.readOnly {
+		t.Errorf("%s: --nats-authz conf %s is on a read-only mount: the indexer rewrites it", idx.where, spec.Conf)
+	}
+	vol := m.volume
+	if !slices.ContainsFunc(w.spec.Volumes, func(kv corev1.Volume) bool { return kv.Name == vol && kv.EmptyDir != nil }) {
+		t.Errorf("%s: --nats-authz conf %s is on volume %s: want an emptyDir of the pod, which nats-server mounts too (a ConfigMap or Secret is read-only, and the file is this server's alone)", idx.where, spec.Conf, vol)
+	}
+	included := path.Join(natsChartConfigDir, v.include)
+	if v.include != "" {
+		sm, srel := onVolume(srv, included)
+		switch {
+		case sm == nil:
+			t.Errorf("%s: its nats.conf includes %s (config.merge.$include), which is on none of its mounts (%s): mount volume %s there (container.patch)", srv.where, included, describeMounts(srv.mounts), vol)
+		case sm.volume != vol || srel != rel:
+			t.Errorf("%s: its nats.conf includes %s (%s on volume %s), but %s rewrites %s (%s on volume %s): another file", srv.where, included, srel, sm.volume, idx.where, spec.Conf, rel, vol)
+		case !sm.readOnly:
+			t.Errorf("%s: mounts volume %s, the accounts file's, writable: only the indexer writes it", srv.where, vol)
+		}
+	}
+	want, err := natsauth.Render(spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	initial := ""
+	for _, c := range w.containers {
+		if !w.initOnly[c] {
+			continue
+		}
+		for _, cp := range reCopy.FindAllStringSubmatch(c.script, -1) {
+			dm, drel := onVolume(c, cp[2])
+			if dm == nil || dm.volume != vol || drel != rel {
+				continue
+			}
+			if dm.readOnly {
+				t.Errorf("%s: copies the accounts file onto a read-only mount", c.where)
+			}
+			src, err := podFile(t, c, nw, boot, configs, cp[1])
+			if err != nil {
+				t.Errorf("%s: copies %s into the accounts file: %v", c.where, cp[1], err)
+				continue
+			}
+			initial = readFile(t, src)
+			if initial != want {
+				t.Errorf("%s: the accounts file it starts the server with (%s) is not what indexer/natsauth renders for no topic with --nats-authz %s, which it must be:\n got:\n%s\n want:\n%s", c.where, cp[1], f["nats-authz"], initial, want)
+			}
+		}
+	}
+	if initial == "" {
+		t.Errorf("k8s/%s %s/%s: no init container copies the accounts file onto volume %s (cp FILE %s) before nats-server starts, which cannot start without the file it includes", w.file, w.kind, w.name, vol, spec.Conf)
+		return
+	}
+	indexer := natsCreds{user: f["nats-user"], password: readPassword(t, file0(t, idx, nw, boot, configs, f["nats-password-file"])), ca: file0(t, idx, nw, boot, configs, f["nats-tls-ca"])}
+	consumer := natsCreds{user: localnet.NATSConsumerUser, password: readPassword(t, filepath.Join(boot.dir, "consumer", "nats.password")), ca: filepath.Join(boot.dir, "consumer", "ca.pem")}
+	for _, u := range []struct {
+		creds natsCreds
+		spec  natsauth.User
+		from  string
+	}{{indexer, spec.Indexer, "its --nats-user and --nats-password-file"}, {consumer, spec.Consumer, "bootstrap.sh's consumer/nats.password"}} {
+		if u.spec.Name != u.creds.user || u.spec.Password != u.creds.password {
+			t.Errorf("%s: --nats-authz: user %s with its password, want %s with the password of %s", idx.where, u.spec.Name, u.creds.user, u.from)
+		}
+	}
+	if t.Failed() || v.include == "" {
+		return
+	}
+
+	// One NATS server as the chart configures srv (client port, TLS with
+	// nats-tls, the include as the chart writes it), on loopback, starting
+	// from the init container's file.
+	cert, key, err := natsCertFiles(t, configs, v, "nats")
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	root := t.TempDir()
+	confFile := filepath.Join(root, filepath.FromSlash(natsChartConfigDir), "nats.conf")
+	local := spec
+	local.Conf = filepath.Join(root, filepath.FromSlash(included))
+	for _, dir := range []string{filepath.Dir(confFile), filepath.Dir(local.Conf)} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0])
+	text := fmt.Sprintf("listen: %q\njetstream { store_dir: %q }\ntls { cert_file: %q, key_file: %q }\ninclude %s;\n", addr, t.TempDir(), cert, key, v.include)
+	if err := os.WriteFile(confFile, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(local.Conf, []byte(initial), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startProc(t, "nats-server", addr, "--config", confFile)
+	natsURL := "tls://" + addr
+	render := func(ctx context.Context, topics []natsauth.Topic) error {
+		// As the indexer does: write the file, then have the server its
+		// own connection reached reload, through the reloader.
+		if err := natsauth.Write(local, topics); err != nil {
+			return err
+		}
+		nc, err := nats.Connect(natsURL, nats.UserInfo(indexer.user, indexer.password), nats.RootCAs(indexer.ca))
+		if err != nil {
+			return fmt.Errorf("connect as the indexer: %w", err)
+		}
+		defer nc.Close()
+		sys, err := nats.Connect(natsURL, nats.UserInfo(spec.Reloader.Name, spec.Reloader.Password), nats.RootCAs(indexer.ca))
+		if err != nil {
+			return fmt.Errorf("connect as the reloader: %w", err)
+		}
+		defer sys.Close()
+		return natsauth.Reload(ctx, sys, nc.ConnectedServerId())
+	}
+	checkNATSUsers(t, natsURL, indexer, consumer, render)
 }

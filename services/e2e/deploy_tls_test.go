@@ -14,14 +14,12 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/conf"
 
-	"github.com/byzlog/byzlog/indexer/layout"
 	"github.com/byzlog/byzlog/indexer/natsauth"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
@@ -83,53 +81,6 @@ func natsUsers(accounts any) map[string]map[string]any {
 	return out
 }
 
-// withoutPasswords is v with every "password" key taken out, so accounts
-// blocks compare by their users and permissions alone.
-func withoutPasswords(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range x {
-			if k != "password" {
-				out[k] = withoutPasswords(e)
-			}
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = withoutPasswords(e)
-		}
-		return out
-	case []string:
-		out := make([]any, len(x))
-		for i, e := range x {
-			out[i] = e
-		}
-		return out
-	}
-	return v
-}
-
-func canonJSON(v any) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // subjects hold '>'
-	if err := enc.Encode(withoutPasswords(v)); err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	return strings.TrimSpace(b.String())
-}
-
-// checkNATSAccounts compares accounts blocks by their users and
-// permissions, passwords aside, their lists as sets.
-func checkNATSAccounts(t *testing.T, where string, got, want any) {
-	t.Helper()
-	if g, w := canonJSON(sameSets(withoutPasswords(got))), canonJSON(sameSets(withoutPasswords(want))); g != w {
-		t.Errorf("%s: NATS accounts differ from what indexer/natsauth grants, which they must follow:\n got  %s\n want %s", where, g, w)
-	}
-}
-
 // natsauthSpec reads an indexer's --nats-authz file.
 func natsauthSpec(file string) (natsauth.Spec, error) {
 	var spec natsauth.Spec
@@ -144,88 +95,6 @@ func natsauthSpec(file string) (natsauth.Spec, error) {
 		return spec, fmt.Errorf("%s: %w", file, err)
 	}
 	return spec, nil
-}
-
-// staticNATSAccountsWant is what a static accounts block (Kubernetes',
-// where no indexer can re-render the servers' files) must grant, derived
-// from natsauth so it cannot drift: the indexer as natsauth renders it;
-// the consumer user natsauth's reads of every stream (its stream names
-// widened to *), with each of them on the indexer's cursor bucket denied,
-// and subscriptions to its inbox and byzlog.>. Passwords aside.
-func staticNATSAccountsWant(t *testing.T, account string) any {
-	t.Helper()
-	spec := natsauth.Spec{Conf: "accounts.conf", Account: account,
-		Indexer:  natsauth.User{Name: localnet.NATSIndexerUser, Password: "x"},
-		Consumer: natsauth.User{Name: localnet.NATSConsumerUser, Password: "x"},
-		Reloader: natsauth.User{Name: "reloader", Password: "x"}}
-	const topic = "t"
-	text, err := natsauth.Render(spec, []natsauth.Topic{{Name: topic}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := conf.Parse(text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	users := natsUsers(m["accounts"])
-	cons, _ := users[localnet.NATSConsumerUser]["permissions"].(map[string]any)
-	pub, _ := cons["publish"].(map[string]any)
-	allow, _ := pub["allow"].([]any)
-	deny, _ := pub["deny"].([]any)
-	kv := "KV_" + layout.CursorBucket
-	var wAllow, wDeny []any
-	seen := map[string]bool{}
-	for _, a := range allow {
-		s, _ := a.(string)
-		wide := strings.NewReplacer("."+layout.StreamName(topic), ".*", "."+layout.BlocksStream, ".*").Replace(s)
-		if !seen[wide] {
-			seen[wide] = true
-			wAllow = append(wAllow, wide)
-		}
-		if strings.Contains(s, "."+layout.StreamName(topic)) {
-			wDeny = append(wDeny, strings.Replace(s, "."+layout.StreamName(topic), "."+kv, 1))
-		}
-	}
-	for _, d := range deny {
-		if s, _ := d.(string); !slices.Contains(wDeny, any(s)) {
-			wDeny = append(wDeny, s)
-		}
-	}
-	return map[string]any{account: map[string]any{
-		"jetstream": "enabled",
-		"users": []any{
-			users[localnet.NATSIndexerUser],
-			map[string]any{"user": localnet.NATSConsumerUser, "permissions": map[string]any{
-				"publish":   map[string]any{"allow": wAllow, "deny": wDeny},
-				"subscribe": map[string]any{"allow": []any{"_INBOX.>", "byzlog.>"}},
-			}},
-		},
-	}}
-}
-
-// sameSets sorts every list of strings in v, so lists compare as sets.
-func sameSets(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		out := map[string]any{}
-		for k, e := range x {
-			out[k] = sameSets(e)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		strs := true
-		for i, e := range x {
-			out[i] = sameSets(e)
-			_, ok := e.(string)
-			strs = strs && ok
-		}
-		if strs {
-			slices.SortFunc(out, func(a, b any) int { return strings.Compare(a.(string), b.(string)) })
-		}
-		return out
-	}
-	return v
 }
 
 // checkGeneratedTLS checks the certificates and NATS credentials
