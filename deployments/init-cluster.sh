@@ -47,8 +47,8 @@ Output in DIR, one directory per audience (copy each only where it is needed):
   ca/ca.pem, ca-key.pem   the CA and its key, with every certificate issued: keep it
                           offline (`byzlog certs --dir ca NAME` issues more)
   k8s/*.yaml              with --k8s: ConfigMap validator-config and Secrets
-                          validator-keys, gateway-tls, nats-tls, nats-users and
-                          indexer-nats for deployments/k8s
+                          validator-keys, gateway-tls, nats-tls and indexer-nats
+                          for deployments/k8s (bootstrap.sh adds nats-authz)
 
 Usage:
   init-cluster.sh --out DIR [flags]
@@ -365,12 +365,11 @@ if $k8s; then
   manifest Secret gateway-tls gateway "ca.pem=$tmp/ca/ca.pem" "gateway.pem=$tmp/ca/gateway.pem" \
     "gateway-key.pem=$tmp/ca/gateway-key.pem" >"$tmp/k8s/gateway-tls.yaml"
   # The NATS Helm release (nats-values.yaml) serves clients and routes with
-  # nats-tls and reads its users' passwords from nats-users (its accounts are
-  # static: see deployments/README.md, Kubernetes).
+  # nats-tls; its accounts come from the indexer beside each server, starting
+  # from the nats-authz Secret bootstrap.sh writes (deployments/README.md,
+  # Kubernetes).
   manifest Secret nats-tls nats "ca.pem=$tmp/ca/ca.pem" "nats.pem=$tmp/ca/nats.pem" \
     "nats-key.pem=$tmp/ca/nats-key.pem" >"$tmp/k8s/nats-tls.yaml"
-  manifest Secret nats-users nats "indexer-password=$tmp/indexer/nats.password" \
-    "consumer-password=$tmp/consumer/nats.password" >"$tmp/k8s/nats-users.yaml"
   manifest Secret indexer-nats indexer "ca.pem=$tmp/ca/ca.pem" \
     "nats.password=$tmp/indexer/nats.password" >"$tmp/k8s/indexer-nats.yaml"
 fi

@@ -35,8 +35,8 @@ accounts_dir=/etc/nats-accounts # where nats-values.yaml mounts the accounts fil
 [ -f "$out/genesis/genesis.json" ] || exit 0 # --help
 
 # The NATS servers take their users from the accounts file their indexer
-# keeps, not from the environment: init-cluster.sh's nats-users Secret (for
-# static accounts) is not used here.
+# keeps, not from the environment: a nats-users Secret an older
+# init-cluster.sh wrote (for static accounts) is not used here.
 rm -f "$out/k8s/nats-users.yaml"
 conf=$(jq -r .conf "$out/indexer/authz.json")
 if [ "$conf" != "$accounts_dir/accounts.conf" ]; then
