@@ -1,8 +1,18 @@
-// Package gateway will own byzlog's produce path: the gRPC and HTTP produce
-// API, bundling of producers' signed batches into CometBFT transactions,
-// submission with failover, and receipts taken from committed blocks; its
-// client subpackage will be the producer SDK. It must never hold state a
-// restart would lose, nor be trusted with anything a producer did not sign.
-// The module is part of the workspace now so the layout is fixed; its code
-// lands with the gateway issue.
+// Package gateway is byzlog's stateless produce path. It serves the gRPC
+// and HTTP APIs (service.go, http.go) and admits only batches that can
+// commit, within per-producer and global bounds (admission.go). It bundles
+// them for a linger into CometBFT transactions and submits each to a
+// healthy node, failing over to another (gateway.go; the node pool is the
+// nodes subpackage). It uses a block, its results or a transaction lookup
+// only once f+1 nodes report the same (confirm.go), and answers each batch
+// with a receipt and proofs from the block's results, so a client checks
+// it against headers instead of trusting the gateway. A batch that is in
+// two bundles at once (conflict.go) and a node's word that a batch is a
+// duplicate (duplicate.go) are settled from committed blocks, never from
+// one node's answer. It relays light blocks for clients' light clients
+// (lightblock.go).
+//
+// It holds nothing a restart would lose and signs nothing: a batch is the
+// producer's, an admin request the admin's. The client subpackage is the
+// producer and admin SDK.
 package gateway

@@ -96,12 +96,17 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 	var sendMu sync.Mutex
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, maxStreamInFlight)
-	var sendErr error
+	var sendErr error // the first failed send; later answers are dropped
 	defer wg.Wait()
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
-			return nil
+			// The client is done sending: its answers still go out, and a
+			// send that failed fails the stream.
+			wg.Wait()
+			sendMu.Lock()
+			defer sendMu.Unlock()
+			return sendErr
 		}
 		if err != nil {
 			return err
