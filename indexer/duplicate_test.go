@@ -20,13 +20,7 @@ import (
 func TestDuplicateIsChecked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
-	cfg := Default()
-	cfg.ChainID, cfg.Nodes = "c", []string{"127.0.0.1:1", "127.0.0.1:2"}
-	p, err := newPublisher(ctx, nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startPublisher(ctx, t)
 	if _, err := p.stream(ctx, "t"); err != nil {
 		t.Fatal(err)
 	}

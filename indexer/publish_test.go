@@ -421,13 +421,7 @@ func FuzzBlockInfo(f *testing.F) {
 func TestDeletedStreamIsMadeAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
-	cfg := Default()
-	cfg.ChainID, cfg.Nodes = "c", []string{"127.0.0.1:1", "127.0.0.1:2"}
-	p, err := newPublisher(ctx, nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startPublisher(ctx, t)
 	m := newMetrics()
 	futs, err := p.publish(ctx, testBlock(1, 0, 2, time.Now()), m)
 	if err != nil {
@@ -452,4 +446,16 @@ func TestDeletedStreamIsMadeAgain(t *testing.T) {
 	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 4 {
 		t.Fatalf("topic stream made again holds %v messages (%v), want block 2's 4", info.State.Msgs, err)
 	}
+}
+
+// startPublisher is a publisher of chain "c" on a NATS of its own.
+func startPublisher(ctx context.Context, t *testing.T) *publisher {
+	t.Helper()
+	cfg := Default()
+	cfg.ChainID, cfg.Nodes = "c", []string{"127.0.0.1:1", "127.0.0.1:2"}
+	p, err := newPublisher(ctx, startNATS(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	neturl "net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,16 +33,9 @@ func forbiddenReader(ctx context.Context, env *Env, t *Tally) error {
 	if env.NATSURL == "" || env.Secret == "" {
 		return errors.New("forbidden-reader: the cluster has no NATS or no secret topic to attack")
 	}
-	var violation atomic.Value // string: the server refuses a request asynchronously
-	violation.Store("")
-	nc, err := nats.Connect(env.NATSURL, append([]nats.Option{nats.Name("byzlog attack forbidden-reader"),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				violation.Store(err.Error())
-			}
-		})}, env.NATSOptions...)...)
+	nc, v, err := connectWatching(env, "forbidden-reader")
 	if err != nil {
-		return fmt.Errorf("forbidden-reader: connect as a consumer: %w", err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -61,15 +53,12 @@ func forbiddenReader(ctx context.Context, env *Env, t *Tally) error {
 			return err
 		}
 		sleep(ctx, 100*time.Millisecond) // the refusal comes after the flush
-		if v := violation.Load().(string); v != "" {
-			return errors.New(v)
+		if last := v.last(); last != "" {
+			return errors.New(last)
 		}
 		return nil
 	}
-	tries := []struct {
-		name string
-		do   func(ctx context.Context, i int) error
-	}{
+	tries := []try{
 		{"make a consumer of the secret topic's stream", func(ctx context.Context, i int) error {
 			_, err := js.CreateOrUpdateConsumer(ctx, stream, jetstream.ConsumerConfig{Name: fmt.Sprintf("intruder-%d", i), InactiveThreshold: 10 * time.Second})
 			return err
@@ -110,26 +99,7 @@ func forbiddenReader(ctx context.Context, env *Env, t *Tally) error {
 			return nil
 		}},
 	}
-	for i := 0; ctx.Err() == nil && i < 2000; i++ {
-		try := tries[i%len(tries)]
-		violation.Store("")
-		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		err := try.do(cctx, i)
-		cancel()
-		if ctx.Err() != nil {
-			break
-		}
-		if v := violation.Load().(string); err != nil && v != "" {
-			err = errors.New(v)
-		}
-		if err != nil {
-			t.count(0, try.name+": "+err.Error(), nil)
-		} else {
-			t.count(0, "", nil)
-			t.note("NATS let an intruder %s", try.name)
-		}
-		sleep(ctx, 20*time.Millisecond)
-	}
+	runTries(ctx, t, tries, 500*time.Millisecond, v, "NATS let an intruder %s")
 	return nil
 }
 
@@ -144,10 +114,6 @@ func foreignCA(ctx context.Context, env *Env, t *Tally) error {
 	}
 	noCert := env.TLS.Clone()
 	noCert.Certificates = nil
-	type try struct {
-		name string
-		do   func(ctx context.Context, i int) error
-	}
 	var tries []try
 	for g, addr := range env.Gateways {
 		for _, c := range []struct {
@@ -191,22 +157,7 @@ func foreignCA(ctx context.Context, env *Env, t *Tally) error {
 	tries = append(tries, try{"NATS in plaintext with the consumer's password", func(ctx context.Context, _ int) error {
 		return plaintextNATS(ctx, env.NATSURL, env.NATSPassword)
 	}})
-	for i := 0; ctx.Err() == nil && i < 2000; i++ {
-		tr := tries[i%len(tries)]
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := tr.do(cctx, i)
-		cancel()
-		if ctx.Err() != nil {
-			break
-		}
-		if err != nil {
-			t.count(0, tr.name+": "+err.Error(), nil)
-		} else {
-			t.count(0, "", nil)
-			t.note("let in: %s", tr.name)
-		}
-		sleep(ctx, 20*time.Millisecond)
-	}
+	runTries(ctx, t, tries, 2*time.Second, nil, "let in: %s")
 	return nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -21,19 +20,9 @@ func natsIntruder(ctx context.Context, env *Env, t *Tally) error {
 	if env.NATSURL == "" {
 		return errors.New("nats-intruder: the cluster has no NATS to attack")
 	}
-	// The server answers a forbidden publish with an asynchronous
-	// permissions violation, not a reply: the try times out, and the
-	// violation says why.
-	var violation atomic.Value // string
-	violation.Store("")
-	nc, err := nats.Connect(env.NATSURL, append([]nats.Option{nats.Name("byzlog attack nats-intruder"),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				violation.Store(err.Error())
-			}
-		})}, env.NATSOptions...)...)
+	nc, v, err := connectWatching(env, "nats-intruder")
 	if err != nil {
-		return fmt.Errorf("nats-intruder: connect as a consumer: %w", err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -41,10 +30,7 @@ func natsIntruder(ctx context.Context, env *Env, t *Tally) error {
 		return err
 	}
 	stream := layout.StreamName(env.Topic)
-	tries := []struct {
-		name string
-		do   func(ctx context.Context, i int) error
-	}{
+	tries := []try{
 		{"publish a forged record", func(ctx context.Context, i int) error {
 			m := nats.NewMsg(layout.Subject(env.Topic, 0))
 			m.Data = []byte("forged")
@@ -79,25 +65,6 @@ func natsIntruder(ctx context.Context, env *Env, t *Tally) error {
 			return err
 		}},
 	}
-	for i := 0; ctx.Err() == nil && i < 2000; i++ {
-		try := tries[i%len(tries)]
-		violation.Store("")
-		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		err := try.do(cctx, i)
-		cancel()
-		if ctx.Err() != nil {
-			break
-		}
-		if v := violation.Load().(string); err != nil && v != "" {
-			err = errors.New(v)
-		}
-		if err != nil {
-			t.count(0, try.name+": "+err.Error(), nil)
-		} else {
-			t.count(0, "", nil)
-			t.note("NATS let a consumer %s", try.name)
-		}
-		sleep(ctx, 20*time.Millisecond)
-	}
+	runTries(ctx, t, tries, 500*time.Millisecond, v, "NATS let a consumer %s")
 	return nil
 }
