@@ -67,6 +67,11 @@ lint: deps ## gofmt, go vet over the workspace, every module tidy and building o
 	  (cd $$m && GOWORK=off go build ./...) || { echo "lint: $$m does not build on its own (GOWORK=off)"; exit 1; }; \
 	done
 
+.PHONY: verify-sdk-example
+verify-sdk-example: ## build scripts/sdk-example, a module outside the workspace, against the SDKs as a user's module does
+	cd scripts/sdk-example && GOWORK=off go mod tidy -diff >/dev/null || { echo "verify-sdk-example: scripts/sdk-example/go.mod is not tidy: run (cd scripts/sdk-example && GOWORK=off go mod tidy)"; exit 1; }
+	cd scripts/sdk-example && GOWORK=off go vet . && GOWORK=off go build -o /dev/null .
+
 .PHONY: unit
 unit: deps ## unit and integration tests (real RocksDB) with the race detector
 	go test -race -count=1 -timeout $(UNIT_TIMEOUT) work
@@ -133,7 +138,7 @@ model: ## model-check the protocol with spin (scripts/model): every property pas
 	@scripts/model/run.sh
 
 .PHONY: test
-test: deps build lint verify-proto verify-reference unit e2e model ## everything CI runs
+test: deps build lint verify-sdk-example verify-proto verify-reference unit e2e model ## everything CI runs
 	$(MAKE) --no-print-directory demo DEMO_RECORDS=2000
 	$(MAKE) --no-print-directory chaos-smoke
 	$(MAKE) --no-print-directory attack-smoke

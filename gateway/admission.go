@@ -13,13 +13,13 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Admission: what one producer may hold in the gateway, and which of its
 // batches may be bundled at all. A batch that cannot commit must never
-// reach a bundle: CheckTx lets sequences run up to core.MaxLookahead ahead,
+// reach a bundle: CheckTx lets sequences run up to wire.MaxLookahead ahead,
 // so a batch with a gap passes it, is never valid in a block, and would
 // strand its bundle and hold an in-flight slot until the pending timeout.
 // So a batch is bundled only when its sequence is the producer's next one
@@ -230,9 +230,9 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 			return status.Errorf(codes.FailedPrecondition, "sequence %d of producer %x in %s/%d is pending at this gateway with other contents: a sequence carries one batch; wait for its answer",
 				r.body.Sequence, r.key, r.body.Topic, r.body.Partition)
 		case placeGap:
-			gap := rejected(core.CodeSequenceGap, fmt.Sprintf("producer %x in %s/%d: expected sequence %d, got %d (committed and pending at this gateway); send the missing batches first",
+			gap := rejected(wire.CodeSequenceGap, fmt.Sprintf("producer %x in %s/%d: expected sequence %d, got %d (committed and pending at this gateway); send the missing batches first",
 				r.key, r.body.Topic, r.body.Partition, expected, r.body.Sequence))
-			if reads >= 2 || (reads == 1 && r.body.Sequence > expected+core.MaxLookahead) {
+			if reads >= 2 || (reads == 1 && r.body.Sequence > expected+wire.MaxLookahead) {
 				return gap
 			}
 			if reads == 1 {
@@ -274,25 +274,25 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 func checkRecords(r *request, cfg *byzlogv1.TopicConfig, l *byzlogv1.Limits) error {
 	b := r.body
 	if !allowed(cfg, r.batch.ProducerKey) {
-		return rejected(core.CodeNotAllowed, fmt.Sprintf("producer key %x is not in topic %q's allowed_producers", r.batch.ProducerKey, b.Topic))
+		return rejected(wire.CodeNotAllowed, fmt.Sprintf("producer key %x is not in topic %q's allowed_producers", r.batch.ProducerKey, b.Topic))
 	}
 	if l == nil {
 		return nil
 	}
 	if b.UncompressedSize > l.MaxBatchBytes {
-		return rejected(core.CodeBatchTooLarge, fmt.Sprintf("declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", b.UncompressedSize, l.MaxBatchBytes))
+		return rejected(wire.CodeBatchTooLarge, fmt.Sprintf("declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", b.UncompressedSize, l.MaxBatchBytes))
 	}
 	if b.Codec != byzlogv1.Codec_CODEC_NONE {
 		return nil
 	}
 	if len(b.Records) != int(b.UncompressedSize) {
-		return rejected(core.CodeBatchTooLarge, fmt.Sprintf("records are %d bytes uncompressed, the batch declares %d", len(b.Records), b.UncompressedSize))
+		return rejected(wire.CodeBatchTooLarge, fmt.Sprintf("records are %d bytes uncompressed, the batch declares %d", len(b.Records), b.UncompressedSize))
 	}
 	maxRecord := l.MaxRecordBytes
 	if cfg.GetMaxRecordBytes() != 0 && cfg.GetMaxRecordBytes() < maxRecord {
 		maxRecord = cfg.GetMaxRecordBytes()
 	}
-	if code, msg := scanRecords(b.Records, int(l.MaxBatchRecords), int(l.MaxHeaders), uint64(maxRecord)); code != core.CodeOK {
+	if code, msg := scanRecords(b.Records, int(l.MaxBatchRecords), int(l.MaxHeaders), uint64(maxRecord)); code != wire.CodeOK {
 		return rejected(code, msg)
 	}
 	return nil
@@ -313,9 +313,9 @@ func allowed(cfg *byzlogv1.TopicConfig, key []byte) bool {
 // scanRecords checks a serialized RecordSet's record count, headers per
 // record and record sizes (key + value + headers, as the chain counts
 // them) without allocating.
-func scanRecords(b []byte, maxRecords, maxHeaders int, maxRecord uint64) (core.Code, string) {
-	malformed := func(what string) (core.Code, string) {
-		return core.CodeMalformedTx, "records are not a byzlog.v1.RecordSet: " + what
+func scanRecords(b []byte, maxRecords, maxHeaders int, maxRecord uint64) (wire.Code, string) {
+	malformed := func(what string) (wire.Code, string) {
+		return wire.CodeMalformedTx, "records are not a byzlog.v1.RecordSet: " + what
 	}
 	records := 0
 	for len(b) > 0 {
@@ -337,7 +337,7 @@ func scanRecords(b []byte, maxRecords, maxHeaders int, maxRecord uint64) (core.C
 		}
 		b = b[n:]
 		if records++; records > maxRecords {
-			return core.CodeBatchTooLarge, fmt.Sprintf("batch holds more than the chain's %d records", maxRecords)
+			return wire.CodeBatchTooLarge, fmt.Sprintf("batch holds more than the chain's %d records", maxRecords)
 		}
 		i := records - 1
 		var key, value, hdrs uint64
@@ -367,19 +367,19 @@ func scanRecords(b []byte, maxRecords, maxHeaders int, maxRecord uint64) (core.C
 				value = uint64(len(v))
 			case 3:
 				if headers++; headers > maxHeaders {
-					return core.CodeTooManyHeaders, fmt.Sprintf("record %d has more than the chain's %d headers", i, maxHeaders)
+					return wire.CodeTooManyHeaders, fmt.Sprintf("record %d has more than the chain's %d headers", i, maxHeaders)
 				}
 				hdrs += headerSize(v)
 			}
 		}
 		if size := key + value + hdrs; size > maxRecord {
-			return core.CodeRecordTooLarge, fmt.Sprintf("record %d is %d bytes (key + value + headers), the topic allows %d", i, size, maxRecord)
+			return wire.CodeRecordTooLarge, fmt.Sprintf("record %d is %d bytes (key + value + headers), the topic allows %d", i, size, maxRecord)
 		}
 	}
 	if records == 0 {
-		return core.CodeEmptyBatch, "batch holds no record"
+		return wire.CodeEmptyBatch, "batch holds no record"
 	}
-	return core.CodeOK, ""
+	return wire.CodeOK, ""
 }
 
 // headerSize is a RecordHeader's key and value length (the last of each
@@ -442,12 +442,12 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 				answers[i].err = fmt.Errorf("node %s has not committed height %d", n.Addr, minHeight)
 				return
 			}
-			res, err := n.Client.ABCIQuery(ctx, core.PathProducer, data)
+			res, err := n.Client.ABCIQuery(ctx, wire.PathProducer, data)
 			switch {
 			case err != nil:
 				answers[i].err = err
 			case res.Response.Code != 0:
-				answers[i].err = rejected(core.Code(res.Response.Code), res.Response.Log)
+				answers[i].err = rejected(wire.Code(res.Response.Code), res.Response.Log)
 			default:
 				var ps byzlogv1.ProducerState
 				if err := proto.Unmarshal(res.Response.Value, &ps); err != nil {

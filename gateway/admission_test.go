@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // waitFor polls cond for up to d.
@@ -134,7 +134,7 @@ func TestResubmitSameBytesKeepsSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	offsetsTx, err := sign.OffsetsTx(offsets)
+	offsetsTx, err := wire.OffsetsTx(offsets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestTxAlreadySeen(t *testing.T) {
 	runChain(t, c)
 	g := startGateway(t, c, nil)
 	b := newTestProducer("seen").batch(t, "t", 0, "v")
-	tx, err := sign.BundleTx(b)
+	tx, err := wire.BundleTx(b)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,8 +30,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // testChain is one CometBFT node in a test: its RPC speaks the JSON-RPC
@@ -70,7 +70,7 @@ func newTestChain(t *testing.T, topics ...*byzlogv1.TopicState) *testChain {
 	t.Helper()
 	c := &testChain{chainID: testChainID, store: &memStore{m: map[string][]byte{}}, cache: map[string]bool{},
 		index: map[string][2]int64{}, broadcasts: map[string]int{}, seenMsg: "tx already exists in cache"}
-	params := &byzlogv1.ChainParams{ChainId: c.chainID, Limits: core.DefaultLimits()}
+	params := &byzlogv1.ChainParams{ChainId: c.chainID, Limits: wire.DefaultLimits()}
 	c.store.apply(core.InitChain(params, topics))
 	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
 	t.Cleanup(c.srv.Close)
@@ -288,7 +288,7 @@ func (c *testChain) broadcast(tx []byte) (*ctypes.ResultBroadcastTx, error) {
 	}
 	if c.lieDuplicate {
 		if lie, ok := fakeDuplicate(tx); ok {
-			return &ctypes.ResultBroadcastTx{Code: uint32(core.CodeDuplicate), Log: "duplicate (a lie)", Data: lie, Hash: hash}, nil
+			return &ctypes.ResultBroadcastTx{Code: uint32(wire.CodeDuplicate), Log: "duplicate (a lie)", Data: lie, Hash: hash}, nil
 		}
 	}
 	res, err := core.Check(c.store, tx)
@@ -359,12 +359,12 @@ func (s *memStore) apply(cs core.ChangeSet) {
 
 // testProducer signs batches of one record for a key derived from name.
 type testProducer struct {
-	*sign.Signer
+	*wire.Signer
 }
 
 func newTestProducer(name string) testProducer {
 	seed := sha256.Sum256([]byte(name))
-	return testProducer{sign.NewSigner(ed25519.NewKeyFromSeed(seed[:]), testChainID)}
+	return testProducer{wire.NewSigner(ed25519.NewKeyFromSeed(seed[:]), testChainID)}
 }
 
 func (p testProducer) batch(t *testing.T, topic string, seq uint64, value string) *byzlogv1.SignedBatch {
@@ -452,7 +452,7 @@ func fakeDuplicate(tx []byte) ([]byte, bool) {
 	}
 	out := &byzlogv1.TxOutcome{}
 	for range env.GetProduceBundle().Batches {
-		out.Batches = append(out.Batches, &byzlogv1.BatchResult{Code: uint32(core.CodeDuplicate), Duplicate: true, Height: 1, BaseOffset: 7, RecordCount: 1})
+		out.Batches = append(out.Batches, &byzlogv1.BatchResult{Code: uint32(wire.CodeDuplicate), Duplicate: true, Height: 1, BaseOffset: 7, RecordCount: 1})
 	}
 	b, err := proto.Marshal(out)
 	return b, err == nil

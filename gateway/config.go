@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/gateway/nodes"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Config is a gateway's settings. Default fills every field; Validate names
@@ -132,10 +132,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Linger < 0 || c.Linger > time.Second:
 		return fmt.Errorf("linger (%s) must be between 0 and 1s", c.Linger)
-	case c.MaxBundleBytes < 1<<10 || c.MaxBundleBytes > core.MaxTxBytes-4<<10:
-		return fmt.Errorf("max_bundle_bytes (%d) must be between 1 KiB and the chain's max tx bytes less 4 KiB (%d)", c.MaxBundleBytes, core.MaxTxBytes-4<<10)
-	case c.MaxBundleBatches < 1 || c.MaxBundleBatches > int(core.DefaultLimits().MaxBundleBatches):
-		return fmt.Errorf("max_bundle_batches (%d) must be between 1 and %d", c.MaxBundleBatches, core.DefaultLimits().MaxBundleBatches)
+	case c.MaxBundleBytes < 1<<10 || c.MaxBundleBytes > wire.MaxTxBytes-4<<10:
+		return fmt.Errorf("max_bundle_bytes (%d) must be between 1 KiB and the chain's max tx bytes less 4 KiB (%d)", c.MaxBundleBytes, wire.MaxTxBytes-4<<10)
+	case c.MaxBundleBatches < 1 || c.MaxBundleBatches > int(wire.DefaultLimits().MaxBundleBatches):
+		return fmt.Errorf("max_bundle_batches (%d) must be between 1 and %d", c.MaxBundleBatches, wire.DefaultLimits().MaxBundleBatches)
 	case c.MaxQueuedBytes < int64(c.MaxBundleBytes):
 		return fmt.Errorf("max_queued_bytes (%d) must be at least max_bundle_bytes (%d)", c.MaxQueuedBytes, c.MaxBundleBytes)
 	case c.MaxInFlight < 1:

@@ -14,9 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // jumpQueue puts tx at the front of the test node's mempool, as if another
@@ -61,7 +60,7 @@ func TestBatchCommittedElsewhereSettlesAtOnce(t *testing.T) {
 			if !tc.same {
 				copied = victim.batch(t, "t", 0, "forged under the same sequence")
 			}
-			tx, err := sign.BundleTx(newTestProducer("rewrapper").batch(t, "t", 0, "x"), copied)
+			tx, err := wire.BundleTx(newTestProducer("rewrapper").batch(t, "t", 0, "x"), copied)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +137,7 @@ func lowAndHigh(method string, params json.RawMessage, res any) any {
 			return &lied
 		}
 	case *ctypes.ResultABCIQuery:
-		if r != nil && strings.Contains(string(params), core.PathProducer) {
+		if r != nil && strings.Contains(string(params), wire.PathProducer) {
 			lied := *r
 			lied.Response.Value, _ = proto.Marshal(&byzlogv1.ProducerState{NextSequence: 0})
 			return &lied
@@ -184,7 +183,7 @@ func TestOneNodeCannotSteer(t *testing.T) {
 
 // topicLiar answers every topic query with a topic of 99 partitions.
 func topicLiar(method string, params json.RawMessage, res any) any {
-	if r, ok := res.(*ctypes.ResultABCIQuery); ok && r != nil && strings.Contains(string(params), core.PathTopic) {
+	if r, ok := res.(*ctypes.ResultABCIQuery); ok && r != nil && strings.Contains(string(params), wire.PathTopic) {
 		var info byzlogv1.TopicInfo
 		if proto.Unmarshal(r.Response.Value, &info) == nil && info.Config != nil {
 			info.Config.Partitions = 99
@@ -210,7 +209,7 @@ func TestOneNodeCannotAnswerQueries(t *testing.T) {
 	})
 	for range 5 {
 		var info byzlogv1.TopicInfo
-		if err := g.Query(ctx, core.PathTopic, &byzlogv1.TopicRequest{Name: "t"}, &info); err != nil || info.Config.GetPartitions() == 99 {
+		if err := g.Query(ctx, wire.PathTopic, &byzlogv1.TopicRequest{Name: "t"}, &info); err != nil || info.Config.GetPartitions() == 99 {
 			t.Fatalf("topic query with one liar = %v partitions, %v; want the honest answer", info.Config.GetPartitions(), err)
 		}
 	}
@@ -220,7 +219,7 @@ func TestOneNodeCannotAnswerQueries(t *testing.T) {
 func refuser(method string, _ json.RawMessage, res any) any {
 	if r, ok := res.(*ctypes.ResultBroadcastTx); ok && r != nil && method == "broadcast_tx_sync" {
 		lied := *r
-		lied.Code, lied.Log, lied.Data = uint32(core.CodeBadSignature), "bad_signature: a lie", nil
+		lied.Code, lied.Log, lied.Data = uint32(wire.CodeBadSignature), "bad_signature: a lie", nil
 		return &lied
 	}
 	return res

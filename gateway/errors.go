@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // grpcCode maps a state machine result code to the gRPC code a client
@@ -17,39 +17,39 @@ import (
 // means fix the order or state first, NotFound and PermissionDenied mean
 // what they say; Aborted, ResourceExhausted and Unavailable mean send the
 // same batch again later.
-func grpcCode(c core.Code) codes.Code {
+func grpcCode(c wire.Code) codes.Code {
 	switch c {
-	case core.CodeOK, core.CodeDuplicate:
+	case wire.CodeOK, wire.CodeDuplicate:
 		return codes.OK
-	case core.CodeUnknownTopic, core.CodeUnknownPartition, core.CodeNotFound:
+	case wire.CodeUnknownTopic, wire.CodeUnknownPartition, wire.CodeNotFound:
 		return codes.NotFound
-	case core.CodeNotAllowed, core.CodeNotAdmin, core.CodeNotGroupOwner:
+	case wire.CodeNotAllowed, wire.CodeNotAdmin, wire.CodeNotGroupOwner:
 		return codes.PermissionDenied
-	case core.CodeSequenceGap, core.CodeBadNonce, core.CodeOffsetBackwards, core.CodeSequenceReused:
+	case wire.CodeSequenceGap, wire.CodeBadNonce, wire.CodeOffsetBackwards, wire.CodeSequenceReused:
 		return codes.FailedPrecondition
-	case core.CodeTopicExists:
+	case wire.CodeTopicExists:
 		return codes.AlreadyExists
-	case core.CodeOffsetBeyondEnd, core.CodeOffsetOutOfRange:
+	case wire.CodeOffsetBeyondEnd, wire.CodeOffsetOutOfRange:
 		return codes.OutOfRange
-	case core.CodeUnknownQuery:
+	case wire.CodeUnknownQuery:
 		return codes.Unimplemented
-	case core.CodePending:
+	case wire.CodePending:
 		// Another transaction holds the sequence: retrying the same batch
 		// is answered by its outcome (a duplicate with offsets once it
 		// commits), so the client retries, as after a concurrency conflict.
 		return codes.Aborted
-	case core.CodeMempoolFull:
+	case wire.CodeMempoolFull:
 		return codes.ResourceExhausted
-	case core.CodeExpired:
+	case wire.CodeExpired:
 		return codes.Unavailable
-	case core.CodeInternal:
+	case wire.CodeInternal:
 		return codes.Internal
 	}
 	return codes.InvalidArgument
 }
 
 // rejected is the error for a transaction or batch the state machine refused.
-func rejected(c core.Code, log string) error {
+func rejected(c wire.Code, log string) error {
 	return status.Errorf(grpcCode(c), "%s: %s", c, log)
 }
 

@@ -28,10 +28,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/gateway/nodes"
 	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Gateway bundles, submits and tracks producers' batches.
@@ -259,7 +259,7 @@ func (g *Gateway) decode(b *byzlogv1.SignedBatch) (*request, error) {
 	if b == nil {
 		return nil, status.Error(codes.InvalidArgument, "request carries no batch")
 	}
-	tx, err := sign.BundleTx(b)
+	tx, err := wire.BundleTx(b)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "encode batch: %v", err)
 	}
@@ -271,10 +271,10 @@ func (g *Gateway) decode(b *byzlogv1.SignedBatch) (*request, error) {
 	}
 	var body byzlogv1.BatchBody
 	if err := proto.Unmarshal(b.Body, &body); err != nil {
-		return nil, rejected(core.CodeMalformedTx, "body is not a byzlog.v1.BatchBody: "+err.Error())
+		return nil, rejected(wire.CodeMalformedTx, "body is not a byzlog.v1.BatchBody: "+err.Error())
 	}
 	if chain := g.pool.ChainID(); body.ChainId != chain {
-		return nil, rejected(core.CodeWrongChain, fmt.Sprintf("batch is signed for chain %q, this gateway writes to %q", body.ChainId, chain))
+		return nil, rejected(wire.CodeWrongChain, fmt.Sprintf("batch is signed for chain %q, this gateway writes to %q", body.ChainId, chain))
 	}
 	return &request{batch: b, body: &body, key: string(b.ProducerKey), size: len(tx), done: make(chan answer, 1), g: g}, nil
 }
@@ -370,7 +370,7 @@ func (g *Gateway) submit(ctx context.Context, reqs []*request, release func(), d
 	for i, r := range reqs {
 		batches[i] = r.batch
 	}
-	tx, err := sign.BundleTx(batches...)
+	tx, err := wire.BundleTx(batches...)
 	if err != nil {
 		for _, r := range reqs {
 			r.finish(nil, status.Errorf(codes.Internal, "encode bundle: %v", err))
@@ -404,7 +404,7 @@ func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (Committed, error) {
 		tx: tx, hash: hex.EncodeToString(cmttypes.Tx(tx).Hash()),
 		committed: func(c Committed, res *abci.ExecTxResult) {
 			if res.Code != 0 {
-				ch <- done{c, rejected(core.Code(res.Code), res.Log)}
+				ch <- done{c, rejected(wire.Code(res.Code), res.Log)}
 				return
 			}
 			ch <- done{c, nil}
@@ -517,7 +517,7 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 			}
 			return
 		}
-		code := core.Code(res.Code)
+		code := wire.Code(res.Code)
 		if staleSensitive(code) && !retriedStale {
 			// The node may not have the block that created the topic (or
 			// granted the key) yet, though the pre-check's node had: give
@@ -534,7 +534,7 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 		refusals[res.Code]++
 		// A duplicate is settled by the block it names (confirmDuplicate),
 		// whoever says it.
-		if code == core.CodeDuplicate || refusals[res.Code] >= g.quorum() {
+		if code == wire.CodeDuplicate || refusals[res.Code] >= g.quorum() {
 			if g.untrack(p) {
 				g.rejected(ctx, p, code, res.Log, res.Data, nil)
 			}
@@ -549,9 +549,9 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 
 // staleSensitive reports whether a CheckTx rejection may only mean the node
 // is a block or two behind the state the gateway's pre-check saw.
-func staleSensitive(c core.Code) bool {
+func staleSensitive(c wire.Code) bool {
 	switch c {
-	case core.CodeUnknownTopic, core.CodeUnknownPartition, core.CodeNotAllowed:
+	case wire.CodeUnknownTopic, wire.CodeUnknownPartition, wire.CodeNotAllowed:
 		return true
 	}
 	return false
@@ -598,7 +598,7 @@ func (at txAt) height() int64 { return at.d.Block.Height }
 // f+1 nodes agree on; nil for a CheckTx refusal, which is one node's word,
 // so its duplicates are acknowledged only from the block they name
 // (confirmDuplicate).
-func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, log string, data []byte, at *txAt) {
+func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code wire.Code, log string, data []byte, at *txAt) {
 	for _, t := range g.takeTwins(p) {
 		g.rejected(ctx, t, code, log, data, at)
 	}
@@ -624,7 +624,7 @@ func (g *Gateway) rejected(ctx context.Context, p *pendingTx, code core.Code, lo
 			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: at.height(), TxIndex: at.i, Topic: br.Topic, Partition: br.Partition,
 				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: at.d.Prove(int(at.i), uint32(i), false)}, nil)
 		case br.Code != 0:
-			r.finish(nil, rejected(core.Code(br.Code), br.Log))
+			r.finish(nil, rejected(wire.Code(br.Code), br.Log))
 		default:
 			again = append(again, r)
 		}
@@ -724,7 +724,7 @@ func (g *Gateway) committed(ctx context.Context, p *pendingTx, at txAt) {
 		return
 	}
 	if res.Code != 0 {
-		g.rejected(ctx, p, core.Code(res.Code), res.Log, res.Data, &at)
+		g.rejected(ctx, p, wire.Code(res.Code), res.Log, res.Data, &at)
 		return
 	}
 	var out byzlogv1.TxOutcome
@@ -865,7 +865,7 @@ func (g *Gateway) queryAt(ctx context.Context, path string, req, resp proto.Mess
 				low = min(low, b.height)
 			}
 			if a.code != 0 {
-				return 0, rejected(core.Code(a.code), a.log)
+				return 0, rejected(wire.Code(a.code), a.log)
 			}
 			if err := proto.Unmarshal(a.value, resp); err != nil {
 				return 0, status.Errorf(codes.Internal, "%d nodes answered %s with bytes that do not decode: %v", need, path, err)
@@ -894,7 +894,7 @@ func (g *Gateway) caughtUp(ctx context.Context, n *nodes.Node, h int64) bool {
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		res, err := n.Client.ABCIQuery(cctx, core.PathState, nil)
+		res, err := n.Client.ABCIQuery(cctx, wire.PathState, nil)
 		cancel()
 		if err == nil && res.Response.Height >= h {
 			return true
@@ -943,11 +943,11 @@ func (c *topicCache) expire() {
 
 func (c *topicCache) refresh(ctx context.Context, g *Gateway) error {
 	var list byzlogv1.TopicList
-	if err := g.Query(ctx, core.PathTopics, nil, &list); err != nil {
+	if err := g.Query(ctx, wire.PathTopics, nil, &list); err != nil {
 		return err
 	}
 	var st byzlogv1.AppState
-	if err := g.Query(ctx, core.PathState, nil, &st); err != nil {
+	if err := g.Query(ctx, wire.PathState, nil, &st); err != nil {
 		return err
 	}
 	m := make(map[string]*byzlogv1.TopicConfig, len(list.Topics))
@@ -988,10 +988,10 @@ func (c *topicCache) checkOnce(ctx context.Context, g *Gateway, topic string, pa
 		return c.checkOnce(ctx, g, topic, partition, true)
 	}
 	if !ok {
-		return nil, nil, rejected(core.CodeUnknownTopic, fmt.Sprintf("topic %q does not exist; create it first", topic))
+		return nil, nil, rejected(wire.CodeUnknownTopic, fmt.Sprintf("topic %q does not exist; create it first", topic))
 	}
 	if partition >= cfg.Partitions {
-		return nil, nil, rejected(core.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0..%d", topic, cfg.Partitions-1))
+		return nil, nil, rejected(wire.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0..%d", topic, cfg.Partitions-1))
 	}
 	c.mu.Lock()
 	limits := c.limits

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // maxStreamInFlight bounds the batches one ProduceStream has waiting; past
@@ -138,7 +138,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 
 // Admin forwards an admin-signed request and waits for its commit.
 func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
-	tx, err := sign.AdminTx(req)
+	tx, err := wire.AdminTx(req)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "encode admin request: %v", err)
 	}
@@ -155,7 +155,7 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 // CommitOffsets forwards a consumer-signed offset commit and waits for its
 // commit.
 func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
-	tx, err := sign.OffsetsTx(req)
+	tx, err := wire.OffsetsTx(req)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "encode offset commit: %v", err)
 	}
@@ -172,7 +172,7 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 // GetGroupOffsets returns a consumer group's committed offsets.
 func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
 	var g byzlogv1.GroupOffsets
-	if err := s.g.Query(ctx, core.PathGroup, req, &g); err != nil {
+	if err := s.g.Query(ctx, wire.PathGroup, req, &g); err != nil {
 		return nil, err
 	}
 	return &g, nil
@@ -181,7 +181,7 @@ func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupReques
 // ListTopics lists the topics in committed state.
 func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
 	var list byzlogv1.TopicList
-	if err := s.g.Query(ctx, core.PathTopics, nil, &list); err != nil {
+	if err := s.g.Query(ctx, wire.PathTopics, nil, &list); err != nil {
 		return nil, err
 	}
 	return &byzlogv1.ListTopicsResponse{Topics: list.Topics}, nil
@@ -190,7 +190,7 @@ func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest)
 // DescribeTopic returns one topic with its partitions.
 func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
 	var info byzlogv1.TopicInfo
-	if err := s.g.Query(ctx, core.PathTopic, &byzlogv1.TopicRequest{Name: req.GetName()}, &info); err != nil {
+	if err := s.g.Query(ctx, wire.PathTopic, &byzlogv1.TopicRequest{Name: req.GetName()}, &info); err != nil {
 		return nil, err
 	}
 	return &byzlogv1.DescribeTopicResponse{Topic: &info}, nil
@@ -213,7 +213,7 @@ func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRe
 // future nonce for a gateway to keep back.
 func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
 	var n byzlogv1.NonceResponse
-	if err := s.g.Query(ctx, core.PathNonce, req, &n); err != nil {
+	if err := s.g.Query(ctx, wire.PathNonce, req, &n); err != nil {
 		return nil, err
 	}
 	if n.NextNonce == 0 || n.UsedHeight <= 0 {
@@ -224,7 +224,7 @@ func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*by
 		return nil, status.Errorf(codes.Unavailable, "read block %d, which used nonce %d: %v", n.UsedHeight, n.NextNonce-1, err)
 	}
 	for i, tx := range d.Block.Txs {
-		if key, nonce, ok := core.NonceUse(tx); ok && bytes.Equal(key, req.Key) && nonce == n.NextNonce-1 {
+		if key, nonce, ok := wire.NonceUse(tx); ok && bytes.Equal(key, req.Key) && nonce == n.NextNonce-1 {
 			n.UsedTx, n.UsedTxIndex, n.UsedProof = tx, uint32(i), d.Prove(i, 0, true)
 			return &n, nil
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Headers checks records on its own, trusting no node and no indexer: it
@@ -62,7 +63,7 @@ func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) er
 	var errs []error
 	for i := range h.v.nodes {
 		n := h.v.nodes[i]
-		q, err := n.rpc.ABCIQuery(ctx, core.PathProof, req)
+		q, err := n.rpc.ABCIQuery(ctx, wire.PathProof, req)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
 			continue

@@ -19,6 +19,7 @@ import (
 	"github.com/byzlog/byzlog/indexer/chain"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Block is one committed block, checked against headers the light client
@@ -202,7 +203,7 @@ func (v *verifier) fetch(ctx context.Context, n *node, lb, next *cmttypes.LightB
 		return nil, "records", err
 	}
 	req, _ := proto.Marshal(&byzlogv1.DigestRequest{Height: h})
-	q, err := n.rpc.ABCIQuery(cctx, core.PathDigest, req)
+	q, err := n.rpc.ABCIQuery(cctx, wire.PathDigest, req)
 	if err != nil {
 		return nil, "", err
 	}

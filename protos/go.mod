@@ -3,6 +3,7 @@ module github.com/byzlog/byzlog/protos
 go 1.26.0
 
 require (
+	github.com/klauspost/compress v1.20.3
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )

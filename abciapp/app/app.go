@@ -22,6 +22,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/mempool"
 	"github.com/byzlog/byzlog/abciapp/store"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // AppVersion is the version of the state machine's rules; it changes when a
@@ -366,10 +367,10 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	return &abci.ResponseCommit{}, nil
 }
 
-// Query answers reads of committed state; the paths are core.QueryPaths.
+// Query answers reads of committed state; the paths are wire.QueryPaths.
 func (a *App) Query(_ context.Context, req *abci.RequestQuery) (resp *abci.ResponseQuery, err error) {
 	defer a.recoverTx("query", req.Data, func(r core.Result) {
-		resp, err = &abci.ResponseQuery{Code: uint32(r.Code), Log: r.Log, Codespace: core.Codespace}, nil
+		resp, err = &abci.ResponseQuery{Code: uint32(r.Code), Log: r.Log, Codespace: wire.Codespace}, nil
 	})
 	var value []byte
 	var r core.Result
@@ -389,7 +390,7 @@ func codespace(r core.Result) string {
 	if r.OK() {
 		return ""
 	}
-	return core.Codespace
+	return wire.Codespace
 }
 
 func events(es []core.Event) []abci.Event {
@@ -426,7 +427,7 @@ func (a *App) recoverTx(method string, input []byte, refuse func(core.Result)) {
 	sum := sha256.Sum256(input)
 	a.log.Error().Str("method", method).Str("panic", fmt.Sprint(p)).Hex("input_sha256", sum[:]).Str("stack", string(debug.Stack())).
 		Msg("refused an input the app failed on")
-	refuse(core.Result{Code: core.CodeInternal, Log: "the app failed on this input and refused it; the node's log has the details"})
+	refuse(core.Result{Code: wire.CodeInternal, Log: "the app failed on this input and refused it; the node's log has the details"})
 }
 
 // recoverBlock does the same for a proposal: a block the app fails on is

@@ -12,11 +12,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/app"
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/internal/workload"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/abciapp/store"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 var ctx = context.Background()
@@ -62,12 +61,12 @@ func open(t testing.TB, dir string) *app.App {
 // validTx is batch seq of one producer to t/0, valid once seq-1 is committed.
 func validTx(t testing.TB, seq uint64) []byte {
 	t.Helper()
-	b, err := sign.NewSigner(workload.Key("producer"), chainID).Batch("t", 0, seq, byzlogv1.Codec_CODEC_NONE,
+	b, err := wire.NewSigner(workload.Key("producer"), chainID).Batch("t", 0, seq, byzlogv1.Codec_CODEC_NONE,
 		[]*byzlogv1.Record{{Value: []byte(fmt.Sprint("record ", seq))}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := sign.BundleTx(b)
+	tx, err := wire.BundleTx(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,13 +175,13 @@ func TestMempoolAndProposals(t *testing.T) {
 
 	for _, c := range []struct {
 		tx   []byte
-		want core.Code
-	}{{good, core.CodeOK}, {bad, core.CodeMalformedTx}} {
+		want wire.Code
+	}{{good, wire.CodeOK}, {bad, wire.CodeMalformedTx}} {
 		res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: c.tx})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if core.Code(res.Code) != c.want || (c.want != core.CodeOK && (res.Log == "" || res.Codespace != core.Codespace)) {
+		if wire.Code(res.Code) != c.want || (c.want != wire.CodeOK && (res.Log == "" || res.Codespace != wire.Codespace)) {
 			t.Errorf("CheckTx(%q) = code %d log %q codespace %q, want %s with a reason", c.tx[:4], res.Code, res.Log, res.Codespace, c.want)
 		}
 	}
@@ -218,7 +217,7 @@ func TestQuery(t *testing.T) {
 	defer a.Close()
 	hash := finalize(t, a, 1, validTx(t, 0))
 	commit(t, a)
-	res, err := a.Query(ctx, &abci.RequestQuery{Path: core.PathState})
+	res, err := a.Query(ctx, &abci.RequestQuery{Path: wire.PathState})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +232,7 @@ func TestQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err = a.Query(ctx, &abci.RequestQuery{Path: core.PathRecords, Data: req})
+	res, err = a.Query(ctx, &abci.RequestQuery{Path: wire.PathRecords, Data: req})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,8 +244,8 @@ func TestQuery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if core.Code(res.Code) != core.CodeUnknownQuery || res.Log == "" || res.Codespace != core.Codespace {
-		t.Errorf("Query(/nope) = code %d log %q, want %s with a reason", res.Code, res.Log, core.CodeUnknownQuery)
+	if wire.Code(res.Code) != wire.CodeUnknownQuery || res.Log == "" || res.Codespace != wire.Codespace {
+		t.Errorf("Query(/nope) = code %d log %q, want %s with a reason", res.Code, res.Log, wire.CodeUnknownQuery)
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/internal/workload"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 const benchBatch = 1000 // records per batch, as the target asks
@@ -20,7 +20,7 @@ const benchBatch = 1000 // records per batch, as the issue's target asks
 // of size bytes, as many batches as fit a 1.5 MiB transaction.
 type benchBlocks struct {
 	g       *workload.Gen
-	signers []*sign.Signer
+	signers []*wire.Signer
 	seq     []uint64
 	size    int
 	perTx   int
@@ -30,7 +30,7 @@ func newBenchBlocks(size int) *benchBlocks {
 	bb := &benchBlocks{g: workload.New(1, chainID), size: size}
 	bb.perTx = max(1, (3<<19)/(benchBatch*(size+20)))
 	for i := 0; i < bb.perTx; i++ {
-		bb.signers = append(bb.signers, sign.NewSigner(workload.Key(fmt.Sprint("bench-", i)), chainID))
+		bb.signers = append(bb.signers, wire.NewSigner(workload.Key(fmt.Sprint("bench-", i)), chainID))
 		bb.seq = append(bb.seq, 0)
 	}
 	return bb
@@ -46,7 +46,7 @@ func (bb *benchBlocks) next(b *testing.B) []byte {
 		bb.seq[i]++
 		batches = append(batches, sb)
 	}
-	tx, err := sign.BundleTx(batches...)
+	tx, err := wire.BundleTx(batches...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // misbehave makes this validator a Byzantine proposer (test builds only):
@@ -30,18 +30,18 @@ func (a *App) misbehave(value string, txs [][]byte) [][]byte {
 		}
 		bad = a.lastTxs[0]
 	case "forged":
-		bad = a.signedBadly(target, func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+		bad = a.signedBadly(target, func(s *wire.Signer, chain, topic string) *byzlogv1.SignedBatch {
 			b, _ := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("FORGED")}})
 			b.Signature = make([]byte, ed25519.SignatureSize)
 			return b
 		})
 	case "oversized":
-		bad = a.signedBadly(target, func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
-			b, _ := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: make([]byte, core.DefaultLimits().MaxRecordBytes+1)}})
+		bad = a.signedBadly(target, func(s *wire.Signer, chain, topic string) *byzlogv1.SignedBatch {
+			b, _ := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: make([]byte, wire.DefaultLimits().MaxRecordBytes+1)}})
 			return b
 		})
 	case "unknown-topic":
-		bad = a.signedBadly(target, func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch {
+		bad = a.signedBadly(target, func(s *wire.Signer, chain, topic string) *byzlogv1.SignedBatch {
 			b, _ := s.Batch("no-such-topic", 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("FORGED")}})
 			return b
 		})
@@ -57,12 +57,12 @@ func (a *App) misbehave(value string, txs [][]byte) [][]byte {
 
 // signedBadly builds a bundle with a fresh key for target, or the chain's
 // first topic.
-func (a *App) signedBadly(target string, build func(s *sign.Signer, chain, topic string) *byzlogv1.SignedBatch) []byte {
+func (a *App) signedBadly(target string, build func(s *wire.Signer, chain, topic string) *byzlogv1.SignedBatch) []byte {
 	params, err := core.LoadParams(a.store)
 	if err != nil {
 		return nil
 	}
-	v, _, err := core.Query(a.store, a.committed, core.PathTopics, nil)
+	v, _, err := core.Query(a.store, a.committed, wire.PathTopics, nil)
 	if err != nil {
 		return nil
 	}
@@ -78,7 +78,7 @@ func (a *App) signedBadly(target string, build func(s *sign.Signer, chain, topic
 	if target != "" {
 		topic = target
 	}
-	tx, err := sign.BundleTx(build(sign.NewSigner(key, params.ChainId), params.ChainId, topic))
+	tx, err := wire.BundleTx(build(wire.NewSigner(key, params.ChainId), params.ChainId, topic))
 	if err != nil {
 		return nil
 	}

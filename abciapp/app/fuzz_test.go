@@ -8,10 +8,9 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/internal/workload"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // crashInput is issue 13's crash: a batch whose topic name makes the
@@ -20,11 +19,11 @@ import (
 func crashInput(t testing.TB) []byte {
 	t.Helper()
 	name := strings.Repeat("\x01", 59) + strings.Repeat("a", 6)
-	b, err := sign.NewSigner(workload.Key("attacker"), chainID).Batch(name, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("x")}})
+	b, err := wire.NewSigner(workload.Key("attacker"), chainID).Batch(name, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := sign.BundleTx(b)
+	tx, err := wire.BundleTx(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,11 +37,11 @@ func TestCrashInputIsRefused(t *testing.T) {
 	defer a.Close()
 	tx := crashInput(t)
 	res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx})
-	if err != nil || res.Code == 0 || res.Code == uint32(core.CodeInternal) || !utf8.ValidString(res.Log) {
+	if err != nil || res.Code == 0 || res.Code == uint32(wire.CodeInternal) || !utf8.ValidString(res.Log) {
 		t.Fatalf("CheckTx(crash input) = %+v, %v; want a refusal in valid UTF-8 that is not an internal failure", res, err)
 	}
 	ins, err := a.InsertTx(ctx, &abci.RequestInsertTx{Tx: tx})
-	if err != nil || ins.Code == 0 || ins.Code == uint32(core.CodeInternal) {
+	if err != nil || ins.Code == 0 || ins.Code == uint32(wire.CodeInternal) {
 		t.Fatalf("InsertTx(crash input) = %+v, %v", ins, err)
 	}
 	finalize(t, a, 1, tx)
@@ -71,12 +70,12 @@ func FuzzAppPath(f *testing.F) {
 		now := time.Unix(1_700_000_000+height, 0)
 		check, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx})
 		mustMarshal(t, "CheckTx", check, err)
-		if check.Code == uint32(core.CodeInternal) || !utf8.ValidString(check.Log) {
+		if check.Code == uint32(wire.CodeInternal) || !utf8.ValidString(check.Log) {
 			t.Fatalf("CheckTx = code %d log %q: an internal failure or invalid UTF-8", check.Code, check.Log)
 		}
 		ins, err := a.InsertTx(ctx, &abci.RequestInsertTx{Tx: tx})
 		mustMarshal(t, "InsertTx", ins, err)
-		if ins.Code == uint32(core.CodeInternal) {
+		if ins.Code == uint32(wire.CodeInternal) {
 			t.Fatal("InsertTx answered an internal failure")
 		}
 		prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Height: height, Time: now, MaxTxBytes: 4 << 20})
@@ -91,16 +90,16 @@ func FuzzAppPath(f *testing.F) {
 		fin, err := a.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: height, Time: now, Txs: append(prep.Txs, tx)})
 		mustMarshal(t, "FinalizeBlock", fin, err)
 		for i, r := range fin.TxResults {
-			if !utf8.ValidString(r.Log) || r.Code == uint32(core.CodeInternal) {
+			if !utf8.ValidString(r.Log) || r.Code == uint32(wire.CodeInternal) {
 				t.Fatalf("FinalizeBlock result %d = code %d log %q", i, r.Code, r.Log)
 			}
 		}
 		c, err := a.Commit(ctx, &abci.RequestCommit{})
 		mustMarshal(t, "Commit", c, err)
-		for _, path := range core.QueryPaths {
+		for _, path := range wire.QueryPaths {
 			q, err := a.Query(ctx, &abci.RequestQuery{Path: path, Data: tx})
 			mustMarshal(t, "Query "+path, q, err)
-			if q.Code == uint32(core.CodeInternal) || !utf8.ValidString(q.Log) {
+			if q.Code == uint32(wire.CodeInternal) || !utf8.ValidString(q.Log) {
 				t.Fatalf("Query(%s) = code %d log %q", path, q.Code, q.Log)
 			}
 		}

@@ -13,7 +13,7 @@ import (
 	abci "github.com/cometbft/cometbft/abci/types"
 
 	"github.com/byzlog/byzlog/abciapp/app"
-	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 func freePort(t *testing.T) int {
@@ -86,8 +86,8 @@ func TestServeWithCometBFTClients(t *testing.T) {
 			if err != nil {
 				t.Fatalf("FinalizeBlock with a 5 MiB tx over %s: %v", transport, err)
 			}
-			if len(res.TxResults) != 2 || res.TxResults[0].Code != 0 || core.Code(res.TxResults[1].Code) != core.CodeTxTooLarge {
-				t.Fatalf("FinalizeBlock results = %v, want ok then %s", res.TxResults, core.CodeTxTooLarge)
+			if len(res.TxResults) != 2 || res.TxResults[0].Code != 0 || wire.Code(res.TxResults[1].Code) != wire.CodeTxTooLarge {
+				t.Fatalf("FinalizeBlock results = %v, want ok then %s", res.TxResults, wire.CodeTxTooLarge)
 			}
 			if _, err := c.Commit(cctx, &abci.RequestCommit{}); err != nil {
 				t.Fatal(err)

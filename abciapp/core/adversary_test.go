@@ -8,8 +8,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // TestRejectionOfAnyTopicNameIsValidUTF8 is issue 13's crash input: a
@@ -19,7 +19,7 @@ import (
 func TestRejectionOfAnyTopicNameIsValidUTF8(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	names := []string{strings.Repeat("\x01", 59) + strings.Repeat("a", 6)}
 	// Every alignment of the cut against the ellipsis and escapes.
 	for n := 0; n < 80; n++ {
@@ -39,7 +39,7 @@ func TestRejectionOfAnyTopicNameIsValidUTF8(t *testing.T) {
 
 // headerBomb is a batch of n records that carry maxHeaders empty headers
 // each: 2 bytes a header on the wire, ~90 once decoded.
-func headerBomb(t testing.TB, s *sign.Signer, seq uint64, n, headers int) *byzlogv1.SignedBatch {
+func headerBomb(t testing.TB, s *wire.Signer, seq uint64, n, headers int) *byzlogv1.SignedBatch {
 	recs := make([]*byzlogv1.Record, n)
 	for i := range recs {
 		recs[i] = &byzlogv1.Record{Headers: make([]*byzlogv1.RecordHeader, headers)}
@@ -55,13 +55,13 @@ func headerBomb(t testing.TB, s *sign.Signer, seq uint64, n, headers int) *byzlo
 // whose transactions may inflate to 64 KiB must refuse them before decoding.
 func TestHeadersAreChargedToTheBudget(t *testing.T) {
 	c := newChain(t, `{"limits": {"max_record_bytes": 65536, "max_batch_bytes": 65536, "max_tx_uncompressed_bytes": 65536, "max_block_uncompressed_bytes": 131072}, "topics": [{"name": "t", "partitions": 1}]}`)
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	bomb := bundle(t, headerBomb(t, p, 0, 100, 64))
-	if r := c.check(bomb); r.Code != core.CodeBundleTooLarge {
-		t.Errorf("Check(100 records × 64 empty headers, 64 KiB budget) = %s %q, want %s", r.Code, r.Log, core.CodeBundleTooLarge)
+	if r := c.check(bomb); r.Code != wire.CodeBundleTooLarge {
+		t.Errorf("Check(100 records × 64 empty headers, 64 KiB budget) = %s %q, want %s", r.Code, r.Log, wire.CodeBundleTooLarge)
 	}
-	if r := c.block(bomb)[0]; r.Code != core.CodeBundleTooLarge {
-		t.Errorf("Execute(header bomb) = %s, want %s", r.Code, core.CodeBundleTooLarge)
+	if r := c.block(bomb)[0]; r.Code != wire.CodeBundleTooLarge {
+		t.Errorf("Execute(header bomb) = %s, want %s", r.Code, wire.CodeBundleTooLarge)
 	}
 	// Within the budget, headers are fine.
 	small := bundle(t, headerBomb(t, p, 0, 5, 64))
@@ -81,7 +81,7 @@ func TestHeadersAreChargedToTheBudget(t *testing.T) {
 func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	committedBatch := batch(t, p, "t", 0, 0, records("committed"))
 	c.must(bundle(t, committedBatch))
 	params, err := core.LoadParams(c.store)
@@ -101,24 +101,24 @@ func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		tx      []byte
-		code    core.Code
+		code    wire.Code
 		waiting bool
 	}{
-		{"committed batch again", bundle(t, committedBatch), core.CodeDuplicate, false},
-		{"another batch under a committed sequence", bundle(t, batch(t, p, "t", 0, 0, records("again"))), core.CodeSequenceReused, false},
-		{"next sequence", seq1, core.CodeOK, false},
-		{"same sequence in another bundle", bundle(t, batch(t, p, "t", 0, 1, records("b"))), core.CodePending, false},
-		{"one ahead of pending", bundle(t, batch(t, p, "t", 0, 3, records("c"))), core.CodeSequenceGap, true},
-		{"far ahead", bundle(t, batch(t, p, "t", 0, 2+core.MaxLookahead+1, records("d"))), core.CodeSequenceGap, false},
-		{"next after pending", bundle(t, batch(t, p, "t", 0, 2, records("e"))), core.CodeOK, false},
-		{"admin nonce ahead", c.adminTx(c.admin, 5, &byzlogv1.DeleteTopic{Name: "t"}), core.CodeBadNonce, true},
-		{"admin nonce used", c.adminTx(c.admin, 0, &byzlogv1.DeleteTopic{Name: "t"}), core.CodeBadNonce, false},
+		{"committed batch again", bundle(t, committedBatch), wire.CodeDuplicate, false},
+		{"another batch under a committed sequence", bundle(t, batch(t, p, "t", 0, 0, records("again"))), wire.CodeSequenceReused, false},
+		{"next sequence", seq1, wire.CodeOK, false},
+		{"same sequence in another bundle", bundle(t, batch(t, p, "t", 0, 1, records("b"))), wire.CodePending, false},
+		{"one ahead of pending", bundle(t, batch(t, p, "t", 0, 3, records("c"))), wire.CodeSequenceGap, true},
+		{"far ahead", bundle(t, batch(t, p, "t", 0, 2+wire.MaxLookahead+1, records("d"))), wire.CodeSequenceGap, false},
+		{"next after pending", bundle(t, batch(t, p, "t", 0, 2, records("e"))), wire.CodeOK, false},
+		{"admin nonce ahead", c.adminTx(c.admin, 5, &byzlogv1.DeleteTopic{Name: "t"}), wire.CodeBadNonce, true},
+		{"admin nonce used", c.adminTx(c.admin, 0, &byzlogv1.DeleteTopic{Name: "t"}), wire.CodeBadNonce, false},
 	} {
 		r, waiting := add(tc.tx)
 		if r.Code != tc.code || waiting != tc.waiting {
 			t.Errorf("Pending.Add(%s) = %s waiting %v (%s), want %s waiting %v", tc.name, r.Code, waiting, r.Log, tc.code, tc.waiting)
 		}
-		if r.Code == core.CodePending && (len(r.Data) > 0 && outcome(t, r).Batches[0].Duplicate) {
+		if r.Code == wire.CodePending && (len(r.Data) > 0 && outcome(t, r).Batches[0].Duplicate) {
 			t.Errorf("Pending.Add(%s) answered a pending batch as a duplicate", tc.name)
 		}
 	}
@@ -132,20 +132,20 @@ func TestPendingAdmitsOnlyWhatCanCommit(t *testing.T) {
 func TestReusedSequenceIsNotADuplicate(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	first := batch(t, p, "t", 0, 0, records("first"))
 	c.must(bundle(t, first))
 	reused := bundle(t, batch(t, p, "t", 0, 0, records("other records, same sequence")))
 	for name, r := range map[string]core.Result{"Check": c.check(reused), "Execute": c.block(reused)[0]} {
-		if r.Code != core.CodeSequenceReused {
-			t.Errorf("%s(another batch under committed sequence 0) = %s %q, want %s", name, r.Code, r.Log, core.CodeSequenceReused)
+		if r.Code != wire.CodeSequenceReused {
+			t.Errorf("%s(another batch under committed sequence 0) = %s %q, want %s", name, r.Code, r.Log, wire.CodeSequenceReused)
 		}
 		if br := outcome(t, r).Batches[0]; br.Duplicate || br.RecordCount != 0 {
 			t.Errorf("%s(reused sequence) outcome = %+v, want no duplicate and no offsets", name, br)
 		}
 	}
 	for name, r := range map[string]core.Result{"Check": c.check(bundle(t, first)), "Execute": c.block(bundle(t, first))[0]} {
-		if br := outcome(t, r).Batches[0]; r.Code != core.CodeDuplicate || !br.Duplicate || br.BaseOffset != 0 || br.RecordCount != 1 {
+		if br := outcome(t, r).Batches[0]; r.Code != wire.CodeDuplicate || !br.Duplicate || br.BaseOffset != 0 || br.RecordCount != 1 {
 			t.Errorf("%s(the same batch again) = %s %+v, want a duplicate at offset 0", name, r.Code, br)
 		}
 	}
@@ -165,7 +165,7 @@ func TestSignedBodiesExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	late, err := sign.AdminTx(req)
+	late, err := wire.AdminTx(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,18 +173,18 @@ func TestSignedBodiesExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _, err := core.NewPending(c.store, params, next).Add(core.Precheck(params, late, false)); err != nil || r.Code != core.CodeBodyExpired {
-		t.Errorf("Pending.Add(admin request expired at %d, next block %d) = %s %v, want %s", next-1, next, r.Code, err, core.CodeBodyExpired)
+	if r, _, err := core.NewPending(c.store, params, next).Add(core.Precheck(params, late, false)); err != nil || r.Code != wire.CodeBodyExpired {
+		t.Errorf("Pending.Add(admin request expired at %d, next block %d) = %s %v, want %s", next-1, next, r.Code, err, wire.CodeBodyExpired)
 	}
-	if r := c.block(late)[0]; r.Code != core.CodeBodyExpired {
-		t.Errorf("Execute(admin request expired at %d) at height %d = %s %q, want %s", next-1, next, r.Code, r.Log, core.CodeBodyExpired)
+	if r := c.block(late)[0]; r.Code != wire.CodeBodyExpired {
+		t.Errorf("Execute(admin request expired at %d) at height %d = %s %q, want %s", next-1, next, r.Code, r.Log, wire.CodeBodyExpired)
 	}
 	// The expired request used no nonce: the next one may take it.
 	req, err = c.admin.AdminUntil(nonce, c.state.Height+1, &byzlogv1.CreateTopic{Name: "in-time", Config: &byzlogv1.TopicConfig{Partitions: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	inTime, err := sign.AdminTx(req)
+	inTime, err := wire.AdminTx(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestSignedBodiesExpire(t *testing.T) {
 func TestResultsNameTheirBatch(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p, q := sign.NewSigner(key("p"), chainID), sign.NewSigner(key("q"), chainID)
+	p, q := wire.NewSigner(key("p"), chainID), wire.NewSigner(key("q"), chainID)
 	a, b := batch(t, p, "t", 0, 0, records("a")), batch(t, q, "t", 0, 0, records("b"))
 	gap := batch(t, q, "t", 0, 5, records("gap"))
 	for _, tc := range []struct {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // TxResult is what a committed block's results say of one transaction: its
@@ -71,7 +72,7 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 	runs := map[string]*AppendedPartition{}
 	var changes []TopicChange
 	for i, tx := range txs {
-		if results[i].Code != uint32(CodeOK) {
+		if results[i].Code != uint32(wire.CodeOK) {
 			continue // rejected as a whole: nothing appended
 		}
 		var env byzlogv1.Tx
@@ -106,7 +107,7 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 		}
 		for j, sb := range bundle.Batches {
 			br := out.Batches[j]
-			if br.Code != uint32(CodeOK) || br.Duplicate || br.RecordCount == 0 {
+			if br.Code != uint32(wire.CodeOK) || br.Duplicate || br.RecordCount == 0 {
 				continue
 			}
 			recs, err := batchRecords(sb, br)
@@ -160,9 +161,9 @@ func batchRecords(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult) ([]*byzlog
 	}
 	if body.Topic != br.Topic || body.Partition != br.Partition || body.Sequence != br.Sequence {
 		return nil, fmt.Errorf("body is %s/%d sequence %d, its result says %s/%d sequence %d",
-			short(body.Topic), body.Partition, body.Sequence, short(br.Topic), br.Partition, br.Sequence)
+			wire.Quote(body.Topic), body.Partition, body.Sequence, wire.Quote(br.Topic), br.Partition, br.Sequence)
 	}
-	if body.UncompressedSize > MaxTxBytes*MaxCompressionRatio {
+	if body.UncompressedSize > wire.MaxTxBytes*wire.MaxCompressionRatio {
 		return nil, fmt.Errorf("declares %d bytes uncompressed", body.UncompressedSize)
 	}
 	raw, err := decompress(body.Codec, body.Records, int(body.UncompressedSize))

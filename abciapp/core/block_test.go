@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // committedBlock executes txs as block h and returns what an indexer sees:
@@ -25,14 +25,14 @@ func committedBlock(t *testing.T, c *testChain, txs ...[]byte) (int64, []core.Tx
 		results[i] = core.TxResult{Code: uint32(r.Code), Data: r.Data}
 	}
 	var d byzlogv1.BlockDigest
-	c.query(core.PathDigest, &byzlogv1.DigestRequest{Height: c.state.Height}, &d)
+	c.query(wire.PathDigest, &byzlogv1.DigestRequest{Height: c.state.Height}, &d)
 	return c.time, results, &d, prev, c.state.AppHash
 }
 
 func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 3})
-	p, q := sign.NewSigner(key("p"), chainID), sign.NewSigner(key("q"), chainID)
+	p, q := wire.NewSigner(key("p"), chainID), wire.NewSigner(key("q"), chainID)
 	dup := batch(t, p, "t", 0, 0, records("a", "b"))
 	c.must(bundle(t, dup))
 	zb, err := q.Batch("t", 2, 0, byzlogv1.Codec_CODEC_ZSTD, records("z1", "z2", "z3"))
@@ -66,7 +66,7 @@ func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 	// Every rebuilt record is byte for byte the stored one.
 	for _, part := range a.Partitions {
 		var got byzlogv1.RecordsResponse
-		c.query(core.PathRecords, &byzlogv1.RecordsRequest{Topic: part.Root.Topic, Partition: part.Root.Partition, Offset: part.Root.FirstOffset}, &got)
+		c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: part.Root.Topic, Partition: part.Root.Partition, Offset: part.Root.FirstOffset}, &got)
 		for i, r := range part.Records {
 			var want byzlogv1.StoredRecord
 			if i >= len(got.Records) || proto.Unmarshal(got.Records[i], &want) != nil || !proto.Equal(&want, r) {
@@ -122,9 +122,9 @@ func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 // FuzzBlockRecords feeds arbitrary transaction and result bytes: no panic,
 // and whatever is rebuilt is dense per partition and counted right.
 func FuzzBlockRecords(f *testing.F) {
-	s := sign.NewSigner(key("p"), chainID)
+	s := wire.NewSigner(key("p"), chainID)
 	b, _ := s.Batch("t", 0, 0, byzlogv1.Codec_CODEC_NONE, records("a"))
-	tx, _ := sign.BundleTx(b)
+	tx, _ := wire.BundleTx(b)
 	out, _ := proto.Marshal(&byzlogv1.TxOutcome{Batches: []*byzlogv1.BatchResult{{Topic: "t", RecordCount: 1}}})
 	f.Add(tx, out)
 	f.Fuzz(func(t *testing.T, tx, data []byte) {

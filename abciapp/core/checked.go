@@ -2,9 +2,11 @@ package core
 
 import (
 	"crypto/sha256"
+
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Checked is a transaction after every check that needs no state: decoded,
@@ -114,7 +116,7 @@ func Precheck(params *byzlogv1.ChainParams, tx []byte, keepRecords bool) *Checke
 		// applied, so it is not inflated either.
 		for j := i + 1; j < len(c.batches); j++ {
 			c.batches[j] = &checkedBatch{sb: pb.ProduceBundle.Batches[j], body: &byzlogv1.BatchBody{}, digest: digestOfBody(pb.ProduceBundle.Batches[j].Body),
-				early: failBatch(&byzlogv1.BatchBody{}, CodeMalformedTx, "not checked: an earlier batch of the bundle was rejected")}
+				early: failBatch(&byzlogv1.BatchBody{}, wire.CodeMalformedTx, "not checked: an earlier batch of the bundle was rejected")}
 		}
 		break
 	}
@@ -130,40 +132,40 @@ func precheckBatch(params *byzlogv1.ChainParams, sb *byzlogv1.SignedBatch, keepR
 	var body byzlogv1.BatchBody
 	if err := proto.Unmarshal(sb.Body, &body); err != nil {
 		cb.body = &byzlogv1.BatchBody{}
-		cb.early = failBatch(cb.body, CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err)
+		cb.early = failBatch(cb.body, wire.CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err)
 		return cb
 	}
 	cb.body = &body
 	if r := checkTopicName(body.Topic); !r.OK() {
-		cb.early = failBatch(&byzlogv1.BatchBody{Partition: body.Partition, Sequence: body.Sequence}, CodeUnknownTopic, "%s", r.Log)
+		cb.early = failBatch(&byzlogv1.BatchBody{Partition: body.Partition, Sequence: body.Sequence}, wire.CodeUnknownTopic, "%s", r.Log)
 		return cb
 	}
 	if body.ChainId != params.ChainId {
-		cb.early = failBatch(&body, CodeWrongChain, "signed for chain %s, this is %q", short(body.ChainId), params.ChainId)
+		cb.early = failBatch(&body, wire.CodeWrongChain, "signed for chain %s, this is %q", wire.Quote(body.ChainId), params.ChainId)
 		return cb
 	}
 	if body.UncompressedSize > l.MaxBatchBytes {
-		cb.late = failBatch(&body, CodeBatchTooLarge, "declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes)
+		cb.late = failBatch(&body, wire.CodeBatchTooLarge, "declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes)
 		return cb
 	}
 	// Charged before inflating, so a bundle cannot make the app inflate
 	// more than the transaction's budget.
 	if *inflated += int64(body.UncompressedSize); *inflated > int64(l.MaxTxUncompressedBytes) {
-		cb.late = failBatch(&body, CodeBundleTooLarge, "the bundle's batches inflate to more than the chain's max_tx_uncompressed_bytes (%d)", l.MaxTxUncompressedBytes)
+		cb.late = failBatch(&body, wire.CodeBundleTooLarge, "the bundle's batches inflate to more than the chain's max_tx_uncompressed_bytes (%d)", l.MaxTxUncompressedBytes)
 		return cb
 	}
 	cb.inflated = int64(body.UncompressedSize)
 	raw, err := decompress(body.Codec, body.Records, int(body.UncompressedSize))
 	if err != nil {
-		cb.late = failBatch(&body, CodeBadCompression, "%s", err.Error())
+		cb.late = failBatch(&body, wire.CodeBadCompression, "%s", err.Error())
 		return cb
 	}
 	if len(raw) != int(body.UncompressedSize) {
-		cb.late = failBatch(&body, CodeBatchTooLarge, "records are %d bytes uncompressed, the batch declares %d", len(raw), body.UncompressedSize)
+		cb.late = failBatch(&body, wire.CodeBatchTooLarge, "records are %d bytes uncompressed, the batch declares %d", len(raw), body.UncompressedSize)
 		return cb
 	}
 	n, headers, code, msg := scanRecordSet(raw, int(l.MaxBatchRecords), int(l.MaxHeaders))
-	if code != CodeOK {
+	if code != wire.CodeOK {
 		cb.late = failBatch(&body, code, "%s", msg)
 		return cb
 	}
@@ -171,36 +173,36 @@ func precheckBatch(params *byzlogv1.ChainParams, sb *byzlogv1.SignedBatch, keepR
 	// more than their bytes.
 	cb.headerBytes = int64(headers) * HeaderHeap
 	if *inflated += cb.headerBytes; *inflated > int64(l.MaxTxUncompressedBytes) {
-		cb.late = failBatch(&body, CodeBundleTooLarge, "the bundle's records and their %d headers take more than the chain's max_tx_uncompressed_bytes (%d) decoded (%d bytes a header)",
+		cb.late = failBatch(&body, wire.CodeBundleTooLarge, "the bundle's records and their %d headers take more than the chain's max_tx_uncompressed_bytes (%d) decoded (%d bytes a header)",
 			headers, l.MaxTxUncompressedBytes, HeaderHeap)
 		return cb
 	}
 	cb.inflated += cb.headerBytes
 	if *records += int64(n); *records > int64(l.MaxTxRecords) {
-		cb.late = failBatch(&body, CodeBundleTooLarge, "the bundle holds more than the chain's max_tx_records (%d)", l.MaxTxRecords)
+		cb.late = failBatch(&body, wire.CodeBundleTooLarge, "the bundle holds more than the chain's max_tx_records (%d)", l.MaxTxRecords)
 		return cb
 	}
 	var set byzlogv1.RecordSet
 	if err := proto.Unmarshal(raw, &set); err != nil {
-		cb.late = failBatch(&body, CodeMalformedTx, "records are not a byzlog.v1.RecordSet: %v", err)
+		cb.late = failBatch(&body, wire.CodeMalformedTx, "records are not a byzlog.v1.RecordSet: %v", err)
 		return cb
 	}
 	switch n := len(set.Records); {
 	case n == 0:
-		cb.late = failBatch(&body, CodeEmptyBatch, "batch holds no record")
+		cb.late = failBatch(&body, wire.CodeEmptyBatch, "batch holds no record")
 		return cb
 	case n > int(l.MaxBatchRecords):
-		cb.late = failBatch(&body, CodeBatchTooLarge, "batch holds %d records, the chain allows %d", n, l.MaxBatchRecords)
+		cb.late = failBatch(&body, wire.CodeBatchTooLarge, "batch holds %d records, the chain allows %d", n, l.MaxBatchRecords)
 		return cb
 	}
 	for i, r := range set.Records {
 		if len(r.Headers) > int(l.MaxHeaders) {
-			cb.late = failBatch(&body, CodeTooManyHeaders, "record %d has %d headers, the chain allows %d", i, len(r.Headers), l.MaxHeaders)
+			cb.late = failBatch(&body, wire.CodeTooManyHeaders, "record %d has %d headers, the chain allows %d", i, len(r.Headers), l.MaxHeaders)
 			return cb
 		}
 		size := recordSize(r)
 		if size > uint64(l.MaxRecordBytes) {
-			cb.late = failBatch(&body, CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the chain allows %d", i, size, l.MaxRecordBytes)
+			cb.late = failBatch(&body, wire.CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the chain allows %d", i, size, l.MaxRecordBytes)
 			return cb
 		}
 		if size > cb.largest {

@@ -6,6 +6,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // zstdDecoder is shared and stateless between calls; DecodeAll runs on the
@@ -15,12 +16,6 @@ import (
 // max_batch_bytes genesis may set.
 var zstdDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 	zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(64<<20))
-
-// MaxCompressionRatio bounds a zstd batch's declared uncompressed size by
-// its compressed size (with a 64 KiB floor), so that the memory a validator
-// sets aside for decompression is proportional to the bytes it was sent,
-// not to what a frame header claims. It is a chain rule.
-const MaxCompressionRatio = 256
 
 const minInflateAllowance = 64 << 10
 
@@ -32,9 +27,9 @@ func decompress(codec byzlogv1.Codec, records []byte, limit int) ([]byte, error)
 	case byzlogv1.Codec_CODEC_NONE:
 		return records, nil
 	case byzlogv1.Codec_CODEC_ZSTD:
-		if allowed := max(minInflateAllowance, MaxCompressionRatio*len(records)); limit > allowed {
+		if allowed := max(minInflateAllowance, wire.MaxCompressionRatio*len(records)); limit > allowed {
 			return nil, fmt.Errorf("declares %d bytes uncompressed from %d compressed, more than the chain's ratio of %d allows (%d)",
-				limit, len(records), MaxCompressionRatio, allowed)
+				limit, len(records), wire.MaxCompressionRatio, allowed)
 		}
 		h := zstd.Header{}
 		if err := h.Decode(records); err != nil {

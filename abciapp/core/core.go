@@ -14,12 +14,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
-
-// MaxTxBytes is the largest transaction the chain accepts. It is a chain rule,
-// not a node setting: a proposal holding a larger transaction is rejected by
-// every correct validator.
-const MaxTxBytes = 2 << 20
 
 // State is the part of the committed state that identifies it: the last
 // committed height and the app hash after it.
@@ -54,7 +50,7 @@ func (b Block) checked(params *byzlogv1.ChainParams, keepRecords bool) ([]*Check
 
 // Result is the outcome of one transaction.
 type Result struct {
-	Code Code
+	Code wire.Code
 	// Log says what was wrong, in words a client can act on; empty on success.
 	Log string
 	// Data is the serialized TxOutcome of a ProduceBundle (offsets, or which
@@ -64,7 +60,7 @@ type Result struct {
 }
 
 // OK reports whether the transaction was accepted.
-func (r Result) OK() bool { return r.Code == CodeOK }
+func (r Result) OK() bool { return r.Code == wire.CodeOK }
 
 // Event is an ABCI event: a type and ordered attributes.
 type Event struct {

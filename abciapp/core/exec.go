@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // executor applies transactions of one block (or one CheckTx) in order.
@@ -89,7 +90,7 @@ func (ex *executor) apply(c *Checked) (Result, error) {
 	}
 	ex.tx.results = resultSize(res)
 	if ex.bounded && ex.used.results+ex.tx.results > MaxBlockResultBytes {
-		return reject(CodeBlockFull, "the block's results would pass %d bytes; the transaction waits for the next block", MaxBlockResultBytes), nil
+		return reject(wire.CodeBlockFull, "the block's results would pass %d bytes; the transaction waits for the next block", MaxBlockResultBytes), nil
 	}
 	ex.used.records += ex.tx.records
 	ex.used.inflated += ex.tx.inflated
@@ -126,8 +127,8 @@ func (ex *executor) produce(o *overlay, batches []*checkedBatch) (Result, []*app
 			return Result{}, nil, err
 		}
 		outcome.Batches[i] = br
-		if br.Code != uint32(CodeOK) {
-			r := reject(Code(br.Code), "batch %d (%s/%d sequence %d): %s", i, short(br.Topic), br.Partition, br.Sequence, br.Log)
+		if br.Code != uint32(wire.CodeOK) {
+			r := reject(wire.Code(br.Code), "batch %d (%s/%d sequence %d): %s", i, wire.Quote(br.Topic), br.Partition, br.Sequence, br.Log)
 			failed = &r
 			continue
 		}
@@ -144,7 +145,7 @@ func (ex *executor) produce(o *overlay, batches []*checkedBatch) (Result, []*app
 	}
 	if failed != nil {
 		for _, br := range outcome.Batches[:] {
-			if br.Code == uint32(CodeOK) && br.RecordCount > 0 {
+			if br.Code == uint32(wire.CodeOK) && br.RecordCount > 0 {
 				br.BaseOffset, br.RecordCount = 0, 0
 				br.Log = "not applied: another batch of the bundle was rejected"
 			}
@@ -156,7 +157,7 @@ func (ex *executor) produce(o *overlay, batches []*checkedBatch) (Result, []*app
 		failed.Data = marshal(outcome)
 		return *failed, nil, nil
 	}
-	return Result{Code: CodeOK, Data: marshal(outcome), Events: events}, runs, nil
+	return Result{Code: wire.CodeOK, Data: marshal(outcome), Events: events}, runs, nil
 }
 
 // batch runs the stateful checks of one prechecked batch and, in a block,
@@ -171,13 +172,13 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return nil, nil, err
 	}
 	if topic == nil {
-		return failBatch(body, CodeUnknownTopic, "topic %s does not exist; create it first", short(body.Topic)), nil, nil
+		return failBatch(body, wire.CodeUnknownTopic, "topic %s does not exist; create it first", wire.Quote(body.Topic)), nil, nil
 	}
 	if body.Partition >= topic.Config.Partitions {
-		return failBatch(body, CodeUnknownPartition, "topic %q has partitions 0..%d", body.Topic, topic.Config.Partitions-1), nil, nil
+		return failBatch(body, wire.CodeUnknownPartition, "topic %q has partitions 0..%d", body.Topic, topic.Config.Partitions-1), nil, nil
 	}
 	if !allowed(topic.Config, sb.ProducerKey) {
-		return failBatch(body, CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
+		return failBatch(body, wire.CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
 	}
 	pkey := producerKey(sb.ProducerKey, body.Topic, body.Partition)
 	if br, err := ex.sequence(o, cb, pkey); br != nil || err != nil {
@@ -187,9 +188,9 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return cb.late, nil, nil
 	}
 	if max := topic.Config.MaxRecordBytes; max != 0 && cb.largest > uint64(max) {
-		return failBatch(body, CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the topic allows %d", cb.largestAt, cb.largest, max), nil, nil
+		return failBatch(body, wire.CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the topic allows %d", cb.largestAt, cb.largest, max), nil, nil
 	}
-	if code, msg := ex.spend(cb.inflated, int64(cb.count)); code != CodeOK {
+	if code, msg := ex.spend(cb.inflated, int64(cb.count)); code != wire.CodeOK {
 		return failBatch(body, code, "%s", msg), nil, nil
 	}
 	records := cb.records
@@ -256,27 +257,27 @@ func (ex *executor) sequence(o *overlay, cb *checkedBatch, pkey []byte) (*byzlog
 		if !bytes.Equal(ref.BodySha256, cb.digest) {
 			// Another batch took this sequence: this one's records were
 			// never written, so it must not be answered with their offsets.
-			return failBatch(body, CodeSequenceReused, "sequence %d is already committed (height %d) with a different batch; these records were not written: send them under a new sequence (the next is %d)",
+			return failBatch(body, wire.CodeSequenceReused, "sequence %d is already committed (height %d) with a different batch; these records were not written: send them under a new sequence (the next is %d)",
 				body.Sequence, ref.Height, committed), nil
 		}
-		br := failBatch(body, CodeDuplicate, "sequence %d is already committed at offsets %d..%d (height %d); the next sequence is %d",
+		br := failBatch(body, wire.CodeDuplicate, "sequence %d is already committed at offsets %d..%d (height %d); the next sequence is %d",
 			body.Sequence, ref.BaseOffset, ref.BaseOffset+uint64(ref.RecordCount)-1, ref.Height, committed)
 		br.Duplicate, br.BaseOffset, br.RecordCount, br.Height = true, ref.BaseOffset, ref.RecordCount, ref.Height
 		return br, nil
 	case body.Sequence < next:
-		return failBatch(body, CodePending, "sequence %d is already waiting in this node's mempool in another transaction; its receipt comes with that one", body.Sequence), nil
-	case body.Sequence > next && (ex.mode != modeMempool || body.Sequence-next > MaxLookahead):
-		if ex.mode == modePool && body.Sequence-next <= MaxLookahead {
+		return failBatch(body, wire.CodePending, "sequence %d is already waiting in this node's mempool in another transaction; its receipt comes with that one", body.Sequence), nil
+	case body.Sequence > next && (ex.mode != modeMempool || body.Sequence-next > wire.MaxLookahead):
+		if ex.mode == modePool && body.Sequence-next <= wire.MaxLookahead {
 			ex.waiting = true
 		}
-		return failBatch(body, CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, next), nil
+		return failBatch(body, wire.CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, next), nil
 	}
 	if ex.mode == modeMempool {
 		// CheckTx writes nothing, so a sequence repeated within one bundle
 		// is caught here rather than by the producer state.
 		seen := string(pkey) + string(be64(body.Sequence))
 		if ex.txSeen[seen] {
-			return failBatch(body, CodeMalformedTx, "sequence %d of this producer appears twice in the bundle", body.Sequence), nil
+			return failBatch(body, wire.CodeMalformedTx, "sequence %d of this producer appears twice in the bundle", body.Sequence), nil
 		}
 		ex.txSeen[seen] = true
 	}
@@ -296,31 +297,27 @@ func nextSequence(r Reader, pkey []byte) (uint64, error) {
 	return ps.NextSequence, nil
 }
 
-func failBatch(body *byzlogv1.BatchBody, code Code, format string, args ...any) *byzlogv1.BatchResult {
+func failBatch(body *byzlogv1.BatchBody, code wire.Code, format string, args ...any) *byzlogv1.BatchResult {
 	return &byzlogv1.BatchResult{
 		Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence,
 		Code: uint32(code), Log: truncate(fmt.Sprintf(format, args...), 256),
 	}
 }
 
-// MaxLookahead bounds how far past the next sequence (or nonce) CheckTx lets
-// a transaction wait in the mempool for the ones before it.
-const MaxLookahead = 64
-
 // spend charges a batch's inflated bytes and records to the transaction
 // and, when the block is bounded, checks the block's budget. The
 // transaction's own budget was checked by Precheck.
-func (ex *executor) spend(inflated, records int64) (Code, string) {
+func (ex *executor) spend(inflated, records int64) (wire.Code, string) {
 	l := ex.params.Limits
 	ex.tx.inflated += inflated
 	ex.tx.records += records
 	switch {
 	case ex.bounded && ex.used.inflated+ex.tx.inflated > int64(l.MaxBlockUncompressedBytes):
-		return CodeBlockFull, fmt.Sprintf("the block would inflate past max_block_uncompressed_bytes (%d); the transaction waits for the next block", l.MaxBlockUncompressedBytes)
+		return wire.CodeBlockFull, fmt.Sprintf("the block would inflate past max_block_uncompressed_bytes (%d); the transaction waits for the next block", l.MaxBlockUncompressedBytes)
 	case ex.bounded && ex.used.records+ex.tx.records > int64(l.MaxBlockRecords):
-		return CodeBlockFull, fmt.Sprintf("the block would pass max_block_records (%d); the transaction waits for the next block", l.MaxBlockRecords)
+		return wire.CodeBlockFull, fmt.Sprintf("the block would pass max_block_records (%d); the transaction waits for the next block", l.MaxBlockRecords)
 	}
-	return CodeOK, ""
+	return wire.CodeOK, ""
 }
 
 // resultSize is an upper bound of what a result adds to the FinalizeBlock
@@ -373,13 +370,13 @@ func allowed(cfg *byzlogv1.TopicConfig, key []byte) bool {
 func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error) {
 	var body byzlogv1.AdminBody
 	if err := proto.Unmarshal(req.Body, &body); err != nil {
-		return reject(CodeMalformedTx, "admin body is not a byzlog.v1.AdminBody: %v", err), nil
+		return reject(wire.CodeMalformedTx, "admin body is not a byzlog.v1.AdminBody: %v", err), nil
 	}
 	if body.ChainId != ex.params.ChainId {
-		return reject(CodeWrongChain, "admin request signed for chain %s, this is %q", short(body.ChainId), ex.params.ChainId), nil
+		return reject(wire.CodeWrongChain, "admin request signed for chain %s, this is %q", wire.Quote(body.ChainId), ex.params.ChainId), nil
 	}
 	if !isAdmin(ex.params, req.AdminKey) {
-		return reject(CodeNotAdmin, "key %x is not an admin of this chain (genesis app_state admins)", req.AdminKey), nil
+		return reject(wire.CodeNotAdmin, "key %x is not an admin of this chain (genesis app_state admins)", req.AdminKey), nil
 	}
 	if r := ex.expired("admin request", body.ExpiryHeight); !r.OK() {
 		return r, nil
@@ -402,7 +399,7 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			return Result{}, err
 		}
 		if have != nil {
-			return reject(CodeTopicExists, "topic %q exists (created at height %d); update or delete it instead", c.Name, have.CreatedHeight), nil
+			return reject(wire.CodeTopicExists, "topic %q exists (created at height %d); update or delete it instead", c.Name, have.CreatedHeight), nil
 		}
 		writeTopic(o, &byzlogv1.TopicState{Name: c.Name, Config: c.Config}, ex.b.Height)
 		return adminOK("create_topic", c.Name), nil
@@ -413,13 +410,13 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			return Result{}, err
 		}
 		if have == nil {
-			return reject(CodeUnknownTopic, "topic %s does not exist", short(u.Name)), nil
+			return reject(wire.CodeUnknownTopic, "topic %s does not exist", wire.Quote(u.Name)), nil
 		}
 		if r := checkTopicConfig(l, u.Config); !r.OK() {
 			return r, nil
 		}
 		if u.Config.Partitions < have.Config.Partitions {
-			return reject(CodeBadTopicConfig, "partitions can grow, never shrink: topic %q has %d, the update asks for %d", u.Name, have.Config.Partitions, u.Config.Partitions), nil
+			return reject(wire.CodeBadTopicConfig, "partitions can grow, never shrink: topic %q has %d, the update asks for %d", u.Name, have.Config.Partitions, u.Config.Partitions), nil
 		}
 		for p := have.Config.Partitions; p < u.Config.Partitions; p++ {
 			o.put(CFMeta, partitionKey(u.Name, p), marshal(&byzlogv1.PartitionState{}))
@@ -434,7 +431,7 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			return Result{}, err
 		}
 		if have == nil {
-			return reject(CodeUnknownTopic, "topic %s does not exist", short(d.Name)), nil
+			return reject(wire.CodeUnknownTopic, "topic %s does not exist", wire.Quote(d.Name)), nil
 		}
 		o.del(CFMeta, topicKey(d.Name))
 		for p := uint32(0); p < have.Config.Partitions; p++ {
@@ -444,11 +441,11 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		o.deleteRange(CFRecords, start, end)
 		return adminOK("delete_topic", d.Name), nil
 	}
-	return reject(CodeUnknownTxKind, "admin request has no operation this version knows"), nil
+	return reject(wire.CodeUnknownTxKind, "admin request has no operation this version knows"), nil
 }
 
 func adminOK(op, topic string) Result {
-	return Result{Code: CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{{"op", op}, {"topic", topic}}}}}
+	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{{"op", op}, {"topic", topic}}}}}
 }
 
 func isAdmin(p *byzlogv1.ChainParams, key []byte) bool {
@@ -465,7 +462,7 @@ func isAdmin(p *byzlogv1.ChainParams, key []byte) bool {
 // alone (height 0) leaves it to the block.
 func (ex *executor) expired(what string, expiry int64) Result {
 	if expiry != 0 && ex.b.Height > 0 && ex.b.Height > expiry {
-		return reject(CodeBodyExpired, "%s expired at height %d, this is height %d: sign it again", what, expiry, ex.b.Height)
+		return reject(wire.CodeBodyExpired, "%s expired at height %d, this is height %d: sign it again", what, expiry, ex.b.Height)
 	}
 	return Result{}
 }
@@ -485,12 +482,12 @@ func (ex *executor) useNonce(o *overlay, key []byte, nonce uint64) (Result, erro
 	}
 	switch {
 	case nonce >= committed && nonce < next:
-		return reject(CodePending, "nonce %d of key %x is already waiting in this node's mempool in another transaction", nonce, key), nil
-	case nonce < next || (nonce > next && (ex.mode != modeMempool || nonce-next > MaxLookahead)):
-		if ex.mode == modePool && nonce > next && nonce-next <= MaxLookahead {
+		return reject(wire.CodePending, "nonce %d of key %x is already waiting in this node's mempool in another transaction", nonce, key), nil
+	case nonce < next || (nonce > next && (ex.mode != modeMempool || nonce-next > wire.MaxLookahead)):
+		if ex.mode == modePool && nonce > next && nonce-next <= wire.MaxLookahead {
 			ex.waiting = true
 		}
-		return reject(CodeBadNonce, "nonce %d is not key %x's next nonce, %d", nonce, key, next), nil
+		return reject(wire.CodeBadNonce, "nonce %d is not key %x's next nonce, %d", nonce, key, next), nil
 	}
 	// The height goes with it: the block that holds the transaction which
 	// used nonce, so a client can be shown that transaction (NonceUse).
@@ -516,33 +513,6 @@ func loadNonceState(r Reader, key []byte) (next uint64, usedAt int64, err error)
 	return binary.BigEndian.Uint64(b), int64(binary.BigEndian.Uint64(b[8:])), nil
 }
 
-// NonceUse returns the signing key and nonce of a signed admin request or
-// offset commit, the two kinds that use a key's nonce; ok is false for
-// anything else, or a transaction whose signature does not verify. A
-// client shown the transaction that used its nonce checks with it that the
-// nonce is used, given a proof that the transaction was committed.
-func NonceUse(tx []byte) (key []byte, nonce uint64, ok bool) {
-	env, r := decodeTx(tx, 1)
-	if !r.OK() {
-		return nil, 0, false
-	}
-	switch k := env.Kind.(type) {
-	case *byzlogv1.Tx_Admin:
-		var body byzlogv1.AdminBody
-		if proto.Unmarshal(k.Admin.GetBody(), &body) != nil {
-			return nil, 0, false
-		}
-		return k.Admin.GetAdminKey(), body.Nonce, true
-	case *byzlogv1.Tx_CommitOffsets:
-		var body byzlogv1.CommitOffsetsBody
-		if proto.Unmarshal(k.CommitOffsets.GetBody(), &body) != nil {
-			return nil, 0, false
-		}
-		return k.CommitOffsets.GetConsumerKey(), body.Nonce, true
-	}
-	return nil, 0, false
-}
-
 // maxOffsetMetadata is Kafka's offset.metadata.max.bytes default.
 const maxOffsetMetadata = 4096
 
@@ -550,10 +520,10 @@ const maxOffsetMetadata = 4096
 func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Result, error) {
 	var body byzlogv1.CommitOffsetsBody
 	if err := proto.Unmarshal(req.Body, &body); err != nil {
-		return reject(CodeMalformedTx, "commit offsets body is not a byzlog.v1.CommitOffsetsBody: %v", err), nil
+		return reject(wire.CodeMalformedTx, "commit offsets body is not a byzlog.v1.CommitOffsetsBody: %v", err), nil
 	}
 	if body.ChainId != ex.params.ChainId {
-		return reject(CodeWrongChain, "offset commit signed for chain %s, this is %q", short(body.ChainId), ex.params.ChainId), nil
+		return reject(wire.CodeWrongChain, "offset commit signed for chain %s, this is %q", wire.Quote(body.ChainId), ex.params.ChainId), nil
 	}
 	if r := checkGroupName(body.Group); !r.OK() {
 		return r, nil
@@ -562,7 +532,7 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		return r, nil
 	}
 	if n := len(body.Offsets); n == 0 || n > int(ex.params.Limits.MaxCommitOffsets) {
-		return reject(CodeMalformedTx, "an offset commit holds 1 to %d offsets, this one %d", ex.params.Limits.MaxCommitOffsets, n), nil
+		return reject(wire.CodeMalformedTx, "an offset commit holds 1 to %d offsets, this one %d", ex.params.Limits.MaxCommitOffsets, n), nil
 	}
 	if r, err := ex.useNonce(o, req.ConsumerKey, body.Nonce); err != nil || !r.OK() {
 		return r, err
@@ -572,7 +542,7 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		return Result{}, err
 	}
 	if owner != nil && !bytes.Equal(owner, req.ConsumerKey) {
-		return reject(CodeNotGroupOwner, "group %q belongs to key %x", body.Group, owner), nil
+		return reject(wire.CodeNotGroupOwner, "group %q belongs to key %x", body.Group, owner), nil
 	}
 	if owner == nil {
 		o.put(CFMeta, groupKey(body.Group), req.ConsumerKey)
@@ -581,28 +551,28 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 	for i, po := range body.Offsets {
 		k := offsetKey(body.Group, po.Topic, po.Partition)
 		if seen[string(k)] {
-			return reject(CodeMalformedTx, "offsets[%d]: %s/%d is listed twice", i, short(po.Topic), po.Partition), nil
+			return reject(wire.CodeMalformedTx, "offsets[%d]: %s/%d is listed twice", i, wire.Quote(po.Topic), po.Partition), nil
 		}
 		seen[string(k)] = true
 		if len(po.Metadata) > maxOffsetMetadata {
-			return reject(CodeMalformedTx, "offsets[%d]: metadata is %d bytes, at most %d", i, len(po.Metadata), maxOffsetMetadata), nil
+			return reject(wire.CodeMalformedTx, "offsets[%d]: metadata is %d bytes, at most %d", i, len(po.Metadata), maxOffsetMetadata), nil
 		}
 		topic, err := loadTopic(o, po.Topic)
 		if err != nil {
 			return Result{}, err
 		}
 		if topic == nil {
-			return reject(CodeUnknownTopic, "offsets[%d]: topic %s does not exist", i, short(po.Topic)), nil
+			return reject(wire.CodeUnknownTopic, "offsets[%d]: topic %s does not exist", i, wire.Quote(po.Topic)), nil
 		}
 		if po.Partition >= topic.Config.Partitions {
-			return reject(CodeUnknownPartition, "offsets[%d]: topic %q has partitions 0..%d", i, po.Topic, topic.Config.Partitions-1), nil
+			return reject(wire.CodeUnknownPartition, "offsets[%d]: topic %q has partitions 0..%d", i, po.Topic, topic.Config.Partitions-1), nil
 		}
 		var part byzlogv1.PartitionState
 		if _, err := getProto(o, CFMeta, partitionKey(po.Topic, po.Partition), &part); err != nil {
 			return Result{}, err
 		}
 		if po.Offset > part.NextOffset {
-			return reject(CodeOffsetBeyondEnd, "offsets[%d]: offset %d is past %s/%d's end (%d)", i, po.Offset, po.Topic, po.Partition, part.NextOffset), nil
+			return reject(wire.CodeOffsetBeyondEnd, "offsets[%d]: offset %d is past %s/%d's end (%d)", i, po.Offset, po.Topic, po.Partition, part.NextOffset), nil
 		}
 		var have byzlogv1.GroupOffset
 		found, err := getProto(o, CFOffsets, k, &have)
@@ -610,11 +580,11 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 			return Result{}, err
 		}
 		if found && po.Offset < have.Offset && !body.Rewind {
-			return reject(CodeOffsetBackwards, "offsets[%d]: %s/%d would move back from %d to %d; set rewind to move it back", i, po.Topic, po.Partition, have.Offset, po.Offset), nil
+			return reject(wire.CodeOffsetBackwards, "offsets[%d]: %s/%d would move back from %d to %d; set rewind to move it back", i, po.Topic, po.Partition, have.Offset, po.Offset), nil
 		}
 		o.put(CFOffsets, k, marshal(&byzlogv1.GroupOffset{Offset: po.Offset, Metadata: po.Metadata, Height: ex.b.Height}))
 	}
-	return Result{Code: CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"count", strconv.Itoa(len(body.Offsets))}}}}}, nil
+	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"count", strconv.Itoa(len(body.Offsets))}}}}}, nil
 }
 
 func loadTopic(r Reader, name string) (*byzlogv1.TopicState, error) {

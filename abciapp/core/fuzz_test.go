@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // seedTx is a real transaction for a chain made by newChain with topic "t"
@@ -27,9 +27,9 @@ type seedTx struct {
 
 func seedTxs(tb testing.TB) []seedTx {
 	tb.Helper()
-	p := sign.NewSigner(key("p"), chainID)
-	admin := sign.NewSigner(key("admin"), chainID)
-	consumer := sign.NewSigner(key("c"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
+	admin := wire.NewSigner(key("admin"), chainID)
+	consumer := wire.NewSigner(key("c"), chainID)
 
 	zb, err := p.Batch("t", 1, 0, byzlogv1.Codec_CODEC_ZSTD, records("z1", "z2", "z3"))
 	if err != nil {
@@ -39,7 +39,7 @@ func seedTxs(tb testing.TB) []seedTx {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	adminTx, err := sign.AdminTx(adminReq)
+	adminTx, err := wire.AdminTx(adminReq)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func seedTxs(tb testing.TB) []seedTx {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	offsets, err := sign.OffsetsTx(co)
+	offsets, err := wire.OffsetsTx(co)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -98,18 +98,18 @@ func FuzzNonceUse(f *testing.F) {
 		f.Add(s.tx)
 	}
 	f.Fuzz(func(t *testing.T, tx []byte) {
-		key, nonce, ok := core.NonceUse(tx)
+		key, nonce, ok := wire.NonceUse(tx)
 		if !ok {
 			if key != nil || nonce != 0 {
-				t.Fatalf("NonceUse(%x) = %x, %d, false; want nothing with false", tx, key, nonce)
+				t.Fatalf("wire.NonceUse(%x) = %x, %d, false; want nothing with false", tx, key, nonce)
 			}
 			return
 		}
 		if len(key) != 32 {
-			t.Fatalf("NonceUse(%x) = a %d-byte key", tx, len(key))
+			t.Fatalf("wire.NonceUse(%x) = a %d-byte key", tx, len(key))
 		}
 		if r := core.ValidateTx(tx); !r.OK() {
-			t.Fatalf("NonceUse(%x) = ok, ValidateTx = %s (%s)", tx, r.Code, r.Log)
+			t.Fatalf("wire.NonceUse(%x) = ok, ValidateTx = %s (%s)", tx, r.Code, r.Log)
 		}
 	})
 }
@@ -196,7 +196,7 @@ func decodeBody(t *testing.T, body []byte) (*byzlogv1.BatchBody, []*byzlogv1.Rec
 }
 
 func FuzzBatchBody(f *testing.F) {
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	recs := records("a", "b", "c")
 	raw, err := proto.Marshal(&byzlogv1.RecordSet{Records: recs})
 	if err != nil {
@@ -218,26 +218,26 @@ func FuzzBatchBody(f *testing.F) {
 	seeds := []struct {
 		name string
 		body []byte
-		code core.Code // on a fresh chain with topic "t"
+		code wire.Code // on a fresh chain with topic "t"
 	}{
-		{"none", batch(f, p, "t", 0, 0, recs).Body, core.CodeOK},
-		{"zstd", zb.Body, core.CodeOK},
-		{"zstd raw block", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw)), zstdFrame(raw, true)), core.CodeOK},
-		{"size past max_batch_bytes", mkBody(byzlogv1.Codec_CODEC_NONE, 1<<32-1, raw), core.CodeBatchTooLarge},
-		{"zstd size past max_batch_bytes", mkBody(byzlogv1.Codec_CODEC_ZSTD, 1<<32-1, zb.Body), core.CodeBatchTooLarge},
-		{"zstd inflating past the compression ratio", mkBody(byzlogv1.Codec_CODEC_ZSTD, 4<<20, zeros), core.CodeBadCompression},
-		{"zstd without content size", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw)), zstdFrame(raw, false)), core.CodeBadCompression},
+		{"none", batch(f, p, "t", 0, 0, recs).Body, wire.CodeOK},
+		{"zstd", zb.Body, wire.CodeOK},
+		{"zstd raw block", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw)), zstdFrame(raw, true)), wire.CodeOK},
+		{"size past max_batch_bytes", mkBody(byzlogv1.Codec_CODEC_NONE, 1<<32-1, raw), wire.CodeBatchTooLarge},
+		{"zstd size past max_batch_bytes", mkBody(byzlogv1.Codec_CODEC_ZSTD, 1<<32-1, zb.Body), wire.CodeBatchTooLarge},
+		{"zstd inflating past the compression ratio", mkBody(byzlogv1.Codec_CODEC_ZSTD, 4<<20, zeros), wire.CodeBadCompression},
+		{"zstd without content size", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw)), zstdFrame(raw, false)), wire.CodeBadCompression},
 		{"zstd with a second frame", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw)),
-			append(zstdFrame(raw, true), zstdFrame([]byte("more"), false)...)), core.CodeBadCompression},
-		{"zstd content size not the declared size", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw))+1, zb.Body), core.CodeBadCompression},
-		{"declared size one too many", mkBody(byzlogv1.Codec_CODEC_NONE, uint32(len(raw))+1, raw), core.CodeBatchTooLarge},
-		{"no records", mkBody(byzlogv1.Codec_CODEC_NONE, 0, nil), core.CodeEmptyBatch},
-		{"unknown codec", mkBody(byzlogv1.Codec(7), uint32(len(raw)), raw), core.CodeBadCompression},
-		{"other chain", marshalBody(f, &byzlogv1.BatchBody{ChainId: "other", Topic: "t", UncompressedSize: uint32(len(raw)), Records: raw}), core.CodeWrongChain},
-		{"unknown partition", marshalBody(f, &byzlogv1.BatchBody{ChainId: chainID, Topic: "t", Partition: 2, UncompressedSize: uint32(len(raw)), Records: raw}), core.CodeUnknownPartition},
-		{"sequence gap", marshalBody(f, &byzlogv1.BatchBody{ChainId: chainID, Topic: "t", Sequence: 1, UncompressedSize: uint32(len(raw)), Records: raw}), core.CodeSequenceGap},
-		{"not protobuf", []byte{0xff}, core.CodeMalformedTx},
-		{"empty", nil, core.CodeEmptyBody},
+			append(zstdFrame(raw, true), zstdFrame([]byte("more"), false)...)), wire.CodeBadCompression},
+		{"zstd content size not the declared size", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw))+1, zb.Body), wire.CodeBadCompression},
+		{"declared size one too many", mkBody(byzlogv1.Codec_CODEC_NONE, uint32(len(raw))+1, raw), wire.CodeBatchTooLarge},
+		{"no records", mkBody(byzlogv1.Codec_CODEC_NONE, 0, nil), wire.CodeEmptyBatch},
+		{"unknown codec", mkBody(byzlogv1.Codec(7), uint32(len(raw)), raw), wire.CodeBadCompression},
+		{"other chain", marshalBody(f, &byzlogv1.BatchBody{ChainId: "other", Topic: "t", UncompressedSize: uint32(len(raw)), Records: raw}), wire.CodeWrongChain},
+		{"unknown partition", marshalBody(f, &byzlogv1.BatchBody{ChainId: chainID, Topic: "t", Partition: 2, UncompressedSize: uint32(len(raw)), Records: raw}), wire.CodeUnknownPartition},
+		{"sequence gap", marshalBody(f, &byzlogv1.BatchBody{ChainId: chainID, Topic: "t", Sequence: 1, UncompressedSize: uint32(len(raw)), Records: raw}), wire.CodeSequenceGap},
+		{"not protobuf", []byte{0xff}, wire.CodeMalformedTx},
+		{"empty", nil, wire.CodeEmptyBody},
 	}
 	for _, s := range seeds {
 		c := newChain(f, "")
@@ -292,7 +292,7 @@ func FuzzBatchBody(f *testing.F) {
 			}
 			// CheckTx is only more lenient than a block about sequences
 			// (earlier ones may still be in the mempool).
-			if r.Code != core.CodeSequenceGap && check.Code != r.Code {
+			if r.Code != wire.CodeSequenceGap && check.Code != r.Code {
 				t.Errorf("batch body %x: Check = %s (%s), block = %s (%s), want the same", body, check.Code, check.Log, r.Code, r.Log)
 			}
 			return
@@ -338,22 +338,22 @@ func FuzzQuery(f *testing.F) {
 	// The response message of each path this test knows; a path added
 	// since is still fuzzed, its value just not decoded.
 	responses := map[string]func() proto.Message{
-		core.PathState:    func() proto.Message { return &byzlogv1.AppState{} },
-		core.PathTopics:   func() proto.Message { return &byzlogv1.TopicList{} },
-		core.PathTopic:    func() proto.Message { return &byzlogv1.TopicInfo{} },
-		core.PathRecords:  func() proto.Message { return &byzlogv1.RecordsResponse{} },
-		core.PathGroup:    func() proto.Message { return &byzlogv1.GroupOffsets{} },
-		core.PathProducer: func() proto.Message { return &byzlogv1.ProducerState{} },
-		core.PathNonce:    func() proto.Message { return &byzlogv1.NonceResponse{} },
+		wire.PathState:    func() proto.Message { return &byzlogv1.AppState{} },
+		wire.PathTopics:   func() proto.Message { return &byzlogv1.TopicList{} },
+		wire.PathTopic:    func() proto.Message { return &byzlogv1.TopicInfo{} },
+		wire.PathRecords:  func() proto.Message { return &byzlogv1.RecordsResponse{} },
+		wire.PathGroup:    func() proto.Message { return &byzlogv1.GroupOffsets{} },
+		wire.PathProducer: func() proto.Message { return &byzlogv1.ProducerState{} },
+		wire.PathNonce:    func() proto.Message { return &byzlogv1.NonceResponse{} },
 	}
 	requests := map[string]proto.Message{
-		core.PathTopic:    &byzlogv1.TopicRequest{Name: "t"},
-		core.PathRecords:  &byzlogv1.RecordsRequest{Topic: "t", Offset: 1, MaxRecords: 2, MaxBytes: 100},
-		core.PathGroup:    &byzlogv1.GroupRequest{Group: "g"},
-		core.PathProducer: &byzlogv1.ProducerRequest{ProducerKey: fx.producer.PublicKey(), Topic: "t"},
-		core.PathNonce:    &byzlogv1.NonceRequest{Key: fx.consumer.PublicKey()},
+		wire.PathTopic:    &byzlogv1.TopicRequest{Name: "t"},
+		wire.PathRecords:  &byzlogv1.RecordsRequest{Topic: "t", Offset: 1, MaxRecords: 2, MaxBytes: 100},
+		wire.PathGroup:    &byzlogv1.GroupRequest{Group: "g"},
+		wire.PathProducer: &byzlogv1.ProducerRequest{ProducerKey: fx.producer.PublicKey(), Topic: "t"},
+		wire.PathNonce:    &byzlogv1.NonceRequest{Key: fx.consumer.PublicKey()},
 	}
-	for i, path := range core.QueryPaths {
+	for i, path := range wire.QueryPaths {
 		var data []byte
 		if req, ok := requests[path]; ok {
 			var err error
@@ -365,7 +365,7 @@ func FuzzQuery(f *testing.F) {
 		f.Add(byte(i), []byte{0xff})
 	}
 	f.Fuzz(func(t *testing.T, pathIndex byte, data []byte) {
-		path := core.QueryPaths[int(pathIndex)%len(core.QueryPaths)]
+		path := wire.QueryPaths[int(pathIndex)%len(wire.QueryPaths)]
 		v, r, err := core.Query(fx.c.store, fx.c.state, path, data)
 		if err != nil {
 			t.Fatalf("Query(%s, %x) error = %v, want none", path, data, err)
@@ -396,7 +396,7 @@ func FuzzQuery(f *testing.F) {
 // follows the first (found by review of the fuzz seeds: DecodeAll used to
 // inflate every following frame up to the decoder's 64 MiB cap).
 func TestBatchBodyInflationBound(t *testing.T) {
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	raw, err := proto.Marshal(&byzlogv1.RecordSet{Records: records("a")})
 	if err != nil {
 		t.Fatal(err)
@@ -417,8 +417,8 @@ func TestBatchBodyInflationBound(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	r := c.check(tx)
 	runtime.ReadMemStats(&after)
-	if r.Code != core.CodeBadCompression {
-		t.Errorf("Check(%d-byte batch declaring %d bytes) = %s (%s), want %s", len(body), len(raw), r.Code, r.Log, core.CodeBadCompression)
+	if r.Code != wire.CodeBadCompression {
+		t.Errorf("Check(%d-byte batch declaring %d bytes) = %s (%s), want %s", len(body), len(raw), r.Code, r.Log, wire.CodeBadCompression)
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 8<<20 {
 		t.Errorf("Check(%d-byte batch declaring %d bytes) allocated %d MiB, want under 8 MiB", len(body), len(raw), got>>20)

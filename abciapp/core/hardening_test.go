@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Found in review: each of these let a client or a Byzantine proposer make
@@ -40,7 +40,7 @@ func TestBlockBudget(t *testing.T) {
 	c := newChain(t, `{"limits": {"max_batch_records": 3, "max_tx_records": 3, "max_block_records": 5}, "topics": [{"name": "t", "partitions": 1}]}`)
 	var txs [][]byte
 	for i := 0; i < 3; i++ {
-		txs = append(txs, bundle(t, batch(t, sign.NewSigner(key(fmt.Sprint(i)), chainID), "t", 0, 0, records("a", "b"))))
+		txs = append(txs, bundle(t, batch(t, wire.NewSigner(key(fmt.Sprint(i)), chainID), "t", 0, 0, records("a", "b"))))
 	}
 	b := core.Block{Height: 1, TimeUnixNano: 1, Txs: txs}
 	picked, err := core.Prepare(c.store, b, 1<<20)
@@ -51,13 +51,13 @@ func TestBlockBudget(t *testing.T) {
 		t.Errorf("Prepare(3 txs of 2 records, 5 per block) picked %d, want 2", len(picked))
 	}
 	idx, r, err := core.Verify(c.store, b)
-	if err != nil || idx != 2 || r.Code != core.CodeBlockFull {
-		t.Errorf("Verify(6 records, 5 per block) = tx %d %s %v, want tx 2 %s", idx, r.Code, err, core.CodeBlockFull)
+	if err != nil || idx != 2 || r.Code != wire.CodeBlockFull {
+		t.Errorf("Verify(6 records, 5 per block) = tx %d %s %v, want tx 2 %s", idx, r.Code, err, wire.CodeBlockFull)
 	}
 	// A single transaction over max_tx_records is refused everywhere.
-	big := bundle(t, batch(t, sign.NewSigner(key("x"), chainID), "t", 0, 0, records("a", "b")), batch(t, sign.NewSigner(key("y"), chainID), "t", 0, 0, records("c", "d")))
-	if r := c.check(big); r.Code != core.CodeBundleTooLarge {
-		t.Errorf("Check(4 records, 3 per tx) = %s %q, want %s", r.Code, r.Log, core.CodeBundleTooLarge)
+	big := bundle(t, batch(t, wire.NewSigner(key("x"), chainID), "t", 0, 0, records("a", "b")), batch(t, wire.NewSigner(key("y"), chainID), "t", 0, 0, records("c", "d")))
+	if r := c.check(big); r.Code != wire.CodeBundleTooLarge {
+		t.Errorf("Check(4 records, 3 per tx) = %s %q, want %s", r.Code, r.Log, wire.CodeBundleTooLarge)
 	}
 }
 
@@ -74,8 +74,8 @@ func TestEmptyRecordFloodIsRefusedBeforeDecoding(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	r := c.check(tx)
 	runtime.ReadMemStats(&after)
-	if r.Code != core.CodeBatchTooLarge {
-		t.Errorf("Check(900k empty records) = %s %q, want %s", r.Code, r.Log, core.CodeBatchTooLarge)
+	if r.Code != wire.CodeBatchTooLarge {
+		t.Errorf("Check(900k empty records) = %s %q, want %s", r.Code, r.Log, wire.CodeBatchTooLarge)
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > 32<<20 {
 		t.Errorf("Check(900k empty records) allocated %d MiB, want the refusal before decoding", got>>20)
@@ -85,24 +85,24 @@ func TestEmptyRecordFloodIsRefusedBeforeDecoding(t *testing.T) {
 func TestLookaheadIsBounded(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
-	if r := c.check(bundle(t, batch(t, p, "t", 0, core.MaxLookahead, records("a")))); !r.OK() {
-		t.Errorf("Check(sequence %d ahead) = %s, want ok", core.MaxLookahead, r.Code)
+	p := wire.NewSigner(key("p"), chainID)
+	if r := c.check(bundle(t, batch(t, p, "t", 0, wire.MaxLookahead, records("a")))); !r.OK() {
+		t.Errorf("Check(sequence %d ahead) = %s, want ok", wire.MaxLookahead, r.Code)
 	}
-	if r := c.check(bundle(t, batch(t, p, "t", 0, core.MaxLookahead+1, records("a")))); r.Code != core.CodeSequenceGap {
-		t.Errorf("Check(sequence %d ahead) = %s, want %s", core.MaxLookahead+1, r.Code, core.CodeSequenceGap)
+	if r := c.check(bundle(t, batch(t, p, "t", 0, wire.MaxLookahead+1, records("a")))); r.Code != wire.CodeSequenceGap {
+		t.Errorf("Check(sequence %d ahead) = %s, want %s", wire.MaxLookahead+1, r.Code, wire.CodeSequenceGap)
 	}
-	if r := c.check(bundle(t, batch(t, p, "t", 0, math.MaxUint64, records("a")))); r.Code != core.CodeSequenceGap {
-		t.Errorf("Check(sequence 2^64-1) = %s, want %s", r.Code, core.CodeSequenceGap)
+	if r := c.check(bundle(t, batch(t, p, "t", 0, math.MaxUint64, records("a")))); r.Code != wire.CodeSequenceGap {
+		t.Errorf("Check(sequence 2^64-1) = %s, want %s", r.Code, wire.CodeSequenceGap)
 	}
-	if r := c.check(c.adminTx(c.admin, 1+core.MaxLookahead+1, &byzlogv1.DeleteTopic{Name: "t"})); r.Code != core.CodeBadNonce {
-		t.Errorf("Check(admin nonce far ahead) = %s, want %s", r.Code, core.CodeBadNonce)
+	if r := c.check(c.adminTx(c.admin, 1+wire.MaxLookahead+1, &byzlogv1.DeleteTopic{Name: "t"})); r.Code != wire.CodeBadNonce {
+		t.Errorf("Check(admin nonce far ahead) = %s, want %s", r.Code, wire.CodeBadNonce)
 	}
 	// The same sequence twice in one bundle is refused even in the mempool,
 	// while sequences out of order within a bundle are left to the block.
 	b := batch(t, p, "t", 0, 0, records("a"))
-	if r := c.check(bundle(t, b, b)); r.Code != core.CodeMalformedTx {
-		t.Errorf("Check(one batch twice in a bundle) = %s, want %s", r.Code, core.CodeMalformedTx)
+	if r := c.check(bundle(t, b, b)); r.Code != wire.CodeMalformedTx {
+		t.Errorf("Check(one batch twice in a bundle) = %s, want %s", r.Code, wire.CodeMalformedTx)
 	}
 	if r := c.check(bundle(t, batch(t, p, "t", 0, 2, records("c")), batch(t, p, "t", 0, 1, records("b")))); !r.OK() {
 		t.Errorf("Check(sequences 2 then 1 in a bundle) = %s %q, want ok: only committed sequences are duplicates", r.Code, r.Log)
@@ -111,18 +111,18 @@ func TestLookaheadIsBounded(t *testing.T) {
 
 func TestUnknownFieldsAreRefusedOrDropped(t *testing.T) {
 	c := newChain(t, `{"topics": [{"name": "t", "partitions": 1, "max_record_bytes": 100}]}`)
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	tx := bundle(t, batch(t, p, "t", 0, 0, records("a")))
 	rewrapped := protowire.AppendBytes(protowire.AppendTag(append([]byte(nil), tx...), 99, protowire.BytesType), []byte("pad"))
-	if r := c.check(rewrapped); r.Code != core.CodeMalformedTx {
-		t.Errorf("Check(envelope with an unknown field) = %s, want %s", r.Code, core.CodeMalformedTx)
+	if r := c.check(rewrapped); r.Code != wire.CodeMalformedTx {
+		t.Errorf("Check(envelope with an unknown field) = %s, want %s", r.Code, wire.CodeMalformedTx)
 	}
 	// A header with 200 KB in an unknown field: not stored, not counted.
 	h := &byzlogv1.RecordHeader{Key: "h", Value: []byte("v")}
 	h.ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 99, protowire.BytesType), make([]byte, 200_000)))
 	c.must(bundle(t, batch(t, p, "t", 0, 0, []*byzlogv1.Record{{Value: []byte("x"), Headers: []*byzlogv1.RecordHeader{h}}})))
 	var resp byzlogv1.RecordsResponse
-	c.query(core.PathRecords, &byzlogv1.RecordsRequest{Topic: "t"}, &resp)
+	c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t"}, &resp)
 	if len(resp.Records) != 1 || len(resp.Records[0]) > 1024 {
 		t.Fatalf("stored record is %d bytes, want the unknown header field dropped", len(resp.Records[0]))
 	}
@@ -135,7 +135,7 @@ func TestUnknownFieldsAreRefusedOrDropped(t *testing.T) {
 func TestRetentionMsCannotOverflow(t *testing.T) {
 	c := newChain(t, "")
 	r := c.block(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.CreateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 1, RetentionMs: math.MaxInt64}}))[0]
-	if r.Code != core.CodeBadTopicConfig {
-		t.Errorf("create with retention_ms = MaxInt64 = %s, want %s (it would wrap and delete everything)", r.Code, core.CodeBadTopicConfig)
+	if r.Code != wire.CodeBadTopicConfig {
+		t.Errorf("create with retention_ms = MaxInt64 = %s, want %s (it would wrap and delete everything)", r.Code, wire.CodeBadTopicConfig)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 const chainID = "test-chain"
@@ -80,13 +80,13 @@ type testChain struct {
 	store  *memStore
 	state  core.State
 	time   int64
-	admin  *sign.Signer
+	admin  *wire.Signer
 	nonces map[string]uint64 // next nonce per signer public key
 }
 
 func newChain(t testing.TB, genesis string) *testChain {
 	t.Helper()
-	admin := sign.NewSigner(key("admin"), chainID)
+	admin := wire.NewSigner(key("admin"), chainID)
 	if genesis == "" {
 		genesis = fmt.Sprintf(`{"admins": [%q]}`, hex.EncodeToString(admin.PublicKey()))
 	}
@@ -132,20 +132,20 @@ func (c *testChain) check(tx []byte) core.Result {
 }
 
 // nextNonce hands out s's nonces in order.
-func (c *testChain) nextNonce(s *sign.Signer) uint64 {
+func (c *testChain) nextNonce(s *wire.Signer) uint64 {
 	k := string(s.PublicKey())
 	n := c.nonces[k]
 	c.nonces[k] = n + 1
 	return n
 }
 
-func (c *testChain) adminTx(s *sign.Signer, nonce uint64, op proto.Message) []byte {
+func (c *testChain) adminTx(s *wire.Signer, nonce uint64, op proto.Message) []byte {
 	c.t.Helper()
 	req, err := s.Admin(nonce, op)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	tx, err := sign.AdminTx(req)
+	tx, err := wire.AdminTx(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func records(values ...string) []*byzlogv1.Record {
 	return out
 }
 
-func batch(t testing.TB, s *sign.Signer, topic string, partition uint32, seq uint64, recs []*byzlogv1.Record) *byzlogv1.SignedBatch {
+func batch(t testing.TB, s *wire.Signer, topic string, partition uint32, seq uint64, recs []*byzlogv1.Record) *byzlogv1.SignedBatch {
 	t.Helper()
 	b, err := s.Batch(topic, partition, seq, byzlogv1.Codec_CODEC_NONE, recs)
 	if err != nil {
@@ -176,7 +176,7 @@ func batch(t testing.TB, s *sign.Signer, topic string, partition uint32, seq uin
 
 func bundle(t testing.TB, batches ...*byzlogv1.SignedBatch) []byte {
 	t.Helper()
-	tx, err := sign.BundleTx(batches...)
+	tx, err := wire.BundleTx(batches...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func (c *testChain) query(path string, req, m proto.Message) {
 func (c *testChain) partition(topic string, p uint32) *byzlogv1.PartitionInfo {
 	c.t.Helper()
 	var info byzlogv1.TopicInfo
-	c.query(core.PathTopic, &byzlogv1.TopicRequest{Name: topic}, &info)
+	c.query(wire.PathTopic, &byzlogv1.TopicRequest{Name: topic}, &info)
 	return info.Partitions[p]
 }
 
@@ -227,7 +227,7 @@ func (c *testChain) partition(topic string, p uint32) *byzlogv1.PartitionInfo {
 func (c *testChain) readAll(topic string, p uint32) []*byzlogv1.StoredRecord {
 	c.t.Helper()
 	var resp byzlogv1.RecordsResponse
-	c.query(core.PathRecords, &byzlogv1.RecordsRequest{Topic: topic, Partition: p, Offset: c.partition(topic, p).LogStartOffset}, &resp)
+	c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: topic, Partition: p, Offset: c.partition(topic, p).LogStartOffset}, &resp)
 	out := make([]*byzlogv1.StoredRecord, len(resp.Records))
 	for i, b := range resp.Records {
 		out[i] = &byzlogv1.StoredRecord{}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/internal/workload"
-	"github.com/byzlog/byzlog/abciapp/sign"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -87,7 +87,7 @@ func TestAppHashGolden(t *testing.T) {
 // TestAppHashCoversContentAndOrder: reordering, dropping or altering what a
 // block appends changes its app hash, and the chain carries it forward.
 func TestAppHashCoversContentAndOrder(t *testing.T) {
-	p, q := sign.NewSigner(key("p"), chainID), sign.NewSigner(key("q"), chainID)
+	p, q := wire.NewSigner(key("p"), chainID), wire.NewSigner(key("q"), chainID)
 	run := func(txs ...[]byte) []byte {
 		c := newChain(t, `{"topics": [{"name": "t", "partitions": 2}]}`)
 		c.block(txs...)
@@ -111,7 +111,7 @@ func TestAppHashCoversContentAndOrder(t *testing.T) {
 
 func TestDigestRecordsRoot(t *testing.T) {
 	c := newChain(t, `{"topics": [{"name": "t", "partitions": 2}]}`)
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	out, err := core.Execute(c.store, c.state, core.Block{Height: 1, TimeUnixNano: 5, Txs: [][]byte{
 		bundle(t, batch(t, p, "t", 1, 0, records("x")), batch(t, p, "t", 0, 0, records("a", "b"))),
 	}})

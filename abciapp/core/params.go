@@ -9,25 +9,8 @@ import (
 	"sort"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
-
-// DefaultLimits are the chain's bounds when genesis does not set them.
-func DefaultLimits() *byzlogv1.Limits {
-	return &byzlogv1.Limits{
-		MaxRecordBytes:   1 << 20,
-		MaxBatchRecords:  10000,
-		MaxBatchBytes:    4 << 20,
-		MaxHeaders:       64,
-		MaxBundleBatches: 4096,
-		MaxPartitions:    1024,
-		MaxCommitOffsets: 1024,
-
-		MaxTxRecords:              100_000,
-		MaxTxUncompressedBytes:    16 << 20,
-		MaxBlockRecords:           250_000,
-		MaxBlockUncompressedBytes: 64 << 20,
-	}
-}
 
 // GenesisState is the app_state of the genesis file.
 type GenesisState struct {
@@ -80,7 +63,7 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 	if chainID == "" {
 		return nil, nil, fmt.Errorf("genesis chain_id is empty")
 	}
-	params := &byzlogv1.ChainParams{ChainId: chainID, Limits: DefaultLimits()}
+	params := &byzlogv1.ChainParams{ChainId: chainID, Limits: wire.DefaultLimits()}
 	for i, s := range g.Admins {
 		k, err := parseKey(s)
 		if err != nil {

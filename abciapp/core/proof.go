@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // prefixDigest keys each height's BlockDigest in CFMeta. Digests are
@@ -39,7 +40,7 @@ func proveRecord(r Reader, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, R
 		return nil, Result{}, err
 	}
 	if raw == nil {
-		return nil, reject(CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, or deleted by retention)", req.Topic, req.Partition, req.Offset), nil
+		return nil, reject(wire.CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, or deleted by retention)", req.Topic, req.Partition, req.Offset), nil
 	}
 	var rec byzlogv1.StoredRecord
 	if err := proto.Unmarshal(raw, &rec); err != nil {
@@ -71,7 +72,7 @@ func proveRecord(r Reader, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, R
 			return nil, Result{}, err
 		}
 		if leaves[i] == nil {
-			return nil, reject(CodeOffsetOutOfRange, "offset %d of %s/%d can no longer be proven: retention deleted records of its block", req.Offset, req.Topic, req.Partition), nil
+			return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d can no longer be proven: retention deleted records of its block", req.Offset, req.Topic, req.Partition), nil
 		}
 	}
 	ri := int(req.Offset - part.FirstOffset)

@@ -8,14 +8,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 func TestRecordProofVerifies(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 3})
-	p, q := sign.NewSigner(key("p"), chainID), sign.NewSigner(key("q"), chainID)
+	p, q := wire.NewSigner(key("p"), chainID), wire.NewSigner(key("q"), chainID)
 	c.must(bundle(t, batch(t, p, "t", 0, 0, records("a", "b"))))
 	// One block appending to three partitions, five records in partition 1.
 	c.block(
@@ -29,7 +29,7 @@ func TestRecordProofVerifies(t *testing.T) {
 		value  string
 	}{{1, 0, "c"}, {1, 4, "h"}, {2, 0, "f"}, {0, 2, "i"}} {
 		var proof byzlogv1.RecordProof
-		c.query(core.PathProof, &byzlogv1.ProofRequest{Topic: "t", Partition: tc.part, Offset: tc.offset}, &proof)
+		c.query(wire.PathProof, &byzlogv1.ProofRequest{Topic: "t", Partition: tc.part, Offset: tc.offset}, &proof)
 		rec, err := core.VerifyRecord(&proof, appHash)
 		if err != nil {
 			t.Fatalf("VerifyRecord(t/%d@%d) = %v", tc.part, tc.offset, err)
@@ -41,13 +41,13 @@ func TestRecordProofVerifies(t *testing.T) {
 
 	// An older block's record proves against that block's app hash only.
 	var old byzlogv1.RecordProof
-	c.query(core.PathProof, &byzlogv1.ProofRequest{Topic: "t", Offset: 1}, &old)
+	c.query(wire.PathProof, &byzlogv1.ProofRequest{Topic: "t", Offset: 1}, &old)
 	if _, err := core.VerifyRecord(&old, appHash); err == nil {
 		t.Error("a record of an older block verified against the newest app hash")
 	}
 
 	var proof byzlogv1.RecordProof
-	c.query(core.PathProof, &byzlogv1.ProofRequest{Topic: "t", Partition: 1, Offset: 3}, &proof)
+	c.query(wire.PathProof, &byzlogv1.ProofRequest{Topic: "t", Partition: 1, Offset: 3}, &proof)
 	tamper := []struct {
 		name string
 		fn   func(p *byzlogv1.RecordProof)
@@ -70,8 +70,8 @@ func TestRecordProofVerifies(t *testing.T) {
 		}
 	}
 
-	_, r, err := core.Query(c.store, c.state, core.PathProof, mustMarshal(t, &byzlogv1.ProofRequest{Topic: "t", Offset: 99}))
-	if err != nil || r.Code != core.CodeOffsetOutOfRange {
-		t.Errorf("proof of a missing offset = %s %v, want %s", r.Code, err, core.CodeOffsetOutOfRange)
+	_, r, err := core.Query(c.store, c.state, wire.PathProof, mustMarshal(t, &byzlogv1.ProofRequest{Topic: "t", Offset: 99}))
+	if err != nil || r.Code != wire.CodeOffsetOutOfRange {
+		t.Errorf("proof of a missing offset = %s %v, want %s", r.Code, err, wire.CodeOffsetOutOfRange)
 	}
 }

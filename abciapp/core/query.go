@@ -9,45 +9,22 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
-)
-
-// Query paths: the ABCI query path selects, the data is the request message
-// (see byzlog/v1/state.proto), the value the response message.
-const (
-	PathState    = "/state"
-	PathTopics   = "/topics"
-	PathTopic    = "/topic"
-	PathRecords  = "/records"
-	PathGroup    = "/group"
-	PathProducer = "/producer"
-	PathNonce    = "/nonce"
-	PathProof    = "/proof"
-	PathDigest   = "/digest"
-)
-
-// QueryPaths lists the paths Query answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest}
-
-// Records query bounds.
-const (
-	DefaultQueryRecords = 1000
-	DefaultQueryBytes   = 1 << 20
-	MaxQueryBytes       = 3 << 20 // under the 4 MiB gRPC cap, with room for framing
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Query answers a read of committed state st held in s. A bad request gets a
 // result code and a message; an error means the store is broken.
 func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error) {
 	switch path {
-	case PathState:
+	case wire.PathState:
 		params, err := LoadParams(s)
 		if err != nil {
 			return nil, Result{}, err
 		}
 		return marshal(&byzlogv1.AppState{Height: st.Height, AppHash: st.AppHash, Params: params}), Result{}, nil
-	case PathTopics:
+	case wire.PathTopics:
 		return queryTopics(s)
-	case PathTopic:
+	case wire.PathTopic:
 		var req byzlogv1.TopicRequest
 		if r := decodeQuery(data, &req); !r.OK() {
 			return nil, r, nil
@@ -57,52 +34,52 @@ func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error
 			return nil, Result{}, err
 		}
 		if t == nil {
-			return nil, reject(CodeUnknownTopic, "topic %q does not exist", req.Name), nil
+			return nil, reject(wire.CodeUnknownTopic, "topic %q does not exist", req.Name), nil
 		}
 		info, err := topicInfo(s, t)
 		if err != nil {
 			return nil, Result{}, err
 		}
 		return marshal(info), Result{}, nil
-	case PathRecords:
+	case wire.PathRecords:
 		var req byzlogv1.RecordsRequest
 		if r := decodeQuery(data, &req); !r.OK() {
 			return nil, r, nil
 		}
 		return queryRecords(s, &req)
-	case PathGroup:
+	case wire.PathGroup:
 		var req byzlogv1.GroupRequest
 		if r := decodeQuery(data, &req); !r.OK() {
 			return nil, r, nil
 		}
 		return queryGroup(s, req.Group)
-	case PathProducer:
+	case wire.PathProducer:
 		var req byzlogv1.ProducerRequest
 		if r := decodeQuery(data, &req); !r.OK() {
 			return nil, r, nil
 		}
 		if len(req.ProducerKey) != ed25519.PublicKeySize {
-			return nil, reject(CodeBadQuery, "producer_key is %d bytes, an ed25519 public key is %d", len(req.ProducerKey), ed25519.PublicKeySize), nil
+			return nil, reject(wire.CodeBadQuery, "producer_key is %d bytes, an ed25519 public key is %d", len(req.ProducerKey), ed25519.PublicKeySize), nil
 		}
 		var ps byzlogv1.ProducerState
 		if _, err := getProto(s, CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition), &ps); err != nil {
 			return nil, Result{}, err
 		}
 		return marshal(&ps), Result{}, nil
-	case PathNonce:
+	case wire.PathNonce:
 		var req byzlogv1.NonceRequest
 		if r := decodeQuery(data, &req); !r.OK() {
 			return nil, r, nil
 		}
 		if len(req.Key) != ed25519.PublicKeySize {
-			return nil, reject(CodeBadQuery, "key is %d bytes, an ed25519 public key is %d", len(req.Key), ed25519.PublicKeySize), nil
+			return nil, reject(wire.CodeBadQuery, "key is %d bytes, an ed25519 public key is %d", len(req.Key), ed25519.PublicKeySize), nil
 		}
 		n, at, err := loadNonceState(s, req.Key)
 		if err != nil {
 			return nil, Result{}, err
 		}
 		return marshal(&byzlogv1.NonceResponse{NextNonce: n, UsedHeight: at}), Result{}, nil
-	case PathProof:
+	case wire.PathProof:
 		var req byzlogv1.ProofRequest
 		if r := decodeQuery(data, &req); !r.OK() {
 			return nil, r, nil
@@ -112,7 +89,7 @@ func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error
 			return nil, r, err
 		}
 		return marshal(p), Result{}, nil
-	case PathDigest:
+	case wire.PathDigest:
 		var req byzlogv1.DigestRequest
 		if r := decodeQuery(data, &req); !r.OK() {
 			return nil, r, nil
@@ -122,16 +99,16 @@ func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error
 			return nil, Result{}, err
 		}
 		if raw == nil {
-			return nil, reject(CodeNotFound, "no block digest for height %d (not committed yet, or before this node's state)", req.Height), nil
+			return nil, reject(wire.CodeNotFound, "no block digest for height %d (not committed yet, or before this node's state)", req.Height), nil
 		}
 		return raw, Result{}, nil
 	}
-	return nil, reject(CodeUnknownQuery, "unknown query path %q; the paths are %v", path, QueryPaths), nil
+	return nil, reject(wire.CodeUnknownQuery, "unknown query path %q; the paths are %v", path, wire.QueryPaths), nil
 }
 
 func decodeQuery(data []byte, m proto.Message) Result {
 	if err := proto.Unmarshal(data, m); err != nil {
-		return reject(CodeBadQuery, "query data is not a %s: %v", m.ProtoReflect().Descriptor().FullName(), err)
+		return reject(wire.CodeBadQuery, "query data is not a %s: %v", m.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return Result{}
 }
@@ -180,30 +157,30 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 		return nil, Result{}, err
 	}
 	if t == nil {
-		return nil, reject(CodeUnknownTopic, "topic %q does not exist", req.Topic), nil
+		return nil, reject(wire.CodeUnknownTopic, "topic %q does not exist", req.Topic), nil
 	}
 	if req.Partition >= t.Config.Partitions {
-		return nil, reject(CodeUnknownPartition, "topic %q has partitions 0..%d", req.Topic, t.Config.Partitions-1), nil
+		return nil, reject(wire.CodeUnknownPartition, "topic %q has partitions 0..%d", req.Topic, t.Config.Partitions-1), nil
 	}
 	maxRecords, maxBytes := int(req.MaxRecords), int(req.MaxBytes)
-	if maxRecords == 0 || maxRecords > DefaultQueryRecords {
-		maxRecords = DefaultQueryRecords
+	if maxRecords == 0 || maxRecords > wire.DefaultQueryRecords {
+		maxRecords = wire.DefaultQueryRecords
 	}
 	if maxBytes == 0 {
-		maxBytes = DefaultQueryBytes
+		maxBytes = wire.DefaultQueryBytes
 	}
-	if maxBytes > MaxQueryBytes {
-		return nil, reject(CodeBadQuery, "max_bytes (%d) must be at most %d", maxBytes, MaxQueryBytes), nil
+	if maxBytes > wire.MaxQueryBytes {
+		return nil, reject(wire.CodeBadQuery, "max_bytes (%d) must be at most %d", maxBytes, wire.MaxQueryBytes), nil
 	}
 	var ps byzlogv1.PartitionState
 	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {
 		return nil, Result{}, err
 	}
 	if req.Offset < ps.LogStartOffset {
-		return nil, reject(CodeOffsetOutOfRange, "offset %d of %s/%d is below the log start offset %d: retention deleted it", req.Offset, req.Topic, req.Partition, ps.LogStartOffset), nil
+		return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d is below the log start offset %d: retention deleted it", req.Offset, req.Topic, req.Partition, ps.LogStartOffset), nil
 	}
 	if req.Offset > ps.NextOffset {
-		return nil, reject(CodeOffsetOutOfRange, "offset %d of %s/%d is beyond the log end offset %d", req.Offset, req.Topic, req.Partition, ps.NextOffset), nil
+		return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d is beyond the log end offset %d", req.Offset, req.Topic, req.Partition, ps.NextOffset), nil
 	}
 	resp := &byzlogv1.RecordsResponse{LogStartOffset: ps.LogStartOffset, NextOffset: ps.NextOffset}
 	size := 0
@@ -223,14 +200,14 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 
 func queryGroup(s Scanner, group string) ([]byte, Result, error) {
 	if r := checkGroupName(group); !r.OK() {
-		return nil, Result{Code: CodeBadQuery, Log: r.Log}, nil
+		return nil, Result{Code: wire.CodeBadQuery, Log: r.Log}, nil
 	}
 	owner, err := s.Get(CFMeta, groupKey(group))
 	if err != nil {
 		return nil, Result{}, err
 	}
 	if owner == nil {
-		return nil, reject(CodeNotFound, "group %q has committed no offsets", group), nil
+		return nil, reject(wire.CodeNotFound, "group %q has committed no offsets", group), nil
 	}
 	resp := &byzlogv1.GroupOffsets{Group: group, OwnerKey: owner}
 	start, end := groupOffsets(group)

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // queryFixture is a chain whose state every query path has something to
@@ -25,17 +25,17 @@ import (
 //   - group "gg" owned by consumer d with t/0 at 5.
 type queryFixture struct {
 	c                   *testChain
-	producer            *sign.Signer
-	consumer, consumer2 *sign.Signer
+	producer            *wire.Signer
+	consumer, consumer2 *wire.Signer
 }
 
 func newQueryFixture(t testing.TB) *queryFixture {
 	t.Helper()
 	f := &queryFixture{
 		c:         newChain(t, ""),
-		producer:  sign.NewSigner(key("p"), chainID),
-		consumer:  sign.NewSigner(key("c"), chainID),
-		consumer2: sign.NewSigner(key("d"), chainID),
+		producer:  wire.NewSigner(key("p"), chainID),
+		consumer:  wire.NewSigner(key("c"), chainID),
+		consumer2: wire.NewSigner(key("d"), chainID),
 	}
 	c, p := f.c, f.producer
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 2})
@@ -50,13 +50,13 @@ func newQueryFixture(t testing.TB) *queryFixture {
 }
 
 // offsetsTx is an offset commit for group signed by s with its next nonce.
-func offsetsTx(t testing.TB, c *testChain, s *sign.Signer, group string, offsets ...*byzlogv1.PartitionOffset) []byte {
+func offsetsTx(t testing.TB, c *testChain, s *wire.Signer, group string, offsets ...*byzlogv1.PartitionOffset) []byte {
 	t.Helper()
 	co, err := s.CommitOffsets(c.nextNonce(s), group, false, offsets...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := sign.OffsetsTx(co)
+	tx, err := wire.OffsetsTx(co)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func topicSummary(ti *byzlogv1.TopicInfo) string {
 }
 
 func TestQueryState(t *testing.T) {
-	admin := sign.NewSigner(key("admin"), chainID).PublicKey()
+	admin := wire.NewSigner(key("admin"), chainID).PublicKey()
 	fresh := newChain(t, "")
 	f := newQueryFixture(t)
 	tests := []struct {
@@ -122,26 +122,26 @@ func TestQueryState(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, r := queryRaw(t, tt.c, core.PathState, nil)
+			v, r := queryRaw(t, tt.c, wire.PathState, nil)
 			if !r.OK() {
-				t.Fatalf("Query(%s) = %s: %s, want ok", core.PathState, r.Code, r.Log)
+				t.Fatalf("Query(%s) = %s: %s, want ok", wire.PathState, r.Code, r.Log)
 			}
 			var got byzlogv1.AppState
-			decodeValue(t, core.PathState, v, &got)
+			decodeValue(t, wire.PathState, v, &got)
 			if got.Height != tt.want {
-				t.Errorf("Query(%s).height = %d, want %d", core.PathState, got.Height, tt.want)
+				t.Errorf("Query(%s).height = %d, want %d", wire.PathState, got.Height, tt.want)
 			}
 			if !bytes.Equal(got.AppHash, tt.c.state.AppHash) {
-				t.Errorf("Query(%s).app_hash = %x, want %x", core.PathState, got.AppHash, tt.c.state.AppHash)
+				t.Errorf("Query(%s).app_hash = %x, want %x", wire.PathState, got.AppHash, tt.c.state.AppHash)
 			}
 			if got.Params.GetChainId() != chainID {
-				t.Errorf("Query(%s).params.chain_id = %q, want %q", core.PathState, got.Params.GetChainId(), chainID)
+				t.Errorf("Query(%s).params.chain_id = %q, want %q", wire.PathState, got.Params.GetChainId(), chainID)
 			}
 			if len(got.Params.GetAdmins()) != 1 || !bytes.Equal(got.Params.Admins[0], admin) {
-				t.Errorf("Query(%s).params.admins = %x, want [%x]", core.PathState, got.Params.GetAdmins(), admin)
+				t.Errorf("Query(%s).params.admins = %x, want [%x]", wire.PathState, got.Params.GetAdmins(), admin)
 			}
-			if !proto.Equal(got.Params.GetLimits(), core.DefaultLimits()) {
-				t.Errorf("Query(%s).params.limits = %v, want %v", core.PathState, got.Params.GetLimits(), core.DefaultLimits())
+			if !proto.Equal(got.Params.GetLimits(), wire.DefaultLimits()) {
+				t.Errorf("Query(%s).params.limits = %v, want %v", wire.PathState, got.Params.GetLimits(), wire.DefaultLimits())
 			}
 		})
 	}
@@ -152,7 +152,7 @@ func TestQueryState(t *testing.T) {
 
 func TestQueryTopics(t *testing.T) {
 	genesis := fmt.Sprintf(`{"admins": [%q], "topics": [{"name": "b", "partitions": 3}, {"name": "a", "partitions": 1}]}`,
-		hex.EncodeToString(sign.NewSigner(key("admin"), chainID).PublicKey()))
+		hex.EncodeToString(wire.NewSigner(key("admin"), chainID).PublicKey()))
 	tests := []struct {
 		name  string
 		chain func(t *testing.T) *testChain
@@ -169,7 +169,7 @@ func TestQueryTopics(t *testing.T) {
 		{"topic name that extends another", func(t *testing.T) *testChain {
 			c := newQueryFixture(t).c
 			c.createTopic("t.x", &byzlogv1.TopicConfig{Partitions: 1})
-			p := sign.NewSigner(key("p"), chainID)
+			p := wire.NewSigner(key("p"), chainID)
 			c.must(bundle(t, batch(t, p, "t.x", 0, 0, records("y", "z"))))
 			return c
 		}, "empty:[0=0] t:[0=5 1=1] t.x:[0=2]"},
@@ -177,18 +177,18 @@ func TestQueryTopics(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := tt.chain(t)
-			v, r := queryRaw(t, c, core.PathTopics, nil)
+			v, r := queryRaw(t, c, wire.PathTopics, nil)
 			if !r.OK() {
-				t.Fatalf("Query(%s) = %s: %s, want ok", core.PathTopics, r.Code, r.Log)
+				t.Fatalf("Query(%s) = %s: %s, want ok", wire.PathTopics, r.Code, r.Log)
 			}
 			var list byzlogv1.TopicList
-			decodeValue(t, core.PathTopics, v, &list)
+			decodeValue(t, wire.PathTopics, v, &list)
 			var got []string
 			for _, ti := range list.Topics {
 				got = append(got, topicSummary(ti))
 			}
 			if s := strings.Join(got, " "); s != tt.want {
-				t.Errorf("Query(%s) = %q, want %q", core.PathTopics, s, tt.want)
+				t.Errorf("Query(%s) = %q, want %q", wire.PathTopics, s, tt.want)
 			}
 		})
 	}
@@ -198,37 +198,37 @@ func TestQueryTopic(t *testing.T) {
 	f := newQueryFixture(t)
 	tests := []struct {
 		name string
-		code core.Code
+		code wire.Code
 		want string // topicSummary when ok
 	}{
-		{"t", core.CodeOK, "t:[0=5 1=1]"},
-		{"empty", core.CodeOK, "empty:[0=0]"},
-		{"nope", core.CodeUnknownTopic, ""},
-		{"T", core.CodeUnknownTopic, ""},     // names are case sensitive
-		{"t\x00", core.CodeUnknownTopic, ""}, // not a prefix match
-		{"", core.CodeUnknownTopic, ""},
+		{"t", wire.CodeOK, "t:[0=5 1=1]"},
+		{"empty", wire.CodeOK, "empty:[0=0]"},
+		{"nope", wire.CodeUnknownTopic, ""},
+		{"T", wire.CodeUnknownTopic, ""},     // names are case sensitive
+		{"t\x00", wire.CodeUnknownTopic, ""}, // not a prefix match
+		{"", wire.CodeUnknownTopic, ""},
 	}
 	for _, tt := range tests {
 		req := &byzlogv1.TopicRequest{Name: tt.name}
-		v, r := queryRaw(t, f.c, core.PathTopic, req)
+		v, r := queryRaw(t, f.c, wire.PathTopic, req)
 		if r.Code != tt.code {
-			t.Errorf("Query(%s, %q) = %s (%s), want %s", core.PathTopic, tt.name, r.Code, r.Log, tt.code)
+			t.Errorf("Query(%s, %q) = %s (%s), want %s", wire.PathTopic, tt.name, r.Code, r.Log, tt.code)
 			continue
 		}
 		if !r.OK() {
 			if !strings.Contains(r.Log, fmt.Sprintf("%q", tt.name)) {
-				t.Errorf("Query(%s, %q).log = %q, want it to name the topic", core.PathTopic, tt.name, r.Log)
+				t.Errorf("Query(%s, %q).log = %q, want it to name the topic", wire.PathTopic, tt.name, r.Log)
 			}
 			continue
 		}
 		var info byzlogv1.TopicInfo
-		decodeValue(t, core.PathTopic, v, &info)
+		decodeValue(t, wire.PathTopic, v, &info)
 		if got := topicSummary(&info); got != tt.want {
-			t.Errorf("Query(%s, %q) = %s, want %s", core.PathTopic, tt.name, got, tt.want)
+			t.Errorf("Query(%s, %q) = %s, want %s", wire.PathTopic, tt.name, got, tt.want)
 		}
 		if info.CreatedHeight <= 0 || info.Config.GetPartitions() != uint32(len(info.Partitions)) {
 			t.Errorf("Query(%s, %q) = created at %d with config %v, want a positive height and one partition per config partition",
-				core.PathTopic, tt.name, info.CreatedHeight, info.Config)
+				wire.PathTopic, tt.name, info.CreatedHeight, info.Config)
 		}
 	}
 }
@@ -237,7 +237,7 @@ func TestQueryTopic(t *testing.T) {
 func storedSizes(t *testing.T, c *testChain) []uint32 {
 	t.Helper()
 	var resp byzlogv1.RecordsResponse
-	c.query(core.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Partition: 0}, &resp)
+	c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Partition: 0}, &resp)
 	sizes := make([]uint32, len(resp.Records))
 	for i, r := range resp.Records {
 		sizes[i] = uint32(len(r))
@@ -254,60 +254,60 @@ func TestQueryRecords(t *testing.T) {
 	tests := []struct {
 		name string
 		req  *byzlogv1.RecordsRequest
-		code core.Code
+		code wire.Code
 		want string // values() of the records when ok
 		next uint64 // next_offset when ok
 	}{
-		{"all from 0", &byzlogv1.RecordsRequest{Topic: "t"}, core.CodeOK, "0:a,1:b,2:c,3:d,4:e", 5},
-		{"from the middle of a batch", &byzlogv1.RecordsRequest{Topic: "t", Offset: 2}, core.CodeOK, "2:c,3:d,4:e", 5},
-		{"last record", &byzlogv1.RecordsRequest{Topic: "t", Offset: 4}, core.CodeOK, "4:e", 5},
-		{"other partition", &byzlogv1.RecordsRequest{Topic: "t", Partition: 1}, core.CodeOK, "0:x", 1},
-		{"max_records", &byzlogv1.RecordsRequest{Topic: "t", MaxRecords: 2}, core.CodeOK, "0:a,1:b", 5},
-		{"max_records past the end", &byzlogv1.RecordsRequest{Topic: "t", Offset: 3, MaxRecords: 10}, core.CodeOK, "3:d,4:e", 5},
-		{"max_records above the default is the default", &byzlogv1.RecordsRequest{Topic: "t", MaxRecords: math.MaxUint32}, core.CodeOK, "0:a,1:b,2:c,3:d,4:e", 5},
-		{"max_bytes below one record still returns one", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: 1}, core.CodeOK, "0:a", 5},
-		{"max_bytes below one record from an offset", &byzlogv1.RecordsRequest{Topic: "t", Offset: 3, MaxBytes: 1}, core.CodeOK, "3:d", 5},
-		{"max_bytes exactly two records", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: sz[0] + sz[1]}, core.CodeOK, "0:a,1:b", 5},
-		{"max_bytes one short of two records", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: sz[0] + sz[1] - 1}, core.CodeOK, "0:a", 5},
-		{"max_bytes and max_records, records first", &byzlogv1.RecordsRequest{Topic: "t", MaxRecords: 1, MaxBytes: sz[0] + sz[1]}, core.CodeOK, "0:a", 5},
-		{"max_bytes at the cap", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: core.MaxQueryBytes}, core.CodeOK, "0:a,1:b,2:c,3:d,4:e", 5},
-		{"offset at the end", &byzlogv1.RecordsRequest{Topic: "t", Offset: 5}, core.CodeOK, "", 5},
-		{"empty partition", &byzlogv1.RecordsRequest{Topic: "empty"}, core.CodeOK, "", 0},
-		{"offset beyond the end", &byzlogv1.RecordsRequest{Topic: "t", Offset: 6}, core.CodeOffsetOutOfRange, "", 0},
-		{"offset beyond an empty partition", &byzlogv1.RecordsRequest{Topic: "empty", Offset: 1}, core.CodeOffsetOutOfRange, "", 0},
-		{"largest offset", &byzlogv1.RecordsRequest{Topic: "t", Offset: math.MaxUint64}, core.CodeOffsetOutOfRange, "", 0},
-		{"max_bytes above the cap", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: core.MaxQueryBytes + 1}, core.CodeBadQuery, "", 0},
-		{"largest max_bytes", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: math.MaxUint32}, core.CodeBadQuery, "", 0},
-		{"unknown topic", &byzlogv1.RecordsRequest{Topic: "nope"}, core.CodeUnknownTopic, "", 0},
-		{"no topic", &byzlogv1.RecordsRequest{}, core.CodeUnknownTopic, "", 0},
-		{"unknown partition", &byzlogv1.RecordsRequest{Topic: "t", Partition: 2}, core.CodeUnknownPartition, "", 0},
-		{"largest partition", &byzlogv1.RecordsRequest{Topic: "t", Partition: math.MaxUint32}, core.CodeUnknownPartition, "", 0},
+		{"all from 0", &byzlogv1.RecordsRequest{Topic: "t"}, wire.CodeOK, "0:a,1:b,2:c,3:d,4:e", 5},
+		{"from the middle of a batch", &byzlogv1.RecordsRequest{Topic: "t", Offset: 2}, wire.CodeOK, "2:c,3:d,4:e", 5},
+		{"last record", &byzlogv1.RecordsRequest{Topic: "t", Offset: 4}, wire.CodeOK, "4:e", 5},
+		{"other partition", &byzlogv1.RecordsRequest{Topic: "t", Partition: 1}, wire.CodeOK, "0:x", 1},
+		{"max_records", &byzlogv1.RecordsRequest{Topic: "t", MaxRecords: 2}, wire.CodeOK, "0:a,1:b", 5},
+		{"max_records past the end", &byzlogv1.RecordsRequest{Topic: "t", Offset: 3, MaxRecords: 10}, wire.CodeOK, "3:d,4:e", 5},
+		{"max_records above the default is the default", &byzlogv1.RecordsRequest{Topic: "t", MaxRecords: math.MaxUint32}, wire.CodeOK, "0:a,1:b,2:c,3:d,4:e", 5},
+		{"max_bytes below one record still returns one", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: 1}, wire.CodeOK, "0:a", 5},
+		{"max_bytes below one record from an offset", &byzlogv1.RecordsRequest{Topic: "t", Offset: 3, MaxBytes: 1}, wire.CodeOK, "3:d", 5},
+		{"max_bytes exactly two records", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: sz[0] + sz[1]}, wire.CodeOK, "0:a,1:b", 5},
+		{"max_bytes one short of two records", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: sz[0] + sz[1] - 1}, wire.CodeOK, "0:a", 5},
+		{"max_bytes and max_records, records first", &byzlogv1.RecordsRequest{Topic: "t", MaxRecords: 1, MaxBytes: sz[0] + sz[1]}, wire.CodeOK, "0:a", 5},
+		{"max_bytes at the cap", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: wire.MaxQueryBytes}, wire.CodeOK, "0:a,1:b,2:c,3:d,4:e", 5},
+		{"offset at the end", &byzlogv1.RecordsRequest{Topic: "t", Offset: 5}, wire.CodeOK, "", 5},
+		{"empty partition", &byzlogv1.RecordsRequest{Topic: "empty"}, wire.CodeOK, "", 0},
+		{"offset beyond the end", &byzlogv1.RecordsRequest{Topic: "t", Offset: 6}, wire.CodeOffsetOutOfRange, "", 0},
+		{"offset beyond an empty partition", &byzlogv1.RecordsRequest{Topic: "empty", Offset: 1}, wire.CodeOffsetOutOfRange, "", 0},
+		{"largest offset", &byzlogv1.RecordsRequest{Topic: "t", Offset: math.MaxUint64}, wire.CodeOffsetOutOfRange, "", 0},
+		{"max_bytes above the cap", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: wire.MaxQueryBytes + 1}, wire.CodeBadQuery, "", 0},
+		{"largest max_bytes", &byzlogv1.RecordsRequest{Topic: "t", MaxBytes: math.MaxUint32}, wire.CodeBadQuery, "", 0},
+		{"unknown topic", &byzlogv1.RecordsRequest{Topic: "nope"}, wire.CodeUnknownTopic, "", 0},
+		{"no topic", &byzlogv1.RecordsRequest{}, wire.CodeUnknownTopic, "", 0},
+		{"unknown partition", &byzlogv1.RecordsRequest{Topic: "t", Partition: 2}, wire.CodeUnknownPartition, "", 0},
+		{"largest partition", &byzlogv1.RecordsRequest{Topic: "t", Partition: math.MaxUint32}, wire.CodeUnknownPartition, "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, r := queryRaw(t, f.c, core.PathRecords, tt.req)
+			v, r := queryRaw(t, f.c, wire.PathRecords, tt.req)
 			if r.Code != tt.code {
-				t.Fatalf("Query(%s, %v) = %s (%s), want %s", core.PathRecords, tt.req, r.Code, r.Log, tt.code)
+				t.Fatalf("Query(%s, %v) = %s (%s), want %s", wire.PathRecords, tt.req, r.Code, r.Log, tt.code)
 			}
 			if !r.OK() {
 				return
 			}
 			var resp byzlogv1.RecordsResponse
-			decodeValue(t, core.PathRecords, v, &resp)
+			decodeValue(t, wire.PathRecords, v, &resp)
 			recs := make([]*byzlogv1.StoredRecord, len(resp.Records))
 			for i, b := range resp.Records {
 				recs[i] = &byzlogv1.StoredRecord{}
-				decodeValue(t, core.PathRecords+" record", b, recs[i])
+				decodeValue(t, wire.PathRecords+" record", b, recs[i])
 				if recs[i].Topic != tt.req.Topic || recs[i].Partition != tt.req.Partition {
-					t.Errorf("Query(%s, %v) record %d is of %s/%d, want %s/%d", core.PathRecords, tt.req, i,
+					t.Errorf("Query(%s, %v) record %d is of %s/%d, want %s/%d", wire.PathRecords, tt.req, i,
 						recs[i].Topic, recs[i].Partition, tt.req.Topic, tt.req.Partition)
 				}
 			}
 			if got := values(recs); got != tt.want {
-				t.Errorf("Query(%s, %v) = %q, want %q", core.PathRecords, tt.req, got, tt.want)
+				t.Errorf("Query(%s, %v) = %q, want %q", wire.PathRecords, tt.req, got, tt.want)
 			}
 			if resp.NextOffset != tt.next || resp.LogStartOffset != 0 {
-				t.Errorf("Query(%s, %v) = log start %d next %d, want 0 and %d", core.PathRecords, tt.req, resp.LogStartOffset, resp.NextOffset, tt.next)
+				t.Errorf("Query(%s, %v) = log start %d next %d, want 0 and %d", wire.PathRecords, tt.req, resp.LogStartOffset, resp.NextOffset, tt.next)
 			}
 		})
 	}
@@ -322,16 +322,16 @@ func TestQueryRecordsPaging(t *testing.T) {
 		offset := uint64(0)
 		for range 10 {
 			var resp byzlogv1.RecordsResponse
-			f.c.query(core.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Offset: offset, MaxRecords: page}, &resp)
+			f.c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Offset: offset, MaxRecords: page}, &resp)
 			if len(resp.Records) == 0 {
 				break
 			}
 			if len(resp.Records) > int(page) {
-				t.Fatalf("Query(%s, offset %d, max_records %d) returned %d records", core.PathRecords, offset, page, len(resp.Records))
+				t.Fatalf("Query(%s, offset %d, max_records %d) returned %d records", wire.PathRecords, offset, page, len(resp.Records))
 			}
 			for _, b := range resp.Records {
 				var rec byzlogv1.StoredRecord
-				decodeValue(t, core.PathRecords, b, &rec)
+				decodeValue(t, wire.PathRecords, b, &rec)
 				all = append(all, &rec)
 			}
 			offset = all[len(all)-1].Offset + 1
@@ -355,36 +355,36 @@ func TestQueryGroup(t *testing.T) {
 	f := newQueryFixture(t)
 	tests := []struct {
 		group string
-		code  core.Code
+		code  wire.Code
 		owner []byte
 		want  string // offsetsSummary when ok
 	}{
-		{"g", core.CodeOK, f.consumer.PublicKey(), "t/0=3(m) t/1=1()"},
-		{"gg", core.CodeOK, f.consumer2.PublicKey(), "t/0=5()"},
-		{"nope", core.CodeNotFound, nil, ""},
-		{"G", core.CodeNotFound, nil, ""},
-		{strings.Repeat("x", core.MaxGroupName), core.CodeNotFound, nil, ""},
-		{"", core.CodeBadQuery, nil, ""},
-		{"g\x00", core.CodeBadQuery, nil, ""},
-		{strings.Repeat("x", core.MaxGroupName+1), core.CodeBadQuery, nil, ""},
+		{"g", wire.CodeOK, f.consumer.PublicKey(), "t/0=3(m) t/1=1()"},
+		{"gg", wire.CodeOK, f.consumer2.PublicKey(), "t/0=5()"},
+		{"nope", wire.CodeNotFound, nil, ""},
+		{"G", wire.CodeNotFound, nil, ""},
+		{strings.Repeat("x", wire.MaxGroupName), wire.CodeNotFound, nil, ""},
+		{"", wire.CodeBadQuery, nil, ""},
+		{"g\x00", wire.CodeBadQuery, nil, ""},
+		{strings.Repeat("x", wire.MaxGroupName+1), wire.CodeBadQuery, nil, ""},
 	}
 	for _, tt := range tests {
 		req := &byzlogv1.GroupRequest{Group: tt.group}
-		v, r := queryRaw(t, f.c, core.PathGroup, req)
+		v, r := queryRaw(t, f.c, wire.PathGroup, req)
 		if r.Code != tt.code {
-			t.Errorf("Query(%s, %q) = %s (%s), want %s", core.PathGroup, tt.group, r.Code, r.Log, tt.code)
+			t.Errorf("Query(%s, %q) = %s (%s), want %s", wire.PathGroup, tt.group, r.Code, r.Log, tt.code)
 			continue
 		}
 		if !r.OK() {
 			continue
 		}
 		var got byzlogv1.GroupOffsets
-		decodeValue(t, core.PathGroup, v, &got)
+		decodeValue(t, wire.PathGroup, v, &got)
 		if got.Group != tt.group || !bytes.Equal(got.OwnerKey, tt.owner) {
-			t.Errorf("Query(%s, %q) = group %q owner %x, want group %q owner %x", core.PathGroup, tt.group, got.Group, got.OwnerKey, tt.group, tt.owner)
+			t.Errorf("Query(%s, %q) = group %q owner %x, want group %q owner %x", wire.PathGroup, tt.group, got.Group, got.OwnerKey, tt.group, tt.owner)
 		}
 		if s := offsetsSummary(&got); s != tt.want {
-			t.Errorf("Query(%s, %q).offsets = %q, want %q", core.PathGroup, tt.group, s, tt.want)
+			t.Errorf("Query(%s, %q).offsets = %q, want %q", wire.PathGroup, tt.group, s, tt.want)
 		}
 	}
 }
@@ -396,9 +396,9 @@ func TestQueryGroupAfterCommits(t *testing.T) {
 		&byzlogv1.PartitionOffset{Topic: "t", Partition: 0, Offset: 5, Metadata: "m2"},
 		&byzlogv1.PartitionOffset{Topic: "empty", Partition: 0, Offset: 0}))
 	var got byzlogv1.GroupOffsets
-	f.c.query(core.PathGroup, &byzlogv1.GroupRequest{Group: "g"}, &got)
+	f.c.query(wire.PathGroup, &byzlogv1.GroupRequest{Group: "g"}, &got)
 	if s, want := offsetsSummary(&got), "empty/0=0() t/0=5(m2) t/1=1()"; s != want {
-		t.Errorf("Query(%s, %q).offsets = %q, want %q", core.PathGroup, "g", s, want)
+		t.Errorf("Query(%s, %q).offsets = %q, want %q", wire.PathGroup, "g", s, want)
 	}
 }
 
@@ -408,30 +408,30 @@ func TestQueryProducer(t *testing.T) {
 	tests := []struct {
 		name string
 		req  *byzlogv1.ProducerRequest
-		code core.Code
+		code wire.Code
 		want uint64
 	}{
-		{"after two batches", &byzlogv1.ProducerRequest{ProducerKey: p, Topic: "t"}, core.CodeOK, 2},
-		{"after one batch", &byzlogv1.ProducerRequest{ProducerKey: p, Topic: "t", Partition: 1}, core.CodeOK, 1},
-		{"partition never written", &byzlogv1.ProducerRequest{ProducerKey: p, Topic: "empty"}, core.CodeOK, 0},
-		{"another producer", &byzlogv1.ProducerRequest{ProducerKey: f.consumer.PublicKey(), Topic: "t"}, core.CodeOK, 0},
-		{"31-byte key", &byzlogv1.ProducerRequest{ProducerKey: p[:31], Topic: "t"}, core.CodeBadQuery, 0},
-		{"33-byte key", &byzlogv1.ProducerRequest{ProducerKey: append(append([]byte(nil), p...), 0), Topic: "t"}, core.CodeBadQuery, 0},
-		{"no key", &byzlogv1.ProducerRequest{Topic: "t"}, core.CodeBadQuery, 0},
+		{"after two batches", &byzlogv1.ProducerRequest{ProducerKey: p, Topic: "t"}, wire.CodeOK, 2},
+		{"after one batch", &byzlogv1.ProducerRequest{ProducerKey: p, Topic: "t", Partition: 1}, wire.CodeOK, 1},
+		{"partition never written", &byzlogv1.ProducerRequest{ProducerKey: p, Topic: "empty"}, wire.CodeOK, 0},
+		{"another producer", &byzlogv1.ProducerRequest{ProducerKey: f.consumer.PublicKey(), Topic: "t"}, wire.CodeOK, 0},
+		{"31-byte key", &byzlogv1.ProducerRequest{ProducerKey: p[:31], Topic: "t"}, wire.CodeBadQuery, 0},
+		{"33-byte key", &byzlogv1.ProducerRequest{ProducerKey: append(append([]byte(nil), p...), 0), Topic: "t"}, wire.CodeBadQuery, 0},
+		{"no key", &byzlogv1.ProducerRequest{Topic: "t"}, wire.CodeBadQuery, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, r := queryRaw(t, f.c, core.PathProducer, tt.req)
+			v, r := queryRaw(t, f.c, wire.PathProducer, tt.req)
 			if r.Code != tt.code {
-				t.Fatalf("Query(%s, %v) = %s (%s), want %s", core.PathProducer, tt.req, r.Code, r.Log, tt.code)
+				t.Fatalf("Query(%s, %v) = %s (%s), want %s", wire.PathProducer, tt.req, r.Code, r.Log, tt.code)
 			}
 			if !r.OK() {
 				return
 			}
 			var got byzlogv1.ProducerState
-			decodeValue(t, core.PathProducer, v, &got)
+			decodeValue(t, wire.PathProducer, v, &got)
 			if got.NextSequence != tt.want {
-				t.Errorf("Query(%s, %v).next_sequence = %d, want %d", core.PathProducer, tt.req, got.NextSequence, tt.want)
+				t.Errorf("Query(%s, %v).next_sequence = %d, want %d", wire.PathProducer, tt.req, got.NextSequence, tt.want)
 			}
 		})
 	}
@@ -443,29 +443,29 @@ func TestQueryNonce(t *testing.T) {
 	tests := []struct {
 		name string
 		key  []byte
-		code core.Code
+		code wire.Code
 		want uint64
 	}{
-		{"admin after two admin txs", admin, core.CodeOK, 2},
-		{"consumer after one commit", f.consumer.PublicKey(), core.CodeOK, 1},
-		{"producers use sequences, not nonces", f.producer.PublicKey(), core.CodeOK, 0},
-		{"31-byte key", admin[:31], core.CodeBadQuery, 0},
-		{"no key", nil, core.CodeBadQuery, 0},
+		{"admin after two admin txs", admin, wire.CodeOK, 2},
+		{"consumer after one commit", f.consumer.PublicKey(), wire.CodeOK, 1},
+		{"producers use sequences, not nonces", f.producer.PublicKey(), wire.CodeOK, 0},
+		{"31-byte key", admin[:31], wire.CodeBadQuery, 0},
+		{"no key", nil, wire.CodeBadQuery, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req := &byzlogv1.NonceRequest{Key: tt.key}
-			v, r := queryRaw(t, f.c, core.PathNonce, req)
+			v, r := queryRaw(t, f.c, wire.PathNonce, req)
 			if r.Code != tt.code {
-				t.Fatalf("Query(%s, %x) = %s (%s), want %s", core.PathNonce, tt.key, r.Code, r.Log, tt.code)
+				t.Fatalf("Query(%s, %x) = %s (%s), want %s", wire.PathNonce, tt.key, r.Code, r.Log, tt.code)
 			}
 			if !r.OK() {
 				return
 			}
 			var got byzlogv1.NonceResponse
-			decodeValue(t, core.PathNonce, v, &got)
+			decodeValue(t, wire.PathNonce, v, &got)
 			if got.NextNonce != tt.want {
-				t.Errorf("Query(%s, %x).next_nonce = %d, want %d", core.PathNonce, tt.key, got.NextNonce, tt.want)
+				t.Errorf("Query(%s, %x).next_nonce = %d, want %d", wire.PathNonce, tt.key, got.NextNonce, tt.want)
 			}
 		})
 	}
@@ -480,9 +480,9 @@ func TestQueryNonceAdvances(t *testing.T) {
 	var usedTx []byte
 	adminNonce := func() uint64 {
 		var got byzlogv1.NonceResponse
-		c.query(core.PathNonce, &byzlogv1.NonceRequest{Key: c.admin.PublicKey()}, &got)
+		c.query(wire.PathNonce, &byzlogv1.NonceRequest{Key: c.admin.PublicKey()}, &got)
 		if got.UsedHeight != usedAt {
-			t.Errorf("Query(%s, admin).used_height = %d, want %d", core.PathNonce, got.UsedHeight, usedAt)
+			t.Errorf("Query(%s, admin).used_height = %d, want %d", wire.PathNonce, got.UsedHeight, usedAt)
 		}
 		return got.NextNonce
 	}
@@ -491,18 +491,18 @@ func TestQueryNonceAdvances(t *testing.T) {
 		name  string
 		nonce uint64
 		op    proto.Message
-		code  core.Code
+		code  wire.Code
 		want  uint64 // next nonce after the step
 	}{
-		{"create", 0, create, core.CodeOK, 1},
-		{"create again: topic exists", 1, create, core.CodeTopicExists, 1},
-		{"reused nonce", 0, create, core.CodeBadNonce, 1},
-		{"nonce ahead", 2, create, core.CodeBadNonce, 1},
-		{"delete", 1, &byzlogv1.DeleteTopic{Name: "t"}, core.CodeOK, 2},
-		{"create after delete", 2, create, core.CodeOK, 3},
+		{"create", 0, create, wire.CodeOK, 1},
+		{"create again: topic exists", 1, create, wire.CodeTopicExists, 1},
+		{"reused nonce", 0, create, wire.CodeBadNonce, 1},
+		{"nonce ahead", 2, create, wire.CodeBadNonce, 1},
+		{"delete", 1, &byzlogv1.DeleteTopic{Name: "t"}, wire.CodeOK, 2},
+		{"create after delete", 2, create, wire.CodeOK, 3},
 	}
 	if got := adminNonce(); got != 0 {
-		t.Fatalf("Query(%s, admin) on a fresh chain = %d, want 0", core.PathNonce, got)
+		t.Fatalf("Query(%s, admin) on a fresh chain = %d, want 0", wire.PathNonce, got)
 	}
 	for _, s := range steps {
 		tx := c.adminTx(c.admin, s.nonce, s.op)
@@ -514,15 +514,15 @@ func TestQueryNonceAdvances(t *testing.T) {
 			usedAt, usedTx = c.state.Height, tx
 		}
 		if got := adminNonce(); got != s.want {
-			t.Errorf("%s: Query(%s, admin) = %d, want %d", s.name, core.PathNonce, got, s.want)
+			t.Errorf("%s: Query(%s, admin) = %d, want %d", s.name, wire.PathNonce, got, s.want)
 		}
-		key, nonce, ok := core.NonceUse(usedTx)
+		key, nonce, ok := wire.NonceUse(usedTx)
 		if !ok || string(key) != string(c.admin.PublicKey()) || nonce != s.want-1 {
-			t.Errorf("%s: NonceUse(the tx at %d) = %x, %d, %v; want the admin key and nonce %d", s.name, usedAt, key, nonce, ok, s.want-1)
+			t.Errorf("%s: wire.NonceUse(the tx at %d) = %x, %d, %v; want the admin key and nonce %d", s.name, usedAt, key, nonce, ok, s.want-1)
 		}
 	}
 	for name, tx := range map[string][]byte{
-		"a produce bundle": bundle(t, batch(t, sign.NewSigner(key("p"), chainID), "t", 0, 0, records("a"))),
+		"a produce bundle": bundle(t, batch(t, wire.NewSigner(key("p"), chainID), "t", 0, 0, records("a"))),
 		"garbage":          []byte("not a tx"),
 		"a forged signature": func() []byte {
 			tx := c.adminTx(c.admin, 9, create)
@@ -530,8 +530,8 @@ func TestQueryNonceAdvances(t *testing.T) {
 			return tx
 		}(),
 	} {
-		if key, n, ok := core.NonceUse(tx); ok {
-			t.Errorf("NonceUse(%s) = %x, %d, true; want false", name, key, n)
+		if key, n, ok := wire.NonceUse(tx); ok {
+			t.Errorf("wire.NonceUse(%s) = %x, %d, true; want false", name, key, n)
 		}
 	}
 }
@@ -540,11 +540,11 @@ func TestQueryUnknownPath(t *testing.T) {
 	f := newQueryFixture(t)
 	for _, path := range []string{"", "/", "state", "/State", "/records/", "/topics/t", "/store/key", "/state\x00"} {
 		_, r := queryRaw(t, f.c, path, nil)
-		if r.Code != core.CodeUnknownQuery {
-			t.Errorf("Query(%q) = %s (%s), want %s", path, r.Code, r.Log, core.CodeUnknownQuery)
+		if r.Code != wire.CodeUnknownQuery {
+			t.Errorf("Query(%q) = %s (%s), want %s", path, r.Code, r.Log, wire.CodeUnknownQuery)
 			continue
 		}
-		for _, p := range core.QueryPaths {
+		for _, p := range wire.QueryPaths {
 			if !strings.Contains(r.Log, p) {
 				t.Errorf("Query(%q).log = %q, want it to list path %s", path, r.Log, p)
 			}
@@ -563,23 +563,23 @@ func TestQueryBadData(t *testing.T) {
 	tests := []struct {
 		path string
 		data []byte
-		code core.Code
+		code wire.Code
 		msg  string // in the log when rejected
 	}{
-		{core.PathState, truncated, core.CodeOK, ""},
-		{core.PathTopics, truncated, core.CodeOK, ""},
-		{core.PathTopic, truncated, core.CodeBadQuery, "byzlog.v1.TopicRequest"},
-		{core.PathTopic, badUTF8, core.CodeBadQuery, "byzlog.v1.TopicRequest"},
-		{core.PathTopic, wrongLen, core.CodeBadQuery, "byzlog.v1.TopicRequest"},
-		{core.PathRecords, truncated, core.CodeBadQuery, "byzlog.v1.RecordsRequest"},
-		{core.PathRecords, badUTF8, core.CodeBadQuery, "byzlog.v1.RecordsRequest"},
-		{core.PathGroup, truncated, core.CodeBadQuery, "byzlog.v1.GroupRequest"},
-		{core.PathGroup, badUTF8, core.CodeBadQuery, "byzlog.v1.GroupRequest"},
-		{core.PathGroup, groupNUL, core.CodeBadQuery, "NUL"},
-		{core.PathProducer, truncated, core.CodeBadQuery, "byzlog.v1.ProducerRequest"},
-		{core.PathProducer, wrongLen, core.CodeBadQuery, "byzlog.v1.ProducerRequest"},
-		{core.PathNonce, truncated, core.CodeBadQuery, "byzlog.v1.NonceRequest"},
-		{core.PathNonce, wrongLen, core.CodeBadQuery, "byzlog.v1.NonceRequest"},
+		{wire.PathState, truncated, wire.CodeOK, ""},
+		{wire.PathTopics, truncated, wire.CodeOK, ""},
+		{wire.PathTopic, truncated, wire.CodeBadQuery, "byzlog.v1.TopicRequest"},
+		{wire.PathTopic, badUTF8, wire.CodeBadQuery, "byzlog.v1.TopicRequest"},
+		{wire.PathTopic, wrongLen, wire.CodeBadQuery, "byzlog.v1.TopicRequest"},
+		{wire.PathRecords, truncated, wire.CodeBadQuery, "byzlog.v1.RecordsRequest"},
+		{wire.PathRecords, badUTF8, wire.CodeBadQuery, "byzlog.v1.RecordsRequest"},
+		{wire.PathGroup, truncated, wire.CodeBadQuery, "byzlog.v1.GroupRequest"},
+		{wire.PathGroup, badUTF8, wire.CodeBadQuery, "byzlog.v1.GroupRequest"},
+		{wire.PathGroup, groupNUL, wire.CodeBadQuery, "NUL"},
+		{wire.PathProducer, truncated, wire.CodeBadQuery, "byzlog.v1.ProducerRequest"},
+		{wire.PathProducer, wrongLen, wire.CodeBadQuery, "byzlog.v1.ProducerRequest"},
+		{wire.PathNonce, truncated, wire.CodeBadQuery, "byzlog.v1.NonceRequest"},
+		{wire.PathNonce, wrongLen, wire.CodeBadQuery, "byzlog.v1.NonceRequest"},
 	}
 	for _, tt := range tests {
 		v, r, err := core.Query(f.c.store, f.c.state, tt.path, tt.data)

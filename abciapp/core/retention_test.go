@@ -5,15 +5,15 @@ import (
 	"testing"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 func TestRetentionByTime(t *testing.T) {
 	c := newChain(t, "")
 	// Blocks are 1 s apart in the test chain: records live 2.5 blocks.
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, RetentionMs: 2500})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	for seq := uint64(0); seq < 4; seq++ {
 		c.must(bundle(t, batch(t, p, "t", 0, seq, records(string(rune('a'+seq))))))
 	}
@@ -31,12 +31,12 @@ func TestRetentionByTime(t *testing.T) {
 	if info.LogStartOffset != 3 || info.NextOffset != 4 {
 		t.Errorf("partition = %v, want log start 3, next 4", info)
 	}
-	_, r, err := core.Query(c.store, c.state, core.PathRecords, mustMarshal(t, &byzlogv1.RecordsRequest{Topic: "t", Offset: 1}))
+	_, r, err := core.Query(c.store, c.state, wire.PathRecords, mustMarshal(t, &byzlogv1.RecordsRequest{Topic: "t", Offset: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Code != core.CodeOffsetOutOfRange || !strings.Contains(r.Log, "log start offset 3") {
-		t.Errorf("query below the log start = %s %q, want %s naming the log start", r.Code, r.Log, core.CodeOffsetOutOfRange)
+	if r.Code != wire.CodeOffsetOutOfRange || !strings.Contains(r.Log, "log start offset 3") {
+		t.Errorf("query below the log start = %s %q, want %s naming the log start", r.Code, r.Log, wire.CodeOffsetOutOfRange)
 	}
 	// New records keep their offsets after retention.
 	if b := outcome(t, c.must(bundle(t, batch(t, p, "t", 0, 4, records("e"))))).Batches[0]; b.BaseOffset != 4 {
@@ -47,7 +47,7 @@ func TestRetentionByTime(t *testing.T) {
 func TestRetentionByBytes(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, RetentionBytes: 1000})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	big := strings.Repeat("x", 300)
 	for seq := uint64(0); seq < 6; seq++ {
 		c.must(bundle(t, batch(t, p, "t", 0, seq, records(big))))
@@ -66,7 +66,7 @@ func TestRetentionByBytes(t *testing.T) {
 func TestNoRetentionKeepsEverything(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	c.must(bundle(t, batch(t, p, "t", 0, 0, records("a"))))
 	for i := 0; i < 5; i++ {
 		c.block()

@@ -11,14 +11,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 func TestProduceAssignsDenseOffsets(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("orders", &byzlogv1.TopicConfig{Partitions: 2})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 
 	r := c.must(bundle(t, batch(t, p, "orders", 0, 0, records("a", "b", "c")), batch(t, p, "orders", 1, 0, records("x"))))
 	got := outcome(t, r).Batches
@@ -57,14 +57,14 @@ func TestProduceAssignsDenseOffsets(t *testing.T) {
 func TestDuplicateBatchKeepsOriginalOffsets(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	b0 := batch(t, p, "t", 0, 0, records("a", "b"))
 	c.must(bundle(t, b0))
 	c.must(bundle(t, batch(t, p, "t", 0, 1, records("c"))))
 
 	for name, r := range map[string]core.Result{"CheckTx": c.check(bundle(t, b0)), "block": c.block(bundle(t, b0))[0]} {
-		if r.Code != core.CodeDuplicate {
-			t.Fatalf("%s of a committed batch = %s %q, want %s", name, r.Code, r.Log, core.CodeDuplicate)
+		if r.Code != wire.CodeDuplicate {
+			t.Fatalf("%s of a committed batch = %s %q, want %s", name, r.Code, r.Log, wire.CodeDuplicate)
 		}
 		br := outcome(t, r).Batches[0]
 		if !br.Duplicate || br.BaseOffset != 0 || br.RecordCount != 2 {
@@ -79,15 +79,15 @@ func TestDuplicateBatchKeepsOriginalOffsets(t *testing.T) {
 func TestSequenceGapWaitsForTheMissingBatch(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	c.must(bundle(t, batch(t, p, "t", 0, 0, records("a"))))
 	ahead := bundle(t, batch(t, p, "t", 0, 2, records("c")))
 
 	if r := c.check(ahead); !r.OK() {
 		t.Fatalf("CheckTx(sequence 2 while 1 may be in the mempool) = %s %q, want ok", r.Code, r.Log)
 	}
-	if r := c.block(ahead)[0]; r.Code != core.CodeSequenceGap || !strings.Contains(r.Log, "next sequence is 1") {
-		t.Fatalf("block with sequence 2 after 0 = %s %q, want %s naming the next sequence", r.Code, r.Log, core.CodeSequenceGap)
+	if r := c.block(ahead)[0]; r.Code != wire.CodeSequenceGap || !strings.Contains(r.Log, "next sequence is 1") {
+		t.Fatalf("block with sequence 2 after 0 = %s %q, want %s naming the next sequence", r.Code, r.Log, wire.CodeSequenceGap)
 	}
 	// The missing batch and the waiting one, in order, in one block.
 	res := c.block(bundle(t, batch(t, p, "t", 0, 1, records("b"))), ahead)
@@ -102,13 +102,13 @@ func TestSequenceGapWaitsForTheMissingBatch(t *testing.T) {
 func TestBundleIsAllOrNothing(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	r := c.block(bundle(t, batch(t, p, "t", 0, 0, records("a")), batch(t, p, "nope", 0, 0, records("b"))))[0]
-	if r.Code != core.CodeUnknownTopic || !strings.Contains(r.Log, "batch 1") {
-		t.Fatalf("bundle with an unknown topic in batch 1 = %s %q, want %s naming batch 1", r.Code, r.Log, core.CodeUnknownTopic)
+	if r.Code != wire.CodeUnknownTopic || !strings.Contains(r.Log, "batch 1") {
+		t.Fatalf("bundle with an unknown topic in batch 1 = %s %q, want %s naming batch 1", r.Code, r.Log, wire.CodeUnknownTopic)
 	}
 	o := outcome(t, r)
-	if o.Batches[0].Code != 0 || o.Batches[0].RecordCount != 0 || o.Batches[1].Code != uint32(core.CodeUnknownTopic) {
+	if o.Batches[0].Code != 0 || o.Batches[0].RecordCount != 0 || o.Batches[1].Code != uint32(wire.CodeUnknownTopic) {
 		t.Errorf("outcome = %v, want batch 0 not applied (no offsets) and batch 1 rejected", o.Batches)
 	}
 	if info := c.partition("t", 0); info.NextOffset != 0 {
@@ -120,11 +120,11 @@ func TestBundleIsAllOrNothing(t *testing.T) {
 
 func TestBatchRules(t *testing.T) {
 	limits := `"limits": {"max_batch_records": 3, "max_headers": 2, "max_record_bytes": 100, "max_batch_bytes": 1000}`
-	admin := sign.NewSigner(key("admin"), chainID)
+	admin := wire.NewSigner(key("admin"), chainID)
 	genesis := fmt.Sprintf(`{"admins": [%q], %s}`, hex.EncodeToString(admin.PublicKey()), limits)
-	p := sign.NewSigner(key("p"), chainID)
-	stranger := sign.NewSigner(key("stranger"), chainID)
-	otherChain := sign.NewSigner(key("p"), "other-chain")
+	p := wire.NewSigner(key("p"), chainID)
+	stranger := wire.NewSigner(key("stranger"), chainID)
+	otherChain := wire.NewSigner(key("p"), "other-chain")
 
 	raw := func(body *byzlogv1.BatchBody) *byzlogv1.SignedBatch {
 		body.ChainId = chainID
@@ -147,26 +147,26 @@ func TestBatchRules(t *testing.T) {
 	tests := []struct {
 		name string
 		b    *byzlogv1.SignedBatch
-		want core.Code
+		want wire.Code
 	}{
-		{"ok", batch(t, p, "t", 0, 0, records("a")), core.CodeOK},
-		{"wrong chain", batch(t, otherChain, "t", 0, 0, records("a")), core.CodeWrongChain},
-		{"unknown topic", batch(t, p, "nope", 0, 0, records("a")), core.CodeUnknownTopic},
-		{"unknown partition", batch(t, p, "t", 2, 0, records("a")), core.CodeUnknownPartition},
-		{"producer not allowed", batch(t, stranger, "acl", 0, 0, records("a")), core.CodeNotAllowed},
-		{"allowed producer", batch(t, p, "acl", 0, 0, records("a")), core.CodeOK},
-		{"record over the chain limit", batch(t, p, "t", 0, 0, records(strings.Repeat("x", 101))), core.CodeRecordTooLarge},
-		{"record over the topic limit", batch(t, p, "small", 0, 0, records(strings.Repeat("x", 20))), core.CodeRecordTooLarge},
-		{"headers count toward the record size", batch(t, p, "small", 0, 0, []*byzlogv1.Record{{Value: []byte("123456789"), Headers: []*byzlogv1.RecordHeader{header}}}), core.CodeRecordTooLarge},
-		{"too many headers", batch(t, p, "t", 0, 0, []*byzlogv1.Record{{Headers: []*byzlogv1.RecordHeader{header, header, header}}}), core.CodeTooManyHeaders},
-		{"too many records", batch(t, p, "t", 0, 0, records("a", "b", "c", "d")), core.CodeBatchTooLarge},
-		{"empty batch", batch(t, p, "t", 0, 0, nil), core.CodeEmptyBatch},
-		{"body not protobuf", &byzlogv1.SignedBatch{Body: []byte{0xff}, ProducerKey: p.PublicKey(), Signature: ed25519.Sign(key("p"), []byte{0xff})}, core.CodeMalformedTx},
-		{"records not a record set", raw(&byzlogv1.BatchBody{Topic: "t", Records: []byte{0xff}, UncompressedSize: 1}), core.CodeMalformedTx},
-		{"declared size wrong", raw(&byzlogv1.BatchBody{Topic: "t", Records: twoRecords, UncompressedSize: uint32(len(twoRecords)) + 1}), core.CodeBatchTooLarge},
-		{"declared size over max_batch_bytes", raw(&byzlogv1.BatchBody{Topic: "t", Records: twoRecords, UncompressedSize: 1001}), core.CodeBatchTooLarge},
-		{"zstd garbage", raw(&byzlogv1.BatchBody{Topic: "t", Codec: byzlogv1.Codec_CODEC_ZSTD, Records: []byte("not zstd"), UncompressedSize: 10}), core.CodeBadCompression},
-		{"unknown codec", raw(&byzlogv1.BatchBody{Topic: "t", Codec: 7, Records: twoRecords, UncompressedSize: uint32(len(twoRecords))}), core.CodeBadCompression},
+		{"ok", batch(t, p, "t", 0, 0, records("a")), wire.CodeOK},
+		{"wrong chain", batch(t, otherChain, "t", 0, 0, records("a")), wire.CodeWrongChain},
+		{"unknown topic", batch(t, p, "nope", 0, 0, records("a")), wire.CodeUnknownTopic},
+		{"unknown partition", batch(t, p, "t", 2, 0, records("a")), wire.CodeUnknownPartition},
+		{"producer not allowed", batch(t, stranger, "acl", 0, 0, records("a")), wire.CodeNotAllowed},
+		{"allowed producer", batch(t, p, "acl", 0, 0, records("a")), wire.CodeOK},
+		{"record over the chain limit", batch(t, p, "t", 0, 0, records(strings.Repeat("x", 101))), wire.CodeRecordTooLarge},
+		{"record over the topic limit", batch(t, p, "small", 0, 0, records(strings.Repeat("x", 20))), wire.CodeRecordTooLarge},
+		{"headers count toward the record size", batch(t, p, "small", 0, 0, []*byzlogv1.Record{{Value: []byte("123456789"), Headers: []*byzlogv1.RecordHeader{header}}}), wire.CodeRecordTooLarge},
+		{"too many headers", batch(t, p, "t", 0, 0, []*byzlogv1.Record{{Headers: []*byzlogv1.RecordHeader{header, header, header}}}), wire.CodeTooManyHeaders},
+		{"too many records", batch(t, p, "t", 0, 0, records("a", "b", "c", "d")), wire.CodeBatchTooLarge},
+		{"empty batch", batch(t, p, "t", 0, 0, nil), wire.CodeEmptyBatch},
+		{"body not protobuf", &byzlogv1.SignedBatch{Body: []byte{0xff}, ProducerKey: p.PublicKey(), Signature: ed25519.Sign(key("p"), []byte{0xff})}, wire.CodeMalformedTx},
+		{"records not a record set", raw(&byzlogv1.BatchBody{Topic: "t", Records: []byte{0xff}, UncompressedSize: 1}), wire.CodeMalformedTx},
+		{"declared size wrong", raw(&byzlogv1.BatchBody{Topic: "t", Records: twoRecords, UncompressedSize: uint32(len(twoRecords)) + 1}), wire.CodeBatchTooLarge},
+		{"declared size over max_batch_bytes", raw(&byzlogv1.BatchBody{Topic: "t", Records: twoRecords, UncompressedSize: 1001}), wire.CodeBatchTooLarge},
+		{"zstd garbage", raw(&byzlogv1.BatchBody{Topic: "t", Codec: byzlogv1.Codec_CODEC_ZSTD, Records: []byte("not zstd"), UncompressedSize: 10}), wire.CodeBadCompression},
+		{"unknown codec", raw(&byzlogv1.BatchBody{Topic: "t", Codec: 7, Records: twoRecords, UncompressedSize: uint32(len(twoRecords))}), wire.CodeBadCompression},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,7 +190,7 @@ func TestBatchRules(t *testing.T) {
 func TestZstdBatch(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	recs := records(strings.Repeat("compressible ", 50), "b")
 	b, err := p.Batch("t", 0, 0, byzlogv1.Codec_CODEC_ZSTD, recs)
 	if err != nil {
@@ -210,35 +210,35 @@ func TestZstdBatch(t *testing.T) {
 func TestAdminRules(t *testing.T) {
 	c := newChain(t, "")
 	a := c.admin
-	mallory := sign.NewSigner(key("mallory"), chainID)
-	wrongChain := sign.NewSigner(key("admin"), "other-chain")
+	mallory := wire.NewSigner(key("mallory"), chainID)
+	wrongChain := wire.NewSigner(key("admin"), "other-chain")
 	create := func(name string, parts uint32) *byzlogv1.CreateTopic {
 		return &byzlogv1.CreateTopic{Name: name, Config: &byzlogv1.TopicConfig{Partitions: parts}}
 	}
 	steps := []struct {
 		name string
 		tx   []byte
-		want core.Code
+		want wire.Code
 	}{
-		{"create", c.adminTx(a, 0, create("t", 2)), core.CodeOK},
-		{"replayed nonce", c.adminTx(a, 0, create("u", 1)), core.CodeBadNonce},
-		{"nonce ahead", c.adminTx(a, 5, create("u", 1)), core.CodeBadNonce},
-		{"not an admin", c.adminTx(mallory, 0, create("u", 1)), core.CodeNotAdmin},
-		{"wrong chain", c.adminTx(wrongChain, 1, create("u", 1)), core.CodeWrongChain},
-		{"exists", c.adminTx(a, 1, create("t", 1)), core.CodeTopicExists},
-		{"bad name", c.adminTx(a, 1, create("a/b", 1)), core.CodeBadTopicName},
-		{"long name", c.adminTx(a, 1, create(strings.Repeat("x", 250), 1)), core.CodeBadTopicName},
-		{"zero partitions", c.adminTx(a, 1, create("u", 0)), core.CodeBadTopicConfig},
-		{"too many partitions", c.adminTx(a, 1, create("u", 1025)), core.CodeBadTopicConfig},
-		{"negative retention", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, RetentionMs: -1}}), core.CodeBadTopicConfig},
-		{"bad allowed key", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, AllowedProducers: [][]byte{{1}}}}), core.CodeBadTopicConfig},
-		{"bad reader key", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{{1}}}}), core.CodeBadTopicConfig},
-		{"reader twice", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{make([]byte, 32), make([]byte, 32)}}}), core.CodeBadTopicConfig},
-		{"too many readers", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: readerKeys(core.MaxReaders + 1)}}), core.CodeBadTopicConfig},
-		{"shrink", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 1}}), core.CodeBadTopicConfig},
-		{"update unknown", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "nope", Config: &byzlogv1.TopicConfig{Partitions: 1}}), core.CodeUnknownTopic},
-		{"grow", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 3}}), core.CodeOK},
-		{"delete unknown", c.adminTx(a, 2, &byzlogv1.DeleteTopic{Name: "nope"}), core.CodeUnknownTopic},
+		{"create", c.adminTx(a, 0, create("t", 2)), wire.CodeOK},
+		{"replayed nonce", c.adminTx(a, 0, create("u", 1)), wire.CodeBadNonce},
+		{"nonce ahead", c.adminTx(a, 5, create("u", 1)), wire.CodeBadNonce},
+		{"not an admin", c.adminTx(mallory, 0, create("u", 1)), wire.CodeNotAdmin},
+		{"wrong chain", c.adminTx(wrongChain, 1, create("u", 1)), wire.CodeWrongChain},
+		{"exists", c.adminTx(a, 1, create("t", 1)), wire.CodeTopicExists},
+		{"bad name", c.adminTx(a, 1, create("a/b", 1)), wire.CodeBadTopicName},
+		{"long name", c.adminTx(a, 1, create(strings.Repeat("x", 250), 1)), wire.CodeBadTopicName},
+		{"zero partitions", c.adminTx(a, 1, create("u", 0)), wire.CodeBadTopicConfig},
+		{"too many partitions", c.adminTx(a, 1, create("u", 1025)), wire.CodeBadTopicConfig},
+		{"negative retention", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, RetentionMs: -1}}), wire.CodeBadTopicConfig},
+		{"bad allowed key", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, AllowedProducers: [][]byte{{1}}}}), wire.CodeBadTopicConfig},
+		{"bad reader key", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{{1}}}}), wire.CodeBadTopicConfig},
+		{"reader twice", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{make([]byte, 32), make([]byte, 32)}}}), wire.CodeBadTopicConfig},
+		{"too many readers", c.adminTx(a, 1, &byzlogv1.CreateTopic{Name: "u", Config: &byzlogv1.TopicConfig{Partitions: 1, Readers: readerKeys(wire.MaxReaders + 1)}}), wire.CodeBadTopicConfig},
+		{"shrink", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 1}}), wire.CodeBadTopicConfig},
+		{"update unknown", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "nope", Config: &byzlogv1.TopicConfig{Partitions: 1}}), wire.CodeUnknownTopic},
+		{"grow", c.adminTx(a, 1, &byzlogv1.UpdateTopic{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 3}}), wire.CodeOK},
+		{"delete unknown", c.adminTx(a, 2, &byzlogv1.DeleteTopic{Name: "nope"}), wire.CodeUnknownTopic},
 	}
 	for _, s := range steps {
 		if r := c.block(s.tx)[0]; r.Code != s.want || (!r.OK() && r.Log == "") {
@@ -263,16 +263,16 @@ func readerKeys(n int) [][]byte {
 func TestDeleteTopicAndCreateAgain(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	old := batch(t, p, "t", 0, 0, records("a", "b"))
 	c.must(bundle(t, old))
 	c.must(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.DeleteTopic{Name: "t"}))
 
-	if r := c.block(bundle(t, batch(t, p, "t", 0, 1, records("c"))))[0]; r.Code != core.CodeUnknownTopic {
-		t.Fatalf("produce to a deleted topic = %s, want %s", r.Code, core.CodeUnknownTopic)
+	if r := c.block(bundle(t, batch(t, p, "t", 0, 1, records("c"))))[0]; r.Code != wire.CodeUnknownTopic {
+		t.Fatalf("produce to a deleted topic = %s, want %s", r.Code, wire.CodeUnknownTopic)
 	}
 	var list byzlogv1.TopicList
-	c.query(core.PathTopics, nil, &list)
+	c.query(wire.PathTopics, nil, &list)
 	if len(list.Topics) != 0 {
 		t.Fatalf("topics after delete = %v, want none", list.Topics)
 	}
@@ -281,8 +281,8 @@ func TestDeleteTopicAndCreateAgain(t *testing.T) {
 		t.Fatalf("re-created topic holds %s, want nothing of the old one", values(got))
 	}
 	// Old batches cannot be replayed into the new topic: sequences carry on.
-	if r := c.block(bundle(t, old))[0]; r.Code != core.CodeDuplicate {
-		t.Fatalf("replay of an old batch into the re-created topic = %s, want %s", r.Code, core.CodeDuplicate)
+	if r := c.block(bundle(t, old))[0]; r.Code != wire.CodeDuplicate {
+		t.Fatalf("replay of an old batch into the re-created topic = %s, want %s", r.Code, wire.CodeDuplicate)
 	}
 	c.must(bundle(t, batch(t, p, "t", 0, 1, records("c"))))
 	if got := values(c.readAll("t", 0)); got != "0:c" {
@@ -293,7 +293,7 @@ func TestDeleteTopicAndCreateAgain(t *testing.T) {
 func TestDeleteAndCreateInOneBlock(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	n := c.nextNonce(c.admin)
 	res := c.block(
 		bundle(t, batch(t, p, "t", 0, 0, records("old"))),
@@ -315,15 +315,15 @@ func TestDeleteAndCreateInOneBlock(t *testing.T) {
 func TestCommitOffsetsRules(t *testing.T) {
 	c := newChain(t, "")
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 2})
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	c.must(bundle(t, batch(t, p, "t", 0, 0, records("a", "b", "c", "d", "e"))))
-	alice, bob := sign.NewSigner(key("alice"), chainID), sign.NewSigner(key("bob"), chainID)
-	commit := func(s *sign.Signer, nonce uint64, group string, rewind bool, offs ...*byzlogv1.PartitionOffset) []byte {
+	alice, bob := wire.NewSigner(key("alice"), chainID), wire.NewSigner(key("bob"), chainID)
+	commit := func(s *wire.Signer, nonce uint64, group string, rewind bool, offs ...*byzlogv1.PartitionOffset) []byte {
 		co, err := s.CommitOffsets(nonce, group, rewind, offs...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		tx, err := sign.OffsetsTx(co)
+		tx, err := wire.OffsetsTx(co)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,21 +335,21 @@ func TestCommitOffsetsRules(t *testing.T) {
 	steps := []struct {
 		name string
 		tx   []byte
-		want core.Code
+		want wire.Code
 	}{
-		{"first commit claims the group", commit(alice, 0, "g", false, at(3)), core.CodeOK},
-		{"another key", commit(bob, 0, "g", false, at(4)), core.CodeNotGroupOwner},
-		{"replayed nonce", commit(alice, 0, "g", false, at(4)), core.CodeBadNonce},
-		{"backwards", commit(alice, 1, "g", false, at(2)), core.CodeOffsetBackwards},
-		{"beyond end", commit(alice, 1, "g", false, at(6)), core.CodeOffsetBeyondEnd},
-		{"unknown topic", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "nope"}), core.CodeUnknownTopic},
-		{"unknown partition", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "t", Partition: 2}), core.CodeUnknownPartition},
-		{"listed twice", commit(alice, 1, "g", false, at(4), at(5)), core.CodeMalformedTx},
-		{"no offsets", commit(alice, 1, "g", false), core.CodeMalformedTx},
-		{"empty group", commit(alice, 1, "", false, at(4)), core.CodeBadGroup},
-		{"big metadata", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "t", Metadata: strings.Repeat("m", 4097)}), core.CodeMalformedTx},
-		{"forward", commit(alice, 1, "g", false, at(5)), core.CodeOK},
-		{"rewind", commit(alice, 2, "g", true, at(1), &byzlogv1.PartitionOffset{Topic: "t", Partition: 1}), core.CodeOK},
+		{"first commit claims the group", commit(alice, 0, "g", false, at(3)), wire.CodeOK},
+		{"another key", commit(bob, 0, "g", false, at(4)), wire.CodeNotGroupOwner},
+		{"replayed nonce", commit(alice, 0, "g", false, at(4)), wire.CodeBadNonce},
+		{"backwards", commit(alice, 1, "g", false, at(2)), wire.CodeOffsetBackwards},
+		{"beyond end", commit(alice, 1, "g", false, at(6)), wire.CodeOffsetBeyondEnd},
+		{"unknown topic", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "nope"}), wire.CodeUnknownTopic},
+		{"unknown partition", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "t", Partition: 2}), wire.CodeUnknownPartition},
+		{"listed twice", commit(alice, 1, "g", false, at(4), at(5)), wire.CodeMalformedTx},
+		{"no offsets", commit(alice, 1, "g", false), wire.CodeMalformedTx},
+		{"empty group", commit(alice, 1, "", false, at(4)), wire.CodeBadGroup},
+		{"big metadata", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "t", Metadata: strings.Repeat("m", 4097)}), wire.CodeMalformedTx},
+		{"forward", commit(alice, 1, "g", false, at(5)), wire.CodeOK},
+		{"rewind", commit(alice, 2, "g", true, at(1), &byzlogv1.PartitionOffset{Topic: "t", Partition: 1}), wire.CodeOK},
 	}
 	for _, s := range steps {
 		if r := c.block(s.tx)[0]; r.Code != s.want || (!r.OK() && r.Log == "") {
@@ -357,7 +357,7 @@ func TestCommitOffsetsRules(t *testing.T) {
 		}
 	}
 	var g byzlogv1.GroupOffsets
-	c.query(core.PathGroup, &byzlogv1.GroupRequest{Group: "g"}, &g)
+	c.query(wire.PathGroup, &byzlogv1.GroupRequest{Group: "g"}, &g)
 	if !bytes.Equal(g.OwnerKey, alice.PublicKey()) || len(g.Offsets) != 2 || g.Offsets[0].Offset != 1 || g.Offsets[1].Partition != 1 {
 		t.Errorf("group g = %v, want alice's offsets 1 (p0) and 0 (p1)", &g)
 	}
@@ -368,7 +368,7 @@ func TestCommitOffsetsRules(t *testing.T) {
 // valid block is accepted and Prepare would have left the bad txs out.
 func TestVerifyRejectsByzantineBlocks(t *testing.T) {
 	c := newChain(t, `{"admins": [], "topics": [{"name": "t", "partitions": 1, "max_record_bytes": 64}]}`)
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	first := batch(t, p, "t", 0, 0, records("a"))
 	c.must(bundle(t, first))
 	good := bundle(t, batch(t, p, "t", 0, 1, records("b")))
@@ -378,14 +378,14 @@ func TestVerifyRejectsByzantineBlocks(t *testing.T) {
 	bad := []struct {
 		name string
 		tx   []byte
-		want core.Code
+		want wire.Code
 	}{
-		{"forged signature", bundle(t, forged), core.CodeBadSignature},
-		{"replayed sequence", bundle(t, first), core.CodeDuplicate},
-		{"oversized record", bundle(t, batch(t, sign.NewSigner(key("q"), chainID), "t", 0, 0, records(strings.Repeat("x", 65)))), core.CodeRecordTooLarge},
-		{"unknown topic", bundle(t, batch(t, p, "nope", 0, 0, records("a"))), core.CodeUnknownTopic},
-		{"sequence gap", bundle(t, batch(t, p, "t", 0, 5, records("a"))), core.CodeSequenceGap},
-		{"same batch twice in a block", good, core.CodeDuplicate},
+		{"forged signature", bundle(t, forged), wire.CodeBadSignature},
+		{"replayed sequence", bundle(t, first), wire.CodeDuplicate},
+		{"oversized record", bundle(t, batch(t, wire.NewSigner(key("q"), chainID), "t", 0, 0, records(strings.Repeat("x", 65)))), wire.CodeRecordTooLarge},
+		{"unknown topic", bundle(t, batch(t, p, "nope", 0, 0, records("a"))), wire.CodeUnknownTopic},
+		{"sequence gap", bundle(t, batch(t, p, "t", 0, 5, records("a"))), wire.CodeSequenceGap},
+		{"same batch twice in a block", good, wire.CodeDuplicate},
 	}
 	next := core.Block{Height: c.state.Height + 1, TimeUnixNano: c.time + 1}
 	for _, b := range bad {
@@ -415,7 +415,7 @@ func TestPrepareRespectsMaxBytes(t *testing.T) {
 	c := newChain(t, `{"topics": [{"name": "t", "partitions": 1}]}`)
 	var txs [][]byte
 	for i := 0; i < 5; i++ {
-		txs = append(txs, bundle(t, batch(t, sign.NewSigner(key(fmt.Sprint(i)), chainID), "t", 0, 0, records(strings.Repeat("x", 100)))))
+		txs = append(txs, bundle(t, batch(t, wire.NewSigner(key(fmt.Sprint(i)), chainID), "t", 0, 0, records(strings.Repeat("x", 100)))))
 	}
 	budget := int64(len(txs[0])*3 + 10)
 	picked, err := core.Prepare(c.store, core.Block{Height: 1, TimeUnixNano: 1, Txs: txs}, budget)
@@ -476,13 +476,13 @@ func TestExecuteRejectsHeightsOutOfSequence(t *testing.T) {
 
 func TestBundleBatchLimitBeforeSignatures(t *testing.T) {
 	c := newChain(t, `{"limits": {"max_bundle_batches": 2}, "topics": [{"name": "t", "partitions": 1}]}`)
-	p := sign.NewSigner(key("p"), chainID)
+	p := wire.NewSigner(key("p"), chainID)
 	b := batch(t, p, "t", 0, 0, records("a"))
 	forged := batch(t, p, "t", 0, 1, records("b"))
 	forged.Signature = make([]byte, ed25519.SignatureSize)
 	// Three batches, the last forged: the count is what is reported, because
 	// it is checked before any signature is verified.
-	if r := c.check(bundle(t, b, b, forged)); r.Code != core.CodeBundleTooLarge {
-		t.Errorf("Check(3 batches, limit 2) = %s %q, want %s", r.Code, r.Log, core.CodeBundleTooLarge)
+	if r := c.check(bundle(t, b, b, forged)); r.Code != wire.CodeBundleTooLarge {
+		t.Errorf("Check(3 batches, limit 2) = %s %q, want %s", r.Code, r.Log, wire.CodeBundleTooLarge)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // ValidateTx runs the stateless checks of a transaction: it decodes, is
@@ -24,26 +25,26 @@ func ValidateTx(tx []byte) Result {
 // batches is rejected before any signature is verified, so an oversized
 // bundle costs one decode, not thousands of verifications.
 func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
-	if len(tx) > MaxTxBytes {
-		return nil, reject(CodeTxTooLarge, "transaction is %d bytes, the chain accepts at most %d", len(tx), MaxTxBytes)
+	if len(tx) > wire.MaxTxBytes {
+		return nil, reject(wire.CodeTxTooLarge, "transaction is %d bytes, the chain accepts at most %d", len(tx), wire.MaxTxBytes)
 	}
 	var env byzlogv1.Tx
 	if err := proto.Unmarshal(tx, &env); err != nil {
-		return nil, reject(CodeMalformedTx, "transaction is not a byzlog.v1.Tx: %v", err)
+		return nil, reject(wire.CodeMalformedTx, "transaction is not a byzlog.v1.Tx: %v", err)
 	}
 	// Fields this version does not know would let anyone re-wrap someone
 	// else's signed batches into ever new transaction hashes.
 	if hasUnknown(&env) {
-		return nil, reject(CodeMalformedTx, "transaction carries fields this version does not know; upgrade the client or the validators")
+		return nil, reject(wire.CodeMalformedTx, "transaction carries fields this version does not know; upgrade the client or the validators")
 	}
 	switch k := env.Kind.(type) {
 	case *byzlogv1.Tx_ProduceBundle:
 		n := len(k.ProduceBundle.GetBatches())
 		if n == 0 {
-			return nil, reject(CodeEmptyBundle, "produce bundle holds no batch")
+			return nil, reject(wire.CodeEmptyBundle, "produce bundle holds no batch")
 		}
 		if maxBatches > 0 && n > int(maxBatches) {
-			return nil, reject(CodeBundleTooLarge, "bundle holds %d batches, the chain allows %d", n, maxBatches)
+			return nil, reject(wire.CodeBundleTooLarge, "bundle holds %d batches, the chain allows %d", n, maxBatches)
 		}
 		for i, b := range k.ProduceBundle.Batches {
 			if r := checkSigned(fmt.Sprintf("batch %d", i), b.GetBody(), b.GetProducerKey(), b.GetSignature()); !r.OK() {
@@ -61,29 +62,29 @@ func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 			return nil, r
 		}
 	default:
-		return nil, reject(CodeUnknownTxKind, "transaction has no kind this version knows (empty envelope or a newer client)")
+		return nil, reject(wire.CodeUnknownTxKind, "transaction has no kind this version knows (empty envelope or a newer client)")
 	}
-	return &env, Result{Code: CodeOK}
+	return &env, Result{Code: wire.CodeOK}
 }
 
 func checkSigned(what string, body, key, sig []byte) Result {
 	if len(body) == 0 {
-		return reject(CodeEmptyBody, "%s: body is empty", what)
+		return reject(wire.CodeEmptyBody, "%s: body is empty", what)
 	}
 	if len(key) != ed25519.PublicKeySize {
-		return reject(CodeBadPublicKey, "%s: signer key is %d bytes, an ed25519 public key is %d", what, len(key), ed25519.PublicKeySize)
+		return reject(wire.CodeBadPublicKey, "%s: signer key is %d bytes, an ed25519 public key is %d", what, len(key), ed25519.PublicKeySize)
 	}
 	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(ed25519.PublicKey(key), body, sig) {
-		return reject(CodeBadSignature, "%s: signature does not verify over the body with the given key", what)
+		return reject(wire.CodeBadSignature, "%s: signature does not verify over the body with the given key", what)
 	}
-	return Result{Code: CodeOK}
+	return Result{Code: wire.CodeOK}
 }
 
 // maxLog bounds a result's message: it is echoed to clients and peers, and
 // must never grow with what an attacker sends.
 const maxLog = 1024
 
-func reject(c Code, format string, args ...any) Result {
+func reject(c wire.Code, format string, args ...any) Result {
 	return Result{Code: c, Log: truncate(fmt.Sprintf(format, args...), maxLog)}
 }
 
@@ -99,14 +100,6 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
-}
-
-// short quotes a string from a client for a message, at most 64 bytes of it.
-func short(s string) string {
-	if len(s) > 64 {
-		return fmt.Sprintf("%q… (%d bytes)", s[:64], len(s))
-	}
-	return fmt.Sprintf("%q", s)
 }
 
 // hasUnknown reports unknown fields in the envelope and the messages it
@@ -133,36 +126,16 @@ func hasUnknown(env *byzlogv1.Tx) bool {
 	return false
 }
 
-// MaxTopicName is Kafka's limit on topic name length.
-const MaxTopicName = 249
-
 func checkTopicName(name string) Result {
-	if name == "" || len(name) > MaxTopicName {
-		return reject(CodeBadTopicName, "topic name %s must be 1 to %d characters", short(name), MaxTopicName)
-	}
-	for _, c := range []byte(name) {
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return reject(CodeBadTopicName, "topic name %s has %q: use only a-z, A-Z, 0-9, '.', '_' and '-'", short(name), c)
-		}
-	}
-	if name == "." || name == ".." {
-		return reject(CodeBadTopicName, "topic name %q is reserved", name)
+	if err := wire.CheckTopicName(name); err != nil {
+		return reject(wire.CodeBadTopicName, "%s", err)
 	}
 	return Result{}
 }
 
-// MaxGroupName bounds consumer group names, in bytes.
-const MaxGroupName = 255
-
 func checkGroupName(group string) Result {
-	if group == "" || len(group) > MaxGroupName || !utf8.ValidString(group) {
-		return reject(CodeBadGroup, "group name must be 1 to %d bytes of UTF-8", MaxGroupName)
-	}
-	for _, c := range []byte(group) {
-		if c == 0 {
-			return reject(CodeBadGroup, "group name %s holds a NUL byte", short(group))
-		}
+	if err := wire.CheckGroupName(group); err != nil {
+		return reject(wire.CodeBadGroup, "%s", err)
 	}
 	return Result{}
 }
@@ -173,39 +146,35 @@ const maxRetentionMs = math.MaxInt64 / 1_000_000
 // maxAllowedProducers bounds a topic's producer list.
 const maxAllowedProducers = 1000
 
-// MaxReaders bounds a topic's reader list: each reader is a NATS user
-// with permissions for the topic, which every server reload re-reads.
-const MaxReaders = 256
-
 func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig) Result {
 	switch {
 	case c == nil:
-		return reject(CodeBadTopicConfig, "topic config is missing")
+		return reject(wire.CodeBadTopicConfig, "topic config is missing")
 	case c.Partitions == 0 || c.Partitions > l.MaxPartitions:
-		return reject(CodeBadTopicConfig, "partitions (%d) must be between 1 and the chain's max_partitions (%d)", c.Partitions, l.MaxPartitions)
+		return reject(wire.CodeBadTopicConfig, "partitions (%d) must be between 1 and the chain's max_partitions (%d)", c.Partitions, l.MaxPartitions)
 	case c.MaxRecordBytes > l.MaxRecordBytes:
-		return reject(CodeBadTopicConfig, "max_record_bytes (%d) must not exceed the chain's max_record_bytes (%d); 0 means the chain's", c.MaxRecordBytes, l.MaxRecordBytes)
+		return reject(wire.CodeBadTopicConfig, "max_record_bytes (%d) must not exceed the chain's max_record_bytes (%d); 0 means the chain's", c.MaxRecordBytes, l.MaxRecordBytes)
 	case c.RetentionMs < 0 || c.RetentionMs > maxRetentionMs:
-		return reject(CodeBadTopicConfig, "retention_ms (%d) must be 0 (forever) or between 1 and %d", c.RetentionMs, int64(maxRetentionMs))
+		return reject(wire.CodeBadTopicConfig, "retention_ms (%d) must be 0 (forever) or between 1 and %d", c.RetentionMs, int64(maxRetentionMs))
 	case c.RetentionBytes < 0:
-		return reject(CodeBadTopicConfig, "retention_bytes (%d) must be 0 (no limit) or positive", c.RetentionBytes)
+		return reject(wire.CodeBadTopicConfig, "retention_bytes (%d) must be 0 (no limit) or positive", c.RetentionBytes)
 	case len(c.AllowedProducers) > maxAllowedProducers:
-		return reject(CodeBadTopicConfig, "allowed_producers lists %d keys, at most %d", len(c.AllowedProducers), maxAllowedProducers)
-	case len(c.Readers) > MaxReaders:
-		return reject(CodeBadTopicConfig, "readers lists %d keys, at most %d", len(c.Readers), MaxReaders)
+		return reject(wire.CodeBadTopicConfig, "allowed_producers lists %d keys, at most %d", len(c.AllowedProducers), maxAllowedProducers)
+	case len(c.Readers) > wire.MaxReaders:
+		return reject(wire.CodeBadTopicConfig, "readers lists %d keys, at most %d", len(c.Readers), wire.MaxReaders)
 	}
 	for i, k := range c.AllowedProducers {
 		if len(k) != ed25519.PublicKeySize {
-			return reject(CodeBadTopicConfig, "allowed_producers[%d] is %d bytes, an ed25519 public key is %d", i, len(k), ed25519.PublicKeySize)
+			return reject(wire.CodeBadTopicConfig, "allowed_producers[%d] is %d bytes, an ed25519 public key is %d", i, len(k), ed25519.PublicKeySize)
 		}
 	}
 	seen := make(map[string]bool, len(c.Readers))
 	for i, k := range c.Readers {
 		switch {
 		case len(k) != ed25519.PublicKeySize:
-			return reject(CodeBadTopicConfig, "readers[%d] is %d bytes, an ed25519 public key is %d", i, len(k), ed25519.PublicKeySize)
+			return reject(wire.CodeBadTopicConfig, "readers[%d] is %d bytes, an ed25519 public key is %d", i, len(k), ed25519.PublicKeySize)
 		case seen[string(k)]:
-			return reject(CodeBadTopicConfig, "readers[%d] (%x) is listed twice", i, k)
+			return reject(wire.CodeBadTopicConfig, "readers[%d] (%x) is listed twice", i, k)
 		}
 		seen[string(k)] = true
 	}

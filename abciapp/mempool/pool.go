@@ -27,6 +27,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Config bounds the pool. Zero fields take Default's values.
@@ -46,7 +47,7 @@ type Config struct {
 	MaxWaitingBytes int64
 	MaxWaiting      int
 	// MaxWaitingPerSigner bounds the waiting transactions any one key has
-	// signed into. Default 64 (core.MaxLookahead).
+	// signed into. Default 64 (wire.MaxLookahead).
 	MaxWaitingPerSigner int
 	// ReadyHeights is how many blocks a ready transaction may wait to be
 	// proposed before it is dropped; WaitingHeights the same for a waiting
@@ -58,7 +59,7 @@ type Config struct {
 func Default() Config {
 	return Config{
 		MaxBytes: 64 << 20, MaxCost: 256 << 20, MaxTxs: 4096,
-		MaxWaitingBytes: 8 << 20, MaxWaiting: 1024, MaxWaitingPerSigner: core.MaxLookahead,
+		MaxWaitingBytes: 8 << 20, MaxWaiting: 1024, MaxWaitingPerSigner: wire.MaxLookahead,
 		ReadyHeights: 100, WaitingHeights: 5,
 	}
 }
@@ -92,8 +93,8 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
-	case c.MaxBytes < core.MaxTxBytes:
-		return fmt.Errorf("mempool max bytes (%d) must hold at least one transaction (%d)", c.MaxBytes, core.MaxTxBytes)
+	case c.MaxBytes < wire.MaxTxBytes:
+		return fmt.Errorf("mempool max bytes (%d) must hold at least one transaction (%d)", c.MaxBytes, wire.MaxTxBytes)
 	case c.MaxWaitingBytes > c.MaxBytes:
 		return fmt.Errorf("mempool max waiting bytes (%d) must not exceed max bytes (%d)", c.MaxWaitingBytes, c.MaxBytes)
 	case c.MaxWaiting > c.MaxTxs:
@@ -170,11 +171,11 @@ func (p *Pool) Add(r core.Reader, height int64, c *core.Checked, local bool) (co
 	}
 	if e, ok := p.byHash[c.Hash]; ok {
 		e.local = e.local || local
-		return core.Result{Code: core.CodeOK, Log: "already in this node's mempool"}, nil
+		return core.Result{Code: wire.CodeOK, Log: "already in this node's mempool"}, nil
 	}
 	size := int64(len(c.Tx))
 	if p.bytes+size > p.cfg.MaxBytes || p.cost+c.Cost > p.cfg.MaxCost || len(p.byHash) >= p.cfg.MaxTxs {
-		return core.Result{Code: core.CodeMempoolFull, Log: fmt.Sprintf("this node's mempool is full (%d of %d transactions, %d of %d bytes, %d of %d inflated); retry later or at another node",
+		return core.Result{Code: wire.CodeMempoolFull, Log: fmt.Sprintf("this node's mempool is full (%d of %d transactions, %d of %d bytes, %d of %d inflated); retry later or at another node",
 			len(p.byHash), p.cfg.MaxTxs, p.bytes, p.cfg.MaxBytes, p.cost, p.cfg.MaxCost)}, nil
 	}
 	res, waiting, err := p.pending.Add(c)
@@ -191,11 +192,11 @@ func (p *Pool) Add(r core.Reader, height int64, c *core.Checked, local bool) (co
 		return res, nil
 	}
 	if msg := p.roomToWait(e); msg != "" {
-		return core.Result{Code: core.CodeMempoolFull, Log: msg}, nil
+		return core.Result{Code: wire.CodeMempoolFull, Log: msg}, nil
 	}
 	e.waiting = true
 	p.insert(e)
-	return core.Result{Code: core.CodeOK, Log: "waiting in this node's mempool for an earlier sequence or nonce: " + res.Log}, nil
+	return core.Result{Code: wire.CodeOK, Log: "waiting in this node's mempool for an earlier sequence or nonce: " + res.Log}, nil
 }
 
 // roomToWait says why e may not wait, or "".

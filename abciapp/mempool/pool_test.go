@@ -9,8 +9,8 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/mempool"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 const chainID = "pool-test"
@@ -78,12 +78,12 @@ func (c *chain) commit(p *mempool.Pool, txs [][]byte) []core.Result {
 	return out.Results
 }
 
-func signer(name string) *sign.Signer {
+func signer(name string) *wire.Signer {
 	seed := sha256.Sum256([]byte(name))
-	return sign.NewSigner(ed25519.NewKeyFromSeed(seed[:]), chainID)
+	return wire.NewSigner(ed25519.NewKeyFromSeed(seed[:]), chainID)
 }
 
-func bundle(t *testing.T, s *sign.Signer, seqs ...uint64) []byte {
+func bundle(t *testing.T, s *wire.Signer, seqs ...uint64) []byte {
 	t.Helper()
 	var bs []*byzlogv1.SignedBatch
 	for _, seq := range seqs {
@@ -93,7 +93,7 @@ func bundle(t *testing.T, s *sign.Signer, seqs ...uint64) []byte {
 		}
 		bs = append(bs, b)
 	}
-	tx, err := sign.BundleTx(bs...)
+	tx, err := wire.BundleTx(bs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestFutureSequencesNeverReachAProposal(t *testing.T) {
 	p := newPool(t, c, mempool.Config{MaxWaiting: 50})
 	refused := 0
 	for i := 0; i < 200; i++ {
-		r := c.add(p, bundle(t, signer(fmt.Sprint("attacker", i)), uint64(1+i%core.MaxLookahead)))
+		r := c.add(p, bundle(t, signer(fmt.Sprint("attacker", i)), uint64(1+i%wire.MaxLookahead)))
 		if !r.OK() {
 			refused++
 		}
@@ -215,13 +215,13 @@ func TestLosingCopyIsEvicted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := sign.BundleTx(sb, ab) // b's batch and a copy of a's
+	two, err := wire.BundleTx(sb, ab) // b's batch and a copy of a's
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.add(p, one)
-	if r := c.add(p, two); r.Code != core.CodePending {
-		t.Fatalf("Add(bundle repeating a pending batch) = %s %q, want %s", r.Code, r.Log, core.CodePending)
+	if r := c.add(p, two); r.Code != wire.CodePending {
+		t.Fatalf("Add(bundle repeating a pending batch) = %s %q, want %s", r.Code, r.Log, wire.CodePending)
 	}
 	// Another node proposed the other copy; ours cannot commit any more.
 	if res := c.commit(p, [][]byte{two}); !res[0].OK() {
@@ -261,20 +261,20 @@ func TestFullPoolRefuses(t *testing.T) {
 			t.Fatalf("Add %d of 100 = %s %q", i, r.Code, r.Log)
 		}
 	}
-	if r := c.add(counted, bundle(t, signer("one too many"), 0)); r.Code != core.CodeMempoolFull {
-		t.Errorf("Add(the 101st, MaxTxs 100) = %s %q, want %s", r.Code, r.Log, core.CodeMempoolFull)
+	if r := c.add(counted, bundle(t, signer("one too many"), 0)); r.Code != wire.CodeMempoolFull {
+		t.Errorf("Add(the 101st, MaxTxs 100) = %s %q, want %s", r.Code, r.Log, wire.CodeMempoolFull)
 	}
-	p := newPool(t, c, mempool.Config{MaxBytes: core.MaxTxBytes, MaxWaitingBytes: 1 << 20, MaxTxs: 1 << 20})
+	p := newPool(t, c, mempool.Config{MaxBytes: wire.MaxTxBytes, MaxWaitingBytes: 1 << 20, MaxTxs: 1 << 20})
 	for i := 0; ; i++ {
 		r := c.add(p, bundle(t, signer(fmt.Sprint(i)), 0))
-		if r.Code == core.CodeMempoolFull {
+		if r.Code == wire.CodeMempoolFull {
 			break
 		}
 		if !r.OK() || i > 100000 {
 			t.Fatalf("Add %d = %s %q", i, r.Code, r.Log)
 		}
 	}
-	if st := p.Stats(); st.ReadyBytes > core.MaxTxBytes {
+	if st := p.Stats(); st.ReadyBytes > wire.MaxTxBytes {
 		t.Errorf("Stats() = %+v, over MaxBytes", st)
 	}
 }

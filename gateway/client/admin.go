@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Admin changes topics with an admin key listed in genesis.
@@ -89,7 +89,7 @@ func (a *Admin) DeleteTopic(ctx context.Context, name string) (int64, error) {
 // before), and submits
 // it; a stale or raced nonce is read again, up to five times.
 func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
-	s := sign.NewSigner(a.key, a.trust.ChainID())
+	s := wire.NewSigner(a.key, a.trust.ChainID())
 	for attempt := 0; ; attempt++ {
 		expiry, err := chain.Expiry(ctx, a.gw, a.verify, a.trust.ChainID())
 		if err != nil {
@@ -125,7 +125,7 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 			return 0, err
 		}
 		if a.verify != nil {
-			tx, err := sign.AdminTx(req)
+			tx, err := wire.AdminTx(req)
 			if err != nil {
 				return 0, err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Option configures a Producer.
@@ -44,6 +45,9 @@ func defaults() options {
 	}
 }
 
+// maxBatchRecords is the chain's default max_batch_records.
+var maxBatchRecords = int(wire.DefaultLimits().MaxBatchRecords)
+
 // bounds checks every option from one table, naming the option.
 func (o options) validate() error {
 	checks := []struct {
@@ -54,8 +58,8 @@ func (o options) validate() error {
 		{len(o.gateways) > 0, "WithGateways: at least one gateway address is required"},
 		{o.key == nil || len(o.key) == ed25519.PrivateKeySize, fmt.Sprintf("WithKey: key is %d bytes, an ed25519 private key is %d", len(o.key), ed25519.PrivateKeySize)},
 		{o.linger >= 0 && o.linger <= time.Second, fmt.Sprintf("WithLinger(%s): must be between 0 and 1s", o.linger)},
-		{o.batchRecords >= 1 && o.batchRecords <= 10000, fmt.Sprintf("WithBatchRecords(%d): must be between 1 and 10000 (the chain's max_batch_records)", o.batchRecords)},
-		{o.batchBytes >= 1<<10 && o.batchBytes <= 1<<20, fmt.Sprintf("WithBatchBytes(%d): must be between 1 KiB and 1 MiB (the gateway's default max_bundle_bytes)", o.batchBytes)},
+		{o.batchRecords >= 1 && o.batchRecords <= maxBatchRecords, fmt.Sprintf("WithBatchRecords(%d): must be between 1 and %d (the chain's default max_batch_records)", o.batchRecords, maxBatchRecords)},
+		{o.batchBytes >= 1<<10 && o.batchBytes <= wire.DefaultBundleBytes, fmt.Sprintf("WithBatchBytes(%d): must be between 1 KiB and %d (a gateway's default max_bundle_bytes)", o.batchBytes, wire.DefaultBundleBytes)},
 		{o.requestTimeout >= time.Second, fmt.Sprintf("WithRequestTimeout(%s): must be at least 1s", o.requestTimeout)},
 		{!(o.insecure && o.tls != nil), "WithInsecure and WithTLS: choose one"},
 		{o.backoff > 0 && o.maxBackoff >= o.backoff, fmt.Sprintf("WithBackoff(%s, %s): initial must be positive and at most the maximum", o.backoff, o.maxBackoff)},

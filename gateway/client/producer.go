@@ -28,9 +28,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Record is one record to produce.
@@ -93,7 +93,7 @@ type Producer struct {
 	o       options
 	conns   []*grpc.ClientConn
 	gws     []byzlogv1.GatewayClient
-	signer  *sign.Signer
+	signer  *wire.Signer
 	chainID string
 	verify  *chain.Verifier // nil: receipts are taken on the gateway's word
 	next    atomic.Uint64
@@ -193,7 +193,7 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 		return nil, err
 	}
 	p.verify = v
-	p.signer = sign.NewSigner(o.key, p.chainID)
+	p.signer = wire.NewSigner(o.key, p.chainID)
 	return p, nil
 }
 

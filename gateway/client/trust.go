@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Trust is what a client believes about the chain without asking a
@@ -57,7 +57,7 @@ func checkBatch(ctx context.Context, v *chain.Verifier, sb *byzlogv1.SignedBatch
 		return nil, fmt.Errorf("%w: the proven result at height %d is another batch's (producer %x, body digest %x)", ErrUnverified, rc.GetHeight(), br.Producer, br.BodySha256)
 	case br.Topic != body.Topic || br.Partition != body.Partition || br.Sequence != body.Sequence:
 		return nil, fmt.Errorf("%w: the proven result is of %s/%d sequence %d", ErrUnverified, br.Topic, br.Partition, br.Sequence)
-	case !(code == 0 && br.Code == 0) && !(br.Duplicate && br.Code == uint32(core.CodeDuplicate)):
+	case !(code == 0 && br.Code == 0) && !(br.Duplicate && br.Code == uint32(wire.CodeDuplicate)):
 		return nil, fmt.Errorf("%w: the chain did not write this batch at height %d (code %d)", ErrUnverified, rc.GetHeight(), br.Code)
 	case int(br.RecordCount) != n:
 		return nil, fmt.Errorf("%w: the chain wrote %d records of this batch, it has %d", ErrUnverified, br.RecordCount, n)

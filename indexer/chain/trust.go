@@ -11,8 +11,8 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/rs/zerolog"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Trust is what a client believes about the chain without asking a
@@ -165,7 +165,7 @@ func (v *Verifier) Nonce(ctx context.Context, key []byte, n *byzlogv1.NonceRespo
 	if next == 0 {
 		return nil
 	}
-	k, used, ok := core.NonceUse(n.GetUsedTx())
+	k, used, ok := wire.NonceUse(n.GetUsedTx())
 	if !ok || !bytes.Equal(k, key) || used != next-1 {
 		return fmt.Errorf("%w: nonce %d came without a signed transaction of this key that used nonce %d", ErrUnverified, next, next-1)
 	}

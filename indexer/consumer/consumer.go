@@ -38,10 +38,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Errors callers branch on.
@@ -202,7 +201,7 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 	if err != nil {
 		return 0, err
 	}
-	s := sign.NewSigner(c.o.key, c.o.trust.ChainID())
+	s := wire.NewSigner(c.o.key, c.o.trust.ChainID())
 	for attempt := 0; ; attempt++ {
 		offsets, retryBackwards, err := build(ctx)
 		if err != nil || len(offsets) == 0 {
@@ -231,7 +230,7 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 		}
 		resp, err := c.gw.CommitOffsets(ctx, req)
 		if err == nil && v != nil {
-			tx, terr := sign.OffsetsTx(req)
+			tx, terr := wire.OffsetsTx(req)
 			if terr != nil {
 				return 0, terr
 			}
@@ -242,7 +241,7 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 		if err == nil {
 			return resp.Height, nil
 		}
-		retry := isCode(err, core.CodeBadNonce) || (retryBackwards && isCode(err, core.CodeOffsetBackwards))
+		retry := isCode(err, wire.CodeBadNonce) || (retryBackwards && isCode(err, wire.CodeOffsetBackwards))
 		if !retry || attempt+1 >= c.o.commitTry {
 			return 0, fmt.Errorf("commit offsets of group %q: %w", group, err)
 		}
@@ -256,7 +255,7 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 
 // isCode says whether a gateway error carries the state machine's code c:
 // the gateway starts such messages with the code's name.
-func isCode(err error, c core.Code) bool {
+func isCode(err error, c wire.Code) bool {
 	st, ok := status.FromError(err)
 	return ok && st.Code() == codes.FailedPrecondition && strings.HasPrefix(st.Message(), c.String()+":")
 }

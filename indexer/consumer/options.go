@@ -6,15 +6,14 @@ import (
 	"crypto/tls"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/chain"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Option configures a Consumer.
@@ -143,22 +142,13 @@ func (o subOptions) validate() error {
 	return firstFailed("byzlog subscribe", []check{
 		{o.startSet <= 1, "FromBeginning, FromOffset, FromTime and FromCommitted: choose one"},
 		{!dup, fmt.Sprintf("WithPartitions(%v): a partition is listed twice", o.partitions)},
-		{o.group == "" || (len(o.group) <= core.MaxGroupName && utf8.ValidString(o.group) && !containsNUL(o.group)),
-			fmt.Sprintf("WithGroup: a group name is 1 to %d bytes of UTF-8 without NUL", core.MaxGroupName)},
+		{o.group == "" || wire.CheckGroupName(o.group) == nil,
+			fmt.Sprintf("WithGroup: a group name is 1 to %d bytes of UTF-8 without NUL", wire.MaxGroupName)},
 		{o.start != startCommitted || o.group != "", "FromCommitted: needs WithGroup, whose committed offsets it reads"},
 		{o.buffer >= 1 && o.buffer <= maxBuffer, fmt.Sprintf("WithBuffer(%d): must be between 1 and %d", o.buffer, maxBuffer)},
 		{o.maxAckPending >= 1 && o.maxAckPending <= maxMaxAckPending, fmt.Sprintf("WithMaxAckPending(%d): must be between 1 and %d", o.maxAckPending, maxMaxAckPending)},
 		{o.ackWait >= minAckWait && o.ackWait <= maxAckWait, fmt.Sprintf("WithAckWait(%s): must be between %s and %s", o.ackWait, minAckWait, maxAckWait)},
 	})
-}
-
-func containsNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 type check struct {

@@ -17,13 +17,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -173,13 +173,13 @@ func TestBenchGateway(t *testing.T) {
 			// no sequence to wait for, the best case for the baseline.
 			for k := 0; time.Since(start) < d; k++ {
 				seed := sha256.Sum256([]byte(fmt.Sprint("baseline-", i, "-", k)))
-				s := sign.NewSigner(ed25519.NewKeyFromSeed(seed[:]), chain)
+				s := wire.NewSigner(ed25519.NewKeyFromSeed(seed[:]), chain)
 				b, err := s.Batch("baseline", uint32(i), 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: value}})
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				tx, _ := sign.BundleTx(b)
+				tx, _ := wire.BundleTx(b)
 				if _, err := c.BroadcastTxAsync(ctx, tx); err != nil {
 					time.Sleep(10 * time.Millisecond) // mempool full
 					continue

@@ -16,10 +16,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/failpoint"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -49,7 +48,7 @@ func startNet(ctx context.Context, t *testing.T, portOffset int) (*localnet.Net,
 	if err != nil {
 		t.Fatal(err)
 	}
-	createTopic(ctx, t, n, sign.NewSigner(adminKey, cfg.ChainID), "log", 1)
+	createTopic(ctx, t, n, wire.NewSigner(adminKey, cfg.ChainID), "log", 1)
 	return n, cfg.ChainID
 }
 
@@ -69,7 +68,7 @@ func failpointApp(t *testing.T) string {
 // every sequence whose commit was acknowledged.
 type ackProducer struct {
 	n      *localnet.Net
-	signer *sign.Signer
+	signer *wire.Signer
 	mu     sync.Mutex
 	acked  []uint64
 	errs   []string
@@ -82,7 +81,7 @@ func (p *ackProducer) run(ctx context.Context, t *testing.T, maxBatches int) {
 			t.Error(err)
 			return
 		}
-		tx, err := sign.BundleTx(b)
+		tx, err := wire.BundleTx(b)
 		if err != nil {
 			t.Error(err)
 			return
@@ -97,7 +96,7 @@ func (p *ackProducer) run(ctx context.Context, t *testing.T, maxBatches int) {
 		cancel()
 		switch {
 		case err == nil && res.CheckTx.Code == 0 && res.TxResult.Code == 0,
-			err == nil && core.Code(res.CheckTx.Code) == core.CodeDuplicate: // committed by an earlier try
+			err == nil && wire.Code(res.CheckTx.Code) == wire.CodeDuplicate: // committed by an earlier try
 			p.mu.Lock()
 			p.acked = append(p.acked, seq)
 			p.mu.Unlock()
@@ -115,7 +114,7 @@ func (p *ackProducer) run(ctx context.Context, t *testing.T, maxBatches int) {
 // returned stop is called; stop returns the acknowledged sequences and the
 // failed sends, and may be called more than once.
 func startProducer(ctx context.Context, t *testing.T, n *localnet.Net, chain string) (stop func() ([]uint64, []string)) {
-	p := &ackProducer{n: n, signer: sign.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), chain)}
+	p := &ackProducer{n: n, signer: wire.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), chain)}
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -140,7 +139,7 @@ func readLog(ctx context.Context, t *testing.T, n *localnet.Net, i int) [][]byte
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+	q, err := c.ABCIQuery(ctx, wire.PathRecords, req)
 	if err != nil || q.Response.Code != 0 {
 		t.Fatalf("node%d records query: %v %s", i, err, q.Response.Log)
 	}

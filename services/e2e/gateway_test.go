@@ -25,12 +25,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/failpoint"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -101,7 +100,7 @@ func readPartition(ctx context.Context, t *testing.T, n *localnet.Net, i int, to
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+		q, err := c.ABCIQuery(ctx, wire.PathRecords, req)
 		if err != nil || q.Response.Code != 0 {
 			t.Fatalf("node%d records %s/%d@%d: %v %s", i, topic, partition, offset, err, q.Response.Log)
 		}
@@ -338,7 +337,7 @@ func TestGatewaysProduce(t *testing.T) {
 
 	t.Run("HTTP/JSON produce and topic listing", func(t *testing.T) {
 		base := "https://" + gws[1].metrics
-		s := sign.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize)), n.Config().ChainID)
+		s := wire.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize)), n.Config().ChainID)
 		post := func(topic string) (int, string) {
 			b, err := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{{Value: []byte("over http")}})
 			if err != nil {

@@ -11,9 +11,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 	"github.com/byzlog/byzlog/services/internal/tamper"
 )
@@ -192,7 +192,7 @@ func readTopic(ctx context.Context, t *testing.T, n *localnet.Net, topic string)
 		t.Fatal(err)
 	}
 	req, _ := proto.Marshal(&byzlogv1.RecordsRequest{Topic: topic})
-	q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+	q, err := c.ABCIQuery(ctx, wire.PathRecords, req)
 	if err != nil || q.Response.Code != 0 {
 		t.Fatalf("records of %s: %v %s", topic, err, q.Response.Log)
 	}

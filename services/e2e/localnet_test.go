@@ -24,9 +24,8 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -67,7 +66,7 @@ func basePort(t *testing.T) int {
 // producer signs one batch per transaction to one topic-partition, with
 // consecutive sequences, the way the producer SDK will.
 type producer struct {
-	signer *sign.Signer
+	signer *wire.Signer
 	topic  string
 	seq    uint64
 }
@@ -80,7 +79,7 @@ func (p *producer) tx(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	p.seq++
-	tx, err := sign.BundleTx(b)
+	tx, err := wire.BundleTx(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,8 +236,8 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if core.Code(res.Code) != core.CodeMalformedTx || res.Codespace != core.Codespace || res.Log == "" {
-			t.Fatalf("CheckTx(junk) = code %d codespace %q log %q, want %s with a reason", res.Code, res.Codespace, res.Log, core.CodeMalformedTx)
+		if wire.Code(res.Code) != wire.CodeMalformedTx || res.Codespace != wire.Codespace || res.Log == "" {
+			t.Fatalf("CheckTx(junk) = code %d codespace %q log %q, want %s with a reason", res.Code, res.Codespace, res.Log, wire.CodeMalformedTx)
 		}
 	})
 
@@ -247,14 +246,14 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	createTopic(ctx, t, n, sign.NewSigner(adminKey, chain), "e2e", 2)
+	createTopic(ctx, t, n, wire.NewSigner(adminKey, chain), "e2e", 2)
 
 	t.Run("bundle committed and read back identically from every validator", func(t *testing.T) {
 		bundleReadBack(ctx, t, n, chain)
 	})
 
 	seed := sha256.Sum256([]byte(t.Name()))
-	p := &producer{signer: sign.NewSigner(ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize]), chain), topic: "e2e"}
+	p := &producer{signer: wire.NewSigner(ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize]), chain), topic: "e2e"}
 	all, survivors := []int{0, 1, 2, 3}, []int{0, 1, 2}
 
 	submit(ctx, t, n, 0, p, 10)
@@ -362,13 +361,13 @@ func commitTx(ctx context.Context, t *testing.T, n *localnet.Net, i int, tx []by
 	return res
 }
 
-func createTopic(ctx context.Context, t *testing.T, n *localnet.Net, admin *sign.Signer, name string, partitions uint32) {
+func createTopic(ctx context.Context, t *testing.T, n *localnet.Net, admin *wire.Signer, name string, partitions uint32) {
 	t.Helper()
 	req, err := admin.Admin(0, &byzlogv1.CreateTopic{Name: name, Config: &byzlogv1.TopicConfig{Partitions: partitions}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tx, err := sign.AdminTx(req)
+	tx, err := wire.AdminTx(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +385,7 @@ func createTopic(ctx context.Context, t *testing.T, n *localnet.Net, admin *sign
 func bundleReadBack(ctx context.Context, t *testing.T, n *localnet.Net, chain string) {
 	var batches []*byzlogv1.SignedBatch
 	for i := 0; i < 3; i++ {
-		s := sign.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{byte(i + 1)}, ed25519.SeedSize)), chain)
+		s := wire.NewSigner(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{byte(i + 1)}, ed25519.SeedSize)), chain)
 		var recs []*byzlogv1.Record
 		for j := 0; j < 4; j++ {
 			recs = append(recs, &byzlogv1.Record{Key: []byte(fmt.Sprintf("p%d", i)), Value: []byte(fmt.Sprintf("producer %d record %d", i, j))})
@@ -397,7 +396,7 @@ func bundleReadBack(ctx context.Context, t *testing.T, n *localnet.Net, chain st
 		}
 		batches = append(batches, b)
 	}
-	tx, err := sign.BundleTx(batches...)
+	tx, err := wire.BundleTx(batches...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,12 +424,12 @@ func bundleReadBack(ctx context.Context, t *testing.T, n *localnet.Net, chain st
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+		q, err := c.ABCIQuery(ctx, wire.PathRecords, req)
 		if err != nil {
 			t.Fatalf("node%d abci_query: %v", i, err)
 		}
 		if q.Response.Code != 0 {
-			t.Fatalf("node%d abci_query %s: code %d %s", i, core.PathRecords, q.Response.Code, q.Response.Log)
+			t.Fatalf("node%d abci_query %s: code %d %s", i, wire.PathRecords, q.Response.Code, q.Response.Log)
 		}
 		var recs byzlogv1.RecordsResponse
 		if err := proto.Unmarshal(q.Response.Value, &recs); err != nil {

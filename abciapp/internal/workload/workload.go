@@ -13,8 +13,8 @@ import (
 	"fmt"
 	"math/rand"
 
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Key derives a reproducible ed25519 key from a name.
@@ -27,9 +27,9 @@ func Key(name string) ed25519.PrivateKey {
 type Gen struct {
 	rng       *rand.Rand
 	chainID   string
-	admin     *sign.Signer
-	producers []*sign.Signer
-	consumer  *sign.Signer
+	admin     *wire.Signer
+	producers []*wire.Signer
+	consumer  *wire.Signer
 	topics    []string
 	parts     map[string]uint32
 	seqs      map[string]uint64 // producer/topic/partition -> next sequence
@@ -41,14 +41,14 @@ type Gen struct {
 func New(seed int64, chainID string) *Gen {
 	g := &Gen{
 		rng: rand.New(rand.NewSource(seed)), chainID: chainID,
-		admin:    sign.NewSigner(Key("admin"), chainID),
-		consumer: sign.NewSigner(Key("consumer"), chainID),
+		admin:    wire.NewSigner(Key("admin"), chainID),
+		consumer: wire.NewSigner(Key("consumer"), chainID),
 		topics:   []string{"orders", "payments"},
 		parts:    map[string]uint32{"orders": 3, "payments": 2},
 		seqs:     map[string]uint64{}, nonces: map[string]uint64{},
 	}
 	for i := 0; i < 4; i++ {
-		g.producers = append(g.producers, sign.NewSigner(Key(fmt.Sprintf("producer-%d", i)), chainID))
+		g.producers = append(g.producers, wire.NewSigner(Key(fmt.Sprintf("producer-%d", i)), chainID))
 	}
 	return g
 }
@@ -102,7 +102,7 @@ func (g *Gen) pick() (string, uint32) {
 	return t, uint32(g.rng.Intn(int(g.parts[t])))
 }
 
-func (g *Gen) batch(p *sign.Signer, topic string, part uint32, seq uint64) *byzlogv1.SignedBatch {
+func (g *Gen) batch(p *wire.Signer, topic string, part uint32, seq uint64) *byzlogv1.SignedBatch {
 	n := 1 + g.rng.Intn(5)
 	codec := byzlogv1.Codec_CODEC_NONE
 	if g.rng.Intn(4) == 0 {
@@ -132,7 +132,7 @@ func (g *Gen) bundle(batches int) []byte {
 		g.seqs[k]++
 		bs = append(bs, b)
 	}
-	tx := must(sign.BundleTx(bs...))
+	tx := must(wire.BundleTx(bs...))
 	g.sent = append(g.sent, tx)
 	return tx
 }
@@ -141,7 +141,7 @@ func (g *Gen) gap() []byte {
 	p := g.producers[g.rng.Intn(len(g.producers))]
 	topic, part := g.pick()
 	k := fmt.Sprintf("%x/%s/%d", p.PublicKey(), topic, part)
-	return must(sign.BundleTx(g.batch(p, topic, part, g.seqs[k]+2)))
+	return must(wire.BundleTx(g.batch(p, topic, part, g.seqs[k]+2)))
 }
 
 func (g *Gen) forged() []byte {
@@ -149,7 +149,7 @@ func (g *Gen) forged() []byte {
 	topic, part := g.pick()
 	b := g.batch(p, topic, part, 0)
 	b.Signature[g.rng.Intn(len(b.Signature))] ^= 1
-	return must(sign.BundleTx(b))
+	return must(wire.BundleTx(b))
 }
 
 func (g *Gen) grow() []byte {
@@ -161,7 +161,7 @@ func (g *Gen) grow() []byte {
 	if err != nil {
 		panic(err)
 	}
-	return must(sign.AdminTx(req))
+	return must(wire.AdminTx(req))
 }
 
 func (g *Gen) commitOffsets() []byte {
@@ -173,5 +173,5 @@ func (g *Gen) commitOffsets() []byte {
 	if err != nil {
 		panic(err)
 	}
-	return must(sign.OffsetsTx(co))
+	return must(wire.OffsetsTx(co))
 }

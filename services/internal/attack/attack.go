@@ -32,9 +32,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/byzlog/byzlog/abciapp/sign"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/tamper"
 )
 
@@ -352,7 +352,7 @@ func doubleBundle(ctx context.Context, env *Env, t *Tally) error {
 					t.count(0, "", err)
 					return
 				}
-				tx, err := sign.BundleTx(other, b)
+				tx, err := wire.BundleTx(other, b)
 				if err != nil {
 					t.count(0, "", err)
 					return

@@ -14,8 +14,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/chaos"
 )
 
@@ -145,8 +145,8 @@ func TestFutureAdminIsFromANonAdminAhead(t *testing.T) {
 }
 
 func TestPaddedOffsetsFitTheBudget(t *testing.T) {
-	l := core.DefaultLimits()
-	budget := core.MaxTxBytes - 1<<10
+	l := wire.DefaultLimits()
+	budget := wire.MaxTxBytes - 1<<10
 	n := offsetsFitting(budget, 4096, len("attack-junk"), int(l.MaxCommitOffsets))
 	if n < 400 || n > int(l.MaxCommitOffsets) {
 		t.Fatalf("offsetsFitting(%d) = %d, want several hundred, at most %d", budget, n, l.MaxCommitOffsets)
@@ -194,8 +194,8 @@ func TestHeaderBombIsSmallOnTheWireAndLargeDecoded(t *testing.T) {
 	if len(raw) > 64<<10 || len(plain) < 1<<20 {
 		t.Fatalf("headerBombTx: %d bytes on the wire, %d decoded; want under 64 KiB inflating past 1 MiB", len(raw), len(plain))
 	}
-	if ratio := len(plain) / len(body.Records); ratio > core.MaxCompressionRatio || ratio < 50 {
-		t.Fatalf("bomb compression ratio %d, want 50..%d (the chain's limit)", ratio, core.MaxCompressionRatio)
+	if ratio := len(plain) / len(body.Records); ratio > wire.MaxCompressionRatio || ratio < 50 {
+		t.Fatalf("bomb compression ratio %d, want 50..%d (the chain's limit)", ratio, wire.MaxCompressionRatio)
 	}
 }
 

@@ -15,11 +15,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/natsauth"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/chaos"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
@@ -120,7 +120,7 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 		return nil, fmt.Errorf("create the secret topic %s: %w", SecretTopic, err)
 	}
 	env := Env{ChainID: c.Net.Config().ChainID, Junk: JunkTopic, JunkPartitions: JunkPartitions, Secret: SecretTopic,
-		Limits: core.DefaultLimits(), MaxTxBytes: min(core.MaxTxBytes, localnet.RPCMaxBodyBytes*3/4-64<<10) - 1<<10, Tamper: c.Tamper}
+		Limits: wire.DefaultLimits(), MaxTxBytes: min(wire.MaxTxBytes, localnet.RPCMaxBodyBytes*3/4-64<<10) - 1<<10, Tamper: c.Tamper}
 	for i := 0; i < c.Net.Config().Validators; i++ {
 		env.Nodes = append(env.Nodes, c.Net.Config().RPCAddr(i))
 	}

@@ -9,8 +9,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/abciapp/sign"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // The attackers' transactions. Every builder is pure given its random
@@ -23,8 +23,8 @@ var CrashTopic = strings.Repeat("\x01", 59) + strings.Repeat("a", 6)
 
 // freshSigner is a new producer, consumer or would-be admin key: keys cost
 // an attacker nothing.
-func freshSigner(rng *rand.Rand, chainID string) *sign.Signer {
-	return sign.NewSigner(freshKey(rng), chainID)
+func freshSigner(rng *rand.Rand, chainID string) *wire.Signer {
+	return wire.NewSigner(freshKey(rng), chainID)
 }
 
 func freshKey(rng *rand.Rand) ed25519.PrivateKey {
@@ -49,7 +49,7 @@ func crashBundle(rng *rand.Rand, chainID string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sign.BundleTx(b)
+	return wire.BundleTx(b)
 }
 
 // crashNames are topic names that put a multi-byte rune, or invalid
@@ -78,12 +78,12 @@ func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 		txs = append(txs, garbage(n))
 	}
 	key := freshKey(rng)
-	s := sign.NewSigner(key, chainID)
+	s := wire.NewSigner(key, chainID)
 	b, err := s.Batch(topic, 0, 0, byzlogv1.Codec_CODEC_ZSTD, []*byzlogv1.Record{record(rng, 64), record(rng, 64)})
 	if err != nil {
 		return nil, err
 	}
-	valid, err := sign.BundleTx(b)
+	valid, err := wire.BundleTx(b)
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +91,7 @@ func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	validOffsets, err := sign.OffsetsTx(off)
+	validOffsets, err := wire.OffsetsTx(off)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		tx, err := sign.BundleTx(b)
+		tx, err := wire.BundleTx(b)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +184,7 @@ func futureBundle(rng *rand.Rand, chainID, topic string, partitions uint32, n in
 		}
 		batches[i] = b
 	}
-	return sign.BundleTx(batches...)
+	return wire.BundleTx(batches...)
 }
 
 // futureAdmin is a topic creation from a fresh key with a nonce 1..64
@@ -195,7 +195,7 @@ func futureAdmin(rng *rand.Rand, chainID string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sign.AdminTx(req)
+	return wire.AdminTx(req)
 }
 
 // paddedOffsets is an offset commit from a fresh key for a fresh group:
@@ -211,7 +211,7 @@ func paddedOffsets(rng *rand.Rand, chainID, topic string, n, metadataBytes int, 
 	if err != nil {
 		return nil, err
 	}
-	return sign.OffsetsTx(c)
+	return wire.OffsetsTx(c)
 }
 
 // offsetsFitting is how many offsets of metadataBytes each fit in a
@@ -247,7 +247,7 @@ func headerBombTx(rng *rand.Rand, chainID, topic string, batches, records, heade
 		}
 		out[i] = b
 	}
-	return sign.BundleTx(out...)
+	return wire.BundleTx(out...)
 }
 
 // validBatches are n batches from fresh producers at sequence 0, each of
@@ -275,5 +275,5 @@ func badLastSignature(rng *rand.Rand, chainID, topic string, valid []*byzlogv1.S
 	for i := range last.Signature {
 		last.Signature[i] = byte(rng.Uint32())
 	}
-	return sign.BundleTx(append(append([]*byzlogv1.SignedBatch(nil), valid...), last)...)
+	return wire.BundleTx(append(append([]*byzlogv1.SignedBatch(nil), valid...), last)...)
 }

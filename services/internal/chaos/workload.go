@@ -12,10 +12,10 @@ import (
 
 	coretypes "github.com/cometbft/cometbft/rpc/core/types"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -217,7 +217,7 @@ func readBack(ctx context.Context, n *localnet.Net, i int, topic string, partiti
 		if err != nil {
 			return nil, err
 		}
-		q, err := c.ABCIQuery(ctx, core.PathRecords, req)
+		q, err := c.ABCIQuery(ctx, wire.PathRecords, req)
 		if err != nil {
 			return nil, fmt.Errorf("node%d records %s/%d@%d: %w", i, topic, partition, offset, err)
 		}

@@ -24,7 +24,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/mattn/go-isatty"
 
-	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
@@ -364,7 +364,7 @@ func (n *Net) appHeight(ctx context.Context, c *rpchttp.HTTP, height int64, err 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	q, qerr := c.ABCIQuery(ctx, core.PathState, nil)
+	q, qerr := c.ABCIQuery(ctx, wire.PathState, nil)
 	switch {
 	case qerr != nil:
 		return 0, errors.Join(err, fmt.Errorf("app state query: %w", qerr))

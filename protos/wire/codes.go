@@ -1,4 +1,4 @@
-package core
+package wire
 
 // Code is the result code of one transaction, as CometBFT reports it in
 // CheckTx and in the block results. Zero is success; every other code means

@@ -1,9 +1,4 @@
-// Package sign builds and signs byzlog transactions: producer batches (with
-// optional zstd compression), admin requests and offset commits, each signed
-// with ed25519 over exactly the body bytes it carries, for one chain. It is
-// the one place that knows how a signed body is made; the producer SDK, the
-// CLI and tests use it. It never holds a key longer than its Signer does.
-package sign
+package wire
 
 import (
 	"crypto/ed25519"
@@ -15,6 +10,13 @@ import (
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
+
+// Signing: a producer batch (with optional zstd compression), an admin
+// request and an offset commit are each signed with ed25519 over exactly the
+// body bytes they carry, for one chain. This file is the one place that
+// knows how a signed body is made; Verify is the rule every validator, the
+// gateway and every client checks it with. A Signer never holds a key
+// longer than its caller does.
 
 // Signer signs for one key on one chain.
 type Signer struct {
@@ -58,7 +60,7 @@ func (s *Signer) Batch(topic string, partition uint32, seq uint64, codec byzlogv
 	case byzlogv1.Codec_CODEC_ZSTD:
 		body.Records = zstdEncoder().EncodeAll(raw, make([]byte, 0, len(raw)/2+64))
 	default:
-		return nil, fmt.Errorf("codec %v: sign knows none and zstd", codec)
+		return nil, fmt.Errorf("codec %v: wire knows none and zstd", codec)
 	}
 	b, err := proto.Marshal(body)
 	if err != nil {
@@ -111,6 +113,12 @@ func (s *Signer) CommitOffsetsUntil(nonce uint64, expiry int64, group string, re
 		return nil, fmt.Errorf("encode offsets body: %w", err)
 	}
 	return &byzlogv1.CommitOffsets{Body: b, ConsumerKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
+}
+
+// Verify reports whether sig is key's ed25519 signature over body: the one
+// signature rule of every signed body.
+func Verify(key, body, sig []byte) bool {
+	return len(key) == ed25519.PublicKeySize && len(sig) == ed25519.SignatureSize && ed25519.Verify(ed25519.PublicKey(key), body, sig)
 }
 
 // BundleTx is the transaction of a bundle of signed batches.

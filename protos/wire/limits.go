@@ -1,0 +1,44 @@
+package wire
+
+import byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+
+// MaxTxBytes is the largest transaction the chain accepts. It is a chain rule,
+// not a node setting: a proposal holding a larger transaction is rejected by
+// every correct validator.
+const MaxTxBytes = 2 << 20
+
+// MaxLookahead bounds how far past the next sequence (or nonce) CheckTx lets
+// a transaction wait in the mempool for the ones before it.
+const MaxLookahead = 64
+
+// MaxCompressionRatio bounds a zstd batch's declared uncompressed size by
+// its compressed size (with a 64 KiB floor), so that the memory a validator
+// sets aside for decompression is proportional to the bytes it was sent,
+// not to what a frame header claims.
+const MaxCompressionRatio = 256
+
+// DefaultBundleBytes is a gateway's default max_bundle_bytes: a producer
+// batch up to this size fits a bundle of any gateway left at its defaults.
+const DefaultBundleBytes = 1 << 20
+
+// MaxReaders bounds a topic's reader list: each reader is a NATS user
+// with permissions for the topic, which every server reload re-reads.
+const MaxReaders = 256
+
+// DefaultLimits are the chain's bounds when genesis does not set them.
+func DefaultLimits() *byzlogv1.Limits {
+	return &byzlogv1.Limits{
+		MaxRecordBytes:   1 << 20,
+		MaxBatchRecords:  10000,
+		MaxBatchBytes:    4 << 20,
+		MaxHeaders:       64,
+		MaxBundleBatches: 4096,
+		MaxPartitions:    1024,
+		MaxCommitOffsets: 1024,
+
+		MaxTxRecords:              100_000,
+		MaxTxUncompressedBytes:    16 << 20,
+		MaxBlockRecords:           250_000,
+		MaxBlockUncompressedBytes: 64 << 20,
+	}
+}

@@ -1,0 +1,25 @@
+package wire
+
+// Query paths: the ABCI query path selects, the data is the request message
+// (see byzlog/v1/state.proto), the value the response message.
+const (
+	PathState    = "/state"
+	PathTopics   = "/topics"
+	PathTopic    = "/topic"
+	PathRecords  = "/records"
+	PathGroup    = "/group"
+	PathProducer = "/producer"
+	PathNonce    = "/nonce"
+	PathProof    = "/proof"
+	PathDigest   = "/digest"
+)
+
+// QueryPaths lists the paths a validator answers, for error messages.
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest}
+
+// Records query bounds.
+const (
+	DefaultQueryRecords = 1000
+	DefaultQueryBytes   = 1 << 20
+	MaxQueryBytes       = 3 << 20 // under the 4 MiB gRPC cap, with room for framing
+)
