@@ -144,10 +144,10 @@ test: deps build lint verify-sdk-example verify-proto verify-reference unit e2e 
 	$(MAKE) --no-print-directory attack-smoke
 
 .PHONY: reference verify-reference
-reference: build ## write every binary's --help usage and flags into README.md's configuration reference
+reference: build ## write every binary's --help usage and flags into the configuration reference, docs/reference.md
 	BIN=$(BIN) scripts/reference.sh gen
 
-verify-reference: build ## fail when README.md's configuration reference differs from the binaries' flags
+verify-reference: build ## fail when docs/reference.md differs from the binaries' flags
 	BIN=$(BIN) scripts/reference.sh verify
 
 .PHONY: run

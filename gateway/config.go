@@ -90,8 +90,8 @@ type GRPCConfig struct {
 // batches, 256 MiB of queue, 16 bundles in flight, 20 s commit timeout,
 // 30 s pending timeout, 16 MiB and 1024 batches queued per producer key,
 // 50 ms block polling, 30 s to find a healthy node at start. Linger and
-// bundle size were picked by measurement (make bench-gateway; README "Why
-// 5 ms and 1 MiB"). HTTP: 4 MiB bodies, 256 requests at once, 5 s to read
+// bundle size were picked by measurement (make bench-gateway; docs/api.md,
+// "Why 5 ms and 1 MiB"). HTTP: 4 MiB bodies, 256 requests at once, 5 s to read
 // headers, 30 s to read a request, 60 s to answer, 2 min idle, 64 KiB of
 // headers. gRPC: 4 MiB messages, 1024 calls per connection, pings no
 // faster than every 10 s, 5 min idle connections, 10 s handshakes.
