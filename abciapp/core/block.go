@@ -69,8 +69,7 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 	if len(txs) != len(results) {
 		return Appended{}, fmt.Errorf("block %d has %d transactions and %d results", height, len(txs), len(results))
 	}
-	runs := map[string]*AppendedPartition{}
-	var changes []TopicChange
+	b := blockAppends{height: height, timeUnixNano: timeUnixNano, runs: map[string]*AppendedPartition{}}
 	for i, tx := range txs {
 		if results[i].Code != uint32(wire.CodeOK) {
 			continue // rejected as a whole: nothing appended
@@ -79,69 +78,91 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 		if err := proto.Unmarshal(tx, &env); err != nil {
 			return Appended{}, fmt.Errorf("block %d tx %d: committed but not a byzlog.v1.Tx: %w", height, i, err)
 		}
-		if adm := env.GetAdmin(); adm != nil {
-			var body byzlogv1.AdminBody
-			if err := proto.Unmarshal(adm.Body, &body); err != nil {
-				return Appended{}, fmt.Errorf("block %d tx %d: committed admin body is not a byzlog.v1.AdminBody: %w", height, i, err)
-			}
-			switch {
-			case body.GetCreateTopic() != nil:
-				changes = append(changes, TopicChange{Name: body.GetCreateTopic().Name, Config: body.GetCreateTopic().Config})
-			case body.GetUpdateTopic() != nil:
-				changes = append(changes, TopicChange{Name: body.GetUpdateTopic().Name, Config: body.GetUpdateTopic().Config})
-			case body.GetDeleteTopic() != nil:
-				changes = append(changes, TopicChange{Name: body.GetDeleteTopic().Name, Deleted: true})
-			}
-			continue
-		}
-		bundle := env.GetProduceBundle()
-		if bundle == nil {
-			continue
-		}
-		var out byzlogv1.TxOutcome
-		if err := proto.Unmarshal(results[i].Data, &out); err != nil {
-			return Appended{}, fmt.Errorf("block %d tx %d: result data is not a byzlog.v1.TxOutcome: %w", height, i, err)
-		}
-		if len(out.Batches) != len(bundle.Batches) {
-			return Appended{}, fmt.Errorf("block %d tx %d: %d batches, %d batch results", height, i, len(bundle.Batches), len(out.Batches))
-		}
-		for j, sb := range bundle.Batches {
-			br := out.Batches[j]
-			if br.Code != uint32(wire.CodeOK) || br.Duplicate || br.RecordCount == 0 {
-				continue
-			}
-			recs, err := batchRecords(sb, br)
-			if err != nil {
-				return Appended{}, fmt.Errorf("block %d tx %d batch %d: %w", height, i, j, err)
-			}
-			key := string(cat([]byte(br.Topic), []byte{0}, be32(br.Partition)))
-			run := runs[key]
-			if run == nil {
-				run = &AppendedPartition{Root: PartitionRoot{Topic: br.Topic, Partition: br.Partition, FirstOffset: br.BaseOffset}}
-				runs[key] = run
-			}
-			if next := run.Root.FirstOffset + uint64(len(run.Records)); br.BaseOffset != next {
-				return Appended{}, fmt.Errorf("block %d tx %d batch %d: %s/%d base offset %d, the block's previous batch ended before %d",
-					height, i, j, br.Topic, br.Partition, br.BaseOffset, next)
-			}
-			for k, r := range recs {
-				run.Records = append(run.Records, &byzlogv1.StoredRecord{
-					Topic: br.Topic, Partition: br.Partition, Offset: br.BaseOffset + uint64(k),
-					TimestampUnixNano: timeUnixNano, CreateTimeUnixNano: r.CreateTimeUnixNano,
-					Key: r.Key, Value: r.Value, Headers: copyHeaders(r.Headers),
-					ProducerKey: sb.ProducerKey, Sequence: br.Sequence, Height: height,
-				})
-			}
+		if err := b.tx(i, &env, results[i]); err != nil {
+			return Appended{}, err
 		}
 	}
-	keys := make([]string, 0, len(runs))
-	for k := range runs {
+	return b.appended(), nil
+}
+
+// blockAppends gathers what a block's committed transactions appended.
+type blockAppends struct {
+	height, timeUnixNano int64
+	runs                 map[string]*AppendedPartition // by topic, NUL, partition
+	changes              []TopicChange
+}
+
+// tx adds what committed transaction i appended or changed.
+func (b *blockAppends) tx(i int, env *byzlogv1.Tx, result TxResult) error {
+	if adm := env.GetAdmin(); adm != nil {
+		var body byzlogv1.AdminBody
+		if err := proto.Unmarshal(adm.Body, &body); err != nil {
+			return fmt.Errorf("block %d tx %d: committed admin body is not a byzlog.v1.AdminBody: %w", b.height, i, err)
+		}
+		switch {
+		case body.GetCreateTopic() != nil:
+			b.changes = append(b.changes, TopicChange{Name: body.GetCreateTopic().Name, Config: body.GetCreateTopic().Config})
+		case body.GetUpdateTopic() != nil:
+			b.changes = append(b.changes, TopicChange{Name: body.GetUpdateTopic().Name, Config: body.GetUpdateTopic().Config})
+		case body.GetDeleteTopic() != nil:
+			b.changes = append(b.changes, TopicChange{Name: body.GetDeleteTopic().Name, Deleted: true})
+		}
+		return nil
+	}
+	bundle := env.GetProduceBundle()
+	if bundle == nil {
+		return nil
+	}
+	var out byzlogv1.TxOutcome
+	if err := proto.Unmarshal(result.Data, &out); err != nil {
+		return fmt.Errorf("block %d tx %d: result data is not a byzlog.v1.TxOutcome: %w", b.height, i, err)
+	}
+	if len(out.Batches) != len(bundle.Batches) {
+		return fmt.Errorf("block %d tx %d: %d batches, %d batch results", b.height, i, len(bundle.Batches), len(out.Batches))
+	}
+	for j, sb := range bundle.Batches {
+		if err := b.batch(sb, out.Batches[j]); err != nil {
+			return fmt.Errorf("block %d tx %d batch %d: %w", b.height, i, j, err)
+		}
+	}
+	return nil
+}
+
+// batch appends a committed batch's records to its partition's run.
+func (b *blockAppends) batch(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult) error {
+	if br.Code != uint32(wire.CodeOK) || br.Duplicate || br.RecordCount == 0 {
+		return nil
+	}
+	recs, err := batchRecords(sb, br)
+	if err != nil {
+		return err
+	}
+	key := string(cat([]byte(br.Topic), []byte{0}, be32(br.Partition)))
+	run := b.runs[key]
+	if run == nil {
+		run = &AppendedPartition{Root: PartitionRoot{Topic: br.Topic, Partition: br.Partition, FirstOffset: br.BaseOffset}}
+		b.runs[key] = run
+	}
+	if next := run.Root.FirstOffset + uint64(len(run.Records)); br.BaseOffset != next {
+		return fmt.Errorf("%s/%d base offset %d, the block's previous batch ended before %d", br.Topic, br.Partition, br.BaseOffset, next)
+	}
+	for k, r := range recs {
+		run.Records = append(run.Records, storedRecord(br.Topic, br.Partition, br.BaseOffset+uint64(k), r, sb.ProducerKey, br.Sequence, b.height, b.timeUnixNano))
+	}
+	return nil
+}
+
+// appended is the block's topic changes and its runs in key order, each
+// with its Merkle root.
+func (b *blockAppends) appended() Appended {
+	keys := make([]string, 0, len(b.runs))
+	for k := range b.runs {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	a := Appended{Topics: changes}
+	a := Appended{Topics: b.changes}
 	for _, k := range keys {
-		run := runs[k]
+		run := b.runs[k]
 		leaves := make([][]byte, len(run.Records))
 		for i, r := range run.Records {
 			leaves[i] = marshal(r)
@@ -149,7 +170,19 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 		run.Root.Count, run.Root.Root = uint32(len(run.Records)), merkle.HashFromByteSlices(leaves)
 		a.Partitions = append(a.Partitions, *run)
 	}
-	return a, nil
+	return a
+}
+
+// storedRecord is a record as the log stores it at offset, written by
+// Execute and rebuilt by BlockRecords: the one place its fields are set, so
+// the two stay byte-identical.
+func storedRecord(topic string, partition uint32, offset uint64, r *byzlogv1.Record, producer []byte, seq uint64, height, timeUnixNano int64) *byzlogv1.StoredRecord {
+	return &byzlogv1.StoredRecord{
+		Topic: topic, Partition: partition, Offset: offset,
+		TimestampUnixNano: timeUnixNano, CreateTimeUnixNano: r.CreateTimeUnixNano,
+		Key: r.Key, Value: r.Value, Headers: copyHeaders(r.Headers),
+		ProducerKey: producer, Sequence: seq, Height: height,
+	}
 }
 
 // batchRecords decodes a committed batch's records and checks them against

@@ -127,83 +127,91 @@ func Precheck(params *byzlogv1.ChainParams, tx []byte, keepRecords bool) *Checke
 // budgets (inflated bytes and records, shared across its batches) before
 // each step that would spend them.
 func precheckBatch(params *byzlogv1.ChainParams, sb *byzlogv1.SignedBatch, keepRecords bool, inflated, records *int64) *checkedBatch {
-	l := params.Limits
 	cb := &checkedBatch{sb: sb, digest: digestOfBody(sb.Body)}
-	var body byzlogv1.BatchBody
-	if err := proto.Unmarshal(sb.Body, &body); err != nil {
-		cb.body = &byzlogv1.BatchBody{}
-		cb.early = failBatch(cb.body, wire.CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err)
+	if cb.early = cb.decode(params); cb.early != nil {
 		return cb
+	}
+	raw, late := cb.inflate(params.Limits, inflated)
+	if late == nil {
+		late = cb.decodeRecords(params.Limits, raw, inflated, records, keepRecords)
+	}
+	cb.late = late
+	return cb
+}
+
+// decode decodes the batch's body and checks what fails it early (before
+// its topic is known): a body, topic name or chain that is wrong.
+func (cb *checkedBatch) decode(params *byzlogv1.ChainParams) *byzlogv1.BatchResult {
+	var body byzlogv1.BatchBody
+	if err := proto.Unmarshal(cb.sb.Body, &body); err != nil {
+		cb.body = &byzlogv1.BatchBody{}
+		return failBatch(cb.body, wire.CodeMalformedTx, "body is not a byzlog.v1.BatchBody: %v", err)
 	}
 	cb.body = &body
 	if r := checkTopicName(body.Topic); !r.OK() {
-		cb.early = failBatch(&byzlogv1.BatchBody{Partition: body.Partition, Sequence: body.Sequence}, wire.CodeUnknownTopic, "%s", r.Log)
-		return cb
+		return failBatch(&byzlogv1.BatchBody{Partition: body.Partition, Sequence: body.Sequence}, wire.CodeUnknownTopic, "%s", r.Log)
 	}
 	if body.ChainId != params.ChainId {
-		cb.early = failBatch(&body, wire.CodeWrongChain, "signed for chain %s, this is %q", wire.Quote(body.ChainId), params.ChainId)
-		return cb
+		return failBatch(&body, wire.CodeWrongChain, "signed for chain %s, this is %q", wire.Quote(body.ChainId), params.ChainId)
 	}
+	return nil
+}
+
+// inflate decompresses the batch's records, charging their declared size
+// to the transaction's budget first, so that a bundle cannot make the app
+// inflate more than that budget.
+func (cb *checkedBatch) inflate(l *byzlogv1.Limits, inflated *int64) ([]byte, *byzlogv1.BatchResult) {
+	body := cb.body
 	if body.UncompressedSize > l.MaxBatchBytes {
-		cb.late = failBatch(&body, wire.CodeBatchTooLarge, "declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes)
-		return cb
+		return nil, failBatch(body, wire.CodeBatchTooLarge, "declared uncompressed size %d exceeds the chain's max_batch_bytes (%d)", body.UncompressedSize, l.MaxBatchBytes)
 	}
-	// Charged before inflating, so a bundle cannot make the app inflate
-	// more than the transaction's budget.
 	if *inflated += int64(body.UncompressedSize); *inflated > int64(l.MaxTxUncompressedBytes) {
-		cb.late = failBatch(&body, wire.CodeBundleTooLarge, "the bundle's batches inflate to more than the chain's max_tx_uncompressed_bytes (%d)", l.MaxTxUncompressedBytes)
-		return cb
+		return nil, failBatch(body, wire.CodeBundleTooLarge, "the bundle's batches inflate to more than the chain's max_tx_uncompressed_bytes (%d)", l.MaxTxUncompressedBytes)
 	}
 	cb.inflated = int64(body.UncompressedSize)
 	raw, err := decompress(body.Codec, body.Records, int(body.UncompressedSize))
 	if err != nil {
-		cb.late = failBatch(&body, wire.CodeBadCompression, "%s", err.Error())
-		return cb
+		return nil, failBatch(body, wire.CodeBadCompression, "%s", err.Error())
 	}
 	if len(raw) != int(body.UncompressedSize) {
-		cb.late = failBatch(&body, wire.CodeBatchTooLarge, "records are %d bytes uncompressed, the batch declares %d", len(raw), body.UncompressedSize)
-		return cb
+		return nil, failBatch(body, wire.CodeBatchTooLarge, "records are %d bytes uncompressed, the batch declares %d", len(raw), body.UncompressedSize)
 	}
+	return raw, nil
+}
+
+// decodeRecords counts the inflated records and their headers without
+// decoding them (scanRecordSet bounds both), charges them to the
+// transaction's budgets, then decodes them and checks each record's size.
+func (cb *checkedBatch) decodeRecords(l *byzlogv1.Limits, raw []byte, inflated, records *int64, keepRecords bool) *byzlogv1.BatchResult {
+	body := cb.body
 	n, headers, code, msg := scanRecordSet(raw, int(l.MaxBatchRecords), int(l.MaxHeaders))
 	if code != wire.CodeOK {
-		cb.late = failBatch(&body, code, "%s", msg)
-		return cb
+		return failBatch(body, code, "%s", msg)
 	}
 	// Headers are charged before decoding: empty ones cost the heap far
 	// more than their bytes.
 	cb.headerBytes = int64(headers) * HeaderHeap
 	if *inflated += cb.headerBytes; *inflated > int64(l.MaxTxUncompressedBytes) {
-		cb.late = failBatch(&body, wire.CodeBundleTooLarge, "the bundle's records and their %d headers take more than the chain's max_tx_uncompressed_bytes (%d) decoded (%d bytes a header)",
+		return failBatch(body, wire.CodeBundleTooLarge, "the bundle's records and their %d headers take more than the chain's max_tx_uncompressed_bytes (%d) decoded (%d bytes a header)",
 			headers, l.MaxTxUncompressedBytes, HeaderHeap)
-		return cb
 	}
 	cb.inflated += cb.headerBytes
 	if *records += int64(n); *records > int64(l.MaxTxRecords) {
-		cb.late = failBatch(&body, wire.CodeBundleTooLarge, "the bundle holds more than the chain's max_tx_records (%d)", l.MaxTxRecords)
-		return cb
+		return failBatch(body, wire.CodeBundleTooLarge, "the bundle holds more than the chain's max_tx_records (%d)", l.MaxTxRecords)
 	}
 	var set byzlogv1.RecordSet
 	if err := proto.Unmarshal(raw, &set); err != nil {
-		cb.late = failBatch(&body, wire.CodeMalformedTx, "records are not a byzlog.v1.RecordSet: %v", err)
-		return cb
+		return failBatch(body, wire.CodeMalformedTx, "records are not a byzlog.v1.RecordSet: %v", err)
 	}
-	switch n := len(set.Records); {
-	case n == 0:
-		cb.late = failBatch(&body, wire.CodeEmptyBatch, "batch holds no record")
-		return cb
-	case n > int(l.MaxBatchRecords):
-		cb.late = failBatch(&body, wire.CodeBatchTooLarge, "batch holds %d records, the chain allows %d", n, l.MaxBatchRecords)
-		return cb
+	// The scan has bounded the records and each record's headers: a field
+	// the scan counted but Unmarshal would not decode fails Unmarshal.
+	if len(set.Records) == 0 {
+		return failBatch(body, wire.CodeEmptyBatch, "batch holds no record")
 	}
 	for i, r := range set.Records {
-		if len(r.Headers) > int(l.MaxHeaders) {
-			cb.late = failBatch(&body, wire.CodeTooManyHeaders, "record %d has %d headers, the chain allows %d", i, len(r.Headers), l.MaxHeaders)
-			return cb
-		}
 		size := recordSize(r)
 		if size > uint64(l.MaxRecordBytes) {
-			cb.late = failBatch(&body, wire.CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the chain allows %d", i, size, l.MaxRecordBytes)
-			return cb
+			return failBatch(body, wire.CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the chain allows %d", i, size, l.MaxRecordBytes)
 		}
 		if size > cb.largest {
 			cb.largest, cb.largestAt = size, i
@@ -213,7 +221,7 @@ func precheckBatch(params *byzlogv1.ChainParams, sb *byzlogv1.SignedBatch, keepR
 	if keepRecords {
 		cb.records = set.Records
 	}
-	return cb
+	return nil
 }
 
 // precheckAll prechecks a block's transactions.

@@ -213,12 +213,7 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return nil, nil, fmt.Errorf("batch %s/%d sequence %d was prechecked without its records; execute needs Precheck with keepRecords", body.Topic, body.Partition, body.Sequence)
 	}
 	for _, rec := range records {
-		stored := marshal(&byzlogv1.StoredRecord{
-			Topic: body.Topic, Partition: body.Partition, Offset: part.NextOffset,
-			TimestampUnixNano: ex.b.TimeUnixNano, CreateTimeUnixNano: rec.CreateTimeUnixNano,
-			Key: rec.Key, Value: rec.Value, Headers: copyHeaders(rec.Headers),
-			ProducerKey: sb.ProducerKey, Sequence: body.Sequence, Height: ex.b.Height,
-		})
+		stored := marshal(storedRecord(body.Topic, body.Partition, part.NextOffset, rec, sb.ProducerKey, body.Sequence, ex.b.Height, ex.b.TimeUnixNano))
 		o.put(CFRecords, recordKey(body.Topic, body.Partition, part.NextOffset), stored)
 		run.leaves = append(run.leaves, stored)
 		part.NextOffset++

@@ -64,65 +64,20 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 		return nil, nil, fmt.Errorf("genesis chain_id is empty")
 	}
 	params := &byzlogv1.ChainParams{ChainId: chainID, Limits: wire.DefaultLimits()}
-	for i, s := range g.Admins {
-		k, err := parseKey(s)
-		if err != nil {
-			return nil, nil, fmt.Errorf("genesis app_state admins[%d]: %w", i, err)
-		}
-		params.Admins = append(params.Admins, k)
+	var err error
+	if params.Admins, err = genesisAdmins(g.Admins); err != nil {
+		return nil, nil, err
 	}
-	sort.Slice(params.Admins, func(i, j int) bool { return bytes.Compare(params.Admins[i], params.Admins[j]) < 0 })
-	for i := 1; i < len(params.Admins); i++ {
-		if bytes.Equal(params.Admins[i-1], params.Admins[i]) {
-			return nil, nil, fmt.Errorf("genesis app_state admins: key %x is listed twice", params.Admins[i])
-		}
-	}
-	if l := g.Limits; l != nil {
-		d := params.Limits
-		for _, f := range []struct {
-			v   uint32
-			dst *uint32
-		}{
-			{l.MaxRecordBytes, &d.MaxRecordBytes}, {l.MaxBatchRecords, &d.MaxBatchRecords}, {l.MaxBatchBytes, &d.MaxBatchBytes},
-			{l.MaxHeaders, &d.MaxHeaders}, {l.MaxBundleBatches, &d.MaxBundleBatches}, {l.MaxPartitions, &d.MaxPartitions},
-			{l.MaxCommitOffsets, &d.MaxCommitOffsets}, {l.MaxTxRecords, &d.MaxTxRecords},
-			{l.MaxTxUncompressedBytes, &d.MaxTxUncompressedBytes}, {l.MaxBlockRecords, &d.MaxBlockRecords},
-			{l.MaxBlockUncompressedBytes, &d.MaxBlockUncompressedBytes},
-		} {
-			if f.v != 0 {
-				*f.dst = f.v
-			}
-		}
-	}
+	overrideLimits(params.Limits, g.Limits)
 	if err := validateLimits(params.Limits); err != nil {
 		return nil, nil, fmt.Errorf("genesis app_state limits: %w", err)
 	}
 	var topics []*byzlogv1.TopicState
 	seen := map[string]bool{}
 	for i, t := range g.Topics {
-		cfg := &byzlogv1.TopicConfig{
-			Partitions: t.Partitions, MaxRecordBytes: t.MaxRecordBytes,
-			RetentionMs: t.RetentionMs, RetentionBytes: t.RetentionBytes,
-		}
-		for j, s := range t.AllowedProducers {
-			k, err := parseKey(s)
-			if err != nil {
-				return nil, nil, fmt.Errorf("genesis app_state topics[%d].allowed_producers[%d]: %w", i, j, err)
-			}
-			cfg.AllowedProducers = append(cfg.AllowedProducers, k)
-		}
-		for j, s := range t.Readers {
-			k, err := parseKey(s)
-			if err != nil {
-				return nil, nil, fmt.Errorf("genesis app_state topics[%d].readers[%d]: %w", i, j, err)
-			}
-			cfg.Readers = append(cfg.Readers, k)
-		}
-		if r := checkTopicName(t.Name); !r.OK() {
-			return nil, nil, fmt.Errorf("genesis app_state topics[%d]: %s", i, r.Log)
-		}
-		if r := checkTopicConfig(params.Limits, cfg); !r.OK() {
-			return nil, nil, fmt.Errorf("genesis app_state topics[%d] (%s): %s", i, t.Name, r.Log)
+		cfg, err := genesisTopic(params.Limits, i, t)
+		if err != nil {
+			return nil, nil, err
 		}
 		if seen[t.Name] {
 			return nil, nil, fmt.Errorf("genesis app_state topics[%d]: topic %q is listed twice", i, t.Name)
@@ -131,6 +86,75 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 		topics = append(topics, &byzlogv1.TopicState{Name: t.Name, Config: cfg})
 	}
 	return params, topics, nil
+}
+
+// genesisAdmins parses the admins' hex keys, sorted, each listed once.
+func genesisAdmins(hexKeys []string) ([][]byte, error) {
+	var admins [][]byte
+	for i, s := range hexKeys {
+		k, err := parseKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("genesis app_state admins[%d]: %w", i, err)
+		}
+		admins = append(admins, k)
+	}
+	sort.Slice(admins, func(i, j int) bool { return bytes.Compare(admins[i], admins[j]) < 0 })
+	for i := 1; i < len(admins); i++ {
+		if bytes.Equal(admins[i-1], admins[i]) {
+			return nil, fmt.Errorf("genesis app_state admins: key %x is listed twice", admins[i])
+		}
+	}
+	return admins, nil
+}
+
+// overrideLimits sets every limit genesis gives (zero keeps the default).
+func overrideLimits(d *byzlogv1.Limits, l *GenesisLimits) {
+	if l == nil {
+		return
+	}
+	for _, f := range []struct {
+		v   uint32
+		dst *uint32
+	}{
+		{l.MaxRecordBytes, &d.MaxRecordBytes}, {l.MaxBatchRecords, &d.MaxBatchRecords}, {l.MaxBatchBytes, &d.MaxBatchBytes},
+		{l.MaxHeaders, &d.MaxHeaders}, {l.MaxBundleBatches, &d.MaxBundleBatches}, {l.MaxPartitions, &d.MaxPartitions},
+		{l.MaxCommitOffsets, &d.MaxCommitOffsets}, {l.MaxTxRecords, &d.MaxTxRecords},
+		{l.MaxTxUncompressedBytes, &d.MaxTxUncompressedBytes}, {l.MaxBlockRecords, &d.MaxBlockRecords},
+		{l.MaxBlockUncompressedBytes, &d.MaxBlockUncompressedBytes},
+	} {
+		if f.v != 0 {
+			*f.dst = f.v
+		}
+	}
+}
+
+// genesisTopic is the config of genesis topic i, checked as a create would.
+func genesisTopic(l *byzlogv1.Limits, i int, t GenesisTopic) (*byzlogv1.TopicConfig, error) {
+	cfg := &byzlogv1.TopicConfig{
+		Partitions: t.Partitions, MaxRecordBytes: t.MaxRecordBytes,
+		RetentionMs: t.RetentionMs, RetentionBytes: t.RetentionBytes,
+	}
+	for j, s := range t.AllowedProducers {
+		k, err := parseKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("genesis app_state topics[%d].allowed_producers[%d]: %w", i, j, err)
+		}
+		cfg.AllowedProducers = append(cfg.AllowedProducers, k)
+	}
+	for j, s := range t.Readers {
+		k, err := parseKey(s)
+		if err != nil {
+			return nil, fmt.Errorf("genesis app_state topics[%d].readers[%d]: %w", i, j, err)
+		}
+		cfg.Readers = append(cfg.Readers, k)
+	}
+	if r := checkTopicName(t.Name); !r.OK() {
+		return nil, fmt.Errorf("genesis app_state topics[%d]: %s", i, r.Log)
+	}
+	if r := checkTopicConfig(l, cfg); !r.OK() {
+		return nil, fmt.Errorf("genesis app_state topics[%d] (%s): %s", i, t.Name, r.Log)
+	}
+	return cfg, nil
 }
 
 func parseKey(s string) ([]byte, error) {

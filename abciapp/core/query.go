@@ -15,95 +15,106 @@ import (
 // Query answers a read of committed state st held in s. A bad request gets a
 // result code and a message; an error means the store is broken.
 func Query(s Scanner, st State, path string, data []byte) ([]byte, Result, error) {
-	switch path {
-	case wire.PathState:
-		params, err := LoadParams(s)
-		if err != nil {
-			return nil, Result{}, err
-		}
-		return marshal(&byzlogv1.AppState{Height: st.Height, AppHash: st.AppHash, Params: params}), Result{}, nil
-	case wire.PathTopics:
-		return queryTopics(s)
-	case wire.PathTopic:
-		var req byzlogv1.TopicRequest
-		if r := decodeQuery(data, &req); !r.OK() {
-			return nil, r, nil
-		}
-		t, err := loadTopic(s, req.Name)
-		if err != nil {
-			return nil, Result{}, err
-		}
-		if t == nil {
-			return nil, reject(wire.CodeUnknownTopic, "topic %q does not exist", req.Name), nil
-		}
-		info, err := topicInfo(s, t)
-		if err != nil {
-			return nil, Result{}, err
-		}
-		return marshal(info), Result{}, nil
-	case wire.PathRecords:
-		var req byzlogv1.RecordsRequest
-		if r := decodeQuery(data, &req); !r.OK() {
-			return nil, r, nil
-		}
-		return queryRecords(s, &req)
-	case wire.PathGroup:
-		var req byzlogv1.GroupRequest
-		if r := decodeQuery(data, &req); !r.OK() {
-			return nil, r, nil
-		}
-		return queryGroup(s, req.Group)
-	case wire.PathProducer:
-		var req byzlogv1.ProducerRequest
-		if r := decodeQuery(data, &req); !r.OK() {
-			return nil, r, nil
-		}
-		if len(req.ProducerKey) != ed25519.PublicKeySize {
-			return nil, reject(wire.CodeBadQuery, "producer_key is %d bytes, an ed25519 public key is %d", len(req.ProducerKey), ed25519.PublicKeySize), nil
-		}
-		var ps byzlogv1.ProducerState
-		if _, err := getProto(s, CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition), &ps); err != nil {
-			return nil, Result{}, err
-		}
-		return marshal(&ps), Result{}, nil
-	case wire.PathNonce:
-		var req byzlogv1.NonceRequest
-		if r := decodeQuery(data, &req); !r.OK() {
-			return nil, r, nil
-		}
-		if len(req.Key) != ed25519.PublicKeySize {
-			return nil, reject(wire.CodeBadQuery, "key is %d bytes, an ed25519 public key is %d", len(req.Key), ed25519.PublicKeySize), nil
-		}
-		n, at, err := loadNonceState(s, req.Key)
-		if err != nil {
-			return nil, Result{}, err
-		}
-		return marshal(&byzlogv1.NonceResponse{NextNonce: n, UsedHeight: at}), Result{}, nil
-	case wire.PathProof:
-		var req byzlogv1.ProofRequest
-		if r := decodeQuery(data, &req); !r.OK() {
-			return nil, r, nil
-		}
-		p, r, err := proveRecord(s, &req)
-		if err != nil || !r.OK() {
-			return nil, r, err
-		}
-		return marshal(p), Result{}, nil
-	case wire.PathDigest:
-		var req byzlogv1.DigestRequest
-		if r := decodeQuery(data, &req); !r.OK() {
-			return nil, r, nil
-		}
-		raw, err := s.Get(CFMeta, digestKey(req.Height))
-		if err != nil {
-			return nil, Result{}, err
-		}
-		if raw == nil {
-			return nil, reject(wire.CodeNotFound, "no block digest for height %d (not committed yet, or before this node's state)", req.Height), nil
-		}
-		return raw, Result{}, nil
+	q, ok := queries[path]
+	if !ok {
+		return nil, reject(wire.CodeUnknownQuery, "unknown query path %q; the paths are %v", path, wire.QueryPaths), nil
 	}
-	return nil, reject(wire.CodeUnknownQuery, "unknown query path %q; the paths are %v", path, wire.QueryPaths), nil
+	return q(s, st, data)
+}
+
+// query answers one path: the request bytes in, the response bytes out.
+type query func(s Scanner, st State, data []byte) ([]byte, Result, error)
+
+// queries are the handlers by path (looked up, never ranged over).
+var queries = map[string]query{
+	wire.PathState:    queryState,
+	wire.PathTopics:   func(s Scanner, _ State, _ []byte) ([]byte, Result, error) { return queryTopics(s) },
+	wire.PathTopic:    decoded(queryTopic),
+	wire.PathRecords:  decoded(queryRecords),
+	wire.PathGroup:    decoded(func(s Scanner, req *byzlogv1.GroupRequest) ([]byte, Result, error) { return queryGroup(s, req.Group) }),
+	wire.PathProducer: decoded(queryProducer),
+	wire.PathNonce:    decoded(queryNonce),
+	wire.PathProof:    decoded(queryProof),
+	wire.PathDigest:   decoded(queryDigest),
+}
+
+// decoded makes a query of a handler of one request message: a request
+// that does not decode is a bad query.
+func decoded[R any, PR interface {
+	*R
+	proto.Message
+}](handle func(Scanner, PR) ([]byte, Result, error)) query {
+	return func(s Scanner, _ State, data []byte) ([]byte, Result, error) {
+		req := PR(new(R))
+		if r := decodeQuery(data, req); !r.OK() {
+			return nil, r, nil
+		}
+		return handle(s, req)
+	}
+}
+
+func queryState(s Scanner, st State, _ []byte) ([]byte, Result, error) {
+	params, err := LoadParams(s)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return marshal(&byzlogv1.AppState{Height: st.Height, AppHash: st.AppHash, Params: params}), Result{}, nil
+}
+
+func queryTopic(s Scanner, req *byzlogv1.TopicRequest) ([]byte, Result, error) {
+	t, err := loadTopic(s, req.Name)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if t == nil {
+		return nil, reject(wire.CodeUnknownTopic, "topic %q does not exist", req.Name), nil
+	}
+	info, err := topicInfo(s, t)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return marshal(info), Result{}, nil
+}
+
+func queryProducer(s Scanner, req *byzlogv1.ProducerRequest) ([]byte, Result, error) {
+	if len(req.ProducerKey) != ed25519.PublicKeySize {
+		return nil, reject(wire.CodeBadQuery, "producer_key is %d bytes, an ed25519 public key is %d", len(req.ProducerKey), ed25519.PublicKeySize), nil
+	}
+	var ps byzlogv1.ProducerState
+	if _, err := getProto(s, CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition), &ps); err != nil {
+		return nil, Result{}, err
+	}
+	return marshal(&ps), Result{}, nil
+}
+
+func queryNonce(s Scanner, req *byzlogv1.NonceRequest) ([]byte, Result, error) {
+	if len(req.Key) != ed25519.PublicKeySize {
+		return nil, reject(wire.CodeBadQuery, "key is %d bytes, an ed25519 public key is %d", len(req.Key), ed25519.PublicKeySize), nil
+	}
+	n, at, err := loadNonceState(s, req.Key)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return marshal(&byzlogv1.NonceResponse{NextNonce: n, UsedHeight: at}), Result{}, nil
+}
+
+func queryProof(s Scanner, req *byzlogv1.ProofRequest) ([]byte, Result, error) {
+	p, r, err := proveRecord(s, req)
+	if err != nil || !r.OK() {
+		return nil, r, err
+	}
+	return marshal(p), Result{}, nil
+}
+
+func queryDigest(s Scanner, req *byzlogv1.DigestRequest) ([]byte, Result, error) {
+	raw, err := s.Get(CFMeta, digestKey(req.Height))
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if raw == nil {
+		return nil, reject(wire.CodeNotFound, "no block digest for height %d (not committed yet, or before this node's state)", req.Height), nil
+	}
+	return raw, Result{}, nil
 }
 
 func decodeQuery(data []byte, m proto.Message) Result {
