@@ -449,25 +449,9 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 			p.pending.Done()
 		}
 	}()
-	fail := func(err error) {
-		for _, f := range b.futs {
-			f.resolve(Receipt{}, err)
-		}
-	}
-	if pt.relearn.Swap(false) {
-		pt.known = false
-	}
-	if !pt.known {
-		seq, err := p.nextSequence(pt)
-		if err != nil {
-			fail(err)
-			return
-		}
-		pt.seq, pt.known = seq, true
-	}
-	signed, err := p.signer.Batch(pt.topic, pt.num, pt.seq, p.o.codec, b.recs)
+	signed, err := p.sign(pt, b)
 	if err != nil {
-		fail(err)
+		b.fail(err)
 		return
 	}
 	backoff := p.o.backoff
@@ -475,9 +459,8 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 	var uncertainSince time.Time // first attempt whose outcome is unknown
 	for attempt := uint64(0); ; attempt++ {
 		at := (start + attempt) % uint64(len(p.gws))
-		gw := p.gws[at]
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
-		resp, err := gw.Produce(ctx, &byzlogv1.ProduceRequest{Batch: signed, Ack: p.o.acks})
+		resp, err := p.gws[at].Produce(ctx, &byzlogv1.ProduceRequest{Batch: signed, Ack: p.o.acks})
 		cancel()
 		if err == nil && p.verify != nil && resp.GetReceipt().GetAck() == byzlogv1.Ack_ACK_COMMIT {
 			// The next batch goes out while this receipt is checked (it
@@ -490,38 +473,16 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 			return
 		}
 		if err == nil {
-			rc := resp.GetReceipt()
-			for i, f := range b.futs {
-				r := Receipt{Topic: rc.GetTopic(), Partition: rc.GetPartition(), Height: rc.GetHeight(), TxIndex: rc.GetTxIndex(), Duplicate: rc.GetDuplicate()}
-				if rc.GetAck() == byzlogv1.Ack_ACK_COMMIT {
-					r.Offset = rc.GetBaseOffset() + uint64(i)
-				}
-				f.resolve(r, nil)
-			}
+			b.resolve(resp.GetReceipt())
 			pt.seq++
 			return
 		}
-		if !retriable(err) {
-			if uncertainSince.IsZero() {
-				// Rejected, so not committed: the next batch reuses the sequence.
-				fail(err)
-				return
-			}
-			// An earlier attempt may have been committed, so this rejection
-			// of a retry is not final: keep sending the same bytes (a
-			// committed batch answers as a duplicate with its offsets) until
-			// the chain shows the sequence is still free.
-			if time.Since(uncertainSince) > p.o.requestTimeout {
-				if next, qerr := p.nextSequence(pt); qerr == nil && next <= pt.seq {
-					fail(err)
-					return
-				}
-			}
-		} else if uncertainSince.IsZero() && mayHaveSent(err) {
-			uncertainSince = time.Now()
+		if p.rejected(pt, err, &uncertainSince) {
+			b.fail(err)
+			return
 		}
 		if p.ctx.Err() != nil {
-			fail(fmt.Errorf("%w while sending sequence %d of %s/%d: its outcome is unknown; a new producer with the same key learns the next sequence from the chain", ErrClosed, pt.seq, pt.topic, pt.num))
+			b.fail(fmt.Errorf("%w while sending sequence %d of %s/%d: its outcome is unknown; a new producer with the same key learns the next sequence from the chain", ErrClosed, pt.seq, pt.topic, pt.num))
 			return
 		}
 		p.next.Store(start + attempt + 1) // fail over: later batches start at the next gateway too
@@ -530,6 +491,64 @@ func (p *Producer) sendBatch(pt *partition, b batch) {
 		case <-p.ctx.Done():
 		}
 		backoff = min(2*backoff, p.o.maxBackoff)
+	}
+}
+
+// sign signs the batch under the partition's next sequence, learning it
+// from the chain first when the producer does not know it.
+func (p *Producer) sign(pt *partition, b batch) (*byzlogv1.SignedBatch, error) {
+	if pt.relearn.Swap(false) {
+		pt.known = false
+	}
+	if !pt.known {
+		seq, err := p.nextSequence(pt)
+		if err != nil {
+			return nil, err
+		}
+		pt.seq, pt.known = seq, true
+	}
+	return p.signer.Batch(pt.topic, pt.num, pt.seq, p.o.codec, b.recs)
+}
+
+// rejected reports whether err, the answer to an attempt at the
+// partition's current sequence, fails the batch for good. A rejection is
+// final only while no earlier attempt may have been committed; after one
+// whose outcome is unknown (uncertainSince is set), the same bytes are sent
+// again (a committed batch answers as a duplicate with its offsets) until
+// the chain shows the sequence is still free.
+func (p *Producer) rejected(pt *partition, err error, uncertainSince *time.Time) bool {
+	if retriable(err) {
+		if uncertainSince.IsZero() && mayHaveSent(err) {
+			*uncertainSince = time.Now()
+		}
+		return false
+	}
+	if uncertainSince.IsZero() {
+		return true // rejected, so not committed: the next batch reuses the sequence
+	}
+	if time.Since(*uncertainSince) > p.o.requestTimeout {
+		if next, qerr := p.nextSequence(pt); qerr == nil && next <= pt.seq {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve answers the batch's records with the receipt.
+func (b batch) resolve(rc *byzlogv1.Receipt) {
+	for i, f := range b.futs {
+		r := Receipt{Topic: rc.GetTopic(), Partition: rc.GetPartition(), Height: rc.GetHeight(), TxIndex: rc.GetTxIndex(), Duplicate: rc.GetDuplicate()}
+		if rc.GetAck() == byzlogv1.Ack_ACK_COMMIT {
+			r.Offset = rc.GetBaseOffset() + uint64(i)
+		}
+		f.resolve(r, nil)
+	}
+}
+
+// fail answers the batch's records with err.
+func (b batch) fail(err error) {
+	for _, f := range b.futs {
+		f.resolve(Receipt{}, err)
 	}
 }
 
