@@ -69,7 +69,7 @@ func (p *publisher) cursor(ctx context.Context) (int64, error) {
 	}
 	h, err := strconv.ParseInt(string(e.Value()), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("cursor %s holds %q, not a height; delete it to start from --start-height", p.cursorKey(), e.Value())
+		return 0, fmt.Errorf("cursor %s holds %q, not a height; delete it to start from start_height", p.cursorKey(), e.Value())
 	}
 	return h, nil
 }

@@ -172,7 +172,7 @@ func (a *App) InitChain(_ context.Context, req *abci.RequestInitChain) (*abci.Re
 		return nil, errClosed
 	}
 	if a.committed.Height > 0 {
-		return nil, fmt.Errorf("InitChain on a store that has committed height %d: this data directory belongs to a running chain; point byzlog-app at an empty --data-dir for a new chain", a.committed.Height)
+		return nil, fmt.Errorf("InitChain on a store that has committed height %d: this data directory belongs to a running chain; give the app an empty data_dir for a new chain", a.committed.Height)
 	}
 	params, topics, err := core.ParseGenesis(req.ChainId, req.AppStateBytes)
 	if err != nil {

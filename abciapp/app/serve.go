@@ -68,7 +68,7 @@ func (c ServeConfig) Validate() error {
 		return fmt.Errorf("listen %q: want host:port or unix:///path: %w", c.Listen, err)
 	}
 	if ip := net.ParseIP(host); !c.PrivateNetwork && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return fmt.Errorf("listen %q: ABCI has no authentication or encryption, so the app listens on loopback (127.0.0.1, the node beside it); on a network only this validator's node reaches, say so with --private-network", c.Listen)
+		return fmt.Errorf("listen %q: ABCI has no authentication or encryption, so the app listens on loopback (127.0.0.1, the node beside it); on a network only this validator's node reaches, say so with private_network", c.Listen)
 	}
 	return nil
 }

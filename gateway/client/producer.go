@@ -649,7 +649,7 @@ func checkChain(ctx context.Context, gws []byzlogv1.GatewayClient, addrs []strin
 			continue
 		}
 		if h.ChainId != chainID {
-			return fmt.Errorf("gateway %s serves chain %q, this client trusts %q: check its --genesis or chain id", addrs[i], h.ChainId, chainID)
+			return fmt.Errorf("gateway %s serves chain %q, this client trusts %q: check which genesis each side was given", addrs[i], h.ChainId, chainID)
 		}
 		return nil
 	}

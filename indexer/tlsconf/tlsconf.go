@@ -35,7 +35,7 @@ type Files struct {
 // f.CA mutual TLS.
 func (f Files) Server() (*tls.Config, error) {
 	if f.Cert == "" || f.Key == "" {
-		return nil, errors.New("TLS server: need a certificate and a key (--tls-cert, --tls-key), or --insecure for plaintext")
+		return nil, errors.New("TLS server: need a certificate and a key (tls_cert, tls_key), or insecure for plaintext")
 	}
 	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
