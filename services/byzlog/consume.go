@@ -14,7 +14,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -132,7 +131,7 @@ func (o *consumeOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.verify, "verify", false, "prove each record against light-client verified headers before printing it")
 	o.tf.add(f)
 	o.tlsf.add(f)
-	f.StringVar(&o.nodes, "nodes", o.nodes, "with --verify: comma-separated CometBFT RPC addresses (at least two)")
+	f.StringVar(&o.nodes, "nodes", o.nodes, "with --verify: "+nodelink.NodesHelp+"; at least two")
 	o.link.Add(f, nodelink.Flags{CA: localnetCA})
 }
 
@@ -447,23 +446,14 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-// headersFrom starts a light client for --verify from a genesis file.
+// headersFrom starts a light client for --verify from a genesis file,
+// through the nodes of nodeList.
 func headersFrom(ctx context.Context, genesisPath, nodeList string, link indexer.NodeLink) (*indexer.Headers, error) {
-	gen, err := cmttypes.GenesisDocFromFile(genesisPath)
-	if err != nil {
-		return nil, fmt.Errorf("--genesis: %w", err)
-	}
-	var addrs []string
-	for _, a := range strings.Split(nodeList, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	provs, _, err := indexer.NewNodes(gen.ChainID, addrs, link)
+	addrs, err := nodelink.ParseNodes(nodeList, link.Insecure)
 	if err != nil {
 		return nil, fmt.Errorf("--nodes: %w", err)
 	}
-	trust, err := indexer.TrustGenesis(ctx, gen, provs)
+	gen, trust, err := nodelink.TrustGenesis(ctx, genesisPath, addrs, link, 0)
 	if err != nil {
 		return nil, fmt.Errorf("--verify: %w", err)
 	}
