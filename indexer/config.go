@@ -54,6 +54,12 @@ type Config struct {
 	// GenesisTopics are the topics genesis creates, whose read access no
 	// block shows (core.ParseGenesis of the genesis app_state).
 	GenesisTopics []core.TopicChange
+	// GenesisWait bounds how long taking the root of trust from genesis
+	// waits for the chain's first block (a new chain may not have it yet).
+	GenesisWait time.Duration
+	// NATSTimeout bounds connecting to NATS and each request that reloads
+	// its authorization (Authz).
+	NATSTimeout time.Duration
 }
 
 // NodeLink says how to reach CometBFT nodes' RPC: https with certificates
@@ -84,7 +90,8 @@ const DefaultMaxResponseBytes = 16 << 20
 // Default returns the defaults: 168 h trusting period, id "indexer",
 // start at height 1, 1 replica, 10 min duplicate window, 8192 pending
 // publishes, 100 ms polling, cursor saved every second, RPC responses up
-// to 16 MiB.
+// to 16 MiB, a minute's wait for a new chain's first block, 10 s to reach
+// NATS.
 func Default() Config {
 	return Config{
 		TrustingPeriod:  168 * time.Hour,
@@ -97,6 +104,8 @@ func Default() Config {
 		CursorInterval:  time.Second,
 
 		MaxResponseBytes: DefaultMaxResponseBytes,
+		GenesisWait:      time.Minute,
+		NATSTimeout:      10 * time.Second,
 	}
 }
 
@@ -125,6 +134,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
 	case c.MaxResponseBytes < 1<<20:
 		return fmt.Errorf("max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
+	case c.GenesisWait < 0:
+		return fmt.Errorf("genesis_wait (%s) must not be negative", c.GenesisWait)
+	case c.NATSTimeout <= 0:
+		return fmt.Errorf("nats_timeout (%s) must be positive", c.NATSTimeout)
 	}
 	if a := c.Authz; a != nil {
 		if err := a.Spec.Validate(); err != nil {

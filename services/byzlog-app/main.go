@@ -12,11 +12,11 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/abciapp/app"
 	"github.com/byzlog/byzlog/abciapp/store"
-	"github.com/byzlog/byzlog/services/internal/logging"
-	"github.com/byzlog/byzlog/services/internal/profiling"
+	"github.com/byzlog/byzlog/services/internal/daemon"
 )
 
 func main() {
@@ -25,17 +25,32 @@ func main() {
 	}
 }
 
-func newCommand() *cobra.Command {
-	serve := app.DefaultServeConfig()
-	appCfg := app.DefaultConfig()
-	logCfg := logging.Default()
-	dataDir := "byzlog-app-data"
-	pprofListen := ""
-	gcPercent := 400
-	cmd := &cobra.Command{
-		Use:   "byzlog-app",
-		Short: "byzlog's ABCI application, driven by a stock CometBFT node",
-		Long: `byzlog-app serves byzlog's replicated log state machine to one CometBFT node.
+// options are byzlog-app's settings, one flag each.
+type options struct {
+	daemon.Options
+	serve     app.ServeConfig
+	app       app.Config
+	dataDir   string
+	gcPercent int
+}
+
+func defaultOptions() options {
+	return options{Options: daemon.Default(), serve: app.DefaultServeConfig(), app: app.DefaultConfig(),
+		dataDir: "byzlog-app-data", gcPercent: 400}
+}
+
+// Validate says which setting is wrong.
+func (o options) Validate() error {
+	if err := o.serve.Validate(); err != nil {
+		return err
+	}
+	if err := o.app.Validate(); err != nil {
+		return err
+	}
+	return o.Options.Validate()
+}
+
+const help = `byzlog-app serves byzlog's replicated log state machine to one CometBFT node.
 
 Run one byzlog-app next to each validator. With the default gRPC transport the
 node's config.toml needs:
@@ -56,27 +71,38 @@ on committed state and the ready ones before it; one whose earlier sequence or
 nonce has not arrived waits apart (bounded, expiring after --mempool-waiting-heights
 blocks) and is never proposed until ready.
 State is kept in RocksDB under --data-dir; on restart the app reports its last
-committed height and CometBFT replays the blocks it is missing.`,
+committed height and CometBFT replays the blocks it is missing.`
+
+func newCommand() *cobra.Command {
+	o := defaultOptions()
+	cmd := &cobra.Command{
+		Use:           "byzlog-app",
+		Short:         "byzlog's ABCI application, driven by a stock CometBFT node",
+		Long:          help,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Getenv("GOGC") == "" {
-				debug.SetGCPercent(gcPercent)
+				debug.SetGCPercent(o.gcPercent)
 			}
-			err := run(cmd.Context(), serve, appCfg, logCfg, dataDir, pprofListen)
+			err := run(cmd.Context(), o)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "byzlog-app:", err)
 			}
 			return err
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&serve.Listen, "listen", serve.Listen, "where to serve ABCI: host:port, or unix:///path for a unix socket (only this host's processes with access to the file reach it)")
-	f.StringVar(&serve.Transport, "transport", serve.Transport, "ABCI transport: grpc or socket")
-	f.BoolVar(&serve.PrivateNetwork, "private-network", false, "allow --listen on an address other than loopback: one on a network only this validator's node reaches (ABCI has no authentication or encryption)")
-	f.StringVar(&dataDir, "data-dir", dataDir, "directory of the RocksDB state")
-	mp := &appCfg.Mempool
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *options) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.serve.Listen, "listen", o.serve.Listen, "where to serve ABCI: host:port, or unix:///path for a unix socket (only this host's processes with access to the file reach it)")
+	f.StringVar(&o.serve.Transport, "transport", o.serve.Transport, "ABCI transport: grpc or socket")
+	f.BoolVar(&o.serve.PrivateNetwork, "private-network", false, "allow --listen on an address other than loopback: one on a network only this validator's node reaches (ABCI has no authentication or encryption)")
+	f.StringVar(&o.dataDir, "data-dir", o.dataDir, "directory of the RocksDB state")
+	mp := &o.app.Mempool
 	f.Int64Var(&mp.MaxBytes, "mempool-max-bytes", mp.MaxBytes, "bytes of transactions the mempool holds, ready and waiting")
 	f.IntVar(&mp.MaxTxs, "mempool-max-txs", mp.MaxTxs, "transactions the mempool holds, ready and waiting (all are checked again after every block)")
 	f.Int64Var(&mp.MaxCost, "mempool-max-cost", mp.MaxCost, "bytes the held transactions may inflate to (records, headers)")
@@ -85,25 +111,15 @@ committed height and CometBFT replays the blocks it is missing.`,
 	f.IntVar(&mp.MaxWaitingPerSigner, "mempool-max-waiting-per-signer", mp.MaxWaitingPerSigner, "waiting transactions one key may have signed into")
 	f.Int64Var(&mp.ReadyHeights, "mempool-ready-heights", mp.ReadyHeights, "blocks a ready transaction may wait to be proposed before it is dropped")
 	f.Int64Var(&mp.WaitingHeights, "mempool-waiting-heights", mp.WaitingHeights, "blocks a waiting transaction may wait for its predecessor before it is dropped")
-	f.IntVar(&gcPercent, "gc-percent", gcPercent, "Go GC target (as GOGC, which overrides it): 400 trades ~5x the live heap for less GC work per block")
-	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
-	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
-	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
-	return cmd
+	f.IntVar(&o.gcPercent, "gc-percent", o.gcPercent, "Go GC target (as GOGC, which overrides it): 400 trades ~5x the live heap for less GC work per block")
+	o.Options.AddFlags(f)
 }
 
-func run(ctx context.Context, serve app.ServeConfig, appCfg app.Config, logCfg logging.Config, dataDir, pprofListen string) error {
-	if err := serve.Validate(); err != nil {
+func run(ctx context.Context, o options) error {
+	if err := o.Validate(); err != nil {
 		return err
 	}
-	if err := appCfg.Validate(); err != nil {
-		return err
-	}
-	log, err := logging.New(logCfg, os.Stderr, "byzlog-app")
-	if err != nil {
-		return err
-	}
-	stopProfiles, err := profiling.Serve(pprofListen, log)
+	log, stopProfiles, err := o.Start(os.Stderr, "byzlog-app")
 	if err != nil {
 		return err
 	}
@@ -114,11 +130,11 @@ func run(ctx context.Context, serve app.ServeConfig, appCfg app.Config, logCfg l
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	st, err := store.Open(dataDir)
+	st, err := store.Open(o.dataDir)
 	if err != nil {
 		return err
 	}
-	a, err := app.New(st, log, appCfg)
+	a, err := app.New(st, log, o.app)
 	if err != nil {
 		_ = st.Close()
 		return err
@@ -128,8 +144,8 @@ func run(ctx context.Context, serve app.ServeConfig, appCfg app.Config, logCfg l
 			log.Error().Err(err).Msg("close")
 		}
 	}()
-	log.Info().Str("listen", serve.Listen).Str("transport", serve.Transport).Str("data_dir", dataDir).Msg("serving ABCI")
-	if err := app.Serve(ctx, serve, a); err != nil {
+	log.Info().Str("listen", o.serve.Listen).Str("transport", o.serve.Transport).Str("data_dir", o.dataDir).Msg("serving ABCI")
+	if err := app.Serve(ctx, o.serve, a); err != nil {
 		return err
 	}
 	log.Info().Msg("stopped")

@@ -12,24 +12,19 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
-	"github.com/byzlog/byzlog/services/internal/logging"
+	"github.com/byzlog/byzlog/services/internal/daemon"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
-	"github.com/byzlog/byzlog/services/internal/profiling"
 )
 
 func main() {
@@ -39,20 +34,33 @@ func main() {
 	}
 }
 
-func newCommand() *cobra.Command {
-	cfg := gateway.Default()
-	logCfg := logging.Default()
-	listen := "127.0.0.1:7070"
-	metricsListen := "127.0.0.1:7071"
-	nodes := "http://127.0.0.1:26657"
-	pprofListen := ""
-	var tlsFiles tlsconf.Files
-	insecure := false
-	var link nodelink.Flags
-	cmd := &cobra.Command{
-		Use:   "byzlog-gateway",
-		Short: "byzlog's produce gateway: bundles signed batches into CometBFT transactions",
-		Long: `byzlog-gateway serves the byzlog.v1.Gateway gRPC API (with reflection and the
+// options are byzlog-gateway's settings, one flag each.
+type options struct {
+	daemon.Options
+	gw         gateway.Config
+	listen     string // host:port of the gRPC API
+	httpListen string // host:port of the HTTP face; empty: none
+	nodes      string
+	tlsFiles   tlsconf.Files
+	insecure   bool
+	link       nodelink.Flags
+}
+
+func defaultOptions() options {
+	return options{Options: daemon.Default(), gw: gateway.Default(), listen: "127.0.0.1:7070", httpListen: "127.0.0.1:7071",
+		nodes: "http://127.0.0.1:26657"}
+}
+
+// Validate says which setting is wrong: --insecure serves plaintext, so
+// it may not come with TLS files.
+func (o options) Validate() error {
+	if o.insecure && o.tlsFiles != (tlsconf.Files{}) {
+		return errors.New("--insecure serves plaintext: drop --tls-cert, --tls-key and --tls-client-ca, or --insecure")
+	}
+	return o.Options.Validate()
+}
+
+const help = `byzlog-gateway serves the byzlog.v1.Gateway gRPC API (with reflection and the
 standard gRPC health service). It bundles producers' signed batches for up to
 --linger into one transaction, submits it to a healthy CometBFT node (round-robin,
 failing over), follows committed blocks and answers each batch with a receipt
@@ -65,75 +73,74 @@ TLS). Plaintext needs --insecure.
 It reaches nodes' RPC over https (the nodes' rpc.tls_cert_file), checking their
 certificates against --node-tls-ca; plaintext http only on loopback, or beyond
 it with --insecure-nodes. It trusts no single node: what one says about
-committed state is confirmed by f+1 of them.`,
+committed state is confirmed by f+1 of them.`
+
+func newCommand() *cobra.Command {
+	o := defaultOptions()
+	cmd := &cobra.Command{
+		Use:           "byzlog-gateway",
+		Short:         "byzlog's produce gateway: bundles signed batches into CometBFT transactions",
+		Long:          help,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg.Nodes.Addrs = strings.Split(nodes, ",")
-			l, err := link.Link(cmd.Flags())
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			l, err := o.link.Link(cmd.Flags())
 			if err != nil {
 				return err
 			}
-			cfg.Nodes.TLS, cfg.Nodes.Insecure = l.TLS, l.Insecure
-			serverTLS, err := serverTLS(tlsFiles, insecure)
-			if err != nil {
-				return err
+			if o.gw.Nodes.Addrs, err = nodelink.ParseNodes(o.nodes, l.Insecure); err != nil {
+				return fmt.Errorf("--nodes: %w", err)
 			}
-			return run(cmd.Context(), cfg, logCfg, serverTLS, listen, metricsListen, pprofListen)
+			o.gw.Nodes.TLS, o.gw.Nodes.Insecure = l.TLS, l.Insecure
+			var serverTLS *tls.Config
+			if !o.insecure {
+				if serverTLS, err = o.tlsFiles.Server(); err != nil {
+					return err
+				}
+			}
+			return run(cmd.Context(), o, serverTLS)
 		},
 	}
 	cmd.AddCommand(newHealthcheckCommand())
-	f := cmd.Flags()
-	f.StringVar(&listen, "listen", listen, "host:port of the gRPC API")
-	f.StringVar(&nodes, "nodes", nodes, "comma-separated CometBFT RPC addresses: https://host:port, or host:port (plaintext) on loopback")
-	link.Add(f, nodelink.Flags{})
-	f.StringVar(&tlsFiles.Cert, "tls-cert", "", "PEM certificate (chain) the gRPC and HTTP faces serve TLS with")
-	f.StringVar(&tlsFiles.Key, "tls-key", "", "PEM private key of --tls-cert")
-	f.StringVar(&tlsFiles.CA, "tls-client-ca", "", "PEM CA: require every client to present a certificate it signed (mutual TLS); empty: any client")
-	f.BoolVar(&insecure, "insecure", false, "serve plaintext gRPC and HTTP instead of TLS (anyone on the path reads and alters the traffic)")
-	f.StringVar(&metricsListen, "http-listen", metricsListen, "host:port of the HTTP endpoint: the JSON API (/v1/produce, /v1/topics), /metrics (Prometheus) and /healthz; empty disables it")
-	f.DurationVar(&cfg.Linger, "linger", cfg.Linger, "how long a bundle waits for more batches")
-	f.IntVar(&cfg.MaxBundleBytes, "max-bundle-bytes", cfg.MaxBundleBytes, "close a bundle at this size (below the chain's 2 MiB tx limit)")
-	f.IntVar(&cfg.MaxBundleBatches, "max-bundle-batches", cfg.MaxBundleBatches, "close a bundle at this many batches")
-	f.Int64Var(&cfg.MaxQueuedBytes, "max-queued-bytes", cfg.MaxQueuedBytes, "bytes of batches waiting before RESOURCE_EXHAUSTED")
-	f.IntVar(&cfg.MaxInFlight, "max-in-flight", cfg.MaxInFlight, "bundles submitted and not yet committed")
-	f.DurationVar(&cfg.CommitTimeout, "commit-timeout", cfg.CommitTimeout, "resubmit a bundle not committed after this long")
-	f.IntVar(&cfg.Nodes.HexSubmitMaxBytes, "hex-submit-max-bytes", cfg.Nodes.HexSubmitMaxBytes, "submit bundles up to this size as hex forms (cheaper for nodes than JSON-RPC's base64); 2x+16 must fit the nodes' rpc.max_body_bytes; 0: always JSON-RPC")
-	f.DurationVar(&cfg.PendingTimeout, "pending-timeout", cfg.PendingTimeout, "answer a batch not committed after this long with DEADLINE_EXCEEDED and free its slot (the producer retries with the same sequence)")
-	f.Int64Var(&cfg.MaxProducerQueuedBytes, "max-producer-queued-bytes", cfg.MaxProducerQueuedBytes, "bytes of batches one producer key may have waiting before RESOURCE_EXHAUSTED")
-	f.IntVar(&cfg.MaxProducerQueuedBatches, "max-producer-queued-batches", cfg.MaxProducerQueuedBatches, "batches one producer key may have waiting before RESOURCE_EXHAUSTED")
-	f.IntVar(&cfg.HTTP.MaxConcurrent, "http-max-concurrent", cfg.HTTP.MaxConcurrent, "HTTP requests served at once; more get 429 with Retry-After")
-	f.DurationVar(&cfg.StartTimeout, "start-timeout", cfg.StartTimeout, "how long to wait at start for a healthy CometBFT node")
-	f.StringVar(&pprofListen, "pprof-listen", "", "host:port to serve Go runtime profiles (/debug/pprof/) on; empty: off")
-	f.StringVar(&logCfg.Level, "log-level", logCfg.Level, "trace, debug, info, warn or error")
-	f.StringVar(&logCfg.Format, "log-format", logCfg.Format, "auto (pretty on a terminal, else JSON), json or pretty")
+	o.addFlags(cmd.Flags())
 	return cmd
 }
 
-// serverTLS is the faces' TLS configuration: nil with --insecure, which
-// may not come with TLS files.
-func serverTLS(f tlsconf.Files, insecure bool) (*tls.Config, error) {
-	if insecure {
-		if f != (tlsconf.Files{}) {
-			return nil, errors.New("--insecure serves plaintext: drop --tls-cert, --tls-key and --tls-client-ca, or --insecure")
-		}
-		return nil, nil
-	}
-	return f.Server()
+func (o *options) addFlags(f *pflag.FlagSet) {
+	f.StringVar(&o.listen, "listen", o.listen, "host:port of the gRPC API")
+	f.StringVar(&o.nodes, "nodes", o.nodes, nodelink.NodesHelp)
+	o.link.Add(f, nodelink.Flags{})
+	f.StringVar(&o.tlsFiles.Cert, "tls-cert", "", "PEM certificate (chain) the gRPC and HTTP faces serve TLS with")
+	f.StringVar(&o.tlsFiles.Key, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&o.tlsFiles.CA, "tls-client-ca", "", "PEM CA: require every client to present a certificate it signed (mutual TLS); empty: any client")
+	f.BoolVar(&o.insecure, "insecure", false, "serve plaintext gRPC and HTTP instead of TLS (anyone on the path reads and alters the traffic)")
+	f.StringVar(&o.httpListen, "http-listen", o.httpListen, "host:port of the HTTP endpoint: the JSON API (/v1/produce, /v1/topics), /metrics (Prometheus) and /healthz; empty disables it")
+	f.DurationVar(&o.gw.Linger, "linger", o.gw.Linger, "how long a bundle waits for more batches")
+	f.IntVar(&o.gw.MaxBundleBytes, "max-bundle-bytes", o.gw.MaxBundleBytes, "close a bundle at this size (below the chain's 2 MiB tx limit)")
+	f.IntVar(&o.gw.MaxBundleBatches, "max-bundle-batches", o.gw.MaxBundleBatches, "close a bundle at this many batches")
+	f.Int64Var(&o.gw.MaxQueuedBytes, "max-queued-bytes", o.gw.MaxQueuedBytes, "bytes of batches waiting before RESOURCE_EXHAUSTED")
+	f.IntVar(&o.gw.MaxInFlight, "max-in-flight", o.gw.MaxInFlight, "bundles submitted and not yet committed")
+	f.DurationVar(&o.gw.CommitTimeout, "commit-timeout", o.gw.CommitTimeout, "resubmit a bundle not committed after this long")
+	f.IntVar(&o.gw.Nodes.HexSubmitMaxBytes, "hex-submit-max-bytes", o.gw.Nodes.HexSubmitMaxBytes, "submit bundles up to this size as hex forms (cheaper for nodes than JSON-RPC's base64); 2x+16 must fit the nodes' rpc.max_body_bytes; 0: always JSON-RPC")
+	f.DurationVar(&o.gw.PendingTimeout, "pending-timeout", o.gw.PendingTimeout, "answer a batch not committed after this long with DEADLINE_EXCEEDED and free its slot (the producer retries with the same sequence)")
+	f.Int64Var(&o.gw.MaxProducerQueuedBytes, "max-producer-queued-bytes", o.gw.MaxProducerQueuedBytes, "bytes of batches one producer key may have waiting before RESOURCE_EXHAUSTED")
+	f.IntVar(&o.gw.MaxProducerQueuedBatches, "max-producer-queued-batches", o.gw.MaxProducerQueuedBatches, "batches one producer key may have waiting before RESOURCE_EXHAUSTED")
+	f.IntVar(&o.gw.HTTP.MaxConcurrent, "http-max-concurrent", o.gw.HTTP.MaxConcurrent, "HTTP requests served at once; more get 429 with Retry-After")
+	f.DurationVar(&o.gw.StartTimeout, "start-timeout", o.gw.StartTimeout, "how long to wait at start for a healthy CometBFT node")
+	o.Options.AddFlags(f)
 }
 
-func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, serverTLS *tls.Config, listen, metricsListen, pprofListen string) error {
-	log, err := logging.New(logCfg, os.Stderr, "byzlog-gateway")
-	if err != nil {
-		return err
-	}
-	stopProfiles, err := profiling.Serve(pprofListen, log)
+func run(ctx context.Context, o options, serverTLS *tls.Config) error {
+	log, stopProfiles, err := o.Start(os.Stderr, "byzlog-gateway")
 	if err != nil {
 		return err
 	}
 	defer stopProfiles()
-	g, err := gateway.New(cfg, log)
+	g, err := gateway.New(o.gw, log)
 	if err != nil {
 		return err
 	}
@@ -142,45 +149,26 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, serverT
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", listen)
+	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", listen, err)
+		return fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
 	var opts []grpc.ServerOption
 	if serverTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
 	}
 	srv, hs := gateway.NewGRPCServer(g, opts...)
-	var httpSrv *http.Server
-	if metricsListen != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		reg.MustRegister(g.Metrics().Collectors()...)
-		mux := http.NewServeMux()
-		mux.Handle("/v1/", gateway.HTTPHandler(g))
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			if _, top := g.Health(); top == 0 {
-				http.Error(w, "no healthy CometBFT node", http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		mln, err := net.Listen("tcp", metricsListen)
-		if err != nil {
-			return fmt.Errorf("listen for metrics on %s: %w", metricsListen, err)
+	stopHTTP := func() {}
+	if o.httpListen != "" {
+		if stopHTTP, err = daemon.ServeHTTP(o.httpListen, serverTLS, gateway.NewHTTPServer(o.gw.HTTP, httpFace(g))); err != nil {
+			return fmt.Errorf("listen for metrics on %s: %w", o.httpListen, err)
 		}
-		if serverTLS != nil {
-			mln = tls.NewListener(mln, serverTLS)
-		}
-		httpSrv = gateway.NewHTTPServer(cfg.HTTP, mux)
-		go func() { _ = httpSrv.Serve(mln) }()
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); g.Run(ctx) }()
 	go func() { defer wg.Done(); gateway.WatchHealth(ctx, g, hs) }()
-	log.Info().Str("listen", listen).Strs("nodes", cfg.Nodes.Addrs).Str("chain_id", g.ChainID()).Bool("tls", serverTLS != nil).Bool("mutual_tls", serverTLS != nil && serverTLS.ClientCAs != nil).Msg("serving")
+	log.Info().Str("listen", o.listen).Strs("nodes", o.gw.Nodes.Addrs).Str("chain_id", g.ChainID()).Bool("tls", serverTLS != nil).Bool("mutual_tls", serverTLS != nil && serverTLS.ClientCAs != nil).Msg("serving")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -190,9 +178,7 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, serverT
 	// Stop taking requests, fail what is waiting, then close the streams.
 	stop()
 	wg.Wait()
-	if httpSrv != nil {
-		_ = httpSrv.Close()
-	}
+	stopHTTP()
 	// Streams a client keeps open would hold GracefulStop forever.
 	stopped := make(chan struct{})
 	go func() { srv.GracefulStop(); close(stopped) }()
@@ -203,4 +189,20 @@ func run(ctx context.Context, cfg gateway.Config, logCfg logging.Config, serverT
 	}
 	log.Info().Msg("stopped")
 	return err
+}
+
+// httpFace is the gateway's HTTP endpoint: the JSON API, /metrics and
+// /healthz (200 while a CometBFT node is healthy).
+func httpFace(g *gateway.Gateway) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", gateway.HTTPHandler(g))
+	mux.Handle("/metrics", daemon.MetricsHandler(g.Metrics().Collectors()...))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if _, top := g.Health(); top == 0 {
+			http.Error(w, "no healthy CometBFT node", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
 }

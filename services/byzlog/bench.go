@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -22,27 +23,27 @@ import (
 	"github.com/byzlog/byzlog/services/internal/natsconn"
 )
 
-func newBenchCommand() *cobra.Command {
-	cfg := bench.Default()
-	gateways := []string{defaultGateway}
-	natsURL := defaultNATS
-	acks := "commit"
-	dir := localnet.Default().Dir
-	adminKey := ""
-	partitions := uint32(8)
-	out := ""
-	zstd := false
-	baseline := ""
-	js := bench.DefaultJetStream()
-	kvPort := 30656
-	txSize := 256 << 10
-	var tf trustFlags
-	var tlsf tlsFlags
-	var natsf natsconn.Flags
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
-		Long: `Drive --producers producers through --gateway with the producer SDK: closed
+// benchOptions are the bench command's flags.
+type benchOptions struct {
+	cfg        bench.Config
+	gateways   []string
+	natsURL    string
+	acks       string
+	dir        string
+	adminKey   string
+	partitions uint32
+	out        string
+	zstd       bool
+	baseline   string
+	js         bench.JetStreamConfig
+	kvPort     int
+	txSize     int
+	tf         trustFlags
+	tlsf       tlsFlags
+	natsf      natsconn.Flags
+}
+
+const benchHelp = `Drive --producers producers through --gateway with the producer SDK: closed
 loop (each keeps --in-flight records unresolved, as fast as they resolve) or,
 with --rate, open loop at that many records/s in all. Records are --record-size
 bytes (at least 16: they name themselves so a consumer can time them), random
@@ -73,122 +74,147 @@ one record per transaction with broadcast_tx_async from --producers senders:
 the "no batching" baseline; latency is until the sender's transaction is seen
 in a committed block. --baseline noop does the same with the built-in noop
 app and --tx-size random bytes per transaction (a gateway bundle's size): the
-consensus engine's ceiling, a record counting as --record-size of its bytes.`,
-		Args: cobra.NoArgs,
+consensus engine's ceiling, a record counting as --record-size of its bytes.`
+
+func newBenchCommand() *cobra.Command {
+	o := &benchOptions{cfg: bench.Default(), gateways: []string{defaultGateway}, natsURL: defaultNATS, acks: "commit",
+		dir: localnet.Default().Dir, partitions: 8, js: bench.DefaultJetStream(), kvPort: 30656, txSize: 256 << 10}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load a running cluster and report committed records/s, latency, errors and process costs",
+		Long:  benchHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			switch baseline {
-			case "":
-			case "jetstream":
-				return runJetStreamBaseline(ctx, cmd, js, cfg, out)
-			case "kvstore", "noop":
-				return runKVStoreBaseline(ctx, cmd, baseline, kvPort, txSize, cfg, out)
-			default:
-				return fmt.Errorf("--baseline %q: the baselines it knows are jetstream, kvstore and noop", baseline)
-			}
-			a, err := parseAcks(acks)
-			if err != nil {
-				return err
-			}
-			if !cmd.Flags().Changed("genesis") {
-				tf.genesis = filepath.Join(dir, "node0", "config", "genesis.json")
-			}
-			if !cmd.Flags().Changed("tls-ca") {
-				tlsf.files.CA = filepath.Join(dir, "tls", "ca.pem")
-			}
-			if !cmd.Flags().Changed("nats-password-file") {
-				natsf.PasswordFile = filepath.Join(dir, "nats", "consumer.password")
-			}
-			if !cmd.Flags().Changed("nats-tls-ca") {
-				natsf.CA = filepath.Join(dir, "tls", "ca.pem")
-			}
-			natsf.Insecure = tlsf.insecure
-			trust, err := tf.trust(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			transport, err := tlsf.producerOption(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			cfg.Acks, cfg.Gateways, cfg.NATSURL = a, gateways, natsURL
-			if cfg.NATSOptions, err = natsf.Options(cmd.Flags()); err != nil {
-				return err
-			}
-			cfg.Options = append(cfg.Options, client.WithTrust(trust), transport)
-			if zstd {
-				cfg.Options = append(cfg.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
-			}
-			if err := cfg.Validate(); err != nil {
-				return err
-			}
-			if err := ensureTopic(cmd, gateways[0], cfg.Topic, partitions, adminKey, dir, trust, &tlsf); err != nil {
-				return err
-			}
-			var watch func() []bench.ProcessStat
-			if n, err := localnet.Open(localnet.Config{Dir: dir}); err == nil {
-				var ps []bench.Process
-				for _, p := range n.Processes() {
-					ps = append(ps, bench.Process{Name: p.Name, PID: p.PID})
-				}
-				watch = bench.Watch(ps)
-			}
-			w := cmd.ErrOrStderr()
-			line := localnet.StatusLine(w)
-			res, err := bench.Run(ctx, cfg, func(p bench.Progress) {
-				phase := "measuring"
-				if p.Warmup {
-					phase = "warming up"
-				}
-				line(fmt.Sprintf("%s %s: %.0f records/s, %d acknowledged, %d errors, p99 %s, %d consumed",
-					p.Elapsed.Round(time.Second), phase, p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond), p.Consumed), false)
-			})
-			line("", true)
-			if watch != nil {
-				res.Processes = watch()
-			}
-			if werr := writeResult(cmd, res, out); werr != nil {
-				return werr
-			}
-			if err != nil && !errors.Is(err, ctx.Err()) {
-				return err
-			}
-			if res.Committed == 0 {
-				return errors.New("no record was acknowledged in the measured window")
-			}
-			return nil
+			return o.run(ctx, cmd)
 		},
 	}
-	f := cmd.Flags()
-	f.StringSliceVar(&gateways, "gateway", gateways, "gateway address(es)")
-	f.StringVar(&natsURL, "nats", natsURL, "NATS URL to read the records back from (empty: no consumer)")
+	o.addFlags(cmd.Flags())
+	cmd.AddCommand(newBenchSuiteCommand())
+	return cmd
+}
+
+func (o *benchOptions) addFlags(f *pflag.FlagSet) {
+	cfg := &o.cfg
+	f.StringSliceVar(&o.gateways, "gateway", o.gateways, "gateway address(es)")
+	f.StringVar(&o.natsURL, "nats", o.natsURL, "NATS URL to read the records back from (empty: no consumer)")
 	f.StringVar(&cfg.Topic, "topic", cfg.Topic, "topic to write")
-	f.Uint32Var(&partitions, "partitions", partitions, "partitions of --topic when it has to be created")
-	f.StringVar(&adminKey, "admin-key", "", "admin key FILE to create --topic (default DIR/admin.key)")
-	f.StringVar(&dir, "dir", dir, "run directory of the cluster (for the admin key and process statistics)")
+	f.Uint32Var(&o.partitions, "partitions", o.partitions, "partitions of --topic when it has to be created")
+	f.StringVar(&o.adminKey, "admin-key", "", "admin key FILE to create --topic (default DIR/admin.key)")
+	f.StringVar(&o.dir, "dir", o.dir, "run directory of the cluster (for the admin key and process statistics)")
 	f.IntVar(&cfg.Producers, "producers", cfg.Producers, "producers (SDK instances, each its own key)")
 	f.IntVar(&cfg.RecordSize, "record-size", cfg.RecordSize, "bytes per record value (at least 16)")
 	f.IntVar(&cfg.Keys, "keys", cfg.Keys, "distinct keys (0: keyless, sticky partitioning)")
 	f.StringVar(&cfg.Payload, "payload", cfg.Payload, "random (incompressible) or json (JSON-like)")
-	f.BoolVar(&zstd, "zstd", false, "compress batches with zstd")
+	f.BoolVar(&o.zstd, "zstd", false, "compress batches with zstd")
 	f.Float64Var(&cfg.Rate, "rate", cfg.Rate, "offered records/s in all (open loop); 0: closed loop")
 	f.IntVar(&cfg.InFlight, "in-flight", cfg.InFlight, "records unresolved per producer at most")
 	f.DurationVar(&cfg.Warmup, "warmup", cfg.Warmup, "load before measuring")
 	f.DurationVar(&cfg.Duration, "duration", cfg.Duration, "measured time")
-	f.StringVar(&acks, "acks", acks, "none, mempool or commit")
-	f.StringVar(&out, "out", "", "write the result as JSON to this FILE")
-	f.StringVar(&baseline, "baseline", "", "measure a baseline instead of byzlog: jetstream, kvstore or noop")
-	f.IntVar(&kvPort, "kvstore-base-port", kvPort, "with --baseline kvstore or noop: node 0's p2p port")
-	f.IntVar(&txSize, "tx-size", txSize, "with --baseline noop: bytes per transaction (the gateway's bundle size)")
-	f.BoolVar(&js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
-	f.IntVar(&js.Servers, "servers", js.Servers, "with --baseline jetstream: servers (and stream replicas)")
-	f.IntVar(&js.BasePort, "jetstream-port", js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
-	tf.add(f)
-	tlsf.add(f)
-	natsf.Add(f, natsconn.Flags{User: "consumer"})
-	cmd.AddCommand(newBenchSuiteCommand())
-	return cmd
+	f.StringVar(&o.acks, "acks", o.acks, "none, mempool or commit")
+	f.StringVar(&o.out, "out", "", "write the result as JSON to this FILE")
+	f.StringVar(&o.baseline, "baseline", "", "measure a baseline instead of byzlog: jetstream, kvstore or noop")
+	f.IntVar(&o.kvPort, "kvstore-base-port", o.kvPort, "with --baseline kvstore or noop: node 0's p2p port")
+	f.IntVar(&o.txSize, "tx-size", o.txSize, "with --baseline noop: bytes per transaction (the gateway's bundle size)")
+	f.BoolVar(&o.js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
+	f.IntVar(&o.js.Servers, "servers", o.js.Servers, "with --baseline jetstream: servers (and stream replicas)")
+	f.IntVar(&o.js.BasePort, "jetstream-port", o.js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
+	o.tf.add(f)
+	o.tlsf.add(f)
+	o.natsf.Add(f, natsconn.Flags{User: "consumer"})
+}
+
+// run measures byzlog, or the baseline --baseline names.
+func (o *benchOptions) run(ctx context.Context, cmd *cobra.Command) error {
+	switch o.baseline {
+	case "":
+	case "jetstream":
+		return runJetStreamBaseline(ctx, cmd, o.js, o.cfg, o.out)
+	case "kvstore", "noop":
+		return runKVStoreBaseline(ctx, cmd, o.baseline, o.kvPort, o.txSize, o.cfg, o.out)
+	default:
+		return fmt.Errorf("--baseline %q: the baselines it knows are jetstream, kvstore and noop", o.baseline)
+	}
+	trust, err := o.configure(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	if err := ensureTopic(cmd, o.gateways[0], o.cfg.Topic, o.partitions, o.adminKey, o.dir, trust, &o.tlsf); err != nil {
+		return err
+	}
+	var watch func() []bench.ProcessStat
+	if n, err := localnet.Open(localnet.Config{Dir: o.dir}); err == nil {
+		var ps []bench.Process
+		for _, p := range n.Processes() {
+			ps = append(ps, bench.Process{Name: p.Name, PID: p.PID})
+		}
+		watch = bench.Watch(ps)
+	}
+	line := localnet.StatusLine(cmd.ErrOrStderr())
+	res, err := bench.Run(ctx, o.cfg, func(p bench.Progress) {
+		phase := "measuring"
+		if p.Warmup {
+			phase = "warming up"
+		}
+		line(fmt.Sprintf("%s %s: %.0f records/s, %d acknowledged, %d errors, p99 %s, %d consumed",
+			p.Elapsed.Round(time.Second), phase, p.Rate, p.Acked, p.Errors, p.P99.Round(time.Millisecond), p.Consumed), false)
+	})
+	line("", true)
+	if watch != nil {
+		res.Processes = watch()
+	}
+	if werr := writeResult(cmd, res, o.out); werr != nil {
+		return werr
+	}
+	if err != nil && !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	if res.Committed == 0 {
+		return errors.New("no record was acknowledged in the measured window")
+	}
+	return nil
+}
+
+// configure completes o.cfg from the flags (files default to --dir's)
+// and validates it; it returns the receipts' trust, which creating the
+// topic needs too.
+func (o *benchOptions) configure(f *pflag.FlagSet) (client.Trust, error) {
+	a, err := parseAcks(o.acks)
+	if err != nil {
+		return client.Trust{}, err
+	}
+	if !f.Changed("genesis") {
+		o.tf.genesis = filepath.Join(o.dir, "node0", "config", "genesis.json")
+	}
+	if !f.Changed("tls-ca") {
+		o.tlsf.files.CA = filepath.Join(o.dir, "tls", "ca.pem")
+	}
+	if !f.Changed("nats-password-file") {
+		o.natsf.PasswordFile = filepath.Join(o.dir, "nats", "consumer.password")
+	}
+	if !f.Changed("nats-tls-ca") {
+		o.natsf.CA = filepath.Join(o.dir, "tls", "ca.pem")
+	}
+	o.natsf.Insecure = o.tlsf.insecure
+	trust, err := o.tf.trust(f)
+	if err != nil {
+		return client.Trust{}, err
+	}
+	transport, err := o.tlsf.producerOption(f)
+	if err != nil {
+		return client.Trust{}, err
+	}
+	cfg := &o.cfg
+	cfg.Acks, cfg.Gateways, cfg.NATSURL = a, o.gateways, o.natsURL
+	if cfg.NATSOptions, err = o.natsf.Options(f); err != nil {
+		return client.Trust{}, err
+	}
+	cfg.Options = append(cfg.Options, client.WithTrust(trust), transport)
+	if o.zstd {
+		cfg.Options = append(cfg.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
+	}
+	return trust, cfg.Validate()
 }
 
 // ensureTopic creates topic unless it exists.

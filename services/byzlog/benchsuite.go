@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -40,24 +41,10 @@ type suiteOptions struct {
 	// timeoutCommit is the validators' timeout_commit in every CometBFT
 	// row (byzlog and the built-in baselines alike).
 	timeoutCommit time.Duration
+	smoke         bool // the short variant make test runs
 }
 
-func newBenchSuiteCommand() *cobra.Command {
-	o := suiteOptions{out: "bench-results", systems: bench.Systems(), recordSizes: []int{100, 1024},
-		load: bench.Default(), partitions: 64, basePort: 30656,
-		validators: []int{7}, rates: []float64{0.25, 0.5, 0.7, 0.9, 1.1},
-		timeoutCommit: time.Duration(localnet.Default().TimeoutCommit)}
-	// The SDK keeps one batch in flight per partition, so a closed loop
-	// reaches the cluster's peak only with many partitions: 8 producers on
-	// 64 partitions, 8,000 records in flight each (measured: 8 partitions
-	// 20,000 records/s on the write path, 32 24,400, 64 28,300).
-	o.load.InFlight = 8000
-	o.load.Warmup, o.load.Duration = 10*time.Second, 30*time.Second
-	smoke := false
-	cmd := &cobra.Command{
-		Use:   "suite",
-		Short: "Measure byzlog and its baselines one after another on this machine: a table with ratios, a chart and JSON",
-		Long: `Run, one after another on this machine and with the same record sizes, load
+const suiteHelp = `Run, one after another on this machine and with the same record sizes, load
 shape, warm-up and duration, every system in --systems:
 
   byzlog            a fresh 4-validator localnet (gRPC ABCI), NATS, a gateway and
@@ -98,37 +85,33 @@ measured, every system once; it only checks that each produced figures.
 Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800 (its
 monitoring port 8222 plus the difference from 4222), gateway BASE+810..811,
 indexer BASE+830, profiles BASE+840.. (cometbft +860..), JetStream servers BASE+860.. (cluster
-ports +100).`,
-		Args: cobra.NoArgs,
+ports +100).`
+
+func newBenchSuiteCommand() *cobra.Command {
+	o := &suiteOptions{out: "bench-results", systems: bench.Systems(), recordSizes: []int{100, 1024},
+		load: bench.Default(), partitions: 64, basePort: 30656,
+		validators: []int{7}, rates: []float64{0.25, 0.5, 0.7, 0.9, 1.1},
+		timeoutCommit: time.Duration(localnet.Default().TimeoutCommit)}
+	// The SDK keeps one batch in flight per partition, so a closed loop
+	// reaches the cluster's peak only with many partitions: 8 producers on
+	// 64 partitions, 8,000 records in flight each (measured: 8 partitions
+	// 20,000 records/s on the write path, 32 24,400, 64 28,300).
+	o.load.InFlight = 8000
+	o.load.Warmup, o.load.Duration = 10*time.Second, 30*time.Second
+	cmd := &cobra.Command{
+		Use:   "suite",
+		Short: "Measure byzlog and its baselines one after another on this machine: a table with ratios, a chart and JSON",
+		Long:  suiteHelp,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if smoke {
-				o.recordSizes = []int{100}
-				o.load.Warmup, o.load.Duration = time.Second, 3*time.Second
-			}
-			o.inFlightSet = cmd.Flags().Changed("in-flight")
-			if err := o.validate(); err != nil {
-				return err
-			}
-			s, err := runSuite(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
-			if werr := writeSuite(o.out, s, cmd.OutOrStdout()); werr != nil && err == nil {
-				err = werr
-			}
-			if err != nil {
-				return err
-			}
-			var failed []string
-			for _, r := range s.Runs {
-				if r.Err != "" || r.Result.Committed == 0 {
-					failed = append(failed, fmt.Sprintf("%s at %d B", r.System, r.RecordSize))
-				}
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("no figures from %s (see the table above and %s)", strings.Join(failed, ", "), filepath.Join(o.out, "suite.txt"))
-			}
-			return nil
+			return o.run(cmd)
 		},
 	}
-	f := cmd.Flags()
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+func (o *suiteOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.out, "out", o.out, "directory for suite.json, suite.txt, suite.svg (and profiles)")
 	f.StringSliceVar(&o.systems, "systems", o.systems, "systems to measure, in this order: "+strings.Join(bench.Systems(), ","))
 	f.IntSliceVar(&o.recordSizes, "record-sizes", o.recordSizes, "record sizes in bytes, each a full round of --systems")
@@ -144,8 +127,36 @@ ports +100).`,
 	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
 	f.DurationVar(&o.timeoutCommit, "timeout-commit", o.timeoutCommit, "validators' timeout_commit in every CometBFT row (the floor of the block interval)")
 	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app and the gateway")
-	f.BoolVar(&smoke, "smoke", false, "the 1-minute variant: 100 B only, 1 s warm-up, 3 s measured")
-	return cmd
+	f.BoolVar(&o.smoke, "smoke", false, "the 1-minute variant: 100 B only, 1 s warm-up, 3 s measured")
+}
+
+// run measures the suite, writes it, and fails when a row has no figures.
+func (o *suiteOptions) run(cmd *cobra.Command) error {
+	if o.smoke {
+		o.recordSizes = []int{100}
+		o.load.Warmup, o.load.Duration = time.Second, 3*time.Second
+	}
+	o.inFlightSet = cmd.Flags().Changed("in-flight")
+	if err := o.validate(); err != nil {
+		return err
+	}
+	s, err := runSuite(cmd.Context(), *o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+	if werr := writeSuite(o.out, s, cmd.OutOrStdout()); werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return err
+	}
+	var failed []string
+	for _, r := range s.Runs {
+		if r.Err != "" || r.Result.Committed == 0 {
+			failed = append(failed, fmt.Sprintf("%s at %d B", r.System, r.RecordSize))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("no figures from %s (see the table above and %s)", strings.Join(failed, ", "), filepath.Join(o.out, "suite.txt"))
+	}
+	return nil
 }
 
 func (o suiteOptions) validate() error {
@@ -183,6 +194,34 @@ func (o suiteOptions) validate() error {
 	return load.Validate()
 }
 
+// suiteRow is one row of the suite: a system at a record size.
+type suiteRow struct {
+	system     string
+	size       int
+	validators int
+	rate       float64 // fraction of the peak, scaling only
+}
+
+// rows lists the suite's rows in the order they run: per record size,
+// every system, then (--scaling) more validators and the offered rates.
+func (o suiteOptions) rows() []suiteRow {
+	var rows []suiteRow
+	for _, size := range o.recordSizes {
+		for _, sys := range o.systems {
+			rows = append(rows, suiteRow{system: sys, size: size, validators: 4})
+		}
+		if o.scaling {
+			for _, v := range o.validators {
+				rows = append(rows, suiteRow{system: bench.ScalingSystem(v), size: size, validators: v})
+			}
+			for _, f := range o.rates {
+				rows = append(rows, suiteRow{system: bench.SystemByzlog, size: size, validators: 4, rate: f})
+			}
+		}
+	}
+	return rows
+}
+
 // runSuite measures every row in turn. A row that fails is recorded with
 // its error and the suite goes on; only cancellation stops it.
 func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (bench.Suite, error) {
@@ -191,26 +230,7 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return s, err
 	}
-	type row struct {
-		system     string
-		size       int
-		validators int
-		rate       float64 // fraction of the peak, scaling only
-	}
-	var rows []row
-	for _, size := range o.recordSizes {
-		for _, sys := range o.systems {
-			rows = append(rows, row{system: sys, size: size, validators: 4})
-		}
-		if o.scaling {
-			for _, v := range o.validators {
-				rows = append(rows, row{system: bench.ScalingSystem(v), size: size, validators: v})
-			}
-			for _, f := range o.rates {
-				rows = append(rows, row{system: bench.SystemByzlog, size: size, validators: 4, rate: f})
-			}
-		}
-	}
+	rows := o.rows()
 	bundle := map[int]int{} // record size -> byzlog's mean bundle bytes
 	for i, r := range rows {
 		if ctx.Err() != nil {
@@ -238,47 +258,7 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 		fmt.Fprintf(progress, "\n%s: %s\n", tag, bench.Describe(r.system))
 		// The load generator shares the cores: its own cost is part of the row.
 		self := bench.Watch([]bench.Process{{Name: "load generator", PID: os.Getpid()}})
-		var res bench.Result
-		var err error
-		switch {
-		case r.system == bench.SystemKVStore || r.system == bench.SystemNoop:
-			app, txSize := r.system, 0
-			if app == bench.SystemNoop {
-				txSize = bundle[r.size]
-				if txSize == 0 {
-					txSize = 1 << 20 // the gateway's default bundle bound
-				}
-				run.TxSize = txSize
-			}
-			res, err = suiteBuiltin(ctx, o, app, txSize, load, tag, progress)
-		case r.system == bench.SystemJetStream || r.system == bench.SystemJetStreamSync:
-			res, err = suiteJetStream(ctx, o, r.system == bench.SystemJetStreamSync, load, tag, progress)
-		default:
-			transport := "grpc"
-			if r.system == bench.SystemByzlogSocket {
-				transport = "socket"
-			}
-			run.Rate = load.Rate
-			writeOnly := r.system == bench.SystemByzlogWrite
-			if r.system == bench.SystemByzlogJSON {
-				load.Payload = "json"
-				load.Options = append(load.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
-			}
-			var mean float64
-			profDir := ""
-			if o.profile {
-				profDir = filepath.Join(o.out, "profiles", fmt.Sprintf("%s-%dB", r.system, r.size))
-				if r.rate > 0 {
-					profDir = "" // the closed-loop row has them
-				}
-			}
-			row := byzlogRow{transport: transport, validators: r.validators, writeOnly: writeOnly,
-				verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain}
-			res, mean, err = suiteByzlog(ctx, o, row, load, tag, progress, profDir)
-			if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
-				bundle[r.size] = int(mean)
-			}
-		}
+		res, err := runSuiteRow(ctx, o, r, load, &run, bundle, tag, progress)
 		res.Processes = append(res.Processes, self()...)
 		run.Result = res
 		if err != nil {
@@ -292,6 +272,51 @@ func runSuite(ctx context.Context, o suiteOptions, out, progress io.Writer) (ben
 		s.Runs = append(s.Runs, run)
 	}
 	return s, nil
+}
+
+// runSuiteRow measures one row with load, noting in run what the row
+// was given (transaction size, offered rate). bundle carries byzlog's
+// mean bundle size per record size from its closed-loop row to the noop
+// row, which sends transactions of that size.
+func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Config, run *bench.Row, bundle map[int]int, tag string, progress io.Writer) (bench.Result, error) {
+	switch {
+	case r.system == bench.SystemKVStore || r.system == bench.SystemNoop:
+		app, txSize := r.system, 0
+		if app == bench.SystemNoop {
+			txSize = bundle[r.size]
+			if txSize == 0 {
+				txSize = 1 << 20 // the gateway's default bundle bound
+			}
+			run.TxSize = txSize
+		}
+		return suiteBuiltin(ctx, o, app, txSize, load, tag, progress)
+	case r.system == bench.SystemJetStream || r.system == bench.SystemJetStreamSync:
+		return suiteJetStream(ctx, o, r.system == bench.SystemJetStreamSync, load, tag, progress)
+	}
+	transport := "grpc"
+	if r.system == bench.SystemByzlogSocket {
+		transport = "socket"
+	}
+	run.Rate = load.Rate
+	writeOnly := r.system == bench.SystemByzlogWrite
+	if r.system == bench.SystemByzlogJSON {
+		load.Payload = "json"
+		load.Options = append(load.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
+	}
+	profDir := ""
+	if o.profile {
+		profDir = filepath.Join(o.out, "profiles", fmt.Sprintf("%s-%dB", r.system, r.size))
+		if r.rate > 0 {
+			profDir = "" // the closed-loop row has them
+		}
+	}
+	row := byzlogRow{transport: transport, validators: r.validators, writeOnly: writeOnly,
+		verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain}
+	res, mean, err := suiteByzlog(ctx, o, row, load, tag, progress, profDir)
+	if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
+		bundle[r.size] = int(mean)
+	}
+	return res, err
 }
 
 // writeSuite writes suite.json, suite.txt and suite.svg and prints the table.
@@ -327,8 +352,6 @@ func rowProgress(w io.Writer, tag string) (func(bench.Progress), func()) {
 		}
 }
 
-// suiteByzlog runs one byzlog row on a fresh cluster and returns the
-// gateway's mean bundle size with the result.
 // byzlogRow is how one byzlog row runs: its ABCI transport, validators,
 // and what it leaves out or turns off.
 type byzlogRow struct {
@@ -339,58 +362,20 @@ type byzlogRow struct {
 	plaintext  bool // every link without TLS
 }
 
+// suiteByzlog runs one byzlog row on a fresh cluster and returns the
+// gateway's mean bundle size with the result.
 func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.Config, tag string, progress io.Writer, profDir string) (bench.Result, float64, error) {
-	transport, validators, writeOnly, verify := row.transport, row.validators, row.writeOnly, row.verify
 	dir, err := os.MkdirTemp("", "byzlog-bench-suite-")
 	if err != nil {
 		return bench.Result{}, 0, err
 	}
 	defer os.RemoveAll(dir)
-	cfg := localnet.Default()
-	cfg.Dir, cfg.BasePort, cfg.Transport, cfg.Validators, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, transport, validators, "byzlog-bench"
-	cfg.TimeoutCommit = localnet.Duration(o.timeoutCommit)
-	cfg.InsecureRPC = row.plaintext
-	bin := binDir()
-	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
-	n, err := localnet.Open(cfg)
+	n, cfg, svc, err := startSuiteCluster(ctx, o, row, dir, profDir != "")
 	if err != nil {
-		return bench.Result{}, 0, err
-	}
-	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 1, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
-		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
-	svc.GatewaysOnly = writeOnly
-	svc.Insecure = row.plaintext
-	if profDir != "" {
-		cfg.PprofPort = o.basePort + 840
-		svc.PprofPort = o.basePort + 850
-		n, err = localnet.Open(cfg)
-		if err != nil {
-			return bench.Result{}, 0, err
-		}
-	}
-	if err := startCluster(ctx, n, svc, io.Discard); err != nil {
 		return bench.Result{}, 0, err
 	}
 	defer func() { _ = n.Down(io.Discard) }()
-	trust, err := client.TrustGenesis(n.GenesisPath())
-	if err != nil {
-		return bench.Result{}, 0, err
-	}
-	if !verify {
-		trust = client.TrustGateway(trust.ChainID())
-	}
-	tlsOpt, err := n.ProducerTransport(svc)
-	if err != nil {
-		return bench.Result{}, 0, err
-	}
-	load.Options = append(slices.Clip(load.Options), client.WithTrust(trust), tlsOpt)
-	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
-	if writeOnly {
-		load.NATSURL = ""
-	} else if load.NATSOptions, err = n.NATSOptions(svc, localnet.NATSConsumerUser); err != nil {
-		return bench.Result{}, 0, err
-	}
-	if err := suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions, tlsOpt); err != nil {
+	if load, err = byzlogLoad(ctx, o, row, n, svc, load); err != nil {
 		return bench.Result{}, 0, err
 	}
 	var ps []bench.Process
@@ -398,27 +383,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.
 		ps = append(ps, bench.Process{Name: p.Name, PID: p.PID})
 	}
 	watch := bench.Watch(ps)
-	profiled := make(chan error, 1)
-	targets := []bench.ProfileTarget{
-		{Name: "byzlog-app-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.PprofPort)},
-		{Name: "gateway0", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort)},
-		{Name: "cometbft-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.CometBFTPprofPort(0))},
-	}
-	if !writeOnly {
-		targets = append(targets, bench.ProfileTarget{Name: "indexer", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort+9)})
-	}
-	if profDir != "" {
-		go func() {
-			// Profile the middle of the measured window.
-			select {
-			case <-time.After(load.Warmup + load.Duration/2 - min(load.Duration/2, 5*time.Second)):
-			case <-ctx.Done():
-			}
-			profiled <- bench.CollectProfiles(ctx, profDir, targets, min(10*time.Second, load.Duration))
-		}()
-	} else {
-		profiled <- nil
-	}
+	profiled := profileRow(ctx, cfg, svc, row.writeOnly, load, profDir)
 	prog, done := rowProgress(progress, tag)
 	res, err := bench.Run(ctx, load, prog)
 	done()
@@ -433,6 +398,89 @@ func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.
 		err = errors.New("nothing was committed in the measured window")
 	}
 	return res, mean, err
+}
+
+// startSuiteCluster starts the row's localnet and services under dir,
+// with pprof listeners when profiled.
+func startSuiteCluster(ctx context.Context, o suiteOptions, row byzlogRow, dir string, profiled bool) (*localnet.Net, localnet.Config, localnet.Services, error) {
+	cfg := localnet.Default()
+	cfg.Dir, cfg.BasePort, cfg.Transport, cfg.Validators, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, row.transport, row.validators, "byzlog-bench"
+	cfg.TimeoutCommit = localnet.Duration(o.timeoutCommit)
+	cfg.InsecureRPC = row.plaintext
+	bin := binDir()
+	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
+	n, err := localnet.Open(cfg)
+	if err != nil {
+		return nil, cfg, localnet.Services{}, err
+	}
+	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 1, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
+		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
+	svc.GatewaysOnly = row.writeOnly
+	svc.Insecure = row.plaintext
+	if profiled {
+		cfg.PprofPort = o.basePort + 840
+		svc.PprofPort = o.basePort + 850
+		n, err = localnet.Open(cfg)
+		if err != nil {
+			return nil, cfg, svc, err
+		}
+	}
+	if err := startCluster(ctx, n, svc, io.Discard); err != nil {
+		return nil, cfg, svc, err
+	}
+	return n, cfg, svc, nil
+}
+
+// byzlogLoad points load at the row's cluster (trust, TLS, gateway, NATS
+// unless write-only) and creates its topic.
+func byzlogLoad(ctx context.Context, o suiteOptions, row byzlogRow, n *localnet.Net, svc localnet.Services, load bench.Config) (bench.Config, error) {
+	trust, err := client.TrustGenesis(n.GenesisPath())
+	if err != nil {
+		return load, err
+	}
+	if !row.verify {
+		trust = client.TrustGateway(trust.ChainID())
+	}
+	tlsOpt, err := n.ProducerTransport(svc)
+	if err != nil {
+		return load, err
+	}
+	load.Options = append(slices.Clip(load.Options), client.WithTrust(trust), tlsOpt)
+	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
+	if row.writeOnly {
+		load.NATSURL = ""
+	} else if load.NATSOptions, err = n.NATSOptions(svc, localnet.NATSConsumerUser); err != nil {
+		return load, err
+	}
+	return load, suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions, tlsOpt)
+}
+
+// profileRow collects profiles into profDir in the middle of the
+// measured window (none when profDir is empty); the channel gets the
+// outcome.
+func profileRow(ctx context.Context, cfg localnet.Config, svc localnet.Services, writeOnly bool, load bench.Config, profDir string) <-chan error {
+	profiled := make(chan error, 1)
+	targets := []bench.ProfileTarget{
+		{Name: "byzlog-app-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.PprofPort)},
+		{Name: "gateway0", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort)},
+		{Name: "cometbft-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.CometBFTPprofPort(0))},
+	}
+	if !writeOnly {
+		targets = append(targets, bench.ProfileTarget{Name: "indexer", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort+9)})
+	}
+	if profDir == "" {
+		profiled <- nil
+		return profiled
+	}
+	go func() {
+		// Profile the middle of the measured window.
+		select {
+		case <-time.After(load.Warmup + load.Duration/2 - min(load.Duration/2, 5*time.Second)):
+		case <-ctx.Done():
+		}
+		profiled <- bench.CollectProfiles(ctx, profDir, targets, min(10*time.Second, load.Duration))
+	}()
+	return profiled
 }
 
 // suiteTopic creates the bench topic with the network's admin key.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/services/internal/chaos"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -36,17 +37,36 @@ gateway0's lying proxy BASE+875 (the producers' way to gateway0),
 peer proxies BASE+1000..1033.`
 
 func newChaosCommand() *cobra.Command {
-	o := chaosOptions{nemeses: []string{"all"}, basePort: 28656,
+	o := &chaosOptions{nemeses: []string{"all"}, basePort: 28656,
 		phase: chaos.Phase{Duration: 3 * time.Minute, Hold: 8 * time.Second, Gap: 6 * time.Second, Settle: 90 * time.Second, Seed: 1},
 		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, Rate: 400, InFlight: 2000}}
+	cmd := &cobra.Command{
+		Use:   "chaos",
+		Short: "Run byzlog under faults and check the history for lost, duplicated, reordered or forged records",
+		Long:  chaosHelp(),
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nemeses, err := chaos.Lookup(o.nemeses)
+			if err != nil {
+				return err
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return runChaos(cmd.Context(), *o, nemeses, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	o.addFlags(cmd.Flags())
+	return cmd
+}
+
+// chaosHelp is the chaos command's long help, with the nemeses listed.
+func chaosHelp() string {
 	var names []string
 	for _, n := range chaos.Nemeses {
 		names = append(names, fmt.Sprintf("  %-19s %s", n.Name, n.Doc))
 	}
-	cmd := &cobra.Command{
-		Use:   "chaos",
-		Short: "Run byzlog under faults and check the history for lost, duplicated, reordered or forged records",
-		Long: `Start a 4-validator localnet with NATS, 2 gateways and the indexer, then run
+	return `Start a 4-validator localnet with NATS, 2 gateways and the indexer, then run
 each nemesis in --nemeses in turn, each on a fresh topic for --duration:
 producers (the SDK, through both gateways) write unique values at --rate,
 consumers (the consumer SDK, through NATS) read every partition from its
@@ -89,20 +109,10 @@ The validators reach each other through loopback TCP proxies run by this
 command (one per ordered pair, BASE+1000+10i+j), which the partition nemeses
 cut: a network partition without network namespaces or firewall rules.
 
-` + testClusterPorts,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nemeses, err := chaos.Lookup(o.nemeses)
-			if err != nil {
-				return err
-			}
-			if err := o.validate(); err != nil {
-				return err
-			}
-			return runChaos(cmd.Context(), o, nemeses, cmd.OutOrStdout(), cmd.ErrOrStderr())
-		},
-	}
-	f := cmd.Flags()
+` + testClusterPorts
+}
+
+func (o *chaosOptions) addFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.nemeses, "nemeses", o.nemeses, "nemeses to run, in order (all, or names from the list above)")
 	f.DurationVar(&o.phase.Duration, "duration", o.phase.Duration, "load and faults per nemesis")
 	f.DurationVar(&o.phase.Hold, "hold", o.phase.Hold, "how long each fault lasts")
@@ -118,7 +128,6 @@ cut: a network partition without network namespaces or firewall rules.
 	f.StringVar(&o.out, "out", "", "directory for chaos.json and chaos.txt")
 	f.BoolVar(&o.keep, "keep", false, "keep the run directory (data and logs) when the run passes")
 	f.BoolVar(&o.noVerify, "no-verify", false, "producers take receipts on the gateway's word (client.TrustGateway): shows what lying-gateway finds without receipt verification")
-	return cmd
 }
 
 func (o chaosOptions) validate() error {

@@ -14,10 +14,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/consumer"
@@ -28,31 +28,29 @@ import (
 
 const defaultNATS = "nats://127.0.0.1:4222"
 
-func newConsumeCommand() *cobra.Command {
-	var (
-		partitions    []uint
-		fromBeginning bool
-		offset        uint64
-		since         string
-		group         string
-		keyPath       string
-		commitEvery   int = 1000
-		count         int
-		asJSON        bool
-		natsURL       = defaultNATS
-		gateway       = defaultGateway
-		timeout       time.Duration
-		verify        bool
-		tf            trustFlags
-		tlsf          tlsFlags
-		natsf         natsconn.Flags
-		nodes         = "https://127.0.0.1:26657,https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957"
-		link          nodelink.Flags
-	)
-	cmd := &cobra.Command{
-		Use:   "consume TOPIC",
-		Short: "Print a topic's records, from NATS JetStream where the indexer publishes them",
-		Long: `Print TOPIC's records as byzlog-indexer published them to NATS JetStream.
+// consumeOptions are the consume command's flags.
+type consumeOptions struct {
+	partitions    []uint
+	fromBeginning bool
+	offset        uint64
+	since         string
+	group         string
+	keyPath       string
+	commitEvery   int
+	count         int
+	asJSON        bool
+	natsURL       string
+	gateway       string
+	timeout       time.Duration
+	verify        bool
+	tf            trustFlags
+	tlsf          tlsFlags
+	natsf         natsconn.Flags
+	nodes         string
+	link          nodelink.Flags
+}
+
+const consumeHelp = `Print TOPIC's records as byzlog-indexer published them to NATS JetStream.
 
 Output, one line per record on stdout:
   PARTITION OFFSET KEY VALUE
@@ -96,154 +94,163 @@ It stops after --count records, after --timeout without a new record, or on
 Ctrl-C, and then exits 0, except: when --timeout stops it before --count
 records arrived, or when it skipped a malformed message or found records
 missing from a partition (reported on stderr as it goes), it exits 1. A
-summary goes to stderr.`,
-		Args: cobra.ExactArgs(1),
+summary goes to stderr.`
+
+func newConsumeCommand() *cobra.Command {
+	o := &consumeOptions{commitEvery: 1000, natsURL: defaultNATS, gateway: defaultGateway,
+		nodes: "https://127.0.0.1:26657,https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957"}
+	cmd := &cobra.Command{
+		Use:   "consume TOPIC",
+		Short: "Print a topic's records, from NATS JetStream where the indexer publishes them",
+		Long:  consumeHelp,
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			topic := args[0]
-			var sopts []consumer.SubscribeOption
-			for _, p := range partitions {
-				if p > 1<<32-1 {
-					return fmt.Errorf("--partition %d: too large", p)
-				}
-				sopts = append(sopts, consumer.WithPartitions(uint32(p)))
-			}
-			f := cmd.Flags()
-			switch {
-			case f.Changed("offset"):
-				sopts = append(sopts, consumer.FromOffset(offset))
-			case f.Changed("since"):
-				t, err := parseSince(since, time.Now())
-				if err != nil {
-					return err
-				}
-				sopts = append(sopts, consumer.FromTime(t))
-			case fromBeginning || group == "":
-				sopts = append(sopts, consumer.FromBeginning())
-			default:
-				sopts = append(sopts, consumer.FromCommitted())
-			}
-			if group != "" {
-				sopts = append(sopts, consumer.WithGroup(group))
-			}
-			if count < 0 || commitEvery < 0 || timeout < 0 {
-				return errors.New("--count, --commit-every and --timeout must not be negative")
-			}
-			if keyPath != "" && group == "" {
-				return errors.New("--key-file signs a group's offset commits: give --group too")
-			}
-			var copts []consumer.Option
-			// A group's committed offsets are read, and its commits made,
-			// through the gateway; a run that starts elsewhere and commits
-			// nothing needs none.
-			startsElsewhere := fromBeginning || f.Changed("offset") || f.Changed("since")
-			if group != "" && (keyPath != "" || !startsElsewhere) {
-				transport, err := tlsf.consumerOption(f)
-				if err != nil {
-					return err
-				}
-				copts = append(copts, consumer.WithGateway(gateway), transport)
-			}
-			if keyPath != "" {
-				k, err := keyfile.Read(keyPath)
-				if err != nil {
-					return fmt.Errorf("--key-file: %w", err)
-				}
-				trust, err := tf.trust(cmd.Flags())
-				if err != nil {
-					return err
-				}
-				copts = append(copts, consumer.WithKey(k), consumer.WithTrust(trust))
-			}
-			if verify {
-				l, err := link.Link(cmd.Flags())
-				if err != nil {
-					return err
-				}
-				h, err := headersFrom(cmd.Context(), tf.genesis, nodes, l)
-				if err != nil {
-					return err
-				}
-				copts = append(copts, consumer.WithVerifier(h))
-			}
-			natsf.Insecure = tlsf.insecure
-			natsOpts, err := natsf.Options(f)
-			if err != nil {
-				return err
-			}
-			errOut := cmd.ErrOrStderr()
-			natsOpts = append(natsOpts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-				if errors.Is(err, nats.ErrPermissionViolation) {
-					fmt.Fprintf(errOut, "byzlog consume: NATS refused a request: %v (a topic whose config lists readers is read as one of them, --nats-key-file)\n", err)
-				}
-			}))
-			copts = append(copts, consumer.WithNATSOptions(natsOpts...))
-			c, err := consumer.Connect(natsURL, copts...)
-			if err != nil {
-				return fmt.Errorf("%w (--nats)", err)
-			}
-			defer c.Close()
-			ctx := cmd.Context()
-			sub, err := c.Subscribe(ctx, topic, sopts...)
-			if err != nil {
-				if group != "" && !f.Changed("offset") && !f.Changed("since") && !fromBeginning {
-					return fmt.Errorf("%w (the group's committed offsets are read through --gateway %s; pass --from-beginning, --offset or --since to start without them)", err, gateway)
-				}
-				return err
-			}
-			run := consumeRun{sub: sub, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), json: asJSON,
-				count: count, timeout: timeout, commit: keyPath != "", commitEvery: commitEvery}
-			runErr := run.loop(ctx)
-			// Stop and commit even when interrupted.
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			var commitErr error
-			if run.commit {
-				commitErr = run.commitNow(ctx)
-			}
-			closeErr := sub.Close()
-			summary := fmt.Sprintf("consumed %d records from %s", run.n, topic)
-			if run.height > 0 {
-				summary += fmt.Sprintf(", offsets committed at height %d", run.height)
-			}
-			if run.skipped > 0 {
-				summary += fmt.Sprintf(", %d problems reported", run.skipped)
-			}
-			fmt.Fprintln(cmd.ErrOrStderr(), summary)
-			switch {
-			case runErr != nil:
-				return runErr
-			case commitErr != nil:
-				return commitErr
-			case closeErr != nil:
-				return closeErr
-			case run.skipped > 0:
-				return fmt.Errorf("%d malformed messages or gaps (see above)", run.skipped)
-			}
-			return nil
+			return o.run(cmd, args[0])
 		},
 	}
-	f := cmd.Flags()
-	f.UintSliceVar(&partitions, "partition", nil, "read only this partition; repeat or comma-separate for more (none: every partition)")
-	f.BoolVar(&fromBeginning, "from-beginning", false, "start at each partition's first record (default without --group)")
-	f.Uint64Var(&offset, "offset", 0, "start at the first record at or past this offset, in each partition")
-	f.StringVar(&since, "since", "", "start at the first record committed at or after this time: RFC 3339, or a duration ago (10m)")
-	f.StringVar(&group, "group", "", "consumer group: share the records with its other members and resume where it stopped")
-	f.StringVar(&keyPath, "key-file", "", "consumer key `FILE` (from byzlog keygen) that signs the group's offset commits (default: no commits)")
-	f.IntVar(&commitEvery, "commit-every", commitEvery, "with --key-file, commit every this many records (0: only when stopping)")
-	f.IntVar(&count, "count", 0, "stop after this many records (0: no limit)")
-	f.BoolVar(&asJSON, "json", false, "print one JSON object per record")
-	f.StringVar(&natsURL, "nats", natsURL, "NATS server URL")
-	natsf.Add(f, natsconn.Flags{User: "consumer", PasswordFile: localnetNATSPassword, CA: localnetCA})
-	natsf.AddKeyFile(f)
-	f.StringVar(&gateway, "gateway", gateway, "gateway address (host:port), for committed offsets and commits")
-	f.DurationVar(&timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
-	f.BoolVar(&verify, "verify", false, "prove each record against light-client verified headers before printing it")
-	tf.add(f)
-	tlsf.add(f)
-	f.StringVar(&nodes, "nodes", nodes, "with --verify: comma-separated CometBFT RPC addresses (at least two)")
-	link.Add(f, nodelink.Flags{CA: localnetCA})
+	o.addFlags(cmd.Flags())
 	cmd.MarkFlagsMutuallyExclusive("from-beginning", "offset", "since")
 	return cmd
+}
+
+func (o *consumeOptions) addFlags(f *pflag.FlagSet) {
+	f.UintSliceVar(&o.partitions, "partition", nil, "read only this partition; repeat or comma-separate for more (none: every partition)")
+	f.BoolVar(&o.fromBeginning, "from-beginning", false, "start at each partition's first record (default without --group)")
+	f.Uint64Var(&o.offset, "offset", 0, "start at the first record at or past this offset, in each partition")
+	f.StringVar(&o.since, "since", "", "start at the first record committed at or after this time: RFC 3339, or a duration ago (10m)")
+	f.StringVar(&o.group, "group", "", "consumer group: share the records with its other members and resume where it stopped")
+	f.StringVar(&o.keyPath, "key-file", "", "consumer key `FILE` (from byzlog keygen) that signs the group's offset commits (default: no commits)")
+	f.IntVar(&o.commitEvery, "commit-every", o.commitEvery, "with --key-file, commit every this many records (0: only when stopping)")
+	f.IntVar(&o.count, "count", 0, "stop after this many records (0: no limit)")
+	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per record")
+	f.StringVar(&o.natsURL, "nats", o.natsURL, "NATS server URL")
+	o.natsf.Add(f, natsconn.Flags{User: "consumer", PasswordFile: localnetNATSPassword, CA: localnetCA})
+	o.natsf.AddKeyFile(f)
+	f.StringVar(&o.gateway, "gateway", o.gateway, "gateway address (host:port), for committed offsets and commits")
+	f.DurationVar(&o.timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
+	f.BoolVar(&o.verify, "verify", false, "prove each record against light-client verified headers before printing it")
+	o.tf.add(f)
+	o.tlsf.add(f)
+	f.StringVar(&o.nodes, "nodes", o.nodes, "with --verify: "+nodelink.NodesHelp+"; at least two")
+	o.link.Add(f, nodelink.Flags{CA: localnetCA})
+}
+
+// run subscribes to topic as o says, prints its records until one
+// of the stop conditions, then commits and reports.
+func (o *consumeOptions) run(cmd *cobra.Command, topic string) error {
+	f := cmd.Flags()
+	sopts, err := o.subscribeOptions(f)
+	if err != nil {
+		return err
+	}
+	if o.count < 0 || o.commitEvery < 0 || o.timeout < 0 {
+		return errors.New("--count, --commit-every and --timeout must not be negative")
+	}
+	if o.keyPath != "" && o.group == "" {
+		return errors.New("--key-file signs a group's offset commits: give --group too")
+	}
+	copts, err := o.clientOptions(cmd)
+	if err != nil {
+		return err
+	}
+	c, err := consumer.Connect(o.natsURL, copts...)
+	if err != nil {
+		return fmt.Errorf("%w (--nats)", err)
+	}
+	defer c.Close()
+	ctx := cmd.Context()
+	sub, err := c.Subscribe(ctx, topic, sopts...)
+	if err != nil {
+		if o.group != "" && !f.Changed("offset") && !f.Changed("since") && !o.fromBeginning {
+			return fmt.Errorf("%w (the group's committed offsets are read through --gateway %s; pass --from-beginning, --offset or --since to start without them)", err, o.gateway)
+		}
+		return err
+	}
+	run := consumeRun{sub: sub, out: cmd.OutOrStdout(), errOut: cmd.ErrOrStderr(), json: o.asJSON,
+		count: o.count, timeout: o.timeout, commit: o.keyPath != "", commitEvery: o.commitEvery}
+	runErr := run.loop(ctx)
+	return run.stop(ctx, topic, runErr)
+}
+
+// subscribeOptions are the partitions, the start and the group o asks for.
+func (o *consumeOptions) subscribeOptions(f *pflag.FlagSet) ([]consumer.SubscribeOption, error) {
+	var sopts []consumer.SubscribeOption
+	for _, p := range o.partitions {
+		if p > 1<<32-1 {
+			return nil, fmt.Errorf("--partition %d: too large", p)
+		}
+		sopts = append(sopts, consumer.WithPartitions(uint32(p)))
+	}
+	switch {
+	case f.Changed("offset"):
+		sopts = append(sopts, consumer.FromOffset(o.offset))
+	case f.Changed("since"):
+		t, err := parseSince(o.since, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		sopts = append(sopts, consumer.FromTime(t))
+	case o.fromBeginning || o.group == "":
+		sopts = append(sopts, consumer.FromBeginning())
+	default:
+		sopts = append(sopts, consumer.FromCommitted())
+	}
+	if o.group != "" {
+		sopts = append(sopts, consumer.WithGroup(o.group))
+	}
+	return sopts, nil
+}
+
+// clientOptions are the consumer's connections: the gateway (for a
+// group's offsets), the commit key, the verifier and NATS.
+func (o *consumeOptions) clientOptions(cmd *cobra.Command) ([]consumer.Option, error) {
+	f := cmd.Flags()
+	var copts []consumer.Option
+	// A group's committed offsets are read, and its commits made,
+	// through the gateway; a run that starts elsewhere and commits
+	// nothing needs none.
+	startsElsewhere := o.fromBeginning || f.Changed("offset") || f.Changed("since")
+	if o.group != "" && (o.keyPath != "" || !startsElsewhere) {
+		transport, err := o.tlsf.consumerOption(f)
+		if err != nil {
+			return nil, err
+		}
+		copts = append(copts, consumer.WithGateway(o.gateway), transport)
+	}
+	if o.keyPath != "" {
+		k, err := keyfile.Read(o.keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("--key-file: %w", err)
+		}
+		trust, err := o.tf.trust(f)
+		if err != nil {
+			return nil, err
+		}
+		copts = append(copts, consumer.WithKey(k), consumer.WithTrust(trust))
+	}
+	if o.verify {
+		l, err := o.link.Link(f)
+		if err != nil {
+			return nil, err
+		}
+		h, err := headersFrom(cmd.Context(), o.tf.genesis, o.nodes, l)
+		if err != nil {
+			return nil, err
+		}
+		copts = append(copts, consumer.WithVerifier(h))
+	}
+	o.natsf.Insecure = o.tlsf.insecure
+	natsOpts, err := o.natsf.Options(f)
+	if err != nil {
+		return nil, err
+	}
+	errOut := cmd.ErrOrStderr()
+	natsOpts = append(natsOpts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			fmt.Fprintf(errOut, "byzlog consume: NATS refused a request: %v (a topic whose config lists readers is read as one of them, --nats-key-file)\n", err)
+		}
+	}))
+	return append(copts, consumer.WithNATSOptions(natsOpts...)), nil
 }
 
 // consumeRun is one consume command's loop and its counts.
@@ -294,6 +301,38 @@ func (r *consumeRun) loop(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// stop commits (when the run commits) and closes the subscription, even
+// when interrupted, prints the summary and returns the first error: the
+// loop's (runErr), the commit's, the close's, or the problems reported.
+func (r *consumeRun) stop(ctx context.Context, topic string, runErr error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	var commitErr error
+	if r.commit {
+		commitErr = r.commitNow(ctx)
+	}
+	closeErr := r.sub.Close()
+	summary := fmt.Sprintf("consumed %d records from %s", r.n, topic)
+	if r.height > 0 {
+		summary += fmt.Sprintf(", offsets committed at height %d", r.height)
+	}
+	if r.skipped > 0 {
+		summary += fmt.Sprintf(", %d problems reported", r.skipped)
+	}
+	fmt.Fprintln(r.errOut, summary)
+	switch {
+	case runErr != nil:
+		return runErr
+	case commitErr != nil:
+		return commitErr
+	case closeErr != nil:
+		return closeErr
+	case r.skipped > 0:
+		return fmt.Errorf("%d malformed messages or gaps (see above)", r.skipped)
 	}
 	return nil
 }
@@ -407,23 +446,14 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	return now.Add(-d), nil
 }
 
-// headersFrom starts a light client for --verify from a genesis file.
+// headersFrom starts a light client for --verify from a genesis file,
+// through the nodes of nodeList.
 func headersFrom(ctx context.Context, genesisPath, nodeList string, link indexer.NodeLink) (*indexer.Headers, error) {
-	gen, err := cmttypes.GenesisDocFromFile(genesisPath)
-	if err != nil {
-		return nil, fmt.Errorf("--genesis: %w", err)
-	}
-	var addrs []string
-	for _, a := range strings.Split(nodeList, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
-	}
-	provs, _, err := indexer.NewNodes(gen.ChainID, addrs, link)
+	addrs, err := nodelink.ParseNodes(nodeList, link.Insecure)
 	if err != nil {
 		return nil, fmt.Errorf("--nodes: %w", err)
 	}
-	trust, err := indexer.TrustGenesis(ctx, gen, provs)
+	gen, trust, err := nodelink.TrustGenesis(ctx, genesisPath, addrs, link, 0)
 	if err != nil {
 		return nil, fmt.Errorf("--verify: %w", err)
 	}

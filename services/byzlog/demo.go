@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -135,13 +136,8 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	if err != nil {
 		return res, err
 	}
-	adm, err := client.NewAdmin(svc.GatewayAddr(0), key, trust, transport)
-	if err != nil {
+	if err := createDemoTopic(ctx, svc, key, trust, transport, topic, partitions); err != nil {
 		return res, err
-	}
-	defer adm.Close()
-	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
-		return res, fmt.Errorf("create topic: %w", err)
 	}
 	p, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithGateways(svc.GatewayAddr(0)), transport)
 	if err != nil {
@@ -159,15 +155,61 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	}
 	acked[first] = placed{r0.Partition, r0.Offset, time.Now()}
 	res.receipt = append(res.receipt, time.Since(t1))
-	natsOpts, err := n.NATSOptions(svc, localnet.NATSConsumerUser)
-	if err != nil {
-		return res, err
-	}
-	cons, err := consumer.Connect(svc.NATSURL(), consumer.WithNATSOptions(natsOpts...))
+	cons, sub, err := subscribeDemo(ctx, n, svc, topic)
 	if err != nil {
 		return res, err
 	}
 	defer cons.Close()
+	defer sub.Close()
+
+	// Consume while producing; check once every receipt is in.
+	reads, readDone := readDemo(ctx, sub, records)
+	line := localnet.StatusLine(progress)
+	if err := produceDemo(ctx, p, topic, records, line, acked, &res); err != nil {
+		line("", true)
+		return res, err
+	}
+	res.produceTime = time.Since(t1)
+
+	line(fmt.Sprintf("all %d committed; reading them back", records), false)
+	if err := <-readDone; err != nil {
+		line("", true)
+		return res, err
+	}
+	line("", true)
+
+	lat, err := checkReads(*reads, acked)
+	res.fromReceipt, res.consumed = lat, len(*reads)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// createDemoTopic creates the demo's topic with the admin key.
+func createDemoTopic(ctx context.Context, svc localnet.Services, key ed25519.PrivateKey, trust client.Trust, transport client.Option, topic string, partitions uint32) error {
+	adm, err := client.NewAdmin(svc.GatewayAddr(0), key, trust, transport)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	if _, err := adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions}); err != nil {
+		return fmt.Errorf("create topic: %w", err)
+	}
+	return nil
+}
+
+// subscribeDemo connects a consumer to NATS and subscribes to topic,
+// retrying for a minute while the topic's stream does not exist yet.
+func subscribeDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, topic string) (*consumer.Consumer, *consumer.Subscription, error) {
+	natsOpts, err := n.NATSOptions(svc, localnet.NATSConsumerUser)
+	if err != nil {
+		return nil, nil, err
+	}
+	cons, err := consumer.Connect(svc.NATSURL(), consumer.WithNATSOptions(natsOpts...))
+	if err != nil {
+		return nil, nil, err
+	}
 	var sub *consumer.Subscription
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if sub, err = cons.Subscribe(ctx, topic); err == nil || time.Now().After(deadline) || ctx.Err() != nil {
@@ -175,11 +217,16 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 		}
 	}
 	if err != nil {
-		return res, fmt.Errorf("subscribe: %w", err)
+		cons.Close()
+		return nil, nil, fmt.Errorf("subscribe: %w", err)
 	}
-	defer sub.Close()
+	return cons, sub, nil
+}
 
-	// Consume while producing; check once every receipt is in.
+// readDemo reads records from sub in the background. The channel gets
+// nil once all are read, or the first error; only then may the caller
+// look at the reads.
+func readDemo(ctx context.Context, sub *consumer.Subscription, records int) (*[]got, <-chan error) {
 	var reads []got
 	readDone := make(chan error, 1)
 	go func() {
@@ -195,9 +242,13 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 		}
 		readDone <- nil
 	}()
+	return &reads, readDone
+}
 
-	line := localnet.StatusLine(progress)
-	start := t1
+// produceDemo produces records demo-1.. (demo-0 is in already), then
+// collects their receipts in order into acked and res, reporting
+// progress on line.
+func produceDemo(ctx context.Context, p *client.Producer, topic string, records int, line func(string, bool), acked map[string]placed, res *demoResult) error {
 	futs := make([]*client.Future, 0, records)
 	sent := make([]time.Time, 0, records)
 	for i := 1; i < records; i++ {
@@ -211,8 +262,7 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 	for i, f := range futs {
 		r, err := f.Wait(ctx)
 		if err != nil {
-			line("", true)
-			return res, fmt.Errorf("record demo-%d: %w", i+1, err)
+			return fmt.Errorf("record demo-%d: %w", i+1, err)
 		}
 		now := time.Now()
 		res.receipt = append(res.receipt, now.Sub(sent[i]))
@@ -221,21 +271,7 @@ func runDemo(ctx context.Context, n *localnet.Net, svc localnet.Services, record
 			line(fmt.Sprintf("committed %d of %d", i+2, records), false)
 		}
 	}
-	res.produceTime = time.Since(start)
-
-	line(fmt.Sprintf("all %d committed; reading them back", records), false)
-	if err := <-readDone; err != nil {
-		line("", true)
-		return res, err
-	}
-	line("", true)
-
-	lat, err := checkReads(reads, acked)
-	res.fromReceipt, res.consumed = lat, len(reads)
-	if err != nil {
-		return res, err
-	}
-	return res, nil
+	return nil
 }
 
 // got is one record a consumer read, and when.

@@ -61,76 +61,105 @@ func readersText(readers [][]byte) string {
 	return fmt.Sprintf("%d readers", len(readers))
 }
 
-func newTopicCommand() *cobra.Command {
-	gateway := defaultGateway
-	cmd := &cobra.Command{Use: "topic", Short: "Create, list and describe topics"}
-	cmd.PersistentFlags().StringVar(&gateway, "gateway", gateway, "gateway address (host:port)")
-	var tlsf tlsFlags
-	tlsf.add(cmd.PersistentFlags())
+// topicFlags are the flags every topic subcommand shares: where the
+// gateway is and how to reach it.
+type topicFlags struct {
+	gateway string
+	tlsf    tlsFlags
+}
 
-	var adminKey string
-	var tf trustFlags
-	cfg := &byzlogv1.TopicConfig{Partitions: 1}
-	var allowed, readers []string
+func newTopicCommand() *cobra.Command {
+	tf := &topicFlags{gateway: defaultGateway}
+	cmd := &cobra.Command{Use: "topic", Short: "Create, list and describe topics"}
+	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
+	tf.tlsf.add(cmd.PersistentFlags())
+	cmd.AddCommand(newTopicCreateCommand(tf), newTopicListCommand(tf), newTopicDescribeCommand(tf))
+	return cmd
+}
+
+// topicCreateOptions are topic create's own flags.
+type topicCreateOptions struct {
+	adminKey         string
+	trust            trustFlags
+	cfg              *byzlogv1.TopicConfig
+	allowed, readers []string
+}
+
+func newTopicCreateCommand(tf *topicFlags) *cobra.Command {
+	o := &topicCreateOptions{cfg: &byzlogv1.TopicConfig{Partitions: 1}}
 	create := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a topic (signed with an admin key listed in genesis)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := keyfile.Read(adminKey)
-			if err != nil {
-				return fmt.Errorf("--admin-key: %w", err)
-			}
-			if cfg.AllowedProducers, err = publicKeys("allowed-producer", allowed); err != nil {
-				return err
-			}
-			if cfg.Readers, err = publicKeys("reader", readers); err != nil {
-				return err
-			}
-			trust, err := tf.trust(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			transport, err := tlsf.producerOption(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			adm, err := client.NewAdmin(gateway, key, trust, transport)
-			if err != nil {
-				return err
-			}
-			defer adm.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			h, err := adm.CreateTopic(ctx, args[0], cfg)
-			if err != nil {
-				return fmt.Errorf("create topic %s: %w", args[0], err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "created topic %s with %d partitions at height %d\n", args[0], cfg.Partitions, h)
-			return nil
+			return o.run(cmd, tf, args[0])
 		},
 	}
 	f := create.Flags()
-	f.StringVar(&adminKey, "admin-key", "", "admin key file (the localnet's is DIR/admin.key)")
-	f.Uint32Var(&cfg.Partitions, "partitions", cfg.Partitions, "number of partitions")
-	f.Uint32Var(&cfg.MaxRecordBytes, "max-record-bytes", 0, "largest record (0: the chain's limit)")
-	f.Int64Var(&cfg.RetentionMs, "retention-ms", 0, "delete records older than this (0: keep forever)")
-	f.Int64Var(&cfg.RetentionBytes, "retention-bytes", 0, "keep at most this many bytes per partition (0: no limit)")
-	f.StringSliceVar(&allowed, "allowed-producer", nil, "public key (hex) allowed to produce; repeat for more (none: any key)")
-	f.StringSliceVar(&readers, "reader", nil, "public key (hex) allowed to consume, as a NATS nkey user (byzlog consume --nats-key-file); repeat for more (none: every consumer the cluster admits)")
-	tf.add(f)
+	f.StringVar(&o.adminKey, "admin-key", "", "admin key file (the localnet's is DIR/admin.key)")
+	f.Uint32Var(&o.cfg.Partitions, "partitions", o.cfg.Partitions, "number of partitions")
+	f.Uint32Var(&o.cfg.MaxRecordBytes, "max-record-bytes", 0, "largest record (0: the chain's limit)")
+	f.Int64Var(&o.cfg.RetentionMs, "retention-ms", 0, "delete records older than this (0: keep forever)")
+	f.Int64Var(&o.cfg.RetentionBytes, "retention-bytes", 0, "keep at most this many bytes per partition (0: no limit)")
+	f.StringSliceVar(&o.allowed, "allowed-producer", nil, "public key (hex) allowed to produce; repeat for more (none: any key)")
+	f.StringSliceVar(&o.readers, "reader", nil, "public key (hex) allowed to consume, as a NATS nkey user (byzlog consume --nats-key-file); repeat for more (none: every consumer the cluster admits)")
+	o.trust.add(f)
 	_ = create.MarkFlagRequired("admin-key")
+	return create
+}
 
-	list := &cobra.Command{
+// run creates topic name, signed with the admin key.
+func (o *topicCreateOptions) run(cmd *cobra.Command, tf *topicFlags, name string) error {
+	key, err := keyfile.Read(o.adminKey)
+	if err != nil {
+		return fmt.Errorf("--admin-key: %w", err)
+	}
+	cfg := o.cfg
+	if cfg.AllowedProducers, err = publicKeys("allowed-producer", o.allowed); err != nil {
+		return err
+	}
+	if cfg.Readers, err = publicKeys("reader", o.readers); err != nil {
+		return err
+	}
+	trust, err := o.trust.trust(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	transport, err := tf.tlsf.producerOption(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	adm, err := client.NewAdmin(tf.gateway, key, trust, transport)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	defer cancel()
+	h, err := adm.CreateTopic(ctx, name, cfg)
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", name, err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "created topic %s with %d partitions at height %d\n", name, cfg.Partitions, h)
+	return nil
+}
+
+// dialGateway connects to the topic commands' gateway.
+func (tf *topicFlags) dialGateway(cmd *cobra.Command) (byzlogv1.GatewayClient, func(), error) {
+	tc, err := tf.tlsf.config(cmd.Flags())
+	if err != nil {
+		return nil, nil, err
+	}
+	return dial(tf.gateway, tc)
+}
+
+func newTopicListCommand(tf *topicFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List topics with their partitions and record counts",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tc, err := tlsf.config(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			gw, closeFn, err := dial(gateway, tc)
+			gw, closeFn, err := tf.dialGateway(cmd)
 			if err != nil {
 				return err
 			}
@@ -151,16 +180,15 @@ func newTopicCommand() *cobra.Command {
 			return w.Flush()
 		},
 	}
-	describe := &cobra.Command{
+}
+
+func newTopicDescribeCommand(tf *topicFlags) *cobra.Command {
+	return &cobra.Command{
 		Use:   "describe NAME",
 		Short: "Show a topic's config and each partition's offsets",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tc, err := tlsf.config(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			gw, closeFn, err := dial(gateway, tc)
+			gw, closeFn, err := tf.dialGateway(cmd)
 			if err != nil {
 				return err
 			}
@@ -182,28 +210,24 @@ func newTopicCommand() *cobra.Command {
 			return w.Flush()
 		},
 	}
-	cmd.AddCommand(create, list, describe)
-	return cmd
 }
 
-func newProduceCommand() *cobra.Command {
-	var (
-		gateways  = []string{defaultGateway}
-		keyPath   string
-		value     string
-		key       string
-		parseKey  bool
-		acks            = "commit"
-		partition int64 = -1
-		verbose   bool
-		zstd      bool
-		tf        trustFlags
-		tlsf      tlsFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "produce TOPIC",
-		Short: "Produce records: --value for one, else one record per line of stdin",
-		Long: `Produce records to TOPIC through a gateway. With --value one record is sent;
+// produceOptions are the produce command's flags.
+type produceOptions struct {
+	gateways  []string
+	keyPath   string
+	value     string
+	key       string
+	parseKey  bool
+	acks      string
+	partition int64
+	verbose   bool
+	zstd      bool
+	tf        trustFlags
+	tlsf      tlsFlags
+}
+
+const produceHelp = `Produce records to TOPIC through a gateway. With --value one record is sent;
 otherwise every line of stdin is a record (with --parse-key, "key<TAB>value").
 Records without a key spread over partitions like Kafka's sticky partitioner;
 keyed records go where Kafka's murmur2 partitioner puts them. Prints each
@@ -213,109 +237,132 @@ Without --key, a new key is generated for this run (a new producer identity).
 Every receipt is verified before it is printed: its proof must lead to a header
 the producer's light client verified from --genesis (or --trust-height and
 --trust-hash), so a gateway cannot acknowledge records the chain did not write.
---no-verify takes receipts on the gateway's word.`,
-		Args: cobra.ExactArgs(1),
+--no-verify takes receipts on the gateway's word.`
+
+func newProduceCommand() *cobra.Command {
+	o := &produceOptions{gateways: []string{defaultGateway}, acks: "commit", partition: -1}
+	cmd := &cobra.Command{
+		Use:   "produce TOPIC",
+		Short: "Produce records: --value for one, else one record per line of stdin",
+		Long:  produceHelp,
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ack, err := parseAcks(acks)
-			if err != nil {
-				return err
-			}
-			trust, err := tf.trust(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			transport, err := tlsf.producerOption(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			opts := []client.Option{client.WithTrust(trust), client.WithGateways(gateways...), client.WithAcks(ack), transport}
-			if keyPath != "" {
-				k, err := keyfile.Read(keyPath)
-				if err != nil {
-					return fmt.Errorf("--key: %w", err)
-				}
-				opts = append(opts, client.WithKey(k))
-			}
-			if zstd {
-				opts = append(opts, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
-			}
-			ctx := cmd.Context()
-			p, err := client.NewProducer(ctx, opts...)
-			if err != nil {
-				return err
-			}
-			var pin *uint32
-			if partition >= 0 {
-				v := uint32(partition)
-				pin = &v
-			}
-			start := time.Now()
-			var futs []*client.Future
-			send := func(k, v []byte) {
-				futs = append(futs, p.Produce(ctx, &client.Record{Topic: args[0], Key: k, Value: v, Partition: pin}))
-			}
-			if cmd.Flags().Changed("value") {
-				var k []byte
-				if key != "" {
-					k = []byte(key)
-				}
-				send(k, []byte(value))
-			} else if err := readLines(cmd.InOrStdin(), parseKey, key, send); err != nil {
-				_ = p.Close(ctx)
-				return err
-			}
-			closeCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			defer cancel()
-			closeErr := p.Close(closeCtx)
-			out := cmd.OutOrStdout()
-			failed := 0
-			var firstErr error
-			for _, f := range futs {
-				r, err := f.Wait(closeCtx)
-				if err != nil {
-					failed++
-					if firstErr == nil {
-						firstErr = err
-					}
-					continue
-				}
-				if verbose || len(futs) == 1 {
-					dup := ""
-					if r.Duplicate {
-						dup = " (duplicate)"
-					}
-					if ack == byzlogv1.Ack_ACK_COMMIT {
-						fmt.Fprintf(out, "%s/%d@%d height %d%s\n", r.Topic, r.Partition, r.Offset, r.Height, dup)
-					} else {
-						fmt.Fprintf(out, "%s/%d accepted (%s)\n", r.Topic, r.Partition, acks)
-					}
-				}
-			}
-			elapsed := time.Since(start)
-			fmt.Fprintf(cmd.ErrOrStderr(), "produced %d of %d records to %s in %s (%.0f records/s), acks=%s, producer %x\n",
-				len(futs)-failed, len(futs), args[0], elapsed.Round(time.Millisecond), float64(len(futs)-failed)/elapsed.Seconds(), acks, p.PublicKey())
-			switch {
-			case failed > 0:
-				return fmt.Errorf("%d records failed; the first: %w", failed, firstErr)
-			case closeErr != nil:
-				return closeErr
-			}
-			return nil
+			return o.run(cmd, args[0])
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&gateways, "gateway", gateways, "gateway addresses (host:port); more than one fails over")
-	f.StringVar(&keyPath, "key-file", "", "producer key file from `byzlog keygen` (default: a new key for this run)")
-	f.StringVar(&value, "value", "", "produce one record with this value instead of reading stdin")
-	f.StringVar(&key, "key", "", "record key (for every record)")
-	f.BoolVar(&parseKey, "parse-key", false, "read stdin lines as key<TAB>value")
-	f.StringVar(&acks, "acks", acks, "none, mempool or commit")
-	f.Int64Var(&partition, "partition", -1, "pin every record to this partition (default: the partitioner chooses)")
-	f.BoolVar(&verbose, "verbose", false, "print every record's receipt")
-	f.BoolVar(&zstd, "zstd", false, "compress batches with zstd")
-	tf.add(f)
-	tlsf.add(f)
+	f.StringSliceVar(&o.gateways, "gateway", o.gateways, "gateway addresses (host:port); more than one fails over")
+	f.StringVar(&o.keyPath, "key-file", "", "producer key file from `byzlog keygen` (default: a new key for this run)")
+	f.StringVar(&o.value, "value", "", "produce one record with this value instead of reading stdin")
+	f.StringVar(&o.key, "key", "", "record key (for every record)")
+	f.BoolVar(&o.parseKey, "parse-key", false, "read stdin lines as key<TAB>value")
+	f.StringVar(&o.acks, "acks", o.acks, "none, mempool or commit")
+	f.Int64Var(&o.partition, "partition", -1, "pin every record to this partition (default: the partitioner chooses)")
+	f.BoolVar(&o.verbose, "verbose", false, "print every record's receipt")
+	f.BoolVar(&o.zstd, "zstd", false, "compress batches with zstd")
+	o.tf.add(f)
+	o.tlsf.add(f)
 	return cmd
+}
+
+// run sends the records (--value, or stdin's lines) to topic, waits for
+// every receipt and reports them.
+func (o *produceOptions) run(cmd *cobra.Command, topic string) error {
+	ack, err := parseAcks(o.acks)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	p, err := o.producer(cmd, ack)
+	if err != nil {
+		return err
+	}
+	var pin *uint32
+	if o.partition >= 0 {
+		v := uint32(o.partition)
+		pin = &v
+	}
+	start := time.Now()
+	var futs []*client.Future
+	send := func(k, v []byte) {
+		futs = append(futs, p.Produce(ctx, &client.Record{Topic: topic, Key: k, Value: v, Partition: pin}))
+	}
+	if cmd.Flags().Changed("value") {
+		var k []byte
+		if o.key != "" {
+			k = []byte(o.key)
+		}
+		send(k, []byte(o.value))
+	} else if err := readLines(cmd.InOrStdin(), o.parseKey, o.key, send); err != nil {
+		_ = p.Close(ctx)
+		return err
+	}
+	closeCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	closeErr := p.Close(closeCtx)
+	failed, firstErr := o.printReceipts(closeCtx, cmd.OutOrStdout(), futs, ack)
+	elapsed := time.Since(start)
+	fmt.Fprintf(cmd.ErrOrStderr(), "produced %d of %d records to %s in %s (%.0f records/s), acks=%s, producer %x\n",
+		len(futs)-failed, len(futs), topic, elapsed.Round(time.Millisecond), float64(len(futs)-failed)/elapsed.Seconds(), o.acks, p.PublicKey())
+	switch {
+	case failed > 0:
+		return fmt.Errorf("%d records failed; the first: %w", failed, firstErr)
+	case closeErr != nil:
+		return closeErr
+	}
+	return nil
+}
+
+// producer starts the SDK producer o's flags describe.
+func (o *produceOptions) producer(cmd *cobra.Command, ack byzlogv1.Ack) (*client.Producer, error) {
+	trust, err := o.tf.trust(cmd.Flags())
+	if err != nil {
+		return nil, err
+	}
+	transport, err := o.tlsf.producerOption(cmd.Flags())
+	if err != nil {
+		return nil, err
+	}
+	opts := []client.Option{client.WithTrust(trust), client.WithGateways(o.gateways...), client.WithAcks(ack), transport}
+	if o.keyPath != "" {
+		k, err := keyfile.Read(o.keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("--key: %w", err)
+		}
+		opts = append(opts, client.WithKey(k))
+	}
+	if o.zstd {
+		opts = append(opts, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
+	}
+	return client.NewProducer(cmd.Context(), opts...)
+}
+
+// printReceipts waits for every send and prints its receipt (every one
+// with --verbose, else only a single record's); it returns how many
+// failed and the first failure.
+func (o *produceOptions) printReceipts(ctx context.Context, out io.Writer, futs []*client.Future, ack byzlogv1.Ack) (failed int, firstErr error) {
+	for _, f := range futs {
+		r, err := f.Wait(ctx)
+		if err != nil {
+			failed++
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		if o.verbose || len(futs) == 1 {
+			dup := ""
+			if r.Duplicate {
+				dup = " (duplicate)"
+			}
+			if ack == byzlogv1.Ack_ACK_COMMIT {
+				fmt.Fprintf(out, "%s/%d@%d height %d%s\n", r.Topic, r.Partition, r.Offset, r.Height, dup)
+			} else {
+				fmt.Fprintf(out, "%s/%d accepted (%s)\n", r.Topic, r.Partition, o.acks)
+			}
+		}
+	}
+	return failed, firstErr
 }
 
 func readLines(r io.Reader, parseKey bool, key string, send func(k, v []byte)) error {

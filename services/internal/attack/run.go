@@ -91,55 +91,13 @@ func accessEnv(c *chaos.Cluster, env *Env, reader ed25519.PrivateKey) error {
 // between rows, so what one attack left in a mempool or a gateway's queue
 // does not carry into the next row.
 func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, progress io.Writer) ([]Row, error) {
-	trust, err := c.Trust()
+	reader, err := createTopics(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	transport, err := c.Transport()
+	env, err := newEnv(c, reader)
 	if err != nil {
 		return nil, err
-	}
-	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
-	if err != nil {
-		return nil, err
-	}
-	_, err = adm.CreateTopic(ctx, JunkTopic, &byzlogv1.TopicConfig{Partitions: JunkPartitions})
-	if err != nil {
-		adm.Close()
-		return nil, fmt.Errorf("create the attackers' topic %s: %w", JunkTopic, err)
-	}
-	// The secret topic's one reader is a key thrown away at once.
-	_, reader, err := ed25519.GenerateKey(nil)
-	if err != nil {
-		adm.Close()
-		return nil, err
-	}
-	_, err = adm.CreateTopic(ctx, SecretTopic, &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{reader.Public().(ed25519.PublicKey)}})
-	adm.Close()
-	if err != nil {
-		return nil, fmt.Errorf("create the secret topic %s: %w", SecretTopic, err)
-	}
-	env := Env{ChainID: c.Net.Config().ChainID, Junk: JunkTopic, JunkPartitions: JunkPartitions, Secret: SecretTopic,
-		Limits: wire.DefaultLimits(), MaxTxBytes: min(wire.MaxTxBytes, localnet.RPCMaxBodyBytes*3/4-64<<10) - 1<<10, Tamper: c.Tamper}
-	for i := 0; i < c.Net.Config().Validators; i++ {
-		env.Nodes = append(env.Nodes, c.Net.Config().RPCAddr(i))
-	}
-	if env.RPC, err = c.Net.RPCHTTPClient(15 * time.Second); err != nil {
-		return nil, err
-	}
-	if env.TLS, err = c.Net.ClientTLS(c.Services); err != nil {
-		return nil, err
-	}
-	env.NATSURL = c.Services.NATSURL()
-	if env.NATSOptions, err = c.Net.NATSOptions(c.Services, localnet.NATSConsumerUser); err != nil {
-		return nil, err
-	}
-	if err := accessEnv(c, &env, reader); err != nil {
-		return nil, err
-	}
-	for g := 0; g < c.Services.Gateways; g++ {
-		env.Gateways = append(env.Gateways, c.Services.GatewayAddr(g))
-		env.GatewayHTTP = append(env.GatewayHTTP, c.Services.GatewayHTTP(g))
 	}
 
 	all := append([]Attack{Baseline}, attacks...)
@@ -176,6 +134,67 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 			row.Crashes(), row.Rate, row.Ratio, row.Chaos.ReceiptP99.Round(time.Millisecond), row.Anomalies(), verdict)
 	}
 	return rows, nil
+}
+
+// createTopics creates the attackers' junk topic and the secret topic,
+// whose one reader is a key thrown away at once (returned for the
+// attacks that need a reader's key nobody holds).
+func createTopics(ctx context.Context, c *chaos.Cluster) (ed25519.PrivateKey, error) {
+	trust, err := c.Trust()
+	if err != nil {
+		return nil, err
+	}
+	transport, err := c.Transport()
+	if err != nil {
+		return nil, err
+	}
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
+	if err != nil {
+		return nil, err
+	}
+	defer adm.Close()
+	_, err = adm.CreateTopic(ctx, JunkTopic, &byzlogv1.TopicConfig{Partitions: JunkPartitions})
+	if err != nil {
+		return nil, fmt.Errorf("create the attackers' topic %s: %w", JunkTopic, err)
+	}
+	_, reader, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return nil, err
+	}
+	_, err = adm.CreateTopic(ctx, SecretTopic, &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{reader.Public().(ed25519.PublicKey)}})
+	if err != nil {
+		return nil, fmt.Errorf("create the secret topic %s: %w", SecretTopic, err)
+	}
+	return reader, nil
+}
+
+// newEnv is what every attack gets to know about c: its chain, limits,
+// nodes, gateways, NATS and the clients to reach them.
+func newEnv(c *chaos.Cluster, reader ed25519.PrivateKey) (Env, error) {
+	env := Env{ChainID: c.Net.Config().ChainID, Junk: JunkTopic, JunkPartitions: JunkPartitions, Secret: SecretTopic,
+		Limits: wire.DefaultLimits(), MaxTxBytes: min(wire.MaxTxBytes, localnet.RPCMaxBodyBytes*3/4-64<<10) - 1<<10, Tamper: c.Tamper}
+	for i := 0; i < c.Net.Config().Validators; i++ {
+		env.Nodes = append(env.Nodes, c.Net.Config().RPCAddr(i))
+	}
+	var err error
+	if env.RPC, err = c.Net.RPCHTTPClient(15 * time.Second); err != nil {
+		return env, err
+	}
+	if env.TLS, err = c.Net.ClientTLS(c.Services); err != nil {
+		return env, err
+	}
+	env.NATSURL = c.Services.NATSURL()
+	if env.NATSOptions, err = c.Net.NATSOptions(c.Services, localnet.NATSConsumerUser); err != nil {
+		return env, err
+	}
+	if err := accessEnv(c, &env, reader); err != nil {
+		return env, err
+	}
+	for g := 0; g < c.Services.Gateways; g++ {
+		env.Gateways = append(env.Gateways, c.Services.GatewayAddr(g))
+		env.GatewayHTTP = append(env.GatewayHTTP, c.Services.GatewayHTTP(g))
+	}
+	return env, nil
 }
 
 // runRow runs one attack as the nemesis of a chaos phase: it starts once

@@ -64,7 +64,8 @@ func crashNames() []string {
 
 // fuzzTxs is the malformed corpus: random bytes, truncated and bit-flipped
 // valid transactions, valid envelopes around garbage bodies, and signed
-// batches for topic names made to break messages.
+// batches for topic names made to break messages. The corpus is a
+// function of rng's seed: the parts draw from it in this order.
 func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 	garbage := func(n int) []byte {
 		b := make([]byte, n)
@@ -95,7 +96,24 @@ func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, v := range [][]byte{valid, validOffsets} {
+	txs = append(txs, mangled(rng, valid, validOffsets)...)
+	bad, err := badEnvelopes(garbage, key, s.PublicKey(), b, chainID, topic)
+	if err != nil {
+		return nil, err
+	}
+	txs = append(txs, bad...)
+	crash, err := crashTxs(rng, chainID)
+	if err != nil {
+		return nil, err
+	}
+	return append(txs, crash...), nil
+}
+
+// mangled is each valid transaction truncated at several points, then
+// with one byte flipped, eight times over.
+func mangled(rng *rand.Rand, valid ...[]byte) [][]byte {
+	var txs [][]byte
+	for _, v := range valid {
 		for _, cut := range []int{1, 2, len(v) / 3, len(v) / 2, len(v) - 1} {
 			txs = append(txs, v[:cut])
 		}
@@ -105,6 +123,13 @@ func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 			txs = append(txs, f)
 		}
 	}
+	return txs
+}
+
+// badEnvelopes are well-formed transactions around empty, garbage or
+// half-valid contents (b is a valid batch to take parts from), and
+// bodies that decode but hold nonsense, correctly signed with key.
+func badEnvelopes(garbage func(int) []byte, key ed25519.PrivateKey, pub []byte, b *byzlogv1.SignedBatch, chainID, topic string) ([][]byte, error) {
 	envelopes := []proto.Message{
 		&byzlogv1.Tx{},
 		&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{}}},
@@ -128,8 +153,9 @@ func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 			return nil, err
 		}
 		envelopes = append(envelopes, &byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{Batches: []*byzlogv1.SignedBatch{
-			{Body: raw, ProducerKey: s.PublicKey(), Signature: ed25519.Sign(key, raw)}}}}})
+			{Body: raw, ProducerKey: pub, Signature: ed25519.Sign(key, raw)}}}}})
 	}
+	var txs [][]byte
 	for _, m := range envelopes {
 		raw, err := proto.Marshal(m)
 		if err != nil {
@@ -137,6 +163,13 @@ func fuzzTxs(rng *rand.Rand, chainID, topic string) ([][]byte, error) {
 		}
 		txs = append(txs, raw)
 	}
+	return txs, nil
+}
+
+// crashTxs are signed batches, each under a fresh key, for the topic
+// names of crashNames.
+func crashTxs(rng *rand.Rand, chainID string) ([][]byte, error) {
+	var txs [][]byte
 	for _, name := range crashNames() {
 		b, err := rawTopicBatch(freshKey(rng), chainID, name)
 		if err != nil {

@@ -72,88 +72,116 @@ func RunJetStream(ctx context.Context, cfg JetStreamConfig, progress func(Progre
 	if err != nil {
 		return res, err
 	}
-	// The cluster needs a meta leader before it takes a replicated stream.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"},
-			Storage: jetstream.FileStorage, Replicas: cfg.Servers})
-		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
-		return res, fmt.Errorf("create the R%d stream: %w", cfg.Servers, err)
+	if err := createBenchStream(ctx, js, cfg.Servers); err != nil {
+		return res, err
 	}
 
 	start := time.Now()
-	measureFrom, end := start.Add(cfg.Warmup), start.Add(cfg.Warmup+cfg.Duration)
-	var mu sync.Mutex
-	var lat, window []time.Duration
-	var acked, ackedAll, errCount atomic.Int64
+	t := &jsTally{measureFrom: start.Add(cfg.Warmup), end: start.Add(cfg.Warmup + cfg.Duration), errors: res.Errors}
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Publishers; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			type pending struct {
-				f    jetstream.PubAckFuture
-				sent time.Time
-			}
-			queue := make(chan pending, cfg.MaxPending)
-			done := make(chan struct{})
-			go func() { // acks arrive in publish order per publisher
-				defer close(done)
-				for p := range queue {
-					select {
-					case <-p.f.Ok():
-						now := time.Now()
-						d := now.Sub(p.sent)
-						ackedAll.Add(1)
-						mu.Lock()
-						window = append(window, d)
-						if inWindow(now, measureFrom, end) {
-							acked.Add(1)
-							lat = append(lat, d)
-						}
-						mu.Unlock()
-					case err := <-p.f.Err():
-						errCount.Add(1)
-						mu.Lock()
-						res.Errors[errName(err)]++
-						mu.Unlock()
-					}
-				}
-			}()
-			payload := make([]byte, cfg.RecordSize)
-			subject := fmt.Sprintf("bench.%d", i)
-			for time.Now().Before(end) && ctx.Err() == nil {
-				sent := time.Now()
-				f, err := js.PublishAsync(subject, payload)
-				if err != nil {
-					errCount.Add(1)
-					mu.Lock()
-					res.Errors[errName(err)]++
-					mu.Unlock()
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				queue <- pending{f, sent}
-			}
-			close(queue)
-			<-done
+			t.publish(ctx, js, fmt.Sprintf("bench.%d", i), cfg)
 		}()
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	everySecond(finished, progress, func() (Progress, int64) {
-		w := takeWindow(&mu, &window)
-		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99}, ackedAll.Load()
+		w := takeWindow(&t.mu, &t.window)
+		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(t.measureFrom), Acked: t.acked.Load(), Errors: t.errCount.Load(), P99: w.P99}, t.ackedAll.Load()
 	})
 	res.Processes = watch()
-	res.Committed = acked.Load()
+	res.Committed = t.acked.Load()
 	res.RecordsPerSec = float64(res.Committed) / cfg.Duration.Seconds()
 	res.MBPerSec = res.RecordsPerSec * float64(cfg.RecordSize) / 1e6
-	res.Receipt = Summarize(lat)
+	res.Receipt = Summarize(t.lat)
 	return res, ctx.Err()
+}
+
+// createBenchStream creates the BENCH stream with replicas, retrying for
+// a minute: the cluster needs a meta leader before it takes a replicated
+// stream.
+func createBenchStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	var err error
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH", Subjects: []string{"bench.>"},
+			Storage: jetstream.FileStorage, Replicas: replicas})
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create the R%d stream: %w", replicas, err)
+	}
+	return nil
+}
+
+// jsTally is what the publishers measured, shared between them: acks
+// and their latencies within [measureFrom, end), every ack's latency
+// since the last progress report (window), and errors by name.
+type jsTally struct {
+	measureFrom, end          time.Time
+	mu                        sync.Mutex // guards lat, window, errors
+	lat, window               []time.Duration
+	errors                    map[string]int64
+	acked, ackedAll, errCount atomic.Int64
+}
+
+func (t *jsTally) fail(err error) {
+	t.errCount.Add(1)
+	t.mu.Lock()
+	t.errors[errName(err)]++
+	t.mu.Unlock()
+}
+
+func (t *jsTally) ack(sent time.Time) {
+	now := time.Now()
+	d := now.Sub(sent)
+	t.ackedAll.Add(1)
+	t.mu.Lock()
+	t.window = append(t.window, d)
+	if inWindow(now, t.measureFrom, t.end) {
+		t.acked.Add(1)
+		t.lat = append(t.lat, d)
+	}
+	t.mu.Unlock()
+}
+
+// publish is one publisher: async publishes to subject until the end,
+// at most cfg.MaxPending unacknowledged, then waits for the last acks.
+func (t *jsTally) publish(ctx context.Context, js jetstream.JetStream, subject string, cfg JetStreamConfig) {
+	type pending struct {
+		f    jetstream.PubAckFuture
+		sent time.Time
+	}
+	queue := make(chan pending, cfg.MaxPending)
+	done := make(chan struct{})
+	go func() { // acks arrive in publish order per publisher
+		defer close(done)
+		for p := range queue {
+			select {
+			case <-p.f.Ok():
+				t.ack(p.sent)
+			case err := <-p.f.Err():
+				t.fail(err)
+			}
+		}
+	}()
+	payload := make([]byte, cfg.RecordSize)
+	for time.Now().Before(t.end) && ctx.Err() == nil {
+		sent := time.Now()
+		f, err := js.PublishAsync(subject, payload)
+		if err != nil {
+			t.fail(err)
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		queue <- pending{f, sent}
+	}
+	close(queue)
+	<-done
 }
 
 func errName(err error) string {

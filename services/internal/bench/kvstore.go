@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
+
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -48,10 +50,9 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 	if cfg.App == "noop" {
 		perTx, txBytes = int64(cfg.TxSize/cfg.RecordSize), cfg.TxSize
 	}
-	// Transactions are known by their first 16 bytes (random or unique), and
-	// at most 8 MiB of them (under three blocks) wait to be seen in a block: async broadcast
-	// gives no other back-pressure than a full mempool.
-	keyOf := func(tx []byte) string { return string(tx[:min(16, len(tx))]) }
+	// At most 8 MiB of transactions (under three blocks) wait to be seen
+	// in a block: async broadcast gives no other back-pressure than a full
+	// mempool.
 	pendingCap := max(8, (8<<20)/txBytes)
 	n, err := localnet.Open(cfg.Net)
 	if err != nil {
@@ -68,54 +69,13 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 	watch := Watch(watched)
 
 	start := time.Now()
-	measureFrom, end := start.Add(cfg.Warmup), start.Add(cfg.Warmup+cfg.Duration)
-	var mu sync.Mutex
-	sent := map[string]time.Time{}
-	var lat, window []time.Duration
-	var lastSeen time.Time // when the watcher last fetched a block
-	var acked, ackedAll, errCount atomic.Int64
+	k := &kvTally{measureFrom: start.Add(cfg.Warmup), end: start.Add(cfg.Warmup + cfg.Duration), perTx: perTx,
+		pendingCap: pendingCap, sent: map[string]time.Time{}, errors: res.Errors}
 
-	// A watcher follows node 0's blocks and times each transaction seen.
-	watcher, err := n.Client(0)
+	stopWatch, err := k.startWatcher(ctx, n)
 	if err != nil {
 		return res, err
 	}
-	st, err := watcher.Status(ctx)
-	if err != nil {
-		return res, err
-	}
-	next := st.SyncInfo.LatestBlockHeight + 1
-	wctx, stopWatch := context.WithCancel(ctx)
-	watched2 := make(chan struct{})
-	go func() {
-		defer close(watched2)
-		for wctx.Err() == nil {
-			b, err := watcher.Block(wctx, &next)
-			if err != nil {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			now := time.Now()
-			mu.Lock()
-			lastSeen = now
-			for _, tx := range b.Block.Txs {
-				t0, ok := sent[keyOf(tx)]
-				if !ok {
-					continue
-				}
-				delete(sent, keyOf(tx))
-				d := now.Sub(t0)
-				ackedAll.Add(perTx)
-				window = append(window, d)
-				if inWindow(now, measureFrom, end) {
-					acked.Add(perTx)
-					lat = append(lat, d)
-				}
-			}
-			mu.Unlock()
-			next++
-		}
-	}()
 
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Senders; i++ {
@@ -126,71 +86,154 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 			if err != nil {
 				return
 			}
-			payload := make([]byte, max(1, cfg.RecordSize/2))
-			if cfg.App == "noop" {
-				payload = make([]byte, cfg.TxSize)
-			}
-			for seq := 0; time.Now().Before(end) && ctx.Err() == nil; seq++ {
-				_, _ = rand.Read(payload)
-				var tx []byte
-				if cfg.App == "noop" {
-					tx = payload[:len(payload):len(payload)]
-					tx = append([]byte(nil), tx...)
-				} else {
-					tx = []byte(fmt.Sprintf("%016x=%s", uint64(i)<<40|uint64(seq), hex.EncodeToString(payload)))
-				}
-				for {
-					mu.Lock()
-					full := len(sent) >= pendingCap
-					mu.Unlock()
-					if !full || ctx.Err() != nil || !time.Now().Before(end) {
-						break
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-				t0 := time.Now()
-				mu.Lock()
-				sent[keyOf(tx)] = t0
-				mu.Unlock()
-				if _, err := c.BroadcastTxAsync(ctx, tx); err != nil {
-					errCount.Add(1)
-					mu.Lock()
-					delete(sent, keyOf(tx))
-					name := "error"
-					if strings.Contains(err.Error(), "mempool is full") {
-						name = "mempool_full"
-					}
-					res.Errors[name]++
-					mu.Unlock()
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
+			k.send(ctx, c, i, cfg)
 		}()
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	everySecond(finished, progress, func() (Progress, int64) {
-		w := takeWindow(&mu, &window)
-		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(measureFrom), Acked: acked.Load(), Errors: errCount.Load(), P99: w.P99}, ackedAll.Load()
+		w := takeWindow(&k.mu, &k.window)
+		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(k.measureFrom), Acked: k.acked.Load(), Errors: k.errCount.Load(), P99: w.P99}, k.ackedAll.Load()
 	})
-	// The watcher may still be behind node 0's tip: let it reach the end
-	// of the window.
+	k.awaitWatcher(ctx)
+	stopWatch()
+	res.Processes = watch()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	res.Committed = k.acked.Load()
+	res.RecordsPerSec = float64(res.Committed) / cfg.Duration.Seconds()
+	res.MBPerSec = res.RecordsPerSec * float64(cfg.RecordSize) / 1e6
+	res.Receipt = Summarize(k.lat)
+	return res, ctx.Err()
+}
+
+// keyOf is how a transaction is known: its first 16 bytes (random or
+// unique).
+func keyOf(tx []byte) string { return string(tx[:min(16, len(tx))]) }
+
+// kvTally is what the senders and the block watcher share: transactions
+// sent and not yet seen in a block (at most pendingCap), acks and their
+// latencies within [measureFrom, end) (a transaction standing for perTx
+// records), every ack's latency since the last progress report (window),
+// and errors by name.
+type kvTally struct {
+	measureFrom, end time.Time
+	perTx            int64
+	pendingCap       int
+
+	mu          sync.Mutex // guards the fields below
+	sent        map[string]time.Time
+	lat, window []time.Duration
+	lastSeen    time.Time // when the watcher last fetched a block
+	errors      map[string]int64
+
+	acked, ackedAll, errCount atomic.Int64
+}
+
+// startWatcher starts a watcher that follows node 0's blocks from the
+// next one and times each transaction seen; stop stops it and waits.
+func (k *kvTally) startWatcher(ctx context.Context, n *localnet.Net) (stop func(), err error) {
+	watcher, err := n.Client(0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := watcher.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		k.watchBlocks(wctx, watcher, st.SyncInfo.LatestBlockHeight+1)
+	}()
+	return func() { cancel(); <-done }, nil
+}
+
+// watchBlocks follows watcher's blocks from height next until ctx ends,
+// and times each transaction it sees that a sender sent.
+func (k *kvTally) watchBlocks(ctx context.Context, watcher *rpchttp.HTTP, next int64) {
+	for ctx.Err() == nil {
+		b, err := watcher.Block(ctx, &next)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		now := time.Now()
+		k.mu.Lock()
+		k.lastSeen = now
+		for _, tx := range b.Block.Txs {
+			t0, ok := k.sent[keyOf(tx)]
+			if !ok {
+				continue
+			}
+			delete(k.sent, keyOf(tx))
+			d := now.Sub(t0)
+			k.ackedAll.Add(k.perTx)
+			k.window = append(k.window, d)
+			if inWindow(now, k.measureFrom, k.end) {
+				k.acked.Add(k.perTx)
+				k.lat = append(k.lat, d)
+			}
+		}
+		k.mu.Unlock()
+		next++
+	}
+}
+
+// send is sender i: broadcast_tx_async through c until the end, waiting
+// while pendingCap transactions are unseen.
+func (k *kvTally) send(ctx context.Context, c *rpchttp.HTTP, i int, cfg KVStoreConfig) {
+	payload := make([]byte, max(1, cfg.RecordSize/2))
+	if cfg.App == "noop" {
+		payload = make([]byte, cfg.TxSize)
+	}
+	for seq := 0; time.Now().Before(k.end) && ctx.Err() == nil; seq++ {
+		_, _ = rand.Read(payload)
+		var tx []byte
+		if cfg.App == "noop" {
+			tx = payload[:len(payload):len(payload)]
+			tx = append([]byte(nil), tx...)
+		} else {
+			tx = []byte(fmt.Sprintf("%016x=%s", uint64(i)<<40|uint64(seq), hex.EncodeToString(payload)))
+		}
+		for {
+			k.mu.Lock()
+			full := len(k.sent) >= k.pendingCap
+			k.mu.Unlock()
+			if !full || ctx.Err() != nil || !time.Now().Before(k.end) {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t0 := time.Now()
+		k.mu.Lock()
+		k.sent[keyOf(tx)] = t0
+		k.mu.Unlock()
+		if _, err := c.BroadcastTxAsync(ctx, tx); err != nil {
+			k.errCount.Add(1)
+			k.mu.Lock()
+			delete(k.sent, keyOf(tx))
+			name := "error"
+			if strings.Contains(err.Error(), "mempool is full") {
+				name = "mempool_full"
+			}
+			k.errors[name]++
+			k.mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// awaitWatcher gives the watcher, which may still be behind node 0's
+// tip, up to 5 s to reach the end of the window.
+func (k *kvTally) awaitWatcher(ctx context.Context) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
-		mu.Lock()
-		caughtUp := lastSeen.After(end)
-		mu.Unlock()
+		k.mu.Lock()
+		caughtUp := k.lastSeen.After(k.end)
+		k.mu.Unlock()
 		if caughtUp {
 			break
 		}
 	}
-	stopWatch()
-	<-watched2
-	res.Processes = watch()
-	mu.Lock()
-	defer mu.Unlock()
-	res.Committed = acked.Load()
-	res.RecordsPerSec = float64(res.Committed) / cfg.Duration.Seconds()
-	res.MBPerSec = res.RecordsPerSec * float64(cfg.RecordSize) / 1e6
-	res.Receipt = Summarize(lat)
-	return res, ctx.Err()
 }

@@ -136,13 +136,11 @@ type place struct {
 
 func (p place) String() string { return fmt.Sprintf("%d@%d", p.partition, p.offset) }
 
-// Check finds every anomaly in h.
+// Check finds every anomaly in h. The families run in report order, so
+// each anomaly's examples are the first ones found.
 func Check(h History) Report {
 	r := Report{Counts: map[string]int{}, Of: map[string]int{}, Examples: map[string][]string{}}
-	sent := map[string]*Send{}
-	for i := range h.Sends {
-		s := &h.Sends[i]
-		sent[s.Value] = s
+	for _, s := range h.Sends {
 		r.Sends++
 		if s.Outcome == Acked {
 			r.Acked++
@@ -150,89 +148,150 @@ func Check(h History) Report {
 			r.Unknown++
 		}
 	}
+	x := newIndex(h)
+	checkPlaces(&r, x)
+	checkDuplicates(&r, x)
+	checkForged(&r, h, x)
+	checkAcked(&r, h, x)
+	checkSendOrder(&r, h)
+	checkPolls(&r, h, x)
+	checkAppHashes(&r, h)
+	return r
+}
 
-	// What sits where: every value seen at each place, and every place
-	// each value was seen at, over all observers.
-	at := map[place]map[string][]string{}    // place -> value -> observers
-	where := map[string]map[place][]string{} // value -> place -> observers
-	type copyOf struct {
-		value string
-		at    place
+// copyOf is one value at one place: a record someone saw.
+type copyOf struct {
+	value string
+	at    place
+}
+
+// index is what sits where in a history, over all observers.
+type index struct {
+	sent     map[string]*Send              // value -> its send
+	at       map[place]map[string][]string // place -> value -> observers
+	where    map[string]map[place][]string // value -> place -> observers
+	signers  map[copyOf]map[string]bool    // producer keys each copy carried
+	heldBack map[place]bool                // a validator's read-back holds the place
+	readers  bool                          // some validator read its log back
+	held     map[uint32][2]uint64          // partition -> [lowest, highest] offset a validator holds
+	polled   map[string]map[string]bool    // value -> consumers it was delivered to
+	places   []place                       // keys of at, by partition then offset
+	values   []string                      // keys of where, sorted
+	// consumers names every consumer: those that polled and those that
+	// should have.
+	consumers []string
+}
+
+func newIndex(h History) *index {
+	x := &index{
+		sent:     map[string]*Send{},
+		at:       map[place]map[string][]string{},
+		where:    map[string]map[place][]string{},
+		signers:  map[copyOf]map[string]bool{},
+		heldBack: map[place]bool{},
+		held:     map[uint32][2]uint64{},
+		polled:   map[string]map[string]bool{},
 	}
-	signers := map[copyOf]map[string]bool{} // producer keys each copy carried
-	heldBack := map[place]bool{}            // a validator's read-back holds the place
-	readers := false
+	for i := range h.Sends {
+		x.sent[h.Sends[i].Value] = &h.Sends[i]
+	}
+	consumers := map[string]bool{}
+	for _, c := range h.Consumers {
+		consumers[c] = true
+	}
 	for _, o := range h.Observations {
 		p := place{o.Partition, o.Offset}
-		if !o.Poll {
-			heldBack[p], readers = true, true
+		if o.Poll {
+			if x.polled[o.Value] == nil {
+				x.polled[o.Value] = map[string]bool{}
+			}
+			x.polled[o.Value][o.Observer] = true
+			consumers[o.Observer] = true
+		} else {
+			x.heldBack[p], x.readers = true, true
+			b, ok := x.held[o.Partition]
+			if !ok {
+				b = [2]uint64{o.Offset, o.Offset}
+			}
+			x.held[o.Partition] = [2]uint64{min(b[0], o.Offset), max(b[1], o.Offset)}
 		}
-		if at[p] == nil {
-			at[p] = map[string][]string{}
+		if x.at[p] == nil {
+			x.at[p] = map[string][]string{}
 		}
-		at[p][o.Value] = append(at[p][o.Value], o.Observer)
-		if where[o.Value] == nil {
-			where[o.Value] = map[place][]string{}
+		x.at[p][o.Value] = append(x.at[p][o.Value], o.Observer)
+		if x.where[o.Value] == nil {
+			x.where[o.Value] = map[place][]string{}
 		}
-		where[o.Value][p] = append(where[o.Value][p], o.Observer)
+		x.where[o.Value][p] = append(x.where[o.Value][p], o.Observer)
 		c := copyOf{o.Value, p}
-		if signers[c] == nil {
-			signers[c] = map[string]bool{}
+		if x.signers[c] == nil {
+			x.signers[c] = map[string]bool{}
 		}
-		signers[c][o.Producer] = true
+		x.signers[c][o.Producer] = true
 	}
-	places := sortedKeys(at, func(a, b place) int {
+	x.places = sortedKeys(x.at, func(a, b place) int {
 		return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.offset, b.offset))
 	})
-	values := slices.Sorted(maps.Keys(where))
+	x.values = slices.Sorted(maps.Keys(x.where))
+	x.consumers = slices.Sorted(maps.Keys(consumers))
+	return x
+}
 
-	// inconsistent-offsets: one place, several values; or an acknowledged
-	// record seen somewhere its receipt did not name.
-	r.Of[InconsistentOffsets] = len(places) + r.Acked
-	for _, p := range places {
-		if len(at[p]) > 1 {
+// checkPlaces finds inconsistent offsets by place: one place, several
+// values; or a consumer delivered a record at a place no validator holds.
+// (checkAcked counts the third kind: a receipt that names another place.)
+func checkPlaces(r *Report, x *index) {
+	r.Of[InconsistentOffsets] = len(x.places) + r.Acked
+	for _, p := range x.places {
+		if len(x.at[p]) > 1 {
 			var vs []string
-			for v, obs := range at[p] {
+			for v, obs := range x.at[p] {
 				vs = append(vs, fmt.Sprintf("%q by %s", v, strings.Join(obs, ",")))
 			}
 			sort.Strings(vs)
 			r.add(InconsistentOffsets, "%s holds %s", p, strings.Join(vs, " and "))
-		} else if readers && !heldBack[p] {
-			for v, obs := range at[p] {
+		} else if x.readers && !x.heldBack[p] {
+			for v, obs := range x.at[p] {
 				r.add(InconsistentOffsets, "%s delivered %q at %s, where no validator holds a record", strings.Join(obs, ","), v, p)
 			}
 		}
 	}
-	// duplicate: one value at several places (an unknown send too: it
-	// may appear, but once).
-	r.Of[Duplicate] = len(values)
-	for _, v := range values {
-		if len(where[v]) > 1 {
+}
+
+// checkDuplicates finds one value at several places (an unknown send
+// too: it may appear, but once).
+func checkDuplicates(r *Report, x *index) {
+	r.Of[Duplicate] = len(x.values)
+	for _, v := range x.values {
+		if len(x.where[v]) > 1 {
 			var ps []string
-			for p := range where[v] {
+			for p := range x.where[v] {
 				ps = append(ps, p.String())
 			}
 			sort.Strings(ps)
 			r.add(Duplicate, "%q at %s", v, strings.Join(ps, ", "))
 		}
 	}
-	// forged: a record no producer of the run sent, or signed by a key
-	// other than its sender's.
-	r.Of[Forged] = len(values)
-	for _, v := range values {
-		s, ok := sent[v]
-		ps := make([]place, 0, len(where[v]))
-		for p := range where[v] {
+}
+
+// checkForged finds records no producer of the run sent, or signed by a
+// key other than their sender's.
+func checkForged(r *Report, h History, x *index) {
+	r.Of[Forged] = len(x.values)
+	for _, v := range x.values {
+		s, ok := x.sent[v]
+		ps := make([]place, 0, len(x.where[v]))
+		for p := range x.where[v] {
 			ps = append(ps, p)
 		}
 		sort.Slice(ps, func(i, j int) bool { return ps[i].String() < ps[j].String() })
 		for _, p := range ps {
 			if !ok {
-				r.add(Forged, "%q at %s (seen by %s) was never sent", v, p, strings.Join(where[v][p], ","))
+				r.add(Forged, "%q at %s (seen by %s) was never sent", v, p, strings.Join(x.where[v][p], ","))
 				continue
 			}
 			want := h.ProducerKeys[s.Producer]
-			for key := range signers[copyOf{v, p}] {
+			for key := range x.signers[copyOf{v, p}] {
 				if key != want {
 					r.add(Forged, "%q at %s is signed by %.8s…, its producer's key is %.8s…", v, p, key, want)
 					break
@@ -240,44 +299,26 @@ func Check(h History) Report {
 			}
 		}
 	}
+}
 
-	// lost and unseen; receipts that name another place.
+// checkAcked follows every acknowledged record: lost (and where in its
+// partition), unseen by some consumer, or seen where its receipt did not
+// name.
+func checkAcked(r *Report, h History, x *index) {
 	r.Of[Lost], r.Of[Unseen] = r.Acked, r.Acked
 	for _, k := range []string{LostPrefix, LostMiddle, LostPostfix} {
 		r.Of[k] = r.Acked
 	}
-	held := map[uint32][2]uint64{}         // partition -> [lowest, highest] offset a validator holds
-	polled := map[string]map[string]bool{} // value -> consumers it was delivered to
-	consumers := map[string]bool{}
-	for _, o := range h.Observations {
-		if o.Poll {
-			if polled[o.Value] == nil {
-				polled[o.Value] = map[string]bool{}
-			}
-			polled[o.Value][o.Observer] = true
-			consumers[o.Observer] = true
-			continue
-		}
-		b, ok := held[o.Partition]
-		if !ok {
-			b = [2]uint64{o.Offset, o.Offset}
-		}
-		held[o.Partition] = [2]uint64{min(b[0], o.Offset), max(b[1], o.Offset)}
-	}
-	for _, c := range h.Consumers {
-		consumers[c] = true
-	}
-	consumerNames := slices.Sorted(maps.Keys(consumers))
 	for i := range h.Sends {
 		s := &h.Sends[i]
 		if s.Outcome != Acked {
 			continue
 		}
-		seenAt, seen := where[s.Value]
+		seenAt, seen := x.where[s.Value]
 		if !seen {
 			r.Counts[Lost]++
 			kind := LostMiddle
-			if b, ok := held[s.Partition]; !ok || s.Offset > b[1] {
+			if b, ok := x.held[s.Partition]; !ok || s.Offset > b[1] {
 				kind = LostPostfix
 			} else if s.Offset < b[0] {
 				kind = LostPrefix
@@ -297,16 +338,18 @@ func Check(h History) Report {
 			r.add(InconsistentOffsets, "%q acknowledged at %d@%d, seen at %s", s.Value, s.Partition, s.Offset, strings.Join(ps, ", "))
 		}
 		// unseen: in the log, but some consumer never got it.
-		for _, c := range consumerNames {
-			if !polled[s.Value][c] {
+		for _, c := range x.consumers {
+			if !x.polled[s.Value][c] {
 				r.add(Unseen, "%q acknowledged at %d@%d never reached %s", s.Value, s.Partition, s.Offset, c)
 				break
 			}
 		}
 	}
+}
 
-	// nonmonotonic-send: a producer's acknowledged records, in the order it
-	// sent them, at decreasing offsets of one partition.
+// checkSendOrder finds a producer's acknowledged records, in the order it
+// sent them, at decreasing offsets of one partition (nonmonotonic-send).
+func checkSendOrder(r *Report, h History) {
 	type stream struct {
 		producer  int
 		partition uint32
@@ -333,9 +376,11 @@ func Check(h History) Report {
 			}
 		}
 	}
+}
 
-	// nonmonotonic-poll and poll-skip: each consumer reads each partition
-	// from its start, in offset order, without gaps.
+// checkPolls finds nonmonotonic polls and poll skips: each consumer reads
+// each partition from its start, in offset order, without gaps.
+func checkPolls(r *Report, h History, x *index) {
 	type cursor struct {
 		consumer  string
 		partition uint32
@@ -356,7 +401,7 @@ func Check(h History) Report {
 		npolls += len(ps)
 		sort.SliceStable(ps, func(i, j int) bool { return ps[i].Seq < ps[j].Seq })
 		start := uint64(0)
-		if b, ok := held[k.partition]; ok {
+		if b, ok := x.held[k.partition]; ok {
 			start = b[0]
 		}
 		if ps[0].Offset > start {
@@ -372,8 +417,10 @@ func Check(h History) Report {
 		}
 	}
 	r.Of[NonmonotonicPoll], r.Of[PollSkip] = npolls, npolls
+}
 
-	// app-hash divergence: heights at which nodes report different hashes.
+// checkAppHashes finds heights at which nodes report different app hashes.
+func checkAppHashes(r *Report, h History) {
 	heights := slices.Sorted(maps.Keys(h.AppHashes))
 	r.Of[AppHashDivergence] = len(heights)
 	for _, height := range heights {
@@ -393,7 +440,6 @@ func Check(h History) Report {
 			r.add(AppHashDivergence, "height %d: %s", height, strings.Join(parts, "; "))
 		}
 	}
-	return r
 }
 
 // sortedKeys returns m's keys in the order compare gives.

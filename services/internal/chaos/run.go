@@ -70,7 +70,6 @@ func (r Row) Safe() bool { return r.Report.Safe() && len(r.Errors) == 0 }
 // acts, heals everything, waits for the cluster and the consumers, reads
 // every validator's log back and checks the history.
 func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io.Writer) (Row, error) {
-	row := Row{Nemesis: ph.Nemesis.Name, ConsumerErrors: map[string]int{}}
 	c.topic, c.notes = w.Topic, nil
 	trust, err := c.Trust()
 	if err != nil {
@@ -80,6 +79,7 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	if err != nil {
 		return Row{}, err
 	}
+	row := Row{Nemesis: ph.Nemesis.Name, ConsumerErrors: map[string]int{}}
 	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
 	if err != nil {
 		return row, err
@@ -92,9 +92,46 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	startHeight := maxCommitted(ctx, c)
 	rec := newRecorder()
 
-	// Consumers: each reads every partition from its start.
 	cctx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
+	consumers := startConsumers(cctx, c, w, rec)
+	load := runLoad(ctx, c, w, ph, rec, &row, progress)
+	checkHealed(ctx, c, ph, &row)
+
+	// The consumers caught up to the log's end, then every validator's
+	// log read back: the log only grows, so the read-back holds whatever
+	// a consumer was delivered (a send of unknown outcome may still commit
+	// late; read first, it would look like a record no validator holds).
+	awaitConsumers(ctx, c, w, rec, ph.Settle)
+	stopConsumers()
+	consumers.Wait()
+	readBackAll(ctx, c, w, rec, &row)
+
+	if err := appHashes(ctx, c.Net, startHeight, maxCommittedAll(ctx, c), rec.h.AppHashes); err != nil {
+		row.Errors = append(row.Errors, err.Error())
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	row.Report = Check(rec.h)
+	load.measure(&row, rec, w.Consumers > 0)
+	for k, v := range rec.errs {
+		row.ConsumerErrors[k] = v
+	}
+	row.Notes = c.notes
+	row.SendErrors = map[string]int{}
+	for _, snd := range rec.h.Sends {
+		if snd.Outcome == Unknown {
+			row.SendErrors[errorKind(snd.Err)]++
+		}
+	}
+	return row, nil
+}
+
+// startConsumers starts the workload's consumers, each reading every
+// partition from its start until ctx ends; the group is done when all
+// have stopped.
+func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) *sync.WaitGroup {
 	var consumers sync.WaitGroup
 	for i := 0; i < w.Consumers; i++ {
 		name := fmt.Sprintf("consumer%d", i)
@@ -103,12 +140,22 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		var mu sync.Mutex
 		for p := uint32(0); p < w.Partitions; p++ {
 			consumers.Add(1)
-			go func() { defer consumers.Done(); consume(cctx, c, w, name, p, rec, &seq, &mu) }()
+			go func() { defer consumers.Done(); consume(ctx, c, w, name, p, rec, &seq, &mu) }()
 		}
 	}
+	return &consumers
+}
 
-	// Producers, for the phase's duration.
-	loadStart := time.Now()
+// loadTimes is when the load ran and when the nemesis last healed (zero:
+// it never did).
+type loadTimes struct {
+	start, end, lastHeal time.Time
+}
+
+// runLoad runs the producers for the phase's duration while the nemesis
+// injects and heals faults, and returns once every producer has stopped.
+func runLoad(ctx context.Context, c *Cluster, w Workload, ph Phase, rec *recorder, row *Row, progress io.Writer) loadTimes {
+	t := loadTimes{start: time.Now()}
 	lctx, stopLoad := context.WithTimeout(ctx, ph.Duration)
 	defer stopLoad()
 	var producers sync.WaitGroup
@@ -122,10 +169,22 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 			}
 		}()
 	}
+	t.lastHeal = runNemesis(ctx, lctx, c, ph, t.start, row, progress)
+	<-lctx.Done()
+	t.end = time.Now()
+	producers.Wait()
+	close(prodErrs)
+	for err := range prodErrs {
+		row.Errors = append(row.Errors, err.Error())
+	}
+	return t
+}
 
-	// The nemesis: gap, fault, hold, heal, until the load ends.
+// runNemesis repeats gap, fault, hold, heal until the load (lctx) ends,
+// and returns when it last healed. Faults and heals run under ctx, so a
+// fault held past the load's end is still healed.
+func runNemesis(ctx, lctx context.Context, c *Cluster, ph Phase, loadStart time.Time, row *Row, progress io.Writer) (lastHeal time.Time) {
 	rng := rand.New(rand.NewPCG(ph.Seed, 0x6279_7a6c_6f67))
-	var lastHeal time.Time
 	loadDeadline := loadStart.Add(ph.Duration)
 	for round := 0; ; round++ {
 		sleep(lctx, ph.Gap)
@@ -147,48 +206,43 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		}
 		lastHeal = time.Now()
 	}
-	<-lctx.Done()
-	loadEnd := time.Now()
-	producers.Wait()
-	close(prodErrs)
-	for err := range prodErrs {
-		row.Errors = append(row.Errors, err.Error())
-	}
+	return lastHeal
+}
 
-	// Everything back: every process running, every node caught up.
+// checkHealed records in row what is not back after the faults: a process
+// not running, or validators that did not catch up within ph.Settle.
+func checkHealed(ctx context.Context, c *Cluster, ph Phase, row *Row) {
 	for _, name := range c.ProcessNames() {
 		if !c.Net.IsRunning(c.Services, name) {
 			row.Errors = append(row.Errors, fmt.Sprintf("%s is not running after the faults were healed", name))
 		}
 	}
-	all := make([]int, c.validators())
-	for i := range all {
-		all[i] = i
-	}
 	wctx, cancel := context.WithTimeout(ctx, ph.Settle)
-	err = c.Net.WaitHeight(wctx, all, maxCommitted(ctx, c)+1, io.Discard)
+	err := c.Net.WaitHeight(wctx, c.allNodes(), maxCommitted(ctx, c)+1, io.Discard)
 	cancel()
 	if err != nil {
 		row.Errors = append(row.Errors, fmt.Sprintf("the validators did not all catch up within %s: %v", ph.Settle, err))
 	}
+}
 
-	// The consumers caught up to the log's end, then every validator's
-	// log read back: the log only grows, so the read-back holds whatever
-	// a consumer was delivered (a send of unknown outcome may still commit
-	// late; read first, it would look like a record no validator holds).
+// awaitConsumers waits, up to settle, until every consumer has delivered
+// each partition up to the end node 0's log has now.
+func awaitConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder, settle time.Duration) {
 	logEnd := map[uint32]uint64{}
 	for p := uint32(0); p < w.Partitions; p++ {
 		if recs, err := readBack(ctx, c.Net, 0, w.Topic, p); err == nil {
 			logEnd[p] = uint64(len(recs))
 		}
 	}
-	deadline := time.Now().Add(ph.Settle)
+	deadline := time.Now().Add(settle)
 	for w.Consumers > 0 && !caughtUp(rec, w.Consumers, logEnd) && time.Now().Before(deadline) {
 		sleep(ctx, 250*time.Millisecond)
 	}
-	stopConsumers()
-	consumers.Wait()
-	for i := range all {
+}
+
+// readBackAll records every validator's log of the topic as observations.
+func readBackAll(ctx context.Context, c *Cluster, w Workload, rec *recorder, row *Row) {
+	for _, i := range c.allNodes() {
 		for p := uint32(0); p < w.Partitions; p++ {
 			recs, err := readBack(ctx, c.Net, i, w.Topic, p)
 			if err != nil {
@@ -200,26 +254,24 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 			}
 		}
 	}
+}
 
-	if err := appHashes(ctx, c.Net, startHeight, maxCommittedAll(ctx, c), rec.h.AppHashes); err != nil {
-		row.Errors = append(row.Errors, err.Error())
-	}
-
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	row.Report = Check(rec.h)
+// measure fills in row's availability, stalls, recovery and receipt
+// times from what rec saw during t (rec's lock held). With consumers,
+// recovery needs deliveries back as well as acknowledgements.
+func (t loadTimes) measure(row *Row, rec *recorder, consumers bool) {
 	if row.Report.Sends > 0 {
 		row.Availability = float64(row.Report.Acked) / float64(row.Report.Sends)
 	}
-	row.MaxStall, row.Recovery = stalls(rec.ackTimes, loadStart, loadEnd, lastHeal)
-	row.Load = loadEnd.Sub(loadStart)
-	for _, t := range rec.ackTimes {
-		if !t.Before(loadStart) && !t.After(loadEnd) {
+	row.MaxStall, row.Recovery = stalls(rec.ackTimes, t.start, t.end, t.lastHeal)
+	row.Load = t.end.Sub(t.start)
+	for _, at := range rec.ackTimes {
+		if !at.Before(t.start) && !at.After(t.end) {
 			row.AckedUnderLoad++
 		}
 	}
 	row.ReceiptP50, row.ReceiptP99 = Percentile(rec.ackWaits, 0.50), Percentile(rec.ackWaits, 0.99)
-	if _, polled := stalls(rec.pollTimes, loadStart, loadEnd, lastHeal); w.Consumers > 0 {
+	if _, polled := stalls(rec.pollTimes, t.start, t.end, t.lastHeal); consumers {
 		// Both paths back: acknowledgements and deliveries.
 		if polled < 0 || row.Recovery < 0 {
 			row.Recovery = -1
@@ -227,17 +279,15 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 			row.Recovery = max(row.Recovery, polled)
 		}
 	}
-	for k, v := range rec.errs {
-		row.ConsumerErrors[k] = v
+}
+
+// allNodes lists every validator's index.
+func (c *Cluster) allNodes() []int {
+	all := make([]int, c.validators())
+	for i := range all {
+		all[i] = i
 	}
-	row.Notes = c.notes
-	row.SendErrors = map[string]int{}
-	for _, snd := range rec.h.Sends {
-		if snd.Outcome == Unknown {
-			row.SendErrors[errorKind(snd.Err)]++
-		}
-	}
-	return row, nil
+	return all
 }
 
 // Percentile is the q-quantile (0..1) of ds by the nearest-rank method; 0

@@ -1,13 +1,19 @@
 // Package nodelink is how byzlog's commands reach CometBFT nodes' RPC:
 // https with the nodes' certificates checked against a CA, and plaintext
 // beyond loopback only when asked for. The gateway, the indexer and
-// `byzlog consume --verify` register the same two flags.
+// `byzlog consume --verify` register the same two flags, read --nodes
+// the same way, and the indexer and consume take their root of trust
+// from genesis through the nodes the same way.
 package nodelink
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
+	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/indexer"
@@ -48,4 +54,50 @@ func (f Flags) Link(fs *pflag.FlagSet) (indexer.NodeLink, error) {
 	}
 	l.TLS = c
 	return l, nil
+}
+
+// NodesHelp is the help of every --nodes flag: the forms ParseNodes takes.
+const NodesHelp = "comma-separated CometBFT RPC addresses: https://host:port, or http://host:port or host:port (plaintext: loopback only, unless --insecure-nodes)"
+
+// ParseNodes reads a comma-separated list of CometBFT RPC addresses in
+// any form tlsconf.NodeURL takes (https://host:port, http://host:port,
+// host:port), dropping empty entries and spaces around each, and checks
+// each: plaintext beyond loopback only when insecure. The addresses come
+// back as given.
+func ParseNodes(list string, insecure bool) ([]string, error) {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, err := tlsconf.NodeURL(a, insecure); err != nil {
+			return nil, err
+		}
+		addrs = append(addrs, a)
+	}
+	return addrs, nil
+}
+
+// TrustGenesis is the root of trust a genesis file gives: it reads the
+// file at path, reaches addrs through link and takes the chain's first
+// header, which the genesis validators must have signed. On a new chain
+// the first block may take a moment: it retries for up to wait (0: tries
+// once). Errors name the setting at fault: genesis or nodes.
+func TrustGenesis(ctx context.Context, path string, addrs []string, link indexer.NodeLink, wait time.Duration) (*cmttypes.GenesisDoc, indexer.Trust, error) {
+	gen, err := cmttypes.GenesisDocFromFile(path)
+	if err != nil {
+		return nil, indexer.Trust{}, fmt.Errorf("genesis: %w", err)
+	}
+	provs, _, err := indexer.NewNodes(gen.ChainID, addrs, link)
+	if err != nil {
+		return nil, indexer.Trust{}, fmt.Errorf("nodes: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		trust, err := indexer.TrustGenesis(ctx, gen, provs)
+		if err == nil || !time.Now().Before(deadline) || ctx.Err() != nil {
+			return gen, trust, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
