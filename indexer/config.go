@@ -60,6 +60,15 @@ type Config struct {
 	// NATSTimeout bounds connecting to NATS and each request that reloads
 	// its authorization (Authz).
 	NATSTimeout time.Duration
+	// PublishAckTimeout bounds the wait for JetStream to acknowledge one
+	// publish; past it the block is published again.
+	PublishAckTimeout time.Duration
+	// RetryBackoff is the first wait after indexing is interrupted (a node
+	// or NATS failing); it doubles up to MaxRetryBackoff while no progress
+	// is made.
+	RetryBackoff, MaxRetryBackoff time.Duration
+	// StopSaveTimeout bounds saving the cursor once more on stop.
+	StopSaveTimeout time.Duration
 }
 
 // NodeLink says how to reach CometBFT nodes' RPC: https with certificates
@@ -91,7 +100,8 @@ const DefaultMaxResponseBytes = 16 << 20
 // start at height 1, 1 replica, 10 min duplicate window, 8192 pending
 // publishes, 100 ms polling, cursor saved every second, RPC responses up
 // to 16 MiB, a minute's wait for a new chain's first block, 10 s to reach
-// NATS.
+// NATS, 30 s for a publish's acknowledgement, retries after 100 ms doubling
+// to 5 s, 2 s to save the cursor on stop.
 func Default() Config {
 	return Config{
 		TrustingPeriod:  168 * time.Hour,
@@ -106,6 +116,11 @@ func Default() Config {
 		MaxResponseBytes: DefaultMaxResponseBytes,
 		GenesisWait:      time.Minute,
 		NATSTimeout:      10 * time.Second,
+
+		PublishAckTimeout: 30 * time.Second,
+		RetryBackoff:      100 * time.Millisecond,
+		MaxRetryBackoff:   5 * time.Second,
+		StopSaveTimeout:   2 * time.Second,
 	}
 }
 
@@ -138,6 +153,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("genesis_wait (%s) must not be negative", c.GenesisWait)
 	case c.NATSTimeout <= 0:
 		return fmt.Errorf("nats_timeout (%s) must be positive", c.NATSTimeout)
+	case c.PublishAckTimeout < time.Second:
+		return fmt.Errorf("publish_ack_timeout (%s) must be at least 1s", c.PublishAckTimeout)
+	case c.RetryBackoff <= 0 || c.MaxRetryBackoff < c.RetryBackoff:
+		return fmt.Errorf("retry_backoff (%s) must be positive and at most max_retry_backoff (%s)", c.RetryBackoff, c.MaxRetryBackoff)
+	case c.StopSaveTimeout <= 0:
+		return fmt.Errorf("stop_save_timeout (%s) must be positive", c.StopSaveTimeout)
 	}
 	if a := c.Authz; a != nil {
 		if err := a.Spec.Validate(); err != nil {

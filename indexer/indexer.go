@@ -63,7 +63,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 	}
 	i.acked.Store(h)
 	i.log.Info().Int64("cursor", h).Str("id", i.cfg.ID).Msg("indexer starting after its cursor")
-	backoff := 100 * time.Millisecond
+	backoff := i.cfg.RetryBackoff
 	for {
 		before := i.acked.Load()
 		err := i.follow(ctx, pub, acc)
@@ -71,7 +71,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 			return nil
 		}
 		if i.acked.Load() > before {
-			backoff = 100 * time.Millisecond
+			backoff = i.cfg.RetryBackoff
 		}
 		i.log.Warn().Err(err).Int64("resume_after", i.acked.Load()).Dur("backoff", backoff).Msg("indexing interrupted; resuming from the last acknowledged height")
 		select {
@@ -79,7 +79,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, i.cfg.MaxRetryBackoff)
 	}
 }
 
@@ -163,7 +163,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 		saved, last = h, time.Now()
 	}
 	defer func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		sctx, scancel := context.WithTimeout(context.Background(), i.cfg.StopSaveTimeout)
 		defer scancel()
 		save(sctx)
 	}()

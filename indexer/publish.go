@@ -38,7 +38,7 @@ type publisher struct {
 }
 
 func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending), jetstream.WithPublishAsyncTimeout(30*time.Second))
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending), jetstream.WithPublishAsyncTimeout(cfg.PublishAckTimeout))
 	if err != nil {
 		return nil, err
 	}

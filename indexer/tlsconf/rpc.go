@@ -32,7 +32,7 @@ func NodeURL(addr string, insecure bool) (string, error) {
 	case "https":
 	case "http":
 		if !insecure && !loopback(p.Hostname()) {
-			return "", fmt.Errorf("node %q: plaintext RPC to a host other than loopback carries every record in the clear; serve the node's RPC with TLS (rpc.tls_cert_file, rpc.tls_key_file) and give https://, or accept plaintext with --insecure", addr)
+			return "", fmt.Errorf("node %q: plaintext RPC to a host other than loopback carries every record in the clear; serve the node's RPC with TLS (rpc.tls_cert_file, rpc.tls_key_file) and give https://, or accept plaintext with insecure_nodes", addr)
 		}
 	default:
 		return "", fmt.Errorf("node %q: scheme %q: want http or https", addr, p.Scheme)
