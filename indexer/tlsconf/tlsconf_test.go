@@ -114,7 +114,7 @@ func TestFilesErrors(t *testing.T) {
 		err  func() error
 		want string
 	}{
-		{"server without a certificate", func() error { _, err := Files{}.Server(); return err }, "--insecure"},
+		{"server without a certificate", func() error { _, err := Files{}.Server(); return err }, "or insecure for plaintext"},
 		{"missing CA file", func() error { _, err := Files{CA: "/nonexistent/ca.pem"}.Client(); return err }, "read CA /nonexistent/ca.pem"},
 		{"certificate without key", func() error { _, err := Files{Cert: "c.pem"}.Client(); return err }, "needs its key"},
 		{"CA that is not PEM", func() error {
