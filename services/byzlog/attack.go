@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -127,7 +123,7 @@ func runAttack(ctx context.Context, o attackOptions, attacks []attack.Attack, ou
 			return werr
 		}
 		if o.out != "" {
-			if werr := writeAttack(o.out, rows); werr != nil {
+			if werr := writeRows(o.out, "attack", rows, func(w io.Writer) error { return attack.WriteTable(w, rows) }); werr != nil {
 				return werr
 			}
 		}
@@ -139,22 +135,4 @@ func runAttack(ctx context.Context, o attackOptions, attacks []attack.Attack, ou
 		return fmt.Errorf("%w: %s (see above)", attack.ErrMissed, strings.Join(missed, ", "))
 	}
 	return nil
-}
-
-func writeAttack(dir string, rows []attack.Row) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(rows, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "attack.json"), b, 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "attack.txt"))
-	if err != nil {
-		return err
-	}
-	return errors.Join(attack.WriteTable(f, rows), f.Close())
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -190,7 +188,7 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 		return err
 	}
 	if o.out != "" {
-		if werr := writeChaos(o.out, rows); werr != nil {
+		if werr := writeRows(o.out, "chaos", rows, func(w io.Writer) error { return chaos.WriteTable(w, rows) }); werr != nil {
 			return werr
 		}
 	}
@@ -309,22 +307,4 @@ func (tc *testCluster) close(remove bool, progress io.Writer) {
 	} else {
 		fmt.Fprintf(progress, "the run's data and logs stay in %s\n", tc.dir)
 	}
-}
-
-func writeChaos(dir string, rows []chaos.Row) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(rows, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "chaos.json"), b, 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(filepath.Join(dir, "chaos.txt"))
-	if err != nil {
-		return err
-	}
-	return errors.Join(chaos.WriteTable(f, rows), f.Close())
 }
