@@ -438,7 +438,7 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !g.caughtUp(ctx, n, minHeight) {
+			if !g.queries.caughtUp(ctx, n, minHeight) {
 				answers[i].err = fmt.Errorf("node %s has not committed height %d", n.Addr, minHeight)
 				return
 			}
