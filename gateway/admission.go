@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -227,7 +225,7 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 			r.following = true
 			return nil
 		case placeConflict:
-			return status.Errorf(codes.FailedPrecondition, "sequence %d of producer %x in %s/%d is pending at this gateway with other contents: a sequence carries one batch; wait for its answer",
+			return errorf(ErrConflict, "sequence %d of producer %x in %s/%d is pending at this gateway with other contents: a sequence carries one batch; wait for its answer",
 				r.body.Sequence, r.key, r.body.Topic, r.body.Partition)
 		case placeGap:
 			gap := rejected(core.CodeSequenceGap, fmt.Sprintf("producer %x in %s/%d: expected sequence %d, got %d (committed and pending at this gateway); send the missing batches first",
@@ -246,7 +244,7 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 					case <-t.C:
 					case <-ctx.Done():
 						t.Stop()
-						return status.FromContextError(ctx.Err()).Err()
+						return ctx.Err()
 					}
 					t.Stop()
 					continue
@@ -424,7 +422,7 @@ func headerSize(h []byte) uint64 {
 func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.ProducerRequest, minHeight int64) (uint64, int64, error) {
 	data, err := proto.Marshal(req)
 	if err != nil {
-		return 0, 0, status.Errorf(codes.InvalidArgument, "encode query: %v", err)
+		return 0, 0, errorf(ErrInvalid, "encode query: %v", err)
 	}
 	type answer struct {
 		next   uint64
@@ -460,7 +458,7 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return 0, 0, status.FromContextError(ctx.Err()).Err()
+		return 0, 0, ctx.Err()
 	}
 	var nexts []uint64
 	var low int64
@@ -477,7 +475,7 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 	}
 	need := g.quorum()
 	if len(nexts) < need {
-		return 0, 0, status.Errorf(codes.Unavailable, "only %d of %d nodes answered the producer's sequence, %d must (last error: %v); retry", len(nexts), len(all), need, lastErr)
+		return 0, 0, errorf(ErrUnavailable, "only %d of %d nodes answered the producer's sequence, %d must (last error: %v); retry", len(nexts), len(all), need, lastErr)
 	}
 	slices.Sort(nexts)
 	return nexts[len(nexts)-need], low, nil

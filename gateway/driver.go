@@ -4,15 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	cmttypes "github.com/cometbft/cometbft/types"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/sign"
@@ -74,7 +70,7 @@ func (g *Gateway) requeue(reqs []*request) {
 			select {
 			case g.queue <- r:
 			default:
-				r.finish(nil, status.Error(codes.Unavailable, "gateway shutting down"))
+				r.finish(nil, errorf(ErrUnavailable, "gateway shutting down"))
 			}
 		}
 	}
@@ -91,7 +87,7 @@ func (g *Gateway) submit(ctx context.Context, reqs []*request, release func(), d
 	tx, err := sign.BundleTx(batches...)
 	if err != nil {
 		for _, r := range reqs {
-			r.finish(nil, status.Errorf(codes.Internal, "encode bundle: %v", err))
+			r.finish(nil, errorf(ErrInternal, "encode bundle: %v", err))
 		}
 		release()
 		return
@@ -137,7 +133,7 @@ func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (Committed, error) {
 	case <-ctx.Done():
 		// Left tracked: the same bytes sent again wait on it as twins, and
 		// the pending timeout bounds it.
-		return Committed{}, status.FromContextError(ctx.Err()).Err()
+		return Committed{}, ctx.Err()
 	}
 }
 
@@ -212,76 +208,54 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 	}
 }
 
-// send submits tracked p to healthy nodes in turn until one's CheckTx
-// answers.
+// send submits tracked p to the nodes in turn (nodes.Pool.Broadcast)
+// and settles it by how that ends.
 func (g *Gateway) send(ctx context.Context, p *pendingTx) {
-	var lastErr error
-	retriedStale := false
-	// A CheckTx refusal is one node's word: a liar could refuse every
-	// batch. A refusal stands once f+1 nodes give the same code; a node
-	// that takes the transaction settles it the other way.
-	refusals := map[uint32]int{}
-	first := g.pool.Pick()
-	order := append([]*nodes.Node{first}, g.pool.Others(first)...)
-	for i := 0; i < len(order); i++ {
-		n := order[i]
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := n.BroadcastTxSync(cctx, p.tx)
-		cancel()
-		if err != nil {
-			msg := err.Error()
-			switch {
-			case nodes.AlreadyHeld(err):
-				// The same bytes were seen before: still in a mempool (a
-				// block will tell), or already committed, perhaps before
-				// this gateway was watching. Look it up.
-				g.lookup(ctx, n, p)
-				return
-			case strings.Contains(msg, "mempool is full"):
-				if g.untrack(p) {
-					g.fail(p, exhausted(time.Second, "CometBFT mempool of %s is full; retry shortly", n.Addr))
-				}
-				return
-			}
-			if ctx.Err() != nil {
-				return // Run fails what is pending
-			}
-			g.pool.MarkDown(n, err)
-			lastErr = err
-			continue
-		}
-		if res.Code == 0 {
-			for _, r := range p.reqs {
-				if r.ack == byzlogv1.Ack_ACK_MEMPOOL {
-					r.answer(r.receipt(byzlogv1.Ack_ACK_MEMPOOL), nil)
-				}
-			}
-			return
-		}
-		code := core.Code(res.Code)
-		if staleSensitive(code) && !retriedStale {
-			// The node may not have the block that created the topic (or
-			// granted the key) yet, though the pre-check's node had: give
-			// it one more block than this gateway has seen, then ask again.
-			retriedStale = true
-			if g.queries.caughtUp(ctx, n, g.seenHeight()+1) {
-				i--
-				continue
-			}
-		}
-		refusals[res.Code]++
-		// A duplicate is settled by the block it names (confirmDuplicate),
+	sub := g.pool.Broadcast(ctx, p.tx, nodes.Policy{
+		Timeout: 10 * time.Second,
+		// A CheckTx refusal is one node's word: a liar could refuse every
+		// batch. A refusal stands once f+1 nodes give the same code; a
+		// node that takes the transaction settles it the other way. A
+		// duplicate is settled by the block it names (confirmDuplicate),
 		// whoever says it.
-		if code == core.CodeDuplicate || refusals[res.Code] >= g.quorum() {
-			if g.untrack(p) {
-				g.settleTx(ctx, p, func(q *pendingTx) settlement { return rejectedSettlement(q, code, res.Log, res.Data, nil) })
-			}
-			return
+		Quorum: g.quorum(),
+		Stands: func(code uint32) bool { return core.Code(code) == core.CodeDuplicate },
+		// The node may not have the block that created the topic (or
+		// granted the key) yet, though the pre-check's node had: give it
+		// one more block than this gateway has seen, then ask again.
+		Behind:   func(code uint32) bool { return staleSensitive(core.Code(code)) },
+		CatchUp:  func(ctx context.Context, n *nodes.Node) bool { return g.queries.caughtUp(ctx, n, g.seenHeight()+1) },
+		CodeName: func(code uint32) string { return core.Code(code).String() },
+	})
+	switch sub.Outcome {
+	case nodes.Held:
+		// The same bytes were seen before: still in a mempool (a block
+		// will tell), or already committed, perhaps before this gateway
+		// was watching. Look it up.
+		g.lookup(ctx, sub.Node, p)
+	case nodes.Full:
+		if g.untrack(p) {
+			g.fail(p, exhausted(time.Second, "CometBFT mempool of %s is full; retry shortly", sub.Node.Addr))
 		}
-		lastErr = fmt.Errorf("node %s refused it (%s: %s), which fewer than %d nodes confirm", n.Addr, code, res.Log, g.quorum())
-	}
-	if g.untrack(p) {
-		g.fail(p, status.Errorf(codes.Unavailable, "no CometBFT node took the transaction (last error: %v); retry", lastErr))
+	case nodes.Accepted:
+		for _, r := range p.reqs {
+			if r.ack == byzlogv1.Ack_ACK_MEMPOOL {
+				r.answer(r.receipt(byzlogv1.Ack_ACK_MEMPOOL), nil)
+			}
+		}
+	case nodes.Refused:
+		res := sub.Result
+		if g.untrack(p) {
+			g.settleTx(ctx, p, func(q *pendingTx) settlement {
+				return rejectedSettlement(q, core.Code(res.Code), res.Log, res.Data, nil)
+			})
+		}
+	case nodes.Failed:
+		if g.untrack(p) {
+			g.fail(p, errorf(ErrUnavailable, "no CometBFT node took the transaction (last error: %v); retry", sub.Err))
+		}
+	case nodes.Stopped:
+		// Run fails what is pending.
 	}
 }
 
@@ -398,7 +372,7 @@ func (g *Gateway) sweep(ctx context.Context) {
 	for _, p := range expired {
 		g.log.Warn().Str("tx", p.hash).Int("batches", len(p.reqs)).Dur("pending_timeout", g.cfg.PendingTimeout).Msg("transaction not committed in time; giving up")
 		g.metrics.expired.Inc()
-		g.fail(p, status.Errorf(codes.DeadlineExceeded, "not committed within %s (the gateway's pending_timeout); it may still commit: retry with the same sequence (or nonce)", g.cfg.PendingTimeout))
+		g.fail(p, errorf(ErrNotCommitted, "not committed within %s (the gateway's pending_timeout); it may still commit: retry with the same sequence (or nonce)", g.cfg.PendingTimeout))
 	}
 	for _, p := range stale {
 		g.log.Warn().Str("tx", p.hash).Int("batches", len(p.reqs)).Msg("transaction not committed in time; submitting it again")

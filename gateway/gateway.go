@@ -2,14 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
@@ -109,7 +108,7 @@ func (g *Gateway) Run(ctx context.Context) {
 	go func() { defer wg.Done(); g.runBundler(ctx) }()
 	wg.Wait()
 	g.stopped.Store(true)
-	shutdown := status.Error(codes.Unavailable, "gateway shutting down; retry with another gateway (same sequence)")
+	shutdown := errorf(ErrUnavailable, "gateway shutting down; retry with another gateway (same sequence)")
 	for {
 		select {
 		case r := <-g.queue:
@@ -139,7 +138,7 @@ func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack 
 	if ack == byzlogv1.Ack_ACK_UNSPECIFIED {
 		ack = byzlogv1.Ack_ACK_COMMIT
 	}
-	shutdown := status.Error(codes.Unavailable, "gateway shutting down; retry with another gateway (same sequence)")
+	shutdown := errorf(ErrUnavailable, "gateway shutting down; retry with another gateway (same sequence)")
 	if g.stopped.Load() {
 		return nil, shutdown
 	}
@@ -177,7 +176,7 @@ func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack 
 	case a := <-r.done:
 		return a.receipt, a.err
 	case <-ctx.Done():
-		return nil, status.FromContextError(ctx.Err()).Err()
+		return nil, ctx.Err()
 	}
 }
 
@@ -185,14 +184,14 @@ func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack 
 // signature, decoding, chain and size.
 func (g *Gateway) decode(b *byzlogv1.SignedBatch) (*request, error) {
 	if b == nil {
-		return nil, status.Error(codes.InvalidArgument, "request carries no batch")
+		return nil, errorf(ErrInvalid, "request carries no batch")
 	}
 	tx, err := sign.BundleTx(b)
 	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "encode batch: %v", err)
+		return nil, errorf(ErrInvalid, "encode batch: %v", err)
 	}
 	if len(tx) > g.cfg.MaxBundleBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "batch is %d bytes, the gateway's max_bundle_bytes is %d: send smaller batches", len(tx), g.cfg.MaxBundleBytes)
+		return nil, errorf(ErrInvalid, "batch is %d bytes, the gateway's max_bundle_bytes is %d: send smaller batches", len(tx), g.cfg.MaxBundleBytes)
 	}
 	if res := core.ValidateTx(tx); !res.OK() {
 		return nil, rejected(res.Code, res.Log)
@@ -216,7 +215,8 @@ func (g *Gateway) admit(ctx context.Context, r *request) error {
 		return err
 	}
 	if err := checkRecords(r, cfg, limits); err != nil {
-		if status.Code(err) != codes.PermissionDenied || !g.topics.refreshable() {
+		var re *RejectedError
+		if !errors.As(err, &re) || re.Code != core.CodeNotAllowed || !g.topics.refreshable() {
 			return err
 		}
 		// A key granted a moment ago may not be in the cache yet.

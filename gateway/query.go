@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
@@ -69,7 +67,7 @@ func (q *queryRouter) at(ctx context.Context, path string, req, resp proto.Messa
 	if req != nil {
 		var err error
 		if data, err = proto.Marshal(req); err != nil {
-			return 0, status.Errorf(codes.InvalidArgument, "encode query: %v", err)
+			return 0, errorf(ErrInvalid, "encode query: %v", err)
 		}
 	}
 	need := quorum(q.pool.Len())
@@ -79,12 +77,12 @@ func (q *queryRouter) at(ctx context.Context, path string, req, resp proto.Messa
 			select {
 			case <-time.After(q.retry):
 			case <-ctx.Done():
-				return 0, status.FromContextError(ctx.Err()).Err()
+				return 0, ctx.Err()
 			}
 		}
 		answers, errs := q.ask(ctx, path, data, minHeight)
 		if ctx.Err() != nil {
-			return 0, status.FromContextError(ctx.Err()).Err()
+			return 0, ctx.Err()
 		}
 		win, low, split, err := agree(answers, errs, need)
 		if win == nil {
@@ -100,11 +98,11 @@ func (q *queryRouter) at(ctx context.Context, path string, req, resp proto.Messa
 			return 0, rejected(core.Code(win.code), win.log)
 		}
 		if err := proto.Unmarshal(win.value, resp); err != nil {
-			return 0, status.Errorf(codes.Internal, "%d nodes answered %s with bytes that do not decode: %v", need, path, err)
+			return 0, errorf(ErrInternal, "%d nodes answered %s with bytes that do not decode: %v", need, path, err)
 		}
 		return low, nil
 	}
-	return 0, status.Errorf(codes.Unavailable, "%s: fewer than %d CometBFT nodes that committed height %d gave the same answer (last: %v); retry", path, need, minHeight, lastErr)
+	return 0, errorf(ErrUnavailable, "%s: fewer than %d CometBFT nodes that committed height %d gave the same answer (last: %v); retry", path, need, minHeight, lastErr)
 }
 
 // ask sends the query to every node at once: answers[i] is node i's

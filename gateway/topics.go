@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
@@ -99,7 +98,7 @@ func (c *topicCache) checkOnce(ctx context.Context, topic string, partition uint
 		select {
 		case <-time.After(c.missWait):
 		case <-ctx.Done():
-			return nil, nil, status.FromContextError(ctx.Err()).Err()
+			return nil, nil, ctx.Err()
 		}
 		c.expire()
 		return c.checkOnce(ctx, topic, partition, true)

@@ -4,8 +4,6 @@ import (
 	"time"
 
 	abci "github.com/cometbft/cometbft/abci/types"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
@@ -221,7 +219,7 @@ func committedSettlement(p *pendingTx, at txAt) settlement {
 	}
 	var out byzlogv1.TxOutcome
 	if err := proto.Unmarshal(res.Data, &out); err != nil || len(out.Batches) != len(p.reqs) {
-		return failedSettlement(p, status.Errorf(codes.Internal, "block %d tx %d: result data is not the bundle's outcome (%v)", h, i, err))
+		return failedSettlement(p, errorf(ErrInternal, "block %d tx %d: result data is not the bundle's outcome (%v)", h, i, err))
 	}
 	s := settlement{p: p}
 	for j, br := range out.Batches {
@@ -271,7 +269,7 @@ func rejectedSettlement(p *pendingTx, code core.Code, log string, data []byte, a
 // another transaction (hits) and sends the rest again.
 func conflictSettlement(p *pendingTx, d *chain.Block, hits map[*request]conflictHit) settlement {
 	h := d.Block.Height
-	s := settlement{p: p, stopping: status.Error(codes.Unavailable, "the gateway is stopping; retry with the same sequence")}
+	s := settlement{p: p, stopping: errorf(ErrUnavailable, "the gateway is stopping; retry with the same sequence")}
 	for _, r := range p.reqs {
 		hit, ok := hits[r]
 		switch {
@@ -282,7 +280,7 @@ func conflictSettlement(p *pendingTx, d *chain.Block, hits map[*request]conflict
 			s.steps = append(s.steps, step{r: r, receipt: &byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: hit.txIndex, Topic: br.Topic, Partition: br.Partition,
 				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.Prove(int(hit.txIndex), hit.batch, false)}})
 		default:
-			s.steps = append(s.steps, step{r: r, err: status.Errorf(codes.FailedPrecondition,
+			s.steps = append(s.steps, step{r: r, err: errorf(ErrConflict,
 				"sequence %d of %s/%d was committed at height %d by a different batch signed with this producer's key; this batch was not written: use a new sequence",
 				r.body.Sequence, r.body.Topic, r.body.Partition, h)})
 		}
