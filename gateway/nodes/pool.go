@@ -16,10 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/byzlog/byzlog/indexer/tlsconf"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
-	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 	"github.com/rs/zerolog"
+
+	"github.com/byzlog/byzlog/indexer/rpcnode"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
 // Config says which nodes to use and how to judge them.
@@ -164,12 +165,7 @@ func New(cfg Config, log zerolog.Logger) (*Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		hc, err := jsonrpcclient.DefaultHTTPClient(u)
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", a, err)
-		}
-		hc.Transport = limitTransport{base: tlsconf.NodeTransport(hc.Transport, cfg.TLS), max: cfg.MaxResponseBytes}
-		c, err := rpchttp.NewWithClient(u, "/websocket", hc)
+		c, err := rpcnode.New(u, rpcnode.Options{TLS: cfg.TLS, MaxResponseBytes: cfg.MaxResponseBytes})
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", a, err)
 		}

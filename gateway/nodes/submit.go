@@ -13,6 +13,8 @@ import (
 	cmtjson "github.com/cometbft/cometbft/libs/json"
 	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	rpctypes "github.com/cometbft/cometbft/rpc/jsonrpc/types"
+
+	"github.com/byzlog/byzlog/indexer/rpcnode"
 )
 
 // formOverhead is "tx=0x" and slack, beyond the hex digits of a form body.
@@ -27,7 +29,7 @@ func newSubmitClient(tlsCfg *tls.Config) *http.Client {
 	if tlsCfg != nil {
 		t.TLSClientConfig = tlsCfg.Clone()
 	}
-	return &http.Client{Transport: limitTransport{base: t, max: maxBroadcastResponse}}
+	return &http.Client{Transport: rpcnode.LimitTransport(t, maxBroadcastResponse)}
 }
 
 const maxBroadcastResponse = 4 << 20
