@@ -23,12 +23,11 @@ import (
 // So a batch is bundled only when its sequence is the producer's next one
 // after what is committed and what this gateway already has pending.
 
-// gapWait is how long a batch whose sequence is ahead (within CheckTx's
-// lookahead) waits for the batches before it: requests of one producer,
-// sent in order, may reach the admission check out of order (each call of
-// a stream is served by its own goroutine). It waits charged to its
+// A batch whose sequence is ahead (within CheckTx's lookahead) waits
+// Waits.GapWait for the batches before it: requests of one producer, sent
+// in order, may reach the admission check out of order (each call of a
+// stream is served by its own goroutine). It waits charged to its
 // producer.
-const gapWait = time.Second
 
 // maxSeqStates bounds the producer sequences the gateway remembers; past it
 // those with nothing pending are forgotten (and read again when needed).
@@ -94,7 +93,7 @@ const (
 func (g *Gateway) charge(r *request) error {
 	if q := g.queued.Add(int64(r.size)); q > g.cfg.MaxQueuedBytes {
 		g.queued.Add(-int64(r.size))
-		return exhausted(100*time.Millisecond, "gateway queue full (%d bytes waiting, max_queued_bytes %d); retry shortly", q-int64(r.size), g.cfg.MaxQueuedBytes)
+		return exhausted(retrySoon, "gateway queue full (%d bytes waiting, max_queued_bytes %d); retry shortly", q-int64(r.size), g.cfg.MaxQueuedBytes)
 	}
 	g.prodMu.Lock()
 	defer g.prodMu.Unlock()
@@ -105,10 +104,10 @@ func (g *Gateway) charge(r *request) error {
 	switch {
 	case u.bytes+int64(r.size) > g.cfg.MaxProducerQueuedBytes:
 		g.queued.Add(-int64(r.size))
-		return exhausted(time.Second, "producer %x holds %d bytes at this gateway (max_producer_queued_bytes %d); wait for answers before sending more", r.key, u.bytes, g.cfg.MaxProducerQueuedBytes)
+		return exhausted(retryLater, "producer %x holds %d bytes at this gateway (max_producer_queued_bytes %d); wait for answers before sending more", r.key, u.bytes, g.cfg.MaxProducerQueuedBytes)
 	case u.batches+1 > g.cfg.MaxProducerQueuedBatches:
 		g.queued.Add(-int64(r.size))
-		return exhausted(time.Second, "producer %x holds %d batches at this gateway (max_producer_queued_batches %d); wait for answers before sending more", r.key, u.batches, g.cfg.MaxProducerQueuedBatches)
+		return exhausted(retryLater, "producer %x holds %d batches at this gateway (max_producer_queued_batches %d); wait for answers before sending more", r.key, u.batches, g.cfg.MaxProducerQueuedBatches)
 	}
 	u.bytes += int64(r.size)
 	u.batches++
@@ -235,7 +234,7 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 			}
 			if reads == 1 {
 				if waitUntil.IsZero() {
-					waitUntil = time.Now().Add(gapWait)
+					waitUntil = time.Now().Add(g.cfg.Waits.GapWait)
 				}
 				if wait := time.Until(waitUntil); wait > 0 {
 					t := time.NewTimer(wait)

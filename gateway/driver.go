@@ -212,7 +212,7 @@ func (g *Gateway) broadcast(ctx context.Context, p *pendingTx) {
 // and settles it by how that ends.
 func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 	sub := g.pool.Broadcast(ctx, p.tx, nodes.Policy{
-		Timeout: 10 * time.Second,
+		Timeout: g.cfg.Waits.BroadcastTimeout,
 		// A CheckTx refusal is one node's word: a liar could refuse every
 		// batch. A refusal stands once f+1 nodes give the same code; a
 		// node that takes the transaction settles it the other way. A
@@ -235,7 +235,7 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 		g.lookup(ctx, sub.Node, p)
 	case nodes.Full:
 		if g.untrack(p) {
-			g.fail(p, exhausted(time.Second, "CometBFT mempool of %s is full; retry shortly", sub.Node.Addr))
+			g.fail(p, exhausted(retryLater, "CometBFT mempool of %s is full; retry shortly", sub.Node.Addr))
 		}
 	case nodes.Accepted:
 		for _, r := range p.reqs {
@@ -275,7 +275,7 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 	if err != nil {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, g.cfg.Waits.LookupTimeout)
 	defer cancel()
 	// /tx needs the node's tx_index (CometBFT's default "kv"): with
 	// tx_index = "null" a bundle committed before this gateway tracked it
@@ -321,7 +321,7 @@ func (g *Gateway) follow(ctx context.Context) {
 // the tracker needs (tracker.next).
 func (g *Gateway) followOnce(ctx context.Context) error {
 	n := g.pool.Pick()
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, g.cfg.Waits.FollowTimeout)
 	defer cancel()
 	st, err := n.Client.Status(cctx)
 	if err != nil {

@@ -88,6 +88,13 @@ func errorf(kind error, format string, args ...any) error {
 	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }
 
+// Retry hints of ErrBusy errors: soon for a full queue, later for a
+// producer over its share or a node's full mempool.
+const (
+	retrySoon  = 100 * time.Millisecond
+	retryLater = time.Second
+)
+
 // exhausted is ErrBusy with a retry hint.
 func exhausted(after time.Duration, format string, args ...any) error {
 	return &Error{Kind: ErrBusy, Msg: fmt.Sprintf(format, args...), RetryAfter: after}

@@ -61,8 +61,8 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 		seqs:     map[seqKey]*seqState{},
 	}
 	g.metrics = newMetrics(g)
-	g.queries = &queryRouter{pool: pool, rounds: queryRounds, retry: queryRetry, disagreements: g.metrics.disagreements}
-	g.topics = &topicCache{q: g, ttl: cfg.TopicCacheTTL, missRefresh: 200 * time.Millisecond, missWait: time.Second}
+	g.queries = &queryRouter{pool: pool, waits: cfg.Waits, disagreements: g.metrics.disagreements}
+	g.topics = &topicCache{q: g, ttl: cfg.TopicCacheTTL, missRefresh: cfg.Waits.TopicMissRefresh, missWait: cfg.Waits.TopicMissWait}
 	return g, nil
 }
 
@@ -82,11 +82,11 @@ func (g *Gateway) Start(ctx context.Context) error {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%w (waited %s: --start-timeout)", err, g.cfg.StartTimeout)
+			return fmt.Errorf("%w (waited %s: start_timeout)", err, g.cfg.StartTimeout)
 		}
 		g.log.Info().Err(err).Msg("waiting for a healthy CometBFT node")
 		select {
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(g.cfg.Waits.StartRetry):
 		case <-ctx.Done():
 		}
 	}
@@ -164,7 +164,7 @@ func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack 
 		select {
 		case g.queue <- r:
 		default:
-			err := exhausted(100*time.Millisecond, "gateway queue full (%d batches waiting); retry shortly", len(g.queue))
+			err := exhausted(retrySoon, "gateway queue full (%d batches waiting); retry shortly", len(g.queue))
 			r.finish(nil, err)
 			return nil, err
 		}

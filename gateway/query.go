@@ -19,18 +19,10 @@ import (
 // choosing, or a topic look missing. The height is the last block whose
 // results the gateway matched, so a client reads its own writes.
 
-// queryRounds bounds how often a query asks the nodes for an answer f+1
-// agree on; queryRetry is the wait between rounds (a block is ~0.5 s).
-const (
-	queryRounds = 6
-	queryRetry  = 150 * time.Millisecond
-)
-
 // queryRouter sends queries to the nodes and picks the agreed answer.
 type queryRouter struct {
 	pool          *nodes.Pool
-	rounds        int
-	retry         time.Duration
+	waits         Waits // QueryRounds, QueryRetry and CatchUp*
 	disagreements prometheus.Counter
 }
 
@@ -60,7 +52,7 @@ type queryAnswer struct {
 
 // at answers the query as f+1 nodes whose apps have committed minHeight
 // answer it. Nodes a block apart may differ on a value that just changed,
-// so the nodes are asked again, up to rounds times, until f+1 agree. It
+// so the nodes are asked again, up to QueryRounds times, until f+1 agree. It
 // returns the lowest height among the agreeing answers.
 func (q *queryRouter) at(ctx context.Context, path string, req, resp proto.Message, minHeight int64) (int64, error) {
 	var data []byte
@@ -72,10 +64,10 @@ func (q *queryRouter) at(ctx context.Context, path string, req, resp proto.Messa
 	}
 	need := quorum(q.pool.Len())
 	var lastErr error
-	for round := 0; round < q.rounds; round++ {
+	for round := 0; round < q.waits.QueryRounds; round++ {
 		if round > 0 {
 			select {
-			case <-time.After(q.retry):
+			case <-time.After(q.waits.QueryRetry):
 			case <-ctx.Done():
 				return 0, ctx.Err()
 			}
@@ -164,14 +156,14 @@ func agree(answers []*queryAnswer, errs []error, need int) (win *queryAnswer, lo
 	return nil, 0, false, err
 }
 
-// caughtUp waits up to 2 s for node n's app to have committed height h. It
+// caughtUp waits up to Waits.CatchUpTimeout for node n's app to have committed height h. It
 // asks the app, not CometBFT's /status: CometBFT stores a block before the
 // app applies and commits it, so its latest height can be one block ahead
 // of the state that queries and CheckTx see.
 func (q *queryRouter) caughtUp(ctx context.Context, n *nodes.Node, h int64) bool {
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(q.waits.CatchUpTimeout)
 	for {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		cctx, cancel := context.WithTimeout(ctx, q.waits.CatchUpCallTimeout)
 		res, err := n.Client.ABCIQuery(cctx, core.PathState, nil)
 		cancel()
 		if err == nil && res.Response.Height >= h {
@@ -180,6 +172,6 @@ func (q *queryRouter) caughtUp(ctx context.Context, n *nodes.Node, h int64) bool
 		if err != nil || time.Now().After(deadline) || ctx.Err() != nil {
 			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(q.waits.CatchUpPoll)
 	}
 }

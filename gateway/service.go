@@ -46,7 +46,7 @@ func NewGRPCServer(g *Gateway, opts ...grpc.ServerOption) (*grpc.Server, *health
 		grpc.ConnectionTimeout(c.ConnectionTimeout),
 		// A client pinging faster than KeepaliveMinTime is sent GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.MaxConnectionIdle, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.MaxConnectionIdle, Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
 	}
 	srv := grpc.NewServer(append(bounds, opts...)...)
 	byzlogv1.RegisterGatewayServer(srv, &Service{g: g})
@@ -67,7 +67,7 @@ func WatchHealth(ctx context.Context, g *Gateway, hs *health.Server) {
 		hs.SetServingStatus("", st)
 		hs.SetServingStatus(byzlogv1.Gateway_ServiceDesc.ServiceName, st)
 	}
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(g.cfg.GRPC.HealthInterval)
 	defer t.Stop()
 	for {
 		set()

@@ -80,8 +80,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
 	}
 	for _, a := range c.Addrs {
+		if _, err := tlsconf.NodeURL(a, true); err != nil {
+			return fmt.Errorf("nodes: addrs: %w", err)
+		}
+		// tlsconf's own message names the CLI flag; this one names the setting.
 		if _, err := tlsconf.NodeURL(a, c.Insecure); err != nil {
-			return err
+			return fmt.Errorf("nodes: addrs: node %q: plaintext RPC to a host other than loopback carries every record in the clear; give an https:// address (the node's rpc.tls_cert_file, rpc.tls_key_file) or set insecure", a)
 		}
 	}
 	return nil
