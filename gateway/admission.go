@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -25,12 +23,11 @@ import (
 // So a batch is bundled only when its sequence is the producer's next one
 // after what is committed and what this gateway already has pending.
 
-// gapWait is how long a batch whose sequence is ahead (within CheckTx's
-// lookahead) waits for the batches before it: requests of one producer,
-// sent in order, may reach the admission check out of order (each call of
-// a stream is served by its own goroutine). It waits charged to its
+// A batch whose sequence is ahead (within CheckTx's lookahead) waits
+// Waits.GapWait for the batches before it: requests of one producer, sent
+// in order, may reach the admission check out of order (each call of a
+// stream is served by its own goroutine). It waits charged to its
 // producer.
-const gapWait = time.Second
 
 // maxSeqStates bounds the producer sequences the gateway remembers; past it
 // those with nothing pending are forgotten (and read again when needed).
@@ -96,7 +93,7 @@ const (
 func (g *Gateway) charge(r *request) error {
 	if q := g.queued.Add(int64(r.size)); q > g.cfg.MaxQueuedBytes {
 		g.queued.Add(-int64(r.size))
-		return exhausted(100*time.Millisecond, "gateway queue full (%d bytes waiting, max_queued_bytes %d); retry shortly", q-int64(r.size), g.cfg.MaxQueuedBytes)
+		return exhausted(retrySoon, "gateway queue full (%d bytes waiting, max_queued_bytes %d); retry shortly", q-int64(r.size), g.cfg.MaxQueuedBytes)
 	}
 	g.prodMu.Lock()
 	defer g.prodMu.Unlock()
@@ -107,10 +104,10 @@ func (g *Gateway) charge(r *request) error {
 	switch {
 	case u.bytes+int64(r.size) > g.cfg.MaxProducerQueuedBytes:
 		g.queued.Add(-int64(r.size))
-		return exhausted(time.Second, "producer %x holds %d bytes at this gateway (max_producer_queued_bytes %d); wait for answers before sending more", r.key, u.bytes, g.cfg.MaxProducerQueuedBytes)
+		return exhausted(retryLater, "producer %x holds %d bytes at this gateway (max_producer_queued_bytes %d); wait for answers before sending more", r.key, u.bytes, g.cfg.MaxProducerQueuedBytes)
 	case u.batches+1 > g.cfg.MaxProducerQueuedBatches:
 		g.queued.Add(-int64(r.size))
-		return exhausted(time.Second, "producer %x holds %d batches at this gateway (max_producer_queued_batches %d); wait for answers before sending more", r.key, u.batches, g.cfg.MaxProducerQueuedBatches)
+		return exhausted(retryLater, "producer %x holds %d batches at this gateway (max_producer_queued_batches %d); wait for answers before sending more", r.key, u.batches, g.cfg.MaxProducerQueuedBatches)
 	}
 	u.bytes += int64(r.size)
 	u.batches++
@@ -227,7 +224,7 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 			r.following = true
 			return nil
 		case placeConflict:
-			return status.Errorf(codes.FailedPrecondition, "sequence %d of producer %x in %s/%d is pending at this gateway with other contents: a sequence carries one batch; wait for its answer",
+			return errorf(ErrConflict, "sequence %d of producer %x in %s/%d is pending at this gateway with other contents: a sequence carries one batch; wait for its answer",
 				r.body.Sequence, r.key, r.body.Topic, r.body.Partition)
 		case placeGap:
 			gap := rejected(wire.CodeSequenceGap, fmt.Sprintf("producer %x in %s/%d: expected sequence %d, got %d (committed and pending at this gateway); send the missing batches first",
@@ -237,7 +234,7 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 			}
 			if reads == 1 {
 				if waitUntil.IsZero() {
-					waitUntil = time.Now().Add(gapWait)
+					waitUntil = time.Now().Add(g.cfg.Waits.GapWait)
 				}
 				if wait := time.Until(waitUntil); wait > 0 {
 					t := time.NewTimer(wait)
@@ -246,7 +243,7 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 					case <-t.C:
 					case <-ctx.Done():
 						t.Stop()
-						return status.FromContextError(ctx.Err()).Err()
+						return ctx.Err()
 					}
 					t.Stop()
 					continue
@@ -424,7 +421,7 @@ func headerSize(h []byte) uint64 {
 func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.ProducerRequest, minHeight int64) (uint64, int64, error) {
 	data, err := proto.Marshal(req)
 	if err != nil {
-		return 0, 0, status.Errorf(codes.InvalidArgument, "encode query: %v", err)
+		return 0, 0, errorf(ErrInvalid, "encode query: %v", err)
 	}
 	type answer struct {
 		next   uint64
@@ -438,7 +435,7 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !g.caughtUp(ctx, n, minHeight) {
+			if !g.queries.caughtUp(ctx, n, minHeight) {
 				answers[i].err = fmt.Errorf("node %s has not committed height %d", n.Addr, minHeight)
 				return
 			}
@@ -460,7 +457,7 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
-		return 0, 0, status.FromContextError(ctx.Err()).Err()
+		return 0, 0, ctx.Err()
 	}
 	var nexts []uint64
 	var low int64
@@ -477,7 +474,7 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 	}
 	need := g.quorum()
 	if len(nexts) < need {
-		return 0, 0, status.Errorf(codes.Unavailable, "only %d of %d nodes answered the producer's sequence, %d must (last error: %v); retry", len(nexts), len(all), need, lastErr)
+		return 0, 0, errorf(ErrUnavailable, "only %d of %d nodes answered the producer's sequence, %d must (last error: %v); retry", len(nexts), len(all), need, lastErr)
 	}
 	slices.Sort(nexts)
 	return nexts[len(nexts)-need], low, nil

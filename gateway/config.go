@@ -48,10 +48,45 @@ type Config struct {
 	// RESOURCE_EXHAUSTED while other producers' are still taken.
 	MaxProducerQueuedBytes   int64
 	MaxProducerQueuedBatches int
+	// Waits bound the gateway's calls to its nodes and its own waits.
+	Waits Waits
 	// HTTP bounds the HTTP/JSON face.
 	HTTP HTTPConfig
 	// GRPC bounds the gRPC face.
 	GRPC GRPCConfig
+}
+
+// Waits are the gateway's timeouts and retry intervals besides the
+// commit and pending timeouts.
+type Waits struct {
+	// StartRetry is how often Start looks for a healthy node.
+	StartRetry time.Duration
+	// BroadcastTimeout bounds one submission to one node.
+	BroadcastTimeout time.Duration
+	// FollowTimeout bounds one round of following blocks: the node's
+	// status and the blocks read up to it.
+	FollowTimeout time.Duration
+	// LookupTimeout bounds looking up a transaction a node already holds
+	// (its transaction index and block).
+	LookupTimeout time.Duration
+	// QueryRounds is how often a query asks the nodes for an answer f+1
+	// agree on, QueryRetry the wait between rounds.
+	QueryRounds int
+	QueryRetry  time.Duration
+	// CatchUpTimeout is how long the gateway waits for a node's app to
+	// commit a height it needs (a read, or CheckTx after a block the node
+	// may not have), asking every CatchUpPoll with CatchUpCallTimeout per
+	// call.
+	CatchUpTimeout, CatchUpCallTimeout, CatchUpPoll time.Duration
+	// TopicMissRefresh is the least time between topic metadata refreshes
+	// caused by unknown topics (or keys a topic does not allow), so a
+	// client naming nonexistent topics costs no query per request;
+	// TopicMissWait is how long a batch for an unknown topic waits before
+	// the topic is looked up once more (a topic created a moment ago).
+	TopicMissRefresh, TopicMissWait time.Duration
+	// GapWait is how long a batch whose sequence is ahead (within
+	// CheckTx's lookahead) waits for the batches before it.
+	GapWait time.Duration
 }
 
 // HTTPConfig bounds the HTTP/JSON face (HTTPHandler, NewHTTPServer).
@@ -84,22 +119,29 @@ type GRPCConfig struct {
 	MaxConnectionIdle time.Duration
 	// ConnectionTimeout bounds a new connection's handshake.
 	ConnectionTimeout time.Duration
+	// KeepaliveTime is how long a connection may be quiet before the
+	// server pings it; KeepaliveTimeout how long it waits for the answer.
+	KeepaliveTime, KeepaliveTimeout time.Duration
+	// HealthInterval is how often WatchHealth updates the health service.
+	HealthInterval time.Duration
 }
 
 // Default returns the defaults: 5 ms linger, 1 MiB bundles of at most 1024
 // batches, 256 MiB of queue, 16 bundles in flight, 20 s commit timeout,
 // 30 s pending timeout, 16 MiB and 1024 batches queued per producer key,
-// 50 ms block polling, 30 s to find a healthy node at start. Linger and
-// bundle size were picked by measurement (make bench-gateway; docs/api.md,
-// "Why 5 ms and 1 MiB"). HTTP: 4 MiB bodies, 256 requests at once, 5 s to read
+// 50 ms block polling, 30 s to find a healthy node at start (Waits:
+// DefaultWaits). Linger and
+// bundle size were picked by measurement (make bench-gateway; README "Why
+// 5 ms and 1 MiB"). HTTP: 4 MiB bodies, 256 requests at once, 5 s to read
 // headers, 30 s to read a request, 60 s to answer, 2 min idle, 64 KiB of
 // headers. gRPC: 4 MiB messages, 1024 calls per connection, pings no
-// faster than every 10 s, 5 min idle connections, 10 s handshakes.
+// faster than every 10 s, 5 min idle connections, 10 s handshakes, a ping
+// after 2 min quiet answered within 20 s, health updated every second.
 func Default() Config {
 	return Config{
 		Nodes:                    nodes.DefaultConfig(),
 		Linger:                   5 * time.Millisecond,
-		MaxBundleBytes:           1 << 20,
+		MaxBundleBytes:           wire.DefaultBundleBytes,
 		MaxBundleBatches:         1024,
 		MaxQueuedBytes:           256 << 20,
 		MaxInFlight:              16,
@@ -110,6 +152,7 @@ func Default() Config {
 		PendingTimeout:           30 * time.Second,
 		MaxProducerQueuedBytes:   16 << 20,
 		MaxProducerQueuedBatches: 1024,
+		Waits:                    DefaultWaits(),
 		HTTP: HTTPConfig{
 			MaxBodyBytes: 4 << 20, MaxConcurrent: 256,
 			ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
@@ -120,7 +163,26 @@ func Default() Config {
 			MaxRecvMsgBytes: 4 << 20, MaxConcurrentStreams: 1024,
 			KeepaliveMinTime: 10 * time.Second, MaxConnectionIdle: 5 * time.Minute,
 			ConnectionTimeout: 10 * time.Second,
+			KeepaliveTime:     2 * time.Minute, KeepaliveTimeout: 20 * time.Second,
+			HealthInterval: time.Second,
 		},
+	}
+}
+
+// DefaultWaits returns 500 ms between start checks, 10 s per submission,
+// 5 s per round of following blocks and per lookup, 6 query rounds 150 ms
+// apart (a block is ~0.5 s), 2 s for a node to catch up (1 s per call,
+// every 50 ms), 200 ms between refreshes for unknown topics and 1 s for a
+// new topic to show, and 1 s for the batches before one ahead of its
+// sequence.
+func DefaultWaits() Waits {
+	return Waits{
+		StartRetry: 500 * time.Millisecond, BroadcastTimeout: 10 * time.Second,
+		FollowTimeout: 5 * time.Second, LookupTimeout: 5 * time.Second,
+		QueryRounds: 6, QueryRetry: 150 * time.Millisecond,
+		CatchUpTimeout: 2 * time.Second, CatchUpCallTimeout: time.Second, CatchUpPoll: 50 * time.Millisecond,
+		TopicMissRefresh: 200 * time.Millisecond, TopicMissWait: time.Second,
+		GapWait: time.Second,
 	}
 }
 
@@ -153,10 +215,36 @@ func (c Config) Validate() error {
 	case c.MaxProducerQueuedBatches < 1:
 		return fmt.Errorf("max_producer_queued_batches (%d) must be at least 1", c.MaxProducerQueuedBatches)
 	}
+	if err := c.Waits.validate(); err != nil {
+		return err
+	}
 	if err := c.HTTP.validate(c.PendingTimeout); err != nil {
 		return err
 	}
 	return c.GRPC.validate()
+}
+
+func (w Waits) validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"start_retry", w.StartRetry}, {"broadcast_timeout", w.BroadcastTimeout}, {"follow_timeout", w.FollowTimeout},
+		{"lookup_timeout", w.LookupTimeout}, {"query_retry", w.QueryRetry}, {"catch_up_timeout", w.CatchUpTimeout},
+		{"catch_up_call_timeout", w.CatchUpCallTimeout}, {"catch_up_poll", w.CatchUpPoll},
+		{"topic_miss_refresh", w.TopicMissRefresh}, {"topic_miss_wait", w.TopicMissWait}, {"gap_wait", w.GapWait},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("waits.%s (%s) must be positive", d.name, d.v)
+		}
+	}
+	switch {
+	case w.QueryRounds < 1:
+		return fmt.Errorf("waits.query_rounds (%d) must be at least 1", w.QueryRounds)
+	case w.CatchUpCallTimeout > w.CatchUpTimeout:
+		return fmt.Errorf("waits.catch_up_call_timeout (%s) must not exceed waits.catch_up_timeout (%s)", w.CatchUpCallTimeout, w.CatchUpTimeout)
+	}
+	return nil
 }
 
 func (c HTTPConfig) validate(pending time.Duration) error {
@@ -183,6 +271,10 @@ func (c GRPCConfig) validate() error {
 		return fmt.Errorf("grpc.max_concurrent_streams (%d) must be at least 1", c.MaxConcurrentStreams)
 	case c.KeepaliveMinTime <= 0 || c.MaxConnectionIdle <= 0 || c.ConnectionTimeout <= 0:
 		return fmt.Errorf("grpc.keepalive_min_time (%s), grpc.max_connection_idle (%s) and grpc.connection_timeout (%s) must be positive", c.KeepaliveMinTime, c.MaxConnectionIdle, c.ConnectionTimeout)
+	case c.KeepaliveTime <= 0 || c.KeepaliveTimeout <= 0:
+		return fmt.Errorf("grpc.keepalive_time (%s) and grpc.keepalive_timeout (%s) must be positive", c.KeepaliveTime, c.KeepaliveTimeout)
+	case c.HealthInterval <= 0:
+		return fmt.Errorf("grpc.health_interval (%s) must be positive", c.HealthInterval)
 	}
 	return nil
 }

@@ -18,8 +18,11 @@ import (
 // faults 3f+1 validators tolerate) report the same hashes: at least one of
 // them is honest. A gateway given a single node trusts it.
 
-// quorum is how many nodes must agree: f+1.
-func (g *Gateway) quorum() int { return (g.pool.Len()-1)/3 + 1 }
+// quorum is how many of n nodes must agree: f+1.
+func quorum(n int) int { return (n-1)/3 + 1 }
+
+// quorum is how many of the gateway's nodes must agree.
+func (g *Gateway) quorum() int { return quorum(g.pool.Len()) }
 
 // confirmedBlock returns block h and its results as n reports them once
 // quorum nodes agree (chain.Block's Digest: block hash and results hash),

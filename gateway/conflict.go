@@ -5,8 +5,6 @@ import (
 	"context"
 
 	abci "github.com/cometbft/cometbft/abci/types"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/indexer/chain"
@@ -65,56 +63,15 @@ func (g *Gateway) settleConflicts(ctx context.Context, d *chain.Block) {
 	if len(hits) == 0 {
 		return
 	}
-	var doomed []*pendingTx
 	g.mu.Lock()
-	for _, p := range g.pending {
-		for _, r := range p.reqs {
-			if _, ok := hits[r]; ok {
-				doomed = append(doomed, p)
-				break
-			}
-		}
-	}
+	doomed := g.txs.holding(hits)
 	g.mu.Unlock()
 	for _, p := range doomed {
 		if g.untrack(p) {
 			g.metrics.conflicts.Inc()
-			g.settleConflict(ctx, p, d, hits)
+			g.settleTx(ctx, p, func(q *pendingTx) settlement { return conflictSettlement(q, d, hits) })
 		}
 	}
-}
-
-// settleConflict answers the requests of p that block h committed
-// elsewhere and sends the rest again.
-func (g *Gateway) settleConflict(ctx context.Context, p *pendingTx, d *chain.Block, hits map[*request]conflictHit) {
-	for _, t := range g.takeTwins(p) {
-		g.settleConflict(ctx, t, d, hits)
-	}
-	h := d.Block.Height
-	var again []*request
-	for _, r := range p.reqs {
-		hit, ok := hits[r]
-		switch {
-		case !ok:
-			again = append(again, r)
-		case hit.same:
-			br := hit.result
-			r.finish(&byzlogv1.Receipt{Ack: byzlogv1.Ack_ACK_COMMIT, Height: h, TxIndex: hit.txIndex, Topic: br.Topic, Partition: br.Partition,
-				BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Duplicate: true, Proof: d.Prove(int(hit.txIndex), hit.batch, false)}, nil)
-		default:
-			r.finish(nil, status.Errorf(codes.FailedPrecondition,
-				"sequence %d of %s/%d was committed at height %d by a different batch signed with this producer's key; this batch was not written: use a new sequence",
-				r.body.Sequence, r.body.Topic, r.body.Partition, h))
-		}
-	}
-	if len(again) == 0 || ctx.Err() != nil {
-		for _, r := range again {
-			r.finish(nil, status.Error(codes.Unavailable, "the gateway is stopping; retry with the same sequence"))
-		}
-		p.release()
-		return
-	}
-	g.submit(ctx, again, p.release, p.deadline)
 }
 
 // committedBatches decodes a committed produce bundle and its outcome: the

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"sync"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -60,7 +57,7 @@ func (g *Gateway) confirmDuplicate(ctx context.Context, r *request, br *byzlogv1
 		g.metrics.unconfirmedDuplicates.Inc()
 		g.log.Warn().Err(err).Str("topic", r.body.Topic).Uint32("partition", r.body.Partition).Uint64("sequence", r.body.Sequence).
 			Msg("a node answered duplicate, and the block it named does not confirm it")
-		r.finish(nil, status.Errorf(codes.Unavailable, "a node answered that sequence %d was committed at height %d, which the gateway could not confirm (%v); retry with the same sequence",
+		r.finish(nil, errorf(ErrUnavailable, "a node answered that sequence %d was committed at height %d, which the gateway could not confirm (%v); retry with the same sequence",
 			r.body.Sequence, br.Height, err))
 		return
 	}

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/status"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -79,7 +78,7 @@ func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Recei
 	outcome := "ok"
 	switch {
 	case err != nil:
-		outcome = status.Code(err).String()
+		outcome = outcomeLabel(err)
 	case rc.GetDuplicate():
 		outcome = "duplicate"
 	}

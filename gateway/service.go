@@ -46,7 +46,7 @@ func NewGRPCServer(g *Gateway, opts ...grpc.ServerOption) (*grpc.Server, *health
 		grpc.ConnectionTimeout(c.ConnectionTimeout),
 		// A client pinging faster than KeepaliveMinTime is sent GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: c.KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.MaxConnectionIdle, Time: 2 * time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.MaxConnectionIdle, Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
 	}
 	srv := grpc.NewServer(append(bounds, opts...)...)
 	byzlogv1.RegisterGatewayServer(srv, &Service{g: g})
@@ -67,7 +67,7 @@ func WatchHealth(ctx context.Context, g *Gateway, hs *health.Server) {
 		hs.SetServingStatus("", st)
 		hs.SetServingStatus(byzlogv1.Gateway_ServiceDesc.ServiceName, st)
 	}
-	t := time.NewTicker(time.Second)
+	t := time.NewTicker(g.cfg.GRPC.HealthInterval)
 	defer t.Stop()
 	for {
 		set()
@@ -84,7 +84,7 @@ func WatchHealth(ctx context.Context, g *Gateway, hs *health.Server) {
 func (s *Service) Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzlogv1.ProduceResponse, error) {
 	rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &byzlogv1.ProduceResponse{RequestId: req.GetRequestId(), Receipt: rc}, nil
 }
@@ -122,7 +122,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 			resp := &byzlogv1.ProduceResponse{RequestId: req.GetRequestId()}
 			rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
 			if err != nil {
-				st := status.Convert(err)
+				st := grpcStatus(err)
 				resp.ErrorCode, resp.ErrorMessage = uint32(st.Code()), st.Message()
 			} else {
 				resp.Receipt = rc
@@ -143,11 +143,11 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 		return nil, status.Errorf(codes.InvalidArgument, "encode admin request: %v", err)
 	}
 	if res := core.ValidateTx(tx); !res.OK() {
-		return nil, rejected(res.Code, res.Log)
+		return nil, grpcError(rejected(res.Code, res.Log))
 	}
 	c, err := s.g.SubmitTx(ctx, tx)
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &byzlogv1.AdminResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
@@ -160,11 +160,11 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 		return nil, status.Errorf(codes.InvalidArgument, "encode offset commit: %v", err)
 	}
 	if res := core.ValidateTx(tx); !res.OK() {
-		return nil, rejected(res.Code, res.Log)
+		return nil, grpcError(rejected(res.Code, res.Log))
 	}
 	c, err := s.g.SubmitTx(ctx, tx)
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &byzlogv1.CommitOffsetsResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
@@ -173,7 +173,7 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
 	var g byzlogv1.GroupOffsets
 	if err := s.g.Query(ctx, wire.PathGroup, req, &g); err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &g, nil
 }
@@ -182,7 +182,7 @@ func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupReques
 func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
 	var list byzlogv1.TopicList
 	if err := s.g.Query(ctx, wire.PathTopics, nil, &list); err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &byzlogv1.ListTopicsResponse{Topics: list.Topics}, nil
 }
@@ -191,7 +191,7 @@ func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest)
 func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
 	var info byzlogv1.TopicInfo
 	if err := s.g.Query(ctx, wire.PathTopic, &byzlogv1.TopicRequest{Name: req.GetName()}, &info); err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &byzlogv1.DescribeTopicResponse{Topic: &info}, nil
 }
@@ -202,7 +202,7 @@ func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopic
 func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
 	next, _, err := s.g.agreedNextSequence(ctx, req, s.g.seenHeight())
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &byzlogv1.ProducerState{NextSequence: next}, nil
 }
@@ -214,7 +214,7 @@ func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRe
 func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
 	var n byzlogv1.NonceResponse
 	if err := s.g.Query(ctx, wire.PathNonce, req, &n); err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	if n.NextNonce == 0 || n.UsedHeight <= 0 {
 		return &n, nil
@@ -240,4 +240,21 @@ func (s *Service) Health(context.Context, *byzlogv1.HealthRequest) (*byzlogv1.He
 		resp.Nodes = append(resp.Nodes, &byzlogv1.NodeHealth{Address: h.Addr, Healthy: h.Healthy, Height: h.Height, Error: h.Err})
 	}
 	return resp, nil
+}
+
+// GetLightBlock relays a light block (see Gateway.LightBlock).
+func (s *Service) GetLightBlock(ctx context.Context, req *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
+	lb, err := s.g.LightBlock(ctx, req.GetHeight())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	pb, err := lb.ToProto()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encode light block %d: %v", lb.Height, err)
+	}
+	b, err := pb.Marshal()
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encode light block %d: %v", lb.Height, err)
+	}
+	return &byzlogv1.LightBlockResponse{LightBlock: b}, nil
 }

@@ -10,14 +10,13 @@ import (
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
-	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/chain"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/indexer/rpcnode"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -46,8 +45,8 @@ func NewNodes(chainID string, addrs []string, link NodeLink) ([]provider.Provide
 	return newNodes(chainID, addrs, link, DefaultMaxResponseBytes)
 }
 
-// newNodes connects to the nodes; a response body over maxResponse bytes
-// fails its call.
+// newNodes connects to the nodes (rpcnode: a response body over
+// maxResponse bytes fails its call, and each call has 10 s).
 func newNodes(chainID string, addrs []string, link NodeLink, maxResponse int64) ([]provider.Provider, []*node, error) {
 	urls, err := link.urls(addrs)
 	if err != nil {
@@ -57,13 +56,7 @@ func newNodes(chainID string, addrs []string, link NodeLink, maxResponse int64) 
 	var nodes []*node
 	for i, a := range addrs {
 		u := urls[i]
-		hc, err := jsonrpcclient.DefaultHTTPClient(u)
-		if err != nil {
-			return nil, nil, fmt.Errorf("node %s: %w", a, err)
-		}
-		hc.Timeout = 10 * time.Second
-		hc.Transport = limitTransport{base: tlsconf.NodeTransport(hc.Transport, link.TLS), max: maxResponse}
-		c, err := rpchttp.NewWithClient(u, "/websocket", hc)
+		c, err := rpcnode.New(u, rpcnode.Options{TLS: link.TLS, Timeout: 10 * time.Second, MaxResponseBytes: maxResponse})
 		if err != nil {
 			return nil, nil, fmt.Errorf("node %s: %w", a, err)
 		}

@@ -10,11 +10,14 @@ import (
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/byzlog/byzlog/indexer/rpcnode"
 )
 
-// TestRPCResponseSizeLimit: a node that answers with a huge body makes
-// the call fail with an error naming the URL and the limit, after reading
-// no more than the limit; honest answers under it still work.
+// TestRPCResponseSizeLimit: the pool's node clients (rpcnode) and its
+// submission client are bounded: a node that answers with a huge body
+// makes the call fail with an error naming the URL and the limit, after
+// reading no more than the limit; honest answers under it still work.
 func TestRPCResponseSizeLimit(t *testing.T) {
 	const limit = 1 << 20
 	status := `{"jsonrpc":"2.0","id":%ID%,"result":{"node_info":{"network":"c","protocol_version":{"p2p":"0","block":"0","app":"0"},"id":"","listen_addr":"","version":"","channels":"","moniker":"` + "%PAD%" + `","other":{"tx_index":"","rpc_address":""}},"sync_info":{"latest_block_height":"7","catching_up":false},"validator_info":{"address":"","pub_key":null,"voting_power":"0"}}}`
@@ -75,7 +78,7 @@ func TestRPCResponseSizeLimit(t *testing.T) {
 			if err == nil {
 				t.Fatalf("call = nil after the node wrote %d bytes, want an error naming max_response_bytes", written)
 			}
-			if !errors.Is(err, ErrResponseTooLarge) && !strings.Contains(err.Error(), "max_response_bytes") {
+			if !errors.Is(err, rpcnode.ErrResponseTooLarge) && !strings.Contains(err.Error(), "max_response_bytes") {
 				t.Fatalf("call = %v, want an error naming max_response_bytes", err)
 			}
 			if !strings.Contains(err.Error(), srv.URL) {

@@ -16,10 +16,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/byzlog/byzlog/indexer/tlsconf"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
-	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 	"github.com/rs/zerolog"
+
+	"github.com/byzlog/byzlog/indexer/rpcnode"
+	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
 // Config says which nodes to use and how to judge them.
@@ -79,8 +80,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
 	}
 	for _, a := range c.Addrs {
+		if _, err := tlsconf.NodeURL(a, true); err != nil {
+			return fmt.Errorf("nodes: addrs: %w", err)
+		}
+		// tlsconf's own message names the CLI flag; this one names the setting.
 		if _, err := tlsconf.NodeURL(a, c.Insecure); err != nil {
-			return err
+			return fmt.Errorf("nodes: addrs: node %q: plaintext RPC to a host other than loopback carries every record in the clear; give an https:// address (the node's rpc.tls_cert_file, rpc.tls_key_file) or set insecure", a)
 		}
 	}
 	return nil
@@ -164,12 +169,7 @@ func New(cfg Config, log zerolog.Logger) (*Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		hc, err := jsonrpcclient.DefaultHTTPClient(u)
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", a, err)
-		}
-		hc.Transport = limitTransport{base: tlsconf.NodeTransport(hc.Transport, cfg.TLS), max: cfg.MaxResponseBytes}
-		c, err := rpchttp.NewWithClient(u, "/websocket", hc)
+		c, err := rpcnode.New(u, rpcnode.Options{TLS: cfg.TLS, MaxResponseBytes: cfg.MaxResponseBytes})
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", a, err)
 		}

@@ -13,6 +13,8 @@ import (
 	cmtjson "github.com/cometbft/cometbft/libs/json"
 	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	rpctypes "github.com/cometbft/cometbft/rpc/jsonrpc/types"
+
+	"github.com/byzlog/byzlog/indexer/rpcnode"
 )
 
 // formOverhead is "tx=0x" and slack, beyond the hex digits of a form body.
@@ -27,7 +29,7 @@ func newSubmitClient(tlsCfg *tls.Config) *http.Client {
 	if tlsCfg != nil {
 		t.TLSClientConfig = tlsCfg.Clone()
 	}
-	return &http.Client{Transport: limitTransport{base: t, max: maxBroadcastResponse}}
+	return &http.Client{Transport: rpcnode.LimitTransport(t, maxBroadcastResponse)}
 }
 
 const maxBroadcastResponse = 4 << 20
@@ -75,15 +77,57 @@ func (n *Node) BroadcastTxSync(ctx context.Context, tx []byte) (*ctypes.ResultBr
 	return &res, nil
 }
 
-// AlreadyHeld reports whether a broadcast failed only because the node
-// already has the same transaction: CometBFT's flood mempool answers "tx
-// already exists in cache", its app mempool (mempool.type = "app",
-// mempool.ErrSeenTx) "tx already seen". Either way the transaction is in
-// that node's mempool, or was committed: not a failure of the node.
-func AlreadyHeld(err error) bool {
+// Failure is what a failed broadcast_tx_sync call says about the node.
+type Failure int
+
+const (
+	// Broken: the node failed the call (unreachable, an error of its
+	// own); take it out of rotation and ask another.
+	Broken Failure = iota
+	// AlreadyHeld: the node already has the same transaction, in its
+	// mempool or its cache of committed ones: not a failure of the node.
+	AlreadyHeld
+	// MempoolFull: the node's mempool is full; back off.
+	MempoolFull
+)
+
+func (f Failure) String() string {
+	switch f {
+	case AlreadyHeld:
+		return "already held"
+	case MempoolFull:
+		return "mempool full"
+	}
+	return "broken"
+}
+
+// cometErrors are the CometBFT mempool errors a broadcast can fail with
+// that do not mean the node is broken, by the text they carry in the
+// JSON-RPC error's data (the RPC error's Error() wraps it; both the
+// JSON-RPC client and BroadcastTxSync's form path keep it):
+//   - mempool.ErrTxInCache, "tx already exists in cache" (flood mempool)
+//   - mempool.ErrSeenTx, "tx already seen" (mempool.type = "app")
+//   - mempool.ErrMempoolIsFull, "mempool is full: number of txs ..."
+var cometErrors = []struct {
+	text    string
+	failure Failure
+}{
+	{"tx already exists in cache", AlreadyHeld},
+	{"tx already seen", AlreadyHeld},
+	{"mempool is full", MempoolFull},
+}
+
+// Classify says what err, from BroadcastTxSync, means. Anything it does
+// not know is Broken.
+func Classify(err error) Failure {
 	if err == nil {
-		return false
+		return Broken
 	}
 	msg := err.Error()
-	return strings.Contains(msg, "tx already exists in cache") || strings.Contains(msg, "tx already seen")
+	for _, e := range cometErrors {
+		if strings.Contains(msg, e.text) {
+			return e.failure
+		}
+	}
+	return Broken
 }

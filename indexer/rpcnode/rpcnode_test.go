@@ -1,18 +1,20 @@
-package indexer
+package rpcnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
-// TestRPCResponseSizeLimit: a node answering with a body over the limit
+// TestResponseSizeLimit: a node answering with a body over the limit
 // fails the call with an error naming the URL and max_response_bytes,
 // whether or not it declares the length; an answer under it is read.
-func TestRPCResponseSizeLimit(t *testing.T) {
+func TestResponseSizeLimit(t *testing.T) {
 	const limit = 1 << 20
 	for _, tc := range []struct {
 		name    string
@@ -41,18 +43,54 @@ func TestRPCResponseSizeLimit(t *testing.T) {
 				}
 			}))
 			defer srv.Close()
-			_, nodes, err := newNodes("c", []string{srv.URL}, NodeLink{}, limit)
+			c, err := New(srv.URL, Options{MaxResponseBytes: limit})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = nodes[0].rpc.Status(context.Background())
+			_, err = c.Status(context.Background())
 			switch {
 			case !tc.wantErr && err != nil:
 				t.Fatalf("Status = %v, want nil", err)
 			case tc.wantErr && err == nil:
 				t.Fatal("Status = nil, want an error naming max_response_bytes")
-			case tc.wantErr && (!strings.Contains(err.Error(), "max_response_bytes") || !strings.Contains(err.Error(), srv.URL)):
+			case tc.wantErr && (!errors.Is(err, ErrResponseTooLarge) && !strings.Contains(err.Error(), "max_response_bytes") || !strings.Contains(err.Error(), srv.URL)):
 				t.Fatalf("Status = %v, want an error naming %s and max_response_bytes", err, srv.URL)
+			}
+		})
+	}
+}
+
+// TestTimeout: Options.Timeout bounds a call to a node that never
+// answers; without it the call waits for its context.
+func TestTimeout(t *testing.T) {
+	hold := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(hold)
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		ctx     time.Duration
+		within  time.Duration
+	}{
+		{"client timeout", 100 * time.Millisecond, time.Minute, 2 * time.Second},
+		{"no client timeout: the context's", 0, 200 * time.Millisecond, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := New(srv.URL, Options{Timeout: tc.timeout, MaxResponseBytes: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), tc.ctx)
+			defer cancel()
+			start := time.Now()
+			if _, err := c.Status(ctx); err == nil || time.Since(start) > tc.within {
+				t.Errorf("Status = %v after %s, want an error within %s", err, time.Since(start), tc.within)
 			}
 		})
 	}

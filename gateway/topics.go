@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+)
+
+// querier answers an ABCI query as f+1 nodes agree on it (Gateway.Query).
+type querier interface {
+	Query(ctx context.Context, path string, req, resp proto.Message) error
+}
+
+// topicCache holds topic metadata and the chain's limits for pre-checks,
+// read through q.
+type topicCache struct {
+	q   querier
+	ttl time.Duration
+	// missRefresh is the least time between refreshes caused by unknown
+	// topics (or keys a topic does not allow), so a client naming
+	// nonexistent topics costs no query per request.
+	missRefresh time.Duration
+	// missWait is how long a batch for an unknown topic waits before the
+	// topic is looked up once more.
+	missWait time.Duration
+
+	mu      sync.Mutex
+	fetched time.Time
+	topics  map[string]*byzlogv1.TopicConfig
+	limits  *byzlogv1.Limits
+}
+
+// check says whether topic/partition exists, refreshing the cache when it
+// is stale or does not know the topic; it returns the topic's config and
+// the chain's limits.
+func (c *topicCache) check(ctx context.Context, topic string, partition uint32) (*byzlogv1.TopicConfig, *byzlogv1.Limits, error) {
+	return c.checkOnce(ctx, topic, partition, false)
+}
+
+// refreshable reports whether a miss may refresh the cache now.
+func (c *topicCache) refreshable() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Since(c.fetched) > c.missRefresh
+}
+
+// expire makes the next check refresh.
+func (c *topicCache) expire() {
+	c.mu.Lock()
+	c.fetched = time.Time{}
+	c.mu.Unlock()
+}
+
+func (c *topicCache) refresh(ctx context.Context) error {
+	var list byzlogv1.TopicList
+	if err := c.q.Query(ctx, wire.PathTopics, nil, &list); err != nil {
+		return err
+	}
+	var st byzlogv1.AppState
+	if err := c.q.Query(ctx, wire.PathState, nil, &st); err != nil {
+		return err
+	}
+	m := make(map[string]*byzlogv1.TopicConfig, len(list.Topics))
+	for _, t := range list.Topics {
+		if t.GetConfig() != nil {
+			m[t.Name] = t.Config
+		}
+	}
+	c.mu.Lock()
+	c.topics, c.limits, c.fetched = m, st.GetParams().GetLimits(), time.Now()
+	c.mu.Unlock()
+	return nil
+}
+
+func (c *topicCache) checkOnce(ctx context.Context, topic string, partition uint32, retried bool) (*byzlogv1.TopicConfig, *byzlogv1.Limits, error) {
+	c.mu.Lock()
+	cfg, ok := c.topics[topic]
+	age := time.Since(c.fetched)
+	c.mu.Unlock()
+	if age > c.ttl || (!ok && age > c.missRefresh) {
+		if err := c.refresh(ctx); err != nil {
+			return nil, nil, err
+		}
+		c.mu.Lock()
+		cfg, ok = c.topics[topic]
+		c.mu.Unlock()
+	}
+	if !ok && !retried {
+		// A topic created a moment ago may not be on the node asked yet:
+		// look again once a block later, as a Kafka client waits for
+		// metadata. The batch is charged to the queue while it waits.
+		select {
+		case <-time.After(c.missWait):
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		c.expire()
+		return c.checkOnce(ctx, topic, partition, true)
+	}
+	if !ok {
+		return nil, nil, rejected(wire.CodeUnknownTopic, fmt.Sprintf("topic %q does not exist; create it first", topic))
+	}
+	if partition >= cfg.Partitions {
+		return nil, nil, rejected(wire.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0..%d", topic, cfg.Partitions-1))
+	}
+	c.mu.Lock()
+	limits := c.limits
+	c.mu.Unlock()
+	return cfg, limits, nil
+}
