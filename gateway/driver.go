@@ -166,7 +166,8 @@ func (g *Gateway) settleTx(ctx context.Context, p *pendingTx, decide func(*pendi
 // its batches in order (a node's duplicate claim only once the block it
 // names confirms it), calls its callback, and submits the batches to send
 // again in a new bundle that keeps the slot and the deadline, or gives
-// the slot back.
+// the slot back. Once ctx is done nothing is sent again: those batches
+// are answered UNAVAILABLE, never left waiting.
 func (g *Gateway) carryOut(ctx context.Context, s settlement) {
 	for _, st := range s.steps {
 		if st.claim != nil {
@@ -182,10 +183,10 @@ func (g *Gateway) carryOut(ctx context.Context, s settlement) {
 		s.p.failed(s.failed)
 	}
 	if len(s.again) == 0 || ctx.Err() != nil {
-		if s.stopping != nil {
-			for _, r := range s.again {
-				r.finish(nil, s.stopping)
-			}
+		// Stopping: what would go out again was not written, so the client
+		// may retry it with the same sequence, at this or another gateway.
+		for _, r := range s.again {
+			r.finish(nil, errorf(ErrUnavailable, "the gateway is stopping; retry with the same sequence"))
 		}
 		s.p.release()
 		return

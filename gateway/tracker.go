@@ -183,9 +183,6 @@ type settlement struct {
 	result    *abci.ExecTxResult
 	failed    error      // for p.failed, when set
 	again     []*request // batches to bundle and submit again, with p's slot and deadline
-	// stopping answers again if the gateway is stopping; nil leaves them
-	// unanswered, as a rejection always did.
-	stopping error
 }
 
 // step is the answer to one batch: a receipt or an error, or claim, a
@@ -269,7 +266,7 @@ func rejectedSettlement(p *pendingTx, code wire.Code, log string, data []byte, a
 // another transaction (hits) and sends the rest again.
 func conflictSettlement(p *pendingTx, d *chain.Block, hits map[*request]conflictHit) settlement {
 	h := d.Block.Height
-	s := settlement{p: p, stopping: errorf(ErrUnavailable, "the gateway is stopping; retry with the same sequence")}
+	s := settlement{p: p}
 	for _, r := range p.reqs {
 		hit, ok := hits[r]
 		switch {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -225,9 +226,6 @@ func TestRejectedSettlement(t *testing.T) {
 			if !slices.Equal(steps, tc.wantSteps) || again != tc.wantAgain {
 				t.Errorf("rejectedSettlement = %v, %d again; want %v, %d again", steps, again, tc.wantSteps, tc.wantAgain)
 			}
-			if s.stopping != nil {
-				t.Errorf("rejectedSettlement.stopping = %v, want nil", s.stopping)
-			}
 		})
 	}
 	s := rejectedSettlement(&pendingTx{failed: func(error) {}}, wire.CodeNotAdmin, "no", nil, nil)
@@ -247,9 +245,6 @@ func TestConflictSettlement(t *testing.T) {
 	if want := []string{"dup@5", "FailedPrecondition"}; !slices.Equal(steps, want) || again != 1 || s.again[0] != reqs[2] {
 		t.Errorf("conflictSettlement = %v, %d again; want %v and the third batch again", steps, again, want)
 	}
-	if status.Code(s.stopping) != codes.Unavailable {
-		t.Errorf("conflictSettlement.stopping = %v, want UNAVAILABLE", s.stopping)
-	}
 }
 
 func TestFailedSettlement(t *testing.T) {
@@ -257,5 +252,46 @@ func TestFailedSettlement(t *testing.T) {
 	s := failedSettlement(&pendingTx{reqs: testRequests(2)}, err)
 	if steps, again := summary(s); !slices.Equal(steps, []string{"Unavailable", "Unavailable"}) || again != 0 || s.failed != err {
 		t.Errorf("failedSettlement = %v, %d again, failed %v; want every batch UNAVAILABLE", steps, again, s.failed)
+	}
+}
+
+// TestCarryOutWhileStopping: the batches a settlement would send again
+// (the rest of a rejected or conflicting bundle) are answered UNAVAILABLE
+// once the gateway is stopping, whichever settlement made them, and the
+// slot is given back. They used to wait unanswered after a rejection.
+func TestCarryOutWhileStopping(t *testing.T) {
+	g := &Gateway{usage: map[string]*usage{}, seqs: map[seqKey]*seqState{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, kind := range []string{"rejected", "conflict"} {
+		reqs := testRequests(2)
+		for _, r := range reqs {
+			r.g, r.done = g, make(chan answer, 1)
+		}
+		released := 0
+		p := &pendingTx{reqs: reqs, release: func() { released++ }}
+		var s settlement
+		if kind == "rejected" {
+			s = rejectedSettlement(p, wire.CodeSequenceGap, "refused", outcome(t, &byzlogv1.BatchResult{}, &byzlogv1.BatchResult{}), nil)
+		} else {
+			s = conflictSettlement(p, testBlock(&abci.ExecTxResult{}), map[*request]conflictHit{})
+		}
+		if len(s.again) != 2 {
+			t.Fatalf("%s: %d batches again; want 2", kind, len(s.again))
+		}
+		g.carryOut(ctx, s)
+		for i, r := range reqs {
+			select {
+			case a := <-r.done:
+				if status.Code(a.err) != codes.Unavailable {
+					t.Errorf("%s: batch %d answered %v; want UNAVAILABLE", kind, i, a.err)
+				}
+			default:
+				t.Errorf("%s: batch %d left unanswered while the gateway stops", kind, i)
+			}
+		}
+		if released != 1 {
+			t.Errorf("%s: slot released %d times; want once", kind, released)
+		}
 	}
 }
