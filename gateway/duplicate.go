@@ -65,7 +65,10 @@ func (g *Gateway) confirmDuplicate(ctx context.Context, r *request, br *byzlogv1
 }
 
 func (g *Gateway) duplicateReceipt(ctx context.Context, r *request, h int64) (*byzlogv1.Receipt, error) {
-	if top := g.pool.Height(); h <= 0 || h > top+1 {
+	// Both heights are f+1 nodes' word: the pool's agreed height (its
+	// health checks lag a fresh block) and the last block the gateway
+	// matched, which it read confirmed.
+	if top := max(g.pool.Height(), g.seenHeight()); h <= 0 || h > top+1 {
 		return nil, fmt.Errorf("height %d is not one f+1 nodes have reached (%d)", h, top)
 	}
 	d, err := g.dups.get(ctx, g, h)
