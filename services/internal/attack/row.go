@@ -17,8 +17,9 @@ type Row struct {
 	// Crashed names every process of the cluster that died during the
 	// phase ("node2/byzlog-app", "gateway0").
 	Crashed []string `json:"crashed"`
-	// Rate is the honest records acknowledged per second under load;
-	// Ratio is Rate over the no-attack phase's.
+	// Rate is the honest records acknowledged per second of load, counted
+	// in the window shifted by the median receipt time (chaos
+	// Row.AckedShifted); Ratio is Rate over the no-attack phase's.
 	Rate  float64 `json:"honest_records_per_s"`
 	Ratio float64 `json:"ratio"`
 	// Chaos is the phase as the chaos suite saw it: sends, outcomes,

@@ -244,7 +244,7 @@ func runRow(ctx context.Context, c *chaos.Cluster, a Attack, env *Env, cfg Confi
 	}
 	row := Row{Attack: a.Name, Chaos: cr, Stats: t.stats(), Crashed: dead.names(), Unauthorized: a.Unauthorized}
 	if s := cr.Load.Seconds(); s > 0 {
-		row.Rate = float64(cr.AckedUnderLoad) / s
+		row.Rate = float64(cr.AckedShifted) / s
 	}
 	return row
 }

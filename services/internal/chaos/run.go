@@ -50,6 +50,12 @@ type Row struct {
 	// acknowledged sends.
 	Load           time.Duration `json:"load_ns"`
 	AckedUnderLoad int           `json:"acked_under_load"`
+	// AckedShifted counts the acknowledgements in a window as long as
+	// Load that starts ReceiptP50 after the load did: where the receipts
+	// of what was offered under load arrive. A cluster that keeps up at a
+	// higher latency loses no count to it (the latency is ReceiptP99's);
+	// one that falls behind loses the shortfall.
+	AckedShifted int `json:"acked_shifted"`
 	ReceiptP50     time.Duration `json:"receipt_p50_ns"`
 	ReceiptP99     time.Duration `json:"receipt_p99_ns"`
 	// ConsumerErrors counts what the consumer SDK reported, by kind;
@@ -271,6 +277,12 @@ func (t loadTimes) measure(row *Row, rec *recorder, consumers bool) {
 		}
 	}
 	row.ReceiptP50, row.ReceiptP99 = Percentile(rec.ackWaits, 0.50), Percentile(rec.ackWaits, 0.99)
+	from, to := t.start.Add(row.ReceiptP50), t.end.Add(row.ReceiptP50)
+	for _, at := range rec.ackTimes {
+		if !at.Before(from) && !at.After(to) {
+			row.AckedShifted++
+		}
+	}
 	if _, polled := stalls(rec.pollTimes, t.start, t.end, t.lastHeal); consumers {
 		// Both paths back: acknowledgements and deliveries.
 		if polled < 0 || row.Recovery < 0 {

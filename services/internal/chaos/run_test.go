@@ -72,3 +72,39 @@ func TestPercentile(t *testing.T) {
 		}
 	}
 }
+
+// TestMeasureAckedShifted: an open-loop load of 100 records/s for 10 s.
+// A cluster that keeps up at any latency has every record acknowledged in
+// the window shifted by the median receipt time, though fewer land inside
+// the load itself; one that falls behind (receipts spaced wider than the
+// sends) loses the shortfall in both.
+func TestMeasureAckedShifted(t *testing.T) {
+	start := time.Unix(1_000_000, 0)
+	load := loadTimes{start: start, end: start.Add(10 * time.Second)}
+	for _, tc := range []struct {
+		name         string
+		ack          func(i int, sent time.Time) time.Time
+		under, shift int
+	}{
+		{"2 s receipts", func(_ int, sent time.Time) time.Time { return sent.Add(2 * time.Second) }, 801, 1000},
+		{"5 s receipts", func(_ int, sent time.Time) time.Time { return sent.Add(5 * time.Second) }, 501, 1000},
+		{"half the rate, falling behind", func(i int, _ time.Time) time.Time { return start.Add(time.Second + time.Duration(i)*20*time.Millisecond) }, 451, 0},
+	} {
+		rec := newRecorder()
+		for i := range 1000 {
+			sent := start.Add(time.Duration(i) * 10 * time.Millisecond)
+			rec.send(Send{Outcome: Acked}, sent, tc.ack(i, sent))
+		}
+		var row Row
+		load.measure(&row, rec, false)
+		if row.AckedUnderLoad != tc.under {
+			t.Errorf("%s: AckedUnderLoad = %d; want %d", tc.name, row.AckedUnderLoad, tc.under)
+		}
+		if tc.shift > 0 && row.AckedShifted != tc.shift {
+			t.Errorf("%s: AckedShifted = %d; want %d (every record: the cluster kept up)", tc.name, row.AckedShifted, tc.shift)
+		}
+		if tc.shift == 0 && row.AckedShifted > 800 {
+			t.Errorf("%s: AckedShifted = %d; want the shortfall of a cluster at half the offered rate to show (≤ 800 of 1000)", tc.name, row.AckedShifted)
+		}
+	}
+}
