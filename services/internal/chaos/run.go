@@ -55,9 +55,9 @@ type Row struct {
 	// of what was offered under load arrive. A cluster that keeps up at a
 	// higher latency loses no count to it (the latency is ReceiptP99's);
 	// one that falls behind loses the shortfall.
-	AckedShifted int `json:"acked_shifted"`
-	ReceiptP50     time.Duration `json:"receipt_p50_ns"`
-	ReceiptP99     time.Duration `json:"receipt_p99_ns"`
+	AckedShifted int           `json:"acked_shifted"`
+	ReceiptP50   time.Duration `json:"receipt_p50_ns"`
+	ReceiptP99   time.Duration `json:"receipt_p99_ns"`
 	// ConsumerErrors counts what the consumer SDK reported, by kind;
 	// SendErrors the errors behind unknown outcomes, by their first words.
 	ConsumerErrors map[string]int `json:"consumer_errors"`

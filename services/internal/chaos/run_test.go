@@ -88,7 +88,9 @@ func TestMeasureAckedShifted(t *testing.T) {
 	}{
 		{"2 s receipts", func(_ int, sent time.Time) time.Time { return sent.Add(2 * time.Second) }, 801, 1000},
 		{"5 s receipts", func(_ int, sent time.Time) time.Time { return sent.Add(5 * time.Second) }, 501, 1000},
-		{"half the rate, falling behind", func(i int, _ time.Time) time.Time { return start.Add(time.Second + time.Duration(i)*20*time.Millisecond) }, 451, 0},
+		{"half the rate, falling behind", func(i int, _ time.Time) time.Time {
+			return start.Add(time.Second + time.Duration(i)*20*time.Millisecond)
+		}, 451, 0},
 	} {
 		rec := newRecorder()
 		for i := range 1000 {
