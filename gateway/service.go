@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -138,14 +137,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 
 // Admin forwards an admin-signed request and waits for its commit.
 func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
-	tx, err := wire.AdminTx(req)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "encode admin request: %v", err)
-	}
-	if res := core.ValidateTx(tx); !res.OK() {
-		return nil, grpcError(rejected(res.Code, res.Log))
-	}
-	c, err := s.g.SubmitTx(ctx, tx)
+	c, err := s.g.Admin(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -155,14 +147,7 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 // CommitOffsets forwards a consumer-signed offset commit and waits for its
 // commit.
 func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
-	tx, err := wire.OffsetsTx(req)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "encode offset commit: %v", err)
-	}
-	if res := core.ValidateTx(tx); !res.OK() {
-		return nil, grpcError(rejected(res.Code, res.Log))
-	}
-	c, err := s.g.SubmitTx(ctx, tx)
+	c, err := s.g.CommitOffsets(ctx, req)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -171,20 +156,20 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 
 // GetGroupOffsets returns a consumer group's committed offsets.
 func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
-	var g byzlogv1.GroupOffsets
-	if err := s.g.Query(ctx, wire.PathGroup, req, &g); err != nil {
+	g, err := s.g.Group(ctx, req.GetGroup())
+	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &g, nil
+	return g, nil
 }
 
 // ListTopics lists the topics in committed state.
 func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
-	var list byzlogv1.TopicList
-	if err := s.g.Query(ctx, wire.PathTopics, nil, &list); err != nil {
+	topics, err := s.g.Topics(ctx)
+	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &byzlogv1.ListTopicsResponse{Topics: list.Topics}, nil
+	return &byzlogv1.ListTopicsResponse{Topics: topics}, nil
 }
 
 // DescribeTopic returns one topic with its partitions.

@@ -1,0 +1,98 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handle answers one request. A nil response writes nothing (acks=0); an
+// error closes the connection, as a broker does on a protocol violation.
+func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
+	switch r := req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		resp := r.ResponseKind().(*kmsg.ApiVersionsResponse)
+		resp.ApiKeys = apiKeys()
+		return resp, nil
+	case *kmsg.SASLHandshakeRequest:
+		return c.saslHandshake(r), nil
+	case *kmsg.SASLAuthenticateRequest:
+		return c.saslAuthenticate(r)
+	case *kmsg.MetadataRequest:
+		return c.metadata(ctx, r), nil
+	case *kmsg.ProduceRequest:
+		return c.produce(ctx, r), nil
+	case *kmsg.FetchRequest:
+		return c.fetch(ctx, r), nil
+	case *kmsg.ListOffsetsRequest:
+		return c.listOffsets(ctx, r), nil
+	}
+	return nil, fmt.Errorf("%w: key %d", errNotServed, req.Key())
+}
+
+// saslHandshake picks the mechanism of the SaslAuthenticate requests that
+// follow.
+func (c *conn) saslHandshake(r *kmsg.SASLHandshakeRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.SASLHandshakeResponse)
+	if c.s.cfg.Auth == nil {
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		return resp
+	}
+	resp.SupportedMechanisms = c.s.cfg.Auth.Mechanisms()
+	if c.principal != nil {
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		return resp
+	}
+	for _, m := range resp.SupportedMechanisms {
+		if m == r.Mechanism {
+			c.mechanism, c.session = m, nil
+			return resp
+		}
+	}
+	resp.ErrorCode = kerr.UnsupportedSaslMechanism.Code
+	return resp
+}
+
+// saslAuthenticate carries one step of the exchange. A failed exchange is
+// answered, then the connection closes (Kafka does the same).
+func (c *conn) saslAuthenticate(r *kmsg.SASLAuthenticateRequest) (kmsg.Response, error) {
+	resp := r.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+	if c.mechanism == "" || c.principal != nil {
+		resp.ErrorCode = kerr.IllegalSaslState.Code
+		msg := "SaslAuthenticate before SaslHandshake chose a mechanism, or after authenticating"
+		resp.ErrorMessage = &msg
+		return resp, nil
+	}
+	if c.session == nil {
+		s, err := c.s.cfg.Auth.Start(c.mechanism)
+		if err != nil {
+			return c.authFailed(resp, err), nil
+		}
+		c.session = s
+	}
+	reply, done, err := c.session.Step(r.SASLAuthBytes)
+	if err != nil {
+		return c.authFailed(resp, err), nil
+	}
+	resp.SASLAuthBytes = reply
+	if done {
+		p := c.session.Principal()
+		c.principal, c.session = &p, nil
+		c.log = c.log.With().Str("principal", p.Name).Logger()
+		c.log.Debug().Str("mechanism", c.mechanism).Msg("kafka client authenticated")
+	}
+	return resp, nil
+}
+
+// authFailed answers SASL_AUTHENTICATION_FAILED; the connection may try
+// again only on a new connection, so the session is dropped.
+func (c *conn) authFailed(resp *kmsg.SASLAuthenticateResponse, err error) kmsg.Response {
+	c.log.Info().Err(err).Str("mechanism", c.mechanism).Msg("kafka authentication failed")
+	resp.ErrorCode = kerr.SaslAuthenticationFailed.Code
+	msg := err.Error()
+	resp.ErrorMessage = &msg
+	c.mechanism, c.session = "", nil
+	return resp
+}

@@ -1,0 +1,114 @@
+package kafka
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// topicCache holds the topic list for TopicsTTL, so Metadata and Produce
+// cost no query each.
+type topicCache struct {
+	b   Backend
+	ttl time.Duration
+
+	mu      sync.Mutex
+	fetched time.Time
+	topics  map[string]*byzlogv1.TopicInfo
+	order   []string
+}
+
+// get returns the topics, from the cache when it is fresh or refresh is
+// false.
+func (t *topicCache) get(ctx context.Context, refresh bool) (map[string]*byzlogv1.TopicInfo, []string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.topics != nil && (!refresh || time.Since(t.fetched) < t.ttl) {
+		return t.topics, t.order, nil
+	}
+	list, err := t.b.Topics(ctx)
+	if err != nil {
+		if t.topics != nil {
+			return t.topics, t.order, nil // stale beats none
+		}
+		return nil, nil, err
+	}
+	t.topics, t.order, t.fetched = map[string]*byzlogv1.TopicInfo{}, nil, time.Now()
+	for _, ti := range list {
+		t.topics[ti.Name] = ti
+		t.order = append(t.order, ti.Name)
+	}
+	return t.topics, t.order, nil
+}
+
+// partitions of topic; 0 when it does not exist.
+func (t *topicCache) partitions(ctx context.Context, topic string) (uint32, error) {
+	topics, _, err := t.get(ctx, true)
+	if err != nil {
+		return 0, err
+	}
+	if ti := topics[topic]; ti != nil {
+		return ti.GetConfig().GetPartitions(), nil
+	}
+	return 0, nil
+}
+
+// leader is partition p's broker: the gateways share partitions round
+// robin, though any gateway takes any write.
+func (s *Server) leader(p int32) int32 { return s.brokers[int(p)%len(s.brokers)].NodeID }
+
+func (c *conn) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.MetadataResponse)
+	for _, b := range c.s.brokers {
+		resp.Brokers = append(resp.Brokers, kmsg.MetadataResponseBroker{NodeID: b.NodeID, Host: b.Host, Port: b.Port})
+	}
+	chain := c.s.b.ChainID()
+	resp.ClusterID = &chain
+	resp.ControllerID = c.s.brokers[0].NodeID
+	topics, order, err := c.s.topics.get(ctx, true)
+	names := order
+	if r.Topics != nil {
+		names = names[:0:0]
+		for _, t := range r.Topics {
+			if t.Topic != nil {
+				names = append(names, *t.Topic)
+			}
+		}
+	}
+	for _, name := range names {
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		ti := topics[name]
+		switch {
+		case err != nil:
+			mt.ErrorCode = kerr.LeaderNotAvailable.Code
+		case ti == nil:
+			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		default:
+			mt.Partitions = c.s.partitionsMetadata(ti.GetConfig().GetPartitions())
+		}
+		resp.Topics = append(resp.Topics, mt)
+	}
+	return resp
+}
+
+func (s *Server) partitionsMetadata(n uint32) []kmsg.MetadataResponseTopicPartition {
+	all := make([]int32, len(s.brokers))
+	for i, b := range s.brokers {
+		all[i] = b.NodeID
+	}
+	out := make([]kmsg.MetadataResponseTopicPartition, n)
+	for p := range out {
+		mp := kmsg.NewMetadataResponseTopicPartition()
+		mp.Partition = int32(p)
+		mp.Leader = s.leader(int32(p))
+		mp.Replicas, mp.ISR = all, all
+		out[p] = mp
+	}
+	return out
+}

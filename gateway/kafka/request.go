@@ -1,0 +1,105 @@
+package kafka
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+)
+
+// handledMin is the lowest version the face serves of each request it
+// serves. The highest is the Kafka 2.8 level (kversion.V2_8_0), which
+// librdkafka, franz-go and the Java client all speak, or kmsg's if lower.
+var handledMin = map[int16]int16{
+	0:  0, // Produce: from v0, or librdkafka does not compress (v0-2 carry old message sets, refused per partition)
+	1:  4, // Fetch: v4 is the first to carry v2 record batches
+	2:  1, // ListOffsets: v0 answers lists of offsets
+	3:  0, // Metadata
+	17: 1, // SaslHandshake: v1, then SaslAuthenticate frames
+	18: 0, // ApiVersions
+	36: 0, // SaslAuthenticate
+}
+
+type versionRange struct{ min, max int16 }
+
+// versions is what ApiVersions advertises, in key order.
+var versions = func() map[int16]versionRange {
+	caps := kversion.V2_8_0()
+	out := map[int16]versionRange{}
+	for key, lo := range handledMin {
+		hi, ok := caps.LookupMaxKeyVersion(key)
+		if !ok {
+			panic(fmt.Sprintf("kafka 2.8 has no request key %d", key))
+		}
+		if m := kmsg.RequestForKey(key).MaxVersion(); m < hi {
+			hi = m
+		}
+		out[key] = versionRange{lo, hi}
+	}
+	return out
+}()
+
+func apiKeys() []kmsg.ApiVersionsResponseApiKey {
+	keys := make([]kmsg.ApiVersionsResponseApiKey, 0, len(versions))
+	for k, r := range versions {
+		keys = append(keys, kmsg.ApiVersionsResponseApiKey{ApiKey: k, MinVersion: r.min, MaxVersion: r.max})
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].ApiKey < keys[j].ApiKey })
+	return keys
+}
+
+// unsupportedVersionError is an ApiVersions request of a version the face
+// does not speak: it is answered at v0 with UNSUPPORTED_VERSION and the
+// versions it does, so the client can pick one.
+type unsupportedVersionError struct{ resp kmsg.Response }
+
+func (e *unsupportedVersionError) Error() string { return "unsupported ApiVersions version" }
+
+// parseRequest decodes one request frame: the header (key, version,
+// correlation id, client id, tags) and the body.
+func parseRequest(body []byte) (kmsg.Request, int32, error) {
+	r := kbin.Reader{Src: body}
+	key, version, corr := r.Int16(), r.Int16(), r.Int32()
+	vr, ok := versions[key]
+	if key == 18 && (!ok || version < vr.min || version > vr.max) {
+		resp := kmsg.NewPtrApiVersionsResponse()
+		resp.Version = 0
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		resp.ApiKeys = apiKeys()
+		return nil, corr, &unsupportedVersionError{resp: resp}
+	}
+	if !ok {
+		return nil, corr, fmt.Errorf("request key %d is not served (served: %v)", key, servedKeys())
+	}
+	if version < vr.min || version > vr.max {
+		return nil, corr, fmt.Errorf("request key %d version %d is outside the served %d..%d", key, version, vr.min, vr.max)
+	}
+	req := kmsg.RequestForKey(key)
+	req.SetVersion(version)
+	r.NullableString() // client id
+	if req.IsFlexible() {
+		kmsg.SkipTags(&r)
+	}
+	if err := r.Complete(); err != nil {
+		return nil, corr, fmt.Errorf("request header: %w", err)
+	}
+	if err := req.ReadFrom(r.Src); err != nil {
+		return nil, corr, fmt.Errorf("request key %d v%d: %w", key, version, err)
+	}
+	return req, corr, nil
+}
+
+func servedKeys() []int16 {
+	keys := make([]int16, 0, len(versions))
+	for k := range versions {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	return keys
+}
+
+var errNotServed = errors.New("request not served")

@@ -1,0 +1,93 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/semaphore"
+)
+
+// Server is the Kafka face of one gateway.
+type Server struct {
+	cfg     Config
+	b       Backend
+	log     zerolog.Logger
+	brokers []Broker
+
+	buffered *semaphore.Weighted // request bytes in progress, server-wide
+	workers  chan struct{}       // batches decoded and signed at once
+	conns    atomic.Int64
+	topics   *topicCache
+	seqs     *sequencer
+}
+
+// New checks cfg and returns a server for b.
+func New(cfg Config, b Backend, log zerolog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	brokers, err := cfg.brokers()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		cfg: cfg, b: b, log: log, brokers: brokers,
+		buffered: semaphore.NewWeighted(cfg.MaxBufferedBytes),
+		workers:  make(chan struct{}, cfg.MaxWorkers),
+		topics:   &topicCache{b: b, ttl: cfg.TopicsTTL},
+		seqs:     newSequencer(b),
+	}, nil
+}
+
+// Listen opens the configured listener.
+func (s *Server) Listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("kafka listen %s: %w", s.cfg.Listen, err)
+	}
+	return ln, nil
+}
+
+// Serve accepts connections on ln until ctx is done, then closes ln and
+// every connection and returns once their goroutines have ended.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("kafka accept: %w", err)
+		}
+		if s.conns.Add(1) > int64(s.cfg.MaxConns) {
+			s.conns.Add(-1)
+			s.log.Warn().Str("remote", nc.RemoteAddr().String()).Int("max_conns", s.cfg.MaxConns).Msg("kafka connection refused: too many open")
+			nc.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.conns.Add(-1)
+			c := newConn(s, nc)
+			c.serve(ctx)
+		}()
+	}
+}

@@ -1,0 +1,227 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/kafka"
+	"github.com/byzlog/byzlog/gateway/kafka/sasl"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// startKafkaFace serves the Kafka face of a gateway over a test chain with
+// topic "k" (3 partitions), as edit changes the config, until the test
+// ends; it returns the address and the gateway.
+func startKafkaFace(t *testing.T, edit func(*kafka.Config)) (string, *gateway.Gateway) {
+	t.Helper()
+	g := gateway.StartTestGateway(t, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 3}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := kafka.Default()
+	cfg.Listen = ln.Addr().String()
+	cfg.Insecure = true
+	seed := sha256.Sum256([]byte("anonymous"))
+	cfg.AnonymousKey = ed25519.NewKeyFromSeed(seed[:])
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := kafka.New(cfg, g, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return cfg.Listen, g
+}
+
+// TestKafkaFaceProduceConsume produces with franz-go through the face with
+// every codec and acks, and reads every record back by Fetch, in order.
+func TestKafkaFaceProduceConsume(t *testing.T) {
+	addr, _ := startKafkaFace(t, nil)
+	codecs := map[string]kgo.CompressionCodec{"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(),
+		"snappy": kgo.SnappyCompression(), "lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression()}
+	want := map[string]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, name := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
+		for _, acks := range []kgo.Acks{kgo.AllISRAcks(), kgo.LeaderAck()} {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DisableIdempotentWrite(), kgo.RequiredAcks(acks),
+				kgo.ProducerBatchCompression(codecs[name]), kgo.DefaultProduceTopic("k"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var recs []*kgo.Record
+			for i := range 20 {
+				v := fmt.Sprintf("%s-%v-%d", name, acks, i)
+				want[v] = true
+				recs = append(recs, &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "h", Value: []byte(v)}}})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatalf("produce %s acks %v: %v", name, acks, err)
+			}
+			cl.Close()
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("k"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := map[string]bool{}
+	last := map[int32]int64{}
+	for len(got) < len(want) && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		for _, e := range fs.Errors() {
+			if ctx.Err() == nil {
+				t.Fatalf("fetch %s/%d: %v", e.Topic, e.Partition, e.Err)
+			}
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if prev, ok := last[r.Partition]; ok && r.Offset != prev+1 {
+				t.Errorf("partition %d: offset %d after %d", r.Partition, r.Offset, prev)
+			}
+			last[r.Partition] = r.Offset
+			if got[string(r.Value)] {
+				t.Errorf("record %q read twice", r.Value)
+			}
+			if len(r.Headers) != 1 || string(r.Headers[0].Value) != string(r.Value) {
+				t.Errorf("record %q has headers %v", r.Value, r.Headers)
+			}
+			got[string(r.Value)] = true
+		})
+	}
+	if len(got) != len(want) {
+		t.Fatalf("read %d of %d records", len(got), len(want))
+	}
+}
+
+// testTLS is a self-signed certificate for 127.0.0.1, and a client
+// configuration that trusts it.
+func testTLS(t *testing.T) (*tls.Config, *tls.Config) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "byzlog test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS13},
+		&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}
+}
+
+// TestKafkaFaceAuth: over TLS, SASL PLAIN and SCRAM-SHA-256/512 with the
+// right password produce as the user's key; a wrong password and a client
+// that skips authentication are refused.
+func TestKafkaFaceAuth(t *testing.T) {
+	serverTLS, clientTLS := testTLS(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "alice.key"), []byte(strings.Repeat("cd", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e, err := sasl.NewEntry("alice", "alice.key", false, "pw", sasl.MinIterations, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(sasl.File{Users: []sasl.Entry{e}})
+	os.WriteFile(filepath.Join(dir, "users.json"), b, 0o600)
+	users, err := sasl.Load(filepath.Join(dir, "users.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, g := startKafkaFace(t, func(c *kafka.Config) {
+		c.TLS, c.Insecure, c.AnonymousKey, c.Auth = serverTLS, false, nil, kafka.SASL(users)
+	})
+	produce := func(within time.Duration, opts ...kgo.Opt) error {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.DisableIdempotentWrite(), kgo.DefaultProduceTopic("k"),
+			kgo.RequestRetries(0), kgo.RetryTimeout(2 * time.Second)}, opts...)...)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr()
+	}
+	tlsOpt := kgo.DialTLSConfig(clientTLS)
+	for name, m := range map[string]kgo.Opt{
+		"plain":         kgo.SASL(plain.Auth{User: "alice", Pass: "pw"}.AsMechanism()),
+		"scram-sha-256": kgo.SASL(scram.Auth{User: "alice", Pass: "pw"}.AsSha256Mechanism()),
+		"scram-sha-512": kgo.SASL(scram.Auth{User: "alice", Pass: "pw"}.AsSha512Mechanism()),
+	} {
+		if err := produce(10*time.Second, tlsOpt, m); err != nil {
+			t.Errorf("produce with %s: %v", name, err)
+		}
+	}
+	for name, opts := range map[string][]kgo.Opt{
+		"wrong password": {tlsOpt, kgo.SASL(scram.Auth{User: "alice", Pass: "nope"}.AsSha512Mechanism())},
+		"no sasl":        {tlsOpt},
+		"no tls":         {kgo.SASL(plain.Auth{User: "alice", Pass: "pw"}.AsMechanism())},
+	} {
+		if err := produce(2*time.Second, opts...); err == nil {
+			t.Errorf("produce with %s: accepted, want refused", name)
+		}
+	}
+	alice := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0xcd}, 32)).Public().(ed25519.PublicKey)
+	var stored [][]byte
+	for p := range uint32(3) {
+		rr, err := g.Records(context.Background(), &byzlogv1.RecordsRequest{Topic: "k", Partition: p})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, rr.Records...)
+	}
+	if len(stored) != 3 {
+		t.Errorf("the log holds %d records, want the 3 the authenticated clients wrote", len(stored))
+	}
+	for _, b := range stored {
+		var sr byzlogv1.StoredRecord
+		if err := proto.Unmarshal(b, &sr); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(sr.ProducerKey, alice) {
+			t.Errorf("record at offset %d has producer %x, want alice's key %x", sr.Offset, sr.ProducerKey, alice)
+		}
+	}
+}
