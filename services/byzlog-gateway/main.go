@@ -44,11 +44,12 @@ type options struct {
 	tlsFiles   tlsconf.Files
 	insecure   bool
 	link       nodelink.Flags
+	kafka      kafkaOptions
 }
 
 func defaultOptions() options {
 	return options{Options: daemon.Default(), gw: gateway.Default(), listen: "127.0.0.1:7070", httpListen: "127.0.0.1:7071",
-		nodes: "http://127.0.0.1:26657"}
+		nodes: "http://127.0.0.1:26657", kafka: defaultKafkaOptions()}
 }
 
 // Validate says which setting is wrong: --insecure serves plaintext, so
@@ -105,7 +106,7 @@ func newCommand() *cobra.Command {
 			return run(cmd.Context(), o, serverTLS)
 		},
 	}
-	cmd.AddCommand(newHealthcheckCommand())
+	cmd.AddCommand(newHealthcheckCommand(), newKafkaUserCommand())
 	o.addFlags(cmd.Flags())
 	return cmd
 }
@@ -131,6 +132,7 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.gw.MaxProducerQueuedBatches, "max-producer-queued-batches", o.gw.MaxProducerQueuedBatches, "batches one producer key may have waiting before RESOURCE_EXHAUSTED")
 	f.IntVar(&o.gw.HTTP.MaxConcurrent, "http-max-concurrent", o.gw.HTTP.MaxConcurrent, "HTTP requests served at once; more get 429 with Retry-After")
 	f.DurationVar(&o.gw.StartTimeout, "start-timeout", o.gw.StartTimeout, "how long to wait at start for a healthy CometBFT node")
+	o.kafka.addFlags(f)
 	o.Options.AddFlags(f)
 }
 
@@ -158,6 +160,16 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
 	}
 	srv, hs := gateway.NewGRPCServer(g, opts...)
+	waitKafka := func() error { return nil }
+	if o.kafka.cfg.Listen != "" {
+		kcfg, err := o.kafka.config(serverTLS)
+		if err != nil {
+			return err
+		}
+		if waitKafka, err = serveKafka(ctx, kcfg, g, log); err != nil {
+			return err
+		}
+	}
 	stopHTTP := func() {}
 	if o.httpListen != "" {
 		if stopHTTP, err = daemon.ServeHTTP(o.httpListen, serverTLS, gateway.NewHTTPServer(o.gw.HTTP, httpFace(g))); err != nil {
@@ -178,6 +190,9 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 	// Stop taking requests, fail what is waiting, then close the streams.
 	stop()
 	wg.Wait()
+	if kerr := waitKafka(); kerr != nil && err == nil {
+		err = kerr
+	}
 	stopHTTP()
 	// Streams a client keeps open would hold GracefulStop forever.
 	stopped := make(chan struct{})
