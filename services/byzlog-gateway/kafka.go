@@ -174,4 +174,3 @@ func readLine(r io.Reader) (string, error) {
 	}
 	return line, nil
 }
-
