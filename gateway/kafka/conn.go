@@ -26,6 +26,9 @@ type conn struct {
 	principal *Principal
 	mechanism string  // chosen by SaslHandshake
 	session   Session // the SASL exchange in progress
+	// rawSASL: a SaslHandshake v0 chose the mechanism, so the frames that
+	// follow are bare SASL messages until the exchange ends.
+	rawSASL bool
 }
 
 // pending is a request whose response is owed, in order.
@@ -37,6 +40,7 @@ type pending struct {
 	resp    kmsg.Response // nil: nothing to write (acks=0)
 	fatal   error         // close the connection instead of answering
 	flexHdr bool          // the response header carries tagged fields
+	raw     []byte        // a bare SASL reply (rawSASL), written as is
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -98,8 +102,12 @@ func (c *conn) read(ctx context.Context, out chan<- *pending) error {
 		if c.principal == nil {
 			limit = c.s.cfg.MaxPreAuthBytes
 		}
-		if n < 8 || n > limit {
-			return fmt.Errorf("request of %d bytes is outside 8..%d", n, limit)
+		least := int32(8) // a request header
+		if c.rawSASL {
+			least = 0
+		}
+		if n < least || n > limit {
+			return fmt.Errorf("request of %d bytes is outside %d..%d", n, least, limit)
 		}
 		if err := c.s.buffered.Acquire(ctx, int64(n)); err != nil {
 			return err
@@ -110,6 +118,17 @@ func (c *conn) read(ctx context.Context, out chan<- *pending) error {
 		if _, err := io.ReadFull(c.nc, body); err != nil {
 			c.s.buffered.Release(p.size)
 			return err
+		}
+		if c.rawSASL {
+			reply, err := c.rawStep(body)
+			if err != nil {
+				c.s.buffered.Release(p.size)
+				return err
+			}
+			p.raw = reply
+			close(p.done)
+			out <- p
+			continue
 		}
 		req, corr, err := parseRequest(body)
 		p.corr = corr
@@ -168,10 +187,14 @@ func (c *conn) write(ctx context.Context, in <-chan *pending) {
 			failed = true
 			c.nc.Close()
 			continue
+		case p.raw != nil:
+			buf = binary.BigEndian.AppendUint32(buf[:0], uint32(len(p.raw)))
+			buf = append(buf, p.raw...)
 		case p.resp == nil:
 			continue
+		default:
+			buf = appendResponse(buf[:0], p)
 		}
-		buf = appendResponse(buf[:0], p)
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 		if _, err := c.nc.Write(buf); err != nil {
 			failed = true

@@ -56,6 +56,7 @@ func (c *conn) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, maxBytes int
 		for _, rp := range rt.Partitions {
 			p := kmsg.NewFetchResponseTopicPartition()
 			p.Partition = rp.Partition
+			p.RecordBatches = []byte{} // empty, not null: librdkafka refuses a null record set
 			room := min(int(rp.PartitionMaxBytes), maxBytes-size, wire.MaxQueryBytes)
 			// The first partition with data answers at least one block's
 			// records even past the bounds, as Kafka does.
@@ -97,7 +98,9 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 		c.log.Error().Err(err).Str("topic", topic).Int32("partition", rp.Partition).Msg("kafka fetch: agreed records do not decode")
 		return
 	}
-	out.RecordBatches = b
+	if b != nil {
+		out.RecordBatches = b
+	}
 }
 
 // encodeRecords re-encodes stored records as v2 batches, one per run of

@@ -48,6 +48,7 @@ func (c *conn) saslHandshake(r *kmsg.SASLHandshakeRequest) kmsg.Response {
 	for _, m := range resp.SupportedMechanisms {
 		if m == r.Mechanism {
 			c.mechanism, c.session = m, nil
+			c.rawSASL = r.Version == 0
 			return resp
 		}
 	}
@@ -78,12 +79,42 @@ func (c *conn) saslAuthenticate(r *kmsg.SASLAuthenticateRequest) (kmsg.Response,
 	}
 	resp.SASLAuthBytes = reply
 	if done {
-		p := c.session.Principal()
-		c.principal, c.session = &p, nil
-		c.log = c.log.With().Str("principal", p.Name).Logger()
-		c.log.Debug().Str("mechanism", c.mechanism).Msg("kafka client authenticated")
+		c.authenticated()
 	}
 	return resp, nil
+}
+
+// authenticated ends a successful exchange: the connection acts as its
+// principal from the next request on.
+func (c *conn) authenticated() {
+	p := c.session.Principal()
+	c.principal, c.session, c.rawSASL = &p, nil, false
+	c.log = c.log.With().Str("principal", p.Name).Logger()
+	c.log.Debug().Str("mechanism", c.mechanism).Msg("kafka client authenticated")
+}
+
+// rawStep runs one bare SASL message after a SaslHandshake v0. A failure
+// closes the connection: v0 has no way to answer it.
+func (c *conn) rawStep(msg []byte) ([]byte, error) {
+	if c.session == nil {
+		s, err := c.s.cfg.Auth.Start(c.mechanism)
+		if err != nil {
+			return nil, err
+		}
+		c.session = s
+	}
+	reply, done, err := c.session.Step(msg)
+	if err != nil {
+		c.log.Info().Err(err).Str("mechanism", c.mechanism).Msg("kafka authentication failed")
+		return nil, err
+	}
+	if done {
+		c.authenticated()
+	}
+	if reply == nil {
+		reply = []byte{}
+	}
+	return reply, nil
 }
 
 // authFailed answers SASL_AUTHENTICATION_FAILED; the connection may try

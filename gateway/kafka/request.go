@@ -19,7 +19,7 @@ var handledMin = map[int16]int16{
 	1:  4, // Fetch: v4 is the first to carry v2 record batches
 	2:  1, // ListOffsets: v0 answers lists of offsets
 	3:  0, // Metadata
-	17: 1, // SaslHandshake: v1, then SaslAuthenticate frames
+	17: 0, // SaslHandshake: v0 is followed by raw SASL frames, v1 by SaslAuthenticate requests (librdkafka needs v0 listed)
 	18: 0, // ApiVersions
 	36: 0, // SaslAuthenticate
 }

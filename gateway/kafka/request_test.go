@@ -92,7 +92,7 @@ func TestAdvertisedVersions(t *testing.T) {
 		{1, 4, 12}, // Fetch
 		{3, 0, 11}, // Metadata
 		{18, 0, 3}, // ApiVersions
-		{17, 1, 1}, // SaslHandshake
+		{17, 0, 1}, // SaslHandshake
 		{36, 0, 2}, // SaslAuthenticate
 		{2, 1, 6},  // ListOffsets
 	} {

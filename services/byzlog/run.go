@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -37,7 +38,8 @@ and says where the data stayed. Run it again on the same --dir to resume that
 cluster with its data. A second run while one is running is refused.
 
 Ports: node i p2p/RPC/ABCI BASE+100i/+1/+2 (BASE 26656), NATS 4222 (monitoring
-8222), gateway g gRPC 7070+2g and HTTP 7071+2g, indexer HTTP 7080.`,
+8222), gateway g gRPC 7070+2g, HTTP 7071+2g and Kafka 9092+g, indexer HTTP
+7080.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
@@ -66,6 +68,7 @@ Ports: node i p2p/RPC/ABCI BASE+100i/+1/+2 (BASE 26656), NATS 4222 (monitoring
 	f.IntVar(&cfg.BasePort, "base-port", cfg.BasePort, "node 0's p2p port; node i uses BASE+100i.. (a new network only)")
 	f.IntVar(&svc.Gateways, "gateways", svc.Gateways, "how many gateways to run (1 to 8)")
 	f.IntVar(&svc.GatewayPort, "gateway-port", svc.GatewayPort, "gateway 0's gRPC port; gateway g uses PORT+2g, HTTP PORT+2g+1")
+	f.IntVar(&svc.KafkaPort, "kafka-port", svc.KafkaPort, "gateway 0's Kafka port (SASL users in DIR/kafka); gateway g uses PORT+g; 0: no Kafka face")
 	f.IntVar(&svc.NATSPort, "nats-port", svc.NATSPort, "NATS client port (monitoring: 8222 + the difference from 4222)")
 	f.IntVar(&svc.IndexerPort, "indexer-port", svc.IndexerPort, "indexer HTTP port (/metrics, /healthz, /readyz)")
 	addServiceTLSFlags(f, &svc)
@@ -186,7 +189,7 @@ func printBanner(w io.Writer, n *localnet.Net, svc localnet.Services) {
 byzlog is running — %d validators, NATS, %d gateway(s), indexer. Data and logs: %s
 
   gateway   %s, %s
-  NATS      %s (monitoring http://127.0.0.1:%d)
+%s  NATS      %s (monitoring http://127.0.0.1:%d)
   indexer   http://%s/metrics
   nodes     %s … (RPC, %s; ABCI on a unix socket in each node's home)
   admin key %s/admin.key
@@ -196,11 +199,42 @@ Try, in another terminal:
   seq 1 1000 | bin/byzlog produce orders --gateway %s
   bin/byzlog consume orders --count 1000 --nats %s
   bin/nats sub 'byzlog.orders.*' --server %s --user consumer --password "$(cat %s)"%s
-
+%s
 Ctrl-C stops everything.
-`, c.Validators, svc.Gateways, c.Dir, strings.Join(gws, ", "), gatewaySecurity(n, svc), svc.NATSURL(), svc.MonitorPort(), svc.IndexerAddr(),
+`, c.Validators, svc.Gateways, c.Dir, strings.Join(gws, ", "), gatewaySecurity(n, svc), kafkaLine(n, svc), svc.NATSURL(), svc.MonitorPort(), svc.IndexerAddr(),
 		c.RPCAddr(0), rpcSecurity(n), c.Dir, c.Dir, svc.GatewayAddr(0), svc.GatewayAddr(0), svc.NATSURL(), svc.NATSURL(),
-		n.NATSPasswordFile(localnet.NATSConsumerUser), natsCAFlag(n, svc))
+		n.NATSPasswordFile(localnet.NATSConsumerUser), natsCAFlag(n, svc), kafkaTry(n, svc))
+}
+
+// kafkaLine is the banner's line for the Kafka face ("" without one).
+func kafkaLine(n *localnet.Net, svc localnet.Services) string {
+	if svc.KafkaPort == 0 {
+		return ""
+	}
+	var addrs []string
+	for g := 0; g < svc.Gateways; g++ {
+		addrs = append(addrs, svc.KafkaAddr(g))
+	}
+	return fmt.Sprintf("  kafka     %s (SASL user %s or %s, passwords in %s/)\n", strings.Join(addrs, ", "),
+		localnet.KafkaUser, localnet.KafkaAdminUser, filepath.Dir(n.KafkaPasswordFile(localnet.KafkaUser)))
+}
+
+// kafkaTry shows kcat producing and consuming through the Kafka face.
+func kafkaTry(n *localnet.Net, svc localnet.Services) string {
+	if svc.KafkaPort == 0 {
+		return ""
+	}
+	args, err := n.KafkaClientArgs(svc, localnet.KafkaUser)
+	if err != nil {
+		return ""
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "sasl.password=") {
+			args[i] = fmt.Sprintf("sasl.password=\"$(cat %s)\"", n.KafkaPasswordFile(localnet.KafkaUser))
+		}
+	}
+	x := strings.Join(args, " ")
+	return fmt.Sprintf("  seq 1 10 | kcat -P -b %s -t orders %s\n  kcat -C -b %s -t orders -o beginning -e %s\n", svc.KafkaAddr(0), x, svc.KafkaAddr(0), x)
 }
 
 // watch prints a status line (height, records committed, height indexed)

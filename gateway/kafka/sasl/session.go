@@ -126,7 +126,10 @@ func (s *scramSession) User() *User {
 	return s.u.byName[s.conv.Username()]
 }
 
-// Step runs one of SCRAM's two client messages.
+// Step runs one of SCRAM's two client messages. The client-final nonce
+// must be exactly the server's (RFC 5802, as Kafka 4 checks it):
+// librdkafka before 2.6.1 (Debian bookworm has 2.0.2) prepends its own
+// nonce once more and is refused; such clients log in with PLAIN over TLS.
 func (s *scramSession) Step(msg []byte) ([]byte, bool, error) {
 	s.steps++
 	if s.steps > 2 {

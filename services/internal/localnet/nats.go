@@ -39,7 +39,11 @@ func (n *Net) NATSPasswordFile(user string) string {
 
 // natsPassword reads user's password, making one the first time.
 func (n *Net) natsPassword(user string) (string, error) {
-	path := n.NATSPasswordFile(user)
+	return readOrMakePassword(n.NATSPasswordFile(user))
+}
+
+// readOrMakePassword reads the password in path, making one the first time.
+func readOrMakePassword(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		return strings.TrimSpace(string(b)), nil
 	} else if !errors.Is(err, os.ErrNotExist) {

@@ -155,6 +155,9 @@ type Services struct {
 	// GatewayPort+2g and HTTP on GatewayPort+2g+1.
 	Gateways    int
 	GatewayPort int
+	// KafkaPort, when not 0, makes gateway g serve the Kafka face on
+	// KafkaPort+g, with SASL users of writeKafkaUsers.
+	KafkaPort int
 	// IndexerPort serves the indexer's /metrics, /healthz and /readyz.
 	IndexerPort int
 	// PprofPort, when not 0, makes gateway g serve Go runtime profiles on
@@ -179,10 +182,11 @@ type Services struct {
 	NATS, Gateway, Indexer string
 }
 
-// DefaultServices is one gateway on 7070 (HTTP 7071), NATS on 4222
-// (monitoring 8222) and the indexer on 7080, as DESIGN.md lays them out.
+// DefaultServices is one gateway on 7070 (HTTP 7071, Kafka 9092), NATS on
+// 4222 (monitoring 8222) and the indexer on 7080, as DESIGN.md lays them
+// out.
 func DefaultServices() Services {
-	return Services{NATSPort: 4222, NATSMonitor: true, Gateways: 1, GatewayPort: 7070, IndexerPort: 7080}
+	return Services{NATSPort: 4222, NATSMonitor: true, Gateways: 1, GatewayPort: 7070, KafkaPort: 9092, IndexerPort: 7080}
 }
 
 // Validate names what is wrong.
@@ -194,6 +198,9 @@ func (s Services) Validate() error {
 		if p.port < 1024 || p.port > 65000 {
 			return fmt.Errorf("%s %d: want 1024..65000", p.name, p.port)
 		}
+	}
+	if s.KafkaPort != 0 && (s.KafkaPort < 1024 || s.KafkaPort+s.Gateways > 65000) {
+		return fmt.Errorf("kafka port %d: want 0 (none) or 1024..65000", s.KafkaPort)
 	}
 	if s.Insecure && s.MutualTLS {
 		return errors.New("mutual TLS needs TLS: drop insecure or mutual_tls")
@@ -263,6 +270,7 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 	args := append([]string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
 		"--nodes", strings.Join(rpcs, ","), "--log-format", "json",
 		"--hex-submit-max-bytes", strconv.Itoa((RPCMaxBodyBytes - 16) / 2)}, n.nodeLinkArgs()...)
+	args = append(args, n.kafkaArgs(s, g)...)
 	if s.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+g))
 	}
@@ -352,6 +360,11 @@ func (n *Net) StartServices(ctx context.Context, s Services, progress io.Writer)
 	if err := n.ensureTLS(); err != nil {
 		return err
 	}
+	if s.KafkaPort != 0 {
+		if err := n.writeKafkaUsers(); err != nil {
+			return fmt.Errorf("kafka users: %w", err)
+		}
+	}
 	if !s.GatewaysOnly {
 		if err := n.writeNATSConfig(s); err != nil {
 			return fmt.Errorf("NATS configuration: %w", err)
@@ -404,6 +417,9 @@ func portsFree(s Services) error {
 	}
 	for g := 0; g < s.Gateways; g++ {
 		ports = append(ports, s.GatewayPort+2*g, s.GatewayPort+2*g+1)
+		if s.KafkaPort != 0 {
+			ports = append(ports, s.KafkaPort+g)
+		}
 	}
 	for _, port := range ports {
 		if err := portFree(port); err != nil {
