@@ -45,7 +45,7 @@ func runCluster(t *testing.T, dir string, base int) *runProc {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir(t), "byzlog"), "run", "--dir", dir,
 		"--base-port", strconv.Itoa(base), "--nats-port", strconv.Itoa(base+850), "--gateway-port", strconv.Itoa(base+900),
-		"--indexer-port", strconv.Itoa(base+860))
+		"--indexer-port", strconv.Itoa(base+860), "--kafka-port", strconv.Itoa(base+870))
 	r := &runProc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = r.out, r.out
 	if err := cmd.Start(); err != nil {
@@ -157,6 +157,7 @@ func TestRunWholeSystem(t *testing.T) {
 		}
 	}
 	t.Log("records produced with byzlog produce appeared in nats sub")
+	checkKafkaFace(ctx, t, dir, fmt.Sprintf("127.0.0.1:%d", base+870), natsURL, bin)
 
 	// A topic with readers: its reader consumes it with its key; the
 	// consumer user and a key it does not list cannot.
@@ -225,15 +226,15 @@ func TestRunWholeSystem(t *testing.T) {
 	for _, line := range strings.Split(list, "\n") {
 		if f := strings.Fields(line); len(f) >= 3 && f[0] == "orders" {
 			found = true
-			if f[2] != "5" {
-				t.Fatalf("after resuming, orders holds %s records, want 5:\n%s", f[2], list)
+			if f[2] != "17" {
+				t.Fatalf("after resuming, orders holds %s records, want 17:\n%s", f[2], list)
 			}
 		}
 	}
 	if !found {
 		t.Fatalf("after resuming, topic list lacks orders:\n%s", list)
 	}
-	t.Log("run again on the same directory: the chain resumed with its 5 records")
+	t.Log("run again on the same directory: the chain resumed with its 17 records")
 }
 
 // waitStream waits until stream exists, seen with the nats CLI as auth's
