@@ -17,6 +17,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"strings"
 	"testing"
 	"time"
@@ -223,5 +225,107 @@ func TestKafkaFaceAuth(t *testing.T) {
 		if !bytes.Equal(sr.ProducerKey, alice) {
 			t.Errorf("record at offset %d has producer %x, want alice's key %x", sr.Offset, sr.ProducerKey, alice)
 		}
+	}
+}
+
+// TestKafkaFaceGroup: two franz-go group consumers share a topic's
+// partitions, read every record once between them, commit their offsets
+// on the chain, and a third consumer of the group resumes after them.
+func TestKafkaFaceGroup(t *testing.T) {
+	addr, _ := startKafkaFace(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DisableIdempotentWrite(), kgo.DefaultProduceTopic("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	produce := func(from, n int) {
+		var recs []*kgo.Record
+		for i := from; i < from+n; i++ {
+			recs = append(recs, &kgo.Record{Key: []byte(fmt.Sprint(i)), Value: []byte(fmt.Sprint(i))})
+		}
+		if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	owned := map[int]int{} // consumer -> partitions it holds
+	consumer := func(n int) *kgo.Client {
+		track := func(delta int) func(context.Context, *kgo.Client, map[string][]int32) {
+			return func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+				mu.Lock()
+				owned[n] += delta * len(m["k"])
+				mu.Unlock()
+			}
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("k"),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+			kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(200*time.Millisecond), kgo.RebalanceTimeout(10*time.Second),
+			kgo.OnPartitionsAssigned(track(1)), kgo.OnPartitionsRevoked(track(-1)), kgo.OnPartitionsLost(track(-1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	a, b := consumer(0), consumer(1)
+	// Both members hold partitions before anything is produced.
+	for ctx.Err() == nil {
+		for _, cl := range []*kgo.Client{a, b} {
+			pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			cl.PollFetches(pctx)
+			pcancel()
+		}
+		mu.Lock()
+		split := owned[0] > 0 && owned[1] > 0 && owned[0]+owned[1] == 3
+		mu.Unlock()
+		if split {
+			break
+		}
+	}
+	produce(0, 60)
+	seen := map[string]int{}
+	byClient := map[*kgo.Client]int{}
+	for len(seen) < 60 && ctx.Err() == nil {
+		for _, cl := range []*kgo.Client{a, b} {
+			pctx, pcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			fs := cl.PollFetches(pctx)
+			pcancel()
+			fs.EachRecord(func(r *kgo.Record) { seen[string(r.Value)]++; byClient[cl]++ })
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				t.Fatalf("commit: %v", err)
+			}
+		}
+	}
+	if len(seen) != 60 {
+		t.Fatalf("the group read %d of 60 records", len(seen))
+	}
+	for v, n := range seen {
+		if n != 1 {
+			t.Errorf("record %s read %d times", v, n)
+		}
+	}
+	if byClient[a] == 0 || byClient[b] == 0 {
+		t.Errorf("records per consumer: %d and %d, want both to have partitions", byClient[a], byClient[b])
+	}
+	a.Close()
+	b.Close()
+	produce(60, 10)
+	c := consumer(2)
+	defer c.Close()
+	var after []string
+	for len(after) < 10 && ctx.Err() == nil {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := c.PollFetches(pctx)
+		pcancel()
+		fs.EachRecord(func(r *kgo.Record) { after = append(after, string(r.Value)) })
+	}
+	for _, v := range after {
+		if n, _ := strconv.Atoi(v); n < 60 {
+			t.Errorf("the resumed consumer read %s, committed before it joined", v)
+		}
+	}
+	if len(after) != 10 {
+		t.Fatalf("the resumed consumer read %d of the 10 new records", len(after))
 	}
 }

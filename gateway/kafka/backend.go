@@ -18,6 +18,9 @@ type Backend interface {
 	Records(ctx context.Context, req *byzlogv1.RecordsRequest) (*byzlogv1.RecordsResponse, error)
 	// Height is the highest block a healthy node has.
 	Height() int64
+	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)
+	Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, error)
+	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (gateway.Committed, error)
 }
 
 var _ Backend = (*gateway.Gateway)(nil)

@@ -28,6 +28,25 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.fetch(ctx, r), nil
 	case *kmsg.ListOffsetsRequest:
 		return c.listOffsets(ctx, r), nil
+	case *kmsg.FindCoordinatorRequest:
+		return c.findCoordinator(ctx, r), nil
+	case *kmsg.OffsetCommitRequest:
+		return c.offsetCommit(ctx, r), nil
+	case *kmsg.OffsetFetchRequest:
+		return c.offsetFetch(ctx, r), nil
+	}
+	if group, ok := groupOf(req); ok && !c.coordinates(ctx, group) {
+		return notCoordinator(req), nil
+	}
+	switch r := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		return c.s.groups.join(ctx, r), nil
+	case *kmsg.SyncGroupRequest:
+		return c.s.groups.sync(ctx, r), nil
+	case *kmsg.HeartbeatRequest:
+		return c.s.groups.heartbeat(r), nil
+	case *kmsg.LeaveGroupRequest:
+		return c.s.groups.leave(r), nil
 	}
 	return nil, fmt.Errorf("%w: key %d", errNotServed, req.Key())
 }
@@ -126,4 +145,37 @@ func (c *conn) authFailed(resp *kmsg.SASLAuthenticateResponse, err error) kmsg.R
 	resp.ErrorMessage = &msg
 	c.mechanism, c.session = "", nil
 	return resp
+}
+
+// notCoordinator answers a group request sent to a gateway that does not
+// coordinate the group.
+func notCoordinator(req kmsg.Request) kmsg.Response {
+	resp := req.ResponseKind()
+	code := kerr.NotCoordinator.Code
+	switch r := resp.(type) {
+	case *kmsg.JoinGroupResponse:
+		r.ErrorCode = code
+	case *kmsg.SyncGroupResponse:
+		r.ErrorCode = code
+	case *kmsg.HeartbeatResponse:
+		r.ErrorCode = code
+	case *kmsg.LeaveGroupResponse:
+		r.ErrorCode = code
+	}
+	return resp
+}
+
+// groupOf is the group a membership request is for.
+func groupOf(req kmsg.Request) (string, bool) {
+	switch r := req.(type) {
+	case *kmsg.JoinGroupRequest:
+		return r.Group, true
+	case *kmsg.SyncGroupRequest:
+		return r.Group, true
+	case *kmsg.HeartbeatRequest:
+		return r.Group, true
+	case *kmsg.LeaveGroupRequest:
+		return r.Group, true
+	}
+	return "", false
 }

@@ -22,6 +22,13 @@ var handledMin = map[int16]int16{
 	17: 0, // SaslHandshake: v0 is followed by raw SASL frames, v1 by SaslAuthenticate requests (librdkafka needs v0 listed)
 	18: 0, // ApiVersions
 	36: 0, // SaslAuthenticate
+	8:  0, // OffsetCommit
+	9:  1, // OffsetFetch: v0 read offsets from ZooKeeper
+	10: 0, // FindCoordinator
+	11: 0, // JoinGroup
+	12: 0, // Heartbeat
+	13: 0, // LeaveGroup
+	14: 0, // SyncGroup
 }
 
 type versionRange struct{ min, max int16 }

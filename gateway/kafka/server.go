@@ -24,6 +24,9 @@ type Server struct {
 	conns    atomic.Int64
 	topics   *topicCache
 	seqs     *sequencer
+	groups   *groups
+	peers    *peers
+	commits  *committer
 }
 
 // New checks cfg and returns a server for b.
@@ -41,6 +44,9 @@ func New(cfg Config, b Backend, log zerolog.Logger) (*Server, error) {
 		workers:  make(chan struct{}, cfg.MaxWorkers),
 		topics:   &topicCache{b: b, ttl: cfg.TopicsTTL},
 		seqs:     newSequencer(b),
+		groups:   newGroups(),
+		peers:    &peers{seen: map[int32]peerSeen{}},
+		commits:  &committer{b: b, keys: map[string]*nonceStream{}},
 	}, nil
 }
 

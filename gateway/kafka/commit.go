@@ -1,0 +1,249 @@
+package kafka
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/byzlog/byzlog/gateway"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+)
+
+// Offsets are the chain's: OffsetCommit becomes a CommitOffsets
+// transaction signed with the connection's key (a group belongs to the key
+// that first committed for it), and OffsetFetch reads the group's
+// committed offsets as f+1 nodes agree on them. Kafka lets a commit move
+// an offset back, so every commit is sent as a rewind.
+
+// coordinator is the broker for a group: the first live one in a ring that
+// starts at the group name's hash, so every gateway sends a group's clients
+// to the same one while it lives, and to the next when it dies.
+func (s *Server) coordinator(ctx context.Context, group string) Broker {
+	h := fnv.New32a()
+	h.Write([]byte(group))
+	start := int(h.Sum32() % uint32(len(s.brokers)))
+	for i := range s.brokers {
+		b := s.brokers[(start+i)%len(s.brokers)]
+		if b.NodeID == s.cfg.NodeID || s.peers.alive(ctx, b) {
+			return b
+		}
+	}
+	for _, b := range s.brokers {
+		if b.NodeID == s.cfg.NodeID {
+			return b
+		}
+	}
+	return s.brokers[0]
+}
+
+// peers tracks which other gateways' Kafka faces answer, probing each at
+// most once per peerProbeEvery.
+type peers struct {
+	mu   sync.Mutex
+	seen map[int32]peerSeen
+}
+
+type peerSeen struct {
+	at    time.Time
+	alive bool
+}
+
+const peerProbeEvery = time.Second
+
+func (p *peers) alive(ctx context.Context, b Broker) bool {
+	p.mu.Lock()
+	s, ok := p.seen[b.NodeID]
+	p.mu.Unlock()
+	if ok && time.Since(s.at) < peerProbeEvery {
+		return s.alive
+	}
+	d := net.Dialer{Timeout: 500 * time.Millisecond}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))))
+	if err == nil {
+		c.Close()
+	}
+	p.mu.Lock()
+	p.seen[b.NodeID] = peerSeen{at: time.Now(), alive: err == nil}
+	p.mu.Unlock()
+	return err == nil
+}
+
+func (c *conn) findCoordinator(ctx context.Context, r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	if r.CoordinatorType != 0 {
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		resp.ErrorMessage = kmsg.StringPtr("byzlog has no Kafka transactions: only group coordinators")
+		return resp
+	}
+	b := c.s.coordinator(ctx, r.CoordinatorKey)
+	resp.NodeID, resp.Host, resp.Port = b.NodeID, b.Host, b.Port
+	return resp
+}
+
+// coordinates says whether this gateway coordinates group.
+func (c *conn) coordinates(ctx context.Context, group string) bool {
+	return c.s.coordinator(ctx, group).NodeID == c.s.cfg.NodeID
+}
+
+func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	code := func() *kerr.Error {
+		if !c.coordinates(ctx, r.Group) {
+			return kerr.NotCoordinator
+		}
+		if r.Generation >= 0 {
+			return c.s.groups.memberOf(r.Group, r.MemberID, r.Generation)
+		}
+		return nil
+	}()
+	var offsets []*byzlogv1.PartitionOffset
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			meta := ""
+			if p.Metadata != nil {
+				meta = *p.Metadata
+			}
+			if p.Offset >= 0 && p.Partition >= 0 {
+				offsets = append(offsets, &byzlogv1.PartitionOffset{Topic: t.Topic, Partition: uint32(p.Partition), Offset: uint64(p.Offset), Metadata: meta})
+			}
+		}
+	}
+	if code == nil && len(offsets) > 0 {
+		if err := c.s.commits.commit(ctx, c.principal.Key, r.Group, offsets); err != nil {
+			c.log.Info().Err(err).Str("group", r.Group).Msg("kafka offset commit failed")
+			code = commitError(err)
+		}
+	}
+	for _, t := range r.Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition = p.Partition
+			if code != nil {
+				rp.ErrorCode = code.Code
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func commitError(err error) *kerr.Error {
+	var re *gateway.RejectedError
+	if errors.As(err, &re) {
+		switch re.Code {
+		case wire.CodeNotGroupOwner:
+			return kerr.GroupAuthorizationFailed
+		case wire.CodeBadGroup:
+			return kerr.InvalidGroupID
+		case wire.CodeUnknownTopic, wire.CodeUnknownPartition:
+			return kerr.UnknownTopicOrPartition
+		}
+		return kerr.OffsetMetadataTooLarge
+	}
+	return kerr.CoordinatorNotAvailable // retriable: the chain did not take it now
+}
+
+func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+	if !c.coordinates(ctx, r.Group) {
+		resp.ErrorCode = kerr.NotCoordinator.Code
+		return resp
+	}
+	committed := map[string]*byzlogv1.PartitionOffset{}
+	g, err := c.s.b.Group(ctx, r.Group)
+	var re *gateway.RejectedError
+	switch {
+	case errors.As(err, &re) && re.Code == wire.CodeNotFound:
+	case err != nil:
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code // retriable
+		return resp
+	default:
+		for _, o := range g.Offsets {
+			committed[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o
+		}
+	}
+	topics := r.Topics
+	if topics == nil && g != nil { // all the group's partitions
+		byTopic := map[string][]int32{}
+		for _, o := range g.Offsets {
+			byTopic[o.Topic] = append(byTopic[o.Topic], int32(o.Partition))
+		}
+		for t, ps := range byTopic {
+			topics = append(topics, kmsg.OffsetFetchRequestTopic{Topic: t, Partitions: ps})
+		}
+	}
+	for _, t := range topics {
+		rt := kmsg.NewOffsetFetchResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetFetchResponseTopicPartition()
+			rp.Partition, rp.Offset, rp.Metadata = p, -1, kmsg.StringPtr("")
+			if o := committed[fmt.Sprintf("%s/%d", t.Topic, p)]; o != nil {
+				rp.Offset, rp.Metadata = int64(o.Offset), kmsg.StringPtr(o.Metadata)
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+// committer signs offset commits with consecutive nonces per key; after a
+// failed commit it reads the nonce from the chain again.
+type committer struct {
+	b Backend
+
+	mu   sync.Mutex
+	keys map[string]*nonceStream
+}
+
+type nonceStream struct {
+	mu    sync.Mutex
+	known bool
+	next  uint64
+}
+
+func (q *committer) commit(ctx context.Context, key ed25519.PrivateKey, group string, offsets []*byzlogv1.PartitionOffset) error {
+	signer := wire.NewSigner(key, q.b.ChainID())
+	pub := signer.PublicKey()
+	q.mu.Lock()
+	s := q.keys[string(pub)]
+	if s == nil {
+		s = &nonceStream{}
+		q.keys[string(pub)] = s
+	}
+	q.mu.Unlock()
+	// One commit per key at a time: each needs the nonce the last used.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.known {
+		n, err := q.b.Nonce(ctx, pub)
+		if err != nil {
+			return err
+		}
+		s.next, s.known = n, true
+	}
+	tx, err := signer.CommitOffsets(s.next, group, true, offsets...)
+	if err != nil {
+		return fmt.Errorf("sign offset commit: %w", err)
+	}
+	if _, err := q.b.CommitOffsets(ctx, tx); err != nil {
+		s.known = false
+		return err
+	}
+	s.next++
+	return nil
+}

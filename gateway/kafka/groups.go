@@ -1,0 +1,461 @@
+package kafka
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Consumer groups follow Kafka's classic protocol. Membership lives in the
+// coordinator gateway's memory, as a Kafka coordinator keeps it in memory:
+// losing it costs a rebalance (clients find the next coordinator and join
+// again). Committed offsets live on the chain (commit.go), so they survive
+// any gateway. The assignment itself is the group leader's (a client):
+// the coordinator picks a protocol every member offers and relays.
+
+// Group bounds.
+const (
+	maxGroups          = 10000
+	maxGroupMembers    = 1000
+	minSessionTimeout  = 1 * time.Second
+	maxSessionTimeout  = 5 * time.Minute
+	maxRebalanceWait   = 5 * time.Minute
+	defaultRebalanceMs = 60000
+)
+
+type groupState int
+
+const (
+	groupEmpty groupState = iota
+	groupPreparing
+	groupCompleting
+	groupStable
+)
+
+// groups is one gateway's coordinator.
+type groups struct {
+	mu sync.Mutex
+	m  map[string]*group
+}
+
+type group struct {
+	name       string
+	state      groupState
+	generation int32
+	protoType  string
+	protocol   string
+	leader     string
+	members    map[string]*member
+	pending    map[string]bool // ids given with MEMBER_ID_REQUIRED, not yet joined
+	rebalance  *time.Timer // ends a join phase when not every member rejoined
+	// syncWaiters wait for the leader's assignment of this generation.
+	syncWaiters map[string]chan syncAnswer
+}
+
+type member struct {
+	id               string
+	protocols        []kmsg.JoinGroupRequestProtocol
+	session          time.Duration
+	rebalanceTimeout time.Duration
+	expiry           *time.Timer
+	assignment       []byte
+	// join is where the join in progress is answered; nil once answered.
+	join chan *kmsg.JoinGroupResponse
+	ver  int16
+}
+
+type syncAnswer struct {
+	code       int16
+	assignment []byte
+}
+
+func newGroups() *groups { return &groups{m: map[string]*group{}} }
+
+func newMemberID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "byzlog-" + hex.EncodeToString(b[:])
+}
+
+// join handles JoinGroup: a new member without an id (v4+) is given one
+// and told to join again (MEMBER_ID_REQUIRED); otherwise the member joins
+// the next generation, answered once every member has rejoined or the
+// rebalance timeout has passed.
+func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
+	resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
+	session := time.Duration(r.SessionTimeoutMillis) * time.Millisecond
+	rebalanceMs := r.RebalanceTimeoutMillis
+	if r.Version == 0 || rebalanceMs <= 0 {
+		rebalanceMs = defaultRebalanceMs
+	}
+	rebalance := min(time.Duration(rebalanceMs)*time.Millisecond, maxRebalanceWait)
+	switch {
+	case session < minSessionTimeout || session > maxSessionTimeout:
+		resp.ErrorCode = kerr.InvalidSessionTimeout.Code
+		return resp
+	case len(r.Protocols) == 0 || r.ProtocolType == "":
+		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		return resp
+	}
+	gs.mu.Lock()
+	g := gs.m[r.Group]
+	if g == nil {
+		if len(gs.m) >= maxGroups {
+			gs.mu.Unlock()
+			resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+			return resp
+		}
+		g = &group{name: r.Group, members: map[string]*member{}}
+		gs.m[r.Group] = g
+	}
+	if g.protoType != "" && g.protoType != r.ProtocolType && len(g.members) > 0 {
+		gs.mu.Unlock()
+		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		return resp
+	}
+	id := r.MemberID
+	switch {
+	case id == "" && r.Version >= 4:
+		// Kafka's two-step join (KIP-394): the member learns its id first.
+		id = newMemberID()
+		if len(g.pending) >= maxGroupMembers {
+			g.pending = nil
+		}
+		if g.pending == nil {
+			g.pending = map[string]bool{}
+		}
+		g.pending[id] = true
+		gs.mu.Unlock()
+		resp.MemberID, resp.ErrorCode = id, kerr.MemberIDRequired.Code
+		return resp
+	case id == "":
+		id = newMemberID()
+	case g.members[id] == nil && !g.pending[id]:
+		// Not a member here (its state may have gone with another
+		// coordinator): it joins again without an id.
+		gs.mu.Unlock()
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp
+	}
+	delete(g.pending, id)
+	m := g.members[id]
+	if m == nil {
+		if len(g.members) >= maxGroupMembers {
+			gs.mu.Unlock()
+			resp.ErrorCode = kerr.GroupMaxSizeReached.Code
+			return resp
+		}
+		m = &member{id: id}
+		g.members[id] = m
+	}
+	g.protoType = r.ProtocolType
+	m.protocols, m.session, m.rebalanceTimeout, m.ver = r.Protocols, session, rebalance, r.Version
+	answer := make(chan *kmsg.JoinGroupResponse, 1)
+	if m.join != nil {
+		m.join <- joinError(m.ver, kerr.RebalanceInProgress)
+	}
+	m.join = answer
+	gs.touch(g, m)
+	gs.prepare(g)
+	gs.maybeComplete(g)
+	gs.mu.Unlock()
+	select {
+	case a := <-answer:
+		return a
+	case <-ctx.Done():
+		resp.ErrorCode = kerr.RebalanceInProgress.Code
+		return resp
+	}
+}
+
+func joinError(ver int16, e *kerr.Error) *kmsg.JoinGroupResponse {
+	r := kmsg.NewPtrJoinGroupResponse()
+	r.Version, r.ErrorCode = ver, e.Code
+	return r
+}
+
+// prepare starts a join phase unless one runs: members have until the
+// longest rebalance timeout to rejoin. Held: gs.mu.
+func (gs *groups) prepare(g *group) {
+	if g.state == groupPreparing {
+		return
+	}
+	for _, w := range g.syncWaiters {
+		w <- syncAnswer{code: kerr.RebalanceInProgress.Code}
+	}
+	g.syncWaiters = nil
+	g.state = groupPreparing
+	wait := time.Duration(0)
+	for _, m := range g.members {
+		wait = max(wait, m.rebalanceTimeout)
+	}
+	g.rebalance = time.AfterFunc(wait, func() {
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		if g.state != groupPreparing {
+			return
+		}
+		for id, m := range g.members {
+			if m.join == nil {
+				gs.remove(g, id)
+			}
+		}
+		gs.complete(g)
+	})
+}
+
+// maybeComplete ends the join phase once every member has rejoined.
+func (gs *groups) maybeComplete(g *group) {
+	if g.state != groupPreparing {
+		return
+	}
+	for _, m := range g.members {
+		if m.join == nil {
+			return
+		}
+	}
+	gs.complete(g)
+}
+
+// complete starts the next generation and answers every join: the leader
+// gets the members and their metadata for the protocol picked.
+func (gs *groups) complete(g *group) {
+	if g.rebalance != nil {
+		g.rebalance.Stop()
+	}
+	if len(g.members) == 0 {
+		g.state = groupEmpty
+		if gs.m[g.name] == g {
+			delete(gs.m, g.name) // its timers find it gone and do nothing
+		}
+		return
+	}
+	g.generation++
+	g.state = groupCompleting
+	g.syncWaiters = map[string]chan syncAnswer{}
+	if g.members[g.leader] == nil {
+		g.leader = ""
+		for id := range g.members {
+			if g.leader == "" || id < g.leader {
+				g.leader = id
+			}
+		}
+	}
+	g.protocol = pickProtocol(g.members[g.leader], g.members)
+	for _, m := range g.members {
+		resp := kmsg.NewPtrJoinGroupResponse()
+		resp.Version = m.ver
+		if g.protocol == "" {
+			resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		} else {
+			resp.Generation, resp.Protocol, resp.LeaderID, resp.MemberID = g.generation, kmsg.StringPtr(g.protocol), g.leader, m.id
+			pt := g.protoType
+			resp.ProtocolType = &pt
+			if m.id == g.leader {
+				resp.Members = groupMembers(g)
+			}
+		}
+		m.join <- resp
+		m.join = nil
+	}
+}
+
+// pickProtocol is the leader's most preferred protocol every member offers.
+func pickProtocol(leader *member, members map[string]*member) string {
+	for _, p := range leader.protocols {
+		all := true
+		for _, m := range members {
+			found := false
+			for _, q := range m.protocols {
+				found = found || q.Name == p.Name
+			}
+			all = all && found
+		}
+		if all {
+			return p.Name
+		}
+	}
+	return ""
+}
+
+func groupMembers(g *group) []kmsg.JoinGroupResponseMember {
+	var out []kmsg.JoinGroupResponseMember
+	for _, m := range g.members {
+		jm := kmsg.NewJoinGroupResponseMember()
+		jm.MemberID = m.id
+		for _, p := range m.protocols {
+			if p.Name == g.protocol {
+				jm.ProtocolMetadata = p.Metadata
+			}
+		}
+		out = append(out, jm)
+	}
+	return out
+}
+
+// touch restarts member m's session timer: a member that sends nothing for
+// its session timeout leaves, and the group rebalances.
+func (gs *groups) touch(g *group, m *member) {
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	id := m.id
+	m.expiry = time.AfterFunc(m.session, func() {
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		if g.members[id] != m || m.join != nil {
+			return
+		}
+		gs.remove(g, id)
+		gs.prepare(g)
+		gs.maybeComplete(g)
+	})
+}
+
+// remove drops a member. Held: gs.mu.
+func (gs *groups) remove(g *group, id string) {
+	m := g.members[id]
+	if m == nil {
+		return
+	}
+	if m.expiry != nil {
+		m.expiry.Stop()
+	}
+	if m.join != nil {
+		m.join <- joinError(m.ver, kerr.UnknownMemberID)
+	}
+	delete(g.members, id)
+	if w := g.syncWaiters[id]; w != nil {
+		w <- syncAnswer{code: kerr.RebalanceInProgress.Code}
+		delete(g.syncWaiters, id)
+	}
+	if len(g.members) == 0 && g.state != groupPreparing {
+		g.state = groupEmpty
+	}
+}
+
+// check finds a member of a generation, or the error Kafka answers.
+func (gs *groups) check(name, id string, generation int32) (*group, *member, *kerr.Error) {
+	g := gs.m[name]
+	if g == nil || g.members[id] == nil {
+		return nil, nil, kerr.UnknownMemberID
+	}
+	if generation != g.generation {
+		return g, g.members[id], kerr.IllegalGeneration
+	}
+	return g, g.members[id], nil
+}
+
+// sync handles SyncGroup: the leader's assignments are kept and every
+// member of the generation gets its own.
+func (gs *groups) sync(ctx context.Context, r *kmsg.SyncGroupRequest) *kmsg.SyncGroupResponse {
+	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
+	gs.mu.Lock()
+	g, m, err := gs.check(r.Group, r.MemberID, r.Generation)
+	switch {
+	case err != nil:
+		gs.mu.Unlock()
+		resp.ErrorCode = err.Code
+		return resp
+	case g.state == groupPreparing:
+		gs.mu.Unlock()
+		resp.ErrorCode = kerr.RebalanceInProgress.Code
+		return resp
+	}
+	gs.touch(g, m)
+	resp.Protocol, resp.ProtocolType = kmsg.StringPtr(g.protocol), kmsg.StringPtr(g.protoType)
+	if g.state == groupStable {
+		resp.MemberAssignment = m.assignment
+		gs.mu.Unlock()
+		return resp
+	}
+	if r.MemberID == g.leader {
+		for _, a := range r.GroupAssignment {
+			if am := g.members[a.MemberID]; am != nil {
+				am.assignment = a.MemberAssignment
+			}
+		}
+		g.state = groupStable
+		for id, w := range g.syncWaiters {
+			w <- syncAnswer{assignment: g.members[id].assignment}
+		}
+		g.syncWaiters = nil
+		resp.MemberAssignment = m.assignment
+		gs.mu.Unlock()
+		return resp
+	}
+	w := make(chan syncAnswer, 1)
+	g.syncWaiters[m.id] = w
+	gs.mu.Unlock()
+	select {
+	case a := <-w:
+		resp.ErrorCode, resp.MemberAssignment = a.code, a.assignment
+	case <-ctx.Done():
+		resp.ErrorCode = kerr.RebalanceInProgress.Code
+	}
+	return resp
+}
+
+func (gs *groups) heartbeat(r *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
+	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g, m, err := gs.check(r.Group, r.MemberID, r.Generation)
+	if m != nil {
+		gs.touch(g, m)
+	}
+	switch {
+	case err != nil:
+		resp.ErrorCode = err.Code
+	case g.state == groupPreparing:
+		resp.ErrorCode = kerr.RebalanceInProgress.Code
+	}
+	return resp
+}
+
+func (gs *groups) leave(r *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse {
+	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
+	ids := []string{r.MemberID}
+	if r.Version >= 3 {
+		ids = ids[:0]
+		for _, m := range r.Members {
+			ids = append(ids, m.MemberID)
+		}
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	g := gs.m[r.Group]
+	for _, id := range ids {
+		lm := kmsg.NewLeaveGroupResponseMember()
+		lm.MemberID = id
+		if g == nil || g.members[id] == nil {
+			lm.ErrorCode = kerr.UnknownMemberID.Code
+			if r.Version < 3 {
+				resp.ErrorCode = lm.ErrorCode
+			}
+		} else {
+			gs.remove(g, id)
+		}
+		if r.Version >= 3 {
+			resp.Members = append(resp.Members, lm)
+		}
+	}
+	if g != nil && len(ids) > 0 && resp.ErrorCode == 0 {
+		gs.prepare(g)
+		gs.maybeComplete(g)
+	}
+	return resp
+}
+
+// memberOf says whether id is a member of generation gen, for commits.
+func (gs *groups) memberOf(name, id string, gen int32) *kerr.Error {
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	_, _, err := gs.check(name, id, gen)
+	return err
+}
