@@ -52,7 +52,7 @@ type group struct {
 	leader     string
 	members    map[string]*member
 	pending    map[string]bool // ids given with MEMBER_ID_REQUIRED, not yet joined
-	rebalance  *time.Timer // ends a join phase when not every member rejoined
+	rebalance  *time.Timer     // ends a join phase when not every member rejoined
 	// syncWaiters wait for the leader's assignment of this generation.
 	syncWaiters map[string]chan syncAnswer
 }
