@@ -69,6 +69,28 @@ func checkKafkaFace(ctx context.Context, t *testing.T, dir, broker, natsURL stri
 		}
 	}
 	t.Log("byzlog consume read the Kafka face's records through NATS")
+
+	// A kcat group consumer reads the 17, commits; another in the group
+	// after it finds nothing left before new records.
+	group := func(n int) []string {
+		t.Helper()
+		out := kcat("", "-G", "kcat-group", "-X", "auto.offset.reset=earliest", "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=200",
+			"-e", "-q", "-c", fmt.Sprint(n), "-f", "%s\n", "orders")
+		return strings.Fields(out)
+	}
+	if got := group(17); len(got) != 17 {
+		t.Fatalf("kcat -G read %d records, want 17: %v", len(got), got)
+	}
+	kcat("after-1\nafter-2\n", "-P", "-t", "orders", "-X", "acks=all")
+	if got := group(2); strings.Join(sorted(got), " ") != "after-1 after-2" {
+		t.Fatalf("kcat -G after the group committed read %v, want only the 2 new records", got)
+	}
+	t.Log("kcat -G consumed with a group and resumed from its committed offsets")
+}
+
+func sorted(s []string) []string {
+	sort.Strings(s)
+	return s
 }
 
 // values checks that kcat's "partition offset value" lines count offsets
