@@ -21,6 +21,7 @@ type Backend interface {
 	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)
 	Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, error)
 	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (gateway.Committed, error)
+	Admin(ctx context.Context, req *byzlogv1.AdminRequest) (gateway.Committed, error)
 }
 
 var _ Backend = (*gateway.Gateway)(nil)

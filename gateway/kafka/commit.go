@@ -119,7 +119,7 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 		}
 	}
 	if code == nil && len(offsets) > 0 {
-		if err := c.s.commits.commit(ctx, c.principal.Key, r.Group, offsets); err != nil {
+		if err := c.s.commitOffsets(ctx, c.principal.Key, r.Group, offsets); err != nil {
 			c.log.Info().Err(err).Str("group", r.Group).Msg("kafka offset commit failed")
 			code = commitError(err)
 		}
@@ -201,9 +201,10 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 	return resp
 }
 
-// committer signs offset commits with consecutive nonces per key; after a
-// failed commit it reads the nonce from the chain again.
-type committer struct {
+// nonces hands out each key's admin and offset-commit nonces: one request
+// per key at a time, since each needs the nonce the last one used; after a
+// failed request the nonce is read from the chain again.
+type nonces struct {
 	b Backend
 
 	mu   sync.Mutex
@@ -216,34 +217,41 @@ type nonceStream struct {
 	next  uint64
 }
 
-func (q *committer) commit(ctx context.Context, key ed25519.PrivateKey, group string, offsets []*byzlogv1.PartitionOffset) error {
-	signer := wire.NewSigner(key, q.b.ChainID())
-	pub := signer.PublicKey()
+// use runs submit with key's next nonce.
+func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(nonce uint64) error) error {
 	q.mu.Lock()
-	s := q.keys[string(pub)]
+	s := q.keys[string(key)]
 	if s == nil {
 		s = &nonceStream{}
-		q.keys[string(pub)] = s
+		q.keys[string(key)] = s
 	}
 	q.mu.Unlock()
-	// One commit per key at a time: each needs the nonce the last used.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.known {
-		n, err := q.b.Nonce(ctx, pub)
+		n, err := q.b.Nonce(ctx, key)
 		if err != nil {
 			return err
 		}
 		s.next, s.known = n, true
 	}
-	tx, err := signer.CommitOffsets(s.next, group, true, offsets...)
-	if err != nil {
-		return fmt.Errorf("sign offset commit: %w", err)
-	}
-	if _, err := q.b.CommitOffsets(ctx, tx); err != nil {
+	if err := submit(s.next); err != nil {
 		s.known = false
 		return err
 	}
 	s.next++
 	return nil
+}
+
+// commitOffsets commits a group's offsets signed with key.
+func (s *Server) commitOffsets(ctx context.Context, key ed25519.PrivateKey, group string, offsets []*byzlogv1.PartitionOffset) error {
+	signer := wire.NewSigner(key, s.b.ChainID())
+	return s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64) error {
+		tx, err := signer.CommitOffsets(nonce, group, true, offsets...)
+		if err != nil {
+			return fmt.Errorf("sign offset commit: %w", err)
+		}
+		_, err = s.b.CommitOffsets(ctx, tx)
+		return err
+	})
 }

@@ -40,12 +40,14 @@ type Config struct {
 	TLS *tls.Config
 	// Insecure allows plaintext (TLS nil).
 	Insecure bool
-	// Auth authenticates clients with SASL; nil with AnonymousKey set lets
-	// every client act as that key without authenticating.
+	// Auth authenticates clients with SASL. Either Auth or AnonymousKey.
 	Auth Authenticator
-	// AnonymousKey, when set, is the principal of a client that does not
-	// authenticate. Anyone who reaches the port then writes as this key.
+	// AnonymousKey, instead of Auth, is every client's principal, without
+	// authenticating: anyone who reaches the port writes as this key.
 	AnonymousKey ed25519.PrivateKey
+	// AnonymousAdmin lets unauthenticated clients create and delete topics
+	// (the anonymous key must be a genesis admin key): for tests only.
+	AnonymousAdmin bool
 
 	// Batch bounds one record batch a client sends.
 	Batch batch.Limits
@@ -109,8 +111,11 @@ func (c Config) Validate() error {
 	if c.TLS == nil && !c.Insecure {
 		return errors.New("kafka face needs TLS (a certificate and key) or insecure for plaintext")
 	}
-	if c.Auth == nil && c.AnonymousKey == nil {
-		return errors.New("kafka face needs users (SASL) or an anonymous key")
+	if (c.Auth == nil) == (c.AnonymousKey == nil) {
+		return errors.New("kafka face needs users (SASL) or an anonymous key, not both")
+	}
+	if c.AnonymousAdmin && c.AnonymousKey == nil {
+		return errors.New("kafka anonymous_admin needs an anonymous key")
 	}
 	if c.AnonymousKey != nil && len(c.AnonymousKey) != ed25519.PrivateKeySize {
 		return fmt.Errorf("kafka anonymous key is %d bytes, want an ed25519 private key", len(c.AnonymousKey))

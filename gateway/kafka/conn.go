@@ -46,7 +46,7 @@ type pending struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, log: s.log.With().Str("remote", nc.RemoteAddr().String()).Logger()}
 	if s.cfg.Auth == nil {
-		c.principal = &Principal{Name: "anonymous", Key: s.cfg.AnonymousKey}
+		c.principal = &Principal{Name: "anonymous", Key: s.cfg.AnonymousKey, Admin: s.cfg.AnonymousAdmin}
 	}
 	return c
 }

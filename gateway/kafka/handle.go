@@ -34,6 +34,10 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.offsetCommit(ctx, r), nil
 	case *kmsg.OffsetFetchRequest:
 		return c.offsetFetch(ctx, r), nil
+	case *kmsg.CreateTopicsRequest:
+		return c.createTopics(ctx, r), nil
+	case *kmsg.DeleteTopicsRequest:
+		return c.deleteTopics(ctx, r), nil
 	}
 	if group, ok := groupOf(req); ok && !c.coordinates(ctx, group) {
 		return notCoordinator(req), nil

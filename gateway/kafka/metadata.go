@@ -46,6 +46,13 @@ func (t *topicCache) get(ctx context.Context, refresh bool) (map[string]*byzlogv
 	return t.topics, t.order, nil
 }
 
+// expire makes the next get read the chain.
+func (t *topicCache) expire() {
+	t.mu.Lock()
+	t.fetched = time.Time{}
+	t.mu.Unlock()
+}
+
 // partitions of topic; 0 when it does not exist.
 func (t *topicCache) partitions(ctx context.Context, topic string) (uint32, error) {
 	topics, _, err := t.get(ctx, true)

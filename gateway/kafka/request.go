@@ -29,6 +29,8 @@ var handledMin = map[int16]int16{
 	12: 0, // Heartbeat
 	13: 0, // LeaveGroup
 	14: 0, // SyncGroup
+	19: 0, // CreateTopics
+	20: 0, // DeleteTopics
 }
 
 type versionRange struct{ min, max int16 }

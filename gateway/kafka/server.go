@@ -26,7 +26,7 @@ type Server struct {
 	seqs     *sequencer
 	groups   *groups
 	peers    *peers
-	commits  *committer
+	nonces   *nonces
 }
 
 // New checks cfg and returns a server for b.
@@ -46,7 +46,7 @@ func New(cfg Config, b Backend, log zerolog.Logger) (*Server, error) {
 		seqs:     newSequencer(b),
 		groups:   newGroups(),
 		peers:    &peers{seen: map[int32]peerSeen{}},
-		commits:  &committer{b: b, keys: map[string]*nonceStream{}},
+		nonces:   &nonces{b: b, keys: map[string]*nonceStream{}},
 	}, nil
 }
 

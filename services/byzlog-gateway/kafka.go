@@ -37,7 +37,8 @@ func (k *kafkaOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&k.brokers, "kafka-brokers", "", "every gateway's Kafka address as ID=host:port,... in the same order on all gateways (partition p's leader is the (p mod N)th); empty: this gateway alone")
 	f.Int32Var(&k.cfg.NodeID, "kafka-node-id", 0, "this gateway's broker id in --kafka-brokers")
 	f.StringVar(&k.users, "kafka-users", "", "users file (JSON) of the Kafka face's SASL users: each a name, salted SCRAM credentials and the key file that signs its batches (write entries with `byzlog-gateway kafka-user`)")
-	f.StringVar(&k.anonymousKey, "kafka-anonymous-key", "", "key file that signs the batches of Kafka clients that do not authenticate: anyone who reaches the port then writes as this key (without --kafka-users, every client)")
+	f.StringVar(&k.anonymousKey, "kafka-anonymous-key", "", "instead of --kafka-users: key file that signs every Kafka client's batches, without authenticating (anyone who reaches the port writes as this key)")
+	f.BoolVar(&k.cfg.AnonymousAdmin, "kafka-anonymous-admin", false, "let clients that do not authenticate create and delete topics with --kafka-anonymous-key, which must be a genesis admin key (for test clusters: franz-go's test suite needs it)")
 	f.BoolVar(&k.cfg.Insecure, "kafka-insecure", false, "serve the Kafka face in plaintext instead of TLS with --tls-cert (passwords and records cross the network readable)")
 	f.Int32Var(&k.cfg.MaxRequestBytes, "kafka-max-request-bytes", k.cfg.MaxRequestBytes, "largest Kafka request taken from an authenticated client")
 	f.IntVar(&k.cfg.MaxConns, "kafka-max-conns", k.cfg.MaxConns, "Kafka connections open at once; more are closed")
@@ -52,8 +53,8 @@ func (k kafkaOptions) config(serverTLS *tls.Config) (kafka.Config, error) {
 		}
 		c.TLS = serverTLS
 	}
-	if k.users == "" && k.anonymousKey == "" {
-		return c, errors.New("--kafka-listen needs --kafka-users (SASL) or --kafka-anonymous-key")
+	if (k.users == "") == (k.anonymousKey == "") {
+		return c, errors.New("--kafka-listen needs --kafka-users (SASL) or --kafka-anonymous-key, one of them")
 	}
 	if k.users != "" {
 		u, err := sasl.Load(k.users)
