@@ -60,6 +60,8 @@ type Config struct {
 	MaxBufferedBytes int64
 	// MaxConns bounds open connections; past it, new ones are closed.
 	MaxConns int
+	// MaxConnsPerIP bounds one address's open connections.
+	MaxConnsPerIP int
 	// MaxInFlight bounds the requests one connection has in progress.
 	MaxInFlight int
 	// MaxWorkers bounds batches decoded and signed at once, server-wide.
@@ -91,6 +93,7 @@ func Default() Config {
 		MaxPreAuthBytes:    64 << 10,
 		MaxBufferedBytes:   256 << 20,
 		MaxConns:           1024,
+		MaxConnsPerIP:      256,
 		MaxInFlight:        64,
 		MaxWorkers:         8,
 		HandshakeTimeout:   10 * time.Second,
@@ -138,6 +141,7 @@ func (c Config) Validate() error {
 		{"kafka max_pre_auth_bytes", int64(c.MaxPreAuthBytes)},
 		{"kafka max_buffered_bytes", c.MaxBufferedBytes},
 		{"kafka max_conns", int64(c.MaxConns)},
+		{"kafka max_conns_per_ip", int64(c.MaxConnsPerIP)},
 		{"kafka max_in_flight", int64(c.MaxInFlight)},
 		{"kafka max_workers", int64(c.MaxWorkers)},
 		{"kafka handshake_timeout", int64(c.HandshakeTimeout)},

@@ -41,6 +41,9 @@ type pending struct {
 	fatal   error         // close the connection instead of answering
 	flexHdr bool          // the response header carries tagged fields
 	raw     []byte        // a bare SASL reply (rawSASL), written as is
+	// closeAfter closes the connection once the response is written (a
+	// failed login: Kafka closes then too).
+	closeAfter bool
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -170,6 +173,9 @@ func isAuthKey(key int16) bool { return key == 18 || key == 17 || key == 36 }
 func (c *conn) finish(ctx context.Context, p *pending, req kmsg.Request) {
 	defer close(p.done)
 	p.resp, p.fatal = c.handle(ctx, req)
+	if r, ok := p.resp.(*kmsg.SASLAuthenticateResponse); ok && r.ErrorCode != 0 {
+		p.closeAfter = true
+	}
 }
 
 // write writes each pending response in order as it is ready.
@@ -196,7 +202,7 @@ func (c *conn) write(ctx context.Context, in <-chan *pending) {
 			buf = appendResponse(buf[:0], p)
 		}
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
-		if _, err := c.nc.Write(buf); err != nil {
+		if _, err := c.nc.Write(buf); err != nil || p.closeAfter {
 			failed = true
 			c.nc.Close()
 		}

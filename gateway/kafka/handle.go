@@ -96,7 +96,14 @@ func (c *conn) saslAuthenticate(r *kmsg.SASLAuthenticateRequest) (kmsg.Response,
 		}
 		c.session = s
 	}
-	reply, done, err := c.session.Step(r.SASLAuthBytes)
+	var reply []byte
+	var done bool
+	// A step may derive a key (PLAIN runs PBKDF2): it takes a worker slot,
+	// so logins cannot take all the CPU.
+	err := c.work(context.Background(), func() (err error) {
+		reply, done, err = c.session.Step(r.SASLAuthBytes)
+		return err
+	})
 	if err != nil {
 		return c.authFailed(resp, err), nil
 	}
@@ -126,7 +133,12 @@ func (c *conn) rawStep(msg []byte) ([]byte, error) {
 		}
 		c.session = s
 	}
-	reply, done, err := c.session.Step(msg)
+	var reply []byte
+	var done bool
+	err := c.work(context.Background(), func() (err error) {
+		reply, done, err = c.session.Step(msg)
+		return err
+	})
 	if err != nil {
 		c.log.Info().Err(err).Str("mechanism", c.mechanism).Msg("kafka authentication failed")
 		return nil, err

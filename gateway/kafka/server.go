@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"sync/atomic"
 
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/semaphore"
@@ -21,7 +20,9 @@ type Server struct {
 
 	buffered *semaphore.Weighted // request bytes in progress, server-wide
 	workers  chan struct{}       // batches decoded and signed at once
-	conns    atomic.Int64
+	connMu   sync.Mutex
+	conns    int
+	perIP    map[string]int
 	topics   *topicCache
 	seqs     *sequencer
 	groups   *groups
@@ -41,6 +42,7 @@ func New(cfg Config, b Backend, log zerolog.Logger) (*Server, error) {
 	return &Server{
 		cfg: cfg, b: b, log: log, brokers: brokers,
 		buffered: semaphore.NewWeighted(cfg.MaxBufferedBytes),
+		perIP:    map[string]int{},
 		workers:  make(chan struct{}, cfg.MaxWorkers),
 		topics:   &topicCache{b: b, ttl: cfg.TopicsTTL},
 		seqs:     newSequencer(b),
@@ -82,18 +84,48 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			}
 			return fmt.Errorf("kafka accept: %w", err)
 		}
-		if s.conns.Add(1) > int64(s.cfg.MaxConns) {
-			s.conns.Add(-1)
-			s.log.Warn().Str("remote", nc.RemoteAddr().String()).Int("max_conns", s.cfg.MaxConns).Msg("kafka connection refused: too many open")
+		ip := remoteIP(nc)
+		if !s.admitConn(ip) {
 			nc.Close()
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer s.conns.Add(-1)
+			defer s.releaseConn(ip)
 			c := newConn(s, nc)
 			c.serve(ctx)
 		}()
+	}
+}
+
+func remoteIP(nc net.Conn) string {
+	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
+	if err != nil {
+		return nc.RemoteAddr().String()
+	}
+	return host
+}
+
+// admitConn counts a new connection from ip, refusing it past MaxConns
+// or MaxConnsPerIP, so one address cannot take every slot.
+func (s *Server) admitConn(ip string) bool {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	if s.conns >= s.cfg.MaxConns || s.perIP[ip] >= s.cfg.MaxConnsPerIP {
+		s.log.Warn().Str("remote_ip", ip).Int("open", s.conns).Int("from_ip", s.perIP[ip]).Msg("kafka connection refused: too many open")
+		return false
+	}
+	s.conns++
+	s.perIP[ip]++
+	return true
+}
+
+func (s *Server) releaseConn(ip string) {
+	s.connMu.Lock()
+	defer s.connMu.Unlock()
+	s.conns--
+	if s.perIP[ip]--; s.perIP[ip] == 0 {
+		delete(s.perIP, ip)
 	}
 }

@@ -42,6 +42,7 @@ func (k *kafkaOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&k.cfg.Insecure, "kafka-insecure", false, "serve the Kafka face in plaintext instead of TLS with --tls-cert (passwords and records cross the network readable)")
 	f.Int32Var(&k.cfg.MaxRequestBytes, "kafka-max-request-bytes", k.cfg.MaxRequestBytes, "largest Kafka request taken from an authenticated client")
 	f.IntVar(&k.cfg.MaxConns, "kafka-max-conns", k.cfg.MaxConns, "Kafka connections open at once; more are closed")
+	f.IntVar(&k.cfg.MaxConnsPerIP, "kafka-max-conns-per-ip", k.cfg.MaxConnsPerIP, "Kafka connections open at once from one address")
 }
 
 // config completes the face's configuration; serverTLS is the gRPC face's.
