@@ -21,7 +21,7 @@ MODULES := protos abciapp gateway indexer services
 DEMO_RECORDS ?= 10000
 LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m
-E2E_TIMEOUT ?= 15m
+E2E_TIMEOUT ?= 25m
 FUZZTIME ?= 30s
 BENCHTIME ?= 30x
 BENCH_OUT ?= bench-results
@@ -83,6 +83,13 @@ failpoints-app: deps ## build bin/byzlog-app-failpoints, the test build whose ap
 .PHONY: e2e
 e2e: build failpoints-app ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer
 	BYZLOG_BIN=$(BIN) go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v github.com/byzlog/byzlog/services/e2e
+
+KAFKA_COMPAT_OUT ?= run/kafka-compat.txt
+
+.PHONY: kafka-compat
+kafka-compat: build ## franz-go's whole kgo test suite against a gateway's Kafka face (make test runs a subset): which tests pass, in $(KAFKA_COMPAT_OUT) (~30 min)
+	@mkdir -p $(dir $(KAFKA_COMPAT_OUT))
+	BYZLOG_BIN=$(BIN) BYZLOG_KGO_RUN=. BYZLOG_KGO_RESULTS=$(abspath $(KAFKA_COMPAT_OUT)) go test -tags e2e -count=1 -timeout 45m -v -run TestKafkaCompat github.com/byzlog/byzlog/services/e2e
 
 .PHONY: fuzz
 fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
