@@ -88,18 +88,9 @@ func newMemberID() string {
 // rebalance timeout has passed.
 func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
 	resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
-	session := time.Duration(r.SessionTimeoutMillis) * time.Millisecond
-	rebalanceMs := r.RebalanceTimeoutMillis
-	if r.Version == 0 || rebalanceMs <= 0 {
-		rebalanceMs = defaultRebalanceMs
-	}
-	rebalance := min(time.Duration(rebalanceMs)*time.Millisecond, maxRebalanceWait)
-	switch {
-	case session < minSessionTimeout || session > maxSessionTimeout:
-		resp.ErrorCode = kerr.InvalidSessionTimeout.Code
-		return resp
-	case len(r.Protocols) == 0 || r.ProtocolType == "":
-		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+	session, rebalance, bad := joinTimeouts(r)
+	if bad != nil {
+		resp.ErrorCode = bad.Code
 		return resp
 	}
 	gs.mu.Lock()
@@ -171,6 +162,24 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 		resp.ErrorCode = kerr.RebalanceInProgress.Code
 		return resp
 	}
+}
+
+// joinTimeouts are a join's session and rebalance timeouts, or why the
+// join is refused.
+func joinTimeouts(r *kmsg.JoinGroupRequest) (time.Duration, time.Duration, *kerr.Error) {
+	session := time.Duration(r.SessionTimeoutMillis) * time.Millisecond
+	rebalanceMs := r.RebalanceTimeoutMillis
+	if r.Version == 0 || rebalanceMs <= 0 {
+		rebalanceMs = defaultRebalanceMs
+	}
+	rebalance := min(time.Duration(rebalanceMs)*time.Millisecond, maxRebalanceWait)
+	switch {
+	case session < minSessionTimeout || session > maxSessionTimeout:
+		return 0, 0, kerr.InvalidSessionTimeout
+	case len(r.Protocols) == 0 || r.ProtocolType == "":
+		return 0, 0, kerr.InconsistentGroupProtocol
+	}
+	return session, rebalance, nil
 }
 
 func joinError(ver int16, e *kerr.Error) *kmsg.JoinGroupResponse {
