@@ -36,7 +36,7 @@ func (k *kafkaOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&k.cfg.Advertise, "kafka-advertise", "", "host:port Kafka clients reach this gateway at, when --kafka-brokers is empty; empty: --kafka-listen")
 	f.StringVar(&k.brokers, "kafka-brokers", "", "every gateway's Kafka address as ID=host:port,... in the same order on all gateways (partition p's leader is the (p mod N)th); empty: this gateway alone")
 	f.Int32Var(&k.cfg.NodeID, "kafka-node-id", 0, "this gateway's broker id in --kafka-brokers")
-	f.StringVar(&k.users, "kafka-users", "", "users file (JSON) of the Kafka face's SASL users: each a name, salted SCRAM credentials and the key file that signs its batches (write entries with `byzlog-gateway kafka-user`)")
+	f.StringVar(&k.users, "kafka-users", "", "users file (JSON) of the Kafka face's SASL users: each a name, salted SCRAM credentials and the key file that signs its batches (byzlog-gateway kafka-user writes entries)")
 	f.StringVar(&k.anonymousKey, "kafka-anonymous-key", "", "instead of --kafka-users: key file that signs every Kafka client's batches, without authenticating (anyone who reaches the port writes as this key)")
 	f.BoolVar(&k.cfg.AnonymousAdmin, "kafka-anonymous-admin", false, "let clients that do not authenticate create and delete topics with --kafka-anonymous-key, which must be a genesis admin key (for test clusters: franz-go's test suite needs it)")
 	f.BoolVar(&k.cfg.Insecure, "kafka-insecure", false, "serve the Kafka face in plaintext instead of TLS with --tls-cert (passwords and records cross the network readable)")
@@ -155,7 +155,7 @@ func newKafkaUserCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&name, "name", "", "the user's name (its SASL user name)")
-	f.StringVar(&keyFile, "key-file", "", "key file (as `byzlog keygen` writes) whose key signs the user's batches")
+	f.StringVar(&keyFile, "key-file", "", "key file (as byzlog keygen writes) whose key signs the user's batches")
 	f.BoolVar(&admin, "admin", false, "the user may create and delete topics (its key must be a genesis admin key)")
 	f.IntVar(&iterations, "iterations", iterations, fmt.Sprintf("PBKDF2 iterations of the credentials (%d..%d)", sasl.MinIterations, sasl.MaxIterations))
 	_ = cmd.MarkFlagRequired("name")
