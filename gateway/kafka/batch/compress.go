@@ -3,6 +3,7 @@ package batch
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -43,15 +44,30 @@ func inflate(codec Codec, b []byte, lim Limits) ([]byte, error) {
 }
 
 // readLimited reads r to its end, failing once it yields more than limit.
+// Its buffer doubles as it fills, so reading n bytes allocates about 2n.
 func readLimited(r io.Reader, limit int64) ([]byte, error) {
-	out, err := io.ReadAll(io.LimitReader(r, limit+1))
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	out := make([]byte, 0, min(limit+1, 64<<10))
+	for {
+		if len(out) == cap(out) {
+			if int64(len(out)) > limit {
+				return nil, fmt.Errorf("%w: inflates past %d bytes (the batch's bound: at most %d bytes, or %d bytes per compressed byte)", ErrTooLarge, limit, limit, limit)
+			}
+			grown := make([]byte, len(out), min(2*int64(cap(out)), limit+1))
+			copy(grown, out)
+			out = grown
+		}
+		n, err := r.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if errors.Is(err, io.EOF) {
+			if int64(len(out)) > limit {
+				return nil, fmt.Errorf("%w: inflates past %d bytes (the batch's bound)", ErrTooLarge, limit)
+			}
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
 	}
-	if int64(len(out)) > limit {
-		return nil, fmt.Errorf("%w: inflates past %d bytes (the batch's bound: at most %d bytes, or %d bytes per compressed byte)", ErrTooLarge, limit, limit, limit)
-	}
-	return out, nil
 }
 
 func inflateGzip(b []byte, limit int64) ([]byte, error) {
