@@ -24,7 +24,9 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"google.golang.org/protobuf/proto"
@@ -327,5 +329,48 @@ func TestKafkaFaceGroup(t *testing.T) {
 	}
 	if len(after) != 10 {
 		t.Fatalf("the resumed consumer read %d of the 10 new records", len(after))
+	}
+}
+
+// TestKafkaFaceCommitUnknownTopic: an offset commit for a topic the chain
+// does not have is answered UNKNOWN_TOPIC_OR_PARTITION at once, and the
+// key's next commit still commits.
+func TestKafkaFaceCommitUnknownTopic(t *testing.T) {
+	addr, g := startKafkaFace(t, nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	commit := func(topic string) int16 {
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.Generation = "g-unknown", -1
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Offset = 0
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	start := time.Now()
+	if code := commit("gone"); code != kerr.UnknownTopicOrPartition.Code {
+		t.Fatalf("commit to an unknown topic: code %d, want UNKNOWN_TOPIC_OR_PARTITION", code)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the refusal took %s", d)
+	}
+	if code := commit("k"); code != 0 {
+		t.Fatalf("the next commit: code %d, want 0", code)
+	}
+	off, err := g.Group(ctx, "g-unknown")
+	if err != nil || len(off.Offsets) != 1 || off.Offsets[0].Topic != "k" {
+		t.Fatalf("the group's committed offsets = %v, %v; want k/0", off, err)
 	}
 }

@@ -106,14 +106,22 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 		}
 		return nil
 	}()
+	// Partitions the chain does not have are answered at once, as Kafka
+	// does, and left out of the commit: a commit the chain would refuse
+	// could hold the key's next nonce until it timed out.
+	unknown := map[string]bool{}
 	var offsets []*byzlogv1.PartitionOffset
 	for _, t := range r.Topics {
+		n, _ := c.s.topics.partitions(ctx, t.Topic)
 		for _, p := range t.Partitions {
 			meta := ""
 			if p.Metadata != nil {
 				meta = *p.Metadata
 			}
-			if p.Offset >= 0 && p.Partition >= 0 {
+			switch {
+			case p.Partition < 0 || uint32(p.Partition) >= n:
+				unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)] = true
+			case p.Offset >= 0:
 				offsets = append(offsets, &byzlogv1.PartitionOffset{Topic: t.Topic, Partition: uint32(p.Partition), Offset: uint64(p.Offset), Metadata: meta})
 			}
 		}
@@ -130,8 +138,11 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 		for _, p := range t.Partitions {
 			rp := kmsg.NewOffsetCommitResponseTopicPartition()
 			rp.Partition = p.Partition
-			if code != nil {
+			switch {
+			case code != nil:
 				rp.ErrorCode = code.Code
+			case unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}
