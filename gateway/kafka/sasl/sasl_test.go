@@ -141,6 +141,22 @@ func TestScram(t *testing.T) {
 			})
 		}
 	}
+	// An unknown user is answered like a known one at the first step, with
+	// the same salt each time, and fails only at the proof.
+	firstReply := func(user string) string {
+		cl, _ := scram.SHA512.NewClient(user, "x", "")
+		msg, _ := cl.NewConversation().Step("")
+		s, _ := users.Start(ScramSHA512)
+		reply, done, err := s.Step([]byte(msg))
+		if err != nil || done {
+			t.Fatalf("first SCRAM step for %s = done %v, %v; want a server-first message", user, done, err)
+		}
+		salt := strings.Split(string(reply), ",")[1]
+		return salt
+	}
+	if a, b := firstReply("nobody"), firstReply("nobody"); a != b || !strings.HasPrefix(a, "s=") {
+		t.Fatalf("an unknown user's salts = %q, %q: want one salt", a, b)
+	}
 	if _, err := users.Start("GSSAPI"); !errors.Is(err, ErrUnsupportedMechanism) {
 		t.Fatalf("Start(GSSAPI) = %v, want ErrUnsupportedMechanism", err)
 	}
@@ -208,7 +224,7 @@ var memUsers = sync.OnceValues(func() (*Users, error) {
 			return nil, err
 		}
 	}
-	return &Users{byName: map[string]*User{"alice": u}}, nil
+	return &Users{byName: map[string]*User{"alice": u}, secret: []byte("fuzz")}, nil
 })
 
 func fuzzUsers(tb testing.TB) *Users {

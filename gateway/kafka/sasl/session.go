@@ -2,6 +2,8 @@ package sasl
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -52,6 +54,10 @@ func (u *Users) Start(mechanism string) (Session, error) {
 
 var errWrong = fmt.Errorf("%w: wrong user name or password", ErrAuthFailed)
 
+// lookup finds a user's credential. An unknown user gets a made-up one,
+// with a salt derived from the name under the users file's secret, the
+// same on every attempt: the exchange then fails at the proof, as a wrong
+// password does, so SCRAM does not tell which names exist.
 func (u *Users) lookup(mechanism string) scram.CredentialLookup {
 	return func(name string) (scram.StoredCredentials, error) {
 		if user := u.byName[name]; user != nil {
@@ -59,7 +65,12 @@ func (u *Users) lookup(mechanism string) scram.CredentialLookup {
 				return c, nil
 			}
 		}
-		return scram.StoredCredentials{}, errWrong
+		size := hashes[mechanism]().Size()
+		mac := hmac.New(sha256.New, u.secret)
+		mac.Write([]byte(mechanism + "\x00" + name))
+		salt := mac.Sum(nil)[:24]
+		return scram.StoredCredentials{KeyFactors: scram.KeyFactors{Salt: string(salt), Iters: DefaultIterations},
+			StoredKey: make([]byte, size), ServerKey: make([]byte, size)}, nil
 	}
 }
 

@@ -2,6 +2,7 @@ package sasl
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -67,6 +68,9 @@ type User struct {
 // Users are the loaded users file.
 type Users struct {
 	byName map[string]*User
+	// secret derives unknown users' made-up SCRAM salts: a hash of the
+	// file's stored keys, which no client sees.
+	secret []byte
 }
 
 // hashes are the SCRAM hash of each mechanism.
@@ -98,6 +102,7 @@ func Load(path string) (*Users, error) {
 	if len(u.byName) == 0 {
 		return nil, fmt.Errorf("users file %s lists no user", path)
 	}
+	u.secret = secretOf(b)
 	return u, nil
 }
 
@@ -211,4 +216,11 @@ func NewEntry(name, keyFile string, admin bool, password string, iterations int,
 		return Entry{}, err
 	}
 	return e, nil
+}
+
+// secretOf is a secret no client knows: a hash of the users file, which
+// holds the stored keys.
+func secretOf(file []byte) []byte {
+	h := sha256.Sum256(append([]byte("byzlog kafka users\x00"), file...))
+	return h[:]
 }
