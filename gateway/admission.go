@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -38,6 +39,26 @@ type seqKey struct {
 	key       string // producer public key
 	topic     string
 	partition uint32
+	// kafka is a Kafka producer's id and epoch (zero for a byzlog producer):
+	// each epoch is a sequence space of its own, counted in records.
+	kafka kafkaStream
+}
+
+type kafkaStream struct {
+	id    int64
+	epoch int32
+}
+
+func seqKeyOf(key []byte, topic string, partition uint32, k *byzlogv1.KafkaProducer) seqKey {
+	sk := seqKey{key: string(key), topic: topic, partition: partition}
+	if k != nil {
+		sk.kafka = kafkaStream{k.ProducerId, k.Epoch}
+	}
+	return sk
+}
+
+func (r *request) seqKey() seqKey {
+	return seqKeyOf([]byte(r.key), r.body.Topic, r.body.Partition, r.body.Kafka)
 }
 
 // seqState is what the gateway knows of one producer's sequences.
@@ -63,10 +84,23 @@ func (st *seqState) notify() {
 // committed ones and the run of pending ones that follows them.
 func (st *seqState) expected() uint64 {
 	e := st.next
-	for st.pending[e] != nil {
-		e++
+	for p := st.pending[e]; p != nil; p = st.pending[e] {
+		e += wire.Span(p.body)
 	}
 	return e
+}
+
+// follows reports whether a pending batch ends right before sequence s.
+func (st *seqState) follows(s uint64) bool {
+	if p := st.pending[s-1]; s > 0 && p != nil && wire.Span(p.body) == 1 {
+		return true
+	}
+	for q, p := range st.pending {
+		if q+wire.Span(p.body) == s {
+			return true
+		}
+	}
+	return false
 }
 
 // usage is what one producer key holds queued.
@@ -131,13 +165,12 @@ func (g *Gateway) settle(r *request, rc *byzlogv1.Receipt, err error) {
 		}
 	}
 	if r.reserved {
-		k := seqKey{r.key, r.body.Topic, r.body.Partition}
-		if st := g.seqs[k]; st != nil {
+		if st := g.seqs[r.seqKey()]; st != nil {
 			if st.pending[r.body.Sequence] == r {
 				delete(st.pending, r.body.Sequence)
 			}
-			if err == nil && rc.GetAck() == byzlogv1.Ack_ACK_COMMIT && r.body.Sequence+1 > st.next {
-				st.next = r.body.Sequence + 1
+			if end := r.body.Sequence + wire.Span(r.body); err == nil && rc.GetAck() == byzlogv1.Ack_ACK_COMMIT && end > st.next {
+				st.next = end
 				st.notify()
 			}
 		}
@@ -153,7 +186,7 @@ func (g *Gateway) settle(r *request, rc *byzlogv1.Receipt, err error) {
 // place decides where r's sequence stands and, when it is the next one,
 // reserves it. The caller holds prodMu.
 func (g *Gateway) place(r *request) (placement, uint64) {
-	st := g.seqs[seqKey{r.key, r.body.Topic, r.body.Partition}]
+	st := g.seqs[r.seqKey()]
 	if st == nil || !st.known {
 		return placeUnknown, 0
 	}
@@ -168,7 +201,7 @@ func (g *Gateway) place(r *request) (placement, uint64) {
 	switch {
 	case s < st.next:
 		return placeCommitted, st.next
-	case s == st.next || (s > 0 && st.pending[s-1] != nil):
+	case s == st.next || st.follows(s):
 		st.pending[s] = r
 		r.reserved = true
 		st.notify()
@@ -206,7 +239,7 @@ func (g *Gateway) learn(k seqKey, next uint64) {
 // then the state is read once more, a block later (the producer may have
 // written through another gateway), before the batch is refused as a gap.
 func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
-	k := seqKey{r.key, r.body.Topic, r.body.Partition}
+	k := r.seqKey()
 	var readAt int64
 	var waitUntil time.Time
 	for reads := 0; ; {
@@ -229,7 +262,7 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 		case placeGap:
 			gap := rejected(wire.CodeSequenceGap, fmt.Sprintf("producer %x in %s/%d: expected sequence %d, got %d (committed and pending at this gateway); send the missing batches first",
 				r.key, r.body.Topic, r.body.Partition, expected, r.body.Sequence))
-			if reads >= 2 || (reads == 1 && r.body.Sequence > expected+wire.MaxLookahead) {
+			if reads >= 2 || (reads == 1 && r.body.Sequence > expected+wire.Lookahead(r.body)) {
 				return gap
 			}
 			if reads == 1 {
@@ -254,7 +287,11 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 		if reads == 1 {
 			minHeight = readAt + 1 // a block later than the last read
 		}
-		next, h, err := g.agreedNextSequence(ctx, &byzlogv1.ProducerRequest{ProducerKey: r.batch.ProducerKey, Topic: r.body.Topic, Partition: r.body.Partition}, minHeight)
+		req := &byzlogv1.ProducerRequest{ProducerKey: r.batch.ProducerKey, Topic: r.body.Topic, Partition: r.body.Partition}
+		if k := r.body.Kafka; k != nil {
+			req.Kafka = &byzlogv1.KafkaProducer{ProducerId: k.ProducerId, Epoch: k.Epoch}
+		}
+		next, h, err := g.agreedNextSequence(ctx, req, minHeight)
 		if err != nil {
 			return err
 		}
@@ -417,8 +454,11 @@ func headerSize(h []byte) uint64 {
 // liar's low value made honest batches gaps the gateway refused, a high
 // one made their sequences look committed. Honest nodes that have caught
 // up agree, and at most f answers lie, so the (f+1)-th highest is one an
-// honest node gave or lies between two honest ones.
+// honest node gave or lies between two honest ones. For a Kafka producer
+// it is the next sequence of the request's epoch, and 2^64-1 for an epoch
+// fenced off by a newer one (no batch of it can commit).
 func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.ProducerRequest, minHeight int64) (uint64, int64, error) {
+	body := &byzlogv1.BatchBody{Kafka: req.Kafka}
 	data, err := proto.Marshal(req)
 	if err != nil {
 		return 0, 0, errorf(ErrInvalid, "encode query: %v", err)
@@ -451,7 +491,13 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 					answers[i].err = fmt.Errorf("node %s answered bytes that do not decode: %v", n.Addr, err)
 					return
 				}
-				answers[i] = answer{next: ps.NextSequence, height: res.Response.Height}
+				next, fenced := wire.NextSequence(&ps, body)
+				if fenced {
+					// No batch of this epoch can commit: every one goes on
+					// to the chain, which refuses it as fenced.
+					next = math.MaxUint64
+				}
+				answers[i] = answer{next: next, height: res.Response.Height}
 			}
 		}()
 	}

@@ -49,7 +49,7 @@ func (g *Gateway) settleConflicts(ctx context.Context, d *chain.Block) {
 		g.prodMu.Lock()
 		for j, sb := range batches {
 			br := outcome[j]
-			st := g.seqs[seqKey{string(sb.ProducerKey), br.Topic, br.Partition}]
+			st := g.seqs[seqKeyOf(sb.ProducerKey, br.Topic, br.Partition, br.Kafka)]
 			if st == nil {
 				continue
 			}

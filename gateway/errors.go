@@ -128,7 +128,7 @@ func grpcCode(c wire.Code) codes.Code {
 		return codes.NotFound
 	case wire.CodeNotAllowed, wire.CodeNotAdmin, wire.CodeNotGroupOwner:
 		return codes.PermissionDenied
-	case wire.CodeSequenceGap, wire.CodeBadNonce, wire.CodeOffsetBackwards, wire.CodeSequenceReused:
+	case wire.CodeSequenceGap, wire.CodeBadNonce, wire.CodeOffsetBackwards, wire.CodeSequenceReused, wire.CodeProducerFenced:
 		return codes.FailedPrecondition
 	case wire.CodeTopicExists:
 		return codes.AlreadyExists

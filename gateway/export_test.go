@@ -18,3 +18,16 @@ func StartTestGateway(t *testing.T, topics ...*byzlogv1.TopicState) *Gateway {
 	runChain(t, c)
 	return startGateway(t, c, nil)
 }
+
+// StartTestGateways runs n gateways over one test chain with topics, as
+// StartTestGateway does one.
+func StartTestGateways(t *testing.T, n int, topics ...*byzlogv1.TopicState) []*Gateway {
+	t.Helper()
+	c := newTestChain(t, topics...)
+	runChain(t, c)
+	gs := make([]*Gateway, n)
+	for i := range gs {
+		gs[i] = startGateway(t, c, nil)
+	}
+	return gs
+}

@@ -43,6 +43,13 @@ import (
 func startKafkaFace(t *testing.T, edit func(*kafka.Config)) (string, *gateway.Gateway) {
 	t.Helper()
 	g := gateway.StartTestGateway(t, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 3}})
+	return serveKafkaFace(t, g, edit), g
+}
+
+// serveKafkaFace serves g's Kafka face as edit changes the config (an
+// anonymous key by default), until the test ends, and returns its address.
+func serveKafkaFace(t *testing.T, g *gateway.Gateway, edit func(*kafka.Config)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +75,7 @@ func startKafkaFace(t *testing.T, edit func(*kafka.Config)) (string, *gateway.Ga
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return cfg.Listen, g
+	return cfg.Listen
 }
 
 // TestKafkaFaceProduceConsume produces with franz-go through the face with

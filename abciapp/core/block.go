@@ -133,7 +133,7 @@ func (b *blockAppends) batch(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult)
 	if br.Code != uint32(wire.CodeOK) || br.Duplicate || br.RecordCount == 0 {
 		return nil
 	}
-	recs, err := batchRecords(sb, br)
+	body, recs, err := batchRecords(sb, br)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (b *blockAppends) batch(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult)
 		return fmt.Errorf("%s/%d base offset %d, the block's previous batch ended before %d", br.Topic, br.Partition, br.BaseOffset, next)
 	}
 	for k, r := range recs {
-		run.Records = append(run.Records, storedRecord(br.Topic, br.Partition, br.BaseOffset+uint64(k), r, sb.ProducerKey, br.Sequence, b.height, b.timeUnixNano))
+		run.Records = append(run.Records, storedRecord(body, br.BaseOffset+uint64(k), r, sb.ProducerKey, b.height, b.timeUnixNano))
 	}
 	return nil
 }
@@ -176,41 +176,42 @@ func (b *blockAppends) appended() Appended {
 // storedRecord is a record as the log stores it at offset, written by
 // Execute and rebuilt by BlockRecords: the one place its fields are set, so
 // the two stay byte-identical.
-func storedRecord(topic string, partition uint32, offset uint64, r *byzlogv1.Record, producer []byte, seq uint64, height, timeUnixNano int64) *byzlogv1.StoredRecord {
+func storedRecord(body *byzlogv1.BatchBody, offset uint64, r *byzlogv1.Record, producer []byte, height, timeUnixNano int64) *byzlogv1.StoredRecord {
 	return &byzlogv1.StoredRecord{
-		Topic: topic, Partition: partition, Offset: offset,
+		Topic: body.Topic, Partition: body.Partition, Offset: offset,
 		TimestampUnixNano: timeUnixNano, CreateTimeUnixNano: r.CreateTimeUnixNano,
 		Key: r.Key, Value: r.Value, Headers: copyHeaders(r.Headers),
-		ProducerKey: producer, Sequence: seq, Height: height,
+		ProducerKey: producer, Sequence: body.Sequence, Height: height,
+		KafkaProducerId: body.Kafka.GetProducerId(), KafkaEpoch: body.Kafka.GetEpoch(),
 	}
 }
 
 // batchRecords decodes a committed batch's records and checks them against
 // its result.
-func batchRecords(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult) ([]*byzlogv1.Record, error) {
+func batchRecords(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult) (*byzlogv1.BatchBody, []*byzlogv1.Record, error) {
 	var body byzlogv1.BatchBody
 	if err := proto.Unmarshal(sb.Body, &body); err != nil {
-		return nil, fmt.Errorf("body is not a byzlog.v1.BatchBody: %w", err)
+		return nil, nil, fmt.Errorf("body is not a byzlog.v1.BatchBody: %w", err)
 	}
 	if body.Topic != br.Topic || body.Partition != br.Partition || body.Sequence != br.Sequence {
-		return nil, fmt.Errorf("body is %s/%d sequence %d, its result says %s/%d sequence %d",
+		return nil, nil, fmt.Errorf("body is %s/%d sequence %d, its result says %s/%d sequence %d",
 			wire.Quote(body.Topic), body.Partition, body.Sequence, wire.Quote(br.Topic), br.Partition, br.Sequence)
 	}
 	if body.UncompressedSize > wire.MaxTxBytes*wire.MaxCompressionRatio {
-		return nil, fmt.Errorf("declares %d bytes uncompressed", body.UncompressedSize)
+		return nil, nil, fmt.Errorf("declares %d bytes uncompressed", body.UncompressedSize)
 	}
 	raw, err := decompress(body.Codec, body.Records, int(body.UncompressedSize))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var set byzlogv1.RecordSet
 	if err := proto.Unmarshal(raw, &set); err != nil {
-		return nil, fmt.Errorf("records are not a byzlog.v1.RecordSet: %w", err)
+		return nil, nil, fmt.Errorf("records are not a byzlog.v1.RecordSet: %w", err)
 	}
 	if len(set.Records) != int(br.RecordCount) {
-		return nil, fmt.Errorf("holds %d records, its result says %d", len(set.Records), br.RecordCount)
+		return nil, nil, fmt.Errorf("holds %d records, its result says %d", len(set.Records), br.RecordCount)
 	}
-	return set.Records, nil
+	return &body, set.Records, nil
 }
 
 // CheckDigest checks a block's rebuilt records against the digest a node

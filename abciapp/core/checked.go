@@ -154,6 +154,16 @@ func (cb *checkedBatch) decode(params *byzlogv1.ChainParams) *byzlogv1.BatchResu
 	if body.ChainId != params.ChainId {
 		return failBatch(&body, wire.CodeWrongChain, "signed for chain %s, this is %q", wire.Quote(body.ChainId), params.ChainId)
 	}
+	if k := body.Kafka; k != nil {
+		switch {
+		case k.ProducerId < 1 || k.Epoch < 0 || k.Epoch > wire.MaxKafkaEpoch:
+			return failBatch(&body, wire.CodeMalformedTx, "kafka producer id %d epoch %d: want an id of 1 or more and an epoch in 0..%d", k.ProducerId, k.Epoch, wire.MaxKafkaEpoch)
+		case k.RecordCount == 0 || k.RecordCount > params.Limits.MaxBatchRecords:
+			return failBatch(&body, wire.CodeMalformedTx, "kafka batch declares %d records, want 1..%d (max_batch_records)", k.RecordCount, params.Limits.MaxBatchRecords)
+		case body.Sequence+uint64(k.RecordCount) > 1<<31:
+			return failBatch(&body, wire.CodeMalformedTx, "kafka sequence %d + %d records passes Kafka's largest sequence (2^31-1)", body.Sequence, k.RecordCount)
+		}
+	}
 	return nil
 }
 
@@ -218,6 +228,9 @@ func (cb *checkedBatch) decodeRecords(l *byzlogv1.Limits, raw []byte, inflated, 
 		}
 	}
 	cb.count = uint32(len(set.Records))
+	if k := body.Kafka; k != nil && k.RecordCount != cb.count {
+		return failBatch(body, wire.CodeMalformedTx, "kafka batch declares %d records and holds %d", k.RecordCount, cb.count)
+	}
 	if keepRecords {
 		cb.records = set.Records
 	}

@@ -142,6 +142,9 @@ func (ex *executor) produce(o *overlay, batches []*checkedBatch) (Result, []*app
 	}
 	for i, cb := range batches {
 		outcome.Batches[i].Producer, outcome.Batches[i].BodySha256 = cb.sb.ProducerKey, cb.digest
+		if k := cb.body.Kafka; k != nil {
+			outcome.Batches[i].Kafka = &byzlogv1.KafkaProducer{ProducerId: k.ProducerId, Epoch: k.Epoch}
+		}
 	}
 	if failed != nil {
 		for _, br := range outcome.Batches[:] {
@@ -180,7 +183,7 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	if !allowed(topic.Config, sb.ProducerKey) {
 		return failBatch(body, wire.CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
 	}
-	pkey := producerKey(sb.ProducerKey, body.Topic, body.Partition)
+	pkey := producerKey(sb.ProducerKey, body.Topic, body.Partition, body.Kafka)
 	if br, err := ex.sequence(o, cb, pkey); br != nil || err != nil {
 		return br, nil, err
 	}
@@ -213,15 +216,15 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return nil, nil, fmt.Errorf("batch %s/%d sequence %d was prechecked without its records; execute needs Precheck with keepRecords", body.Topic, body.Partition, body.Sequence)
 	}
 	for _, rec := range records {
-		stored := marshal(storedRecord(body.Topic, body.Partition, part.NextOffset, rec, sb.ProducerKey, body.Sequence, ex.b.Height, ex.b.TimeUnixNano))
+		stored := marshal(storedRecord(body, part.NextOffset, rec, sb.ProducerKey, ex.b.Height, ex.b.TimeUnixNano))
 		o.put(CFRecords, recordKey(body.Topic, body.Partition, part.NextOffset), stored)
 		run.leaves = append(run.leaves, stored)
 		part.NextOffset++
 		part.SizeBytes += uint64(len(stored))
 	}
 	o.put(CFMeta, pk, marshal(&part))
-	o.put(CFProducers, pkey, marshal(&byzlogv1.ProducerState{NextSequence: body.Sequence + 1}))
-	o.put(CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence),
+	o.put(CFProducers, pkey, marshal(&byzlogv1.ProducerState{NextSequence: body.Sequence + wire.Span(body), KafkaEpoch: body.Kafka.GetEpoch()}))
+	o.put(CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Kafka, body.Sequence),
 		marshal(&byzlogv1.BatchRef{BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Height: ex.b.Height, BodySha256: cb.digest}))
 	return br, run, nil
 }
@@ -230,7 +233,7 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 // non-nil result is the batch's failure.
 func (ex *executor) sequence(o *overlay, cb *checkedBatch, pkey []byte) (*byzlogv1.BatchResult, error) {
 	sb, body := cb.sb, cb.body
-	next, err := nextSequence(o, pkey)
+	next, fenced, err := nextSequence(o, pkey, body)
 	if err != nil {
 		return nil, err
 	}
@@ -238,20 +241,33 @@ func (ex *executor) sequence(o *overlay, cb *checkedBatch, pkey []byte) (*byzlog
 	if ex.mode == modePool {
 		// The overlay holds the pool's pending batches; only what the base
 		// holds is committed and may be answered as a duplicate.
-		if committed, err = nextSequence(ex.base, pkey); err != nil {
+		if committed, _, err = nextSequence(ex.base, pkey, body); err != nil {
 			return nil, err
 		}
 		refs = ex.base
 	}
-	switch {
-	case body.Sequence < committed:
-		var ref byzlogv1.BatchRef
-		if _, err := getProto(refs, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Sequence), &ref); err != nil {
+	lookahead := wire.Lookahead(body)
+	var ref byzlogv1.BatchRef
+	if body.Sequence < committed || fenced {
+		if _, err := getProto(refs, CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Kafka, body.Sequence), &ref); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case fenced && !bytes.Equal(ref.BodySha256, cb.digest):
+		// A fenced epoch's batch that is committed is still answered as
+		// the duplicate it is; any other is refused.
+		return failBatch(body, wire.CodeProducerFenced, "kafka producer %d epoch %d is fenced: the chain has seen a newer epoch of it; start again (InitProducerId)", body.Kafka.ProducerId, body.Kafka.Epoch), nil
+	case body.Sequence < committed || fenced:
 		if !bytes.Equal(ref.BodySha256, cb.digest) {
-			// Another batch took this sequence: this one's records were
-			// never written, so it must not be answered with their offsets.
+			// Another batch took this sequence (or, for a Kafka producer,
+			// a batch began at none of the sequences committed): this
+			// one's records were never written, so it must not be
+			// answered with their offsets.
+			if len(ref.BodySha256) == 0 {
+				return failBatch(body, wire.CodeSequenceReused, "sequence %d is inside a committed batch of kafka producer %d epoch %d (none starts there); these records were not written: the next sequence is %d",
+					body.Sequence, body.Kafka.GetProducerId(), body.Kafka.GetEpoch(), committed), nil
+			}
 			return failBatch(body, wire.CodeSequenceReused, "sequence %d is already committed (height %d) with a different batch; these records were not written: send them under a new sequence (the next is %d)",
 				body.Sequence, ref.Height, committed), nil
 		}
@@ -261,8 +277,8 @@ func (ex *executor) sequence(o *overlay, cb *checkedBatch, pkey []byte) (*byzlog
 		return br, nil
 	case body.Sequence < next:
 		return failBatch(body, wire.CodePending, "sequence %d is already waiting in this node's mempool in another transaction; its receipt comes with that one", body.Sequence), nil
-	case body.Sequence > next && (ex.mode != modeMempool || body.Sequence-next > wire.MaxLookahead):
-		if ex.mode == modePool && body.Sequence-next <= wire.MaxLookahead {
+	case body.Sequence > next && (ex.mode != modeMempool || body.Sequence-next > lookahead):
+		if ex.mode == modePool && body.Sequence-next <= lookahead {
 			ex.waiting = true
 		}
 		return failBatch(body, wire.CodeSequenceGap, "sequence %d skips ahead: the next sequence is %d; send the missing batches first", body.Sequence, next), nil
@@ -284,12 +300,15 @@ func digestOfBody(body []byte) []byte {
 	return d[:]
 }
 
-func nextSequence(r Reader, pkey []byte) (uint64, error) {
+// nextSequence is the next sequence of body's sequence space (see
+// wire.NextSequence) as r holds it.
+func nextSequence(r Reader, pkey []byte, body *byzlogv1.BatchBody) (next uint64, fenced bool, err error) {
 	var ps byzlogv1.ProducerState
 	if _, err := getProto(r, CFProducers, pkey, &ps); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return ps.NextSequence, nil
+	next, fenced = wire.NextSequence(&ps, body)
+	return next, fenced, nil
 }
 
 func failBatch(body *byzlogv1.BatchBody, code wire.Code, format string, args ...any) *byzlogv1.BatchResult {

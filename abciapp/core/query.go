@@ -80,8 +80,11 @@ func queryProducer(s Scanner, req *byzlogv1.ProducerRequest) ([]byte, Result, er
 	if len(req.ProducerKey) != ed25519.PublicKeySize {
 		return nil, reject(wire.CodeBadQuery, "producer_key is %d bytes, an ed25519 public key is %d", len(req.ProducerKey), ed25519.PublicKeySize), nil
 	}
+	if k := req.Kafka; k != nil && (k.ProducerId < 1 || k.Epoch < 0 || k.Epoch > wire.MaxKafkaEpoch) {
+		return nil, reject(wire.CodeBadQuery, "kafka producer id %d epoch %d: want an id of 1 or more and an epoch in 0..%d", k.ProducerId, k.Epoch, wire.MaxKafkaEpoch), nil
+	}
 	var ps byzlogv1.ProducerState
-	if _, err := getProto(s, CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition), &ps); err != nil {
+	if _, err := getProto(s, CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition, req.Kafka), &ps); err != nil {
 		return nil, Result{}, err
 	}
 	return marshal(&ps), Result{}, nil

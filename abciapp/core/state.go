@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // CF names a column family of the committed state. The store maps each to
@@ -188,6 +190,9 @@ var (
 	prefixGroup     = []byte("g/")
 	prefixProducer  = []byte("s/")
 	prefixBatch     = []byte("b/")
+	// A Kafka producer's sequence state and batches, by producer id.
+	prefixKafkaProducer = []byte("ks/")
+	prefixKafkaBatch    = []byte("kb/")
 )
 
 func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
@@ -229,11 +234,21 @@ func topicRecords(topic string) (start, end []byte) {
 	return cat([]byte(topic), []byte{0}), cat([]byte(topic), []byte{1})
 }
 
-func producerKey(pk []byte, topic string, p uint32) []byte {
+// producerKey is the state of a producer's sequence space: a byzlog
+// producer's in a topic-partition, or with kafka one Kafka producer id's.
+func producerKey(pk []byte, topic string, p uint32, kafka *byzlogv1.KafkaProducer) []byte {
+	if kafka != nil {
+		return cat(prefixKafkaProducer, pk, []byte(topic), []byte{0}, be32(p), be64(uint64(kafka.ProducerId)))
+	}
 	return cat(prefixProducer, pk, []byte(topic), []byte{0}, be32(p))
 }
 
-func batchKey(pk []byte, topic string, p uint32, seq uint64) []byte {
+// batchKey is where a committed batch landed, by its sequence (and a Kafka
+// producer's id and epoch).
+func batchKey(pk []byte, topic string, p uint32, kafka *byzlogv1.KafkaProducer, seq uint64) []byte {
+	if kafka != nil {
+		return cat(prefixKafkaBatch, pk, []byte(topic), []byte{0}, be32(p), be64(uint64(kafka.ProducerId)), be32(uint32(kafka.Epoch)), be64(seq))
+	}
 	return cat(prefixBatch, pk, []byte(topic), []byte{0}, be32(p), be64(seq))
 }
 

@@ -19,6 +19,8 @@ func kafkaError(err error) *kerr.Error {
 	switch {
 	case errors.Is(err, errUnknownPartition):
 		return kerr.UnknownTopicOrPartition
+	case errors.Is(err, errUnknownProducer):
+		return kerr.UnknownProducerID
 	case errors.As(err, &re):
 		return rejectedError(re.Code)
 	case errors.Is(err, batch.ErrUnsupportedMagic):
@@ -55,8 +57,13 @@ func rejectedError(c wire.Code) *kerr.Error {
 		return kerr.InvalidRecord
 	case wire.CodeBadCompression, wire.CodeMalformedTx:
 		return kerr.CorruptMessage
-	case wire.CodeSequenceGap:
+	case wire.CodeSequenceGap, wire.CodeSequenceReused:
+		// A reused sequence is a Kafka batch that starts inside a
+		// committed one, or another batch under a committed sequence:
+		// never a duplicate, so never answered as one.
 		return kerr.OutOfOrderSequenceNumber
+	case wire.CodeProducerFenced:
+		return kerr.InvalidProducerEpoch
 	case wire.CodeOffsetOutOfRange:
 		return kerr.OffsetOutOfRange
 	case wire.CodeBadTopicName:
@@ -65,7 +72,10 @@ func rejectedError(c wire.Code) *kerr.Error {
 	return kerr.InvalidRecord
 }
 
-var errUnknownPartition = errors.New("unknown topic or partition")
+var (
+	errUnknownPartition = errors.New("unknown topic or partition")
+	errUnknownProducer  = errors.New("unknown producer id")
+)
 
 // message is what the client reads with the code.
 func message(err error) *string {

@@ -38,6 +38,8 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.createTopics(ctx, r), nil
 	case *kmsg.DeleteTopicsRequest:
 		return c.deleteTopics(ctx, r), nil
+	case *kmsg.InitProducerIDRequest:
+		return c.initProducerID(r), nil
 	}
 	if group, ok := groupOf(req); ok && !c.coordinates(ctx, group) {
 		return notCoordinator(req), nil

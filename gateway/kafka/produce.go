@@ -145,6 +145,9 @@ func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b
 		codec = byzlogv1.Codec_CODEC_ZSTD
 	}
 	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
+	if b.ProducerID != -1 {
+		return c.writeIdempotent(ctx, signer, topic, partition, b, codec, records, ack)
+	}
 	pub := signer.PublicKey()
 	seq, release, err := c.s.seqs.take(ctx, pub, topic, partition)
 	if err != nil {
@@ -165,4 +168,23 @@ func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b
 		return nil, err
 	}
 	return rc, nil
+}
+
+// writeIdempotent signs an idempotent producer's batch under its Kafka
+// producer id, epoch and sequence, which the chain checks: no sequence of
+// this gateway's is involved, so a retry through any gateway is the same.
+func (c *conn) writeIdempotent(ctx context.Context, signer *wire.Signer, topic string, partition uint32, b batch.Batch, codec byzlogv1.Codec, records []*byzlogv1.Record, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
+	if b.ProducerID < 1 || b.ProducerEpoch < 0 || b.BaseSequence < 0 {
+		return nil, fmt.Errorf("%w: producer id %d epoch %d sequence %d: byzlog's producer ids are 1 or more (from InitProducerId), with an epoch and a sequence of 0 or more",
+			errUnknownProducer, b.ProducerID, b.ProducerEpoch, b.BaseSequence)
+	}
+	var sb *byzlogv1.SignedBatch
+	err := c.work(ctx, func() (err error) {
+		sb, err = signer.KafkaBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, records)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sign batch: %w", err)
+	}
+	return c.s.b.Produce(ctx, sb, ack)
 }

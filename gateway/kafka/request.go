@@ -31,6 +31,7 @@ var handledMin = map[int16]int16{
 	14: 0, // SyncGroup
 	19: 0, // CreateTopics
 	20: 0, // DeleteTopics
+	22: 0, // InitProducerId: idempotent producers (transactional ids refused)
 }
 
 type versionRange struct{ min, max int16 }

@@ -105,6 +105,10 @@ const (
 	// CodeBodyExpired: the signed admin or consumer body's expiry_height has
 	// passed; sign the request again.
 	CodeBodyExpired Code = 39
+	// CodeProducerFenced: a Kafka producer's batch carries an epoch older
+	// than one the chain has seen for its producer id; the producer was
+	// fenced off and must start again (InitProducerId).
+	CodeProducerFenced Code = 40
 )
 
 var codeNames = map[Code]string{
@@ -122,6 +126,7 @@ var codeNames = map[Code]string{
 	CodeBlockFull: "block_full", CodeBundleTooLarge: "bundle_too_large",
 	CodePending: "pending", CodeMempoolFull: "mempool_full", CodeExpired: "expired", CodeInternal: "internal",
 	CodeSequenceReused: "sequence_reused", CodeBodyExpired: "body_expired",
+	CodeProducerFenced: "producer_fenced",
 }
 
 // String names the code for logs and messages.

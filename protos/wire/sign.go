@@ -47,14 +47,28 @@ func zstdEncoder() *zstd.Encoder {
 // Batch signs a batch of records for topic/partition with the producer
 // sequence seq, compressing the records with codec.
 func (s *Signer) Batch(topic string, partition uint32, seq uint64, codec byzlogv1.Codec, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
+	return s.batch(&byzlogv1.BatchBody{Topic: topic, Partition: partition, Sequence: seq}, codec, records)
+}
+
+// KafkaBatch signs the batch of an idempotent Kafka producer (producer id
+// and epoch) whose first record has Kafka sequence baseSeq. The body is a
+// function of its arguments alone, so any gateway that signs the same Kafka
+// batch with the same key signs the same bytes, and the chain answers a
+// retry through another gateway as a duplicate.
+func (s *Signer) KafkaBatch(topic string, partition uint32, producerID int64, epoch, baseSeq int32, codec byzlogv1.Codec, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
+	if producerID < 1 || epoch < 0 || epoch > MaxKafkaEpoch || baseSeq < 0 {
+		return nil, fmt.Errorf("kafka producer id %d epoch %d sequence %d: want an id of 1 or more, an epoch in 0..%d and a sequence of 0 or more", producerID, epoch, MaxKafkaEpoch, baseSeq)
+	}
+	return s.batch(&byzlogv1.BatchBody{Topic: topic, Partition: partition, Sequence: uint64(baseSeq),
+		Kafka: &byzlogv1.KafkaProducer{ProducerId: producerID, Epoch: epoch, RecordCount: uint32(len(records))}}, codec, records)
+}
+
+func (s *Signer) batch(body *byzlogv1.BatchBody, codec byzlogv1.Codec, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
 	raw, err := proto.Marshal(&byzlogv1.RecordSet{Records: records})
 	if err != nil {
 		return nil, fmt.Errorf("encode records: %w", err)
 	}
-	body := &byzlogv1.BatchBody{
-		ChainId: s.chainID, Topic: topic, Partition: partition, Sequence: seq,
-		Codec: codec, UncompressedSize: uint32(len(raw)), Records: raw,
-	}
+	body.ChainId, body.Codec, body.UncompressedSize, body.Records = s.chainID, codec, uint32(len(raw)), raw
 	switch codec {
 	case byzlogv1.Codec_CODEC_NONE:
 	case byzlogv1.Codec_CODEC_ZSTD:

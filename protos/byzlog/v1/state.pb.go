@@ -45,9 +45,13 @@ type StoredRecord struct {
 	ProducerKey []byte `protobuf:"bytes,9,opt,name=producer_key,json=producerKey,proto3" json:"producer_key,omitempty"`
 	Sequence    uint64 `protobuf:"varint,10,opt,name=sequence,proto3" json:"sequence,omitempty"`
 	// The height of the block that committed the record.
-	Height        int64 `protobuf:"varint,11,opt,name=height,proto3" json:"height,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Height int64 `protobuf:"varint,11,opt,name=height,proto3" json:"height,omitempty"`
+	// For a Kafka producer's record: its producer id and epoch, in which
+	// sequence is the batch's Kafka base sequence.
+	KafkaProducerId int64 `protobuf:"varint,12,opt,name=kafka_producer_id,json=kafkaProducerId,proto3" json:"kafka_producer_id,omitempty"`
+	KafkaEpoch      int32 `protobuf:"varint,13,opt,name=kafka_epoch,json=kafkaEpoch,proto3" json:"kafka_epoch,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StoredRecord) Reset() {
@@ -153,6 +157,20 @@ func (x *StoredRecord) GetSequence() uint64 {
 func (x *StoredRecord) GetHeight() int64 {
 	if x != nil {
 		return x.Height
+	}
+	return 0
+}
+
+func (x *StoredRecord) GetKafkaProducerId() int64 {
+	if x != nil {
+		return x.KafkaProducerId
+	}
+	return 0
+}
+
+func (x *StoredRecord) GetKafkaEpoch() int32 {
+	if x != nil {
+		return x.KafkaEpoch
 	}
 	return 0
 }
@@ -483,9 +501,12 @@ func (x *PartitionState) GetSizeBytes() uint64 {
 }
 
 // ProducerState is a producer's position in one topic-partition.
+// For a Kafka producer (see BatchBody.kafka) it is the position in the
+// latest epoch the chain has seen.
 type ProducerState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	NextSequence  uint64                 `protobuf:"varint,1,opt,name=next_sequence,json=nextSequence,proto3" json:"next_sequence,omitempty"`
+	KafkaEpoch    int32                  `protobuf:"varint,2,opt,name=kafka_epoch,json=kafkaEpoch,proto3" json:"kafka_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,6 +544,13 @@ func (*ProducerState) Descriptor() ([]byte, []int) {
 func (x *ProducerState) GetNextSequence() uint64 {
 	if x != nil {
 		return x.NextSequence
+	}
+	return 0
+}
+
+func (x *ProducerState) GetKafkaEpoch() int32 {
+	if x != nil {
+		return x.KafkaEpoch
 	}
 	return 0
 }
@@ -677,8 +705,11 @@ type BatchResult struct {
 	// Which batch this is: its producer's key and SHA-256 of its signed body
 	// bytes. A receipt is checked against them, so a result proven from the
 	// block is the client's own batch and not another one in the bundle.
-	Producer      []byte `protobuf:"bytes,10,opt,name=producer,proto3" json:"producer,omitempty"`
-	BodySha256    []byte `protobuf:"bytes,11,opt,name=body_sha256,json=bodySha256,proto3" json:"body_sha256,omitempty"`
+	Producer   []byte `protobuf:"bytes,10,opt,name=producer,proto3" json:"producer,omitempty"`
+	BodySha256 []byte `protobuf:"bytes,11,opt,name=body_sha256,json=bodySha256,proto3" json:"body_sha256,omitempty"`
+	// A Kafka producer's batch: its producer id and epoch (record_count is
+	// not set), which with producer and sequence name its sequence space.
+	Kafka         *KafkaProducer `protobuf:"bytes,12,opt,name=kafka,proto3" json:"kafka,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -786,6 +817,13 @@ func (x *BatchResult) GetProducer() []byte {
 func (x *BatchResult) GetBodySha256() []byte {
 	if x != nil {
 		return x.BodySha256
+	}
+	return nil
+}
+
+func (x *BatchResult) GetKafka() *KafkaProducer {
+	if x != nil {
+		return x.Kafka
 	}
 	return nil
 }
@@ -1375,10 +1413,12 @@ func (x *GroupOffsets) GetOffsets() []*PartitionOffset {
 
 // "/producer": ProducerRequest; ProducerState.
 type ProducerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ProducerKey   []byte                 `protobuf:"bytes,1,opt,name=producer_key,json=producerKey,proto3" json:"producer_key,omitempty"`
-	Topic         string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition     uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ProducerKey []byte                 `protobuf:"bytes,1,opt,name=producer_key,json=producerKey,proto3" json:"producer_key,omitempty"`
+	Topic       string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition   uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
+	// Set: the state of this Kafka producer id (record_count is ignored).
+	Kafka         *KafkaProducer `protobuf:"bytes,4,opt,name=kafka,proto3" json:"kafka,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1432,6 +1472,13 @@ func (x *ProducerRequest) GetPartition() uint32 {
 		return x.Partition
 	}
 	return 0
+}
+
+func (x *ProducerRequest) GetKafka() *KafkaProducer {
+	if x != nil {
+		return x.Kafka
+	}
+	return nil
 }
 
 // "/nonce": NonceRequest; NonceResponse: the next nonce of an admin or
@@ -2104,7 +2151,7 @@ var File_byzlog_v1_state_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xef\x02\n" +
+	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xbc\x03\n" +
 	"\fStoredRecord\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -2117,7 +2164,10 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\fproducer_key\x18\t \x01(\fR\vproducerKey\x12\x1a\n" +
 	"\bsequence\x18\n" +
 	" \x01(\x04R\bsequence\x12\x16\n" +
-	"\x06height\x18\v \x01(\x03R\x06height\"\xf8\x03\n" +
+	"\x06height\x18\v \x01(\x03R\x06height\x12*\n" +
+	"\x11kafka_producer_id\x18\f \x01(\x03R\x0fkafkaProducerId\x12\x1f\n" +
+	"\vkafka_epoch\x18\r \x01(\x05R\n" +
+	"kafkaEpoch\"\xf8\x03\n" +
 	"\x06Limits\x12(\n" +
 	"\x10max_record_bytes\x18\x01 \x01(\rR\x0emaxRecordBytes\x12*\n" +
 	"\x11max_batch_records\x18\x02 \x01(\rR\x0fmaxBatchRecords\x12&\n" +
@@ -2146,9 +2196,11 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vnext_offset\x18\x02 \x01(\x04R\n" +
 	"nextOffset\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"4\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"U\n" +
 	"\rProducerState\x12#\n" +
-	"\rnext_sequence\x18\x01 \x01(\x04R\fnextSequence\"\x87\x01\n" +
+	"\rnext_sequence\x18\x01 \x01(\x04R\fnextSequence\x12\x1f\n" +
+	"\vkafka_epoch\x18\x02 \x01(\x05R\n" +
+	"kafkaEpoch\"\x87\x01\n" +
 	"\bBatchRef\x12\x1f\n" +
 	"\vbase_offset\x18\x01 \x01(\x04R\n" +
 	"baseOffset\x12!\n" +
@@ -2159,7 +2211,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vGroupOffset\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\tR\bmetadata\x12\x16\n" +
-	"\x06height\x18\x03 \x01(\x03R\x06height\"\xba\x02\n" +
+	"\x06height\x18\x03 \x01(\x03R\x06height\"\xea\x02\n" +
 	"\vBatchResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1a\n" +
@@ -2174,7 +2226,8 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\bproducer\x18\n" +
 	" \x01(\fR\bproducer\x12\x1f\n" +
 	"\vbody_sha256\x18\v \x01(\fR\n" +
-	"bodySha256\"=\n" +
+	"bodySha256\x12.\n" +
+	"\x05kafka\x18\f \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\"=\n" +
 	"\tTxOutcome\x120\n" +
 	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.BatchResultR\abatches\"\x97\x01\n" +
 	"\rPartitionInfo\x12\x1c\n" +
@@ -2216,11 +2269,12 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\fGroupOffsets\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
 	"\towner_key\x18\x02 \x01(\fR\bownerKey\x124\n" +
-	"\aoffsets\x18\x03 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\"h\n" +
+	"\aoffsets\x18\x03 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\"\x98\x01\n" +
 	"\x0fProducerRequest\x12!\n" +
 	"\fproducer_key\x18\x01 \x01(\fR\vproducerKey\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\rR\tpartition\" \n" +
+	"\tpartition\x18\x03 \x01(\rR\tpartition\x12.\n" +
+	"\x05kafka\x18\x04 \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\" \n" +
 	"\fNonceRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\"\xc3\x01\n" +
 	"\rNonceResponse\x12\x1d\n" +
@@ -2320,28 +2374,31 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*RecordProof)(nil),     // 28: byzlog.v1.RecordProof
 	(*RecordHeader)(nil),    // 29: byzlog.v1.RecordHeader
 	(*TopicConfig)(nil),     // 30: byzlog.v1.TopicConfig
-	(*PartitionOffset)(nil), // 31: byzlog.v1.PartitionOffset
+	(*KafkaProducer)(nil),   // 31: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil), // 32: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
 	29, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
 	1,  // 1: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
 	30, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	8,  // 3: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	30, // 4: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	10, // 5: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
-	2,  // 6: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	11, // 7: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	31, // 8: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	22, // 9: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	24, // 10: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	25, // 11: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	24, // 12: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	25, // 13: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	31, // 3: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	8,  // 4: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	30, // 5: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	10, // 6: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	2,  // 7: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
+	11, // 8: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	32, // 9: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	31, // 10: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	22, // 11: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	24, // 12: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	25, // 13: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	24, // 14: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	25, // 15: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }

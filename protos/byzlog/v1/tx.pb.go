@@ -309,7 +309,14 @@ type BatchBody struct {
 	// The RecordSet, encoded as codec says.
 	Records []byte `protobuf:"bytes,6,opt,name=records,proto3" json:"records,omitempty"`
 	// The chain this batch is for (genesis chain_id).
-	ChainId       string `protobuf:"bytes,7,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	ChainId string `protobuf:"bytes,7,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// Set when an idempotent Kafka producer wrote the batch through a
+	// gateway's Kafka face. The batch's sequence space is then (producer key,
+	// topic, partition, kafka.producer_id) in kafka.epoch: sequence is
+	// Kafka's base sequence, the next batch's is sequence +
+	// kafka.record_count, a new epoch starts again at 0 and fences off the
+	// epochs before it.
+	Kafka         *KafkaProducer `protobuf:"bytes,8,opt,name=kafka,proto3" json:"kafka,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,6 +400,77 @@ func (x *BatchBody) GetChainId() string {
 	return ""
 }
 
+func (x *BatchBody) GetKafka() *KafkaProducer {
+	if x != nil {
+		return x.Kafka
+	}
+	return nil
+}
+
+// KafkaProducer is the Kafka producer a batch came from.
+type KafkaProducer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The producer id a gateway's InitProducerId handed out (1 or more).
+	ProducerId int64 `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	// The producer's epoch (0..32767).
+	Epoch int32 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The batch's records, as its RecordSet holds them.
+	RecordCount   uint32 `protobuf:"varint,3,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KafkaProducer) Reset() {
+	*x = KafkaProducer{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KafkaProducer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KafkaProducer) ProtoMessage() {}
+
+func (x *KafkaProducer) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KafkaProducer.ProtoReflect.Descriptor instead.
+func (*KafkaProducer) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KafkaProducer) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *KafkaProducer) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *KafkaProducer) GetRecordCount() uint32 {
+	if x != nil {
+		return x.RecordCount
+	}
+	return 0
+}
+
 // RecordSet is the list of records in one batch.
 type RecordSet struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -403,7 +481,7 @@ type RecordSet struct {
 
 func (x *RecordSet) Reset() {
 	*x = RecordSet{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[4]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +493,7 @@ func (x *RecordSet) String() string {
 func (*RecordSet) ProtoMessage() {}
 
 func (x *RecordSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[4]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +506,7 @@ func (x *RecordSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordSet.ProtoReflect.Descriptor instead.
 func (*RecordSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{4}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RecordSet) GetRecords() []*Record {
@@ -453,7 +531,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[5]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +543,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[5]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +556,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Record) GetKey() []byte {
@@ -520,7 +598,7 @@ type RecordHeader struct {
 
 func (x *RecordHeader) Reset() {
 	*x = RecordHeader{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[6]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +610,7 @@ func (x *RecordHeader) String() string {
 func (*RecordHeader) ProtoMessage() {}
 
 func (x *RecordHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[6]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +623,7 @@ func (x *RecordHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordHeader.ProtoReflect.Descriptor instead.
 func (*RecordHeader) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RecordHeader) GetKey() string {
@@ -587,7 +665,7 @@ type TopicConfig struct {
 
 func (x *TopicConfig) Reset() {
 	*x = TopicConfig{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[7]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +677,7 @@ func (x *TopicConfig) String() string {
 func (*TopicConfig) ProtoMessage() {}
 
 func (x *TopicConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[7]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +690,7 @@ func (x *TopicConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicConfig.ProtoReflect.Descriptor instead.
 func (*TopicConfig) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TopicConfig) GetPartitions() uint32 {
@@ -671,7 +749,7 @@ type AdminRequest struct {
 
 func (x *AdminRequest) Reset() {
 	*x = AdminRequest{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[8]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -683,7 +761,7 @@ func (x *AdminRequest) String() string {
 func (*AdminRequest) ProtoMessage() {}
 
 func (x *AdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[8]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -696,7 +774,7 @@ func (x *AdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminRequest.ProtoReflect.Descriptor instead.
 func (*AdminRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AdminRequest) GetBody() []byte {
@@ -743,7 +821,7 @@ type AdminBody struct {
 
 func (x *AdminBody) Reset() {
 	*x = AdminBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[9]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +833,7 @@ func (x *AdminBody) String() string {
 func (*AdminBody) ProtoMessage() {}
 
 func (x *AdminBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[9]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +846,7 @@ func (x *AdminBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminBody.ProtoReflect.Descriptor instead.
 func (*AdminBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AdminBody) GetChainId() string {
@@ -860,7 +938,7 @@ type CreateTopic struct {
 
 func (x *CreateTopic) Reset() {
 	*x = CreateTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -872,7 +950,7 @@ func (x *CreateTopic) String() string {
 func (*CreateTopic) ProtoMessage() {}
 
 func (x *CreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -885,7 +963,7 @@ func (x *CreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopic.ProtoReflect.Descriptor instead.
 func (*CreateTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateTopic) GetName() string {
@@ -913,7 +991,7 @@ type UpdateTopic struct {
 
 func (x *UpdateTopic) Reset() {
 	*x = UpdateTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1003,7 @@ func (x *UpdateTopic) String() string {
 func (*UpdateTopic) ProtoMessage() {}
 
 func (x *UpdateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1016,7 @@ func (x *UpdateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTopic.ProtoReflect.Descriptor instead.
 func (*UpdateTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateTopic) GetName() string {
@@ -967,7 +1045,7 @@ type DeleteTopic struct {
 
 func (x *DeleteTopic) Reset() {
 	*x = DeleteTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1057,7 @@ func (x *DeleteTopic) String() string {
 func (*DeleteTopic) ProtoMessage() {}
 
 func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1070,7 @@ func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopic.ProtoReflect.Descriptor instead.
 func (*DeleteTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteTopic) GetName() string {
@@ -1017,7 +1095,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1107,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1120,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommitOffsets) GetBody() []byte {
@@ -1086,7 +1164,7 @@ type CommitOffsetsBody struct {
 
 func (x *CommitOffsetsBody) Reset() {
 	*x = CommitOffsetsBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1176,7 @@ func (x *CommitOffsetsBody) String() string {
 func (*CommitOffsetsBody) ProtoMessage() {}
 
 func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1189,7 @@ func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsBody.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommitOffsetsBody) GetGroup() string {
@@ -1169,7 +1247,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1259,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1272,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PartitionOffset) GetTopic() string {
@@ -1240,7 +1318,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\vSignedBatch\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12!\n" +
 	"\fproducer_key\x18\x02 \x01(\fR\vproducerKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xe5\x01\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x95\x02\n" +
 	"\tBatchBody\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1a\n" +
@@ -1248,7 +1326,13 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x05codec\x18\x04 \x01(\x0e2\x10.byzlog.v1.CodecR\x05codec\x12+\n" +
 	"\x11uncompressed_size\x18\x05 \x01(\rR\x10uncompressedSize\x12\x18\n" +
 	"\arecords\x18\x06 \x01(\fR\arecords\x12\x19\n" +
-	"\bchain_id\x18\a \x01(\tR\achainId\"8\n" +
+	"\bchain_id\x18\a \x01(\tR\achainId\x12.\n" +
+	"\x05kafka\x18\b \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\"i\n" +
+	"\rKafkaProducer\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12!\n" +
+	"\frecord_count\x18\x03 \x01(\rR\vrecordCount\"8\n" +
 	"\tRecordSet\x12+\n" +
 	"\arecords\x18\x01 \x03(\v2\x11.byzlog.v1.RecordR\arecords\"\x96\x01\n" +
 	"\x06Record\x12\x10\n" +
@@ -1323,45 +1407,47 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_byzlog_v1_tx_proto_goTypes = []any{
 	(Codec)(0),                // 0: byzlog.v1.Codec
 	(*Tx)(nil),                // 1: byzlog.v1.Tx
 	(*ProduceBundle)(nil),     // 2: byzlog.v1.ProduceBundle
 	(*SignedBatch)(nil),       // 3: byzlog.v1.SignedBatch
 	(*BatchBody)(nil),         // 4: byzlog.v1.BatchBody
-	(*RecordSet)(nil),         // 5: byzlog.v1.RecordSet
-	(*Record)(nil),            // 6: byzlog.v1.Record
-	(*RecordHeader)(nil),      // 7: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),       // 8: byzlog.v1.TopicConfig
-	(*AdminRequest)(nil),      // 9: byzlog.v1.AdminRequest
-	(*AdminBody)(nil),         // 10: byzlog.v1.AdminBody
-	(*CreateTopic)(nil),       // 11: byzlog.v1.CreateTopic
-	(*UpdateTopic)(nil),       // 12: byzlog.v1.UpdateTopic
-	(*DeleteTopic)(nil),       // 13: byzlog.v1.DeleteTopic
-	(*CommitOffsets)(nil),     // 14: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil), // 15: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),   // 16: byzlog.v1.PartitionOffset
+	(*KafkaProducer)(nil),     // 5: byzlog.v1.KafkaProducer
+	(*RecordSet)(nil),         // 6: byzlog.v1.RecordSet
+	(*Record)(nil),            // 7: byzlog.v1.Record
+	(*RecordHeader)(nil),      // 8: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),       // 9: byzlog.v1.TopicConfig
+	(*AdminRequest)(nil),      // 10: byzlog.v1.AdminRequest
+	(*AdminBody)(nil),         // 11: byzlog.v1.AdminBody
+	(*CreateTopic)(nil),       // 12: byzlog.v1.CreateTopic
+	(*UpdateTopic)(nil),       // 13: byzlog.v1.UpdateTopic
+	(*DeleteTopic)(nil),       // 14: byzlog.v1.DeleteTopic
+	(*CommitOffsets)(nil),     // 15: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil), // 16: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),   // 17: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	2,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
-	9,  // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	14, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	10, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
+	15, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
 	3,  // 3: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
 	0,  // 4: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
-	6,  // 5: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
-	7,  // 6: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
-	11, // 7: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
-	12, // 8: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
-	13, // 9: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	8,  // 10: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	8,  // 11: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	16, // 12: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	5,  // 5: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
+	7,  // 6: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
+	8,  // 7: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
+	12, // 8: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
+	13, // 9: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
+	14, // 10: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
+	9,  // 11: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	9,  // 12: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	17, // 13: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -1374,7 +1460,7 @@ func file_byzlog_v1_tx_proto_init() {
 		(*Tx_Admin)(nil),
 		(*Tx_CommitOffsets)(nil),
 	}
-	file_byzlog_v1_tx_proto_msgTypes[9].OneofWrappers = []any{
+	file_byzlog_v1_tx_proto_msgTypes[10].OneofWrappers = []any{
 		(*AdminBody_CreateTopic)(nil),
 		(*AdminBody_UpdateTopic)(nil),
 		(*AdminBody_DeleteTopic)(nil),
@@ -1385,7 +1471,7 @@ func file_byzlog_v1_tx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
