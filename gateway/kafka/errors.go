@@ -66,6 +66,10 @@ func rejectedError(c wire.Code) *kerr.Error {
 		return kerr.InvalidProducerEpoch
 	case wire.CodeOffsetOutOfRange:
 		return kerr.OffsetOutOfRange
+	case wire.CodePending, wire.CodeMempoolFull, wire.CodeExpired, wire.CodeBlockFull, wire.CodeInternal:
+		// Nothing was written, or another transaction holds the batch's
+		// sequence and its outcome decides: the same batch again is safe.
+		return kerr.NotEnoughReplicas
 	case wire.CodeBadTopicName:
 		return kerr.InvalidTopicException
 	}

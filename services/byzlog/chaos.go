@@ -30,7 +30,8 @@ type chaosOptions struct {
 // testClusterPorts ends the help of the commands that start the test
 // cluster (chaos, attack): where its processes listen.
 const testClusterPorts = `Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800,
-gateways BASE+810..813, indexer BASE+830, node0's lying RPC proxy BASE+870,
+gateways BASE+810..813, their Kafka faces BASE+850..851, indexer BASE+830,
+node0's lying RPC proxy BASE+870,
 gateway0's lying proxy BASE+875 (the producers' way to gateway0),
 peer proxies BASE+1000..1033.`
 
@@ -170,7 +171,7 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 		}
 		fmt.Fprintf(progress, "[%d/%d] %s for %s: %s\n", i+1, len(nemeses), nem.Name, o.phase.Duration, nem.Doc)
 		w := o.load
-		w.Topic = fmt.Sprintf("chaos-%d-%s", i, nem.Name)
+		w.Topic, w.Kafka = fmt.Sprintf("chaos-%d-%s", i, nem.Name), nem.Kafka
 		ph := o.phase
 		ph.Nemesis, ph.Seed = nem, o.phase.Seed+uint64(i)
 		row, perr := chaos.RunPhase(ctx, c, w, ph, progress)
@@ -244,7 +245,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, progress i
 	}
 	svc := localnet.Services{NATSPort: basePort + 800, Gateways: 2, GatewayPort: basePort + 810, IndexerPort: basePort + 830,
 		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer"),
-		ProxiedRPC: map[int]int{0: basePort + 870}, MutualTLS: true}
+		KafkaPort:  basePort + 850, ProxiedRPC: map[int]int{0: basePort + 870}, MutualTLS: true}
 	// gateway0 and the indexer reach node0 through a proxy that lies on
 	// demand (tamper-rpc, huge-rpc); it tells the truth otherwise.
 	rpcClient, err := n.RPCHTTPClient(0)

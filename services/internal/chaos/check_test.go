@@ -137,6 +137,25 @@ func TestCheckFindsExactlyEachAnomaly(t *testing.T) {
 			}
 			return h
 		}, map[string]int{Forged: 1}, `"b0" at 1@0 is signed by cccc`},
+		{"clean: a Kafka delivery carries no key, the read-back does", func(h History) History {
+			for i, o := range h.Observations {
+				if o.Poll {
+					h.Observations[i].Producer = ""
+				}
+			}
+			return h
+		}, nil, ""},
+		{"forged: a keyless delivery does not hide a read-back under another key", func(h History) History {
+			for i, o := range h.Observations {
+				switch {
+				case o.Poll:
+					h.Observations[i].Producer = ""
+				case o.Value == "b0" && o.Observer == "node1":
+					h.Observations[i].Producer = "cccc"
+				}
+			}
+			return h
+		}, map[string]int{Forged: 1}, `"b0" at 1@0 is signed by cccc`},
 		{"app-hash divergence at one height", func(h History) History {
 			h.AppHashes[2] = map[string]string{"node0": "h2", "node1": "h2-evil"}
 			return h

@@ -81,6 +81,9 @@ type Nemesis struct {
 	NeedsFailpoints bool
 	// NeedsLinks: the nemesis cuts p2p links (Cluster.Links).
 	NeedsLinks bool
+	// Kafka: the phase's workload is franz-go's, through the gateways'
+	// Kafka faces (Workload.Kafka).
+	Kafka bool
 	Inject     func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
 }
 
@@ -237,6 +240,26 @@ var Nemeses = []Nemesis{
 		Name: "kill-gateway", Doc: "kill -9 a gateway, each in turn; restart it",
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			return killService(ctx, c, localnet.GatewayName(round%c.Services.Gateways))
+		},
+	},
+	{
+		Name: "kafka-kill", Doc: "Kafka clients (franz-go idempotent producers and a consumer group, through the gateways' Kafka faces) in place of the SDK and NATS: kill -9 a gateway and a validator together, each in turn; restart both",
+		Kafka: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			gw := localnet.GatewayName(round % c.Services.Gateways)
+			if err := c.Net.Kill(c.Services, gw); err != nil {
+				return "", nil, err
+			}
+			i := round % c.validators()
+			if err := c.Net.KillNode(i); err != nil {
+				return "", nil, err
+			}
+			return fmt.Sprintf("%s+node%d", gw, i), func(ctx context.Context) error {
+				if err := c.Net.StartNode(ctx, i); err != nil {
+					return err
+				}
+				return c.Net.Start(ctx, c.Services, gw)
+			}, nil
 		},
 	},
 	{

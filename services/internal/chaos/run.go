@@ -100,7 +100,7 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 
 	cctx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
-	consumers := startConsumers(cctx, c, w, rec)
+	consumers, redelivered := startConsumers(cctx, c, w, rec)
 	load := runLoad(ctx, c, w, ph, rec, &row, progress)
 	checkHealed(ctx, c, ph, &row)
 
@@ -125,6 +125,9 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		row.ConsumerErrors[k] = v
 	}
 	row.Notes = c.notes
+	if redelivered != nil {
+		row.Notes = append(row.Notes, fmt.Sprintf("the consumer group was delivered %d records again after rebalances (at least once, as Kafka groups are)", redelivered()))
+	}
 	row.SendErrors = map[string]int{}
 	for _, snd := range rec.h.Sends {
 		if snd.Outcome == Unknown {
@@ -137,8 +140,11 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 // startConsumers starts the workload's consumers, each reading every
 // partition from its start until ctx ends; the group is done when all
 // have stopped.
-func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) *sync.WaitGroup {
+func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) (*sync.WaitGroup, func() int) {
 	var consumers sync.WaitGroup
+	if w.Kafka {
+		return &consumers, consumeKafka(ctx, c, w, rec, &consumers)
+	}
 	for i := 0; i < w.Consumers; i++ {
 		name := fmt.Sprintf("consumer%d", i)
 		rec.h.Consumers = append(rec.h.Consumers, name)
@@ -149,7 +155,7 @@ func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) 
 			go func() { defer consumers.Done(); consume(ctx, c, w, name, p, rec, &seq, &mu) }()
 		}
 	}
-	return &consumers
+	return &consumers, nil
 }
 
 // loadTimes is when the load ran and when the nemesis last healed (zero:
@@ -170,7 +176,11 @@ func runLoad(ctx context.Context, c *Cluster, w Workload, ph Phase, rec *recorde
 		producers.Add(1)
 		go func() {
 			defer producers.Done()
-			if err := produce(lctx, c, w, i, ph.Nemesis.Name, rec, ph.Settle); err != nil {
+			run := produce
+			if w.Kafka {
+				run = produceKafka
+			}
+			if err := run(lctx, c, w, i, ph.Nemesis.Name, rec, ph.Settle); err != nil {
 				prodErrs <- err
 			}
 		}()
@@ -241,7 +251,7 @@ func awaitConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder, 
 		}
 	}
 	deadline := time.Now().Add(settle)
-	for w.Consumers > 0 && !caughtUp(rec, w.Consumers, logEnd) && time.Now().Before(deadline) {
+	for w.Consumers > 0 && !caughtUp(rec, logEnd) && time.Now().Before(deadline) {
 		sleep(ctx, 250*time.Millisecond)
 	}
 }
@@ -328,7 +338,7 @@ func errorKind(err string) string {
 
 // caughtUp reports whether every consumer has delivered every partition's
 // records up to logEnd.
-func caughtUp(rec *recorder, consumers int, logEnd map[uint32]uint64) bool {
+func caughtUp(rec *recorder, logEnd map[uint32]uint64) bool {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	got := map[string]map[uint32]uint64{}
@@ -340,9 +350,9 @@ func caughtUp(rec *recorder, consumers int, logEnd map[uint32]uint64) bool {
 			got[o.Observer][o.Partition] = max(got[o.Observer][o.Partition], o.Offset+1)
 		}
 	}
-	for i := 0; i < consumers; i++ {
+	for _, name := range rec.h.Consumers {
 		for p, end := range logEnd {
-			if got[fmt.Sprintf("consumer%d", i)][p] < end {
+			if got[name][p] < end {
 				return false
 			}
 		}

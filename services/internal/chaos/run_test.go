@@ -1,9 +1,12 @@
 package chaos
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestLookup(t *testing.T) {
@@ -108,5 +111,29 @@ func TestMeasureAckedShifted(t *testing.T) {
 		if tc.shift == 0 && row.AckedShifted > 800 {
 			t.Errorf("%s: AckedShifted = %d; want the shortfall of a cluster at half the offered rate to show (≤ 800 of 1000)", tc.name, row.AckedShifted)
 		}
+	}
+}
+
+// TestKafkaGroupDeliveries: the group records each offset once, in order
+// per partition, and counts what a rebalance delivered again.
+func TestKafkaGroupDeliveries(t *testing.T) {
+	rec := newRecorder()
+	g := &kafkaGroup{next: map[int32]int64{}}
+	for _, d := range []struct {
+		p int32
+		o int64
+	}{{0, 0}, {0, 1}, {1, 0}, {0, 2}, {0, 1}, {0, 2}, {0, 3}, {1, 1}} {
+		g.deliver(rec, &kgo.Record{Partition: d.p, Offset: d.o, Value: []byte(fmt.Sprintf("%d@%d", d.p, d.o))})
+	}
+	var got []string
+	for _, o := range rec.h.Observations {
+		got = append(got, o.Value)
+	}
+	if want := "0@0 0@1 1@0 0@2 0@3 1@1"; strings.Join(got, " ") != want || g.redelivered != 2 {
+		t.Errorf("recorded %v with %d redelivered, want %s and 2", got, g.redelivered, want)
+	}
+	rec.h.Consumers = []string{kafkaGroupObserver}
+	if !caughtUp(rec, map[uint32]uint64{0: 4, 1: 2}) || caughtUp(rec, map[uint32]uint64{0: 5}) {
+		t.Error("caughtUp: want true at the ends delivered, false one past them")
 	}
 }

@@ -29,6 +29,9 @@ type Workload struct {
 	// bounds each producer's unresolved records (past it, it waits).
 	Rate     int
 	InFlight int
+	// Kafka: the producers and consumers are franz-go clients through the
+	// gateways' Kafka faces (see kafka.go), not the SDK and NATS.
+	Kafka bool
 }
 
 // recorder collects a phase's history as it happens.

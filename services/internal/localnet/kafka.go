@@ -33,6 +33,14 @@ func (n *Net) KafkaPassword(user string) (string, error) {
 	return readOrMakePassword(n.KafkaPasswordFile(user))
 }
 
+// KafkaKeyFile is the key file the gateways sign user's batches with.
+func (n *Net) KafkaKeyFile(user string) string {
+	if user == KafkaAdminUser {
+		return filepath.Join(n.cfg.Dir, adminKeyFile)
+	}
+	return filepath.Join(n.kafkaDir(), user+".key")
+}
+
 // KafkaAddr is gateway g's Kafka address; KafkaPort 0 serves none.
 func (s Services) KafkaAddr(g int) string { return fmt.Sprintf("127.0.0.1:%d", s.KafkaPort+g) }
 
@@ -46,7 +54,7 @@ func (n *Net) writeKafkaUsers() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	userKey := filepath.Join(dir, KafkaUser+".key")
+	userKey := n.KafkaKeyFile(KafkaUser)
 	if _, err := os.Stat(userKey); errors.Is(err, os.ErrNotExist) {
 		if _, err := keyfile.Generate(userKey); err != nil {
 			return err
@@ -56,7 +64,7 @@ func (n *Net) writeKafkaUsers() error {
 	for _, u := range []struct {
 		name, key string
 		admin     bool
-	}{{KafkaUser, userKey, false}, {KafkaAdminUser, filepath.Join(n.cfg.Dir, adminKeyFile), true}} {
+	}{{KafkaUser, userKey, false}, {KafkaAdminUser, n.KafkaKeyFile(KafkaAdminUser), true}} {
 		pw, err := n.KafkaPassword(u.name)
 		if err != nil {
 			return err
