@@ -245,7 +245,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, progress i
 	}
 	svc := localnet.Services{NATSPort: basePort + 800, Gateways: 2, GatewayPort: basePort + 810, IndexerPort: basePort + 830,
 		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer"),
-		KafkaPort:  basePort + 850, ProxiedRPC: map[int]int{0: basePort + 870}, MutualTLS: true}
+		KafkaPort: basePort + 850, ProxiedRPC: map[int]int{0: basePort + 870}, MutualTLS: true}
 	// gateway0 and the indexer reach node0 through a proxy that lies on
 	// demand (tamper-rpc, huge-rpc); it tells the truth otherwise.
 	rpcClient, err := n.RPCHTTPClient(0)

@@ -83,8 +83,8 @@ type Nemesis struct {
 	NeedsLinks bool
 	// Kafka: the phase's workload is franz-go's, through the gateways'
 	// Kafka faces (Workload.Kafka).
-	Kafka bool
-	Inject     func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
+	Kafka  bool
+	Inject func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
 }
 
 // Nemeses lists every nemesis, in the order `byzlog chaos` runs them.
