@@ -298,7 +298,7 @@ func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Con
 		transport = "socket"
 	}
 	run.Rate = load.Rate
-	writeOnly := r.system == bench.SystemByzlogWrite
+	writeOnly := r.system == bench.SystemByzlogWrite || r.system == bench.SystemByzlogKafka
 	if r.system == bench.SystemByzlogJSON {
 		load.Payload = "json"
 		load.Options = append(load.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
@@ -311,7 +311,7 @@ func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Con
 		}
 	}
 	row := byzlogRow{transport: transport, validators: r.validators, writeOnly: writeOnly,
-		verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain}
+		verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain, kafka: r.system == bench.SystemByzlogKafka}
 	res, mean, err := suiteByzlog(ctx, o, row, load, tag, progress, profDir)
 	if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
 		bundle[r.size] = int(mean)
@@ -360,6 +360,7 @@ type byzlogRow struct {
 	writeOnly  bool // no indexer, NATS or consumer
 	verify     bool // producers verify receipts
 	plaintext  bool // every link without TLS
+	kafka      bool // franz-go producers through the Kafka face
 }
 
 // suiteByzlog runs one byzlog row on a fresh cluster and returns the
@@ -417,6 +418,9 @@ func startSuiteCluster(ctx context.Context, o suiteOptions, row byzlogRow, dir s
 		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
 	svc.GatewaysOnly = row.writeOnly
 	svc.Insecure = row.plaintext
+	if row.kafka {
+		svc.KafkaPort = o.basePort + 860
+	}
 	if profiled {
 		cfg.PprofPort = o.basePort + 840
 		svc.PprofPort = o.basePort + 850
@@ -447,6 +451,11 @@ func byzlogLoad(ctx context.Context, o suiteOptions, row byzlogRow, n *localnet.
 	}
 	load.Options = append(slices.Clip(load.Options), client.WithTrust(trust), tlsOpt)
 	load.Gateways, load.NATSURL = []string{svc.GatewayAddr(0)}, svc.NATSURL()
+	if row.kafka {
+		if load.Kafka, err = n.KafkaClientOpts(svc, localnet.KafkaUser, 0); err != nil {
+			return load, err
+		}
+	}
 	if row.writeOnly {
 		load.NATSURL = ""
 	} else if load.NATSOptions, err = n.NATSOptions(svc, localnet.NATSConsumerUser); err != nil {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/status"
 
 	"github.com/byzlog/byzlog/gateway/client"
@@ -53,6 +54,10 @@ type Config struct {
 	Payload string
 	// Options are extra producer options (linger, batch size, codec).
 	Options []client.Option `json:"-"`
+	// Kafka, when set, are a franz-go client's options for a gateway's
+	// Kafka face (seeds, SASL, TLS): the producers are franz-go clients
+	// through it instead of the SDK (see kafka.go).
+	Kafka []kgo.Opt `json:"-"`
 }
 
 // Default is 8 closed-loop producers of 100 B random keyless records, 2,000
@@ -79,6 +84,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: in-flight (%d) must be at least 1", c.InFlight)
 	case c.Warmup < 0 || c.Duration < time.Second:
 		return fmt.Errorf("bench: warm-up (%s) must not be negative and duration (%s) at least 1s", c.Warmup, c.Duration)
+	case c.Kafka != nil && c.NATSURL != "":
+		return errors.New("bench: the kafka load times the write path alone; give no NATS URL")
 	case c.Payload != "random" && c.Payload != "json":
 		return fmt.Errorf("bench: payload %q: want random or json", c.Payload)
 	}
@@ -149,6 +156,9 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 		return Result{}, err
 	}
 	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}}
+	if cfg.Kafka != nil {
+		return r.runKafka(ctx, progress)
+	}
 	return r.run(ctx, progress)
 }
 
@@ -335,6 +345,9 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 	if err != nil {
 		r.errCount.Add(1)
 		code := status.Code(err).String()
+		if kc, ok := kafkaCode(err); ok {
+			code = kc
+		}
 		if measured {
 			r.errs[code]++
 		}

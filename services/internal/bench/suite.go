@@ -15,6 +15,7 @@ const (
 	SystemByzlogTrusted = "byzlog-noverify"    // the same, receipts taken on the gateway's word
 	SystemByzlogPlain   = "byzlog-plaintext"   // the same as byzlog, every link without TLS
 	SystemByzlogWrite   = "byzlog-write"       // the write path alone: no indexer, NATS or consumer
+	SystemByzlogKafka   = "byzlog-kafka"       // the write path alone, franz-go producers through the Kafka face
 	SystemByzlogSocket  = "byzlog-socket"      // socket ABCI, random payload
 	SystemByzlogJSON    = "byzlog-json-zstd"   // JSON-like payload, zstd batches
 	SystemKVStore       = "kvstore"            // stock cometbft, one record per tx
@@ -26,7 +27,7 @@ const (
 
 // Systems lists every system a suite knows, in run order.
 func Systems() []string {
-	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogPlain, SystemByzlogWrite, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
+	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogPlain, SystemByzlogWrite, SystemByzlogKafka, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
 }
 
 // Describe says in a few words what a system row is.
@@ -40,6 +41,8 @@ func Describe(system string) string {
 		return "byzlog as the first row, every link in plaintext (--insecure: producers to the gateway, the gateway and the indexer to the nodes' RPC, NATS) instead of TLS"
 	case SystemByzlogWrite:
 		return "byzlog's write path alone: 4 validators, gRPC ABCI, gateway, producers; no indexer, NATS or consumer"
+	case SystemByzlogKafka:
+		return "byzlog's write path as byzlog-write, the producers franz-go clients (idempotent, acks=all) through the gateway's Kafka face (TLS, SASL PLAIN) instead of the SDK"
 	case SystemByzlogSocket:
 		return "byzlog, 4 validators, socket ABCI, random payload"
 	case SystemByzlogJSON:
@@ -142,6 +145,7 @@ func (s Suite) Ratios() []Ratio {
 		add("byzlog-write / jetstream-sync records/s", SystemByzlogWrite, SystemJetStreamSync, 1, false)
 		add("byzlog-json-zstd / jetstream-sync records/s", SystemByzlogJSON, SystemJetStreamSync, 1, false)
 		add("byzlog / jetstream records/s", SystemByzlog, SystemJetStream, 0, false)
+		add("byzlog-kafka / byzlog-write records/s", SystemByzlogKafka, SystemByzlogWrite, 0, false)
 		add("byzlog-socket / byzlog records/s", SystemByzlogSocket, SystemByzlog, 0, false)
 		add("byzlog / byzlog-noverify records/s", SystemByzlog, SystemByzlogTrusted, 0, false)
 	}

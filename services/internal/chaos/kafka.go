@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -30,26 +29,15 @@ import (
 // kafkaGroupObserver is the consumer group's name in the history.
 const kafkaGroupObserver = "group"
 
-// kafkaOpts are a franz-go client's options for the cluster's Kafka faces.
+// kafkaOpts are a franz-go client's options for the cluster's Kafka faces,
+// every gateway a seed, with retries that outlast a fault.
 func (c *Cluster) kafkaOpts() ([]kgo.Opt, error) {
-	var seeds []string
-	for g := 0; g < c.Services.Gateways; g++ {
-		seeds = append(seeds, c.Services.KafkaAddr(g))
+	gws := make([]int, c.Services.Gateways)
+	for g := range gws {
+		gws[g] = g
 	}
-	pw, err := c.Net.KafkaPassword(localnet.KafkaUser)
-	if err != nil {
-		return nil, err
-	}
-	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.SASL(plain.Auth{User: localnet.KafkaUser, Pass: pw}.AsMechanism()),
-		kgo.RetryTimeout(time.Minute), kgo.RequestTimeoutOverhead(5 * time.Second)}
-	tlsCfg, err := c.Net.ClientTLS(c.Services)
-	if err != nil {
-		return nil, err
-	}
-	if tlsCfg != nil {
-		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
-	}
-	return opts, nil
+	opts, err := c.Net.KafkaClientOpts(c.Services, localnet.KafkaUser, gws...)
+	return append(opts, kgo.RetryTimeout(time.Minute), kgo.RequestTimeoutOverhead(5*time.Second)), err
 }
 
 // kafkaProducerKey is the hex of the key the gateways sign KafkaUser's

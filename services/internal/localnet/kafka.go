@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
 	"github.com/byzlog/byzlog/gateway/kafka/sasl"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
@@ -119,4 +122,28 @@ func (n *Net) KafkaClientArgs(s Services, user string) ([]string, error) {
 		args = append(args, "-X", "ssl.ca.location="+n.TLS().CA())
 	}
 	return args, nil
+}
+
+// KafkaClientOpts are a franz-go client's options for user on the Kafka
+// faces of the gateways given (seed brokers): SASL PLAIN over TLS checked
+// against the network's CA (with a client certificate when s is mutual),
+// unless s is insecure.
+func (n *Net) KafkaClientOpts(s Services, user string, gateways ...int) ([]kgo.Opt, error) {
+	var seeds []string
+	for _, g := range gateways {
+		seeds = append(seeds, s.KafkaAddr(g))
+	}
+	pw, err := n.KafkaPassword(user)
+	if err != nil {
+		return nil, err
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(seeds...), kgo.SASL(plain.Auth{User: user, Pass: pw}.AsMechanism())}
+	tlsCfg, err := n.ClientTLS(s)
+	if err != nil {
+		return nil, err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, kgo.DialTLSConfig(tlsCfg))
+	}
+	return opts, nil
 }
