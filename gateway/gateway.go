@@ -191,7 +191,7 @@ func (g *Gateway) decode(b *byzlogv1.SignedBatch) (*request, error) {
 		return nil, errorf(ErrInvalid, "encode batch: %v", err)
 	}
 	if len(tx) > g.cfg.MaxBundleBytes {
-		return nil, errorf(ErrInvalid, "batch is %d bytes, the gateway's max_bundle_bytes is %d: send smaller batches", len(tx), g.cfg.MaxBundleBytes)
+		return nil, rejected(wire.CodeBatchTooLarge, fmt.Sprintf("batch is %d bytes, the gateway's max_bundle_bytes is %d: send smaller batches", len(tx), g.cfg.MaxBundleBytes))
 	}
 	if res := core.ValidateTx(tx); !res.OK() {
 		return nil, rejected(res.Code, res.Log)

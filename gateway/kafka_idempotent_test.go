@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -208,5 +209,46 @@ func TestKafkaFaceIdempotentClient(t *testing.T) {
 	}
 	if got := readPartition(ctx, t, g, 1); got != want {
 		t.Errorf("partition 1 = %s, want 0..99 once each, in order", got)
+	}
+}
+
+// TestKafkaFaceLargeBatches: uncompressed batches of ~1 MB of small
+// records are written (signed as byzlog records they are ~7% larger and
+// passed the gateway's 1 MiB bundle bound, refused MESSAGE_TOO_LARGE,
+// until the face signed large batches with zstd), and a batch too large
+// even so is MESSAGE_TOO_LARGE.
+func TestKafkaFaceLargeBatches(t *testing.T) {
+	addr, g := startKafkaFace(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("k"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(time.Second), kgo.ProducerBatchMaxBytes(1_300_000), kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// 100 B records with a header: ~113 B a record in a Kafka batch, ~8%
+	// more in a byzlog record set.
+	const n = 18_000
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		v := make([]byte, 100)
+		_, _ = rand.Read(v)
+		recs[i] = &kgo.Record{Value: v, Partition: 2, Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("x")}}}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("18,000 records of 100 B in uncompressed batches of up to 1.3 MB: %v", err)
+	}
+	resp, err := g.Records(ctx, &byzlogv1.RecordsRequest{Topic: "k", Partition: 2, Offset: n - 1})
+	if err != nil || len(resp.Records) != 1 || resp.NextOffset != n {
+		t.Fatalf("partition 2 after 18,000 records: next offset %d, %v", resp.GetNextOffset(), err)
+	}
+
+	raw := newKafkaClient(t, addr)
+	big := make([]byte, 1200<<10)
+	_, _ = rand.Read(big)
+	err, offset := raw.produce(ctx, producerBatch(-1, -1, -1, string(big[:600<<10]), string(big[600<<10:])))
+	if !errors.Is(err, kerr.MessageTooLarge) || offset != -1 {
+		t.Fatalf("a 1.2 MB incompressible batch = %v at %d, want MESSAGE_TOO_LARGE", err, offset)
 	}
 }

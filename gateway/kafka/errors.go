@@ -52,7 +52,9 @@ func rejectedError(c wire.Code) *kerr.Error {
 	case wire.CodeRecordTooLarge:
 		return kerr.MessageTooLarge
 	case wire.CodeBatchTooLarge:
-		return kerr.RecordListTooLarge
+		// Too many records or bytes for the chain, or the signed batch
+		// passes the gateway's max_bundle_bytes: a smaller batch fits.
+		return kerr.MessageTooLarge
 	case wire.CodeTooManyHeaders, wire.CodeEmptyBatch:
 		return kerr.InvalidRecord
 	case wire.CodeBadCompression, wire.CodeMalformedTx:

@@ -129,6 +129,33 @@ func (c *conn) work(ctx context.Context, f func() error) error {
 	return f()
 }
 
+// zstdFrom is the size of a Kafka batch's records above which the face
+// signs them zstd-compressed even if the client did not compress: a byzlog
+// record set is a little larger than Kafka's (a nanosecond create time, a
+// tag a field), so a full 1 MB batch of small records would pass the
+// gateway's 1 MiB bundle bound uncompressed. A constant, not a setting:
+// every gateway must sign the same Kafka batch the same way.
+const zstdFrom = 256 << 10
+
+// signedCodec is how the face signs b's records: zstd when the client
+// compressed them or they are large, as records alone decide.
+func signedCodec(b batch.Batch) byzlogv1.Codec {
+	if b.Codec != batch.CodecNone {
+		return byzlogv1.Codec_CODEC_ZSTD
+	}
+	n := 0
+	for _, r := range b.Records {
+		n += len(r.Key) + len(r.Value)
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+	}
+	if n > zstdFrom {
+		return byzlogv1.Codec_CODEC_ZSTD
+	}
+	return byzlogv1.Codec_CODEC_NONE
+}
+
 // writeBatch signs one Kafka batch as a byzlog batch under the next
 // sequence of the connection's key, and submits it.
 func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b batch.Batch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
@@ -140,10 +167,7 @@ func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b
 		}
 		records[i] = rec
 	}
-	codec := byzlogv1.Codec_CODEC_NONE
-	if b.Codec != batch.CodecNone {
-		codec = byzlogv1.Codec_CODEC_ZSTD
-	}
+	codec := signedCodec(b)
 	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
 	if b.ProducerID != -1 {
 		return c.writeIdempotent(ctx, signer, topic, partition, b, codec, records, ack)
