@@ -51,6 +51,10 @@ func seedTxs(tb testing.TB) []seedTx {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	kb, err := p.KafkaBatch("t", 0, 7, 1, 0, byzlogv1.Codec_CODEC_NONE, records("k1", "k2"))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	forged := batch(tb, p, "t", 0, 0, records("a"))
 	forged.Signature = append([]byte(nil), forged.Signature...)
 	forged.Signature[0] ^= 1
@@ -58,6 +62,7 @@ func seedTxs(tb testing.TB) []seedTx {
 	return []seedTx{
 		{"bundle", bundle(tb, batch(tb, p, "t", 0, 0, records("a", "b"))), true},
 		{"zstd bundle", bundle(tb, zb), true},
+		{"kafka producer's bundle", bundle(tb, kb), true},
 		{"two-batch bundle", bundle(tb, batch(tb, p, "t", 0, 0, records("a")), batch(tb, p, "t", 1, 0, records("b"))), true},
 		{"admin", adminTx, true},
 		{"offsets", offsets, true},
