@@ -217,19 +217,7 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 		close(consumerDone)
 	}
 
-	var wg sync.WaitGroup
-	for i, p := range producers {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.produce(ctx, i, p) }()
-	}
-	produced := make(chan struct{})
-	go func() { wg.Wait(); close(produced) }()
-	// Producers stop at the end of the window or when ctx ends.
-	everySecond(produced, progress, func() (Progress, int64) {
-		w := takeWindow(&r.mu, &r.window)
-		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(r.measureFrom),
-			Acked: r.acked.Load(), Errors: r.errCount.Load(), P99: w.P99, Consumed: r.consumed.Load()}, r.ackedAll.Load()
-	})
+	r.drive(start, len(producers), func(i int) { r.produce(ctx, i, producers[i]) }, progress)
 	for _, p := range producers {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		_ = p.Close(cctx)
@@ -245,6 +233,30 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 	stopConsumer()
 	<-consumerDone
 
+	r.summarize(&res)
+	return res, ctx.Err()
+}
+
+// drive runs n producers (produce(i) until the end of the window or of
+// ctx) from start, with a progress snapshot every second, and returns
+// when all have stopped.
+func (r *runner) drive(start time.Time, n int, produce func(i int), progress func(Progress)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); produce(i) }()
+	}
+	produced := make(chan struct{})
+	go func() { wg.Wait(); close(produced) }()
+	everySecond(produced, progress, func() (Progress, int64) {
+		w := takeWindow(&r.mu, &r.window)
+		return Progress{Elapsed: time.Since(start), Warmup: time.Now().Before(r.measureFrom),
+			Acked: r.acked.Load(), Errors: r.errCount.Load(), P99: w.P99, Consumed: r.consumed.Load()}, r.ackedAll.Load()
+	})
+}
+
+// summarize fills in res's figures from what the run recorded.
+func (r *runner) summarize(res *Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	res.Committed = r.acked.Load()
@@ -254,7 +266,6 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 	res.EndToEnd = Summarize(r.e2e)
 	res.Consumed = r.consumed.Load()
 	res.Errors, res.ErrorSamples = r.errs, r.samples
-	return res, ctx.Err()
 }
 
 // subscribe creates the topic's stream by producing one record, then
@@ -304,12 +315,33 @@ func (r *runner) consume(ctx context.Context, sub *consumer.Subscription) {
 
 // produce runs one producer until the end of the run.
 func (r *runner) produce(ctx context.Context, i int, p *client.Producer) {
+	var inner sync.WaitGroup
+	r.paced(ctx, i, func(seq uint64, value, key []byte, release func()) {
+		rec := &client.Record{Topic: r.cfg.Topic, Key: key, Value: value}
+		sent := time.Now()
+		f := p.Produce(ctx, rec)
+		inner.Add(1)
+		go func() {
+			defer inner.Done()
+			defer release()
+			_, err := f.Wait(ctx)
+			now := time.Now()
+			r.record(sent, now, string(value[:min(16, len(value))]), err)
+		}()
+	})
+	inner.Wait()
+}
+
+// paced calls send with producer i's records (its sequence, value and
+// key) until the end of the run, at its share of the offered rate (closed
+// loop: as fast as slots free), with at most InFlight unresolved: send
+// calls release once the record's outcome is recorded.
+func (r *runner) paced(ctx context.Context, i int, send func(seq uint64, value, key []byte, release func())) {
 	var interval time.Duration
 	if r.cfg.Rate > 0 {
 		interval = time.Duration(float64(time.Second) * float64(r.cfg.Producers) / r.cfg.Rate)
 	}
 	sem := make(chan struct{}, r.cfg.InFlight)
-	var inner sync.WaitGroup
 	next := time.Now()
 	for seq := uint64(0); time.Now().Before(r.end) && ctx.Err() == nil; seq++ {
 		if interval > 0 {
@@ -319,23 +351,12 @@ func (r *runner) produce(ctx context.Context, i int, p *client.Producer) {
 			next = next.Add(interval)
 		}
 		sem <- struct{}{}
-		value := r.value(i, seq)
-		rec := &client.Record{Topic: r.cfg.Topic, Value: value}
+		var key []byte
 		if r.cfg.Keys > 0 {
-			rec.Key = []byte(fmt.Sprintf("key-%d", (uint64(i)*7919+seq)%uint64(r.cfg.Keys)))
+			key = []byte(fmt.Sprintf("key-%d", (uint64(i)*7919+seq)%uint64(r.cfg.Keys)))
 		}
-		sent := time.Now()
-		f := p.Produce(ctx, rec)
-		inner.Add(1)
-		go func() {
-			defer inner.Done()
-			defer func() { <-sem }()
-			_, err := f.Wait(ctx)
-			now := time.Now()
-			r.record(sent, now, string(value[:min(16, len(value))]), err)
-		}()
+		send(seq, r.value(i, seq), key, func() { <-sem })
 	}
-	inner.Wait()
 }
 
 func (r *runner) record(sent, now time.Time, id string, err error) {

@@ -70,35 +70,15 @@ func produceKafka(ctx context.Context, c *Cluster, w Workload, id int, phase str
 	rec.h.ProducerKeys[id] = key
 	rec.mu.Unlock()
 
-	slots := make(chan struct{}, w.InFlight)
-	interval := time.Duration(float64(time.Second) * float64(w.Producers) / float64(w.Rate))
-	next := time.Now()
-	for i := 0; ctx.Err() == nil; i++ {
-		if d := time.Until(next); d > 0 {
-			sleep(ctx, d)
-		}
-		next = next.Add(interval)
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	paced(ctx, w, func(i int, release func()) {
 		value := fmt.Sprintf("%s-k%d-%d", phase, id, i)
 		sent := time.Now()
 		r := &kgo.Record{Key: []byte(fmt.Sprintf("k%d-%d", id, i%16)), Value: []byte(value)}
 		cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
-			defer func() { <-slots }()
-			s := Send{Producer: id, Index: i, Value: value}
-			if err != nil {
-				s.Outcome, s.Err = Unknown, err.Error()
-			} else {
-				s.Outcome, s.Partition, s.Offset = Acked, uint32(r.Partition), uint64(r.Offset)
-			}
-			rec.send(s, sent, time.Now())
+			defer release()
+			rec.send(outcome(id, i, value, uint32(r.Partition), uint64(r.Offset), err), sent, time.Now())
 		})
-	}
+	})
 	fctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	_ = cl.Flush(fctx) // what does not resolve in time fails as the client closes

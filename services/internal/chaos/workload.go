@@ -105,42 +105,19 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 	rec.h.ProducerKeys[id] = hex.EncodeToString(p.PublicKey())
 	rec.mu.Unlock()
 
-	slots := make(chan struct{}, w.InFlight)
 	var wg sync.WaitGroup
-	interval := time.Duration(float64(time.Second) * float64(w.Producers) / float64(w.Rate))
-	next := time.Now()
-	for i := 0; ctx.Err() == nil; i++ {
-		if d := time.Until(next); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-			}
-		}
-		next = next.Add(interval)
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	paced(ctx, w, func(i int, release func()) {
 		value := fmt.Sprintf("%s-p%d-%d", phase, id, i)
 		sent := time.Now()
 		f := p.Produce(context.Background(), &client.Record{Topic: w.Topic, Key: []byte(fmt.Sprintf("p%d-k%d", id, i%16)), Value: []byte(value)})
 		wg.Add(1)
-		go func(i int) {
+		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
+			defer release()
 			r, err := f.Wait(context.Background())
-			s := Send{Producer: id, Index: i, Value: value}
-			if err != nil {
-				s.Outcome, s.Err = Unknown, err.Error()
-			} else {
-				s.Outcome, s.Partition, s.Offset = Acked, r.Partition, r.Offset
-			}
-			rec.send(s, sent, time.Now())
-		}(i)
-	}
+			rec.send(outcome(id, i, value, r.Partition, r.Offset, err), sent, time.Now())
+		}()
+	})
 	fctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	_ = p.Flush(fctx) // what does not resolve in time is failed by Close
@@ -149,6 +126,41 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 	_ = p.Close(cctx)
 	wg.Wait()
 	return nil
+}
+
+// paced calls send for i = 0, 1, ... at the producer's share of the
+// workload's rate until ctx ends, with at most w.InFlight sends
+// unresolved: each send calls release once its outcome is recorded.
+func paced(ctx context.Context, w Workload, send func(i int, release func())) {
+	slots := make(chan struct{}, w.InFlight)
+	interval := time.Duration(float64(time.Second) * float64(w.Producers) / float64(w.Rate))
+	next := time.Now()
+	for i := 0; ctx.Err() == nil; i++ {
+		if d := time.Until(next); d > 0 {
+			sleep(ctx, d)
+		}
+		next = next.Add(interval)
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		send(i, func() { <-slots })
+	}
+}
+
+// outcome is producer id's send i of value: acknowledged at partition
+// and offset, or of unknown outcome after err.
+func outcome(id, i int, value string, partition uint32, offset uint64, err error) Send {
+	s := Send{Producer: id, Index: i, Value: value}
+	if err != nil {
+		s.Outcome, s.Err = Unknown, err.Error()
+	} else {
+		s.Outcome, s.Partition, s.Offset = Acked, partition, offset
+	}
+	return s
 }
 
 // consume reads one partition of the topic through NATS from its start
