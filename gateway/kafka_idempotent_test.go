@@ -244,8 +244,26 @@ func TestKafkaFaceLargeBatches(t *testing.T) {
 		t.Fatalf("partition 2 after 18,000 records: next offset %d, %v", resp.GetNextOffset(), err)
 	}
 
+	// 3 MiB of zeros gzipped to a few KB: signed with zstd it inflates
+	// more than the chain lets a batch (256 times), uncompressed it passes
+	// the gateway's 1 MiB bound: MESSAGE_TOO_LARGE, not CORRUPT_MESSAGE.
+	zeros, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("k"), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(time.Second), kgo.ProducerBatchMaxBytes(4<<20), kgo.ProducerBatchCompression(kgo.GzipCompression()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zeros.Close()
+	big := make([]byte, 1<<20)
+	if err := zeros.ProduceSync(ctx, &kgo.Record{Value: big, Partition: 1}, &kgo.Record{Value: big, Partition: 1}, &kgo.Record{Value: big, Partition: 1}).FirstErr(); !errors.Is(err, kerr.MessageTooLarge) {
+		t.Fatalf("3 records of 1 MiB of zeros, gzipped = %v, want MESSAGE_TOO_LARGE", err)
+	}
+	// 300 KiB of zeros: uncompressed it fits, and is written.
+	if err := zeros.ProduceSync(ctx, &kgo.Record{Value: big[:300<<10], Partition: 1}).FirstErr(); err != nil {
+		t.Fatalf("300 KiB of zeros, gzipped: %v", err)
+	}
+
 	raw := newKafkaClient(t, addr)
-	big := make([]byte, 1200<<10)
+	big = make([]byte, 1200<<10)
 	_, _ = rand.Read(big)
 	err, offset := raw.produce(ctx, producerBatch(-1, -1, -1, string(big[:600<<10]), string(big[600<<10:])))
 	if !errors.Is(err, kerr.MessageTooLarge) || offset != -1 {

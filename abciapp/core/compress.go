@@ -17,8 +17,6 @@ import (
 var zstdDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
 	zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(64<<20))
 
-const minInflateAllowance = 64 << 10
-
 // decompress returns records inflated per codec, refusing to produce more
 // than limit bytes: a decompression bomb fails here, bounded, instead of
 // filling memory.
@@ -27,7 +25,7 @@ func decompress(codec byzlogv1.Codec, records []byte, limit int) ([]byte, error)
 	case byzlogv1.Codec_CODEC_NONE:
 		return records, nil
 	case byzlogv1.Codec_CODEC_ZSTD:
-		if allowed := max(minInflateAllowance, wire.MaxCompressionRatio*len(records)); limit > allowed {
+		if allowed := wire.InflateAllowance(len(records)); limit > allowed {
 			return nil, fmt.Errorf("declares %d bytes uncompressed from %d compressed, more than the chain's ratio of %d allows (%d)",
 				limit, len(records), wire.MaxCompressionRatio, allowed)
 		}

@@ -103,16 +103,31 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 	}
 }
 
+// compressFetchFrom is the size of a batch's records (keys, values and
+// headers) from which
+// Fetch sends it lz4-compressed. Kafka hands consumers the batches as
+// producers compressed them, and Kafka's producers compress by default;
+// the face re-encodes batches from the chain, so it compresses them itself
+// (lz4: fast, and read by every client and Fetch version).
+const compressFetchFrom = 256
+
 // encodeRecords re-encodes stored records as v2 batches, one per run of
-// consecutive offsets with one block time. The first must be at offset.
+// consecutive offsets with one block time (lz4 from compressFetchFrom
+// bytes). The first must be at offset.
 func encodeRecords(stored [][]byte, offset uint64) ([]byte, error) {
 	var out []byte
 	var run []batch.Record
 	var runBase uint64
 	var runTime int64
+	runBytes := 0
 	flush := func() {
 		if len(run) > 0 {
-			out = batch.Encode(out, int64(runBase), runTime, run)
+			codec := batch.CodecNone
+			if runBytes >= compressFetchFrom {
+				codec = batch.CodecLz4
+			}
+			out = batch.EncodeWith(out, int64(runBase), runTime, run, codec)
+			runBytes = 0
 			run = run[:0]
 		}
 	}
@@ -137,6 +152,10 @@ func encodeRecords(stored [][]byte, offset uint64) ([]byte, error) {
 			rec.Headers = append(rec.Headers, batch.Header{Key: h.Key, Value: h.Value})
 		}
 		run = append(run, rec)
+		runBytes += len(sr.Key) + len(sr.Value)
+		for _, h := range sr.Headers {
+			runBytes += len(h.Key) + len(h.Value)
+		}
 		next++
 	}
 	flush()

@@ -38,6 +38,17 @@ func TestEncodeRecords(t *testing.T) {
 	if b := batches[1]; b.FirstTimestamp != 2000 || string(b.Records[0].Value) != "c" || string(b.Records[0].Headers[0].Value) != "c" {
 		t.Fatalf("second batch = %+v", b)
 	}
+	if batches[0].Codec != batch.CodecNone {
+		t.Errorf("a 2-byte batch is %s, want uncompressed", batches[0].Codec)
+	}
+	big := strings.Repeat("x", compressFetchFrom)
+	out, err = encodeRecords([][]byte{stored(t, 0, 1, big), stored(t, 1, 1, "y")}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if batches, err = batch.Decode(out, batch.DefaultLimits()); err != nil || batches[0].Codec != batch.CodecLz4 || string(batches[0].Records[0].Value) != big {
+		t.Fatalf("a %d-byte batch decodes as %v, %v; want lz4 with its records", compressFetchFrom+1, batches, err)
+	}
 	for _, tc := range []struct {
 		name string
 		in   [][]byte

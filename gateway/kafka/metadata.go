@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,6 +70,13 @@ func (t *topicCache) partitions(ctx context.Context, topic string) (uint32, erro
 // robin, though any gateway takes any write.
 func (s *Server) leader(p int32) int32 { return s.brokers[int(p)%len(s.brokers)].NodeID }
 
+// offsetsTopic is Kafka's internal topic of committed offsets. byzlog
+// keeps them on the chain (OffsetCommit, OffsetFetch) and has no such
+// topic, but Metadata lists it, internal and empty, as Kafka does: clients
+// that list or match topics skip internal ones by it (franz-go's regex
+// consumers, kcat -L). Fetching it finds no topic.
+const offsetsTopic = "__consumer_offsets"
+
 func (c *conn) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	for _, b := range c.s.brokers {
@@ -79,6 +87,9 @@ func (c *conn) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Respo
 	resp.ControllerID = c.s.brokers[0].NodeID
 	topics, order, err := c.s.topics.get(ctx, true)
 	names := order
+	if topics[offsetsTopic] == nil {
+		names = append(slices.Clip(names), offsetsTopic)
+	}
 	if r.Topics != nil {
 		names = names[:0:0]
 		for _, t := range r.Topics {
@@ -92,6 +103,8 @@ func (c *conn) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Respo
 		mt.Topic = kmsg.StringPtr(name)
 		ti := topics[name]
 		switch {
+		case name == offsetsTopic && ti == nil:
+			mt.IsInternal, mt.Partitions = true, c.s.partitionsMetadata(1)
 		case err != nil:
 			mt.ErrorCode = kerr.LeaderNotAvailable.Code
 		case ti == nil:

@@ -17,6 +17,11 @@ const MaxLookahead = 64
 // not to what a frame header claims.
 const MaxCompressionRatio = 256
 
+// InflateAllowance is the most a zstd batch of compressed bytes may
+// declare uncompressed: MaxCompressionRatio times its size, or 64 KiB
+// (a chain rule).
+func InflateAllowance(compressed int) int { return max(64<<10, MaxCompressionRatio*compressed) }
+
 // DefaultBundleBytes is a gateway's default max_bundle_bytes: a producer
 // batch up to this size fits a bundle of any gateway left at its defaults.
 const DefaultBundleBytes = 1 << 20

@@ -25,7 +25,7 @@ const franzGoVersion = "v1.22.3"
 // kgoSubset are the kgo suite's broker tests that make test runs: each
 // passes against the Kafka face within seconds. `make kafka-compat` runs
 // the whole suite (BYZLOG_KGO_RUN=.) and writes which pass.
-const kgoSubset = "^(TestPing|TestGroupSimple|TestConsumeTopicRetrieval|TestUnknownGroupOffsetFetchPinned|TestIssue325|TestIssue337|TestIssue434|TestIssue648|TestIssue1034|TestIssueProduceSyncManualPartitionNegativeDoesNotPanic)$"
+const kgoSubset = "^(TestPing|TestGroupSimple|TestConsumeTopicRetrieval|TestUnknownGroupOffsetFetchPinned|TestIssue325|TestIssue337|TestIssue434|TestIssue648|TestIssue1034|TestIssueProduceSyncManualPartitionNegativeDoesNotPanic|TestPooling|TestConsumeRegex|TestOptValuesCoversEveryOption)$"
 
 // TestKafkaCompat runs franz-go's own client test suite (pkg/kgo, built
 // from the module cache) against the Kafka face of a gateway on a fresh
@@ -41,7 +41,7 @@ func TestKafkaCompat(t *testing.T) {
 	startGateway(t, n, gw, "--insecure", "--kafka-listen", kafka, "--kafka-insecure",
 		"--kafka-anonymous-key", filepath.Join(n.Config().Dir, "admin.key"), "--kafka-anonymous-admin")
 	waitPort(t, kafka)
-	suite := buildKgoSuite(ctx, t)
+	suite, pkgDir := buildKgoSuite(ctx, t)
 
 	run := os.Getenv("BYZLOG_KGO_RUN")
 	if run == "" {
@@ -49,7 +49,7 @@ func TestKafkaCompat(t *testing.T) {
 	}
 	cmd := exec.CommandContext(ctx, suite, "-test.run", run, "-test.v", "-test.timeout", "35m")
 	cmd.Env = append(os.Environ(), "KGO_SEEDS="+kafka, "KGO_TEST_RECORDS=1000", "KGO_LOG_LEVEL=none")
-	cmd.Dir = t.TempDir()
+	cmd.Dir = pkgDir // some tests read the package's sources
 	out, err := cmd.CombinedOutput()
 	passed, failed := kgoResults(out)
 	t.Logf("kgo suite (-run %s): %d passed, %d failed", run, len(passed), len(failed))
@@ -59,6 +59,10 @@ func TestKafkaCompat(t *testing.T) {
 		if werr := os.WriteFile(path, []byte(report), 0o644); werr != nil {
 			t.Error(werr)
 		}
+		// The suite's whole output, to read why a test failed.
+		if werr := os.WriteFile(path+".log", out, 0o644); werr != nil {
+			t.Error(werr)
+		}
 	}
 	if run == kgoSubset && (err != nil || len(failed) > 0 || len(passed) == 0) {
 		t.Fatalf("kgo subset: %v; failed %v\n%s", err, failed, tail(out, 80))
@@ -66,8 +70,9 @@ func TestKafkaCompat(t *testing.T) {
 }
 
 // buildKgoSuite compiles franz-go's kgo tests from the module cache in a
-// module of its own (outside byzlog's workspace).
-func buildKgoSuite(ctx context.Context, t *testing.T) string {
+// module of its own (outside byzlog's workspace), and returns the test
+// binary and the package's directory in the module cache.
+func buildKgoSuite(ctx context.Context, t *testing.T) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
@@ -80,14 +85,17 @@ func buildKgoSuite(ctx context.Context, t *testing.T) string {
 		}
 	}
 	bin := filepath.Join(dir, "kgo.test")
-	for _, args := range [][]string{{"mod", "tidy"}, {"test", "-c", "-o", bin, "github.com/twmb/franz-go/pkg/kgo"}} {
+	var modDir []byte
+	for _, args := range [][]string{{"mod", "tidy"}, {"test", "-c", "-o", bin, "github.com/twmb/franz-go/pkg/kgo"}, {"list", "-m", "-f", "{{.Dir}}", "github.com/twmb/franz-go"}} {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-		if out, err := cmd.CombinedOutput(); err != nil {
+		out, err := cmd.CombinedOutput()
+		if err != nil {
 			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
+		modDir = out
 	}
-	return bin
+	return bin, filepath.Join(strings.TrimSpace(string(modDir)), "pkg", "kgo")
 }
 
 var kgoResult = regexp.MustCompile(`^\s*--- (PASS|FAIL): (\S+)`)

@@ -243,6 +243,12 @@ func nullableBytes(r *kbin.Reader, what string) ([]byte, error) {
 // with the log-append time logAppendMs as every record's timestamp
 // (attribute bit 3) and no producer (id and epoch -1, sequence -1).
 func Encode(dst []byte, baseOffset, logAppendMs int64, records []Record) []byte {
+	return EncodeWith(dst, baseOffset, logAppendMs, records, CodecNone)
+}
+
+// EncodeWith is Encode with the records compressed by codec (none or lz4,
+// the LZ4 frame Kafka uses).
+func EncodeWith(dst []byte, baseOffset, logAppendMs int64, records []Record, codec Codec) []byte {
 	var body []byte
 	for i, r := range records {
 		kr := kmsg.Record{OffsetDelta: int32(i), Key: r.Key, Value: r.Value}
@@ -253,9 +259,13 @@ func Encode(dst []byte, baseOffset, logAppendMs int64, records []Record) []byte 
 		body = binary.AppendVarint(body, int64(len(inner)))
 		body = append(body, inner...)
 	}
+	attrs := int16(0x08)
+	if codec == CodecLz4 {
+		body, attrs = lz4Frame(body), attrs|int16(CodecLz4)
+	}
 	rb := kmsg.RecordBatch{
 		FirstOffset: baseOffset, Length: int32(batchHeaderLen - lengthStart + len(body)), Magic: 2,
-		Attributes: 0x08, LastOffsetDelta: int32(len(records) - 1), FirstTimestamp: logAppendMs, MaxTimestamp: logAppendMs,
+		Attributes: attrs, LastOffsetDelta: int32(len(records) - 1), FirstTimestamp: logAppendMs, MaxTimestamp: logAppendMs,
 		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(records)), Records: body,
 	}
 	start := len(dst)

@@ -196,8 +196,14 @@ func TestDecodeBomb(t *testing.T) {
 }
 
 func TestEncode(t *testing.T) {
+	for _, codec := range []Codec{CodecNone, CodecLz4} {
+		t.Run(codec.String(), func(t *testing.T) { testEncode(t, codec) })
+	}
+}
+
+func testEncode(t *testing.T, codec Codec) {
 	recs := []Record{{Key: nil, Value: []byte("a")}, {Key: []byte("k"), Value: []byte("b"), Headers: []Header{{Key: "h", Value: []byte("v")}}}}
-	b := Encode(nil, 41, 5000, recs)
+	b := EncodeWith(nil, 41, 5000, recs, codec)
 	var rb kmsg.RecordBatch
 	if err := rb.ReadFrom(b); err != nil {
 		t.Fatal(err)
@@ -205,7 +211,7 @@ func TestEncode(t *testing.T) {
 	if got := crc32.Checksum(b[crcEnd:], castagnoli); uint32(rb.CRC) != got {
 		t.Fatalf("Encode crc = %08x, the bytes' %08x", uint32(rb.CRC), got)
 	}
-	if rb.FirstOffset != 41 || rb.Attributes != 0x08 || rb.LastOffsetDelta != 1 || rb.FirstTimestamp != 5000 || rb.MaxTimestamp != 5000 || rb.ProducerID != -1 || rb.NumRecords != 2 || int(rb.Length) != len(b)-lengthStart {
+	if rb.FirstOffset != 41 || rb.Attributes != 0x08|int16(codec) || rb.LastOffsetDelta != 1 || rb.FirstTimestamp != 5000 || rb.MaxTimestamp != 5000 || rb.ProducerID != -1 || rb.NumRecords != 2 || int(rb.Length) != len(b)-lengthStart {
 		t.Fatalf("Encode header = %+v", rb)
 	}
 	got, err := Decode(b, DefaultLimits())

@@ -14,9 +14,15 @@ import (
 	"github.com/pierrec/lz4/v4"
 )
 
+// ratioFloor is the compressed size below which the ratio bound counts
+// this many bytes, as the chain's bound does (wire.MaxCompressionRatio):
+// a small batch may inflate to MaxCompressionRatio × 64 KiB (capped by
+// MaxUncompressedBytes), so 3 MiB of zeros gzipped to 3 KB is taken.
+const ratioFloor = 64 << 10
+
 // inflate returns a batch's records uncompressed, never producing more than
 // the limits allow: the smaller of MaxUncompressedBytes and
-// MaxCompressionRatio times the compressed size.
+// MaxCompressionRatio times the compressed size (at least ratioFloor).
 func inflate(codec Codec, b []byte, lim Limits) ([]byte, error) {
 	if codec == CodecNone {
 		if len(b) > lim.MaxUncompressedBytes {
@@ -24,7 +30,7 @@ func inflate(codec Codec, b []byte, lim Limits) ([]byte, error) {
 		}
 		return b, nil
 	}
-	limit := min(int64(lim.MaxUncompressedBytes), int64(lim.MaxCompressionRatio)*int64(len(b)))
+	limit := min(int64(lim.MaxUncompressedBytes), int64(lim.MaxCompressionRatio)*int64(max(len(b), ratioFloor)))
 	var out []byte
 	var err error
 	switch codec {
@@ -143,4 +149,18 @@ func snappyBlock(dst, block []byte, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return append(dst, out...), nil
+}
+
+var lz4Writers = sync.Pool{New: func() any { return lz4.NewWriter(nil) }}
+
+// lz4Frame is b as one LZ4 frame.
+func lz4Frame(b []byte) []byte {
+	var out bytes.Buffer
+	w := lz4Writers.Get().(*lz4.Writer)
+	defer lz4Writers.Put(w)
+	w.Reset(&out)
+	// Writing to a bytes.Buffer does not fail.
+	_, _ = w.Write(b)
+	_ = w.Close()
+	return out.Bytes()
 }
