@@ -108,6 +108,12 @@ type Committed struct {
 // SubmitTx sends any other transaction (an admin request) and waits until
 // it is committed; the error is the state machine's rejection, mapped.
 func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (Committed, error) {
+	return g.submitTx(ctx, tx, nil)
+}
+
+// submitTx is SubmitTx, calling accepted (when not nil) once a node's
+// mempool holds tx.
+func (g *Gateway) submitTx(ctx context.Context, tx []byte, accepted func()) (Committed, error) {
 	type done struct {
 		c   Committed
 		err error
@@ -122,8 +128,9 @@ func (g *Gateway) SubmitTx(ctx context.Context, tx []byte) (Committed, error) {
 			}
 			ch <- done{c, nil}
 		},
-		failed:  func(err error) { ch <- done{err: err} },
-		release: func() {},
+		failed:   func(err error) { ch <- done{err: err} },
+		release:  func() {},
+		accepted: accepted,
 	}
 	g.broadcast(ctx, p)
 	select {
@@ -232,12 +239,18 @@ func (g *Gateway) send(ctx context.Context, p *pendingTx) {
 		// The same bytes were seen before: still in a mempool (a block
 		// will tell), or already committed, perhaps before this gateway
 		// was watching. Look it up.
+		if p.accepted != nil {
+			p.accepted()
+		}
 		g.lookup(ctx, sub.Node, p)
 	case nodes.Full:
 		if g.untrack(p) {
 			g.fail(p, exhausted(retryLater, "CometBFT mempool of %s is full; retry shortly", sub.Node.Addr))
 		}
 	case nodes.Accepted:
+		if p.accepted != nil {
+			p.accepted()
+		}
 		for _, r := range p.reqs {
 			if r.ack == byzlogv1.Ack_ACK_MEMPOOL {
 				r.answer(r.receipt(byzlogv1.Ack_ACK_MEMPOOL), nil)

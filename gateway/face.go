@@ -57,32 +57,34 @@ func (g *Gateway) Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, err
 	return resp.NextNonce, nil
 }
 
-// Admin submits an admin-signed request and waits for its commit.
-func (g *Gateway) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (Committed, error) {
+// Admin submits an admin-signed request and waits for its commit;
+// accepted (may be nil) is called once a node's mempool has taken it, so a
+// caller may sign the key's next nonce before this one commits.
+func (g *Gateway) Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (Committed, error) {
 	tx, err := wire.AdminTx(req)
 	if err != nil {
 		return Committed{}, errorf(ErrInvalid, "encode admin request: %v", err)
 	}
-	return g.submitChecked(ctx, tx)
+	return g.submitChecked(ctx, tx, accepted)
 }
 
 // CommitOffsets submits a consumer-signed offset commit and waits for its
-// commit.
-func (g *Gateway) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (Committed, error) {
+// commit; accepted is as Admin's.
+func (g *Gateway) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (Committed, error) {
 	tx, err := wire.OffsetsTx(req)
 	if err != nil {
 		return Committed{}, errorf(ErrInvalid, "encode offset commit: %v", err)
 	}
-	return g.submitChecked(ctx, tx)
+	return g.submitChecked(ctx, tx, accepted)
 }
 
 // submitChecked runs the chain's stateless checks on tx before it costs a
 // node anything, then submits it.
-func (g *Gateway) submitChecked(ctx context.Context, tx []byte) (Committed, error) {
+func (g *Gateway) submitChecked(ctx context.Context, tx []byte, accepted func()) (Committed, error) {
 	if res := core.ValidateTx(tx); !res.OK() {
 		return Committed{}, rejected(res.Code, res.Log)
 	}
-	return g.SubmitTx(ctx, tx)
+	return g.submitTx(ctx, tx, accepted)
 }
 
 // Height is the highest block a healthy node has.

@@ -137,7 +137,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 
 // Admin forwards an admin-signed request and waits for its commit.
 func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
-	c, err := s.g.Admin(ctx, req)
+	c, err := s.g.Admin(ctx, req, nil)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -147,7 +147,7 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 // CommitOffsets forwards a consumer-signed offset commit and waits for its
 // commit.
 func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
-	c, err := s.g.CommitOffsets(ctx, req)
+	c, err := s.g.CommitOffsets(ctx, req, nil)
 	if err != nil {
 		return nil, grpcError(err)
 	}

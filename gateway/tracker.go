@@ -29,6 +29,9 @@ type pendingTx struct {
 	committed func(c Committed, res *abci.ExecTxResult) // any other transaction
 	failed    func(err error)
 	release   func()
+	// accepted, when not nil, is called each time a node's mempool takes
+	// the transaction (or already holds it).
+	accepted  func()
 	submitted time.Time // last sent
 	deadline  time.Time // given up after (Config.PendingTimeout)
 	// twins are transactions with the same bytes, submitted while this one

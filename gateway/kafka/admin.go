@@ -122,12 +122,12 @@ func (c *conn) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) km
 // submits it and waits for its commit; the topic cache is refreshed after.
 func (c *conn) admin(ctx context.Context, op proto.Message) error {
 	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
-	err := c.s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64) error {
+	err := c.s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64, accepted func()) error {
 		req, err := signer.Admin(nonce, op)
 		if err != nil {
 			return fmt.Errorf("sign admin request: %w", err)
 		}
-		_, err = c.s.b.Admin(ctx, req)
+		_, err = c.s.b.Admin(ctx, req, accepted)
 		return err
 	})
 	c.s.topics.expire()

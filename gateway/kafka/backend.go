@@ -20,8 +20,10 @@ type Backend interface {
 	Height() int64
 	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)
 	Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, error)
-	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (gateway.Committed, error)
-	Admin(ctx context.Context, req *byzlogv1.AdminRequest) (gateway.Committed, error)
+	// CommitOffsets and Admin wait for the commit; accepted (may be nil)
+	// is called when a node's mempool has taken the transaction.
+	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (gateway.Committed, error)
+	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (gateway.Committed, error)
 }
 
 var _ Backend = (*gateway.Gateway)(nil)

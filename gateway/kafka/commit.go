@@ -212,9 +212,12 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 	return resp
 }
 
-// nonces hands out each key's admin and offset-commit nonces: one request
-// per key at a time, since each needs the nonce the last one used; after a
-// failed request the nonce is read from the chain again.
+// nonces hands out each key's admin and offset-commit nonces. A request
+// holds its key's stream from taking the nonce until a node's mempool has
+// taken the transaction (or it failed), not until it commits: the chain
+// lets nonces run ahead in the mempool, so a key's commits follow each
+// other into blocks instead of one a block. After a failed request the
+// nonce is read from the chain again.
 type nonces struct {
 	b Backend
 
@@ -228,8 +231,9 @@ type nonceStream struct {
 	next  uint64
 }
 
-// use runs submit with key's next nonce.
-func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(nonce uint64) error) error {
+// use runs submit with key's next nonce; submit calls accepted once the
+// transaction is in a mempool, which lets the next request of the key go.
+func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(nonce uint64, accepted func()) error) error {
 	q.mu.Lock()
 	s := q.keys[string(key)]
 	if s == nil {
@@ -238,31 +242,51 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 	}
 	q.mu.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.known {
 		n, err := q.b.Nonce(ctx, key)
 		if err != nil {
+			s.mu.Unlock()
 			return err
 		}
 		s.next, s.known = n, true
 	}
-	if err := submit(s.next); err != nil {
-		s.known = false
-		return err
+	nonce := s.next
+	var once sync.Once
+	early := false
+	accepted := func() {
+		once.Do(func() {
+			early = true
+			s.next = nonce + 1
+			s.mu.Unlock()
+		})
 	}
-	s.next++
-	return nil
+	err := submit(nonce, accepted)
+	once.Do(func() { // not accepted: the stream is still held
+		if err == nil {
+			s.next = nonce + 1
+		} else {
+			s.known = false
+		}
+		s.mu.Unlock()
+	})
+	if err != nil && early {
+		// Requests after it may hold later nonces: read the chain again.
+		s.mu.Lock()
+		s.known = false
+		s.mu.Unlock()
+	}
+	return err
 }
 
 // commitOffsets commits a group's offsets signed with key.
 func (s *Server) commitOffsets(ctx context.Context, key ed25519.PrivateKey, group string, offsets []*byzlogv1.PartitionOffset) error {
 	signer := wire.NewSigner(key, s.b.ChainID())
-	return s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64) error {
+	return s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64, accepted func()) error {
 		tx, err := signer.CommitOffsets(nonce, group, true, offsets...)
 		if err != nil {
 			return fmt.Errorf("sign offset commit: %w", err)
 		}
-		_, err = s.b.CommitOffsets(ctx, tx)
+		_, err = s.b.CommitOffsets(ctx, tx, accepted)
 		return err
 	})
 }

@@ -36,10 +36,10 @@ func (noBackend) Records(context.Context, *byzlogv1.RecordsRequest) (*byzlogv1.R
 func (noBackend) Height() int64                                                 { return 1 }
 func (noBackend) Group(context.Context, string) (*byzlogv1.GroupOffsets, error) { return nil, errNo }
 func (noBackend) Nonce(context.Context, ed25519.PublicKey) (uint64, error)      { return 0, errNo }
-func (noBackend) CommitOffsets(context.Context, *byzlogv1.CommitOffsets) (gateway.Committed, error) {
+func (noBackend) CommitOffsets(context.Context, *byzlogv1.CommitOffsets, func()) (gateway.Committed, error) {
 	return gateway.Committed{}, errNo
 }
-func (noBackend) Admin(context.Context, *byzlogv1.AdminRequest) (gateway.Committed, error) {
+func (noBackend) Admin(context.Context, *byzlogv1.AdminRequest, func()) (gateway.Committed, error) {
 	return gateway.Committed{}, errNo
 }
 
