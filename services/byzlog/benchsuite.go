@@ -419,7 +419,7 @@ func startSuiteCluster(ctx context.Context, o suiteOptions, row byzlogRow, dir s
 	svc.GatewaysOnly = row.writeOnly
 	svc.Insecure = row.plaintext
 	if row.kafka {
-		svc.KafkaPort = o.basePort + 860
+		svc.KafkaPort = o.basePort + 880 // past the profile ports (cometbft: +860..+866)
 	}
 	if profiled {
 		cfg.PprofPort = o.basePort + 840
