@@ -79,13 +79,13 @@ latency-throughput curve: byzlog offered --rates times its closed-loop peak.
 --profile collects 10-second CPU profiles and a heap profile of byzlog-app,
 cometbft (node 0), the gateway and the indexer in the middle of each byzlog row, next to
 the JSON (go tool pprof -top FILE).
---smoke is the short variant make test runs: 100 B records, 1 s warm-up, 3 s
+--smoke is the short variant make test runs: 100 B records, 3 s warm-up, 3 s
 measured, every system once; it only checks that each produced figures.
 
 Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800 (its
 monitoring port 8222 plus the difference from 4222), gateway BASE+810..811,
-indexer BASE+830, profiles BASE+840.. (cometbft +860..), JetStream servers BASE+860.. (cluster
-ports +100).`
+indexer BASE+830, profiles BASE+840.. (cometbft +860..), the gateway's Kafka face
+BASE+880 (byzlog-kafka), JetStream servers BASE+860.. (cluster ports +100).`
 
 func newBenchSuiteCommand() *cobra.Command {
 	o := &suiteOptions{out: "bench-results", systems: bench.Systems(), recordSizes: []int{100, 1024},
@@ -127,14 +127,14 @@ func (o *suiteOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
 	f.DurationVar(&o.timeoutCommit, "timeout-commit", o.timeoutCommit, "validators' timeout_commit in every CometBFT row (the floor of the block interval)")
 	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app and the gateway")
-	f.BoolVar(&o.smoke, "smoke", false, "the 1-minute variant: 100 B only, 1 s warm-up, 3 s measured")
+	f.BoolVar(&o.smoke, "smoke", false, "the short variant: 100 B only, 3 s warm-up, 3 s measured")
 }
 
 // run measures the suite, writes it, and fails when a row has no figures.
 func (o *suiteOptions) run(cmd *cobra.Command) error {
 	if o.smoke {
 		o.recordSizes = []int{100}
-		o.load.Warmup, o.load.Duration = time.Second, 3*time.Second
+		o.load.Warmup, o.load.Duration = 3*time.Second, 3*time.Second
 	}
 	o.inFlightSet = cmd.Flags().Changed("in-flight")
 	if err := o.validate(); err != nil {
