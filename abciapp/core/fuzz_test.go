@@ -165,6 +165,14 @@ func zstdFrame(data []byte, withSize bool) []byte {
 	return append(out, data...)
 }
 
+// skippableFrame is a zstd skippable frame of n bytes in all, as the signer
+// pads a frame with.
+func skippableFrame(n int) []byte {
+	out := binary.LittleEndian.AppendUint32(nil, 0x184D2A50)
+	out = binary.LittleEndian.AppendUint32(out, uint32(n-8))
+	return append(out, make([]byte, n-8)...)
+}
+
 func marshalBody(tb testing.TB, b *byzlogv1.BatchBody) []byte {
 	tb.Helper()
 	out, err := proto.Marshal(b)
@@ -216,6 +224,12 @@ func FuzzBatchBody(f *testing.F) {
 		f.Fatal(err)
 	}
 	zeros := enc.EncodeAll(make([]byte, 4<<20), nil)
+	mib := make([]byte, 1<<20)
+	bigRaw, err := proto.Marshal(&byzlogv1.RecordSet{Records: []*byzlogv1.Record{{Value: mib}, {Value: mib}, {Value: mib}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	bigZstd := enc.EncodeAll(bigRaw, nil)
 	enc.Close()
 	mkBody := func(codec byzlogv1.Codec, size uint32, data []byte) []byte {
 		return marshalBody(f, &byzlogv1.BatchBody{ChainId: chainID, Topic: "t", Codec: codec, UncompressedSize: size, Records: data})
@@ -231,6 +245,9 @@ func FuzzBatchBody(f *testing.F) {
 		{"size past max_batch_bytes", mkBody(byzlogv1.Codec_CODEC_NONE, 1<<32-1, raw), wire.CodeBatchTooLarge},
 		{"zstd size past max_batch_bytes", mkBody(byzlogv1.Codec_CODEC_ZSTD, 1<<32-1, zb.Body), wire.CodeBatchTooLarge},
 		{"zstd inflating past the compression ratio", mkBody(byzlogv1.Codec_CODEC_ZSTD, 4<<20, zeros), wire.CodeBadCompression},
+		{"zstd of zero records past the ratio", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(bigRaw)), bigZstd), wire.CodeBadCompression},
+		{"zstd of zero records padded to the ratio", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(bigRaw)),
+			append(bigZstd, skippableFrame(len(bigRaw)/wire.MaxCompressionRatio)...)), wire.CodeOK},
 		{"zstd without content size", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw)), zstdFrame(raw, false)), wire.CodeBadCompression},
 		{"zstd with a second frame", mkBody(byzlogv1.Codec_CODEC_ZSTD, uint32(len(raw)),
 			append(zstdFrame(raw, true), zstdFrame([]byte("more"), false)...)), wire.CodeBadCompression},

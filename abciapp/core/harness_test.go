@@ -226,13 +226,22 @@ func (c *testChain) partition(topic string, p uint32) *byzlogv1.PartitionInfo {
 // readAll returns every stored record of a partition.
 func (c *testChain) readAll(topic string, p uint32) []*byzlogv1.StoredRecord {
 	c.t.Helper()
-	var resp byzlogv1.RecordsResponse
-	c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: topic, Partition: p, Offset: c.partition(topic, p).LogStartOffset}, &resp)
-	out := make([]*byzlogv1.StoredRecord, len(resp.Records))
-	for i, b := range resp.Records {
-		out[i] = &byzlogv1.StoredRecord{}
-		if err := proto.Unmarshal(b, out[i]); err != nil {
-			c.t.Fatal(err)
+	var out []*byzlogv1.StoredRecord
+	part := c.partition(topic, p)
+	// A query answers up to its byte budget: page until the end.
+	for next := part.LogStartOffset; next < part.NextOffset; {
+		var resp byzlogv1.RecordsResponse
+		c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: topic, Partition: p, Offset: next}, &resp)
+		if len(resp.Records) == 0 {
+			c.t.Fatalf("records of %s/%d from %d: none, the partition ends at %d", topic, p, next, part.NextOffset)
+		}
+		for _, b := range resp.Records {
+			r := &byzlogv1.StoredRecord{}
+			if err := proto.Unmarshal(b, r); err != nil {
+				c.t.Fatal(err)
+			}
+			out = append(out, r)
+			next = r.Offset + 1
 		}
 	}
 	return out

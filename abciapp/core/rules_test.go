@@ -207,6 +207,30 @@ func TestZstdBatch(t *testing.T) {
 	}
 }
 
+// TestZstdBatchPastTheRatio commits records that compress far better than
+// the chain's 256:1 ratio (3 MiB of zeros zstd to ~300 bytes): the signer
+// pads the frame to 1/256 of their size with a skippable frame, and the
+// chain takes it and returns the records intact.
+func TestZstdBatchPastTheRatio(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	p := wire.NewSigner(key("p"), chainID)
+	big := make([]byte, 1<<20)
+	recs := []*byzlogv1.Record{{Value: big}, {Value: big}, {Value: big}}
+	b, err := p.Batch("t", 0, 0, byzlogv1.Codec_CODEC_ZSTD, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Body) > 3<<20/wire.MaxCompressionRatio+1<<10 {
+		t.Errorf("zstd body is %d bytes for 3 MiB of zeros: want it near 1/%d of them", len(b.Body), wire.MaxCompressionRatio)
+	}
+	c.must(bundle(t, b))
+	got := c.readAll("t", 0)
+	if len(got) != 3 || !bytes.Equal(got[2].Value, big) {
+		t.Fatalf("records after the batch: %d, want the three 1 MiB records", len(got))
+	}
+}
+
 func TestAdminRules(t *testing.T) {
 	c := newChain(t, "")
 	a := c.admin

@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
@@ -17,8 +18,9 @@ import (
 // Fetch reads from the chain: each partition's records come from the
 // validators' "/records" query as f+1 of them answer it byte for byte, so
 // no single node, and not the indexer or NATS, decides what a Kafka
-// consumer reads. Records are re-encoded as v2 batches, one per block, with
-// the block time as log-append time. Fetch sessions are not kept (the
+// consumer reads. Records are re-encoded as v2 batches, one per producer
+// batch, with the block time as log-append time; a fetch's first batch is
+// whole, however large (as Kafka answers it). Fetch sessions are not kept (the
 // session id answered is 0, so clients send full fetches).
 
 // fetch answers once MinBytes are ready or MaxWait (capped by
@@ -92,15 +94,86 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 		return
 	}
 	out.HighWatermark, out.LastStableOffset, out.LogStartOffset = int64(rr.NextOffset), int64(rr.NextOffset), int64(rr.LogStartOffset)
-	b, err := encodeRecords(rr.Records, uint64(rp.FetchOffset))
+	recs, err := decodeStored(rr.Records, uint64(rp.FetchOffset))
+	if err == nil {
+		recs, err = c.wholeFirstBatch(ctx, topic, uint32(rp.Partition), recs, rr.NextOffset)
+	}
 	if err != nil {
 		out.ErrorCode = kerr.UnknownServerError.Code
 		c.log.Error().Err(err).Str("topic", topic).Int32("partition", rp.Partition).Msg("kafka fetch: agreed records do not decode")
 		return
 	}
-	if b != nil {
+	if b := encodeRecords(recs); b != nil {
 		out.RecordBatches = b
 	}
+}
+
+// maxBatchReads bounds the reads that complete a fetch's first batch: a
+// batch is at most max_batch_bytes (4 MiB by default) and a read answers up
+// to wire.MaxQueryBytes, so two or three do.
+const maxBatchReads = 8
+
+// wholeFirstBatch reads on past recs while their first batch continues, so
+// that a fetch answers its first producer batch whole even past the
+// fetch's byte bounds, as Kafka does: a consumer's bounds on a batch (as
+// franz-go's MaxDecompressBatchBytes) then see the batch that was
+// produced. A read that fails leaves the batch split; the rest comes with
+// the next fetch.
+func (c *conn) wholeFirstBatch(ctx context.Context, topic string, partition uint32, recs []*byzlogv1.StoredRecord, end uint64) ([]*byzlogv1.StoredRecord, error) {
+	for range maxBatchReads {
+		if len(recs) == 0 {
+			return recs, nil
+		}
+		last := recs[len(recs)-1]
+		if !sameBatch(recs[0], last) || last.Offset+1 >= end {
+			return recs, nil
+		}
+		rr, err := c.s.b.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: last.Offset + 1, MaxBytes: wire.MaxQueryBytes})
+		if err != nil {
+			c.log.Debug().Err(err).Str("topic", topic).Uint32("partition", partition).Msg("kafka fetch: reading the rest of a batch failed")
+			return recs, nil
+		}
+		more, err := decodeStored(rr.Records, last.Offset+1)
+		if err != nil {
+			return nil, err
+		}
+		if len(more) == 0 {
+			return recs, nil
+		}
+		for _, r := range more {
+			if !sameBatch(recs[0], r) {
+				return recs, nil
+			}
+			recs = append(recs, r)
+		}
+		end = rr.NextOffset
+	}
+	return recs, nil
+}
+
+// sameBatch reports whether two stored records came in one signed batch:
+// one block, one producer key and one sequence (and Kafka producer id and
+// epoch, under which sequences are Kafka's).
+func sameBatch(a, b *byzlogv1.StoredRecord) bool {
+	return a.Height == b.Height && a.Sequence == b.Sequence && a.KafkaProducerId == b.KafkaProducerId &&
+		a.KafkaEpoch == b.KafkaEpoch && bytes.Equal(a.ProducerKey, b.ProducerKey)
+}
+
+// decodeStored decodes the records a query answered, the first at offset
+// and each at the next.
+func decodeStored(stored [][]byte, offset uint64) ([]*byzlogv1.StoredRecord, error) {
+	out := make([]*byzlogv1.StoredRecord, len(stored))
+	for i, b := range stored {
+		sr := &byzlogv1.StoredRecord{}
+		if err := proto.Unmarshal(b, sr); err != nil {
+			return nil, fmt.Errorf("stored record at offset %d: %w", offset+uint64(i), err)
+		}
+		if sr.Offset != offset+uint64(i) {
+			return nil, fmt.Errorf("stored record has offset %d, want %d", sr.Offset, offset+uint64(i))
+		}
+		out[i] = sr
+	}
+	return out, nil
 }
 
 // compressFetchFrom is the size of a batch's records (keys, values and
@@ -111,53 +184,30 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 // (lz4: fast, and read by every client and Fetch version).
 const compressFetchFrom = 256
 
-// encodeRecords re-encodes stored records as v2 batches, one per run of
-// consecutive offsets with one block time (lz4 from compressFetchFrom
-// bytes). The first must be at offset.
-func encodeRecords(stored [][]byte, offset uint64) ([]byte, error) {
+// encodeRecords re-encodes stored records as v2 batches, one per producer
+// batch (lz4 from compressFetchFrom bytes), with the block time as
+// log-append time.
+func encodeRecords(recs []*byzlogv1.StoredRecord) []byte {
 	var out []byte
 	var run []batch.Record
-	var runBase uint64
-	var runTime int64
 	runBytes := 0
-	flush := func() {
-		if len(run) > 0 {
-			codec := batch.CodecNone
-			if runBytes >= compressFetchFrom {
-				codec = batch.CodecLz4
-			}
-			out = batch.EncodeWith(out, int64(runBase), runTime, run, codec)
-			runBytes = 0
-			run = run[:0]
-		}
-	}
-	next := offset
-	for _, b := range stored {
-		var sr byzlogv1.StoredRecord
-		if err := proto.Unmarshal(b, &sr); err != nil {
-			return nil, fmt.Errorf("stored record at offset %d: %w", next, err)
-		}
-		if sr.Offset != next {
-			return nil, fmt.Errorf("stored record has offset %d, want %d", sr.Offset, next)
-		}
-		ms := sr.TimestampUnixNano / 1e6
-		if len(run) > 0 && ms != runTime {
-			flush()
-		}
-		if len(run) == 0 {
-			runBase, runTime = sr.Offset, ms
-		}
-		rec := batch.Record{Key: sr.Key, Value: sr.Value, TimestampMs: ms}
-		for _, h := range sr.Headers {
-			rec.Headers = append(rec.Headers, batch.Header{Key: h.Key, Value: h.Value})
-		}
-		run = append(run, rec)
+	for i, sr := range recs {
+		rec := batch.Record{Key: sr.Key, Value: sr.Value, TimestampMs: sr.TimestampUnixNano / 1e6}
 		runBytes += len(sr.Key) + len(sr.Value)
 		for _, h := range sr.Headers {
+			rec.Headers = append(rec.Headers, batch.Header{Key: h.Key, Value: h.Value})
 			runBytes += len(h.Key) + len(h.Value)
 		}
-		next++
+		run = append(run, rec)
+		if i+1 < len(recs) && sameBatch(sr, recs[i+1]) {
+			continue
+		}
+		codec := batch.CodecNone
+		if runBytes >= compressFetchFrom {
+			codec = batch.CodecLz4
+		}
+		out = batch.EncodeWith(out, int64(recs[i+1-len(run)].Offset), rec.TimestampMs, run, codec)
+		run, runBytes = run[:0], 0
 	}
-	flush()
-	return out, nil
+	return out
 }

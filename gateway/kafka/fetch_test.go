@@ -1,6 +1,8 @@
 package kafka
 
 import (
+	"encoding/binary"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,44 +12,72 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-func stored(t *testing.T, offset uint64, blockMs int64, value string) []byte {
-	t.Helper()
-	b, err := proto.Marshal(&byzlogv1.StoredRecord{Offset: offset, TimestampUnixNano: blockMs * 1e6, Value: []byte(value),
-		Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte(value)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+func stored(offset uint64, height int64, seq uint64, value string) *byzlogv1.StoredRecord {
+	return &byzlogv1.StoredRecord{Offset: offset, Height: height, TimestampUnixNano: height * 1e9, Sequence: seq, ProducerKey: []byte("p"),
+		Value: []byte(value), Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte(value)}}}
 }
 
-// TestEncodeRecords: stored records become one v2 batch per block, at
-// their offsets, with the block time as log-append time.
+func marshalStored(t *testing.T, recs ...*byzlogv1.StoredRecord) [][]byte {
+	t.Helper()
+	out := make([][]byte, len(recs))
+	for i, r := range recs {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// TestEncodeRecords: stored records become one v2 batch per producer
+// batch, at their offsets, with the block time as log-append time.
 func TestEncodeRecords(t *testing.T) {
-	in := [][]byte{stored(t, 5, 1000, "a"), stored(t, 6, 1000, "b"), stored(t, 7, 2000, "c")}
-	out, err := encodeRecords(in, 5)
+	other := stored(7, 1, 0, "c")
+	other.ProducerKey = []byte("q")
+	in := []*byzlogv1.StoredRecord{stored(5, 1, 0, "a"), stored(6, 1, 0, "b"), other, stored(8, 1, 1, "d"), stored(9, 2, 2, "e")}
+	batches, err := batch.Decode(encodeRecords(in), batch.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches, err := batch.Decode(out, batch.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
+	var sizes []int
+	for _, b := range batches {
+		sizes = append(sizes, len(b.Records))
 	}
-	if len(batches) != 2 || len(batches[0].Records) != 2 || len(batches[1].Records) != 1 {
-		t.Fatalf("encodeRecords gave %d batches, want 2 (one per block time) of 2 and 1", len(batches))
+	if !slices.Equal(sizes, []int{2, 1, 1, 1}) {
+		t.Fatalf("encodeRecords gave batches of %v records, want [2 1 1 1] (one per producer batch)", sizes)
 	}
-	if b := batches[1]; b.FirstTimestamp != 2000 || string(b.Records[0].Value) != "c" || string(b.Records[0].Headers[0].Value) != "c" {
-		t.Fatalf("second batch = %+v", b)
+	if got := baseOffsets(encodeRecords(in)); !slices.Equal(got, []int64{5, 7, 8, 9}) {
+		t.Errorf("batches' base offsets = %v, want [5 7 8 9]", got)
+	}
+	if b := batches[3]; b.FirstTimestamp != 2000 || string(b.Records[0].Value) != "e" || string(b.Records[0].Headers[0].Value) != "e" {
+		t.Fatalf("last batch = %+v", b)
 	}
 	if batches[0].Codec != batch.CodecNone {
 		t.Errorf("a 2-byte batch is %s, want uncompressed", batches[0].Codec)
 	}
 	big := strings.Repeat("x", compressFetchFrom)
-	out, err = encodeRecords([][]byte{stored(t, 0, 1, big), stored(t, 1, 1, "y")}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if batches, err = batch.Decode(out, batch.DefaultLimits()); err != nil || batches[0].Codec != batch.CodecLz4 || string(batches[0].Records[0].Value) != big {
+	batches, err = batch.Decode(encodeRecords([]*byzlogv1.StoredRecord{stored(0, 1, 0, big), stored(1, 1, 0, "y")}), batch.DefaultLimits())
+	if err != nil || batches[0].Codec != batch.CodecLz4 || string(batches[0].Records[0].Value) != big {
 		t.Fatalf("a %d-byte batch decodes as %v, %v; want lz4 with its records", compressFetchFrom+1, batches, err)
+	}
+}
+
+// baseOffsets reads each v2 batch's base offset (8 bytes, then a 4-byte
+// length of the rest).
+func baseOffsets(b []byte) []int64 {
+	var out []int64
+	for len(b) >= 12 {
+		out = append(out, int64(binary.BigEndian.Uint64(b)))
+		b = b[12+binary.BigEndian.Uint32(b[8:]):]
+	}
+	return out
+}
+
+func TestDecodeStored(t *testing.T) {
+	got, err := decodeStored(marshalStored(t, stored(5, 1, 0, "a"), stored(6, 1, 0, "b")), 5)
+	if err != nil || len(got) != 2 || string(got[1].Value) != "b" {
+		t.Fatalf("decodeStored = %v, %v", got, err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -55,12 +85,12 @@ func TestEncodeRecords(t *testing.T) {
 		from uint64
 		want string
 	}{
-		{"gap", [][]byte{stored(t, 5, 1, "a"), stored(t, 7, 1, "b")}, 5, "offset 7, want 6"},
-		{"wrong start", [][]byte{stored(t, 9, 1, "a")}, 5, "offset 9, want 5"},
+		{"gap", marshalStored(t, stored(5, 1, 0, "a"), stored(7, 1, 0, "b")), 5, "offset 7, want 6"},
+		{"wrong start", marshalStored(t, stored(9, 1, 0, "a")), 5, "offset 9, want 5"},
 		{"not a record", [][]byte{{0xff, 0xff}}, 5, "stored record at offset 5"},
 	} {
-		if _, err := encodeRecords(tc.in, tc.from); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: encodeRecords = %v, want %q", tc.name, err, tc.want)
+		if _, err := decodeStored(tc.in, tc.from); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: decodeStored = %v, want %q", tc.name, err, tc.want)
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/gateway/kafka/batch"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -157,26 +156,6 @@ func signedCodec(b batch.Batch) byzlogv1.Codec {
 	return byzlogv1.Codec_CODEC_NONE
 }
 
-// signWithin signs with codec, and again uncompressed when the zstd frame
-// inflates more than the chain lets a batch (wire.InflateAllowance: 256
-// times, 64 KiB at least), as a batch of zeros does: the gateway then
-// takes it if it fits max_bundle_bytes and refuses it as too large if not.
-// It depends on the records alone, so every gateway signs alike.
-func signWithin(codec byzlogv1.Codec, sign func(byzlogv1.Codec) (*byzlogv1.SignedBatch, error)) (*byzlogv1.SignedBatch, error) {
-	sb, err := sign(codec)
-	if err != nil || codec == byzlogv1.Codec_CODEC_NONE {
-		return sb, err
-	}
-	var body byzlogv1.BatchBody
-	if err := proto.Unmarshal(sb.Body, &body); err != nil {
-		return nil, fmt.Errorf("signed body does not decode: %w", err)
-	}
-	if int(body.UncompressedSize) <= wire.InflateAllowance(len(body.Records)) {
-		return sb, nil
-	}
-	return sign(byzlogv1.Codec_CODEC_NONE)
-}
-
 // writeBatch signs one Kafka batch as a byzlog batch under the next
 // sequence of the connection's key, and submits it.
 func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b batch.Batch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
@@ -200,9 +179,7 @@ func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b
 	}
 	var sb *byzlogv1.SignedBatch
 	if err = c.work(ctx, func() error {
-		sb, err = signWithin(codec, func(codec byzlogv1.Codec) (*byzlogv1.SignedBatch, error) {
-			return signer.Batch(topic, partition, seq, codec, records)
-		})
+		sb, err = signer.Batch(topic, partition, seq, codec, records)
 		return err
 	}); err != nil {
 		release(false)
@@ -227,9 +204,7 @@ func (c *conn) writeIdempotent(ctx context.Context, signer *wire.Signer, topic s
 	}
 	var sb *byzlogv1.SignedBatch
 	err := c.work(ctx, func() (err error) {
-		sb, err = signWithin(codec, func(codec byzlogv1.Codec) (*byzlogv1.SignedBatch, error) {
-			return signer.KafkaBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, records)
-		})
+		sb, err = signer.KafkaBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, records)
 		return err
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"crypto/ed25519"
+	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -44,6 +45,27 @@ func zstdEncoder() *zstd.Encoder {
 	return encoder
 }
 
+// skippableMagic starts a zstd skippable frame (RFC 8878 3.1.2), which
+// decoders pass over; a little-endian 4-byte payload size follows it.
+const skippableMagic = 0x184D2A50
+
+// padToRatio appends a zstd skippable frame to frame, a zstd frame of raw
+// bytes, when frame is smaller than the chain's ratio allows
+// (InflateAllowance): records that compress better than 256:1, as zeros or
+// repeated text do, are sent with 1/256 of their size in bytes and so stay
+// within the chain's rule, which bounds what a validator inflates by what
+// it was sent. The padding costs at most 1/256 of the batch.
+func padToRatio(frame []byte, raw int) []byte {
+	if raw <= InflateAllowance(len(frame)) {
+		return frame
+	}
+	need := (raw+MaxCompressionRatio-1)/MaxCompressionRatio - len(frame)
+	payload := max(need-8, 0)
+	frame = binary.LittleEndian.AppendUint32(frame, skippableMagic)
+	frame = binary.LittleEndian.AppendUint32(frame, uint32(payload))
+	return append(frame, make([]byte, payload)...)
+}
+
 // Batch signs a batch of records for topic/partition with the producer
 // sequence seq, compressing the records with codec.
 func (s *Signer) Batch(topic string, partition uint32, seq uint64, codec byzlogv1.Codec, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
@@ -72,7 +94,7 @@ func (s *Signer) batch(body *byzlogv1.BatchBody, codec byzlogv1.Codec, records [
 	switch codec {
 	case byzlogv1.Codec_CODEC_NONE:
 	case byzlogv1.Codec_CODEC_ZSTD:
-		body.Records = zstdEncoder().EncodeAll(raw, make([]byte, 0, len(raw)/2+64))
+		body.Records = padToRatio(zstdEncoder().EncodeAll(raw, make([]byte, 0, len(raw)/2+64)), len(raw))
 	default:
 		return nil, fmt.Errorf("codec %v: wire knows none and zstd", codec)
 	}

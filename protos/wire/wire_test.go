@@ -7,6 +7,7 @@ import (
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestCheckTopicName(t *testing.T) {
@@ -115,4 +116,28 @@ func errText(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestZstdPaddedToTheRatio: a zstd batch that compresses better than the
+// chain's ratio is padded to exactly what InflateAllowance asks for, and no
+// other batch is.
+func TestZstdPaddedToTheRatio(t *testing.T) {
+	s := wire.NewSigner(ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize)), "c")
+	for _, n := range []int{100, 60 << 10, 1 << 20, 4<<20 - 64} {
+		sb, err := s.Batch("t", 0, 0, byzlogv1.Codec_CODEC_ZSTD, []*byzlogv1.Record{{Value: make([]byte, n)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body byzlogv1.BatchBody
+		if err := proto.Unmarshal(sb.Body, &body); err != nil {
+			t.Fatal(err)
+		}
+		size, got := int(body.UncompressedSize), len(body.Records)
+		if size > wire.InflateAllowance(got) {
+			t.Errorf("%d zeros: %d bytes of zstd for %d uncompressed, past the chain's ratio", n, got, size)
+		}
+		if size > 64<<10 && got > (size+wire.MaxCompressionRatio-1)/wire.MaxCompressionRatio+8 {
+			t.Errorf("%d zeros: padded to %d bytes, want at most %d", n, got, size/wire.MaxCompressionRatio+9)
+		}
+	}
 }
