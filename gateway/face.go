@@ -30,6 +30,12 @@ func (g *Gateway) Topics(ctx context.Context) ([]*byzlogv1.TopicInfo, error) {
 	return list.Topics, nil
 }
 
+// Limits are the chain's limits, as the gateway's pre-checks read them
+// (cached, refreshed as they are).
+func (g *Gateway) Limits(ctx context.Context) (*byzlogv1.Limits, error) {
+	return g.topics.chainLimits(ctx)
+}
+
 // Records reads committed records of one partition from offset on.
 func (g *Gateway) Records(ctx context.Context, req *byzlogv1.RecordsRequest) (*byzlogv1.RecordsResponse, error) {
 	var resp byzlogv1.RecordsResponse

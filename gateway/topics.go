@@ -57,6 +57,22 @@ func (c *topicCache) expire() {
 	c.mu.Unlock()
 }
 
+// chainLimits are the chain's limits, refreshed when stale.
+func (c *topicCache) chainLimits(ctx context.Context) (*byzlogv1.Limits, error) {
+	c.mu.Lock()
+	l, age := c.limits, time.Since(c.fetched)
+	c.mu.Unlock()
+	if l != nil && age <= c.ttl {
+		return l, nil
+	}
+	if err := c.refresh(ctx); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limits, nil
+}
+
 func (c *topicCache) refresh(ctx context.Context) error {
 	var list byzlogv1.TopicList
 	if err := c.q.Query(ctx, wire.PathTopics, nil, &list); err != nil {

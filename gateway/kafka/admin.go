@@ -19,7 +19,10 @@ import (
 // principal's key, for principals the users file marks admin (the chain
 // then checks the key is a genesis admin). Others are refused with
 // TOPIC_AUTHORIZATION_FAILED. The replication factor is not the client's
-// to choose: every validator holds every partition.
+// to choose: every validator holds every partition. max.message.bytes
+// becomes the topic's max_record_bytes when below the chain's; at or past
+// it the topic keeps the chain's, and larger records are written in chunks
+// up to what the face decodes (8 MiB a batch by default).
 
 // topicConfigs maps the Kafka topic configs byzlog keeps.
 var topicConfigs = map[string]func(*byzlogv1.TopicConfig, int64) error{
@@ -80,6 +83,18 @@ func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic,
 		}
 		if err != nil {
 			return kerr.InvalidConfig, fmt.Errorf("%s=%s: %v", kv.Name, *kv.Value, err)
+		}
+	}
+	if cfg.MaxRecordBytes != 0 {
+		// Kafka's max.message.bytes may pass the chain's record bound: the
+		// topic then keeps the chain's, and the face writes larger records
+		// in chunks (chunks.go).
+		l, err := c.s.b.Limits(ctx)
+		if err != nil {
+			return kafkaError(err), err
+		}
+		if cfg.MaxRecordBytes >= l.GetMaxRecordBytes() {
+			cfg.MaxRecordBytes = 0
 		}
 	}
 	if validateOnly {

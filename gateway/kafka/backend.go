@@ -16,6 +16,8 @@ type Backend interface {
 	NextSequence(ctx context.Context, key ed25519.PublicKey, topic string, partition uint32) (uint64, error)
 	Topics(ctx context.Context) ([]*byzlogv1.TopicInfo, error)
 	Records(ctx context.Context, req *byzlogv1.RecordsRequest) (*byzlogv1.RecordsResponse, error)
+	// Limits are the chain's limits.
+	Limits(ctx context.Context) (*byzlogv1.Limits, error)
 	// Height is the highest block a healthy node has.
 	Height() int64
 	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)

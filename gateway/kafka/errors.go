@@ -29,7 +29,7 @@ func kafkaError(err error) *kerr.Error {
 		return kerr.CorruptMessage
 	case errors.Is(err, batch.ErrTooLarge):
 		return kerr.MessageTooLarge
-	case errors.Is(err, batch.ErrInvalidRecord):
+	case errors.Is(err, batch.ErrInvalidRecord), errors.Is(err, errReservedHeader):
 		return kerr.InvalidRecord
 	case errors.Is(err, gateway.ErrBusy), errors.Is(err, gateway.ErrUnavailable), errors.Is(err, gateway.ErrConflict):
 		// Nothing of the batch was written, or the chain holds it under

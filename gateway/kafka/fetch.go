@@ -98,6 +98,9 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 	if err == nil {
 		recs, err = c.wholeFirstBatch(ctx, topic, uint32(rp.Partition), recs, rr.NextOffset)
 	}
+	if err == nil {
+		recs = c.reassemble(ctx, topic, uint32(rp.Partition), recs, room)
+	}
 	if err != nil {
 		out.ErrorCode = kerr.UnknownServerError.Code
 		c.log.Error().Err(err).Str("topic", topic).Int32("partition", rp.Partition).Msg("kafka fetch: agreed records do not decode")
@@ -113,19 +116,20 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 // to wire.MaxQueryBytes, so two or three do.
 const maxBatchReads = 8
 
-// wholeFirstBatch reads on past recs while their first batch continues, so
-// that a fetch answers its first producer batch whole even past the
-// fetch's byte bounds, as Kafka does: a consumer's bounds on a batch (as
-// franz-go's MaxDecompressBatchBytes) then see the batch that was
-// produced. A read that fails leaves the batch split; the rest comes with
-// the next fetch.
+// wholeFirstBatch reads on past recs while they hold only chunks of large
+// records or their first batch continues, so that a fetch answers its
+// first producer batch whole even past the fetch's byte bounds, as Kafka
+// does: a consumer's bounds on a batch (as franz-go's
+// MaxDecompressBatchBytes) then see the batch that was produced. A read
+// that fails leaves the batch split; the rest comes with the next fetch.
 func (c *conn) wholeFirstBatch(ctx context.Context, topic string, partition uint32, recs []*byzlogv1.StoredRecord, end uint64) ([]*byzlogv1.StoredRecord, error) {
 	for range maxBatchReads {
 		if len(recs) == 0 {
 			return recs, nil
 		}
+		first := firstVisible(recs)
 		last := recs[len(recs)-1]
-		if !sameBatch(recs[0], last) || last.Offset+1 >= end {
+		if last.Offset+1 >= end || (first != nil && !sameBatch(first, last)) {
 			return recs, nil
 		}
 		rr, err := c.s.b.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: last.Offset + 1, MaxBytes: wire.MaxQueryBytes})
@@ -141,7 +145,7 @@ func (c *conn) wholeFirstBatch(ctx context.Context, topic string, partition uint
 			return recs, nil
 		}
 		for _, r := range more {
-			if !sameBatch(recs[0], r) {
+			if first != nil && !sameBatch(first, r) {
 				return recs, nil
 			}
 			recs = append(recs, r)
@@ -149,6 +153,17 @@ func (c *conn) wholeFirstBatch(ctx context.Context, topic string, partition uint
 		end = rr.NextOffset
 	}
 	return recs, nil
+}
+
+// firstVisible is the first of recs a Kafka consumer sees (not a chunk).
+func firstVisible(recs []*byzlogv1.StoredRecord) *byzlogv1.StoredRecord {
+
+	for _, r := range recs {
+		if !isChunk(r) {
+			return r
+		}
+	}
+	return nil
 }
 
 // sameBatch reports whether two stored records came in one signed batch:
@@ -186,27 +201,39 @@ const compressFetchFrom = 256
 
 // encodeRecords re-encodes stored records as v2 batches, one per producer
 // batch (lz4 from compressFetchFrom bytes), with the block time as
-// log-append time.
+// log-append time; each run of chunk records becomes an empty batch that
+// spans their offsets.
 func encodeRecords(recs []*byzlogv1.StoredRecord) []byte {
 	var out []byte
 	var run []batch.Record
-	runBytes := 0
+	runBytes, gap := 0, -1
 	for i, sr := range recs {
-		rec := batch.Record{Key: sr.Key, Value: sr.Value, TimestampMs: sr.TimestampUnixNano / 1e6}
+		ms := sr.TimestampUnixNano / 1e6
+		if isChunk(sr) {
+			if gap < 0 {
+				gap = i
+			}
+			if i+1 == len(recs) || !isChunk(recs[i+1]) {
+				out = batch.EncodeGap(out, int64(recs[gap].Offset), int32(i+1-gap), ms)
+				gap = -1
+			}
+			continue
+		}
+		rec := batch.Record{Key: sr.Key, Value: sr.Value, TimestampMs: ms}
 		runBytes += len(sr.Key) + len(sr.Value)
 		for _, h := range sr.Headers {
 			rec.Headers = append(rec.Headers, batch.Header{Key: h.Key, Value: h.Value})
 			runBytes += len(h.Key) + len(h.Value)
 		}
 		run = append(run, rec)
-		if i+1 < len(recs) && sameBatch(sr, recs[i+1]) {
+		if i+1 < len(recs) && !isChunk(recs[i+1]) && sameBatch(sr, recs[i+1]) {
 			continue
 		}
 		codec := batch.CodecNone
 		if runBytes >= compressFetchFrom {
 			codec = batch.CodecLz4
 		}
-		out = batch.EncodeWith(out, int64(recs[i+1-len(run)].Offset), rec.TimestampMs, run, codec)
+		out = batch.EncodeWith(out, int64(recs[i+1-len(run)].Offset), ms, run, codec)
 		run, runBytes = run[:0], 0
 	}
 	return out

@@ -159,6 +159,10 @@ func signedCodec(b batch.Batch) byzlogv1.Codec {
 // writeBatch signs one Kafka batch as a byzlog batch under the next
 // sequence of the connection's key, and submits it.
 func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b batch.Batch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
+	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
+	if err := c.chunkLarge(ctx, signer, topic, partition, &b); err != nil {
+		return nil, err
+	}
 	records := make([]*byzlogv1.Record, len(b.Records))
 	for i, r := range b.Records {
 		rec := &byzlogv1.Record{Key: r.Key, Value: r.Value, CreateTimeUnixNano: r.TimestampMs * 1e6}
@@ -168,7 +172,6 @@ func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b
 		records[i] = rec
 	}
 	codec := signedCodec(b)
-	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
 	if b.ProducerID != -1 {
 		return c.writeIdempotent(ctx, signer, topic, partition, b, codec, records, ack)
 	}

@@ -33,6 +33,7 @@ func (noBackend) Topics(context.Context) ([]*byzlogv1.TopicInfo, error) { return
 func (noBackend) Records(context.Context, *byzlogv1.RecordsRequest) (*byzlogv1.RecordsResponse, error) {
 	return nil, errNo
 }
+func (noBackend) Limits(context.Context) (*byzlogv1.Limits, error)              { return nil, errNo }
 func (noBackend) Height() int64                                                 { return 1 }
 func (noBackend) Group(context.Context, string) (*byzlogv1.GroupOffsets, error) { return nil, errNo }
 func (noBackend) Nonce(context.Context, ed25519.PublicKey) (uint64, error)      { return 0, errNo }

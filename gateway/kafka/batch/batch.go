@@ -249,6 +249,20 @@ func Encode(dst []byte, baseOffset, logAppendMs int64, records []Record) []byte 
 // EncodeWith is Encode with the records compressed by codec (none or lz4,
 // the LZ4 frame Kafka uses).
 func EncodeWith(dst []byte, baseOffset, logAppendMs int64, records []Record, codec Codec) []byte {
+	return encode(dst, baseOffset, int32(len(records)), logAppendMs, records, codec)
+}
+
+// EncodeGap appends an empty v2 batch that spans offsets baseOffset up to
+// baseOffset+span-1, which hold nothing a Kafka consumer reads, as a
+// compacted Kafka log keeps one (KAFKA-5443): clients fetch on from the
+// offset after it.
+func EncodeGap(dst []byte, baseOffset int64, span int32, logAppendMs int64) []byte {
+	return encode(dst, baseOffset, span, logAppendMs, nil, CodecNone)
+}
+
+// encode appends a v2 batch of records whose offsets span from baseOffset,
+// the records at the first ones.
+func encode(dst []byte, baseOffset int64, span int32, logAppendMs int64, records []Record, codec Codec) []byte {
 	var body []byte
 	for i, r := range records {
 		kr := kmsg.Record{OffsetDelta: int32(i), Key: r.Key, Value: r.Value}
@@ -265,7 +279,7 @@ func EncodeWith(dst []byte, baseOffset, logAppendMs int64, records []Record, cod
 	}
 	rb := kmsg.RecordBatch{
 		FirstOffset: baseOffset, Length: int32(batchHeaderLen - lengthStart + len(body)), Magic: 2,
-		Attributes: attrs, LastOffsetDelta: int32(len(records) - 1), FirstTimestamp: logAppendMs, MaxTimestamp: logAppendMs,
+		Attributes: attrs, LastOffsetDelta: span - 1, FirstTimestamp: logAppendMs, MaxTimestamp: logAppendMs,
 		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(records)), Records: body,
 	}
 	start := len(dst)

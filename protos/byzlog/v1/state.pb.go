@@ -175,6 +175,66 @@ func (x *StoredRecord) GetKafkaEpoch() int32 {
 	return 0
 }
 
+// ChunkedValue is the value of a record larger than the chain takes in one
+// record, as the Kafka face writes it: the value is split into chunk records
+// earlier in the same partition, each with the header "byzlog.chunk" and
+// signed by the same key, and the record itself carries no value and this
+// manifest in its header "byzlog.chunks". The Kafka face reassembles it;
+// other readers see the parts.
+type ChunkedValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole value's size: the chunks' sizes add up to it.
+	Size uint64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// The chunks in the value's order.
+	Chunks        []*ChunkedValue_Chunk `protobuf:"bytes,2,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkedValue) Reset() {
+	*x = ChunkedValue{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkedValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkedValue) ProtoMessage() {}
+
+func (x *ChunkedValue) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkedValue.ProtoReflect.Descriptor instead.
+func (*ChunkedValue) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ChunkedValue) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ChunkedValue) GetChunks() []*ChunkedValue_Chunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
 // Limits are the chain's bounds on what a transaction may carry. They are
 // consensus rules: set in genesis, the same on every validator.
 type Limits struct {
@@ -208,7 +268,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	mi := &file_byzlog_v1_state_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +280,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	mi := &file_byzlog_v1_state_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +293,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Limits) GetMaxRecordBytes() uint32 {
@@ -326,7 +386,7 @@ type ChainParams struct {
 
 func (x *ChainParams) Reset() {
 	*x = ChainParams{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[2]
+	mi := &file_byzlog_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +398,7 @@ func (x *ChainParams) String() string {
 func (*ChainParams) ProtoMessage() {}
 
 func (x *ChainParams) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[2]
+	mi := &file_byzlog_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +411,7 @@ func (x *ChainParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChainParams.ProtoReflect.Descriptor instead.
 func (*ChainParams) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ChainParams) GetChainId() string {
@@ -387,7 +447,7 @@ type TopicState struct {
 
 func (x *TopicState) Reset() {
 	*x = TopicState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[3]
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -399,7 +459,7 @@ func (x *TopicState) String() string {
 func (*TopicState) ProtoMessage() {}
 
 func (x *TopicState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[3]
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -412,7 +472,7 @@ func (x *TopicState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicState.ProtoReflect.Descriptor instead.
 func (*TopicState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TopicState) GetName() string {
@@ -451,7 +511,7 @@ type PartitionState struct {
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +523,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +536,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PartitionState) GetLogStartOffset() uint64 {
@@ -513,7 +573,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +585,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +598,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProducerState) GetNextSequence() uint64 {
@@ -570,7 +630,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -582,7 +642,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -595,7 +655,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BatchRef) GetBaseOffset() uint64 {
@@ -638,7 +698,7 @@ type GroupOffset struct {
 
 func (x *GroupOffset) Reset() {
 	*x = GroupOffset{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +710,7 @@ func (x *GroupOffset) String() string {
 func (*GroupOffset) ProtoMessage() {}
 
 func (x *GroupOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +723,7 @@ func (x *GroupOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffset.ProtoReflect.Descriptor instead.
 func (*GroupOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GroupOffset) GetOffset() uint64 {
@@ -716,7 +776,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +788,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +801,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BatchResult) GetTopic() string {
@@ -840,7 +900,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +912,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +925,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TxOutcome) GetBatches() []*BatchResult {
@@ -888,7 +948,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +960,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +973,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PartitionInfo) GetPartition() uint32 {
@@ -957,7 +1017,7 @@ type TopicInfo struct {
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1029,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1042,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TopicInfo) GetName() string {
@@ -1025,7 +1085,7 @@ type AppState struct {
 
 func (x *AppState) Reset() {
 	*x = AppState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1097,7 @@ func (x *AppState) String() string {
 func (*AppState) ProtoMessage() {}
 
 func (x *AppState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1110,7 @@ func (x *AppState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppState.ProtoReflect.Descriptor instead.
 func (*AppState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AppState) GetHeight() int64 {
@@ -1084,7 +1144,7 @@ type TopicList struct {
 
 func (x *TopicList) Reset() {
 	*x = TopicList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1156,7 @@ func (x *TopicList) String() string {
 func (*TopicList) ProtoMessage() {}
 
 func (x *TopicList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1169,7 @@ func (x *TopicList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicList.ProtoReflect.Descriptor instead.
 func (*TopicList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TopicList) GetTopics() []*TopicInfo {
@@ -1129,7 +1189,7 @@ type TopicRequest struct {
 
 func (x *TopicRequest) Reset() {
 	*x = TopicRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1201,7 @@ func (x *TopicRequest) String() string {
 func (*TopicRequest) ProtoMessage() {}
 
 func (x *TopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1214,7 @@ func (x *TopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicRequest.ProtoReflect.Descriptor instead.
 func (*TopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TopicRequest) GetName() string {
@@ -1182,7 +1242,7 @@ type RecordsRequest struct {
 
 func (x *RecordsRequest) Reset() {
 	*x = RecordsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1254,7 @@ func (x *RecordsRequest) String() string {
 func (*RecordsRequest) ProtoMessage() {}
 
 func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1267,7 @@ func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsRequest.ProtoReflect.Descriptor instead.
 func (*RecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RecordsRequest) GetTopic() string {
@@ -1257,7 +1317,7 @@ type RecordsResponse struct {
 
 func (x *RecordsResponse) Reset() {
 	*x = RecordsResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1329,7 @@ func (x *RecordsResponse) String() string {
 func (*RecordsResponse) ProtoMessage() {}
 
 func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1342,7 @@ func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsResponse.ProtoReflect.Descriptor instead.
 func (*RecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecordsResponse) GetRecords() [][]byte {
@@ -1316,7 +1376,7 @@ type GroupRequest struct {
 
 func (x *GroupRequest) Reset() {
 	*x = GroupRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1388,7 @@ func (x *GroupRequest) String() string {
 func (*GroupRequest) ProtoMessage() {}
 
 func (x *GroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1401,7 @@ func (x *GroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRequest.ProtoReflect.Descriptor instead.
 func (*GroupRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GroupRequest) GetGroup() string {
@@ -1362,7 +1422,7 @@ type GroupOffsets struct {
 
 func (x *GroupOffsets) Reset() {
 	*x = GroupOffsets{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1434,7 @@ func (x *GroupOffsets) String() string {
 func (*GroupOffsets) ProtoMessage() {}
 
 func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1447,7 @@ func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffsets.ProtoReflect.Descriptor instead.
 func (*GroupOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GroupOffsets) GetGroup() string {
@@ -1425,7 +1485,7 @@ type ProducerRequest struct {
 
 func (x *ProducerRequest) Reset() {
 	*x = ProducerRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1497,7 @@ func (x *ProducerRequest) String() string {
 func (*ProducerRequest) ProtoMessage() {}
 
 func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1510,7 @@ func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRequest.ProtoReflect.Descriptor instead.
 func (*ProducerRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ProducerRequest) GetProducerKey() []byte {
@@ -1492,7 +1552,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1564,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1577,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NonceRequest) GetKey() []byte {
@@ -1546,7 +1606,7 @@ type NonceResponse struct {
 
 func (x *NonceResponse) Reset() {
 	*x = NonceResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1618,7 @@ func (x *NonceResponse) String() string {
 func (*NonceResponse) ProtoMessage() {}
 
 func (x *NonceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1631,7 @@ func (x *NonceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceResponse.ProtoReflect.Descriptor instead.
 func (*NonceResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *NonceResponse) GetNextNonce() uint64 {
@@ -1637,7 +1697,7 @@ type ResultProof struct {
 
 func (x *ResultProof) Reset() {
 	*x = ResultProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1709,7 @@ func (x *ResultProof) String() string {
 func (*ResultProof) ProtoMessage() {}
 
 func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1722,7 @@ func (x *ResultProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
 func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResultProof) GetTxResult() []byte {
@@ -1729,7 +1789,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1801,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1814,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -1808,7 +1868,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1820,7 +1880,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1833,7 +1893,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -1885,7 +1945,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +1957,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +1970,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -1947,7 +2007,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2019,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2032,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -1993,7 +2053,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2065,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2078,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2063,7 +2123,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2075,7 +2135,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2088,7 +2148,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2147,6 +2207,67 @@ func (x *RecordProof) GetMetaRoot() []byte {
 	return nil
 }
 
+type ChunkedValue_Chunk struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Offset uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size   uint32                 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// SHA-256 of the chunk's value.
+	Sha256        []byte `protobuf:"bytes,3,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkedValue_Chunk) Reset() {
+	*x = ChunkedValue_Chunk{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkedValue_Chunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkedValue_Chunk) ProtoMessage() {}
+
+func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkedValue_Chunk.ProtoReflect.Descriptor instead.
+func (*ChunkedValue_Chunk) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1, 0}
+}
+
+func (x *ChunkedValue_Chunk) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ChunkedValue_Chunk) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ChunkedValue_Chunk) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
 var File_byzlog_v1_state_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_state_proto_rawDesc = "" +
@@ -2167,7 +2288,14 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x06height\x18\v \x01(\x03R\x06height\x12*\n" +
 	"\x11kafka_producer_id\x18\f \x01(\x03R\x0fkafkaProducerId\x12\x1f\n" +
 	"\vkafka_epoch\x18\r \x01(\x05R\n" +
-	"kafkaEpoch\"\xf8\x03\n" +
+	"kafkaEpoch\"\xa6\x01\n" +
+	"\fChunkedValue\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x04R\x04size\x125\n" +
+	"\x06chunks\x18\x02 \x03(\v2\x1d.byzlog.v1.ChunkedValue.ChunkR\x06chunks\x1aK\n" +
+	"\x05Chunk\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\rR\x04size\x12\x16\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\xf8\x03\n" +
 	"\x06Limits\x12(\n" +
 	"\x10max_record_bytes\x18\x01 \x01(\rR\x0emaxRecordBytes\x12*\n" +
 	"\x11max_batch_records\x18\x02 \x01(\rR\x0fmaxBatchRecords\x12&\n" +
@@ -2341,64 +2469,67 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_byzlog_v1_state_proto_goTypes = []any{
-	(*StoredRecord)(nil),    // 0: byzlog.v1.StoredRecord
-	(*Limits)(nil),          // 1: byzlog.v1.Limits
-	(*ChainParams)(nil),     // 2: byzlog.v1.ChainParams
-	(*TopicState)(nil),      // 3: byzlog.v1.TopicState
-	(*PartitionState)(nil),  // 4: byzlog.v1.PartitionState
-	(*ProducerState)(nil),   // 5: byzlog.v1.ProducerState
-	(*BatchRef)(nil),        // 6: byzlog.v1.BatchRef
-	(*GroupOffset)(nil),     // 7: byzlog.v1.GroupOffset
-	(*BatchResult)(nil),     // 8: byzlog.v1.BatchResult
-	(*TxOutcome)(nil),       // 9: byzlog.v1.TxOutcome
-	(*PartitionInfo)(nil),   // 10: byzlog.v1.PartitionInfo
-	(*TopicInfo)(nil),       // 11: byzlog.v1.TopicInfo
-	(*AppState)(nil),        // 12: byzlog.v1.AppState
-	(*TopicList)(nil),       // 13: byzlog.v1.TopicList
-	(*TopicRequest)(nil),    // 14: byzlog.v1.TopicRequest
-	(*RecordsRequest)(nil),  // 15: byzlog.v1.RecordsRequest
-	(*RecordsResponse)(nil), // 16: byzlog.v1.RecordsResponse
-	(*GroupRequest)(nil),    // 17: byzlog.v1.GroupRequest
-	(*GroupOffsets)(nil),    // 18: byzlog.v1.GroupOffsets
-	(*ProducerRequest)(nil), // 19: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),    // 20: byzlog.v1.NonceRequest
-	(*NonceResponse)(nil),   // 21: byzlog.v1.NonceResponse
-	(*ResultProof)(nil),     // 22: byzlog.v1.ResultProof
-	(*BlockDigest)(nil),     // 23: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),   // 24: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),     // 25: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),   // 26: byzlog.v1.DigestRequest
-	(*ProofRequest)(nil),    // 27: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),     // 28: byzlog.v1.RecordProof
-	(*RecordHeader)(nil),    // 29: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),     // 30: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),   // 31: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil), // 32: byzlog.v1.PartitionOffset
+	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
+	(*ChunkedValue)(nil),       // 1: byzlog.v1.ChunkedValue
+	(*Limits)(nil),             // 2: byzlog.v1.Limits
+	(*ChainParams)(nil),        // 3: byzlog.v1.ChainParams
+	(*TopicState)(nil),         // 4: byzlog.v1.TopicState
+	(*PartitionState)(nil),     // 5: byzlog.v1.PartitionState
+	(*ProducerState)(nil),      // 6: byzlog.v1.ProducerState
+	(*BatchRef)(nil),           // 7: byzlog.v1.BatchRef
+	(*GroupOffset)(nil),        // 8: byzlog.v1.GroupOffset
+	(*BatchResult)(nil),        // 9: byzlog.v1.BatchResult
+	(*TxOutcome)(nil),          // 10: byzlog.v1.TxOutcome
+	(*PartitionInfo)(nil),      // 11: byzlog.v1.PartitionInfo
+	(*TopicInfo)(nil),          // 12: byzlog.v1.TopicInfo
+	(*AppState)(nil),           // 13: byzlog.v1.AppState
+	(*TopicList)(nil),          // 14: byzlog.v1.TopicList
+	(*TopicRequest)(nil),       // 15: byzlog.v1.TopicRequest
+	(*RecordsRequest)(nil),     // 16: byzlog.v1.RecordsRequest
+	(*RecordsResponse)(nil),    // 17: byzlog.v1.RecordsResponse
+	(*GroupRequest)(nil),       // 18: byzlog.v1.GroupRequest
+	(*GroupOffsets)(nil),       // 19: byzlog.v1.GroupOffsets
+	(*ProducerRequest)(nil),    // 20: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),       // 21: byzlog.v1.NonceRequest
+	(*NonceResponse)(nil),      // 22: byzlog.v1.NonceResponse
+	(*ResultProof)(nil),        // 23: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),        // 24: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),      // 25: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),        // 26: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),      // 27: byzlog.v1.DigestRequest
+	(*ProofRequest)(nil),       // 28: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 29: byzlog.v1.RecordProof
+	(*ChunkedValue_Chunk)(nil), // 30: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 31: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 32: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 33: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 34: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	29, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	1,  // 1: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	30, // 2: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	31, // 3: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
-	8,  // 4: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	30, // 5: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	10, // 6: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
-	2,  // 7: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	11, // 8: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	32, // 9: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	31, // 10: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	22, // 11: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	24, // 12: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	25, // 13: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	24, // 14: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	25, // 15: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	31, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	30, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	2,  // 2: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
+	32, // 3: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	33, // 4: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	9,  // 5: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	32, // 6: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	11, // 7: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	3,  // 8: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
+	12, // 9: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	34, // 10: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	33, // 11: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	23, // 12: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	25, // 13: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	26, // 14: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	25, // 15: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	26, // 16: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -2413,7 +2544,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
