@@ -31,6 +31,13 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "$(dirname "$0")/progress.sh" "deps: apt-get install" $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The FUSE device, for the power-loss file system (services/internal/powerfs):
+# a container may have the kernel's FUSE without the device node.
+if [ ! -e /dev/fuse ] && [ "$(id -u)" = 0 ]; then
+  modprobe fuse 2>/dev/null || true
+  [ -e /dev/fuse ] || mknod -m 0666 /dev/fuse c 10 229 2>/dev/null || say "no /dev/fuse and it cannot be made: the powerfs tests will fail"
+fi
+
 # Go tools, each pinned; a stamp file records what was installed.
 mkdir -p "$BIN"
 install_tool() { # name package version
