@@ -16,6 +16,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"crypto/rand"
+	"encoding/json"
+
+	"github.com/byzlog/byzlog/gateway/kafka/sasl"
+	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
 // franzGoVersion is the franz-go whose kgo test suite runs against the
@@ -25,7 +31,7 @@ const franzGoVersion = "v1.22.3"
 // kgoSubset are the kgo suite's broker tests that make test runs: each
 // passes against the Kafka face within seconds. `make kafka-compat` runs
 // the whole suite (BYZLOG_KGO_RUN=.) and writes which pass.
-const kgoSubset = "^(TestPing|TestGroupSimple|TestConsumeTopicRetrieval|TestUnknownGroupOffsetFetchPinned|TestIssue325|TestIssue337|TestIssue434|TestIssue648|TestIssue1034|TestIssueProduceSyncManualPartitionNegativeDoesNotPanic|TestPooling|TestConsumeRegex|TestOptValuesCoversEveryOption|TestConsumeMaxDecompressBatchBytes)$"
+const kgoSubset = "^(TestPing|TestGroupSimple|TestConsumeTopicRetrieval|TestUnknownGroupOffsetFetchPinned|TestIssue325|TestIssue337|TestIssue434|TestIssue648|TestIssue1034|TestIssueProduceSyncManualPartitionNegativeDoesNotPanic|TestPooling|TestConsumeRegex|TestOptValuesCoversEveryOption|TestConsumeMaxDecompressBatchBytes|TestSCRAMAuth|TestSCRAMAuthBadCredentials)$"
 
 // TestKafkaCompat runs franz-go's own client test suite (pkg/kgo, built
 // from the module cache) against the Kafka face of a gateway on a fresh
@@ -40,7 +46,13 @@ func TestKafkaCompat(t *testing.T) {
 	gw, kafka := fmt.Sprintf("127.0.0.1:%d", base+900), fmt.Sprintf("127.0.0.1:%d", base+920)
 	startGateway(t, n, gw, "--insecure", "--kafka-listen", kafka, "--kafka-insecure",
 		"--kafka-anonymous-key", filepath.Join(n.Config().Dir, "admin.key"), "--kafka-anonymous-admin")
+	// A second gateway whose face authenticates with SCRAM-SHA-512, for
+	// the suite's SCRAM tests (KGO_TEST_SCRAM_SEEDS).
+	scram := fmt.Sprintf("127.0.0.1:%d", base+960)
+	startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+940), "--insecure", "--kafka-listen", scram, "--kafka-insecure",
+		"--kafka-users", scramUsers(t, "kgo", "kgo-password"))
 	waitPort(t, kafka)
+	waitPort(t, scram)
 	suite, pkgDir := buildKgoSuite(ctx, t)
 
 	run := os.Getenv("BYZLOG_KGO_RUN")
@@ -55,7 +67,8 @@ func TestKafkaCompat(t *testing.T) {
 	// run beside it.
 	cmd := exec.CommandContext(ctx, suite, "-test.run", run, "-test.skip", "^TestTxnEtl$", "-test.parallel", "8",
 		"-test.v", "-test.timeout", "40m")
-	cmd.Env = append(os.Environ(), "KGO_SEEDS="+kafka, "KGO_TEST_RECORDS=1000", "KGO_LOG_LEVEL=none")
+	cmd.Env = append(os.Environ(), "KGO_SEEDS="+kafka, "KGO_TEST_RECORDS=1000", "KGO_LOG_LEVEL=none",
+		"KGO_TEST_SCRAM_SEEDS="+scram, "KGO_TEST_SCRAM=kgo:kgo-password:512")
 	cmd.Dir = pkgDir // some tests read the package's sources
 	out, err := cmd.CombinedOutput()
 	passed, failed := kgoResults(out)
@@ -74,6 +87,30 @@ func TestKafkaCompat(t *testing.T) {
 	if run == kgoSubset && (err != nil || len(failed) > 0 || len(passed) == 0) {
 		t.Fatalf("kgo subset: %v; failed %v\n%s", err, failed, tail(out, 80))
 	}
+}
+
+// scramUsers writes a Kafka face users file with one user, name, whose
+// batches a fresh key signs, and returns its path.
+func scramUsers(t *testing.T, name, password string) string {
+	t.Helper()
+	dir := t.TempDir()
+	key := filepath.Join(dir, name+".key")
+	if _, err := keyfile.Generate(key); err != nil {
+		t.Fatal(err)
+	}
+	e, err := sasl.NewEntry(name, key, false, password, sasl.MinIterations, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(sasl.File{Users: []sasl.Entry{e}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "users.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // buildKgoSuite compiles franz-go's kgo tests from the module cache in a
