@@ -21,6 +21,10 @@ type Indexer struct {
 	v     *verifier
 	acked atomic.Int64 // last height fully acknowledged by JetStream
 	tip   atomic.Int64
+	// ends is each partition's end as far as JetStream acknowledged (at
+	// acked): what the streams must hold (reconcile.go). Only the running
+	// follow's acknowledge goroutine, or Run between follows, touches it.
+	ends map[string]partEnd
 }
 
 // New checks cfg and prepares an indexer publishing through nc.
@@ -54,15 +58,20 @@ func (i *Indexer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := pub.cursor(ctx)
+	c, err := pub.cursor(ctx)
 	if err != nil {
 		return err
 	}
+	h := c.Height
 	if h == 0 {
 		h = i.cfg.StartHeight - 1
 	}
 	i.acked.Store(h)
-	i.log.Info().Int64("cursor", h).Str("id", i.cfg.ID).Msg("indexer starting after its cursor")
+	i.ends = c.Ends
+	if i.ends == nil {
+		i.ends = map[string]partEnd{}
+	}
+	i.log.Info().Int64("cursor", h).Int("partitions", len(i.ends)).Str("id", i.cfg.ID).Msg("indexer starting after its cursor")
 	backoff := i.cfg.RetryBackoff
 	for {
 		before := i.acked.Load()
@@ -83,10 +92,30 @@ func (i *Indexer) Run(ctx context.Context) error {
 	}
 }
 
+// reconcile moves the acknowledged height back to where the streams hold
+// all that JetStream acknowledged, if one holds less (its server lost what
+// it had not synced): those blocks are published again, and what the
+// streams hold is skipped as ever.
+func (i *Indexer) reconcile(ctx context.Context, pub *publisher) error {
+	acked := i.acked.Load()
+	from, why, err := pub.rewind(ctx, i.ends, acked)
+	if err != nil {
+		return err
+	}
+	if from <= acked {
+		i.log.Warn().Int64("acknowledged", acked).Int64("from", from).Str("why", why).Msg("a stream lost records JetStream acknowledged; publishing them again")
+		i.m.rewinds.Inc()
+		i.acked.Store(from - 1)
+	}
+	return nil
+}
+
 // inflight is a published block whose acknowledgements are outstanding.
 type inflight struct {
-	height int64
-	futs   []jetstream.PubAckFuture
+	height  int64
+	futs    []jetstream.PubAckFuture
+	ends    map[string]partEnd // partitions' ends after the block
+	deleted []string           // topics it deleted
 }
 
 // follow publishes blocks from the last acknowledged height on, until an
@@ -95,6 +124,10 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	pub.reset()
+	reconnects := i.nc.Stats().Reconnects
+	if err := i.reconcile(ctx, pub); err != nil {
+		return err
+	}
 	pipe := make(chan inflight, 64)
 	acks := make(chan struct{})
 	go func() {
@@ -105,6 +138,11 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 	h := i.acked.Load() + 1
 	var tip int64
 	for {
+		if n := i.nc.Stats().Reconnects; n != reconnects {
+			// A server that restarted may have lost what it had not
+			// synced: look again at what the streams hold.
+			return fmt.Errorf("NATS reconnected (%d reconnects): reconciling with the streams", n)
+		}
 		if h >= tip {
 			// Block h needs header h+1.
 			t, err := i.v.tip(ctx)
@@ -135,8 +173,9 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 		if err != nil {
 			return err
 		}
+		ends, deleted := blockEnds(b)
 		select {
-		case pipe <- inflight{h, futs}:
+		case pipe <- inflight{h, futs, ends, deleted}:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -156,7 +195,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 		if h == saved {
 			return
 		}
-		if err := pub.saveCursor(ctx, h); err != nil {
+		if err := pub.saveCursor(ctx, savedCursor{Height: h, Ends: i.ends}); err != nil {
 			i.log.Warn().Err(err).Int64("height", h).Msg("could not save the cursor; will try again")
 			return
 		}
@@ -192,6 +231,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 				return
 			}
 		}
+		advance(i.ends, f.ends, f.deleted)
 		i.acked.Store(f.height)
 		i.m.height.Set(float64(f.height))
 		if time.Since(last) >= i.cfg.CursorInterval {

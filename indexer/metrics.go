@@ -12,6 +12,7 @@ type Metrics struct {
 	blocks         prometheus.Counter
 	verifyFailures *prometheus.CounterVec
 	publishErrors  prometheus.Counter
+	rewinds        prometheus.Counter
 	lightErrors    prometheus.Counter
 }
 
@@ -33,6 +34,8 @@ func newMetrics() *Metrics {
 			Help: "Data a node served that failed a check against verified headers, by check (header, block, results, records, digest)."}, []string{"check"}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_publish_errors_total",
 			Help: "Publishes JetStream did not acknowledge; the indexer resumes from its last acknowledged height."}),
+		rewinds: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_rewinds_total",
+			Help: "times a stream held fewer records than JetStream had acknowledged (its server lost unsynced writes) and blocks were published again"}),
 		lightErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_light_client_errors_total",
 			Help: "Errors the light client reported: a primary that sent an invalid header and was replaced, a witness that disagreed or failed."}),
 	}
@@ -40,5 +43,5 @@ func newMetrics() *Metrics {
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.height, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.lightErrors}
+	return []prometheus.Collector{m.height, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.lightErrors}
 }

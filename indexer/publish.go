@@ -58,24 +58,29 @@ func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, e
 
 func (p *publisher) cursorKey() string { return "cursor." + p.cfg.ChainID + "." + p.cfg.ID }
 
-// cursor is the last height this indexer knows fully published, or 0.
-func (p *publisher) cursor(ctx context.Context) (int64, error) {
+// cursor is the last height this indexer knows fully published (0: none)
+// and each partition's end there.
+func (p *publisher) cursor(ctx context.Context) (savedCursor, error) {
 	e, err := p.kv.Get(ctx, p.cursorKey())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
+		return savedCursor{}, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read cursor %s: %w", p.cursorKey(), err)
+		return savedCursor{}, fmt.Errorf("read cursor %s: %w", p.cursorKey(), err)
 	}
-	h, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	c, err := parseCursor(e.Value())
 	if err != nil {
-		return 0, fmt.Errorf("cursor %s holds %q, not a height; delete it to start from start_height", p.cursorKey(), e.Value())
+		return savedCursor{}, fmt.Errorf("cursor %s holds %.64q: %v; delete it to start from start_height", p.cursorKey(), e.Value(), err)
 	}
-	return h, nil
+	return c, nil
 }
 
-func (p *publisher) saveCursor(ctx context.Context, h int64) error {
-	_, err := p.kv.Put(ctx, p.cursorKey(), []byte(strconv.FormatInt(h, 10)))
+func (p *publisher) saveCursor(ctx context.Context, c savedCursor) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = p.kv.Put(ctx, p.cursorKey(), b)
 	return err
 }
 
@@ -333,7 +338,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		if err != nil {
 			return futs, err
 		}
-		key := root.Topic + "\x00" + strconv.FormatUint(uint64(root.Partition), 10)
+		key := partKey(root.Topic, root.Partition)
 		next, known := p.next[key]
 		if (!known || old) && len(part.Records) > 0 {
 			inStream, err := recordsIn(ctx, st, part)

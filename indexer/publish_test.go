@@ -104,14 +104,14 @@ func TestPublishExactlyOnce(t *testing.T) {
 		}
 		waitAll(t, futs)
 	}
-	if err := a.saveCursor(ctx, 2); err != nil {
+	if err := a.saveCursor(ctx, savedCursor{Height: 2}); err != nil {
 		t.Fatal(err)
 	}
 	// A restart from cursor 2 replays block 3; a second indexer without a
 	// cursor replays everything.
 	b := newPub()
-	if c, err := b.cursor(ctx); err != nil || c != 2 {
-		t.Fatalf("cursor = %d %v, want 2", c, err)
+	if c, err := b.cursor(ctx); err != nil || c.Height != 2 {
+		t.Fatalf("cursor = %+v %v, want height 2", c, err)
 	}
 	futs, err := b.publish(ctx, testBlock(3, 10, 5, old), m)
 	if err != nil {

@@ -1,0 +1,152 @@
+package indexer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/indexer/layout"
+)
+
+// Reconciling with what the streams hold. JetStream acknowledges a
+// message once it is written, not once it is on disk (a file store syncs
+// every 2 minutes by default), so a NATS server that loses power comes
+// back without the last records it acknowledged, and its cursor bucket may
+// come back further along than a topic's stream. The indexer therefore
+// keeps, with its cursor, where each partition's records end as far as
+// JetStream acknowledged them, and before it resumes (after any error, a
+// NATS restart among them, and at start) it asks each stream for its last
+// record: a stream that holds less than it acknowledged gets the records
+// again, from the block of the last record it holds.
+
+// partEnd is how far one partition's records were acknowledged: the
+// offset after the last, and the height of the block with the first (to
+// start again from when the stream holds none).
+type partEnd struct {
+	Next        uint64 `json:"next"`
+	FirstHeight int64  `json:"first_height"`
+}
+
+// savedCursor is the cursor's value: the last height whose records are all
+// acknowledged, and each partition's end there. An older indexer saved the
+// height alone, as a decimal.
+type savedCursor struct {
+	Height int64              `json:"height"`
+	Ends   map[string]partEnd `json:"ends,omitempty"` // partKey -> end
+}
+
+func parseCursor(b []byte) (savedCursor, error) {
+	if h, err := strconv.ParseInt(string(b), 10, 64); err == nil {
+		return savedCursor{Height: h}, nil
+	}
+	var c savedCursor
+	if err := json.Unmarshal(b, &c); err != nil || c.Height < 0 {
+		return savedCursor{}, fmt.Errorf("not a height nor a cursor (%v)", err)
+	}
+	return c, nil
+}
+
+// partKey names a partition in the publisher's maps.
+func partKey(topic string, partition uint32) string {
+	return topic + "\x00" + strconv.FormatUint(uint64(partition), 10)
+}
+
+func splitPartKey(k string) (string, uint32, bool) {
+	topic, p, ok := strings.Cut(k, "\x00")
+	n, err := strconv.ParseUint(p, 10, 32)
+	return topic, uint32(n), ok && err == nil
+}
+
+// blockEnds is what block b moves: each partition's end after it, and the
+// topics it deletes.
+func blockEnds(b *Block) (map[string]partEnd, []string) {
+	ends := map[string]partEnd{}
+	for _, part := range b.Appended.Partitions {
+		r := part.Root
+		ends[partKey(r.Topic, r.Partition)] = partEnd{Next: r.FirstOffset + uint64(r.Count), FirstHeight: b.Height}
+	}
+	var deleted []string
+	for _, c := range b.Appended.Topics {
+		if c.Deleted {
+			deleted = append(deleted, c.Name)
+		}
+	}
+	return ends, deleted
+}
+
+// advance records an acknowledged block's ends.
+func advance(into map[string]partEnd, ends map[string]partEnd, deleted []string) {
+	for _, topic := range deleted {
+		for k := range into {
+			if t, _, _ := splitPartKey(k); t == topic {
+				delete(into, k)
+			}
+		}
+	}
+	for k, e := range ends {
+		if old, ok := into[k]; ok {
+			e.FirstHeight = old.FirstHeight
+		}
+		into[k] = e
+	}
+}
+
+// rewind returns the height to publish from again so that every stream
+// holds what was acknowledged (ends), or after+1 when every stream does.
+// It says which partition made it go back.
+func (p *publisher) rewind(ctx context.Context, ends map[string]partEnd, after int64) (int64, string, error) {
+	from, why := after+1, ""
+	for k, e := range ends {
+		topic, partition, ok := splitPartKey(k)
+		if !ok || e.Next == 0 {
+			continue
+		}
+		st, err := p.js.Stream(ctx, layout.StreamName(topic))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			st = nil
+		} else if err != nil {
+			return 0, "", fmt.Errorf("stream of topic %s: %w", topic, err)
+		}
+		held, height, err := lastHeld(ctx, st, topic, partition)
+		if err != nil {
+			return 0, "", err
+		}
+		if held >= e.Next {
+			continue
+		}
+		at := e.FirstHeight
+		if height > 0 {
+			at = height
+		}
+		if at < from {
+			from, why = at, fmt.Sprintf("%s/%d holds %d of the %d offsets acknowledged", topic, partition, held, e.Next)
+		}
+	}
+	return from, why, nil
+}
+
+// lastHeld is the offset after the last record the stream holds on the
+// partition's subject, and that record's height (0, 0 when it holds none).
+func lastHeld(ctx context.Context, st jetstream.Stream, topic string, partition uint32) (uint64, int64, error) {
+	if st == nil {
+		return 0, 0, nil
+	}
+	subject := layout.Subject(topic, partition)
+	last, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("last message on %s: %w", subject, err)
+	}
+	r, err := streamRecord(last, subject)
+	if err != nil {
+		return 0, 0, foreign(st.CachedInfo().Config.Name, subject, last.Sequence, err.Error())
+	}
+	return r.Offset + 1, r.Height, nil
+}
