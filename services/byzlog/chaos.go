@@ -63,7 +63,11 @@ func newChaosCommand() *cobra.Command {
 func chaosHelp() string {
 	var names []string
 	for _, n := range chaos.Nemeses {
-		names = append(names, fmt.Sprintf("  %-19s %s", n.Name, n.Doc))
+		line := fmt.Sprintf("  %-19s %s", n.Name, n.Doc)
+		if n.Open != "" {
+			line += " (not in all: " + n.Open + ")"
+		}
+		names = append(names, line)
 	}
 	return `Start a 4-validator localnet with NATS, 2 gateways and the indexer, then run
 each nemesis in --nemeses in turn, each on a fresh topic for --duration:
@@ -156,7 +160,11 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 			return fmt.Errorf("nemesis %s needs byzlog-app-failpoints next to byzlog (build it with `go build -tags failpoints -o bin/byzlog-app-failpoints ./services/byzlog-app`, or run `make chaos`): %v", n.Name, serr)
 		}
 	}
-	tc, err := startTestCluster(ctx, "chaos", o.basePort, progress)
+	disks := false
+	for _, n := range nemeses {
+		disks = disks || n.NeedsDisks
+	}
+	tc, err := startTestCluster(ctx, "chaos", o.basePort, disks, progress)
 	if err != nil {
 		return err
 	}
@@ -208,7 +216,9 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 // testCluster is the cluster `byzlog chaos` and `byzlog attack` run on: a
 // 4-validator localnet whose validators reach each other through loopback
 // proxies (partitions cut them), NATS, 2 gateways and the indexer, and a
-// lying RPC proxy in front of node0 for gateway0 and the indexer.
+// lying RPC proxy in front of node0 for gateway0 and the indexer. With
+// disks, the validators' homes and the JetStream store are on powerfs (the
+// power nemeses), backed under the run's power/ directory.
 type testCluster struct {
 	dir     string
 	c       *chaos.Cluster
@@ -220,7 +230,7 @@ type testCluster struct {
 // startTestCluster creates and starts a test cluster in a fresh temporary
 // directory (byzlog-NAME-*) from basePort on. On failure it stops what it
 // started.
-func startTestCluster(ctx context.Context, name string, basePort int, progress io.Writer) (tc *testCluster, err error) {
+func startTestCluster(ctx context.Context, name string, basePort int, disks bool, progress io.Writer) (tc *testCluster, err error) {
 	bin := binDir()
 	dir, err := os.MkdirTemp("", "byzlog-"+name+"-")
 	if err != nil {
@@ -273,6 +283,14 @@ func startTestCluster(ctx context.Context, name string, basePort int, progress i
 		return tc, err
 	}
 	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: findBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy, GatewayProxy: tc.gwProxy}
+	if disks {
+		if err := n.Create(ctx); err != nil {
+			return tc, err
+		}
+		if tc.c.Disks, err = chaos.MountDisks(n, filepath.Join(dir, "power")); err != nil {
+			return tc, err
+		}
+	}
 	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
 	if err := startCluster(ctx, n, svc, progress); err != nil {
 		return tc, err
@@ -293,6 +311,9 @@ func (tc *testCluster) close(remove bool, progress io.Writer) {
 			_ = c.Net.Resume(c.Services, localnet.AppName(i))
 		}
 		_ = c.Net.Down(io.Discard)
+		if err := c.Disks.Unmount(); err != nil {
+			fmt.Fprintf(progress, "unmounting the powerfs disks: %v\n", err)
+		}
 	}
 	if tc.proxy != nil {
 		_ = tc.proxy.Close()

@@ -11,6 +11,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -80,11 +81,12 @@ const (
 	NonmonotonicSend    = "nonmonotonic-send"
 	Forged              = "forged"
 	AppHashDivergence   = "app-hash-divergence"
+	ReplicaDivergence   = "replica-divergence"
 )
 
 // Categories lists every anomaly, in report order. lost is the sum of its
 // three parts.
-var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, Forged, AppHashDivergence}
+var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, Forged, AppHashDivergence, ReplicaDivergence}
 
 // Report is the checker's verdict.
 type Report struct {
@@ -156,6 +158,7 @@ func Check(h History) Report {
 	checkSendOrder(&r, h)
 	checkPolls(&r, h, x)
 	checkAppHashes(&r, h)
+	checkReplicas(&r, h)
 	return r
 }
 
@@ -442,6 +445,78 @@ func checkAppHashes(r *Report, h History) {
 			r.add(AppHashDivergence, "height %d: %s", height, strings.Join(parts, "; "))
 		}
 	}
+}
+
+// checkReplicas finds validators whose own log of a partition (their
+// read-back, each node asked alone) differs from the others': a hole in it
+// (an offset another node holds missing between its first and last, or a
+// start past the others'), or a record at an offset where more nodes hold
+// another. A node that is only behind (its log a prefix of the others') is
+// not one, nor a hole every node shares (that is a lost record).
+func checkReplicas(r *Report, h History) {
+	logs := map[uint32]map[string]map[uint64]string{} // partition -> node -> offset -> value
+	for _, o := range h.Observations {
+		if o.Poll || !strings.HasPrefix(o.Observer, "node") {
+			continue
+		}
+		if logs[o.Partition] == nil {
+			logs[o.Partition] = map[string]map[uint64]string{}
+		}
+		if logs[o.Partition][o.Observer] == nil {
+			logs[o.Partition][o.Observer] = map[uint64]string{}
+		}
+		logs[o.Partition][o.Observer][o.Offset] = o.Value
+	}
+	for _, p := range slices.Sorted(maps.Keys(logs)) {
+		nodes := logs[p]
+		start := uint64(math.MaxUint64)
+		votes := map[uint64]map[string]int{}
+		for _, log := range nodes {
+			for off, v := range log {
+				start = min(start, off)
+				if votes[off] == nil {
+					votes[off] = map[string]int{}
+				}
+				votes[off][v]++
+			}
+		}
+		for _, node := range slices.Sorted(maps.Keys(nodes)) {
+			r.Of[ReplicaDivergence]++
+			if why := replicaFault(nodes[node], start, votes); why != "" {
+				r.add(ReplicaDivergence, "%s's partition %d: %s", node, p, why)
+			}
+		}
+	}
+}
+
+// replicaFault says how one node's log differs from the others, or "".
+func replicaFault(log map[uint64]string, start uint64, votes map[uint64]map[string]int) string {
+	offsets := slices.Sorted(maps.Keys(log))
+	if len(offsets) == 0 {
+		return ""
+	}
+	if offsets[0] != start {
+		return fmt.Sprintf("starts at %d, the others at %d", offsets[0], start)
+	}
+	for i, off := range offsets {
+		if want := start + uint64(i); off != want {
+			if len(votes[want]) > 0 {
+				return fmt.Sprintf("a hole: offset %d missing (others hold it), %d follows", want, off)
+			}
+			// No node holds it: a lost record, which lost counts.
+			start += off - want
+		}
+		best, bestN := "", 0
+		for v, n := range votes[off] {
+			if n > bestN || (n == bestN && v < best) {
+				best, bestN = v, n
+			}
+		}
+		if v := log[off]; votes[off][v] < bestN {
+			return fmt.Sprintf("%q at %d, where %d nodes hold %q", v, off, bestN, best)
+		}
+	}
+	return ""
 }
 
 // sortedKeys returns m's keys in the order compare gives.

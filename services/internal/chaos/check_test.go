@@ -156,6 +156,15 @@ func TestCheckFindsExactlyEachAnomaly(t *testing.T) {
 			}
 			return h
 		}, map[string]int{Forged: 1}, `"b0" at 1@0 is signed by cccc`},
+		{"replica divergence: one validator's log has a hole the other's has not", func(h History) History {
+			return drop(h, func(o Observation) bool { return o.Observer == "node1" && o.Value == "a1" })
+		}, map[string]int{ReplicaDivergence: 1}, "node1's partition 0: a hole: offset 1 missing (others hold it), 2 follows"},
+		{"replica divergence: a validator serves a log starting late", func(h History) History {
+			return drop(h, func(o Observation) bool { return o.Observer == "node0" && o.Value == "b0" })
+		}, map[string]int{ReplicaDivergence: 1}, "node0's partition 1: starts at 1, the others at 0"},
+		{"clean: a validator behind the other is not diverging", func(h History) History {
+			return drop(h, func(o Observation) bool { return o.Observer == "node1" && (o.Value == "a3" || o.Value == "b2") })
+		}, nil, ""},
 		{"app-hash divergence at one height", func(h History) History {
 			h.AppHashes[2] = map[string]string{"node0": "h2", "node1": "h2-evil"}
 			return h

@@ -34,6 +34,9 @@ type Cluster struct {
 	// GatewayProxy is a lying gateway in front of gateway0, which the
 	// producers use in its place; nil leaves lying-gateway out.
 	GatewayProxy *tamper.GatewayProxy
+	// Disks are the validators' and NATS's power-loss file systems; nil
+	// leaves the power nemeses out.
+	Disks Disks
 	// Unverified makes the producers take receipts on the gateway's word
 	// (client.TrustGateway): what the lying nemeses find without the
 	// verification that stops them.
@@ -81,6 +84,11 @@ type Nemesis struct {
 	NeedsFailpoints bool
 	// NeedsLinks: the nemesis cuts p2p links (Cluster.Links).
 	NeedsLinks bool
+	// NeedsDisks: the nemesis cuts power (Cluster.Disks).
+	NeedsDisks bool
+	// Open names the issue a nemesis still finds anomalies for: "all"
+	// leaves it out until that is fixed; it runs when named.
+	Open string
 	// Kafka: the phase's workload is franz-go's, through the gateways'
 	// Kafka faces (Workload.Kafka).
 	Kafka  bool
@@ -275,6 +283,61 @@ var Nemeses = []Nemesis{
 		},
 	},
 	{
+		Name: "power-one", Doc: "cut a validator's power: kill -9 its cometbft and app and drop every write they had not fsynced (powerfs); restart both, one validator at a time in turn",
+		NeedsDisks: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return powerFail(ctx, c, []int{round % c.validators()})
+		},
+	},
+	{
+		Name: "power-all", Doc: "cut every validator's power at the same instant: kill -9 all, drop every unsynced write everywhere; restart them",
+		NeedsDisks: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return powerFail(ctx, c, c.allNodes())
+		},
+	},
+	{
+		Name: "power-paused", Doc: "pause a validator, cut another's power (kill -9, unsynced writes dropped): no quorum; restart the power-failed one, so the quorum that commits next includes it, then resume the paused one; pairs in turn",
+		NeedsDisks: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			n := c.validators()
+			i, j := round%n, (round+1)%n
+			paused, resume, err := pauseNode(c, j)
+			if err != nil {
+				return "", nil, err
+			}
+			failed, restart, err := powerFail(ctx, c, []int{i})
+			if err != nil {
+				_ = resume(ctx)
+				return "", nil, err
+			}
+			return failed + " while " + paused + " is paused", func(ctx context.Context) error {
+				if err := restart(ctx); err != nil {
+					_ = resume(ctx)
+					return err
+				}
+				// The next quorum is the power-failed node and two others.
+				sleep(ctx, 3*time.Second)
+				return resume(ctx)
+			}, nil
+		},
+	},
+	{
+		Name: "power-nats", Doc: "cut nats-server's power: kill -9 it and drop the JetStream store's unsynced writes; restart it",
+		NeedsDisks: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			if err := c.Net.Kill(c.Services, localnet.NATSName); err != nil {
+				return "", nil, err
+			}
+			lost, err := c.powerLoss(natsDisk)
+			if err != nil {
+				return "", nil, err
+			}
+			c.note(lost)
+			return localnet.NATSName, func(ctx context.Context) error { return c.Net.Start(ctx, c.Services, localnet.NATSName) }, nil
+		},
+	},
+	{
 		Name: "byzantine-proposer", Doc: "restart a validator with a failpoints app whose proposals carry a forged, replayed, oversized or unknown-topic batch (in turn); honest validators must reject them; restart it clean",
 		NeedsFailpoints: true,
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
@@ -303,7 +366,11 @@ func Lookup(names []string) ([]Nemesis, error) {
 	var out []Nemesis
 	for _, name := range names {
 		if name == "all" {
-			out = append(out, Nemeses...)
+			for _, n := range Nemeses {
+				if n.Open == "" {
+					out = append(out, n)
+				}
+			}
 			continue
 		}
 		found := false

@@ -32,6 +32,9 @@ const (
 
 func (n *Net) natsDir() string { return filepath.Join(n.cfg.Dir, "nats") }
 
+// NATSStoreDir is the JetStream store of the network's NATS server.
+func (n *Net) NATSStoreDir() string { return filepath.Join(n.natsDir(), "data") }
+
 // NATSPasswordFile is where user's NATS password is kept (mode 0600).
 func (n *Net) NATSPasswordFile(user string) string {
 	return filepath.Join(n.natsDir(), user+".password")
@@ -139,7 +142,7 @@ func (n *Net) writeNATSConfig(s Services) error {
 	if s.NATSMonitor {
 		fmt.Fprintf(&c, "http: %s\n", q(fmt.Sprintf("127.0.0.1:%d", s.MonitorPort())))
 	}
-	fmt.Fprintf(&c, "jetstream { store_dir: %s }\n", q(filepath.Join(n.natsDir(), "data")))
+	fmt.Fprintf(&c, "jetstream { store_dir: %s }\n", q(n.NATSStoreDir()))
 	if !s.Insecure {
 		f := n.TLS().Party(natsParty)
 		fmt.Fprintf(&c, "tls { cert_file: %s, key_file: %s, timeout: 5 }\n", q(f.Cert), q(f.Key))

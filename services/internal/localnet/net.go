@@ -134,6 +134,28 @@ func (n *Net) Processes() []Process {
 	return out
 }
 
+// Create makes the network's files (keys, genesis, configs, TLS) without
+// starting anything, unless the run directory holds a network already: a
+// caller can then put the nodes' homes on another file system (the chaos
+// harness's powerfs) before Up starts them.
+func (n *Net) Create(ctx context.Context) error {
+	if n.existing {
+		return nil
+	}
+	if err := n.cfg.Validate(); err != nil {
+		return err
+	}
+	if err := n.create(ctx); err != nil {
+		return err
+	}
+	n.existing = true
+	return nil
+}
+
+// Home is validator i's directory: its CometBFT home, with the app's data
+// in app/.
+func (n *Net) Home(i int) string { return n.cfg.home(i) }
+
 // Up creates the network if the directory holds none, starts every node and
 // waits until each has committed height 3 and one block more than the
 // highest any had (a resumed chain is live). It refuses a second copy.
