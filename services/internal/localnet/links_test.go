@@ -45,7 +45,7 @@ func roundTrip(c net.Conn, line string) error {
 }
 
 func TestLinksPartitionAndHeal(t *testing.T) {
-	cfg := Config{Validators: 3, BasePort: 47310, PeerProxies: true}
+	cfg := Config{Validators: 3, BasePort: 21310, PeerProxies: true} // ports below the ephemeral range (32768 on), which other tests' connections take
 	for i := 0; i < cfg.Validators; i++ {
 		echoNode(t, cfg, i)
 	}
@@ -85,7 +85,7 @@ func TestLinksPartitionAndHeal(t *testing.T) {
 	if err := roundTrip(dial(0, 1), "healed"); err != nil {
 		t.Fatalf("0→1 after the heal: %v", err)
 	}
-	if _, err := StartLinks(Config{Validators: 2, BasePort: 47410}); err == nil {
+	if _, err := StartLinks(Config{Validators: 2, BasePort: 21410}); err == nil {
 		t.Fatal("StartLinks without peer_proxies succeeded")
 	}
 }
