@@ -42,8 +42,9 @@ type Cluster struct {
 	// verification that stops them.
 	Unverified bool
 
-	topic string   // the running phase's topic
-	notes []string // what the running phase's faults observed
+	topic     string            // the running phase's topic
+	notes     []string          // what the running phase's faults observed
+	snapshots map[string][]byte // corrupt-one: files at the phase's start
 }
 
 func (c *Cluster) note(s string) { c.notes = append(c.notes, s) }
@@ -320,6 +321,12 @@ var Nemeses = []Nemesis{
 				sleep(ctx, 3*time.Second)
 				return resume(ctx)
 			}, nil
+		},
+	},
+	{
+		Name: "corrupt-one", Doc: "stop node3 and damage one of its files (CometBFT's WAL, block store, state, signing state; the app's RocksDB tables, WAL, MANIFEST, CURRENT, in turn) by a bit flip, a truncated tail, a 4 KB chunk rolled back or zeroed, or deletion (file and damage each in turn); start it: it must converge or halt, and is rebuilt from its peers if it halts",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return corruptOne(ctx, c, round)
 		},
 	},
 	{

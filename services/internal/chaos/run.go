@@ -76,7 +76,7 @@ func (r Row) Safe() bool { return r.Report.Safe() && len(r.Errors) == 0 }
 // acts, heals everything, waits for the cluster and the consumers, reads
 // every validator's log back and checks the history.
 func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io.Writer) (Row, error) {
-	c.topic, c.notes = w.Topic, nil
+	c.topic, c.notes, c.snapshots = w.Topic, nil, nil
 	trust, err := c.Trust()
 	if err != nil {
 		return Row{}, err
