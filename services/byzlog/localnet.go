@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -25,7 +27,7 @@ BASE+100i+2 (BASE defaults to 26656). Everything (node homes, app data, logs,
 PID files) lives under --dir; "down" stops exactly the processes "up" started.`,
 	}
 	cmd.PersistentFlags().StringVar(&cfg.Dir, "dir", cfg.Dir, "run directory of the network")
-	cmd.AddCommand(newLocalnetUpCommand(&cfg), newLocalnetDownCommand(&cfg), newLocalnetStatusCommand(&cfg))
+	cmd.AddCommand(newLocalnetUpCommand(&cfg), newLocalnetDownCommand(&cfg), newLocalnetStatusCommand(&cfg), newLocalnetRebuildCommand(&cfg))
 	return cmd
 }
 
@@ -160,6 +162,60 @@ func newLocalnetStatusCommand(cfg *localnet.Config) *cobra.Command {
 			return w.Flush()
 		},
 	}
+}
+
+func newLocalnetRebuildCommand(cfg *localnet.Config) *cobra.Command {
+	wait := 3 * time.Minute
+	cmd := &cobra.Command{
+		Use:   "rebuild NODE",
+		Short: "Rebuild a validator whose data is damaged from its peers",
+		Long: `Rebuild validator NODE (0, 1, ...) from its peers, as docs/operating.md
+("Rebuilding a validator") describes for any deployment: stop its cometbft and
+byzlog-app, run "cometbft reset-state" (blocks, state, WAL; keys and signing
+state kept), remove the app's data, move the signing state two heights past the
+peers' highest block so the key cannot sign a height twice, start both and wait
+until the node has caught up. The other validators must be running.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			i, err := strconv.Atoi(strings.TrimPrefix(args[0], "node"))
+			if err != nil || i < 0 {
+				return fmt.Errorf("node %q: want a validator number such as 2 (or node2)", args[0])
+			}
+			n, err := localnet.Open(*cfg)
+			if err != nil {
+				return err
+			}
+			if !n.Existing() {
+				return fmt.Errorf("no network in %s", n.Config().Dir)
+			}
+			if i >= n.Config().Validators {
+				return fmt.Errorf("node %d: the network in %s has validators 0 to %d", i, n.Config().Dir, n.Config().Validators-1)
+			}
+			if err := n.KillRest(i); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if err := n.ResetNode(ctx, i); err != nil {
+				return err
+			}
+			if err := n.StartNode(ctx, i); err != nil {
+				return err
+			}
+			var tip int64
+			for _, s := range n.Status(ctx) {
+				tip = max(tip, s.Height)
+			}
+			wctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			if err := n.WaitHeight(wctx, []int{i}, tip, cmd.ErrOrStderr()); err != nil {
+				return fmt.Errorf("node%d restarted empty but did not reach height %d within %s: %w (see its logs in %s)", i, tip, wait, err, n.Config().Dir)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node%d rebuilt: it synced %d blocks from its peers\n", i, tip)
+			return nil
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", wait, "how long to wait for the rebuilt node to catch up")
+	return cmd
 }
 
 func pidText(pid int) string {

@@ -158,7 +158,7 @@ func startCorrupted(ctx context.Context, c *Cluster, i int, what, path string) e
 	if err := c.Net.KillRest(i); err != nil {
 		return err
 	}
-	if err := c.Net.ResetNode(i); err != nil {
+	if err := c.Net.ResetNode(ctx, i); err != nil {
 		return err
 	}
 	if err := c.Net.StartNode(ctx, i); err != nil {

@@ -512,7 +512,7 @@ func rebuildLiar(ctx context.Context, c *Cluster, i int, at int64) error {
 	if err := c.Net.KillRest(i); err != nil {
 		return err
 	}
-	if err := c.Net.ResetNode(i); err != nil {
+	if err := c.Net.ResetNode(ctx, i); err != nil {
 		return err
 	}
 	if err := c.Net.StartNode(ctx, i); err != nil {

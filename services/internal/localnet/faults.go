@@ -2,10 +2,13 @@ package localnet
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -160,20 +163,63 @@ func (n *Net) listenAddr(s Services, name string) string {
 }
 
 // ResetNode wipes stopped node i's chain data and app state, as an
-// operator rebuilds a validator whose state is corrupt: `cometbft
-// unsafe-reset-all` (blocks, state, WAL; the validator's signing state back
-// to genesis, its keys kept) and the app's data directory. Started again,
-// the node syncs every block from its peers before it signs anything.
-func (n *Net) ResetNode(i int) error {
+// operator rebuilds a validator whose state is damaged (docs/operating.md,
+// "Rebuilding a validator"): `cometbft reset-state` (blocks, state, WAL,
+// evidence, tx index; the keys and the signing state kept) and the app's
+// data directory. The signing state is then moved to two heights past the
+// highest block its peers report (or written there if it is unreadable):
+// never back to genesis, as `unsafe-reset-all` would, which lets the key
+// sign again a height it signed before it stopped, a double sign. Started
+// again, the node syncs every block from its peers and then signs only
+// heights it cannot have signed.
+func (n *Net) ResetNode(ctx context.Context, i int) error {
 	if c, a := n.Alive(i); c || a {
 		return fmt.Errorf("reset node%d: stop it first (cometbft running: %v, app running: %v)", i, c, a)
 	}
-	out, err := exec.Command(n.cfg.CometBFT, "unsafe-reset-all", "--home", n.cfg.home(i)).CombinedOutput()
+	var tip int64
+	for _, s := range n.Status(ctx) {
+		if s.Node != i && s.Err == nil {
+			tip = max(tip, s.Height)
+		}
+	}
+	if tip == 0 {
+		return fmt.Errorf("reset node%d: no peer answers its height; a validator is rebuilt from running peers", i)
+	}
+	out, err := exec.Command(n.cfg.CometBFT, "reset-state", "--home", n.cfg.home(i)).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("reset node%d: cometbft unsafe-reset-all: %w\n%s", i, err, out)
+		return fmt.Errorf("reset node%d: cometbft reset-state: %w\n%s", i, err, out)
 	}
 	if err := os.RemoveAll(filepath.Join(n.cfg.home(i), "app")); err != nil {
 		return fmt.Errorf("reset node%d: remove the app's data: %w", i, err)
+	}
+	return RaiseSignState(filepath.Join(n.cfg.home(i), "data", "priv_validator_state.json"), tip+2)
+}
+
+// RaiseSignState makes the validator signing state in path no lower than
+// height (round 0, step 0), so its key refuses to sign any height below:
+// an unreadable state is written anew. CometBFT's FilePV reads the height
+// as a decimal string.
+func RaiseSignState(path string, height int64) error {
+	var st struct {
+		Height string `json:"height"`
+	}
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &st) == nil {
+		if h, err := strconv.ParseInt(st.Height, 10, 64); err == nil && h >= height {
+			return nil
+		}
+	}
+	b := fmt.Sprintf("{\n  \"height\": \"%d\",\n  \"round\": 0,\n  \"step\": 0\n}", height)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err == nil {
+		_, err = f.WriteString(b)
+		err = errors.Join(err, f.Sync(), f.Close())
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("write signing state %s: %w", path, err)
 	}
 	return nil
 }
