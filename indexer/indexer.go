@@ -125,6 +125,9 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 	defer cancel(nil)
 	pub.reset()
 	reconnects := i.nc.Stats().Reconnects
+	if err := pub.ensureCursorBucket(ctx); err != nil {
+		return err
+	}
 	if err := i.reconcile(ctx, pub); err != nil {
 		return err
 	}

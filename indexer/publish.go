@@ -43,17 +43,29 @@ func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, e
 		return nil, err
 	}
 	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, next: map[string]uint64{}}
-	p.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: layout.CursorBucket, Description: "byzlog indexer cursors: the last height whose records are all stored",
-		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, History: 1,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cursor bucket %s: %w", layout.CursorBucket, err)
+	if err := p.ensureCursorBucket(ctx); err != nil {
+		return nil, err
 	}
 	if err := p.ensureBlocks(ctx); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// ensureCursorBucket makes the cursor bucket, or finds it made. It runs
+// again before every resume: a NATS server that lost power before it
+// synced the bucket's stream comes back without it, and the cursor would
+// never be saved again.
+func (p *publisher) ensureCursorBucket(ctx context.Context) error {
+	kv, err := p.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: layout.CursorBucket, Description: "byzlog indexer cursors: the last height whose records are all stored",
+		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, History: 1,
+	})
+	if err != nil {
+		return fmt.Errorf("cursor bucket %s: %w", layout.CursorBucket, err)
+	}
+	p.kv = kv
+	return nil
 }
 
 func (p *publisher) cursorKey() string { return "cursor." + p.cfg.ChainID + "." + p.cfg.ID }

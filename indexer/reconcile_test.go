@@ -117,3 +117,37 @@ func TestParseCursor(t *testing.T) {
 		}
 	}
 }
+
+// TestLostCursorBucketIsMadeAgain: a NATS server that lost power before it
+// synced the cursor bucket's stream comes back without it; before the
+// indexer resumes, the bucket is made again and the cursor saved there.
+func TestLostCursorBucketIsMadeAgain(t *testing.T) {
+	nc := startNATS(t)
+	ctx := context.Background()
+	cfg := Default()
+	cfg.ChainID = "c"
+	p, err := newPublisher(ctx, nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.saveCursor(ctx, savedCursor{Height: 7}); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if err := js.DeleteKeyValue(ctx, layout.CursorBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.saveCursor(ctx, savedCursor{Height: 8}); err == nil {
+		t.Fatal("saving the cursor into a deleted bucket succeeded; the test cannot tell the bucket is made again")
+	}
+	p.reset()
+	if err := p.ensureCursorBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.saveCursor(ctx, savedCursor{Height: 9}); err != nil {
+		t.Fatalf("save after the bucket was made again: %v", err)
+	}
+	if c, err := p.cursor(ctx); err != nil || c.Height != 9 {
+		t.Fatalf("cursor = %+v, %v; want height 9", c, err)
+	}
+}

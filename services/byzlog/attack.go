@@ -112,7 +112,7 @@ func (o attackOptions) validate() error {
 }
 
 func runAttack(ctx context.Context, o attackOptions, attacks []attack.Attack, out, progress io.Writer) (err error) {
-	tc, err := startTestCluster(ctx, "attack", o.basePort, false, progress)
+	tc, err := startTestCluster(ctx, "attack", o.basePort, clusterOptions{}, progress)
 	if err != nil {
 		return err
 	}

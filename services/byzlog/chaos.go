@@ -25,6 +25,9 @@ type chaosOptions struct {
 	out      string
 	keep     bool
 	noVerify bool
+	// weakNATSSync (--weaken nats-sync) runs NATS with its default sync.
+	weakNATSSync bool
+	weaken       []string
 }
 
 // testClusterPorts ends the help of the commands that start the test
@@ -90,6 +93,10 @@ history for Jepsen's anomalies:
   nonmonotonic-send     a producer's later record at an earlier offset
   forged                a record no producer sent, or under another key
   app-hash-divergence   nodes (or a node's app) disagreeing on an app hash
+  replica-divergence    a validator's own log with a hole, a late start or a
+                        record where more validators hold another
+  double-sign           evidence, committed in the phase's blocks, of a
+                        validator signing two votes for one height and round
 
 Nemeses:
 ` + strings.Join(names, "\n") + `
@@ -131,9 +138,18 @@ func (o *chaosOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.out, "out", "", "directory for chaos.json and chaos.txt")
 	f.BoolVar(&o.keep, "keep", false, "keep the run directory (data and logs) when the run passes")
 	f.BoolVar(&o.noVerify, "no-verify", false, "producers take receipts on the gateway's word (client.TrustGateway): shows what lying-gateway finds without receipt verification")
+	f.StringSliceVar(&o.weaken, "weaken", nil, "run on a deliberately weakened configuration to show a nemesis bites: nats-sync (NATS syncs its store every 2 minutes, its default, instead of at every write)")
 }
 
-func (o chaosOptions) validate() error {
+func (o *chaosOptions) validate() error {
+	for _, w := range o.weaken {
+		switch w {
+		case "nats-sync":
+			o.weakNATSSync = true
+		default:
+			return fmt.Errorf("--weaken %s: want nats-sync", w)
+		}
+	}
 	switch {
 	case o.phase.Duration < time.Second:
 		return fmt.Errorf("--duration %s: want at least 1s", o.phase.Duration)
@@ -164,7 +180,7 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 	for _, n := range nemeses {
 		disks = disks || n.NeedsDisks
 	}
-	tc, err := startTestCluster(ctx, "chaos", o.basePort, disks, progress)
+	tc, err := startTestCluster(ctx, "chaos", o.basePort, clusterOptions{disks: disks, natsLazySync: o.weakNATSSync}, progress)
 	if err != nil {
 		return err
 	}
@@ -230,7 +246,15 @@ type testCluster struct {
 // startTestCluster creates and starts a test cluster in a fresh temporary
 // directory (byzlog-NAME-*) from basePort on. On failure it stops what it
 // started.
-func startTestCluster(ctx context.Context, name string, basePort int, disks bool, progress io.Writer) (tc *testCluster, err error) {
+// clusterOptions are what a test cluster may differ in.
+type clusterOptions struct {
+	// disks mounts every validator's data and the NATS store on powerfs.
+	disks bool
+	// natsLazySync runs NATS with its default sync (weakened, --weaken).
+	natsLazySync bool
+}
+
+func startTestCluster(ctx context.Context, name string, basePort int, co clusterOptions, progress io.Writer) (tc *testCluster, err error) {
 	bin := binDir()
 	dir, err := os.MkdirTemp("", "byzlog-"+name+"-")
 	if err != nil {
@@ -255,7 +279,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, disks bool
 	}
 	svc := localnet.Services{NATSPort: basePort + 800, Gateways: 2, GatewayPort: basePort + 810, IndexerPort: basePort + 830,
 		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer"),
-		KafkaPort: basePort + 850, ProxiedRPC: map[int]int{0: basePort + 870}, MutualTLS: true}
+		KafkaPort: basePort + 850, ProxiedRPC: map[int]int{0: basePort + 870}, MutualTLS: true, NATSLazySync: co.natsLazySync}
 	// gateway0 and the indexer reach node0 through a proxy that lies on
 	// demand (tamper-rpc, huge-rpc); it tells the truth otherwise.
 	rpcClient, err := n.RPCHTTPClient(0)
@@ -283,7 +307,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, disks bool
 		return tc, err
 	}
 	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: findBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy, GatewayProxy: tc.gwProxy}
-	if disks {
+	if co.disks {
 		if err := n.Create(ctx); err != nil {
 			return tc, err
 		}

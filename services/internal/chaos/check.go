@@ -64,6 +64,12 @@ type History struct {
 	// AppHashes holds, per height, each node's app hash ("" when a node
 	// could not tell): headers agreed by consensus, and each app's own.
 	AppHashes map[int64]map[string]string
+	// Evidence lists the misbehaviour committed in the phase's blocks
+	// (CometBFT's evidence of a validator signing two votes for one
+	// height and round), one description each.
+	Evidence []string
+	// Heights is how many blocks the phase committed.
+	Heights int
 }
 
 // Anomaly names, as Jepsen's Kafka checker calls them (plus app-hash
@@ -82,11 +88,12 @@ const (
 	Forged              = "forged"
 	AppHashDivergence   = "app-hash-divergence"
 	ReplicaDivergence   = "replica-divergence"
+	DoubleSign          = "double-sign"
 )
 
 // Categories lists every anomaly, in report order. lost is the sum of its
 // three parts.
-var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, Forged, AppHashDivergence, ReplicaDivergence}
+var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, Forged, AppHashDivergence, ReplicaDivergence, DoubleSign}
 
 // Report is the checker's verdict.
 type Report struct {
@@ -159,6 +166,10 @@ func Check(h History) Report {
 	checkPolls(&r, h, x)
 	checkAppHashes(&r, h)
 	checkReplicas(&r, h)
+	r.Of[DoubleSign] = h.Heights
+	for _, e := range h.Evidence {
+		r.add(DoubleSign, "%s", e)
+	}
 	return r
 }
 

@@ -169,6 +169,10 @@ func TestCheckFindsExactlyEachAnomaly(t *testing.T) {
 			h.AppHashes[2] = map[string]string{"node0": "h2", "node1": "h2-evil"}
 			return h
 		}, map[string]int{AppHashDivergence: 1}, "height 2: node0: h2"},
+		{"double sign: evidence committed in a block", func(h History) History {
+			h.Evidence, h.Heights = []string{"block 7: DuplicateVoteEvidence{VoteA: ..., VoteB: ...}"}, 40
+			return h
+		}, map[string]int{DoubleSign: 1}, "double-sign: 1 of 40 (block 7: DuplicateVoteEvidence"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Check(tc.edit(clean()))

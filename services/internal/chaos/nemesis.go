@@ -332,7 +332,6 @@ var Nemeses = []Nemesis{
 	{
 		Name: "power-nats", Doc: "cut nats-server's power: kill -9 it and drop the JetStream store's unsynced writes; restart it",
 		NeedsDisks: true,
-		Open:       "issue 18: on a store older than its first phase, NATS comes back without every stream whose meta.inf it never synced, the indexer's cursor bucket among them, and the indexer's republishing from the start outlasts the phase",
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			if err := c.Net.Kill(c.Services, localnet.NATSName); err != nil {
 				return "", nil, err

@@ -113,7 +113,11 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	consumers.Wait()
 	readBackAll(ctx, c, w, rec, &row)
 
-	if err := appHashes(ctx, c.Net, startHeight, maxCommittedAll(ctx, c), rec.h.AppHashes); err != nil {
+	endHeight := maxCommittedAll(ctx, c)
+	if err := appHashes(ctx, c.Net, startHeight, endHeight, rec.h.AppHashes); err != nil {
+		row.Errors = append(row.Errors, err.Error())
+	}
+	if err := evidence(ctx, c.Net, startHeight, endHeight, &rec.h); err != nil {
 		row.Errors = append(row.Errors, err.Error())
 	}
 

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	coretypes "github.com/cometbft/cometbft/rpc/core/types"
+	"github.com/cometbft/cometbft/types"
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/consumer"
@@ -255,6 +257,38 @@ func readBack(ctx context.Context, n *localnet.Net, i int, topic string, partiti
 		}
 		offset += uint64(len(resp.Records))
 	}
+}
+
+// evidence records the misbehaviour committed in blocks from..to, as node0
+// stores them: it reads the headers 20 at a time and only the blocks
+// whose evidence hash is not the empty list's.
+func evidence(ctx context.Context, n *localnet.Net, from, to int64, h *History) error {
+	c, err := n.Client(0)
+	if err != nil {
+		return err
+	}
+	empty := types.EvidenceList{}.Hash()
+	h.Heights = int(max(0, to-from+1))
+	for lo := from; lo <= to; lo += 20 {
+		res, err := c.BlockchainInfo(ctx, lo, min(lo+19, to))
+		if err != nil {
+			return fmt.Errorf("evidence: headers %d..%d: %w", lo, min(lo+19, to), err)
+		}
+		for _, m := range res.BlockMetas {
+			if bytes.Equal(m.Header.EvidenceHash, empty) {
+				continue
+			}
+			height := m.Header.Height
+			b, err := c.Block(ctx, &height)
+			if err != nil {
+				return fmt.Errorf("evidence: block %d: %w", height, err)
+			}
+			for _, ev := range b.Block.Evidence.Evidence {
+				h.Evidence = append(h.Evidence, fmt.Sprintf("block %d: %s", height, ev))
+			}
+		}
+	}
+	return nil
 }
 
 // appHashes records, for heights from..to, the app hash in header h of

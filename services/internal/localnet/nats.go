@@ -142,7 +142,11 @@ func (n *Net) writeNATSConfig(s Services) error {
 	if s.NATSMonitor {
 		fmt.Fprintf(&c, "http: %s\n", q(fmt.Sprintf("127.0.0.1:%d", s.MonitorPort())))
 	}
-	fmt.Fprintf(&c, "jetstream { store_dir: %s }\n", q(n.NATSStoreDir()))
+	sync := "sync_interval: always"
+	if s.NATSLazySync {
+		sync = "# sync_interval: its default, 2m (weakened)"
+	}
+	fmt.Fprintf(&c, "jetstream {\n  store_dir: %s\n  %s\n}\n", q(n.NATSStoreDir()), sync)
 	if !s.Insecure {
 		f := n.TLS().Party(natsParty)
 		fmt.Fprintf(&c, "tls { cert_file: %s, key_file: %s, timeout: 5 }\n", q(f.Cert), q(f.Key))

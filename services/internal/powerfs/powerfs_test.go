@@ -122,3 +122,22 @@ func TestWritesGoThroughPowerFS(t *testing.T) {
 		t.Errorf("an unsynced 1 MiB file after a power loss holds %d bytes, want none", len(got))
 	}
 }
+
+// TestOSyncWritesSurvive: a file opened with O_SYNC (as nats-server writes
+// a stream's meta.inf under sync_interval: always) is synced by every
+// write, so a power loss keeps it.
+func TestOSyncWritesSurvive(t *testing.T) {
+	p, dir := mount(t)
+	meta := filepath.Join(dir, "meta.inf")
+	write(t, meta, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_SYNC, []byte(`{"name":"KV_cursor"}`), false)
+	write(t, meta+".sum", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, []byte("unsynced"), false)
+	if _, err := p.PowerLoss(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, meta); got != `{"name":"KV_cursor"}` {
+		t.Errorf("O_SYNC file after a power loss = %q, want what was written", got)
+	}
+	if got := read(t, meta+".sum"); got != "" {
+		t.Errorf("unsynced file after a power loss = %q, want it empty", got)
+	}
+}
