@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -154,9 +153,8 @@ func (p *publisher) dropStream(ctx context.Context, topic string) error {
 		return fmt.Errorf("delete stream %s of deleted topic %s: %w", layout.StreamName(topic), topic, err)
 	}
 	delete(p.streams, topic)
-	prefix := topic + "\x00"
 	for k := range p.next {
-		if strings.HasPrefix(k, prefix) {
+		if t, _, _ := splitPartKey(k); t == topic {
 			delete(p.next, k)
 		}
 	}
@@ -180,16 +178,9 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 	root := part.Root
 	subject := layout.Subject(root.Topic, root.Partition)
 	name := st.CachedInfo().Config.Name
-	last, err := st.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("last message on %s: %w", subject, err)
-	}
-	r, err := streamRecord(last, subject)
-	if err != nil {
-		return 0, foreign(name, subject, last.Sequence, err.Error())
+	last, r, err := lastRecord(ctx, st, subject)
+	if err != nil || r == nil {
+		return 0, err
 	}
 	end := root.FirstOffset + uint64(len(part.Records))
 	if r.Offset < root.FirstOffset {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // Reconciling with what the streams hold. JetStream acknowledges a
@@ -136,17 +137,27 @@ func lastHeld(ctx context.Context, st jetstream.Stream, topic string, partition 
 	if st == nil {
 		return 0, 0, nil
 	}
-	subject := layout.Subject(topic, partition)
+	_, r, err := lastRecord(ctx, st, layout.Subject(topic, partition))
+	if err != nil || r == nil {
+		return 0, 0, err
+	}
+	return r.Offset + 1, r.Height, nil
+}
+
+// lastRecord is the stream's last message on subject and the record it
+// carries (nil, nil when it holds none); a message that is no byzlog
+// record of the subject is an error naming it.
+func lastRecord(ctx context.Context, st jetstream.Stream, subject string) (*jetstream.RawStreamMsg, *byzlogv1.StoredRecord, error) {
 	last, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, 0, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("last message on %s: %w", subject, err)
+		return nil, nil, fmt.Errorf("last message on %s: %w", subject, err)
 	}
 	r, err := streamRecord(last, subject)
 	if err != nil {
-		return 0, 0, foreign(st.CachedInfo().Config.Name, subject, last.Sequence, err.Error())
+		return nil, nil, foreign(st.CachedInfo().Config.Name, subject, last.Sequence, err.Error())
 	}
-	return r.Offset + 1, r.Height, nil
+	return last, r, nil
 }

@@ -150,6 +150,11 @@ func signedCodec(b batch.Batch) byzlogv1.Codec {
 			n += len(h.Key) + len(h.Value)
 		}
 	}
+	return signedCodecOf(n)
+}
+
+// signedCodecOf is the codec of n uncompressed bytes: zstd past zstdFrom.
+func signedCodecOf(n int) byzlogv1.Codec {
 	if n > zstdFrom {
 		return byzlogv1.Codec_CODEC_ZSTD
 	}

@@ -205,7 +205,7 @@ var Nemeses = []Nemesis{
 		},
 	},
 	{
-		Name: "wrong-app-hash", Doc: "restart a validator with a failpoints app that answers a wrong app hash a few blocks on: it must halt while the others go on; then rebuild it from its peers (unsafe-reset-all)",
+		Name: "wrong-app-hash", Doc: "restart a validator with a failpoints app that answers a wrong app hash a few blocks on: it must halt while the others go on; then rebuild it from its peers (cometbft reset-state, a fresh app, the signing state raised past the tip)",
 		NeedsFailpoints: true,
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			i := round % c.validators()
