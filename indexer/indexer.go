@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,9 @@ func New(cfg Config, nc *nats.Conn, log zerolog.Logger) (*Indexer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if nc.Opts.ReconnectBufSize >= 0 {
+		return nil, errNATSBuffers
+	}
 	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.Link, cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, err
@@ -39,6 +43,13 @@ func New(cfg Config, nc *nats.Conn, log zerolog.Logger) (*Indexer, error) {
 	m := newMetrics()
 	return &Indexer{cfg: cfg, log: log, m: m, nc: nc, v: newVerifier(cfg, nodes, m, log)}, nil
 }
+
+// errNATSBuffers refuses a connection that keeps publishes made while it
+// reconnects and sends them once it has: records published after the ones
+// a server lost with its power would reach the stream before them when
+// they are published again, and a consumer would skip them. Found by the
+// power-nats nemesis: 2,873 of 11,992 acknowledged records never delivered.
+var errNATSBuffers = errors.New("the indexer's NATS connection buffers publishes while it reconnects (nats.go's default): connect with nats.ReconnectBufSize(-1), so a publish fails at once instead and the indexer publishes again in order")
 
 // Metrics returns the indexer's collectors.
 func (i *Indexer) Metrics() *Metrics { return i.m }

@@ -20,6 +20,18 @@ import (
 // startNATS runs a real nats-server with JetStream on a loopback port.
 func startNATS(t *testing.T) *nats.Conn {
 	t.Helper()
+	s := startServer(t)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// startServer runs an embedded JetStream server until the test ends.
+func startServer(t *testing.T) *server.Server {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
@@ -29,12 +41,7 @@ func startNATS(t *testing.T) *nats.Conn {
 		t.Fatal("nats-server did not start")
 	}
 	t.Cleanup(s.Shutdown)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
+	return s
 }
 
 // testBlock appends n records to t/0 and t/1 starting at offset first.

@@ -2,11 +2,14 @@ package indexer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/indexer/layout"
 )
@@ -149,5 +152,33 @@ func TestLostCursorBucketIsMadeAgain(t *testing.T) {
 	}
 	if c, err := p.cursor(ctx); err != nil || c.Height != 9 {
 		t.Fatalf("cursor = %+v, %v; want height 9", c, err)
+	}
+}
+
+// TestNewRefusesAReconnectBuffer: a connection that sends, after a
+// reconnect, what was published while it was down would put later records
+// in a stream before the ones the server lost.
+func TestNewRefusesAReconnectBuffer(t *testing.T) {
+	s := startServer(t)
+	cfg := Default()
+	cfg.Nodes, cfg.ChainID, cfg.Trust = []string{"https://a:1", "https://b:1"}, "c", Trust{Height: 1, Hash: make([]byte, 32)}
+	for _, tc := range []struct {
+		name string
+		opts []nats.Option
+		ok   bool
+	}{
+		{"nats.go's default buffer", nil, false},
+		{"a buffer set", []nats.Option{nats.ReconnectBufSize(1 << 20)}, false},
+		{"no buffer", []nats.Option{nats.ReconnectBufSize(-1)}, true},
+	} {
+		nc, err := nats.Connect(s.ClientURL(), tc.opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(cfg, nc, zerolog.Nop())
+		nc.Close()
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, errNATSBuffers)) {
+			t.Errorf("%s: New = %v, want ok %v", tc.name, err, tc.ok)
+		}
 	}
 }

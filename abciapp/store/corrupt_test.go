@@ -140,6 +140,18 @@ func prefixOrRefusal(t *testing.T, dir, damaged string) int64 {
 	return last.Height
 }
 
+func TestVerifyPassesAnUndamagedStore(t *testing.T) {
+	dir := t.TempDir()
+	commitMany(t, dir, true)
+	keys, err := store.Verify(dir)
+	if err != nil || keys < corruptCommits {
+		t.Fatalf("Verify = %d keys, %v; want at least %d keys, no error", keys, err, corruptCommits)
+	}
+	if _, err := store.Verify(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no RocksDB database there") {
+		t.Errorf("Verify of an empty directory = %v, want 'no RocksDB database there'", err)
+	}
+}
+
 func TestWALBitFlipIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	commitMany(t, dir, false)
@@ -229,8 +241,16 @@ func TestEveryDamageKeepsThePromise(t *testing.T) {
 					path = largest(t, dir, file.suffix)
 				}
 				damages[name](t, path)
+				stem := strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+				_, verr := store.Verify(dir)
+				if verr != nil && !strings.Contains(verr.Error(), stem) {
+					t.Errorf("Verify = %q, which does not name the damaged file %s", verr, stem)
+				}
 				h := prefixOrRefusal(t, dir, path)
-				t.Logf("%s %s: opened at height %d (-1: refused)", filepath.Base(path), name, h)
+				if h == -1 && verr == nil {
+					t.Errorf("Verify passed a store that Open or a read then refused")
+				}
+				t.Logf("%s %s: opened at height %d (-1: refused); Verify: %v", filepath.Base(path), name, h, verr)
 			})
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/linxGnu/grocksdb"
@@ -67,9 +68,83 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create store directory %s: %w", dir, err)
 	}
-	opts := grocksdb.NewDefaultOptions()
+	opts := options()
 	opts.SetCreateIfMissing(true)
 	opts.SetCreateIfMissingColumnFamilies(true)
+	if _, err := os.Stat(filepath.Join(dir, "CURRENT")); err == nil {
+		// An existing store has every column family: one missing was lost
+		// (a MANIFEST cut short), and creating it empty would open the store
+		// at height 0 as if it were new.
+		if err := hasColumnFamilies(opts, dir); err != nil {
+			opts.Destroy()
+			return nil, err
+		}
+	}
+	cfOpts := make([]*grocksdb.Options, len(cfNames))
+	for i := range cfOpts {
+		cfOpts[i] = opts
+	}
+	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, dir, cfNames, cfOpts)
+	if err != nil {
+		opts.Destroy()
+		return nil, openError(dir, err)
+	}
+	wo := grocksdb.NewDefaultWriteOptions()
+	wo.SetSync(true)
+	byCF := map[core.CF]*grocksdb.ColumnFamilyHandle{}
+	for i, cf := range core.CFs {
+		byCF[cf] = cfs[2+i]
+	}
+	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
+}
+
+// Verify opens the store in dir read-only, without changing a byte, and
+// reads every key of every column family, so that each table block's
+// checksum is checked: a damaged store is an error naming the file, as
+// Open's would be. byzlog node check runs it.
+func Verify(dir string) (keys int, err error) {
+	if _, err := os.Stat(filepath.Join(dir, "CURRENT")); err != nil {
+		return 0, fmt.Errorf("verify store %s: %w (no RocksDB database there)", dir, err)
+	}
+	opts := options()
+	defer opts.Destroy()
+	if err := hasColumnFamilies(opts, dir); err != nil {
+		return 0, err
+	}
+	cfOpts := make([]*grocksdb.Options, len(cfNames))
+	for i := range cfOpts {
+		cfOpts[i] = opts
+	}
+	db, cfs, err := grocksdb.OpenDbForReadOnlyColumnFamilies(opts, dir, cfNames, cfOpts, false)
+	if err != nil {
+		return 0, openError(dir, err)
+	}
+	defer func() {
+		for _, cf := range cfs {
+			cf.Destroy()
+		}
+		db.Close()
+	}()
+	ro := grocksdb.NewDefaultReadOptions()
+	defer ro.Destroy()
+	ro.SetFillCache(false)
+	for i, cf := range cfs {
+		it := db.NewIteratorCF(ro, cf)
+		for it.SeekToFirst(); it.Valid(); it.Next() {
+			keys++
+		}
+		err := it.Err()
+		it.Close()
+		if err != nil {
+			return keys, fmt.Errorf("verify store %s, column family %s: %w; the store is damaged: rebuild this validator from its peers (docs/operating.md, Rebuilding a validator)", dir, cfNames[i], err)
+		}
+	}
+	return keys, nil
+}
+
+// options are the database's options, for Open and Verify.
+func options() *grocksdb.Options {
+	opts := grocksdb.NewDefaultOptions()
 	// Debian's RocksDB logs every flush and compaction at info level.
 	opts.SetInfoLogLevel(grocksdb.WarnInfoLogLevel)
 	// Damaged files are refused, never opened around. RocksDB's default WAL
@@ -81,25 +156,38 @@ func Open(dir string) (*Store, error) {
 	// CometBFT's height is then replayed the missing blocks by CometBFT.
 	opts.SetWALRecoveryMode(grocksdb.TolerateCorruptedTailRecordsRecovery)
 	opts.SetParanoidChecks(true)
-	cfOpts := make([]*grocksdb.Options, len(cfNames))
-	for i := range cfOpts {
-		cfOpts[i] = opts
+	return opts
+}
+
+const rebuildHint = "the store is damaged: rebuild this validator from its peers (docs/operating.md, Rebuilding a validator)"
+
+func openError(dir string, err error) error {
+	if strings.Contains(err.Error(), "Corruption") {
+		return fmt.Errorf("open store %s: %w%s; %s", dir, err, damagedFiles(dir), rebuildHint)
 	}
-	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, dir, cfNames, cfOpts)
+	return fmt.Errorf("open store %s: %w", dir, err)
+}
+
+// hasColumnFamilies checks that the store in dir lists every column family.
+func hasColumnFamilies(opts *grocksdb.Options, dir string) error {
+	names, err := grocksdb.ListColumnFamilies(opts, dir)
 	if err != nil {
-		opts.Destroy()
-		if strings.Contains(err.Error(), "Corruption") {
-			return nil, fmt.Errorf("open store %s: %w%s; the store is damaged: rebuild this validator from its peers (docs/operating.md, Rebuilding a validator)", dir, err, damagedFiles(dir))
+		return openError(dir, err)
+	}
+	var missing []string
+	for _, n := range cfNames {
+		if !slices.Contains(names, n) {
+			missing = append(missing, n)
 		}
-		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
-	wo := grocksdb.NewDefaultWriteOptions()
-	wo.SetSync(true)
-	byCF := map[core.CF]*grocksdb.ColumnFamilyHandle{}
-	for i, cf := range core.CFs {
-		byCF[cf] = cfs[2+i]
+	if len(missing) > 0 {
+		manifest := "MANIFEST"
+		if b, err := os.ReadFile(filepath.Join(dir, "CURRENT")); err == nil {
+			manifest = strings.TrimSpace(string(b))
+		}
+		return fmt.Errorf("open store %s: its %s lists no column family %s (it has %s): %s", dir, manifest, strings.Join(missing, ", "), strings.Join(names, ", "), rebuildHint)
 	}
-	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
+	return nil
 }
 
 // damagedFiles is what RocksDB's info log says of the files it found
@@ -109,7 +197,7 @@ func Open(dir string) (*Store, error) {
 func damagedFiles(dir string) string {
 	f, err := os.Open(filepath.Join(dir, "LOG"))
 	if err != nil {
-		return ""
+		return walFiles(dir)
 	}
 	defer f.Close()
 	var b strings.Builder
@@ -122,7 +210,24 @@ func damagedFiles(dir string) string {
 		b.WriteString("; " + what)
 		n++
 	}
+	if b.Len() == 0 {
+		// A read-only open writes no LOG: name the WAL, the file whose
+		// replay reports a corruption without naming it.
+		return walFiles(dir)
+	}
 	return b.String()
+}
+
+// walFiles lists the store's write-ahead logs ("; in the WAL 000004.log").
+func walFiles(dir string) string {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if len(logs) == 0 {
+		return ""
+	}
+	for i := range logs {
+		logs[i] = filepath.Base(logs[i])
+	}
+	return "; in the WAL " + strings.Join(logs, ", ")
 }
 
 // Last returns the last committed height and app hash; a new store returns

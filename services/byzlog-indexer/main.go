@@ -200,7 +200,9 @@ func run(ctx context.Context, o options, flagSet *pflag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(o.natsURL, append([]nats.Option{nats.Name("byzlog-indexer " + cfg.ID), nats.MaxReconnects(-1), nats.Timeout(cfg.NATSTimeout)}, natsOpts...)...)
+	// Nothing published while reconnecting is kept to send after: see
+	// indexer.New.
+	nc, err := nats.Connect(o.natsURL, append([]nats.Option{nats.Name("byzlog-indexer " + cfg.ID), nats.MaxReconnects(-1), nats.Timeout(cfg.NATSTimeout), nats.ReconnectBufSize(-1)}, natsOpts...)...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
 	}
