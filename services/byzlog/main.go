@@ -34,7 +34,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLocalnetCommand(), newKeygenCommand(), newTopicCommand(), newProduceCommand(), newConsumeCommand(), newRunCommand(), newDemoCommand(), newBenchCommand(), newChaosCommand(), newAttackCommand(), newCertsCommand())
+	root.AddCommand(newLocalnetCommand(), newKeygenCommand(), newTopicCommand(), newProduceCommand(), newConsumeCommand(), newRunCommand(), newDemoCommand(), newBenchCommand(), newChaosCommand(), newAttackCommand(), newCertsCommand(), newNodeCommand())
 	return root
 }
 

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/byzlog/byzlog/services/internal/nodecheck"
 )
 
 // corruptNode is the validator corrupt-one damages, the same one all phase
@@ -154,10 +156,10 @@ func startCorrupted(ctx context.Context, c *Cluster, i int, what, path string) e
 		}
 	}
 	said := haltMessage(c.Net.Home(i), filepath.Base(path))
-	c.note(fmt.Sprintf("%s: halted (%v); %s", what, err, said))
 	if err := c.Net.KillRest(i); err != nil {
 		return err
 	}
+	c.note(fmt.Sprintf("%s: halted (%v); %s; byzlog node check: %s", what, err, said, checkSays(c.Net.Home(i))))
 	if err := c.Net.ResetNode(ctx, i); err != nil {
 		return err
 	}
@@ -170,6 +172,20 @@ func startCorrupted(ctx context.Context, c *Cluster, i int, what, path string) e
 		return fmt.Errorf("node%d, rebuilt after %s, did not catch up: %w", i, what, err)
 	}
 	return nil
+}
+
+// checkSays is what byzlog node check finds damaged in a stopped node.
+func checkSays(home string) string {
+	var found []string
+	for _, r := range nodecheck.Check(home, filepath.Join(home, "app")) {
+		if r.Err != nil {
+			found = append(found, fmt.Sprintf("%s: %.200s", r.File, r.Err))
+		}
+	}
+	if len(found) == 0 {
+		return "nothing damaged"
+	}
+	return strings.Join(found, "; ")
 }
 
 // haltMessage says whether a halted node's logs name file, quoting the

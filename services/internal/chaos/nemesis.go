@@ -332,16 +332,8 @@ var Nemeses = []Nemesis{
 	{
 		Name: "power-nats", Doc: "cut nats-server's power: kill -9 it and drop the JetStream store's unsynced writes; restart it",
 		NeedsDisks: true,
-		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
-			if err := c.Net.Kill(c.Services, localnet.NATSName); err != nil {
-				return "", nil, err
-			}
-			lost, err := c.powerLoss(natsDisk)
-			if err != nil {
-				return "", nil, err
-			}
-			c.note(lost)
-			return localnet.NATSName, func(ctx context.Context) error { return c.Net.Start(ctx, c.Services, localnet.NATSName) }, nil
+		Inject: func(ctx context.Context, c *Cluster, _ int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return powerNATS(ctx, c)
 		},
 	},
 	{

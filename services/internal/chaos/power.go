@@ -7,7 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/byzlog/byzlog/indexer/layout"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 	"github.com/byzlog/byzlog/services/internal/powerfs"
 )
@@ -134,6 +139,61 @@ func powerFail(ctx context.Context, c *Cluster, nodes []int) (string, func(conte
 				return err
 			}
 		}
+		return nil
+	}, nil
+}
+
+// streamHeld is how many messages the stream of the phase's topic holds,
+// as NATS's indexer user reads it: what a power loss of NATS cost is the
+// difference before and after, whatever the indexer then publishes again.
+func streamHeld(ctx context.Context, c *Cluster) (uint64, error) {
+	opts, err := c.Net.NATSOptions(c.Services, localnet.NATSIndexerUser)
+	if err != nil {
+		return 0, err
+	}
+	nc, err := nats.Connect(c.Services.NATSURL(), append(opts, nats.MaxReconnects(0))...)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, layout.StreamName(c.topic))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.CachedInfo().State.Msgs, nil
+}
+
+// powerNATS cuts NATS's power and restarts it; the note says how many
+// acknowledged messages the topic's stream lost, read straight after the
+// restart (before the indexer can publish them again).
+func powerNATS(ctx context.Context, c *Cluster) (string, func(context.Context) error, error) {
+	before, berr := streamHeld(ctx, c)
+	if err := c.Net.Kill(c.Services, localnet.NATSName); err != nil {
+		return "", nil, err
+	}
+	lost, err := c.powerLoss(natsDisk)
+	if err != nil {
+		return "", nil, err
+	}
+	return localnet.NATSName, func(ctx context.Context) error {
+		if err := c.Net.Start(ctx, c.Services, localnet.NATSName); err != nil {
+			return err
+		}
+		after, aerr := streamHeld(ctx, c)
+		if err := errors.Join(berr, aerr); err != nil {
+			c.note(fmt.Sprintf("%s; stream not read: %v", lost, err))
+			return nil
+		}
+		c.note(fmt.Sprintf("%s; stream %s held %d messages before, %d after the restart", lost, layout.StreamName(c.topic), before, after))
 		return nil
 	}, nil
 }
