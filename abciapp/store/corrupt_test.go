@@ -143,13 +143,35 @@ func prefixOrRefusal(t *testing.T, dir, damaged string) int64 {
 func TestVerifyPassesAnUndamagedStore(t *testing.T) {
 	dir := t.TempDir()
 	commitMany(t, dir, true)
+	before := listing(t, dir)
 	keys, err := store.Verify(dir)
 	if err != nil || keys < corruptCommits {
 		t.Fatalf("Verify = %d keys, %v; want at least %d keys, no error", keys, err, corruptCommits)
 	}
+	if after := listing(t, dir); after != before {
+		t.Errorf("Verify changed the store's directory:\nbefore %s\nafter  %s", before, after)
+	}
 	if _, err := store.Verify(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no RocksDB database there") {
 		t.Errorf("Verify of an empty directory = %v, want 'no RocksDB database there'", err)
 	}
+}
+
+// listing is dir's file names, sizes and modification times.
+func listing(t *testing.T, dir string) string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range es {
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s:%d:%d ", e.Name(), fi.Size(), fi.ModTime().UnixNano())
+	}
+	return b.String()
 }
 
 func TestWALBitFlipIsRefused(t *testing.T) {

@@ -184,6 +184,7 @@ func TestCheckNamesTheDamagedFile(t *testing.T) {
 			if hit == nil {
 				t.Fatalf("no damage found: %+v", rs)
 			}
+			t.Logf("%s: %v", hit.File, hit.Err)
 			if hit.File != tc.want || !strings.Contains(hit.File+": "+hit.Err.Error(), named) {
 				t.Errorf("found %s: %v; want %s, naming %s", hit.File, hit.Err, tc.want, named)
 			}
