@@ -80,11 +80,7 @@ func Open(dir string) (*Store, error) {
 			return nil, err
 		}
 	}
-	cfOpts := make([]*grocksdb.Options, len(cfNames))
-	for i := range cfOpts {
-		cfOpts[i] = opts
-	}
-	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, dir, cfNames, cfOpts)
+	db, cfs, err := grocksdb.OpenDbColumnFamilies(opts, dir, cfNames, everyCF(opts))
 	if err != nil {
 		opts.Destroy()
 		return nil, openError(dir, err)
@@ -111,11 +107,7 @@ func Verify(dir string) (keys int, err error) {
 	if err := hasColumnFamilies(opts, dir); err != nil {
 		return 0, err
 	}
-	cfOpts := make([]*grocksdb.Options, len(cfNames))
-	for i := range cfOpts {
-		cfOpts[i] = opts
-	}
-	db, cfs, err := grocksdb.OpenDbForReadOnlyColumnFamilies(opts, dir, cfNames, cfOpts, false)
+	db, cfs, err := grocksdb.OpenDbForReadOnlyColumnFamilies(opts, dir, cfNames, everyCF(opts), false)
 	if err != nil {
 		return 0, openError(dir, err)
 	}
@@ -140,6 +132,15 @@ func Verify(dir string) (keys int, err error) {
 		}
 	}
 	return keys, nil
+}
+
+// everyCF gives each column family opts.
+func everyCF(opts *grocksdb.Options) []*grocksdb.Options {
+	cfOpts := make([]*grocksdb.Options, len(cfNames))
+	for i := range cfOpts {
+		cfOpts[i] = opts
+	}
+	return cfOpts
 }
 
 // options are the database's options, for Open and Verify.
