@@ -114,7 +114,7 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	readBackAll(ctx, c, w, rec, &row)
 
 	endHeight := maxCommittedAll(ctx, c)
-	if err := appHashes(ctx, c.Net, startHeight, endHeight, rec.h.AppHashes); err != nil {
+	if err := appHashes(ctx, c.Net, startHeight, endHeight, rec.h.AppHashes, c.note); err != nil {
 		row.Errors = append(row.Errors, err.Error())
 	}
 	if err := evidence(ctx, c.Net, startHeight, endHeight, &rec.h); err != nil {

@@ -283,6 +283,9 @@ func evidence(ctx context.Context, n *localnet.Net, from, to int64, h *History) 
 			if err != nil {
 				return fmt.Errorf("evidence: block %d: %w", height, err)
 			}
+			if b == nil || b.Block == nil {
+				return fmt.Errorf("evidence: node0 serves no block %d, which its header %d lists", height, height)
+			}
 			for _, ev := range b.Block.Evidence.Evidence {
 				h.Evidence = append(h.Evidence, fmt.Sprintf("block %d: %s", height, ev))
 			}
@@ -291,17 +294,27 @@ func evidence(ctx context.Context, n *localnet.Net, from, to int64, h *History) 
 	return nil
 }
 
+// errNoHeader is a node's null answer for a header it committed.
+var errNoHeader = errors.New("no header")
+
 // appHashes records, for heights from..to, the app hash in header h of
 // each node's own block store (what its chain agreed on after block h-1),
 // and each node's app's own hash after the last block it committed, next
-// to the header that must carry it.
-func appHashes(ctx context.Context, n *localnet.Net, from, to int64, into map[int64]map[string]string) error {
+// to the header that must carry it. A node whose block store lacks a header
+// it committed (CometBFT answers null: a table of its block store damaged
+// while it ran on) serves nothing there rather than anything else, so it
+// is noted, not counted as a divergence: the headers it does serve are
+// compared.
+func appHashes(ctx context.Context, n *localnet.Net, from, to int64, into map[int64]map[string]string, note func(string)) error {
 	header := func(c interface {
 		Commit(context.Context, *int64) (*coretypes.ResultCommit, error)
 	}, node string, h int64) error {
 		res, err := c.Commit(ctx, &h)
 		if err != nil {
 			return fmt.Errorf("%s header %d: %w", node, h, err)
+		}
+		if res == nil || res.SignedHeader.Header == nil {
+			return errNoHeader
 		}
 		if into[h] == nil {
 			into[h] = map[string]string{}
@@ -315,10 +328,19 @@ func appHashes(ctx context.Context, n *localnet.Net, from, to int64, into map[in
 			return err
 		}
 		node := fmt.Sprintf("node%d", i)
+		var holes []int64
 		for h := from; h <= to; h++ {
-			if err := header(c, node, h); err != nil {
+			err := header(c, node, h)
+			if errors.Is(err, errNoHeader) {
+				holes = append(holes, h)
+				continue
+			}
+			if err != nil {
 				return err
 			}
+		}
+		if len(holes) > 0 {
+			note(fmt.Sprintf("%s serves no header for %d of heights %d..%d (first %d, last %d): its block store lacks them", node, len(holes), from, to, holes[0], holes[len(holes)-1]))
 		}
 		info, err := c.ABCIInfo(ctx)
 		if err != nil {
@@ -327,13 +349,16 @@ func appHashes(ctx context.Context, n *localnet.Net, from, to int64, into map[in
 		next := info.Response.LastBlockHeight + 1
 		for try := 0; ; try++ {
 			err := header(c, node, next)
-			if err == nil {
+			if err == nil || errors.Is(err, errNoHeader) {
 				break
 			}
 			if try == 40 {
 				return err
 			}
 			sleep(ctx, 250*time.Millisecond)
+		}
+		if into[next] == nil {
+			into[next] = map[string]string{}
 		}
 		into[next][node+"/app"] = fmt.Sprintf("%X", info.Response.LastBlockAppHash)
 	}

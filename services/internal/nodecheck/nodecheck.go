@@ -3,7 +3,8 @@
 // whether it is whole, and what is wrong with it if not: the signing state
 // and key, CometBFT's consensus WAL (record checksums), its goleveldb
 // databases (every key read with checksums verified, journals strictly)
-// and byzlog-app's RocksDB store (store.Verify). CometBFT halts on some of
+// and byzlog-app's RocksDB store (store.Verify), and whether the block
+// store still holds every block the state has moved past. CometBFT halts on some of
 // these damages without naming the file, and opens around others (its
 // goleveldb does not read journals strictly); this names it, so that an
 // operator knows to rebuild the validator (docs/operating.md).
@@ -22,6 +23,8 @@ import (
 
 	cmtjson "github.com/cometbft/cometbft/libs/json"
 	"github.com/cometbft/cometbft/privval"
+	cmtstate "github.com/cometbft/cometbft/proto/tendermint/state"
+	cmtstore "github.com/cometbft/cometbft/proto/tendermint/store"
 	"github.com/syndtr/goleveldb/leveldb"
 	"github.com/syndtr/goleveldb/leveldb/opt"
 
@@ -68,6 +71,7 @@ func Check(home, appData string) []Result {
 		add(w, fmt.Sprintf("%d records", n), err)
 	}
 
+	whole := 0
 	for _, db := range []struct {
 		name     string
 		optional bool
@@ -81,6 +85,13 @@ func Check(home, appData string) []Result {
 		}
 		n, err := levelDB(path)
 		add(path, fmt.Sprintf("%d keys", n), err)
+		if err == nil && !db.optional {
+			whole++
+		}
+	}
+	if whole == 2 {
+		detail, err := chainHeights(data)
+		add(filepath.Join(data, "blockstore.db"), detail, err)
 	}
 
 	if appData != "" {
@@ -172,6 +183,58 @@ func consensusWAL(path string) (int, error) {
 		}
 		off += 8 + int64(length)
 	}
+}
+
+// chainHeights compares the heights CometBFT's block store and state say
+// they hold. CometBFT saves each block, synced, before the state after it,
+// so a state past the block store's last block means the block store lost
+// writes it had synced: its newest journal cut or rolled back, which
+// goleveldb cannot tell from a crash's torn tail and opens around (CometBFT
+// then halts in its handshake, "app block height ... is higher than core",
+// naming no file).
+func chainHeights(data string) (string, error) {
+	bsPath := filepath.Join(data, "blockstore.db")
+	raw, err := levelGet(bsPath, []byte("blockStore"))
+	if err != nil {
+		return "", err
+	}
+	var bs cmtstore.BlockStoreState
+	if err := bs.Unmarshal(raw); err != nil {
+		return "", fmt.Errorf("its state (key blockStore) does not decode: %w", err)
+	}
+	raw, err = levelGet(filepath.Join(data, "state.db"), []byte("stateKey"))
+	if err != nil {
+		return "", err
+	}
+	var st cmtstate.State
+	if err := st.Unmarshal(raw); err != nil {
+		return "", fmt.Errorf("state.db's state (key stateKey) does not decode: %w", err)
+	}
+	if st.LastBlockHeight > bs.Height {
+		journals, _ := filepath.Glob(filepath.Join(bsPath, "*.log"))
+		sort.Strings(journals)
+		newest := "its journal"
+		if len(journals) > 0 {
+			newest = "its journal " + filepath.Base(journals[len(journals)-1])
+		}
+		return "", fmt.Errorf("holds blocks %d..%d, but state.db is at height %d: the block store lost blocks it had synced (%s cut or rolled back)", bs.Base, bs.Height, st.LastBlockHeight, newest)
+	}
+	return fmt.Sprintf("blocks %d..%d, state at %d", bs.Base, bs.Height, st.LastBlockHeight), nil
+}
+
+// levelGet reads one key of a goleveldb database, read-only; a missing key
+// is an empty value, as CometBFT reads it.
+func levelGet(path string, key []byte) ([]byte, error) {
+	db, err := leveldb.OpenFile(path, &opt.Options{ReadOnly: true, ErrorIfMissing: true, Strict: opt.StrictAll})
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	v, err := db.Get(key, nil)
+	if errors.Is(err, leveldb.ErrNotFound) {
+		return nil, nil
+	}
+	return v, err
 }
 
 // levelDB opens a goleveldb database read-only with every strict check

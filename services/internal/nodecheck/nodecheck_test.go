@@ -10,6 +10,8 @@ import (
 
 	"github.com/cometbft/cometbft/consensus"
 	"github.com/cometbft/cometbft/privval"
+	cmtstate "github.com/cometbft/cometbft/proto/tendermint/state"
+	cmtstore "github.com/cometbft/cometbft/proto/tendermint/store"
 	"github.com/syndtr/goleveldb/leveldb"
 	"github.com/syndtr/goleveldb/leveldb/opt"
 
@@ -57,6 +59,20 @@ func node(t *testing.T) (string, string) {
 				t.Fatal(err)
 			}
 		}
+		// The block store's state moves up with each block, synced, as
+		// CometBFT saves it; the state follows the last one.
+		for h := int64(1); h <= 200; h++ {
+			key, v := []byte("blockStore"), mustMarshal(t, &cmtstore.BlockStoreState{Base: 1, Height: h})
+			if name == "state.db" {
+				if h < 200 {
+					continue
+				}
+				key, v = []byte("stateKey"), mustMarshal(t, &cmtstate.State{LastBlockHeight: h})
+			}
+			if err := db.Put(key, v, &opt.WriteOptions{Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -77,6 +93,15 @@ func node(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	return home, app
+}
+
+func mustMarshal(t *testing.T, m interface{ Marshal() ([]byte, error) }) []byte {
+	t.Helper()
+	b, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func flip(t *testing.T, path string) {
@@ -147,6 +172,24 @@ func TestCheckNamesTheDamagedFile(t *testing.T) {
 			p := largestIn(t, filepath.Join(home, "data", "blockstore.db", "*.log"))
 			flip(t, p)
 			return filepath.Base(p)
+		}, "data/blockstore.db"},
+		{"block store behind its state", func(t *testing.T, home string) string {
+			// What a journal cut at a record boundary, or rolled back,
+			// leaves: goleveldb opens it as a crash's torn tail (a cut
+			// inside a record is caught as a bad chunk), and the block
+			// store's last synced blocks are gone.
+			p := filepath.Join(home, "data", "blockstore.db")
+			db, err := leveldb.OpenFile(p, &opt.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Put([]byte("blockStore"), mustMarshal(t, &cmtstore.BlockStoreState{Base: 1, Height: 150}), &opt.WriteOptions{Sync: true}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			return "holds blocks 1..150, but state.db is at height 200"
 		}, "data/blockstore.db"},
 		{"state journal zeroed", func(t *testing.T, home string) string {
 			// (A journal cut short reads as a crash's torn tail: goleveldb
