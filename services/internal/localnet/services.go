@@ -180,9 +180,7 @@ type Services struct {
 	MutualTLS bool
 	// NATSLazySync weakens NATS to its default sync (every 2 minutes) for
 	// chaos runs that show what a power loss then costs. By default the
-	// server syncs at every write (sync_interval: always): JetStream
-	// acknowledges a message once written, and the indexer counts a
-	// record published at that acknowledgement.
+	// server syncs every NATSSyncInterval.
 	NATSLazySync bool
 	// Binaries.
 	NATS, Gateway, Indexer string
