@@ -149,37 +149,45 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 		i.acknowledge(ctx, cancel, pipe, pub)
 	}()
 	defer func() { close(pipe); <-acks }()
-	h := i.acked.Load() + 1
-	var tip int64
-	for {
-		if n := i.nc.Stats().Reconnects; n != reconnects {
-			// A server that restarted may have lost what it had not
-			// synced: look again at what the streams hold.
-			return fmt.Errorf("NATS reconnected (%d reconnects): reconciling with the streams", n)
+	// Its own context: the blocks published so far are still acknowledged
+	// (the deferred close of pipe) after the prefetch stops.
+	pctx, stopPrefetch := context.WithCancel(ctx)
+	blocks := make(chan *fetching, prefetchBlocks-1)
+	go i.prefetch(pctx, i.acked.Load()+1, blocks)
+	defer func() {
+		stopPrefetch()
+		for range blocks { // prefetch closes it after its fetches end
 		}
-		if h >= tip {
-			// Block h needs header h+1.
-			t, err := i.v.tip(ctx)
-			if err != nil {
-				return err
+	}()
+	check := time.NewTicker(i.cfg.PollInterval)
+	defer check.Stop()
+	for {
+		var f *fetching
+		for f == nil {
+			if n := i.nc.Stats().Reconnects; n != reconnects {
+				// A server that restarted may have lost what it had not
+				// synced: look again at what the streams hold.
+				return fmt.Errorf("NATS reconnected (%d reconnects): reconciling with the streams", n)
 			}
-			tip = t
-			i.tip.Store(i.v.lastTip)
-			i.m.tip.Set(float64(i.v.lastTip))
-			i.m.lag.Set(float64(i.v.lastTip - i.acked.Load()))
-			if h >= tip {
-				select {
-				case <-time.After(i.cfg.PollInterval):
-					continue
-				case <-ctx.Done():
+			select {
+			case f = <-blocks:
+				if f == nil {
 					return context.Cause(ctx)
 				}
+			case <-check.C:
+			case <-ctx.Done():
+				return context.Cause(ctx)
 			}
 		}
-		b, err := i.v.block(ctx, h)
-		if err != nil {
-			return err
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return context.Cause(ctx)
 		}
+		if f.err != nil {
+			return f.err
+		}
+		b := f.b
 		if err := acc.apply(ctx, b.Appended.Topics); err != nil {
 			return err
 		}
@@ -189,12 +197,11 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 		}
 		ends, deleted := blockEnds(b)
 		select {
-		case pipe <- inflight{h, futs, ends, deleted}:
+		case pipe <- inflight{f.height, futs, ends, deleted}:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
 		i.m.blocks.Inc()
-		h++
 	}
 }
 

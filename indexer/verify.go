@@ -77,7 +77,6 @@ type verifier struct {
 	m       *Metrics
 	nodes   []*node
 	headers *chain.Headers
-	next    int
 	lastTip int64
 }
 
@@ -141,20 +140,37 @@ func (v *verifier) tip(ctx context.Context) (int64, error) {
 // block returns block h verified. It needs header h+1, which carries the
 // app hash and results hash of block h.
 func (v *verifier) block(ctx context.Context, h int64) (*Block, error) {
-	lb, err := v.header(ctx, h)
+	lb, next, err := v.headerPair(ctx, h)
 	if err != nil {
 		return nil, err
 	}
-	next, err := v.header(ctx, h+1)
-	if err != nil {
-		return nil, err
+	return v.data(ctx, lb, next)
+}
+
+// headerPair verifies headers h and h+1, in order: the light client is
+// sequential, so one goroutine at a time calls it.
+func (v *verifier) headerPair(ctx context.Context, h int64) (lb, next *cmttypes.LightBlock, err error) {
+	if lb, err = v.header(ctx, h); err != nil {
+		return nil, nil, err
 	}
+	if next, err = v.header(ctx, h+1); err != nil {
+		return nil, nil, err
+	}
+	return lb, next, nil
+}
+
+// data fetches the block lb names, its results and digest, and checks
+// them against the verified headers lb and next (one above). It asks the
+// nodes in turn, starting with the one the height picks (so blocks fetched
+// at once spread over the nodes), until one serves data that checks. It is
+// safe to call from several goroutines.
+func (v *verifier) data(ctx context.Context, lb, next *cmttypes.LightBlock) (*Block, error) {
+	h := lb.Height
 	var errs []error
 	for i := range v.nodes {
-		n := v.nodes[(v.next+i)%len(v.nodes)]
+		n := v.nodes[(int(h%int64(len(v.nodes)))+i)%len(v.nodes)]
 		b, kind, err := v.fetch(ctx, n, lb, next)
 		if err == nil {
-			v.next = (v.next + i + 1) % len(v.nodes) // round-robin
 			return b, nil
 		}
 		if ctx.Err() != nil {
