@@ -65,6 +65,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pub.log = i.log
 	acc, err := newAccess(ctx, pub.kv, i.cfg, i.log)
 	if err != nil {
 		return err

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
@@ -34,6 +36,7 @@ type publisher struct {
 	next      map[string]uint64 // topic \x00 partition -> first offset to publish
 	blockNext int64             // first height whose BlockInfo to publish; 0 = ask
 	blocks    jetstream.Stream
+	log       zerolog.Logger
 }
 
 func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, error) {
@@ -41,7 +44,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, e
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, next: map[string]uint64{}}
+	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, next: map[string]uint64{}, log: zerolog.Nop()}
 	if err := p.ensureCursorBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -110,7 +113,7 @@ func (p *publisher) ensureBlocks(ctx context.Context) error {
 	if p.blocks != nil {
 		return nil
 	}
-	st, err := p.ensureStream(ctx, layout.BlocksStream, layout.BlocksSubject, "byzlog committed blocks")
+	st, err := p.ensureStream(ctx, layout.BlocksStream, layout.BlocksSubject, "byzlog committed blocks", nil)
 	if err != nil {
 		return err
 	}
@@ -118,15 +121,38 @@ func (p *publisher) ensureBlocks(ctx context.Context) error {
 	return nil
 }
 
-func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string) (jetstream.Stream, error) {
-	st, err := p.js.CreateStream(ctx, jetstream.StreamConfig{
+// ensureStream makes a stream, or finds it made. With a topic's config c
+// it makes it with c's limits (retention.go), or sets them on the stream
+// found; without, it makes it with none and leaves one found alone.
+func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
+	sc := jetstream.StreamConfig{
 		Name: name, Description: desc, Subjects: []string{subject},
 		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, Duplicates: p.cfg.DuplicateWindow,
-	})
+	}
+	if c != nil {
+		l := topicLimits(c, sc.Duplicates)
+		l.set(&sc)
+		st, err := p.js.CreateStream(ctx, sc)
+		if cannotReserve(err) {
+			p.warnUnreserved(name, c, l, err)
+			sc.MaxBytes = -1
+			st, err = p.js.CreateStream(ctx, sc)
+		}
+		if err == nil || !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			if err != nil {
+				return nil, fmt.Errorf("stream %s for %s: %w", name, subject, limitErr("create", c, l, err))
+			}
+			return st, nil
+		}
+	}
+	st, err := p.js.CreateStream(ctx, sc)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		// Created before (perhaps by another indexer, perhaps re-configured
-		// by an operator): use it as it is.
+		// by an operator): its limits are the topic's, the rest is as it is.
 		st, err = p.js.Stream(ctx, name)
+		if err == nil && c != nil {
+			st, err = p.limit(ctx, st, c)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("stream %s for %s: %w", name, subject, err)
@@ -134,11 +160,24 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 	return st, nil
 }
 
+// stream is topic's stream. Made here, the stream was not seen made by
+// the block creating the topic (this indexer restarted since, or the
+// stream was lost): it gets the limits of the topic's kept config.
 func (p *publisher) stream(ctx context.Context, topic string) (jetstream.Stream, error) {
 	if st, ok := p.streams[topic]; ok {
 		return st, nil
 	}
-	st, err := p.ensureStream(ctx, layout.StreamName(topic), layout.TopicSubjects(topic), "byzlog topic "+topic)
+	c, err := p.keptTopic(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	return p.topicStream(ctx, topic, c)
+}
+
+// topicStream makes topic's stream with c's limits (nil: none), or sets
+// them on it, and remembers it.
+func (p *publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
+	st, err := p.ensureStream(ctx, layout.StreamName(topic), layout.TopicSubjects(topic), "byzlog topic "+topic, c)
 	if err != nil {
 		return nil, err
 	}
@@ -310,6 +349,17 @@ func lacks(stream, subject, missing string, seq uint64, found string) error {
 		stream, missing, subject, seq, found, stream, seq)
 }
 
+// topicChanges are the topics block b creates, updates or deletes. The
+// chain's first block also brings genesis's topics, which no block
+// creates: an indexer that publishes it keeps their configs as it keeps
+// those of topics a block creates.
+func (p *publisher) topicChanges(b *Block) []core.TopicChange {
+	if b.Height != 1 || len(p.cfg.GenesisTopics) == 0 {
+		return b.Appended.Topics
+	}
+	return append(slices.Clip(p.cfg.GenesisTopics), b.Appended.Topics...)
+}
+
 // publish sends block b's records and BlockInfo asynchronously and returns
 // the futures of their acknowledgements. It counts what it published.
 func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstream.PubAckFuture, error) {
@@ -323,14 +373,23 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 	// subscribe before its first record, and goes with its deletion, so a
 	// topic created again under the name starts clean (its offsets start
 	// at 0 again; the old stream would take them for published).
-	for _, c := range b.Appended.Topics {
-		if c.Deleted {
-			if err := p.dropStream(ctx, c.Name); err != nil {
-				return nil, err
+	// A created or updated topic's config is kept, and its limits set on
+	// the stream, before the block's records are published there.
+	for _, c := range p.topicChanges(b) {
+		var err error
+		switch {
+		case c.Deleted:
+			if err = p.dropStream(ctx, c.Name); err == nil {
+				err = p.forgetTopic(ctx, c.Name)
 			}
-			continue
+		case c.Config != nil:
+			if err = p.keepTopic(ctx, c.Name, c.Config); err == nil {
+				_, err = p.topicStream(ctx, c.Name, c.Config)
+			}
+		default:
+			_, err = p.stream(ctx, c.Name)
 		}
-		if _, err := p.stream(ctx, c.Name); err != nil {
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,11 +27,15 @@ import (
 // again, from the block of the last record it holds.
 
 // partEnd is how far one partition's records were acknowledged: the
-// offset after the last, and the height of the block with the first (to
-// start again from when the stream holds none).
+// offset after the last, the height of the block with the first (to
+// start again from when the stream holds none), and the height and time
+// of the block with the last (to tell a stream's limits from a loss; an
+// older indexer saved neither).
 type partEnd struct {
 	Next        uint64 `json:"next"`
 	FirstHeight int64  `json:"first_height"`
+	LastHeight  int64  `json:"last_height,omitempty"`
+	LastTime    int64  `json:"last_time_unix_nano,omitempty"`
 }
 
 // savedCursor is the cursor's value: the last height whose records are all
@@ -69,7 +74,7 @@ func blockEnds(b *Block) (map[string]partEnd, []string) {
 	ends := map[string]partEnd{}
 	for _, part := range b.Appended.Partitions {
 		r := part.Root
-		ends[partKey(r.Topic, r.Partition)] = partEnd{Next: r.FirstOffset + uint64(r.Count), FirstHeight: b.Height}
+		ends[partKey(r.Topic, r.Partition)] = partEnd{Next: r.FirstOffset + uint64(r.Count), FirstHeight: b.Height, LastHeight: b.Height, LastTime: b.Time.UnixNano()}
 	}
 	var deleted []string
 	for _, c := range b.Appended.Topics {
@@ -99,9 +104,11 @@ func advance(into map[string]partEnd, ends map[string]partEnd, deleted []string)
 
 // rewind returns the height to publish from again so that every stream
 // holds what was acknowledged (ends), or after+1 when every stream does.
-// It says which partition made it go back.
+// It says which partition made it go back. A partition whose records a
+// stream's limits removed (removedByLimits) holds what it should.
 func (p *publisher) rewind(ctx context.Context, ends map[string]partEnd, after int64) (int64, string, error) {
 	from, why := after+1, ""
+	now := time.Now()
 	for k, e := range ends {
 		topic, partition, ok := splitPartKey(k)
 		if !ok || e.Next == 0 {
@@ -120,6 +127,15 @@ func (p *publisher) rewind(ctx context.Context, ends map[string]partEnd, after i
 		if held >= e.Next {
 			continue
 		}
+		if held == 0 && st != nil {
+			gone, err := removedByLimits(ctx, st, topic, e, after, now)
+			if err != nil {
+				return 0, "", err
+			}
+			if gone {
+				continue
+			}
+		}
 		at := e.FirstHeight
 		if height > 0 {
 			at = height
@@ -129,6 +145,40 @@ func (p *publisher) rewind(ctx context.Context, ends map[string]partEnd, after i
 		}
 	}
 	return from, why, nil
+}
+
+// removedByLimits reports whether st, holding none of a partition's
+// records (ended by e), removed them for its limits rather than lost them.
+// A server that loses power loses a stream's newest messages; limits remove
+// its oldest. So the records count as removed if their block is older than
+// the stream's MaxAge (the chain's retention_ms, at most that, deleted them
+// too), or older than the first message the stream holds (of a height this
+// indexer has published, at most after): a partition quiet for longer than
+// MaxAge, or a skewed topic's quiet partition once the busy ones filled
+// MaxBytes. Publishing them again would store them anew, to be removed
+// again, after consumers had them.
+func removedByLimits(ctx context.Context, st jetstream.Stream, topic string, e partEnd, after int64, now time.Time) (bool, error) {
+	if e.LastHeight == 0 {
+		return false, nil // saved by an older indexer: unknown
+	}
+	info := st.CachedInfo()
+	if age := info.Config.MaxAge; age > 0 && now.Sub(time.Unix(0, e.LastTime)) > age {
+		return true, nil
+	}
+	if info.State.Msgs == 0 {
+		return false, nil
+	}
+	first, err := st.GetMsg(ctx, info.State.FirstSeq, jetstream.WithGetMsgSubject(layout.TopicSubjects(topic)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("first message of stream %s: %w", info.Config.Name, err)
+	}
+	// What it says counts only as far as this indexer saw the chain: a
+	// message no byzlog indexer wrote could claim a later height.
+	r, err := layout.Record(first.Subject, first.Header, first.Data)
+	return err == nil && r.Height > e.LastHeight && r.Height <= after, nil
 }
 
 // lastHeld is the offset after the last record the stream holds on the
