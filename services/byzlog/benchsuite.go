@@ -32,6 +32,7 @@ type suiteOptions struct {
 	recordSizes []int
 	load        bench.Config // producers, in-flight, warm-up, duration
 	partitions  uint32
+	retention   int64 // retention_bytes per partition of the bench topic; 0: none
 	basePort    int
 	scaling     bool
 	validators  []int     // scaling: validator counts beyond 4
@@ -118,6 +119,7 @@ func (o *suiteOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.load.Producers, "producers", o.load.Producers, "producers (byzlog), publishers (JetStream) or senders (kvstore, noop)")
 	f.IntVar(&o.load.InFlight, "in-flight", o.load.InFlight, "unresolved records per producer (byzlog) or pending publishes per publisher (JetStream); default 8,000 at 100 B, scaled to ~800 KB per producer for other sizes")
 	f.Uint32Var(&o.partitions, "partitions", o.partitions, "partitions of byzlog's bench topic")
+	f.Int64Var(&o.retention, "retention-bytes", 0, "retention_bytes per partition of byzlog's bench topic (0: keep everything); the chain and the topic's stream then stay bounded, as a long soak needs")
 	f.DurationVar(&o.load.Warmup, "warmup", o.load.Warmup, "load before measuring, per row")
 	f.DurationVar(&o.load.Duration, "duration", o.load.Duration, "measured time per row")
 	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the suite's processes (see above)")
@@ -188,6 +190,9 @@ func (o suiteOptions) validate() error {
 	}
 	if o.partitions < 1 {
 		return errors.New("--partitions must be at least 1")
+	}
+	if o.retention < 0 {
+		return fmt.Errorf("--retention-bytes %d: want 0 (keep everything) or a positive byte count", o.retention)
 	}
 	load := o.load
 	load.Gateways = []string{"-"}
@@ -389,6 +394,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.
 	res, err := bench.Run(ctx, load, prog)
 	done()
 	res.Processes = watch()
+	res.Disk = map[string]int64{"nats": bench.DirBytes(n.NATSStoreDir()), "node0/app": bench.DirBytes(filepath.Join(n.Home(0), "app")), "node0/cometbft": bench.DirBytes(filepath.Join(n.Home(0), "data"))}
 	if perr := <-profiled; perr != nil {
 		fmt.Fprintf(progress, "%s: profiles: %v\n", tag, perr)
 	} else if profDir != "" {
@@ -461,7 +467,7 @@ func byzlogLoad(ctx context.Context, o suiteOptions, row byzlogRow, n *localnet.
 	} else if load.NATSOptions, err = n.NATSOptions(svc, localnet.NATSConsumerUser); err != nil {
 		return load, err
 	}
-	return load, suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, o.partitions, tlsOpt)
+	return load, suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, &byzlogv1.TopicConfig{Partitions: o.partitions, RetentionBytes: o.retention}, tlsOpt)
 }
 
 // profileRow collects profiles into profDir in the middle of the
@@ -493,7 +499,7 @@ func profileRow(ctx context.Context, cfg localnet.Config, svc localnet.Services,
 }
 
 // suiteTopic creates the bench topic with the network's admin key.
-func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, partitions uint32, transport client.Option) error {
+func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, cfg *byzlogv1.TopicConfig, transport client.Option) error {
 	key, err := n.AdminKey()
 	if err != nil {
 		return err
@@ -507,7 +513,7 @@ func suiteTopic(ctx context.Context, n *localnet.Net, gateway, topic string, par
 		return err
 	}
 	defer adm.Close()
-	_, err = adm.CreateTopic(ctx, topic, &byzlogv1.TopicConfig{Partitions: partitions})
+	_, err = adm.CreateTopic(ctx, topic, cfg)
 	return err
 }
 

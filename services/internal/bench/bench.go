@@ -13,6 +13,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -136,6 +138,23 @@ type Result struct {
 	// ErrorSamples holds the first error message seen for each code.
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	Processes    []ProcessStat     `json:"processes,omitempty"`
+	// Disk is the bytes on disk at the row's end, by what holds them
+	// ("nats", "node0/app", "node0/cometbft").
+	Disk map[string]int64 `json:"disk_bytes,omitempty"`
+}
+
+// DirBytes is the size of every regular file under dir (0 if it is gone).
+func DirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // Progress is a one-second snapshot while a run goes.

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -196,6 +197,14 @@ func (s Suite) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  %-22s %10.0f %8.2f %9s %9s %9s %9d %8.1f %9d  %s\n",
 				r.System, res.RecordsPerSec, res.MBPerSec, ms(res.Receipt.P50), ms(res.Receipt.P99), ms(res.EndToEnd.P99),
 				errs, cpu, peak>>20, load)
+			if len(res.Disk) > 0 {
+				keys := slices.Sorted(maps.Keys(res.Disk))
+				parts := make([]string, len(keys))
+				for i, k := range keys {
+					parts[i] = fmt.Sprintf("%s %d MiB", k, res.Disk[k]>>20)
+				}
+				fmt.Fprintf(w, "  %-22s on disk at the end: %s\n", "", strings.Join(parts, ", "))
+			}
 		}
 	}
 	if rs := s.Ratios(); len(rs) > 0 {
