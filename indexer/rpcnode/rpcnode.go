@@ -37,8 +37,27 @@ func New(url string, o Options) (*rpchttp.HTTP, error) {
 		return nil, err
 	}
 	hc.Timeout = o.Timeout
+	if t, ok := hc.Transport.(*http.Transport); ok {
+		keepConnections(t)
+	}
 	hc.Transport = LimitTransport(tlsconf.NodeTransport(hc.Transport, o.TLS), o.MaxResponseBytes)
 	return rpchttp.NewWithClient(url, "/websocket", hc)
+}
+
+// idleConnsPerNode is how many idle connections to one node are kept for
+// the next calls. net/http keeps 2 by default, and a gateway has many calls
+// to a node in flight at once (bundles, queries, block reads): every one
+// past the second closed its connection when done, and the next one paid a
+// new TLS handshake, a third of the gateway's CPU at closed-loop load (and
+// the node's side of each handshake on top).
+const idleConnsPerNode = 64
+
+// keepConnections makes t keep idle connections for reuse, closing them
+// after a minute and a half unused.
+func keepConnections(t *http.Transport) {
+	t.MaxIdleConnsPerHost = idleConnsPerNode
+	t.MaxIdleConns = idleConnsPerNode
+	t.IdleConnTimeout = 90 * time.Second
 }
 
 // A node that lies can answer any call with a body of any size, and
