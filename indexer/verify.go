@@ -9,7 +9,6 @@ import (
 
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
-	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
@@ -35,7 +34,7 @@ type Block struct {
 // node is one CometBFT node: an RPC client for data and a light provider.
 type node struct {
 	addr string
-	rpc  *rpchttp.HTTP
+	rpc  *rpcnode.Client
 	prov provider.Provider
 }
 

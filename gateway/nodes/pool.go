@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/indexer/rpcnode"
@@ -94,7 +93,7 @@ func (c Config) Validate() error {
 // Node is one CometBFT node.
 type Node struct {
 	Addr   string
-	Client *rpchttp.HTTP
+	Client *rpcnode.Client
 	base   string // Addr as an http(s):// URL
 	hexMax int    // largest tx submitted as a hex form
 	submit *http.Client

@@ -60,7 +60,7 @@ func ReadBlock(ctx context.Context, src BlockSource, h int64) (b *Block, kind st
 	if rb.Block.Height != h {
 		return nil, KindBlock, fmt.Errorf("asked for block %d, got %d", h, rb.Block.Height)
 	}
-	if err := rb.Block.ValidateBasic(); err != nil { // the txs match the data hash
+	if err := checkTxs(rb.Block); err != nil {
 		return nil, KindBlock, fmt.Errorf("block %d: %w", h, err)
 	}
 	rr, err := src.BlockResults(ctx, &h)
@@ -75,6 +75,20 @@ func ReadBlock(ctx context.Context, src BlockSource, h int64) (b *Block, kind st
 		return nil, KindResults, fmt.Errorf("block %d: %d txs but %d results", h, len(rb.Block.Txs), n)
 	}
 	return NewBlock(rb.Block, rr.TxsResults), "", nil
+}
+
+// checkTxs checks what a reader of blocks uses: the header is well formed,
+// and the transactions are the ones its data hash names. The last commit
+// and the evidence are not read (rpcnode.DecodeBlock skips them): they are
+// named by the header's hash, which the caller checks, and used by no one.
+func checkTxs(b *cmttypes.Block) error {
+	if err := b.Header.ValidateBasic(); err != nil {
+		return fmt.Errorf("header: %w", err)
+	}
+	if got := b.Data.Hash(); !bytesEqual(got, b.DataHash) {
+		return fmt.Errorf("its %d transactions hash to %X, its header's DataHash is %X", len(b.Txs), got, b.DataHash)
+	}
+	return nil
 }
 
 // NewBlock wraps a block and its results (one per tx), as ReadBlock

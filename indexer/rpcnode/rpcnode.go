@@ -1,7 +1,9 @@
 // Package rpcnode builds the RPC client for one CometBFT node, the one
 // piece the indexer's nodes and the gateway's node pool share: CometBFT's
 // HTTP client, https checked against the nodes' CA (tlsconf), every
-// response body cut at a limit, and an optional timeout per call. It
+// response body cut at a limit, connections kept for reuse, blocks read by
+// a decoder of only their header and transactions, and an optional timeout
+// per call. It
 // judges no answer: what a node says is checked by whoever reads it.
 package rpcnode
 
@@ -31,7 +33,7 @@ type Options struct {
 
 // New returns the RPC client for the node at url (an http(s):// URL, as
 // tlsconf.NodeURL makes it).
-func New(url string, o Options) (*rpchttp.HTTP, error) {
+func New(url string, o Options) (*Client, error) {
 	hc, err := jsonrpcclient.DefaultHTTPClient(url)
 	if err != nil {
 		return nil, err
@@ -41,7 +43,15 @@ func New(url string, o Options) (*rpchttp.HTTP, error) {
 		keepConnections(t)
 	}
 	hc.Transport = LimitTransport(tlsconf.NodeTransport(hc.Transport, o.TLS), o.MaxResponseBytes)
-	return rpchttp.NewWithClient(url, "/websocket", hc)
+	post, err := httpURL(url)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rpchttp.NewWithClient(url, "/websocket", hc)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{HTTP: c, hc: hc, url: post}, nil
 }
 
 // idleConnsPerNode is how many idle connections to one node are kept for
