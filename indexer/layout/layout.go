@@ -54,6 +54,11 @@ const (
 	// HeaderRecordHeader carries one record header, "base64(key):base64(value)";
 	// repeated, in the record's order.
 	HeaderRecordHeader = "Byzlog-Header"
+	// HeaderKafkaProducer and HeaderKafkaEpoch are a Kafka producer's
+	// producer id and epoch (decimal), under which the sequence is the
+	// batch's Kafka base sequence; absent on records of other producers.
+	HeaderKafkaProducer = "Byzlog-Kafka-Producer-Id"
+	HeaderKafkaEpoch    = "Byzlog-Kafka-Epoch"
 )
 
 // Subject is the subject of topic's partition: byzlog.<topic>.<partition>.
@@ -127,6 +132,10 @@ func Message(r *byzlogv1.StoredRecord) *nats.Msg {
 	h.Set(HeaderSequence, strconv.FormatUint(r.Sequence, 10))
 	h.Set(HeaderTimestamp, formatTime(r.TimestampUnixNano))
 	h.Set(HeaderCreateTime, formatTime(r.CreateTimeUnixNano))
+	if r.KafkaProducerId != 0 || r.KafkaEpoch != 0 {
+		h.Set(HeaderKafkaProducer, strconv.FormatInt(r.KafkaProducerId, 10))
+		h.Set(HeaderKafkaEpoch, strconv.FormatInt(int64(r.KafkaEpoch), 10))
+	}
 	for _, rh := range r.Headers {
 		h.Add(HeaderRecordHeader, base64.StdEncoding.EncodeToString([]byte(rh.Key))+":"+base64.StdEncoding.EncodeToString(rh.Value))
 	}
@@ -172,6 +181,16 @@ func Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord,
 			return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, f.name, h.Get(f.name), err)
 		}
 		*f.dst = t.UnixNano()
+	}
+	if v := h.Values(HeaderKafkaProducer); len(v) > 0 {
+		if r.KafkaProducerId, err = strconv.ParseInt(v[0], 10, 64); err != nil {
+			return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderKafkaProducer, v[0], err)
+		}
+		e, err := strconv.ParseInt(h.Get(HeaderKafkaEpoch), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("message on %s: header %s = %q (with %s): %v", subject, HeaderKafkaEpoch, h.Get(HeaderKafkaEpoch), HeaderKafkaProducer, err)
+		}
+		r.KafkaEpoch = int32(e)
 	}
 	for _, v := range h.Values(HeaderRecordHeader) {
 		k, val, ok := strings.Cut(v, ":")

@@ -65,6 +65,10 @@ func TestMessageRoundTrip(t *testing.T) {
 			Headers: []*byzlogv1.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "a", Value: nil}, {Key: "é:x", Value: []byte{0, 0xff}}}},
 		{Topic: "t", Offset: 0, Height: 1, ProducerKey: make([]byte, 32), Key: []byte{}},
 		{Topic: "t", Offset: 1, Height: 1, ProducerKey: make([]byte, 32)},
+		// A Kafka producer's record: its producer id and epoch are part of
+		// what the chain committed, so the message carries them.
+		{Topic: "t", Offset: 2, Height: 1, ProducerKey: make([]byte, 32), Sequence: 7, KafkaProducerId: 1 << 40, KafkaEpoch: 3},
+		{Topic: "t", Offset: 3, Height: 1, ProducerKey: make([]byte, 32), KafkaProducerId: 0, KafkaEpoch: -1},
 	} {
 		m := layout.Message(r)
 		if got := m.Header.Get(layout.HeaderMsgID); got != layout.MsgID(r.Topic, r.Partition, r.Offset) {
