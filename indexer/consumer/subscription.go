@@ -298,7 +298,11 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 	for {
-		m, err := s.iter.Next(jetstream.NextContext(ctx))
+		m, err := s.nextMsg(ctx)
+		if errors.Is(err, errStuck) {
+			s.closed.Store(true)
+			return nil, fmt.Errorf("read stream %s: %w (the subscription is closed: subscribe again)", s.stream, ctx.Err())
+		}
 		if err != nil {
 			if s.closed.Load() || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return nil, ErrClosed
@@ -345,6 +349,41 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 		}
 		return s.deliver(r), nil
 	}
+}
+
+// stuckGrace is how long after Next's context ends nextMsg waits for
+// nats.go to notice before it stops the iterator.
+const stuckGrace = time.Second
+
+// errStuck is a read that had to be cut short by stopping the iterator.
+var errStuck = errors.New("read cut short")
+
+// nextMsg is the iterator's next message, returning when ctx ends. nats.go
+// waits for a message within the context given, but an ordered consumer
+// whose consumer is gone (its stream lost, as a NATS server that lost power
+// before syncing it loses it) re-creates it inside that wait, retrying
+// without end and without looking at the context: so once ctx has ended
+// and the wait has not, the iterator is stopped, and errStuck says so.
+func (s *Subscription) nextMsg(ctx context.Context) (jetstream.Msg, error) {
+	returned := make(chan struct{})
+	var stopped atomic.Bool
+	cut := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(stuckGrace)
+		defer t.Stop()
+		select {
+		case <-returned:
+		case <-t.C:
+			stopped.Store(true)
+			s.iter.Stop()
+		}
+	})
+	m, err := s.iter.Next(jetstream.NextContext(ctx))
+	close(returned)
+	cut()
+	if stopped.Load() {
+		return nil, errStuck
+	}
+	return m, err
 }
 
 // gap reports the records of r's partition missing before r as ErrGap, and
