@@ -94,7 +94,9 @@ func checkTxs(b *cmttypes.Block) error {
 // NewBlock wraps a block and its results (one per tx), as ReadBlock
 // returns them.
 func NewBlock(blk *cmttypes.Block, results []*abci.ExecTxResult) *Block {
-	return &Block{Block: blk, Results: results, proofs: NewResults(blk.Txs, results), hash: blk.Hash()}
+	// The header's own hash: Block.Hash is nil for a block without its
+	// last commit, which rpcnode.DecodeBlock does not read.
+	return &Block{Block: blk, Results: results, proofs: NewResults(blk.Txs, results), hash: blk.Header.Hash()}
 }
 
 // Height is the block's height.

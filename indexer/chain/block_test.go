@@ -105,3 +105,21 @@ func TestDigestNamesBlockAndResults(t *testing.T) {
 		t.Fatalf("height %s", s)
 	}
 }
+
+// TestBlockWithoutLastCommit: a block as rpcnode.DecodeBlock reads it (no
+// last commit, no evidence) is named by its header's hash, and checks
+// against the verified headers (Block.Hash is nil without a last commit).
+func TestBlockWithoutLastCommit(t *testing.T) {
+	blk, results, lb, next := committed(3)
+	bare := &cmttypes.Block{Header: blk.Header, Data: blk.Data}
+	b, kind, err := ReadBlock(context.Background(), source{blk: bare, results: results}, 7)
+	if err != nil {
+		t.Fatalf("ReadBlock of a block without its last commit = %q, %v", kind, err)
+	}
+	if kind, err := b.Check(lb, next); err != nil {
+		t.Errorf("Check = %q, %v; want the verified headers to name it", kind, err)
+	}
+	if b.Digest() != NewBlock(blk, results).Digest() {
+		t.Errorf("digest %s, want the whole block's %s", b.Digest(), NewBlock(blk, results).Digest())
+	}
+}
