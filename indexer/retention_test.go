@@ -317,8 +317,8 @@ func TestGenesisTopicsGetTheirLimits(t *testing.T) {
 }
 
 // TestLimitsNATSCannotReserve: JetStream reserves a stream's MaxBytes from
-// its storage; a topic whose limits do not fit stops publishing with an
-// error that says what to raise.
+// its storage; a topic whose byte limit does not fit gets a stream without
+// one, a warning says what to raise, and the other topics go on.
 func TestLimitsNATSCannotReserve(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
