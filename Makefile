@@ -108,8 +108,8 @@ bench-smoke: build ## the suite's 1-minute variant (every system, 100 B, 3 s eac
 	$(BIN)/byzlog bench suite --smoke --out $(BENCH_OUT) $(BENCH_ARGS)
 
 .PHONY: bench-soak
-bench-soak: build ## byzlog for SOAK_DURATION (10m) open loop at SOAK_RATE records/s (70% of a measured peak), the topic retaining 4 MiB a partition: CPU and RSS at start and end per process
-	$(BIN)/byzlog bench suite --systems byzlog --record-sizes 100 --warmup 30s --duration $(SOAK_DURATION) --rate $(SOAK_RATE) --retention-bytes 4194304 --out $(BENCH_OUT)/soak $(BENCH_ARGS)
+bench-soak: build ## byzlog for SOAK_DURATION (10m) open loop at SOAK_RATE records/s (70% of a measured peak), the topic retaining 4 MiB a partition: CPU per process, and figures and every RSS minute by minute
+	$(BIN)/byzlog bench suite --systems byzlog --record-sizes 100 --warmup 30s --duration $(SOAK_DURATION) --rate $(SOAK_RATE) --retention-bytes 4194304 --window 1m --out $(BENCH_OUT)/soak $(BENCH_ARGS)
 
 .PHONY: bench-core
 bench-core: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/record, allocs/record)

@@ -291,13 +291,16 @@ func (g *Gateway) admitSequence(ctx context.Context, r *request) error {
 		if k := r.body.Kafka; k != nil {
 			req.Kafka = &byzlogv1.KafkaProducer{ProducerId: k.ProducerId, Epoch: k.Epoch}
 		}
-		next, h, err := g.agreedNextSequence(ctx, req, minHeight)
+		reason := "gap"
+		if where == placeUnknown {
+			reason = "unknown"
+		}
+		_, h, err := g.agreedNextSequence(ctx, req, minHeight, reason) // it learns the answer
 		if err != nil {
 			return err
 		}
 		readAt = h
 		reads++
-		g.learn(k, next)
 	}
 }
 
@@ -456,8 +459,11 @@ func headerSize(h []byte) uint64 {
 // up agree, and at most f answers lie, so the (f+1)-th highest is one an
 // honest node gave or lies between two honest ones. For a Kafka producer
 // it is the next sequence of the request's epoch, and 2^64-1 for an epoch
-// fenced off by a newer one (no batch of it can commit).
-func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.ProducerRequest, minHeight int64) (uint64, int64, error) {
+// fenced off by a newer one (no batch of it can commit). The gateway
+// learns the answer: the producer's next batch is admitted against it
+// without a read of its own. reason labels the read in the metrics.
+func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.ProducerRequest, minHeight int64, reason string) (uint64, int64, error) {
+	g.metrics.sequenceReads.WithLabelValues(reason).Inc()
 	body := &byzlogv1.BatchBody{Kafka: req.Kafka}
 	data, err := proto.Marshal(req)
 	if err != nil {
@@ -523,5 +529,8 @@ func (g *Gateway) agreedNextSequence(ctx context.Context, req *byzlogv1.Producer
 		return 0, 0, errorf(ErrUnavailable, "only %d of %d nodes answered the producer's sequence, %d must (last error: %v); retry", len(nexts), len(all), need, lastErr)
 	}
 	slices.Sort(nexts)
-	return nexts[len(nexts)-need], low, nil
+	next := nexts[len(nexts)-need]
+	// Whoever asked, the batch that follows is admitted against it.
+	g.learn(seqKeyOf(req.ProducerKey, req.Topic, req.Partition, req.Kafka), next)
+	return next, low, nil
 }

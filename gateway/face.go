@@ -17,7 +17,7 @@ import (
 // NextSequence is key's next batch sequence in topic/partition, as f+1
 // nodes agree on it at the last block this gateway matched.
 func (g *Gateway) NextSequence(ctx context.Context, key ed25519.PublicKey, topic string, partition uint32) (uint64, error) {
-	next, _, err := g.agreedNextSequence(ctx, &byzlogv1.ProducerRequest{ProducerKey: key, Topic: topic, Partition: partition}, g.seenHeight())
+	next, _, err := g.agreedNextSequence(ctx, &byzlogv1.ProducerRequest{ProducerKey: key, Topic: topic, Partition: partition}, g.seenHeight(), "kafka")
 	return next, err
 }
 

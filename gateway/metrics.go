@@ -22,6 +22,9 @@ type Metrics struct {
 	// not confirm.
 	unconfirmedDuplicates prometheus.Counter
 	disagreements         prometheus.Counter
+	// sequenceReads counts reads of a producer's next sequence from the
+	// nodes, by why: unknown, gap, client (GetProducerState) or kafka.
+	sequenceReads *prometheus.CounterVec
 }
 
 func newMetrics(g *Gateway) *Metrics {
@@ -66,12 +69,16 @@ func newMetrics(g *Gateway) *Metrics {
 			Namespace: "byzlog", Subsystem: "gateway", Name: "node_disagreements_total",
 			Help: "Blocks whose hash or results one node reported differently from the f+1 nodes that agreed (the gateway used theirs).",
 		}),
+		sequenceReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "sequence_reads_total",
+			Help: "Reads of a producer's next sequence from every node (an ABCI query each), by why: unknown (a sequence state the gateway does not hold), gap (a batch ahead of it), client (GetProducerState) or kafka (the Kafka face).",
+		}, []string{"reason"}),
 	}
 }
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.conflicts, m.unconfirmedDuplicates, m.disagreements}
+	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.conflicts, m.unconfirmedDuplicates, m.disagreements, m.sequenceReads}
 }
 
 func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Receipt, err error) {

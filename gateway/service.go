@@ -185,7 +185,7 @@ func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopic
 // agree on, not one node's word. A producer starts from it, and a liar's low
 // value would have it re-sign used sequences.
 func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
-	next, _, err := s.g.agreedNextSequence(ctx, req, s.g.seenHeight())
+	next, _, err := s.g.agreedNextSequence(ctx, req, s.g.seenHeight(), "client")
 	if err != nil {
 		return nil, grpcError(err)
 	}

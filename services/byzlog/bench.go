@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -276,6 +277,43 @@ func report(w io.Writer, r bench.Result) {
 	for _, p := range r.Processes {
 		fmt.Fprintf(w, "  %-20s pid %-7d cpu %6.1f s (%3.0f%% of a core)  rss %4d -> %4d MiB  peak %4d MiB\n",
 			p.Name, p.PID, p.CPUSeconds, 100*p.CPUSeconds/(c.Duration+c.Warmup).Seconds(), p.StartRSS>>20, p.RSS>>20, p.PeakRSS>>20)
+	}
+	reportWindows(w, r)
+}
+
+// reportWindows prints a run's windows: figures per window, then each
+// process's RSS at the end of each.
+func reportWindows(w io.Writer, r bench.Result) {
+	if len(r.Windows) == 0 {
+		return
+	}
+	ms := func(d time.Duration) int64 { return d.Milliseconds() }
+	fmt.Fprintf(w, "  by %s: from  records/s  receipt p50 p99 ms  e2e p50 p90 p99 ms\n", r.Config.Window)
+	var names []string
+	for _, win := range r.Windows {
+		fmt.Fprintf(w, "    %8s  %9.0f  %7d %7d  %7d %7d %7d\n", win.From, win.RecordsPerSec,
+			ms(win.Receipt.P50), ms(win.Receipt.P99), ms(win.EndToEnd.P50), ms(win.EndToEnd.P90), ms(win.EndToEnd.P99))
+		for n := range win.RSS {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "  rss MiB at the end of each %s:\n", r.Config.Window)
+	for _, n := range names {
+		fmt.Fprintf(w, "    %-20s", n)
+		for _, win := range r.Windows {
+			if v, ok := win.RSS[n]; ok {
+				fmt.Fprintf(w, " %5d", v>>20)
+			} else {
+				fmt.Fprintf(w, " %5s", "-")
+			}
+		}
+		fmt.Fprintln(w)
 	}
 }
 

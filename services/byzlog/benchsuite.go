@@ -122,6 +122,7 @@ func (o *suiteOptions) addFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.retention, "retention-bytes", 0, "retention_bytes per partition of byzlog's bench topic (0: keep everything); the chain and the topic's stream then stay bounded, as a long soak needs")
 	f.DurationVar(&o.load.Warmup, "warmup", o.load.Warmup, "load before measuring, per row")
 	f.DurationVar(&o.load.Duration, "duration", o.load.Duration, "measured time per row")
+	f.DurationVar(&o.load.Window, "window", 0, "also report each byzlog row in windows of this length (records/s, latencies, every process's RSS at each window's end), as a soak needs to show drift; 0: none")
 	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the suite's processes (see above)")
 	f.Float64Var(&o.load.Rate, "rate", 0, "offered records/s in all for every byzlog row (open loop); 0: closed loop")
 	f.BoolVar(&o.scaling, "scaling", false, "add the scaling curves: more validators and offered-rate steps")
@@ -389,6 +390,7 @@ func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.
 		ps = append(ps, bench.Process{Name: p.Name, PID: p.PID})
 	}
 	watch := bench.Watch(ps)
+	load.Sample = bench.RSSOf(append(ps, bench.Process{Name: "load generator", PID: os.Getpid()}))
 	profiled := profileRow(ctx, cfg, svc, row.writeOnly, load, profDir)
 	prog, done := rowProgress(progress, tag)
 	res, err := bench.Run(ctx, load, prog)
@@ -481,7 +483,9 @@ func profileRow(ctx context.Context, cfg localnet.Config, svc localnet.Services,
 		{Name: "cometbft-node0", Addr: fmt.Sprintf("127.0.0.1:%d", cfg.CometBFTPprofPort(0))},
 	}
 	if !writeOnly {
-		targets = append(targets, bench.ProfileTarget{Name: "indexer", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort+9)})
+		targets = append(targets,
+			bench.ProfileTarget{Name: "indexer", Addr: fmt.Sprintf("127.0.0.1:%d", svc.PprofPort+9)},
+			bench.ProfileTarget{Name: "nats-server", Addr: fmt.Sprintf("127.0.0.1:%d", svc.NATSPprofPort())})
 	}
 	if profDir == "" {
 		profiled <- nil

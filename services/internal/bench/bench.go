@@ -60,6 +60,12 @@ type Config struct {
 	// Kafka face (seeds, SASL, TLS): the producers are franz-go clients
 	// through it instead of the SDK (see kafka.go).
 	Kafka []kgo.Opt `json:"-"`
+	// Window, when not 0, also reports the measured time in windows of
+	// this length (Result.Windows): whether a long run's figures drift.
+	Window time.Duration `json:"window_ns,omitempty"`
+	// Sample, when set, is called at the end of each window for the
+	// resident set of every process, by name (see RSSOf).
+	Sample func() map[string]int64 `json:"-"`
 }
 
 // Default is 8 closed-loop producers of 100 B random keyless records, 2,000
@@ -90,6 +96,8 @@ func (c Config) Validate() error {
 		return errors.New("bench: the kafka load times the write path alone; give no NATS URL")
 	case c.Payload != "random" && c.Payload != "json":
 		return fmt.Errorf("bench: payload %q: want random or json", c.Payload)
+	case c.Window < 0 || (c.Window > 0 && c.Window < time.Second):
+		return fmt.Errorf("bench: window (%s) must be 0 (none) or at least 1s", c.Window)
 	}
 	return nil
 }
@@ -141,6 +149,27 @@ type Result struct {
 	// Disk is the bytes on disk at the row's end, by what holds them
 	// ("nats", "node0/app", "node0/cometbft").
 	Disk map[string]int64 `json:"disk_bytes,omitempty"`
+	// Windows are the measured time in Config.Window-long pieces.
+	Windows []Window `json:"windows,omitempty"`
+}
+
+// Window is one piece of the measured time. A record counts in the window
+// of its acknowledgement, so EndToEnd is the latency of the records
+// acknowledged in it, whenever they were read.
+type Window struct {
+	From          time.Duration `json:"from_ns"` // since the measured time began
+	Committed     int64         `json:"committed_records"`
+	RecordsPerSec float64       `json:"records_per_sec"`
+	Receipt       Latency       `json:"produce_to_receipt"`
+	EndToEnd      Latency       `json:"receipt_to_consumer"`
+	// RSS is each process's resident set at the window's end, in bytes.
+	RSS map[string]int64 `json:"rss_bytes,omitempty"`
+}
+
+// window is what the runner gathers for one Window.
+type window struct {
+	receipts, e2e []time.Duration
+	rss           map[string]int64
 }
 
 // DirBytes is the size of every regular file under dir (0 if it is gone).
@@ -194,6 +223,7 @@ type runner struct {
 	errs     map[string]int64
 	samples  map[string]string
 	sentAt   map[string]time.Time // value id -> receipt time, for the consumer
+	windows  []window             // with Config.Window
 
 	acked    atomic.Int64 // measured window
 	ackedAll atomic.Int64
@@ -228,6 +258,12 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 	start := time.Now()
 	r.measureFrom = start.Add(r.cfg.Warmup)
 	r.end = r.measureFrom.Add(r.cfg.Duration)
+	if r.cfg.Window > 0 {
+		r.windows = make([]window, (r.cfg.Duration+r.cfg.Window-1)/r.cfg.Window)
+	}
+	sampled := make(chan struct{})
+	stopSampling := make(chan struct{})
+	go func() { defer close(sampled); r.sampleWindows(stopSampling) }()
 	cctx, stopConsumer := context.WithCancel(ctx)
 	consumerDone := make(chan struct{})
 	if sub != nil {
@@ -251,6 +287,8 @@ func (r *runner) run(ctx context.Context, progress func(Progress)) (Result, erro
 	}
 	stopConsumer()
 	<-consumerDone
+	close(stopSampling)
+	<-sampled
 
 	r.summarize(&res)
 	return res, ctx.Err()
@@ -285,6 +323,13 @@ func (r *runner) summarize(res *Result) {
 	res.EndToEnd = Summarize(r.e2e)
 	res.Consumed = r.consumed.Load()
 	res.Errors, res.ErrorSamples = r.errs, r.samples
+	for i, w := range r.windows {
+		from := time.Duration(i) * r.cfg.Window
+		length := min(r.cfg.Window, r.cfg.Duration-from)
+		res.Windows = append(res.Windows, Window{From: from, Committed: int64(len(w.receipts)),
+			RecordsPerSec: float64(len(w.receipts)) / length.Seconds(),
+			Receipt:       Summarize(w.receipts), EndToEnd: Summarize(w.e2e), RSS: w.rss})
+	}
 }
 
 // subscribe creates the topic's stream by producing one record, then
@@ -326,6 +371,9 @@ func (r *runner) consume(ctx context.Context, sub *consumer.Subscription) {
 			delete(r.sentAt, id)
 			if t.After(r.measureFrom) && now.After(t) {
 				r.e2e = append(r.e2e, now.Sub(t))
+				if w := r.windowAt(t); w != nil {
+					w.e2e = append(w.e2e, now.Sub(t))
+				}
 			}
 		}
 		r.mu.Unlock()
@@ -402,9 +450,48 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 	if measured {
 		r.acked.Add(1)
 		r.receipts = append(r.receipts, d)
+		if w := r.windowAt(now); w != nil {
+			w.receipts = append(w.receipts, d)
+		}
 	}
 	if r.cfg.NATSURL != "" && len(id) == 16 {
 		r.sentAt[id] = now
+	}
+}
+
+// windowAt is the window that t, inside the measured time, falls in (nil
+// without windows). The caller holds mu.
+func (r *runner) windowAt(t time.Time) *window {
+	if r.cfg.Window <= 0 || t.Before(r.measureFrom) || t.After(r.end) {
+		return nil
+	}
+	i := int(t.Sub(r.measureFrom) / r.cfg.Window)
+	if i >= len(r.windows) {
+		return nil // the instant the measured time ends
+	}
+	return &r.windows[i]
+}
+
+// sampleWindows records every process's resident set at the end of each
+// window, until the last one or done.
+func (r *runner) sampleWindows(done <-chan struct{}) {
+	if r.cfg.Window <= 0 || r.cfg.Sample == nil {
+		return
+	}
+	for i := range r.windows {
+		at := r.measureFrom.Add(time.Duration(i+1) * r.cfg.Window)
+		if at.After(r.end) {
+			at = r.end
+		}
+		select {
+		case <-time.After(time.Until(at)):
+		case <-done:
+			return
+		}
+		rss := r.cfg.Sample()
+		r.mu.Lock()
+		r.windows[i].rss = rss
+		r.mu.Unlock()
 	}
 }
 

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -88,5 +89,43 @@ func TestWatchThisProcess(t *testing.T) {
 	got := stats()
 	if len(got) != 1 || got[0].Name != "self" || got[0].PeakRSS <= 0 || got[0].RSS <= 0 || got[0].CPUSeconds < 0 {
 		t.Fatalf("Watch = %+v", got)
+	}
+}
+
+// TestWindows: each acknowledgement counts in the window it arrived in,
+// the last window is as long as what is left of the measured time, and
+// each record's receipt→consumer latency counts in its receipt's window.
+func TestWindows(t *testing.T) {
+	cfg := Default()
+	cfg.Duration, cfg.Window, cfg.NATSURL = 25*time.Second, 10*time.Second, "nats://x"
+	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}}
+	r.measureFrom = time.Unix(1000, 0)
+	r.end = r.measureFrom.Add(cfg.Duration)
+	r.windows = make([]window, 3)
+	at := func(s float64) time.Time { return r.measureFrom.Add(time.Duration(s * float64(time.Second))) }
+	for i, s := range []float64{-1, 0, 9.9, 10, 24, 25, 26} { // -1 and 26 are outside
+		r.record(at(s).Add(-time.Second), at(s), fmt.Sprintf("%016d", i), nil)
+	}
+	r.windows[1].e2e = append(r.windows[1].e2e, 3*time.Second)
+	var res Result
+	r.summarize(&res)
+	if len(res.Windows) != 3 {
+		t.Fatalf("%d windows, want 3", len(res.Windows))
+	}
+	for i, want := range []struct {
+		from      time.Duration
+		committed int64
+		rate      float64
+	}{{0, 2, 0.2}, {10 * time.Second, 1, 0.1}, {20 * time.Second, 2, 0.4}} {
+		w := res.Windows[i]
+		if w.From != want.from || w.Committed != want.committed || w.RecordsPerSec != want.rate || w.Receipt.P50 != time.Second {
+			t.Errorf("window %d = %+v; want from %s, %d committed, %v/s, receipts of 1s", i, w, want.from, want.committed, want.rate)
+		}
+	}
+	if res.Windows[1].EndToEnd.Count != 1 || res.Windows[0].EndToEnd.Count != 0 {
+		t.Errorf("end-to-end counts %d, %d; want 0, 1", res.Windows[0].EndToEnd.Count, res.Windows[1].EndToEnd.Count)
+	}
+	if res.Committed != 5 {
+		t.Errorf("committed %d, want 5 (the windows' sum)", res.Committed)
 	}
 }

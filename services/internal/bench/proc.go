@@ -116,3 +116,17 @@ func Watch(ps []Process) func() []ProcessStat {
 		return out
 	}
 }
+
+// RSSOf returns a function reading the resident set of each of ps now, by
+// name, skipping processes that went away: Config.Sample.
+func RSSOf(ps []Process) func() map[string]int64 {
+	return func() map[string]int64 {
+		out := make(map[string]int64, len(ps))
+		for _, p := range ps {
+			if _, rss, err := memory(p.PID); err == nil {
+				out[p.Name] = rss
+			}
+		}
+		return out
+	}
+}

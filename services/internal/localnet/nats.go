@@ -154,6 +154,9 @@ func (n *Net) writeNATSConfig(s Services) error {
 	if s.NATSMonitor {
 		fmt.Fprintf(&c, "http: %s\n", q(fmt.Sprintf("127.0.0.1:%d", s.MonitorPort())))
 	}
+	if s.PprofPort != 0 {
+		fmt.Fprintf(&c, "prof_port: %d\n", s.NATSPprofPort())
+	}
 	// One server, so every stream is R1: "always" would be an fsync per
 	// message, which held the indexer to ~280 records/s (bench, 2 cores);
 	// NATSSyncInterval explains the choice.

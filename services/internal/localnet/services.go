@@ -161,7 +161,8 @@ type Services struct {
 	// IndexerPort serves the indexer's /metrics, /healthz and /readyz.
 	IndexerPort int
 	// PprofPort, when not 0, makes gateway g serve Go runtime profiles on
-	// PprofPort+g and the indexer on PprofPort+9.
+	// PprofPort+g, nats-server on PprofPort+8 (its prof_port) and the
+	// indexer on PprofPort+9.
 	PprofPort int
 	// GatewaysOnly starts the gateways without NATS and the indexer: the
 	// write path alone, for benchmarks that isolate it.
@@ -225,6 +226,10 @@ func (s Services) NATSURL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s
 
 // MonitorPort is the NATS server's HTTP monitoring port.
 func (s Services) MonitorPort() int { return 8222 + s.NATSPort - 4222 }
+
+// NATSPprofPort is where nats-server serves Go runtime profiles when
+// PprofPort is set.
+func (s Services) NATSPprofPort() int { return s.PprofPort + 8 }
 
 // GatewayAddr is gateway g's gRPC address, GatewayHTTP its HTTP one.
 func (s Services) GatewayAddr(g int) string { return fmt.Sprintf("127.0.0.1:%d", s.GatewayPort+2*g) }
