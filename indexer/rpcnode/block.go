@@ -62,8 +62,18 @@ func (c *Client) Block(ctx context.Context, height *int64) (*ctypes.ResultBlock,
 // and the evidence are skipped, unread: a reader checks the transactions
 // against the header's data hash, and the header against what it trusts
 // (chain.ReadBlock), so nothing it does not decode can change what it
-// uses. A JSON-RPC error is returned as an error.
+// uses. A JSON-RPC error is returned as an error. An answer in the shape
+// CometBFT writes is scanned (scanBlock); anything else is decoded with
+// encoding/json.
 func DecodeBlock(answer []byte) (*ctypes.ResultBlock, error) {
+	if out, ok := scanBlock(answer); ok {
+		return out, nil
+	}
+	return decodeBlockJSON(answer)
+}
+
+// decodeBlockJSON is DecodeBlock with encoding/json.
+func decodeBlockJSON(answer []byte) (*ctypes.ResultBlock, error) {
 	var r struct {
 		Error *struct {
 			Code    int    `json:"code"`

@@ -288,10 +288,10 @@ func reportWindows(w io.Writer, r bench.Result) {
 		return
 	}
 	ms := func(d time.Duration) int64 { return d.Milliseconds() }
-	fmt.Fprintf(w, "  by %s: from  records/s  receipt p50 p99 ms  e2e p50 p90 p99 ms\n", r.Config.Window)
+	fmt.Fprintf(w, "  by %s: from  records/s  read/s  receipt p50 p99 ms  e2e p50 p90 p99 ms\n", r.Config.Window)
 	var names []string
 	for _, win := range r.Windows {
-		fmt.Fprintf(w, "    %8s  %9.0f  %7d %7d  %7d %7d %7d\n", win.From, win.RecordsPerSec,
+		fmt.Fprintf(w, "    %8s  %9.0f  %6.0f  %7d %7d  %7d %7d %7d\n", win.From, win.RecordsPerSec, win.ReadPerSec,
 			ms(win.Receipt.P50), ms(win.Receipt.P99), ms(win.EndToEnd.P50), ms(win.EndToEnd.P90), ms(win.EndToEnd.P99))
 		for n := range win.RSS {
 			if !slices.Contains(names, n) {

@@ -162,6 +162,9 @@ type Window struct {
 	RecordsPerSec float64       `json:"records_per_sec"`
 	Receipt       Latency       `json:"produce_to_receipt"`
 	EndToEnd      Latency       `json:"receipt_to_consumer"`
+	// ReadPerSec is the records the consumer read in the window, per
+	// second: below RecordsPerSec, the read side falls behind.
+	ReadPerSec float64 `json:"read_per_sec"`
 	// RSS is each process's resident set at the window's end, in bytes.
 	RSS map[string]int64 `json:"rss_bytes,omitempty"`
 }
@@ -169,6 +172,7 @@ type Window struct {
 // window is what the runner gathers for one Window.
 type window struct {
 	receipts, e2e []time.Duration
+	read          int64
 	rss           map[string]int64
 }
 
@@ -328,7 +332,8 @@ func (r *runner) summarize(res *Result) {
 		length := min(r.cfg.Window, r.cfg.Duration-from)
 		res.Windows = append(res.Windows, Window{From: from, Committed: int64(len(w.receipts)),
 			RecordsPerSec: float64(len(w.receipts)) / length.Seconds(),
-			Receipt:       Summarize(w.receipts), EndToEnd: Summarize(w.e2e), RSS: w.rss})
+			Receipt:       Summarize(w.receipts), EndToEnd: Summarize(w.e2e), RSS: w.rss,
+			ReadPerSec: float64(w.read) / length.Seconds()})
 	}
 }
 
@@ -367,6 +372,9 @@ func (r *runner) consume(ctx context.Context, sub *consumer.Subscription) {
 		}
 		id := string(rec.Value[:16])
 		r.mu.Lock()
+		if w := r.windowAt(now); w != nil {
+			w.read++
+		}
 		if t, ok := r.sentAt[id]; ok {
 			delete(r.sentAt, id)
 			if t.After(r.measureFrom) && now.After(t) {
