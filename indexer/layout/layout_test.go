@@ -116,3 +116,16 @@ func FuzzRecord(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkMessage: a 100 B record as the indexer publishes it, headers
+// encoded as nats.go puts them on the wire.
+func BenchmarkMessage(b *testing.B) {
+	r := &byzlogv1.StoredRecord{Topic: "bench", Partition: 17, Offset: 123_456_789, Height: 4_321, TimestampUnixNano: 1_700_000_000_123_456_789,
+		CreateTimeUnixNano: 1_699_999_999_000_000_001, Value: make([]byte, 100), ProducerKey: make([]byte, 32), Sequence: 99_999}
+	b.ReportAllocs()
+	for b.Loop() {
+		if m := layout.Message(r); m.Size() < 300 {
+			b.Fatalf("a message of %d bytes", m.Size())
+		}
+	}
+}

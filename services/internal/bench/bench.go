@@ -207,7 +207,7 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (Result, erro
 	if err := cfg.Validate(); err != nil {
 		return Result{}, err
 	}
-	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}}
+	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}, readFirst: map[string]struct{}{}}
 	if cfg.Kafka != nil {
 		return r.runKafka(ctx, progress)
 	}
@@ -227,6 +227,10 @@ type runner struct {
 	errs     map[string]int64
 	samples  map[string]string
 	sentAt   map[string]time.Time // value id -> receipt time, for the consumer
+	// readFirst are value ids the consumer read before their receipt
+	// arrived: without it their receipt times stayed in sentAt for good
+	// (the load generator's RSS grew 212 → 640 MiB in a 4-minute soak).
+	readFirst map[string]struct{}
 	windows  []window             // with Config.Window
 
 	acked    atomic.Int64 // measured window
@@ -375,7 +379,12 @@ func (r *runner) consume(ctx context.Context, sub *consumer.Subscription) {
 		if w := r.windowAt(now); w != nil {
 			w.read++
 		}
-		if t, ok := r.sentAt[id]; ok {
+		t, ok := r.sentAt[id]
+		if !ok {
+			// Read before its receipt arrived: record must not keep it.
+			r.readFirst[id] = struct{}{}
+		}
+		if ok {
 			delete(r.sentAt, id)
 			if t.After(r.measureFrom) && now.After(t) {
 				r.e2e = append(r.e2e, now.Sub(t))
@@ -463,7 +472,11 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 		}
 	}
 	if r.cfg.NATSURL != "" && len(id) == 16 {
-		r.sentAt[id] = now
+		if _, read := r.readFirst[id]; read {
+			delete(r.readFirst, id) // its latency is not measured: negative
+		} else {
+			r.sentAt[id] = now
+		}
 	}
 }
 

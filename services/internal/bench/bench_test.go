@@ -98,7 +98,7 @@ func TestWatchThisProcess(t *testing.T) {
 func TestWindows(t *testing.T) {
 	cfg := Default()
 	cfg.Duration, cfg.Window, cfg.NATSURL = 25*time.Second, 10*time.Second, "nats://x"
-	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}}
+	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}, readFirst: map[string]struct{}{}}
 	r.measureFrom = time.Unix(1000, 0)
 	r.end = r.measureFrom.Add(cfg.Duration)
 	r.windows = make([]window, 3)
@@ -127,5 +127,20 @@ func TestWindows(t *testing.T) {
 	}
 	if res.Committed != 5 {
 		t.Errorf("committed %d, want 5 (the windows' sum)", res.Committed)
+	}
+}
+
+// TestReadBeforeReceipt: a record the consumer read before its receipt
+// arrived leaves nothing behind when the receipt comes.
+func TestReadBeforeReceipt(t *testing.T) {
+	cfg := Default()
+	cfg.NATSURL = "nats://x"
+	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}, sentAt: map[string]time.Time{}, readFirst: map[string]struct{}{}}
+	r.measureFrom, r.end = time.Unix(1000, 0), time.Unix(2000, 0)
+	r.readFirst["0000000000000001"] = struct{}{}
+	r.record(time.Unix(1500, 0), time.Unix(1501, 0), "0000000000000001", nil)
+	r.record(time.Unix(1500, 0), time.Unix(1501, 0), "0000000000000002", nil)
+	if len(r.readFirst) != 0 || len(r.sentAt) != 1 {
+		t.Fatalf("readFirst %v, sentAt %v; want none, and only the unread record's receipt", r.readFirst, r.sentAt)
 	}
 }
