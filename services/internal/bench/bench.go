@@ -231,7 +231,7 @@ type runner struct {
 	// arrived: without it their receipt times stayed in sentAt for good
 	// (the load generator's RSS grew 212 → 640 MiB in a 4-minute soak).
 	readFirst map[string]struct{}
-	windows  []window             // with Config.Window
+	windows   []window // with Config.Window
 
 	acked    atomic.Int64 // measured window
 	ackedAll atomic.Int64
