@@ -41,6 +41,8 @@ type Gateway struct {
 	usage  map[string]*usage    // by producer key: what it holds queued
 	seqs   map[seqKey]*seqState // what the gateway knows of producers' sequences
 	dups   dupBlocks            // confirmed blocks that duplicate answers named
+
+	lights lightCache // light blocks f+1 nodes agreed on (lightblock.go)
 }
 
 // New returns a gateway over the nodes in cfg. Run starts it.

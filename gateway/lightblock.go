@@ -4,18 +4,27 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/cometbft/cometbft/light/provider"
 	lighthttp "github.com/cometbft/cometbft/light/provider/http"
 	cmttypes "github.com/cometbft/cometbft/types"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/byzlog/byzlog/gateway/nodes"
 )
 
-// LightBlock relays the signed header and validator set at height (0: the
-// height f+1 nodes have reached) from the first node that serves one. It
-// checks nothing but the form: the client's light client checks the
-// signatures, so a node or gateway that lies here is caught there.
+// LightBlock returns the signed header and validator set at height (0: the
+// height f+1 nodes have reached): one that f+1 nodes serve with the same
+// header, with a commit that more than two thirds of that header's
+// validators signed. Every producer's light client asks for every height
+// it verifies a receipt against, so each height is read from the nodes once
+// and then served from a cache of the last lightCacheHeights heights; one
+// node's word is not cached, so a liar cannot make every client's
+// verification fail for as long as the cache holds its answer. The client
+// still checks the light block against what it trusts.
 func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.LightBlock, error) {
 	if height < 0 {
 		return nil, errorf(ErrInvalid, "height %d: want 0 (the latest) or a height", height)
@@ -23,24 +32,164 @@ func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.Light
 	if height == 0 {
 		height = g.pool.Height()
 	}
-	first := g.pool.Pick()
-	var errs []error
-	tooHigh := 0
-	for _, n := range append([]*nodes.Node{first}, g.pool.Others(first)...) {
-		lb, err := lighthttp.NewWithClient(g.pool.ChainID(), n.Client).LightBlock(ctx, height)
-		if err == nil {
+	return g.lights.get(ctx, height, g.metrics, func(ctx context.Context) (*cmttypes.LightBlock, error) {
+		first := g.pool.Pick()
+		var sources []lightSource
+		for _, n := range append([]*nodes.Node{first}, g.pool.Others(first)...) {
+			p := lighthttp.NewWithClient(g.pool.ChainID(), n.Client)
+			sources = append(sources, lightSource{name: n.Addr, fetch: p.LightBlock})
+		}
+		return agreedLightBlock(ctx, g.pool.ChainID(), height, g.quorum(), sources)
+	})
+}
+
+// lightCacheHeights bounds the light blocks a gateway keeps: receipts are
+// checked against recent heights.
+const lightCacheHeights = 256
+
+// lightFetchTimeout bounds one read of a height from the nodes, which every
+// client asking for it at once waits on.
+const lightFetchTimeout = 10 * time.Second
+
+// lightCache holds agreed light blocks by height, and makes the clients
+// that ask for a height at once share one read of it.
+type lightCache struct {
+	mu     sync.Mutex
+	blocks map[int64]*cmttypes.LightBlock
+	flight singleflight.Group
+}
+
+// get returns height's light block from the cache, or from fetch, which it
+// calls once for every caller asking at the same time (its context is not
+// any one caller's: one giving up does not fail the others).
+func (c *lightCache) get(ctx context.Context, height int64, m *Metrics, fetch func(context.Context) (*cmttypes.LightBlock, error)) (*cmttypes.LightBlock, error) {
+	if lb := c.cached(height); lb != nil {
+		m.lightBlocks.WithLabelValues("cache").Inc()
+		return lb, nil
+	}
+	ch := c.flight.DoChan(strconv.FormatInt(height, 10), func() (any, error) {
+		if lb := c.cached(height); lb != nil {
 			return lb, nil
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lightFetchTimeout)
+		defer cancel()
+		m.lightBlocks.WithLabelValues("nodes").Inc()
+		lb, err := fetch(fctx)
+		if err != nil {
+			return nil, err
 		}
-		if errors.Is(err, provider.ErrHeightTooHigh) || errors.Is(err, provider.ErrLightBlockNotFound) {
-			tooHigh++
+		c.put(lb)
+		return lb, nil
+	})
+	select {
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, r.Err
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", n.Addr, err))
+		return r.Val.(*cmttypes.LightBlock), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	if tooHigh == len(errs) {
+}
+
+func (c *lightCache) cached(height int64) *cmttypes.LightBlock {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.blocks[height]
+}
+
+// put keeps lb, dropping the lowest height when the cache is full.
+func (c *lightCache) put(lb *cmttypes.LightBlock) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.blocks == nil {
+		c.blocks = map[int64]*cmttypes.LightBlock{}
+	}
+	if len(c.blocks) >= lightCacheHeights {
+		low := lb.Height
+		for h := range c.blocks {
+			low = min(low, h)
+		}
+		if low == lb.Height {
+			return // older than everything kept
+		}
+		delete(c.blocks, low)
+	}
+	c.blocks[lb.Height] = lb
+}
+
+// lightSource is one node's light blocks.
+type lightSource struct {
+	name  string
+	fetch func(ctx context.Context, height int64) (*cmttypes.LightBlock, error)
+}
+
+// agreedLightBlock asks the sources in turn for the light block at height
+// until need of them serve the same header, and returns one of theirs
+// whose commit more than two thirds of that header's validators signed
+// (nodes may hold different commits for the same block). need is f+1: at
+// least one of them is honest, so the header is the chain's, and so are
+// its validators. It answers ErrOutOfRange while too few nodes have the
+// height yet to agree.
+func agreedLightBlock(ctx context.Context, chainID string, height int64, need int, sources []lightSource) (*cmttypes.LightBlock, error) {
+	votes := map[string][]*cmttypes.LightBlock{}
+	best, notYet := 0, 0
+	unsigned := false // need agreed on a header, none with a commit that verifies
+	var errs []error
+	for _, s := range sources {
+		lb, err := s.fetch(ctx, height)
+		if err == nil {
+			err = checkLightBlock(lb, chainID, height)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, provider.ErrHeightTooHigh) || errors.Is(err, provider.ErrLightBlockNotFound) {
+				notYet++
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
+			continue
+		}
+		k := string(lb.Hash())
+		votes[k] = append(votes[k], lb)
+		best = max(best, len(votes[k]))
+		if len(votes[k]) < need {
+			continue
+		}
+		for _, c := range votes[k] {
+			if c.ValidatorSet.VerifyCommitLight(chainID, c.Commit.BlockID, c.Height, c.Commit) == nil {
+				return c, nil
+			}
+		}
+		unsigned = true
+	}
+	switch {
+	case unsigned:
+		code := ErrUnavailable
+		if notYet > 0 {
+			code = ErrOutOfRange // a node that has the height later may hold a full commit
+		}
+		return nil, errorf(code, "height %d: %d or more nodes agree on its header, but none serves a commit signed by more than two thirds of its validators", height, need)
+	case len(votes) == 0 && notYet == len(errs):
 		return nil, errorf(ErrOutOfRange, "no node has a signed header at height %d yet", height)
+	case best+notYet >= need:
+		return nil, errorf(ErrOutOfRange, "height %d: %d of %d nodes serve the same signed header, %d must; the others do not have it yet", height, best, len(sources), need)
+	case len(votes) == 0:
+		return nil, errorf(ErrUnavailable, "no node served the light block at height %d: %v", height, errors.Join(errs...))
 	}
-	return nil, errorf(ErrUnavailable, "no node served the light block at height %d: %v", height, errors.Join(errs...))
+	return nil, errorf(ErrUnavailable, "height %d: no %d of %d nodes served the same signed header (%d different ones; %v)", height, need, len(sources), len(votes), errors.Join(errs...))
+}
+
+// checkLightBlock checks lb's form: it is for height and hangs together
+// (the commit is for the header, the validators hash to its validators
+// hash).
+func checkLightBlock(lb *cmttypes.LightBlock, chainID string, height int64) error {
+	if lb == nil || lb.SignedHeader == nil || lb.Header == nil || lb.Commit == nil || lb.ValidatorSet == nil {
+		return errors.New("an incomplete light block")
+	}
+	if lb.Height != height {
+		return fmt.Errorf("asked for height %d, got %d", height, lb.Height)
+	}
+	return lb.ValidateBasic(chainID)
 }

@@ -25,6 +25,8 @@ type Metrics struct {
 	// sequenceReads counts reads of a producer's next sequence from the
 	// nodes, by why: unknown, gap, client (GetProducerState) or kafka.
 	sequenceReads *prometheus.CounterVec
+	// lightBlocks counts light blocks served, by source: cache or nodes.
+	lightBlocks *prometheus.CounterVec
 }
 
 func newMetrics(g *Gateway) *Metrics {
@@ -73,12 +75,16 @@ func newMetrics(g *Gateway) *Metrics {
 			Namespace: "byzlog", Subsystem: "gateway", Name: "sequence_reads_total",
 			Help: "Reads of a producer's next sequence from every node (an ABCI query each), by why: unknown (a sequence state the gateway does not hold), gap (a batch ahead of it), client (GetProducerState) or kafka (the Kafka face).",
 		}, []string{"reason"}),
+		lightBlocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "byzlog", Subsystem: "gateway", Name: "light_blocks_total",
+			Help: "Light blocks asked for (GetLightBlock), by source: cache, or nodes (read from f+1 nodes that agree, once per height for every caller waiting on it).",
+		}, []string{"source"}),
 	}
 }
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.conflicts, m.unconfirmedDuplicates, m.disagreements, m.sequenceReads}
+	return []prometheus.Collector{m.queuedBytes, m.batches, m.bundleBatches, m.bundleBytes, m.latency, m.resubmits, m.expired, m.conflicts, m.unconfirmedDuplicates, m.disagreements, m.sequenceReads, m.lightBlocks}
 }
 
 func (m *Metrics) answered(ack byzlogv1.Ack, since time.Time, rc *byzlogv1.Receipt, err error) {

@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cometbft/cometbft/light/provider"
+	cmtproto "github.com/cometbft/cometbft/proto/tendermint/types"
+	cmtversion "github.com/cometbft/cometbft/proto/tendermint/version"
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/cometbft/cometbft/version"
+)
+
+const lightChainID = "light-test"
+
+// signedLightBlock is height's light block of a chain of validators
+// (vals, privs), with appHash in its header, signed by every one.
+func signedLightBlock(t *testing.T, vals *cmttypes.ValidatorSet, privs []cmttypes.PrivValidator, height int64, appHash byte) *cmttypes.LightBlock {
+	t.Helper()
+	h := &cmttypes.Header{Version: cmtversion.Consensus{Block: version.BlockProtocol}, ChainID: lightChainID, Height: height,
+		Time: time.Unix(1_700_000_000, 0).UTC(), ValidatorsHash: vals.Hash(), NextValidatorsHash: vals.Hash(),
+		AppHash: bytes.Repeat([]byte{appHash}, 32), ProposerAddress: vals.Validators[0].Address}
+	id := cmttypes.BlockID{Hash: h.Hash(), PartSetHeader: cmttypes.PartSetHeader{Total: 1, Hash: bytes.Repeat([]byte{1}, 32)}}
+	vs := cmttypes.NewVoteSet(lightChainID, height, 0, cmtproto.PrecommitType, vals)
+	ec, err := cmttypes.MakeExtCommit(id, height, 0, vs, privs, time.Unix(1_700_000_001, 0).UTC(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: h, Commit: ec.ToCommit()}, ValidatorSet: vals}
+}
+
+// source answers lb, or err, and counts the calls.
+func source(name string, lb *cmttypes.LightBlock, err error, calls *atomic.Int64) lightSource {
+	return lightSource{name: name, fetch: func(context.Context, int64) (*cmttypes.LightBlock, error) {
+		calls.Add(1)
+		return lb, err
+	}}
+}
+
+// TestAgreedLightBlock: a light block is served only once f+1 nodes serve
+// the same header with a commit its validators signed; one node's header,
+// however well signed by validators it made up, is not.
+func TestAgreedLightBlock(t *testing.T) {
+	vals, privs := cmttypes.RandValidatorSet(4, 10)
+	good := signedLightBlock(t, vals, privs, 5, 7)
+	// A liar's chain: its own validators, all signing a header of its own.
+	fakeVals, fakePrivs := cmttypes.RandValidatorSet(4, 10)
+	forged := signedLightBlock(t, fakeVals, fakePrivs, 5, 9)
+	// The real header with a commit one validator signed: not enough.
+	thinCommit := *good.Commit
+	thinCommit.Signatures = append([]cmttypes.CommitSig(nil), good.Commit.Signatures...)
+	for i := 1; i < len(thinCommit.Signatures); i++ {
+		thinCommit.Signatures[i] = cmttypes.NewCommitSigAbsent()
+	}
+	thin := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: good.Header, Commit: &thinCommit}, ValidatorSet: vals}
+	for _, tc := range []struct {
+		name    string
+		serve   []*cmttypes.LightBlock // nil: not there yet
+		want    *cmttypes.LightBlock
+		wantErr string
+		asked   int64
+		kind    error // of the error: OutOfRange makes a client ask again
+	}{
+		{"two honest nodes", []*cmttypes.LightBlock{good, good, good, good}, good, "", 2, nil},
+		{"a liar first", []*cmttypes.LightBlock{forged, good, good, good}, good, "", 3, nil},
+		{"a liar alone with the height", []*cmttypes.LightBlock{forged, nil, nil, nil}, nil, "1 of 4 nodes serve the same signed header", 4, ErrOutOfRange},
+		{"a liar and one honest node", []*cmttypes.LightBlock{forged, good, nil, nil}, nil, "1 of 4 nodes serve the same signed header", 4, ErrOutOfRange},
+		{"one node has it so far", []*cmttypes.LightBlock{good, nil, nil, nil}, nil, "1 of 4 nodes serve the same signed header", 4, ErrOutOfRange},
+		{"a thin commit, then a full one", []*cmttypes.LightBlock{thin, good, nil, nil}, good, "", 2, nil},
+		{"only thin commits", []*cmttypes.LightBlock{thin, thin, nil, nil}, nil, "signed by more than two thirds", 4, ErrOutOfRange},
+		{"nobody has it", []*cmttypes.LightBlock{nil, nil, nil, nil}, nil, "no node has a signed header at height 5 yet", 4, ErrOutOfRange},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			var sources []lightSource
+			for i, lb := range tc.serve {
+				var err error
+				if lb == nil {
+					err = provider.ErrHeightTooHigh
+				}
+				sources = append(sources, source(string(rune('a'+i)), lb, err, &calls))
+			}
+			got, err := agreedLightBlock(context.Background(), lightChainID, 5, 2, sources)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, tc.kind) {
+					t.Fatalf("agreedLightBlock = %v, %v; want a %v error with %q", got, err, tc.kind, tc.wantErr)
+				}
+			} else if err != nil || !bytes.Equal(got.Hash(), tc.want.Hash()) || got.Commit.Signatures[3].BlockIDFlag != cmttypes.BlockIDFlagCommit {
+				t.Fatalf("agreedLightBlock = %v, %v; want the header %X with its full commit", got, err, tc.want.Hash())
+			}
+			if calls.Load() != tc.asked {
+				t.Errorf("asked %d nodes, want %d", calls.Load(), tc.asked)
+			}
+		})
+	}
+}
+
+// TestLightCacheReadsOnce: clients asking for a height at once, and after,
+// share one read of it; a failed read is not kept.
+func TestLightCacheReadsOnce(t *testing.T) {
+	vals, privs := cmttypes.RandValidatorSet(4, 10)
+	lb := signedLightBlock(t, vals, privs, 5, 7)
+	var c lightCache
+	m := newMetrics(&Gateway{})
+	var reads atomic.Int64
+	release := make(chan struct{})
+	fetch := func(context.Context) (*cmttypes.LightBlock, error) {
+		reads.Add(1)
+		<-release
+		return lb, nil
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, err := c.get(context.Background(), 5, m, fetch)
+			if err != nil || got != lb {
+				t.Errorf("get = %v, %v", got, err)
+			}
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if _, err := c.get(context.Background(), 5, m, fetch); err != nil || reads.Load() != 1 {
+		t.Fatalf("%d reads of height 5 for 17 callers (err %v), want 1", reads.Load(), err)
+	}
+	_, err := c.get(context.Background(), 6, m, func(context.Context) (*cmttypes.LightBlock, error) {
+		return nil, errorf(ErrOutOfRange, "not yet")
+	})
+	if err == nil || c.cached(6) != nil {
+		t.Fatalf("a failed read: err %v, cached %v; want the error and nothing kept", err, c.cached(6))
+	}
+	for h := int64(100); h < 100+lightCacheHeights+10; h++ {
+		c.put(&cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: h}}})
+	}
+	if len(c.blocks) != lightCacheHeights || c.cached(5) != nil || c.cached(100+lightCacheHeights+9) == nil {
+		t.Fatalf("cache of %d heights (5 kept: %v); want %d, the newest", len(c.blocks), c.cached(5) != nil, lightCacheHeights)
+	}
+}
