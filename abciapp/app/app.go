@@ -178,13 +178,18 @@ func (a *App) InitChain(_ context.Context, req *abci.RequestInitChain) (*abci.Re
 	if err != nil {
 		return nil, err
 	}
-	if err := a.store.Apply(core.InitChain(params, topics)); err != nil {
+	validators, err := genesisValidators(req.Validators)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.store.Apply(core.InitChain(params, topics, validators...)); err != nil {
 		return nil, err
 	}
 	if err := a.setParams(params); err != nil {
 		return nil, err
 	}
-	a.log.Info().Str("chain_id", params.ChainId).Int("admins", len(params.Admins)).Int("topics", len(topics)).Msg("genesis")
+	a.log.Info().Str("chain_id", params.ChainId).Int("admins", len(params.Admins)).Uint32("admin_threshold", params.AdminThreshold).
+		Int("validators", len(validators)).Int("topics", len(topics)).Msg("genesis")
 	return &abci.ResponseInitChain{}, nil
 }
 
@@ -338,7 +343,26 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 		appHash = append([]byte{appHash[0] ^ 0xff}, appHash[1:]...)
 		a.log.Warn().Int64("height", req.Height).Msg("failpoint: answering a wrong app hash")
 	}
-	return &abci.ResponseFinalizeBlock{TxResults: results, AppHash: appHash}, nil
+	updates := make([]abci.ValidatorUpdate, len(out.ValidatorUpdates))
+	for i, v := range out.ValidatorUpdates {
+		updates[i] = abci.Ed25519ValidatorUpdate(v.PubKey, v.Power)
+		a.log.Info().Int64("height", req.Height).Hex("pub_key", v.PubKey).Int64("power", v.Power).Msg("validator update")
+	}
+	return &abci.ResponseFinalizeBlock{TxResults: results, AppHash: appHash, ValidatorUpdates: updates}, nil
+}
+
+// genesisValidators is CometBFT's genesis validator set as the app keeps
+// it: ed25519 keys only (core.GenesisValidators).
+func genesisValidators(vs []abci.ValidatorUpdate) ([]*byzlogv1.Validator, error) {
+	out := make([]*byzlogv1.Validator, len(vs))
+	for i, v := range vs {
+		key := v.PubKey.GetEd25519()
+		if key == nil {
+			return nil, fmt.Errorf("genesis validator %d has a %T key; byzlog takes ed25519 validator keys", i, v.PubKey.Sum)
+		}
+		out[i] = &byzlogv1.Validator{PubKey: key, Power: v.Power}
+	}
+	return core.GenesisValidators(out)
 }
 
 // Commit persists the block staged by FinalizeBlock.

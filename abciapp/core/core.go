@@ -81,6 +81,9 @@ type Outcome struct {
 	Changes ChangeSet
 	// Digest is what the app hash commits to.
 	Digest Digest
+	// ValidatorUpdates are the block's changes of the validator set, in key
+	// order (power 0 removes): FinalizeBlock hands them to CometBFT.
+	ValidatorUpdates []*byzlogv1.Validator
 }
 
 // mode says how strictly a transaction is checked against state.
@@ -129,11 +132,15 @@ func LoadParams(r Reader) (*byzlogv1.ChainParams, error) {
 	return &p, nil
 }
 
-// InitChain returns the change set that sets up genesis state: chain params
-// and the genesis topics.
-func InitChain(params *byzlogv1.ChainParams, topics []*byzlogv1.TopicState) ChangeSet {
+// InitChain returns the change set that sets up genesis state: chain params,
+// the admin set, the genesis topics and the validators (GenesisValidators).
+func InitChain(params *byzlogv1.ChainParams, topics []*byzlogv1.TopicState, validators ...*byzlogv1.Validator) ChangeSet {
 	o := newOverlay(emptyReader{})
 	o.put(CFMeta, keyParams, marshal(params))
+	o.put(CFMeta, keyAdmins, marshal(genesisAdminSet(params)))
+	if len(validators) > 0 {
+		o.put(CFMeta, keyValidators, marshal(&byzlogv1.ValidatorSet{Validators: validators}))
+	}
 	for _, t := range topics {
 		writeTopic(o, t, 0)
 	}
@@ -176,6 +183,10 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("execute block %d tx %d: %w", b.Height, i, err)
 		}
 	}
+	updates, err := blockValidatorUpdates(r, ex.block)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+	}
 	changes := ex.block.changeSet()
 	digest := digestOf(prev.AppHash, b.Height, ex.appended, changes)
 	// The digest is stored with the block's writes: inserted at its place in
@@ -186,7 +197,25 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 		Results: results,
 		Changes: changes,
 		Digest:  digest,
+
+		ValidatorUpdates: updates,
 	}, nil
+}
+
+// blockValidatorUpdates is how the block changed the validator set.
+func blockValidatorUpdates(committed Reader, block *overlay) ([]*byzlogv1.Validator, error) {
+	if _, changed := block.writes[wkey(CFMeta, keyValidators)]; !changed {
+		return nil, nil
+	}
+	before, err := LoadValidators(committed)
+	if err != nil {
+		return nil, err
+	}
+	after, err := LoadValidators(block)
+	if err != nil {
+		return nil, err
+	}
+	return ValidatorUpdates(before.Validators, after.Validators), nil
 }
 
 // Prepare picks, in order, the transactions of txs that are valid in a block

@@ -389,8 +389,13 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 	if body.ChainId != ex.params.ChainId {
 		return reject(wire.CodeWrongChain, "admin request signed for chain %s, this is %q", wire.Quote(body.ChainId), ex.params.ChainId), nil
 	}
-	if !isAdmin(ex.params, req.AdminKey) {
-		return reject(wire.CodeNotAdmin, "key %x is not an admin of this chain (genesis app_state admins)", req.AdminKey), nil
+	admins, err := loadAdmins(o, ex.params)
+	if err != nil {
+		return Result{}, err
+	}
+	op, needsThreshold := dangerous(&body)
+	if r := checkSigners(admins, req, op, needsThreshold); !r.OK() {
+		return r, nil
 	}
 	if r := ex.expired("admin request", body.ExpiryHeight); !r.OK() {
 		return r, nil
@@ -454,21 +459,29 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		start, end := topicRecords(d.Name)
 		o.deleteRange(CFRecords, start, end)
 		return adminOK("delete_topic", d.Name), nil
+	case *byzlogv1.AdminBody_SetValidator:
+		v := op.SetValidator
+		start, err := LoadValidators(ex.base)
+		if err != nil {
+			return Result{}, err
+		}
+		if r, err := setValidator(o, start, ex.b.Height, v); err != nil || !r.OK() {
+			return r, err
+		}
+		return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{
+			{"op", "set_validator"}, {"pub_key", fmt.Sprintf("%x", v.PubKey)}, {"power", strconv.FormatInt(v.Power, 10)}}}}}, nil
+	case *byzlogv1.AdminBody_SetAdmins:
+		if r := setAdmins(o, op.SetAdmins); !r.OK() {
+			return r, nil
+		}
+		return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{
+			{"op", "set_admins"}, {"admins", strconv.Itoa(len(op.SetAdmins.Admins))}, {"threshold", strconv.FormatUint(uint64(op.SetAdmins.Threshold), 10)}}}}}, nil
 	}
 	return reject(wire.CodeUnknownTxKind, "admin request has no operation this version knows"), nil
 }
 
 func adminOK(op, topic string) Result {
 	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{{"op", op}, {"topic", topic}}}}}
-}
-
-func isAdmin(p *byzlogv1.ChainParams, key []byte) bool {
-	for _, a := range p.Admins {
-		if bytes.Equal(a, key) {
-			return true
-		}
-	}
-	return false
 }
 
 // expired refuses a signed body whose expiry height is before the block's

@@ -14,8 +14,13 @@ import (
 
 // GenesisState is the app_state of the genesis file.
 type GenesisState struct {
-	// Admins are hex ed25519 public keys; any one may sign admin requests.
+	// Admins are hex ed25519 public keys; any one may sign topic creations
+	// and updates.
 	Admins []string `json:"admins"`
+	// AdminThreshold is how many admins must sign a topic deletion or a
+	// change of the admins or the validators: 1 to len(Admins); 0 or
+	// absent means 1.
+	AdminThreshold uint32 `json:"admin_threshold,omitempty"`
 	// Limits override DefaultLimits field by field (zero keeps the default).
 	Limits *GenesisLimits `json:"limits,omitempty"`
 	// Topics are created at genesis.
@@ -57,7 +62,7 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 		dec := json.NewDecoder(bytes.NewReader(appState))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&g); err != nil {
-			return nil, nil, fmt.Errorf("genesis app_state: %w (want {\"admins\": [hex keys], \"limits\": {...}, \"topics\": [...]})", err)
+			return nil, nil, fmt.Errorf("genesis app_state: %w (want {\"admins\": [hex keys], \"admin_threshold\": k, \"limits\": {...}, \"topics\": [...]})", err)
 		}
 	}
 	if chainID == "" {
@@ -68,6 +73,13 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 	if params.Admins, err = genesisAdmins(g.Admins); err != nil {
 		return nil, nil, err
 	}
+	if len(params.Admins) > MaxAdmins {
+		return nil, nil, fmt.Errorf("genesis app_state admins: %d keys, at most %d", len(params.Admins), MaxAdmins)
+	}
+	if g.AdminThreshold > uint32(max(len(params.Admins), 1)) {
+		return nil, nil, fmt.Errorf("genesis app_state admin_threshold %d is more than the %d admins listed", g.AdminThreshold, len(params.Admins))
+	}
+	params.AdminThreshold = max(g.AdminThreshold, 1)
 	overrideLimits(params.Limits, g.Limits)
 	if err := validateLimits(params.Limits); err != nil {
 		return nil, nil, fmt.Errorf("genesis app_state limits: %w", err)

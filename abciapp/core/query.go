@@ -36,6 +36,24 @@ var queries = map[string]query{
 	wire.PathNonce:    decoded(queryNonce),
 	wire.PathProof:    decoded(queryProof),
 	wire.PathDigest:   decoded(queryDigest),
+	wire.PathAdmins: func(s Scanner, _ State, _ []byte) ([]byte, Result, error) {
+		params, err := LoadParams(s)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		set, err := loadAdmins(s, params)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		return marshal(set), Result{Code: wire.CodeOK}, nil
+	},
+	wire.PathValidators: func(s Scanner, _ State, _ []byte) ([]byte, Result, error) {
+		set, err := LoadValidators(s)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		return marshal(set), Result{Code: wire.CodeOK}, nil
+	},
 }
 
 // decoded makes a query of a handler of one request message: a request

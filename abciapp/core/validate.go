@@ -56,6 +56,14 @@ func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 		if r := checkSigned("admin request", a.GetBody(), a.GetAdminKey(), a.GetSignature()); !r.OK() {
 			return nil, r
 		}
+		if n := len(a.Cosignatures); n > wire.MaxCosignatures {
+			return nil, reject(wire.CodeMalformedTx, "admin request carries %d cosignatures, at most %d are read", n, wire.MaxCosignatures)
+		}
+		for i, c := range a.Cosignatures {
+			if r := checkSigned(fmt.Sprintf("admin request cosignature %d", i), a.GetBody(), c.GetAdminKey(), c.GetSignature()); !r.OK() {
+				return nil, r
+			}
+		}
 	case *byzlogv1.Tx_CommitOffsets:
 		c := k.CommitOffsets
 		if r := checkSigned("commit offsets", c.GetBody(), c.GetConsumerKey(), c.GetSignature()); !r.OK() {
@@ -119,7 +127,14 @@ func hasUnknown(env *byzlogv1.Tx) bool {
 			}
 		}
 	case *byzlogv1.Tx_Admin:
-		return len(k.Admin.ProtoReflect().GetUnknown()) > 0
+		if len(k.Admin.ProtoReflect().GetUnknown()) > 0 {
+			return true
+		}
+		for _, c := range k.Admin.Cosignatures {
+			if len(c.ProtoReflect().GetUnknown()) > 0 {
+				return true
+			}
+		}
 	case *byzlogv1.Tx_CommitOffsets:
 		return len(k.CommitOffsets.ProtoReflect().GetUnknown()) > 0
 	}

@@ -109,6 +109,16 @@ const (
 	// than one the chain has seen for its producer id; the producer was
 	// fenced off and must start again (InitProducerId).
 	CodeProducerFenced Code = 40
+	// CodeBelowThreshold: the admin request needs more admins' signatures
+	// (the admin set's threshold) than it carries; collect cosignatures.
+	CodeBelowThreshold Code = 41
+	// CodeBadValidatorChange: the validator change is refused (unknown
+	// validator, too few validators left, too much power moved at once,
+	// no change); the message says which.
+	CodeBadValidatorChange Code = 42
+	// CodeBadAdminSet: the new admin set is refused (no key, a key listed
+	// twice, a threshold of 0 or above the number of keys).
+	CodeBadAdminSet Code = 43
 )
 
 var codeNames = map[Code]string{
@@ -126,7 +136,8 @@ var codeNames = map[Code]string{
 	CodeBlockFull: "block_full", CodeBundleTooLarge: "bundle_too_large",
 	CodePending: "pending", CodeMempoolFull: "mempool_full", CodeExpired: "expired", CodeInternal: "internal",
 	CodeSequenceReused: "sequence_reused", CodeBodyExpired: "body_expired",
-	CodeProducerFenced: "producer_fenced",
+	CodeProducerFenced: "producer_fenced", CodeBelowThreshold: "below_threshold",
+	CodeBadValidatorChange: "bad_validator_change", CodeBadAdminSet: "bad_admin_set",
 }
 
 // String names the code for logs and messages.

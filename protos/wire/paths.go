@@ -12,10 +12,13 @@ const (
 	PathNonce    = "/nonce"
 	PathProof    = "/proof"
 	PathDigest   = "/digest"
+	// PathAdmins answers the AdminSet; PathValidators the ValidatorSet.
+	PathAdmins     = "/admins"
+	PathValidators = "/validators"
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators}
 
 // Records query bounds.
 const (

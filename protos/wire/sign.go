@@ -122,8 +122,12 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 		body.Op = &byzlogv1.AdminBody_UpdateTopic{UpdateTopic: o}
 	case *byzlogv1.DeleteTopic:
 		body.Op = &byzlogv1.AdminBody_DeleteTopic{DeleteTopic: o}
+	case *byzlogv1.SetValidator:
+		body.Op = &byzlogv1.AdminBody_SetValidator{SetValidator: o}
+	case *byzlogv1.SetAdmins:
+		body.Op = &byzlogv1.AdminBody_SetAdmins{SetAdmins: o}
 	default:
-		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic or DeleteTopic", op)
+		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, SetValidator or SetAdmins", op)
 	}
 	b, err := proto.Marshal(body)
 	if err != nil {
@@ -132,8 +136,20 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 	return &byzlogv1.AdminRequest{Body: b, AdminKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
 }
 
-// isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic.
+// isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic,
+// *SetValidator, *SetAdmins.
 type isAdminOp = proto.Message
+
+// MaxCosignatures bounds an AdminRequest's cosignatures: each costs every
+// validator a signature check.
+const MaxCosignatures = 16
+
+// Cosign adds the key's signature of req's body to req, for an operation
+// that needs the admin set's threshold. The body is signed as it is, nonce
+// and expiry included, so every admin signs exactly what will commit.
+func (s *Signer) Cosign(req *byzlogv1.AdminRequest) {
+	req.Cosignatures = append(req.Cosignatures, &byzlogv1.AdminSignature{AdminKey: s.PublicKey(), Signature: ed25519.Sign(s.key, req.Body)})
+}
 
 // CommitOffsets signs a consumer group's offset commit with the key's next
 // nonce, with no expiry.

@@ -377,11 +377,14 @@ func (x *Limits) GetMaxBlockUncompressedBytes() uint32 {
 type ChainParams struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	ChainId string                 `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
-	// Admin ed25519 public keys, sorted; any one may sign an AdminRequest.
-	Admins        [][]byte `protobuf:"bytes,2,rep,name=admins,proto3" json:"admins,omitempty"`
-	Limits        *Limits  `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The genesis admin ed25519 public keys, sorted. The admins now are the
+	// AdminSet in state ("/admins"), which starts as these.
+	Admins [][]byte `protobuf:"bytes,2,rep,name=admins,proto3" json:"admins,omitempty"`
+	Limits *Limits  `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
+	// The genesis admin threshold (0 reads as 1).
+	AdminThreshold uint32 `protobuf:"varint,4,opt,name=admin_threshold,json=adminThreshold,proto3" json:"admin_threshold,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ChainParams) Reset() {
@@ -435,6 +438,179 @@ func (x *ChainParams) GetLimits() *Limits {
 	return nil
 }
 
+func (x *ChainParams) GetAdminThreshold() uint32 {
+	if x != nil {
+		return x.AdminThreshold
+	}
+	return 0
+}
+
+// AdminSet is who may sign admin requests: any one of admins for topic
+// creation and updates, threshold of them for topic deletion and for
+// changes of the admins or the validators. Query "/admins" (no data).
+type AdminSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ed25519 public keys, sorted.
+	Admins        [][]byte `protobuf:"bytes,1,rep,name=admins,proto3" json:"admins,omitempty"`
+	Threshold     uint32   `protobuf:"varint,2,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdminSet) Reset() {
+	*x = AdminSet{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdminSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdminSet) ProtoMessage() {}
+
+func (x *AdminSet) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdminSet.ProtoReflect.Descriptor instead.
+func (*AdminSet) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AdminSet) GetAdmins() [][]byte {
+	if x != nil {
+		return x.Admins
+	}
+	return nil
+}
+
+func (x *AdminSet) GetThreshold() uint32 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+// ValidatorSet is the validator set as the app has changed it, updates
+// that CometBFT has not applied yet included (it applies the updates of
+// block h at h+2). Query "/validators" (no data).
+type ValidatorSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sorted by pub_key; every power is > 0.
+	Validators []*Validator `protobuf:"bytes,1,rep,name=validators,proto3" json:"validators,omitempty"`
+	// The last height whose updates are included.
+	Height        int64 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidatorSet) Reset() {
+	*x = ValidatorSet{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidatorSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidatorSet) ProtoMessage() {}
+
+func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidatorSet.ProtoReflect.Descriptor instead.
+func (*ValidatorSet) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ValidatorSet) GetValidators() []*Validator {
+	if x != nil {
+		return x.Validators
+	}
+	return nil
+}
+
+func (x *ValidatorSet) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+// Validator is one validator's ed25519 consensus key and voting power.
+type Validator struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PubKey        []byte                 `protobuf:"bytes,1,opt,name=pub_key,json=pubKey,proto3" json:"pub_key,omitempty"`
+	Power         int64                  `protobuf:"varint,2,opt,name=power,proto3" json:"power,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Validator) Reset() {
+	*x = Validator{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Validator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Validator) ProtoMessage() {}
+
+func (x *Validator) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Validator.ProtoReflect.Descriptor instead.
+func (*Validator) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Validator) GetPubKey() []byte {
+	if x != nil {
+		return x.PubKey
+	}
+	return nil
+}
+
+func (x *Validator) GetPower() int64 {
+	if x != nil {
+		return x.Power
+	}
+	return 0
+}
+
 // TopicState is a topic's stored metadata.
 type TopicState struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -447,7 +623,7 @@ type TopicState struct {
 
 func (x *TopicState) Reset() {
 	*x = TopicState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +635,7 @@ func (x *TopicState) String() string {
 func (*TopicState) ProtoMessage() {}
 
 func (x *TopicState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +648,7 @@ func (x *TopicState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicState.ProtoReflect.Descriptor instead.
 func (*TopicState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TopicState) GetName() string {
@@ -511,7 +687,7 @@ type PartitionState struct {
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -523,7 +699,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -536,7 +712,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PartitionState) GetLogStartOffset() uint64 {
@@ -573,7 +749,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +761,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +774,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProducerState) GetNextSequence() uint64 {
@@ -630,7 +806,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +818,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +831,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BatchRef) GetBaseOffset() uint64 {
@@ -698,7 +874,7 @@ type GroupOffset struct {
 
 func (x *GroupOffset) Reset() {
 	*x = GroupOffset{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -710,7 +886,7 @@ func (x *GroupOffset) String() string {
 func (*GroupOffset) ProtoMessage() {}
 
 func (x *GroupOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -723,7 +899,7 @@ func (x *GroupOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffset.ProtoReflect.Descriptor instead.
 func (*GroupOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupOffset) GetOffset() uint64 {
@@ -776,7 +952,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -788,7 +964,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -801,7 +977,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BatchResult) GetTopic() string {
@@ -900,7 +1076,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1088,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1101,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TxOutcome) GetBatches() []*BatchResult {
@@ -948,7 +1124,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1136,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1149,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PartitionInfo) GetPartition() uint32 {
@@ -1017,7 +1193,7 @@ type TopicInfo struct {
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1205,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1218,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TopicInfo) GetName() string {
@@ -1085,7 +1261,7 @@ type AppState struct {
 
 func (x *AppState) Reset() {
 	*x = AppState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1273,7 @@ func (x *AppState) String() string {
 func (*AppState) ProtoMessage() {}
 
 func (x *AppState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1286,7 @@ func (x *AppState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppState.ProtoReflect.Descriptor instead.
 func (*AppState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AppState) GetHeight() int64 {
@@ -1144,7 +1320,7 @@ type TopicList struct {
 
 func (x *TopicList) Reset() {
 	*x = TopicList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1332,7 @@ func (x *TopicList) String() string {
 func (*TopicList) ProtoMessage() {}
 
 func (x *TopicList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1345,7 @@ func (x *TopicList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicList.ProtoReflect.Descriptor instead.
 func (*TopicList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TopicList) GetTopics() []*TopicInfo {
@@ -1189,7 +1365,7 @@ type TopicRequest struct {
 
 func (x *TopicRequest) Reset() {
 	*x = TopicRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1377,7 @@ func (x *TopicRequest) String() string {
 func (*TopicRequest) ProtoMessage() {}
 
 func (x *TopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1390,7 @@ func (x *TopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicRequest.ProtoReflect.Descriptor instead.
 func (*TopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TopicRequest) GetName() string {
@@ -1242,7 +1418,7 @@ type RecordsRequest struct {
 
 func (x *RecordsRequest) Reset() {
 	*x = RecordsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1430,7 @@ func (x *RecordsRequest) String() string {
 func (*RecordsRequest) ProtoMessage() {}
 
 func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1443,7 @@ func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsRequest.ProtoReflect.Descriptor instead.
 func (*RecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RecordsRequest) GetTopic() string {
@@ -1317,7 +1493,7 @@ type RecordsResponse struct {
 
 func (x *RecordsResponse) Reset() {
 	*x = RecordsResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1505,7 @@ func (x *RecordsResponse) String() string {
 func (*RecordsResponse) ProtoMessage() {}
 
 func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1518,7 @@ func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsResponse.ProtoReflect.Descriptor instead.
 func (*RecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecordsResponse) GetRecords() [][]byte {
@@ -1376,7 +1552,7 @@ type GroupRequest struct {
 
 func (x *GroupRequest) Reset() {
 	*x = GroupRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1564,7 @@ func (x *GroupRequest) String() string {
 func (*GroupRequest) ProtoMessage() {}
 
 func (x *GroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1577,7 @@ func (x *GroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRequest.ProtoReflect.Descriptor instead.
 func (*GroupRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GroupRequest) GetGroup() string {
@@ -1422,7 +1598,7 @@ type GroupOffsets struct {
 
 func (x *GroupOffsets) Reset() {
 	*x = GroupOffsets{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1434,7 +1610,7 @@ func (x *GroupOffsets) String() string {
 func (*GroupOffsets) ProtoMessage() {}
 
 func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1447,7 +1623,7 @@ func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffsets.ProtoReflect.Descriptor instead.
 func (*GroupOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GroupOffsets) GetGroup() string {
@@ -1485,7 +1661,7 @@ type ProducerRequest struct {
 
 func (x *ProducerRequest) Reset() {
 	*x = ProducerRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1673,7 @@ func (x *ProducerRequest) String() string {
 func (*ProducerRequest) ProtoMessage() {}
 
 func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1686,7 @@ func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRequest.ProtoReflect.Descriptor instead.
 func (*ProducerRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProducerRequest) GetProducerKey() []byte {
@@ -1552,7 +1728,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1740,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1753,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NonceRequest) GetKey() []byte {
@@ -1606,7 +1782,7 @@ type NonceResponse struct {
 
 func (x *NonceResponse) Reset() {
 	*x = NonceResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1794,7 @@ func (x *NonceResponse) String() string {
 func (*NonceResponse) ProtoMessage() {}
 
 func (x *NonceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1807,7 @@ func (x *NonceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceResponse.ProtoReflect.Descriptor instead.
 func (*NonceResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NonceResponse) GetNextNonce() uint64 {
@@ -1697,7 +1873,7 @@ type ResultProof struct {
 
 func (x *ResultProof) Reset() {
 	*x = ResultProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1885,7 @@ func (x *ResultProof) String() string {
 func (*ResultProof) ProtoMessage() {}
 
 func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1898,7 @@ func (x *ResultProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
 func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResultProof) GetTxResult() []byte {
@@ -1789,7 +1965,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1977,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1990,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -1868,7 +2044,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2056,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2069,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -1945,7 +2121,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2133,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2146,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -2007,7 +2183,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2195,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2208,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -2053,7 +2229,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2241,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2254,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2123,7 +2299,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2311,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2324,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2219,7 +2395,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2407,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,11 +2485,23 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x19max_tx_uncompressed_bytes\x18\t \x01(\rR\x16maxTxUncompressedBytes\x12*\n" +
 	"\x11max_block_records\x18\n" +
 	" \x01(\rR\x0fmaxBlockRecords\x12?\n" +
-	"\x1cmax_block_uncompressed_bytes\x18\v \x01(\rR\x19maxBlockUncompressedBytes\"k\n" +
+	"\x1cmax_block_uncompressed_bytes\x18\v \x01(\rR\x19maxBlockUncompressedBytes\"\x94\x01\n" +
 	"\vChainParams\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x16\n" +
 	"\x06admins\x18\x02 \x03(\fR\x06admins\x12)\n" +
-	"\x06limits\x18\x03 \x01(\v2\x11.byzlog.v1.LimitsR\x06limits\"w\n" +
+	"\x06limits\x18\x03 \x01(\v2\x11.byzlog.v1.LimitsR\x06limits\x12'\n" +
+	"\x0fadmin_threshold\x18\x04 \x01(\rR\x0eadminThreshold\"@\n" +
+	"\bAdminSet\x12\x16\n" +
+	"\x06admins\x18\x01 \x03(\fR\x06admins\x12\x1c\n" +
+	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"\\\n" +
+	"\fValidatorSet\x124\n" +
+	"\n" +
+	"validators\x18\x01 \x03(\v2\x14.byzlog.v1.ValidatorR\n" +
+	"validators\x12\x16\n" +
+	"\x06height\x18\x02 \x01(\x03R\x06height\":\n" +
+	"\tValidator\x12\x17\n" +
+	"\apub_key\x18\x01 \x01(\fR\x06pubKey\x12\x14\n" +
+	"\x05power\x18\x02 \x01(\x03R\x05power\"w\n" +
 	"\n" +
 	"TopicState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
@@ -2469,67 +2657,71 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*ChunkedValue)(nil),       // 1: byzlog.v1.ChunkedValue
 	(*Limits)(nil),             // 2: byzlog.v1.Limits
 	(*ChainParams)(nil),        // 3: byzlog.v1.ChainParams
-	(*TopicState)(nil),         // 4: byzlog.v1.TopicState
-	(*PartitionState)(nil),     // 5: byzlog.v1.PartitionState
-	(*ProducerState)(nil),      // 6: byzlog.v1.ProducerState
-	(*BatchRef)(nil),           // 7: byzlog.v1.BatchRef
-	(*GroupOffset)(nil),        // 8: byzlog.v1.GroupOffset
-	(*BatchResult)(nil),        // 9: byzlog.v1.BatchResult
-	(*TxOutcome)(nil),          // 10: byzlog.v1.TxOutcome
-	(*PartitionInfo)(nil),      // 11: byzlog.v1.PartitionInfo
-	(*TopicInfo)(nil),          // 12: byzlog.v1.TopicInfo
-	(*AppState)(nil),           // 13: byzlog.v1.AppState
-	(*TopicList)(nil),          // 14: byzlog.v1.TopicList
-	(*TopicRequest)(nil),       // 15: byzlog.v1.TopicRequest
-	(*RecordsRequest)(nil),     // 16: byzlog.v1.RecordsRequest
-	(*RecordsResponse)(nil),    // 17: byzlog.v1.RecordsResponse
-	(*GroupRequest)(nil),       // 18: byzlog.v1.GroupRequest
-	(*GroupOffsets)(nil),       // 19: byzlog.v1.GroupOffsets
-	(*ProducerRequest)(nil),    // 20: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),       // 21: byzlog.v1.NonceRequest
-	(*NonceResponse)(nil),      // 22: byzlog.v1.NonceResponse
-	(*ResultProof)(nil),        // 23: byzlog.v1.ResultProof
-	(*BlockDigest)(nil),        // 24: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),      // 25: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),        // 26: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),      // 27: byzlog.v1.DigestRequest
-	(*ProofRequest)(nil),       // 28: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),        // 29: byzlog.v1.RecordProof
-	(*ChunkedValue_Chunk)(nil), // 30: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 31: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 32: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 33: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 34: byzlog.v1.PartitionOffset
+	(*AdminSet)(nil),           // 4: byzlog.v1.AdminSet
+	(*ValidatorSet)(nil),       // 5: byzlog.v1.ValidatorSet
+	(*Validator)(nil),          // 6: byzlog.v1.Validator
+	(*TopicState)(nil),         // 7: byzlog.v1.TopicState
+	(*PartitionState)(nil),     // 8: byzlog.v1.PartitionState
+	(*ProducerState)(nil),      // 9: byzlog.v1.ProducerState
+	(*BatchRef)(nil),           // 10: byzlog.v1.BatchRef
+	(*GroupOffset)(nil),        // 11: byzlog.v1.GroupOffset
+	(*BatchResult)(nil),        // 12: byzlog.v1.BatchResult
+	(*TxOutcome)(nil),          // 13: byzlog.v1.TxOutcome
+	(*PartitionInfo)(nil),      // 14: byzlog.v1.PartitionInfo
+	(*TopicInfo)(nil),          // 15: byzlog.v1.TopicInfo
+	(*AppState)(nil),           // 16: byzlog.v1.AppState
+	(*TopicList)(nil),          // 17: byzlog.v1.TopicList
+	(*TopicRequest)(nil),       // 18: byzlog.v1.TopicRequest
+	(*RecordsRequest)(nil),     // 19: byzlog.v1.RecordsRequest
+	(*RecordsResponse)(nil),    // 20: byzlog.v1.RecordsResponse
+	(*GroupRequest)(nil),       // 21: byzlog.v1.GroupRequest
+	(*GroupOffsets)(nil),       // 22: byzlog.v1.GroupOffsets
+	(*ProducerRequest)(nil),    // 23: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),       // 24: byzlog.v1.NonceRequest
+	(*NonceResponse)(nil),      // 25: byzlog.v1.NonceResponse
+	(*ResultProof)(nil),        // 26: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),        // 27: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),      // 28: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),        // 29: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),      // 30: byzlog.v1.DigestRequest
+	(*ProofRequest)(nil),       // 31: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 32: byzlog.v1.RecordProof
+	(*ChunkedValue_Chunk)(nil), // 33: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 34: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 35: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 36: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 37: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	31, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	30, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	34, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	33, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	2,  // 2: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	32, // 3: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	33, // 4: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
-	9,  // 5: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	32, // 6: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	11, // 7: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
-	3,  // 8: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	12, // 9: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	34, // 10: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	33, // 11: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	23, // 12: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	25, // 13: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	26, // 14: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	25, // 15: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	26, // 16: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	6,  // 3: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
+	35, // 4: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	36, // 5: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	12, // 6: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	35, // 7: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	14, // 8: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	3,  // 9: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
+	15, // 10: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	37, // 11: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	36, // 12: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	26, // 13: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	28, // 14: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	29, // 15: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	28, // 16: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	29, // 17: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -2544,7 +2736,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

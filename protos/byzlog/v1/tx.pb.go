@@ -735,14 +735,20 @@ func (x *TopicConfig) GetReaders() [][]byte {
 	return nil
 }
 
-// AdminRequest is an admin-signed change of the chain's topics.
+// AdminRequest is an admin-signed change of the chain's topics, admins or
+// validators. Creating and updating a topic needs one admin's signature;
+// deleting a topic, changing the admins and changing the validators need
+// the admin set's threshold (k of its n keys, AdminSet): admin_key's and
+// cosignatures' together, each from a different admin.
 type AdminRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The serialized AdminBody; the signature covers exactly these bytes.
+	// The serialized AdminBody; every signature covers exactly these bytes.
 	Body []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
-	// The admin's ed25519 public key, listed in the genesis app_state.
-	AdminKey      []byte `protobuf:"bytes,2,opt,name=admin_key,json=adminKey,proto3" json:"admin_key,omitempty"`
-	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	// The submitting admin's ed25519 public key: the body carries its nonce.
+	AdminKey  []byte `protobuf:"bytes,2,opt,name=admin_key,json=adminKey,proto3" json:"admin_key,omitempty"`
+	Signature []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	// Other admins' signatures of the same body (at most 16).
+	Cosignatures  []*AdminSignature `protobuf:"bytes,4,rep,name=cosignatures,proto3" json:"cosignatures,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -798,6 +804,66 @@ func (x *AdminRequest) GetSignature() []byte {
 	return nil
 }
 
+func (x *AdminRequest) GetCosignatures() []*AdminSignature {
+	if x != nil {
+		return x.Cosignatures
+	}
+	return nil
+}
+
+// AdminSignature is one more admin's ed25519 signature of an AdminBody.
+type AdminSignature struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AdminKey      []byte                 `protobuf:"bytes,1,opt,name=admin_key,json=adminKey,proto3" json:"admin_key,omitempty"`
+	Signature     []byte                 `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AdminSignature) Reset() {
+	*x = AdminSignature{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AdminSignature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AdminSignature) ProtoMessage() {}
+
+func (x *AdminSignature) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AdminSignature.ProtoReflect.Descriptor instead.
+func (*AdminSignature) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *AdminSignature) GetAdminKey() []byte {
+	if x != nil {
+		return x.AdminKey
+	}
+	return nil
+}
+
+func (x *AdminSignature) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 // AdminBody is the signed part of an AdminRequest.
 type AdminBody struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -811,6 +877,8 @@ type AdminBody struct {
 	//	*AdminBody_CreateTopic
 	//	*AdminBody_UpdateTopic
 	//	*AdminBody_DeleteTopic
+	//	*AdminBody_SetValidator
+	//	*AdminBody_SetAdmins
 	Op isAdminBody_Op `protobuf_oneof:"op"`
 	// The last height this request may commit at; 0: no expiry. A request
 	// signed for a future nonce and kept back cannot be played long after.
@@ -821,7 +889,7 @@ type AdminBody struct {
 
 func (x *AdminBody) Reset() {
 	*x = AdminBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +901,7 @@ func (x *AdminBody) String() string {
 func (*AdminBody) ProtoMessage() {}
 
 func (x *AdminBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[10]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +914,7 @@ func (x *AdminBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminBody.ProtoReflect.Descriptor instead.
 func (*AdminBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AdminBody) GetChainId() string {
@@ -897,6 +965,24 @@ func (x *AdminBody) GetDeleteTopic() *DeleteTopic {
 	return nil
 }
 
+func (x *AdminBody) GetSetValidator() *SetValidator {
+	if x != nil {
+		if x, ok := x.Op.(*AdminBody_SetValidator); ok {
+			return x.SetValidator
+		}
+	}
+	return nil
+}
+
+func (x *AdminBody) GetSetAdmins() *SetAdmins {
+	if x != nil {
+		if x, ok := x.Op.(*AdminBody_SetAdmins); ok {
+			return x.SetAdmins
+		}
+	}
+	return nil
+}
+
 func (x *AdminBody) GetExpiryHeight() int64 {
 	if x != nil {
 		return x.ExpiryHeight
@@ -920,11 +1006,23 @@ type AdminBody_DeleteTopic struct {
 	DeleteTopic *DeleteTopic `protobuf:"bytes,5,opt,name=delete_topic,json=deleteTopic,proto3,oneof"`
 }
 
+type AdminBody_SetValidator struct {
+	SetValidator *SetValidator `protobuf:"bytes,7,opt,name=set_validator,json=setValidator,proto3,oneof"`
+}
+
+type AdminBody_SetAdmins struct {
+	SetAdmins *SetAdmins `protobuf:"bytes,8,opt,name=set_admins,json=setAdmins,proto3,oneof"`
+}
+
 func (*AdminBody_CreateTopic) isAdminBody_Op() {}
 
 func (*AdminBody_UpdateTopic) isAdminBody_Op() {}
 
 func (*AdminBody_DeleteTopic) isAdminBody_Op() {}
+
+func (*AdminBody_SetValidator) isAdminBody_Op() {}
+
+func (*AdminBody_SetAdmins) isAdminBody_Op() {}
 
 // CreateTopic creates a topic; its name is 1..249 characters of
 // [a-zA-Z0-9._-], as in Kafka.
@@ -938,7 +1036,7 @@ type CreateTopic struct {
 
 func (x *CreateTopic) Reset() {
 	*x = CreateTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1048,7 @@ func (x *CreateTopic) String() string {
 func (*CreateTopic) ProtoMessage() {}
 
 func (x *CreateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[11]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1061,7 @@ func (x *CreateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopic.ProtoReflect.Descriptor instead.
 func (*CreateTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateTopic) GetName() string {
@@ -991,7 +1089,7 @@ type UpdateTopic struct {
 
 func (x *UpdateTopic) Reset() {
 	*x = UpdateTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1101,7 @@ func (x *UpdateTopic) String() string {
 func (*UpdateTopic) ProtoMessage() {}
 
 func (x *UpdateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[12]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1114,7 @@ func (x *UpdateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTopic.ProtoReflect.Descriptor instead.
 func (*UpdateTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateTopic) GetName() string {
@@ -1045,7 +1143,7 @@ type DeleteTopic struct {
 
 func (x *DeleteTopic) Reset() {
 	*x = DeleteTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1155,7 @@ func (x *DeleteTopic) String() string {
 func (*DeleteTopic) ProtoMessage() {}
 
 func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1168,7 @@ func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopic.ProtoReflect.Descriptor instead.
 func (*DeleteTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteTopic) GetName() string {
@@ -1078,6 +1176,120 @@ func (x *DeleteTopic) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+// SetValidator adds a validator, changes its voting power or, with power 0,
+// removes it. It takes effect as CometBFT applies validator updates: the
+// block after next. Refused if the validators would be fewer than 4 or if
+// the validator changes of one block would move more than a third of the
+// voting power the block started with.
+type SetValidator struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The validator's ed25519 consensus public key (32 bytes: the "value" of
+	// pub_key in its priv_validator_key.json, decoded from base64).
+	PubKey        []byte `protobuf:"bytes,1,opt,name=pub_key,json=pubKey,proto3" json:"pub_key,omitempty"`
+	Power         int64  `protobuf:"varint,2,opt,name=power,proto3" json:"power,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetValidator) Reset() {
+	*x = SetValidator{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetValidator) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetValidator) ProtoMessage() {}
+
+func (x *SetValidator) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetValidator.ProtoReflect.Descriptor instead.
+func (*SetValidator) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetValidator) GetPubKey() []byte {
+	if x != nil {
+		return x.PubKey
+	}
+	return nil
+}
+
+func (x *SetValidator) GetPower() int64 {
+	if x != nil {
+		return x.Power
+	}
+	return 0
+}
+
+// SetAdmins replaces the admin set: its keys and its threshold.
+type SetAdmins struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ed25519 public keys, each listed once; 1 to 64 of them.
+	Admins [][]byte `protobuf:"bytes,1,rep,name=admins,proto3" json:"admins,omitempty"`
+	// How many of them must sign a dangerous operation: 1 to len(admins).
+	Threshold     uint32 `protobuf:"varint,2,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAdmins) Reset() {
+	*x = SetAdmins{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAdmins) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAdmins) ProtoMessage() {}
+
+func (x *SetAdmins) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAdmins.ProtoReflect.Descriptor instead.
+func (*SetAdmins) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetAdmins) GetAdmins() [][]byte {
+	if x != nil {
+		return x.Admins
+	}
+	return nil
+}
+
+func (x *SetAdmins) GetThreshold() uint32 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
 }
 
 // CommitOffsets is a consumer-signed commit of a consumer group's offsets.
@@ -1095,7 +1307,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1319,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1332,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommitOffsets) GetBody() []byte {
@@ -1164,7 +1376,7 @@ type CommitOffsetsBody struct {
 
 func (x *CommitOffsetsBody) Reset() {
 	*x = CommitOffsetsBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1388,7 @@ func (x *CommitOffsetsBody) String() string {
 func (*CommitOffsetsBody) ProtoMessage() {}
 
 func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1401,7 @@ func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsBody.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommitOffsetsBody) GetGroup() string {
@@ -1247,7 +1459,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1471,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1484,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PartitionOffset) GetTopic() string {
@@ -1351,17 +1563,24 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fretention_ms\x18\x03 \x01(\x03R\vretentionMs\x12'\n" +
 	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\x12+\n" +
 	"\x11allowed_producers\x18\x05 \x03(\fR\x10allowedProducers\x12\x18\n" +
-	"\areaders\x18\x06 \x03(\fR\areaders\"]\n" +
+	"\areaders\x18\x06 \x03(\fR\areaders\"\x9c\x01\n" +
 	"\fAdminRequest\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tadmin_key\x18\x02 \x01(\fR\badminKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x9e\x02\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\x12=\n" +
+	"\fcosignatures\x18\x04 \x03(\v2\x19.byzlog.v1.AdminSignatureR\fcosignatures\"K\n" +
+	"\x0eAdminSignature\x12\x1b\n" +
+	"\tadmin_key\x18\x01 \x01(\fR\badminKey\x12\x1c\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x95\x03\n" +
 	"\tAdminBody\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12;\n" +
 	"\fcreate_topic\x18\x03 \x01(\v2\x16.byzlog.v1.CreateTopicH\x00R\vcreateTopic\x12;\n" +
 	"\fupdate_topic\x18\x04 \x01(\v2\x16.byzlog.v1.UpdateTopicH\x00R\vupdateTopic\x12;\n" +
-	"\fdelete_topic\x18\x05 \x01(\v2\x16.byzlog.v1.DeleteTopicH\x00R\vdeleteTopic\x12#\n" +
+	"\fdelete_topic\x18\x05 \x01(\v2\x16.byzlog.v1.DeleteTopicH\x00R\vdeleteTopic\x12>\n" +
+	"\rset_validator\x18\a \x01(\v2\x17.byzlog.v1.SetValidatorH\x00R\fsetValidator\x125\n" +
+	"\n" +
+	"set_admins\x18\b \x01(\v2\x14.byzlog.v1.SetAdminsH\x00R\tsetAdmins\x12#\n" +
 	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeightB\x04\n" +
 	"\x02op\"Q\n" +
 	"\vCreateTopic\x12\x12\n" +
@@ -1371,7 +1590,13 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\"!\n" +
 	"\vDeleteTopic\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"d\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"=\n" +
+	"\fSetValidator\x12\x17\n" +
+	"\apub_key\x18\x01 \x01(\fR\x06pubKey\x12\x14\n" +
+	"\x05power\x18\x02 \x01(\x03R\x05power\"A\n" +
+	"\tSetAdmins\x12\x16\n" +
+	"\x06admins\x18\x01 \x03(\fR\x06admins\x12\x1c\n" +
+	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"d\n" +
 	"\rCommitOffsets\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12!\n" +
 	"\fconsumer_key\x18\x02 \x01(\fR\vconsumerKey\x12\x1c\n" +
@@ -1407,7 +1632,7 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_byzlog_v1_tx_proto_goTypes = []any{
 	(Codec)(0),                // 0: byzlog.v1.Codec
 	(*Tx)(nil),                // 1: byzlog.v1.Tx
@@ -1420,34 +1645,40 @@ var file_byzlog_v1_tx_proto_goTypes = []any{
 	(*RecordHeader)(nil),      // 8: byzlog.v1.RecordHeader
 	(*TopicConfig)(nil),       // 9: byzlog.v1.TopicConfig
 	(*AdminRequest)(nil),      // 10: byzlog.v1.AdminRequest
-	(*AdminBody)(nil),         // 11: byzlog.v1.AdminBody
-	(*CreateTopic)(nil),       // 12: byzlog.v1.CreateTopic
-	(*UpdateTopic)(nil),       // 13: byzlog.v1.UpdateTopic
-	(*DeleteTopic)(nil),       // 14: byzlog.v1.DeleteTopic
-	(*CommitOffsets)(nil),     // 15: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil), // 16: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),   // 17: byzlog.v1.PartitionOffset
+	(*AdminSignature)(nil),    // 11: byzlog.v1.AdminSignature
+	(*AdminBody)(nil),         // 12: byzlog.v1.AdminBody
+	(*CreateTopic)(nil),       // 13: byzlog.v1.CreateTopic
+	(*UpdateTopic)(nil),       // 14: byzlog.v1.UpdateTopic
+	(*DeleteTopic)(nil),       // 15: byzlog.v1.DeleteTopic
+	(*SetValidator)(nil),      // 16: byzlog.v1.SetValidator
+	(*SetAdmins)(nil),         // 17: byzlog.v1.SetAdmins
+	(*CommitOffsets)(nil),     // 18: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil), // 19: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),   // 20: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	2,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
 	10, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	15, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	18, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
 	3,  // 3: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
 	0,  // 4: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
 	5,  // 5: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
 	7,  // 6: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
 	8,  // 7: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
-	12, // 8: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
-	13, // 9: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
-	14, // 10: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	9,  // 11: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	9,  // 12: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	17, // 13: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	11, // 8: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
+	13, // 9: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
+	14, // 10: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
+	15, // 11: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
+	16, // 12: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
+	17, // 13: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
+	9,  // 14: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	9,  // 15: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	20, // 16: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -1460,10 +1691,12 @@ func file_byzlog_v1_tx_proto_init() {
 		(*Tx_Admin)(nil),
 		(*Tx_CommitOffsets)(nil),
 	}
-	file_byzlog_v1_tx_proto_msgTypes[10].OneofWrappers = []any{
+	file_byzlog_v1_tx_proto_msgTypes[11].OneofWrappers = []any{
 		(*AdminBody_CreateTopic)(nil),
 		(*AdminBody_UpdateTopic)(nil),
 		(*AdminBody_DeleteTopic)(nil),
+		(*AdminBody_SetValidator)(nil),
+		(*AdminBody_SetAdmins)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1471,7 +1704,7 @@ func file_byzlog_v1_tx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   17,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
