@@ -116,7 +116,9 @@ func TestThresholdAdmin(t *testing.T) {
 
 	// The admin set changes by the same rule; then the old keys are out.
 	d := wire.NewSigner(key("d"), chainID)
-	set := func(k uint32, keys ...[]byte) *byzlogv1.SetAdmins { return &byzlogv1.SetAdmins{Admins: keys, Threshold: k} }
+	set := func(k uint32, keys ...[]byte) *byzlogv1.SetAdmins {
+		return &byzlogv1.SetAdmins{Admins: keys, Threshold: k}
+	}
 	for _, bad := range []struct {
 		name string
 		op   *byzlogv1.SetAdmins
