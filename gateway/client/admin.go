@@ -3,9 +3,14 @@ package client
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
+	cmtproto "github.com/cometbft/cometbft/proto/tendermint/types"
+	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -16,13 +21,16 @@ import (
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
-// Admin changes topics with an admin key listed in genesis.
+// Admin changes topics, admins and validators with admin keys: one for
+// creating and updating topics, the admin set's threshold of them
+// (WithCosigners, or Cosign for keys held elsewhere) for the rest.
 type Admin struct {
-	conn   *grpc.ClientConn
-	gw     byzlogv1.GatewayClient
-	key    ed25519.PrivateKey
-	trust  Trust
-	verify *chain.Verifier // nil: commits are taken on the gateway's word
+	conn      *grpc.ClientConn
+	gw        byzlogv1.GatewayClient
+	key       ed25519.PrivateKey
+	cosigners []ed25519.PrivateKey
+	trust     Trust
+	verify    *chain.Verifier // nil: commits are taken on the gateway's word
 }
 
 // adminWait bounds how long the admin client waits for a header to appear.
@@ -32,7 +40,8 @@ const adminWait = 30 * time.Second
 // signed for and, unless it is TrustGateway, the root of trust each
 // commit is verified from: the request's transaction and its result must
 // be in a block whose header the admin's light client verified. Of opts,
-// only the transport options apply (WithTLS, WithInsecure).
+// only the transport options (WithTLS, WithInsecure) and WithCosigners
+// apply.
 func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust, opts ...Option) (*Admin, error) {
 	if err := trust.Validate("byzlog admin"); err != nil {
 		return nil, err
@@ -54,7 +63,7 @@ func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust, opts ...Optio
 		_ = c.Close()
 		return nil, err
 	}
-	return &Admin{conn: c, gw: gw, key: key, trust: trust, verify: v}, nil
+	return &Admin{conn: c, gw: gw, key: key, cosigners: o.cosigners, trust: trust, verify: v}, nil
 }
 
 // Gateway is the admin's gateway client, for read calls.
@@ -79,38 +88,32 @@ func (a *Admin) UpdateTopic(ctx context.Context, name string, cfg *byzlogv1.Topi
 	return a.do(ctx, &byzlogv1.UpdateTopic{Name: name, Config: cfg})
 }
 
-// DeleteTopic deletes a topic and its records.
+// DeleteTopic deletes a topic and its records (threshold).
 func (a *Admin) DeleteTopic(ctx context.Context, name string) (int64, error) {
 	return a.do(ctx, &byzlogv1.DeleteTopic{Name: name})
 }
 
-// do signs op with the key's next nonce, read from the chain (and, when
-// verifying, checked against the committed transaction that used the one
-// before), and submits
-// it; a stale or raced nonce is read again, up to five times.
+// SetValidator adds a validator (its ed25519 consensus public key), changes
+// its power or, with power 0, removes it (threshold). CometBFT applies it
+// two blocks after the returned height.
+func (a *Admin) SetValidator(ctx context.Context, pubKey []byte, power int64) (int64, error) {
+	return a.do(ctx, &byzlogv1.SetValidator{PubKey: pubKey, Power: power})
+}
+
+// SetAdmins replaces the admin set and its threshold (threshold).
+func (a *Admin) SetAdmins(ctx context.Context, keys [][]byte, threshold uint32) (int64, error) {
+	return a.do(ctx, &byzlogv1.SetAdmins{Admins: keys, Threshold: threshold})
+}
+
+// do signs op with the key's next nonce and submits it; a stale or raced
+// nonce is read again, up to five times.
 func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
-	s := wire.NewSigner(a.key, a.trust.ChainID())
 	for attempt := 0; ; attempt++ {
-		expiry, err := chain.Expiry(ctx, a.gw, a.verify, a.trust.ChainID())
+		req, err := a.Sign(ctx, op)
 		if err != nil {
 			return 0, err
 		}
-		n, err := a.gw.GetNonce(ctx, &byzlogv1.NonceRequest{Key: s.PublicKey()})
-		if err != nil {
-			return 0, fmt.Errorf("read the admin key's nonce: %w", err)
-		}
-		if a.verify != nil {
-			// Signed only for a nonce shown used up to the one before: a
-			// gateway cannot collect requests for future nonces to replay.
-			if err := a.verify.Nonce(ctx, s.PublicKey(), n); err != nil {
-				return 0, fmt.Errorf("the gateway's nonce for the admin key: %w", err)
-			}
-		}
-		req, err := s.AdminUntil(n.NextNonce, expiry, op)
-		if err != nil {
-			return 0, err
-		}
-		resp, err := a.gw.Admin(ctx, req)
+		h, err := a.Submit(ctx, req)
 		if status.Code(err) == codes.FailedPrecondition && attempt < 5 {
 			// A nonce read from a node a block behind, or raced by another
 			// request of this key: read it again a moment later.
@@ -121,18 +124,147 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 			}
 			continue
 		}
+		return h, err
+	}
+}
+
+// Sign signs op with the key's next nonce, read from the chain (and, when
+// verifying, checked against the committed transaction that used the one
+// before), valid for AdminExpiryBlocks, and cosigns it with WithCosigners'
+// keys. The request may be cosigned elsewhere (Cosign) and then submitted.
+func (a *Admin) Sign(ctx context.Context, op proto.Message) (*byzlogv1.AdminRequest, error) {
+	s := wire.NewSigner(a.key, a.trust.ChainID())
+	expiry, err := chain.Expiry(ctx, a.gw, a.verify, a.trust.ChainID())
+	if err != nil {
+		return nil, err
+	}
+	n, err := a.gw.GetNonce(ctx, &byzlogv1.NonceRequest{Key: s.PublicKey()})
+	if err != nil {
+		return nil, fmt.Errorf("read the admin key's nonce: %w", err)
+	}
+	if a.verify != nil {
+		// Signed only for a nonce shown used up to the one before: a
+		// gateway cannot collect requests for future nonces to replay.
+		if err := a.verify.Nonce(ctx, s.PublicKey(), n); err != nil {
+			return nil, fmt.Errorf("the gateway's nonce for the admin key: %w", err)
+		}
+	}
+	req, err := s.AdminUntil(n.NextNonce, expiry, op)
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range a.cosigners {
+		wire.NewSigner(k, a.trust.ChainID()).Cosign(req)
+	}
+	return req, nil
+}
+
+// Cosign adds key's signature to a request another admin signed, after
+// checking that it is for this chain, so that an admin never signs a body
+// blind: the caller shows Describe's words first.
+func Cosign(req *byzlogv1.AdminRequest, key ed25519.PrivateKey, chainID string) error {
+	var body byzlogv1.AdminBody
+	if err := proto.Unmarshal(req.Body, &body); err != nil {
+		return fmt.Errorf("the request's body is not an AdminBody: %w", err)
+	}
+	if body.ChainId != chainID {
+		return fmt.Errorf("the request is for chain %q, not %q", body.ChainId, chainID)
+	}
+	if !wire.Verify(req.AdminKey, req.Body, req.Signature) {
+		return fmt.Errorf("the request's own signature does not verify: it was changed after signing")
+	}
+	wire.NewSigner(key, chainID).Cosign(req)
+	return nil
+}
+
+// Submit sends a signed (and cosigned) request and waits for its commit,
+// verifying it when the admin verifies; it returns the height.
+func (a *Admin) Submit(ctx context.Context, req *byzlogv1.AdminRequest) (int64, error) {
+	resp, err := a.gw.Admin(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	if a.verify != nil {
+		tx, err := wire.AdminTx(req)
 		if err != nil {
 			return 0, err
 		}
-		if a.verify != nil {
-			tx, err := wire.AdminTx(req)
-			if err != nil {
-				return 0, err
-			}
-			if err := a.verify.Tx(ctx, tx, resp.GetHeight(), resp.GetTxIndex(), resp.GetProof()); err != nil {
-				return 0, fmt.Errorf("the gateway answered committed at height %d: %w", resp.GetHeight(), err)
-			}
+		if err := a.verify.Tx(ctx, tx, resp.GetHeight(), resp.GetTxIndex(), resp.GetProof()); err != nil {
+			return 0, fmt.Errorf("the gateway answered committed at height %d: %w", resp.GetHeight(), err)
 		}
-		return resp.Height, nil
 	}
+	return resp.Height, nil
 }
+
+// Describe says in words what an admin request does, who signed it and
+// until when it may commit: what a cosigning admin reads before signing.
+func Describe(req *byzlogv1.AdminRequest) (string, error) {
+	var body byzlogv1.AdminBody
+	if err := proto.Unmarshal(req.Body, &body); err != nil {
+		return "", fmt.Errorf("the request's body is not an AdminBody: %w", err)
+	}
+	var what string
+	switch op := body.Op.(type) {
+	case *byzlogv1.AdminBody_CreateTopic:
+		what = fmt.Sprintf("create topic %q with %d partitions", op.CreateTopic.Name, op.CreateTopic.GetConfig().GetPartitions())
+	case *byzlogv1.AdminBody_UpdateTopic:
+		what = fmt.Sprintf("update topic %q (%d partitions)", op.UpdateTopic.Name, op.UpdateTopic.GetConfig().GetPartitions())
+	case *byzlogv1.AdminBody_DeleteTopic:
+		what = fmt.Sprintf("delete topic %q and its records", op.DeleteTopic.Name)
+	case *byzlogv1.AdminBody_SetValidator:
+		v := op.SetValidator
+		if v.Power == 0 {
+			what = fmt.Sprintf("remove validator %s", base64.StdEncoding.EncodeToString(v.PubKey))
+		} else {
+			what = fmt.Sprintf("set validator %s to power %d", base64.StdEncoding.EncodeToString(v.PubKey), v.Power)
+		}
+	case *byzlogv1.AdminBody_SetAdmins:
+		keys := make([]string, len(op.SetAdmins.Admins))
+		for i, k := range op.SetAdmins.Admins {
+			keys[i] = hex.EncodeToString(k)
+		}
+		what = fmt.Sprintf("make the admins %s with threshold %d", strings.Join(keys, ", "), op.SetAdmins.Threshold)
+	default:
+		what = "an operation this version does not know"
+	}
+	signers := []string{hex.EncodeToString(req.AdminKey)}
+	for _, c := range req.Cosignatures {
+		signers = append(signers, hex.EncodeToString(c.AdminKey))
+	}
+	expiry := "no expiry"
+	if body.ExpiryHeight != 0 {
+		expiry = fmt.Sprintf("valid up to height %d", body.ExpiryHeight)
+	}
+	return fmt.Sprintf("%s on chain %s (nonce %d, %s), signed by %s", what, body.ChainId, body.Nonce, expiry, strings.Join(signers, ", ")), nil
+}
+
+// Validators returns the validator set of the latest block, from a light
+// block the admin's light client verified (when verifying), and its height.
+// Changes committed at height h show from h+2, as CometBFT applies them.
+func (a *Admin) Validators(ctx context.Context) (int64, *cmttypes.ValidatorSet, error) {
+	resp, err := a.gw.GetLightBlock(ctx, &byzlogv1.LightBlockRequest{})
+	if err != nil {
+		return 0, nil, fmt.Errorf("latest light block: %w", err)
+	}
+	var pb cmtproto.LightBlock
+	if err := pb.Unmarshal(resp.LightBlock); err != nil {
+		return 0, nil, fmt.Errorf("latest light block does not decode: %w", err)
+	}
+	lb, err := cmttypes.LightBlockFromProto(&pb)
+	if err != nil {
+		return 0, nil, fmt.Errorf("latest light block: %w", err)
+	}
+	if err := lb.ValidateBasic(a.trust.ChainID()); err != nil {
+		return 0, nil, fmt.Errorf("latest light block: %w", err)
+	}
+	if a.verify != nil {
+		if lb, err = a.verify.Header(ctx, lb.Height); err != nil {
+			return 0, nil, err
+		}
+	}
+	return lb.Height, lb.ValidatorSet, nil
+}
+
+// Apply signs op (with the cosigners) and submits it, as the typed methods
+// do: for a caller that builds operations itself.
+func (a *Admin) Apply(ctx context.Context, op proto.Message) (int64, error) { return a.do(ctx, op) }

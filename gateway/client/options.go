@@ -30,6 +30,7 @@ type options struct {
 	maxBackoff     time.Duration
 	tls            *tls.Config
 	insecure       bool
+	cosigners      []ed25519.PrivateKey
 }
 
 func defaults() options {
@@ -128,6 +129,13 @@ func WithTLS(c *tls.Config) Option { return func(o *options) { o.tls = c } }
 // reads the records and can alter what is not signed. For a gateway on
 // loopback started with --insecure.
 func WithInsecure() Option { return func(o *options) { o.insecure = true } }
+
+// WithCosigners makes the admin client sign every request with these
+// admin keys too, for operations that need the admin set's threshold
+// (deleting a topic, changing the admins or the validators). Admin only.
+func WithCosigners(keys ...ed25519.PrivateKey) Option {
+	return func(o *options) { o.cosigners = append(o.cosigners, keys...) }
+}
 
 // dialCreds is the transport of the gateway connections.
 func (o options) dialCreds() grpc.DialOption {

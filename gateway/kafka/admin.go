@@ -163,6 +163,11 @@ func adminError(err error) *kerr.Error {
 			return kerr.InvalidTopicException
 		case wire.CodeBadTopicConfig:
 			return kerr.InvalidConfig
+		case wire.CodeBelowThreshold:
+			// A chain whose admin threshold is above 1: one principal's
+			// key cannot delete a topic (byzlog topic delete with
+			// several --admin-key, or --sign-only and cosign).
+			return kerr.PolicyViolation
 		}
 		return kerr.InvalidRequest
 	}

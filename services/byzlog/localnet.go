@@ -74,6 +74,9 @@ that is already running is an error. A new network's genesis lists one admin key
 					i, c.RPCAddr(i), c.P2PPort(i), c.ABCIPort(i), c.Transport)
 			}
 			fmt.Fprintf(out, "admin key (genesis admin, signs topic changes): %s\n", filepath.Join(c.Dir, "admin.key"))
+			if c.Admins > 1 {
+				fmt.Fprintf(out, "admin keys: %d (admin.key, admin2.key, ... in %s); %d of them sign topic deletions and admin and validator changes\n", c.Admins, c.Dir, max(c.AdminThreshold, 1))
+			}
 			fmt.Fprintf(out, "status: byzlog localnet status --dir %s\nstop:   byzlog localnet down --dir %s\n", c.Dir, c.Dir)
 			return nil
 		},
@@ -82,6 +85,8 @@ that is already running is an error. A new network's genesis lists one admin key
 	f.IntVarP(&cfg.Validators, "validators", "n", cfg.Validators, "number of validators (a new network only)")
 	f.IntVar(&cfg.BasePort, "base-port", cfg.BasePort, "node 0's p2p port; node i uses BASE+100i.. (a new network only)")
 	f.StringVar(&cfg.Transport, "transport", cfg.Transport, "ABCI transport, grpc or socket (a new network only)")
+	f.IntVar(&cfg.Admins, "admins", 1, "admin keys genesis lists: DIR/admin.key, DIR/admin2.key, ... (a new network only)")
+	f.IntVar(&cfg.AdminThreshold, "admin-threshold", 1, "how many admins sign a topic deletion or a change of the admins or validators (a new network only)")
 	f.DurationVar(&timeoutCommit, "timeout-commit", timeoutCommit, "consensus timeout_commit, the floor of the block interval (a new network only)")
 	f.StringVar(&cfg.CometBFT, "cometbft", "", "cometbft binary (default: next to byzlog, else on PATH)")
 	f.StringVar(&cfg.App, "app", "", "byzlog-app binary (default: next to byzlog, else on PATH)")
@@ -102,6 +107,10 @@ func checkShape(cmd *cobra.Command, want, have localnet.Config) error {
 		return mismatch("base-port", want.BasePort, have.BasePort)
 	case f.Changed("transport") && want.Transport != have.Transport:
 		return mismatch("transport", want.Transport, have.Transport)
+	case f.Changed("admins") && want.Admins != have.Admins:
+		return mismatch("admins", want.Admins, have.Admins)
+	case f.Changed("admin-threshold") && want.AdminThreshold != have.AdminThreshold:
+		return mismatch("admin-threshold", want.AdminThreshold, have.AdminThreshold)
 	case f.Changed("timeout-commit") && want.TimeoutCommit != have.TimeoutCommit:
 		return mismatch("timeout-commit", time.Duration(want.TimeoutCommit), time.Duration(have.TimeoutCommit))
 	}

@@ -70,10 +70,10 @@ type topicFlags struct {
 
 func newTopicCommand() *cobra.Command {
 	tf := &topicFlags{gateway: defaultGateway}
-	cmd := &cobra.Command{Use: "topic", Short: "Create, list and describe topics"}
+	cmd := &cobra.Command{Use: "topic", Short: "Create, list, describe and delete topics"}
 	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
 	tf.tlsf.add(cmd.PersistentFlags())
-	cmd.AddCommand(newTopicCreateCommand(tf), newTopicListCommand(tf), newTopicDescribeCommand(tf))
+	cmd.AddCommand(newTopicCreateCommand(tf), newTopicListCommand(tf), newTopicDescribeCommand(tf), newTopicDeleteCommand(tf))
 	return cmd
 }
 

@@ -32,6 +32,12 @@ type Config struct {
 	Transport string `json:"transport"`
 	// ChainID names the chain.
 	ChainID string `json:"chain_id"`
+	// Admins is how many admin keys genesis lists (DIR/admin.key, then
+	// DIR/admin2.key, ...), and AdminThreshold how many of them must sign
+	// a topic deletion or a change of the admins or the validators.
+	// 0 reads as 1.
+	Admins         int `json:"admins,omitempty"`
+	AdminThreshold int `json:"admin_threshold,omitempty"`
 	// TimeoutCommit is how long a node waits after a commit before the next
 	// height: the floor of the block interval.
 	TimeoutCommit Duration `json:"timeout_commit"`
@@ -118,6 +124,12 @@ func (c Config) Validate() error {
 	}
 	if c.ChainID == "" {
 		return errors.New("chain_id: must not be empty")
+	}
+	if c.Admins < 0 || c.Admins > 64 {
+		return fmt.Errorf("admins (%d): must be between 1 and 64", c.Admins)
+	}
+	if c.AdminThreshold < 0 || c.AdminThreshold > max(c.Admins, 1) {
+		return fmt.Errorf("admin_threshold (%d): must be between 1 and admins (%d)", c.AdminThreshold, max(c.Admins, 1))
 	}
 	if d := time.Duration(c.TimeoutCommit); d < 10*time.Millisecond || d > time.Minute {
 		return fmt.Errorf("timeout_commit (%s): must be between 10ms and 1m", d)

@@ -524,11 +524,15 @@ func (n *Net) create(ctx context.Context) error {
 	}
 	gen.ChainID = c.ChainID
 	gen.ConsensusParams.Block.MaxBytes = c.BlockMaxBytes
-	admin, err := keyfile.Generate(filepath.Join(tmp, adminKeyFile))
-	if err != nil {
-		return err
+	admins := make([]string, max(c.Admins, 1))
+	for i := range admins {
+		admin, err := keyfile.Generate(filepath.Join(tmp, adminKeyName(i)))
+		if err != nil {
+			return err
+		}
+		admins[i] = hex.EncodeToString(admin.Public().(ed25519.PublicKey))
 	}
-	gen.AppState, err = json.Marshal(map[string]any{"admins": []string{hex.EncodeToString(admin.Public().(ed25519.PublicKey))}})
+	gen.AppState, err = json.Marshal(map[string]any{"admins": admins, "admin_threshold": max(c.AdminThreshold, 1)})
 	if err != nil {
 		return err
 	}
@@ -544,8 +548,10 @@ func (n *Net) create(ctx context.Context) error {
 			return fmt.Errorf("move node %d into place: %w", i, err)
 		}
 	}
-	if err := os.Rename(filepath.Join(tmp, adminKeyFile), filepath.Join(c.Dir, adminKeyFile)); err != nil {
-		return fmt.Errorf("move admin key into place: %w", err)
+	for i := range admins {
+		if err := os.Rename(filepath.Join(tmp, adminKeyName(i)), filepath.Join(c.Dir, adminKeyName(i))); err != nil {
+			return fmt.Errorf("move admin key into place: %w", err)
+		}
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -627,14 +633,40 @@ const MempoolReapInterval = 25 * time.Millisecond
 // as JSON-RPC base64, a 2,097,144-byte one as a hex form.
 const RPCMaxBodyBytes = 4 << 20
 
-// adminKeyFile holds the localnet's admin key (the hex ed25519 seed), the one
-// key genesis lists in app_state admins. It stays in the run directory.
+// adminKeyFile holds the localnet's first admin key (the hex ed25519 seed);
+// genesis lists it in app_state admins, with the others (adminKeyName).
+// They stay in the run directory.
 const adminKeyFile = "admin.key"
 
-// AdminKey reads the network's admin key, which genesis lists as its admin.
+// adminKeyName is admin key i's file: admin.key, admin2.key, ...
+func adminKeyName(i int) string {
+	if i == 0 {
+		return adminKeyFile
+	}
+	return fmt.Sprintf("admin%d.key", i+1)
+}
+
+// AdminKey reads the network's first admin key, which genesis lists as an
+// admin.
 func (n *Net) AdminKey() (ed25519.PrivateKey, error) {
 	return keyfile.Read(filepath.Join(n.cfg.Dir, adminKeyFile))
 }
+
+// AdminKeys reads every admin key genesis lists, the first first.
+func (n *Net) AdminKeys() ([]ed25519.PrivateKey, error) {
+	keys := make([]ed25519.PrivateKey, max(n.cfg.Admins, 1))
+	for i := range keys {
+		k, err := keyfile.Read(n.AdminKeyPathOf(i))
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// AdminKeyPathOf is admin key i's file (AdminKeyPath is key 0's).
+func (n *Net) AdminKeyPathOf(i int) string { return filepath.Join(n.cfg.Dir, adminKeyName(i)) }
 
 // GenesisPath is the chain's genesis file: clients' root of trust.
 func (n *Net) GenesisPath() string { return filepath.Join(n.cfg.home(0), "config", "genesis.json") }
