@@ -35,6 +35,10 @@ type Block struct {
 	// records for Execute), one per tx, so that a caller can do the
 	// expensive stateless work outside its locks. Nil: prechecked here.
 	Checked []*Checked
+	// StateRoot is the root of the state StateRootLag blocks before, which
+	// a block of a height StateRootDue names must carry (the app hashes
+	// the state in the background); nil at every other height.
+	StateRoot *byzlogv1.StateRoot
 }
 
 // checked returns the block's prechecked transactions.
@@ -84,6 +88,9 @@ type Outcome struct {
 	// ValidatorUpdates are the block's changes of the validator set, in key
 	// order (power 0 removes): FinalizeBlock hands them to CometBFT.
 	ValidatorUpdates []*byzlogv1.Validator
+	// StateRootProof is, in a block that carries a state root, the path
+	// of its item in the meta root: for the snapshot's metadata.
+	StateRootProof *byzlogv1.MerkleProof
 }
 
 // mode says how strictly a transaction is checked against state.
@@ -183,6 +190,15 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("execute block %d tx %d: %w", b.Height, i, err)
 		}
 	}
+	root, due := StateRootDue(params.Limits, b.Height)
+	switch {
+	case due && (b.StateRoot == nil || b.StateRoot.Height != root):
+		return Outcome{}, fmt.Errorf("execute block %d: it must carry the state root of height %d (snapshot_interval %d), and carries %v", b.Height, root, params.Limits.SnapshotInterval, b.StateRoot)
+	case !due && b.StateRoot != nil:
+		return Outcome{}, fmt.Errorf("execute block %d: it carries a state root, and none is due", b.Height)
+	case due:
+		ex.block.put(CFMeta, stateRootKey(root), marshal(b.StateRoot))
+	}
 	updates, err := blockValidatorUpdates(r, ex.block)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
@@ -191,6 +207,13 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 	digest := digestOf(prev.AppHash, b.Height, ex.appended, changes)
 	// The digest is stored with the block's writes: inserted at its place in
 	// the sorted change set rather than sorting the whole set again.
+	var proof *byzlogv1.MerkleProof
+	if due {
+		// Of the items the meta root was made of (the digest's is not).
+		if proof, err = stateRootProof(changes, b.StateRoot); err != nil {
+			return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+		}
+	}
 	changes.Changes = insertChange(changes.Changes, Change{CF: CFMeta, Key: digestKey(b.Height), Value: marshal(digest.proto())})
 	return Outcome{
 		State:   State{Height: b.Height, AppHash: digest.AppHash()},
@@ -199,6 +222,7 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 		Digest:  digest,
 
 		ValidatorUpdates: updates,
+		StateRootProof:   proof,
 	}, nil
 }
 

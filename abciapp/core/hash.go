@@ -95,11 +95,16 @@ func metaItems(cs ChangeSet) [][]byte {
 		if c.CF == CFRecords && !c.Delete {
 			continue
 		}
-		op := []byte{'p', byte(c.CF)}
-		if c.Delete {
-			op[0] = 'd'
-		}
-		items = append(items, cat(op, be32(uint32(len(c.Key))), c.Key, c.Value))
+		items = append(items, metaItem(c))
 	}
 	return items
+}
+
+// metaItem is a change's item in the meta root.
+func metaItem(c Change) []byte {
+	op := []byte{'p', byte(c.CF)}
+	if c.Delete {
+		op[0] = 'd'
+	}
+	return cat(op, be32(uint32(len(c.Key))), c.Key, c.Value)
 }

@@ -41,6 +41,10 @@ type GenesisLimits struct {
 	MaxTxUncompressedBytes    uint32 `json:"max_tx_uncompressed_bytes,omitempty"`
 	MaxBlockRecords           uint32 `json:"max_block_records,omitempty"`
 	MaxBlockUncompressedBytes uint32 `json:"max_block_uncompressed_bytes,omitempty"`
+
+	// SnapshotInterval: the state is hashed every this many blocks, for
+	// state sync (0, the default: never).
+	SnapshotInterval uint32 `json:"snapshot_interval,omitempty"`
 }
 
 // GenesisTopic is a topic created at genesis.
@@ -132,7 +136,7 @@ func overrideLimits(d *byzlogv1.Limits, l *GenesisLimits) {
 		{l.MaxHeaders, &d.MaxHeaders}, {l.MaxBundleBatches, &d.MaxBundleBatches}, {l.MaxPartitions, &d.MaxPartitions},
 		{l.MaxCommitOffsets, &d.MaxCommitOffsets}, {l.MaxTxRecords, &d.MaxTxRecords},
 		{l.MaxTxUncompressedBytes, &d.MaxTxUncompressedBytes}, {l.MaxBlockRecords, &d.MaxBlockRecords},
-		{l.MaxBlockUncompressedBytes, &d.MaxBlockUncompressedBytes},
+		{l.MaxBlockUncompressedBytes, &d.MaxBlockUncompressedBytes}, {l.SnapshotInterval, &d.SnapshotInterval},
 	} {
 		if f.v != 0 {
 			*f.dst = f.v
@@ -195,6 +199,8 @@ func validateLimits(l *byzlogv1.Limits) error {
 			l.MaxBatchBytes, l.MaxTxUncompressedBytes, l.MaxBlockUncompressedBytes)
 	case l.MaxBlockUncompressedBytes > 512<<20 || l.MaxBlockRecords > 2_000_000:
 		return fmt.Errorf("max_block_uncompressed_bytes (%d) must be at most 512 MiB and max_block_records (%d) at most 2,000,000", l.MaxBlockUncompressedBytes, l.MaxBlockRecords)
+	case l.SnapshotInterval != 0 && l.SnapshotInterval < 2*wire.StateRootLag:
+		return fmt.Errorf("snapshot_interval (%d) must be 0 (no snapshots) or at least %d: a state root is committed %d blocks after its height", l.SnapshotInterval, 2*wire.StateRootLag, wire.StateRootLag)
 	}
 	return nil
 }

@@ -30,6 +30,15 @@ const DefaultBundleBytes = 1 << 20
 // with permissions for the topic, which every server reload re-reads.
 const MaxReaders = 256
 
+// StateRootLag is how many blocks after a snapshot height h the root of
+// the state after h is committed: validators hash the state in the
+// background meanwhile, and block h+StateRootLag waits for it.
+const StateRootLag = 8
+
+// StateChunkBytes is about how large a state chunk of a snapshot is: a
+// chunk ends at the first entry that reaches it.
+const StateChunkBytes = 4 << 20
+
 // DefaultLimits are the chain's bounds when genesis does not set them.
 func DefaultLimits() *byzlogv1.Limits {
 	return &byzlogv1.Limits{

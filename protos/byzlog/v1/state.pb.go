@@ -262,8 +262,13 @@ type Limits struct {
 	MaxBlockRecords uint32 `protobuf:"varint,10,opt,name=max_block_records,json=maxBlockRecords,proto3" json:"max_block_records,omitempty"`
 	// Most bytes one block's batches may inflate to, in all.
 	MaxBlockUncompressedBytes uint32 `protobuf:"varint,11,opt,name=max_block_uncompressed_bytes,json=maxBlockUncompressedBytes,proto3" json:"max_block_uncompressed_bytes,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// Every snapshot_interval blocks the state is hashed: the root of the
+	// state after block h (h a multiple of it) is committed by block
+	// h + wire.StateRootLag, and a snapshot of it can be restored by state
+	// sync. 0: never (no snapshots).
+	SnapshotInterval uint32 `protobuf:"varint,12,opt,name=snapshot_interval,json=snapshotInterval,proto3" json:"snapshot_interval,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Limits) Reset() {
@@ -369,6 +374,13 @@ func (x *Limits) GetMaxBlockRecords() uint32 {
 func (x *Limits) GetMaxBlockUncompressedBytes() uint32 {
 	if x != nil {
 		return x.MaxBlockUncompressedBytes
+	}
+	return 0
+}
+
+func (x *Limits) GetSnapshotInterval() uint32 {
+	if x != nil {
+		return x.SnapshotInterval
 	}
 	return 0
 }
@@ -2383,6 +2395,225 @@ func (x *RecordProof) GetMetaRoot() []byte {
 	return nil
 }
 
+// StateRoot commits to the whole state after block height: the Merkle root
+// of its chunks' hashes (core.StateChunks cuts the state, every column
+// family in key order, into chunks). Stored under "stateroot/" by block
+// height + wire.StateRootLag, which its app hash thereby commits to.
+type StateRoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Height        int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	Root          []byte                 `protobuf:"bytes,2,opt,name=root,proto3" json:"root,omitempty"`
+	Chunks        uint32                 `protobuf:"varint,3,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateRoot) Reset() {
+	*x = StateRoot{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateRoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateRoot) ProtoMessage() {}
+
+func (x *StateRoot) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
+func (*StateRoot) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StateRoot) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *StateRoot) GetRoot() []byte {
+	if x != nil {
+		return x.Root
+	}
+	return nil
+}
+
+func (x *StateRoot) GetChunks() uint32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+// SnapshotMeta is a state-sync snapshot's metadata (ABCI Snapshot.metadata)
+// for snapshot height H = state.height + wire.StateRootLag: the state after
+// state.height in state_chunks chunks, then the blocks up to H in one chunk
+// each, to be executed on it. Everything in it is checked against the app
+// hash of H, which CometBFT's light client verified, before any chunk is
+// applied: prev_app_hash, records_root and meta_root must hash to it, and
+// the StateRoot's item must be in meta_root by meta_proof.
+type SnapshotMeta struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	State *StateRoot             `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	// The hash of each state chunk, in order; their Merkle root is state.root.
+	ChunkHashes [][]byte `protobuf:"bytes,2,rep,name=chunk_hashes,json=chunkHashes,proto3" json:"chunk_hashes,omitempty"`
+	// Block H's digest: app_hash(H) = chain step of these.
+	PrevAppHash   []byte       `protobuf:"bytes,3,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
+	RecordsRoot   []byte       `protobuf:"bytes,4,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
+	MetaRoot      []byte       `protobuf:"bytes,5,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
+	MetaProof     *MerkleProof `protobuf:"bytes,6,opt,name=meta_proof,json=metaProof,proto3" json:"meta_proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotMeta) Reset() {
+	*x = SnapshotMeta{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotMeta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotMeta) ProtoMessage() {}
+
+func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
+func (*SnapshotMeta) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *SnapshotMeta) GetState() *StateRoot {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *SnapshotMeta) GetChunkHashes() [][]byte {
+	if x != nil {
+		return x.ChunkHashes
+	}
+	return nil
+}
+
+func (x *SnapshotMeta) GetPrevAppHash() []byte {
+	if x != nil {
+		return x.PrevAppHash
+	}
+	return nil
+}
+
+func (x *SnapshotMeta) GetRecordsRoot() []byte {
+	if x != nil {
+		return x.RecordsRoot
+	}
+	return nil
+}
+
+func (x *SnapshotMeta) GetMetaRoot() []byte {
+	if x != nil {
+		return x.MetaRoot
+	}
+	return nil
+}
+
+func (x *SnapshotMeta) GetMetaProof() *MerkleProof {
+	if x != nil {
+		return x.MetaProof
+	}
+	return nil
+}
+
+// SnapshotBlock is one block a snapshot's receiver executes after the
+// state: what core.Execute reads of it.
+type SnapshotBlock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Height        int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	TimeUnixNano  int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	Txs           [][]byte               `protobuf:"bytes,3,rep,name=txs,proto3" json:"txs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotBlock) Reset() {
+	*x = SnapshotBlock{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotBlock) ProtoMessage() {}
+
+func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
+func (*SnapshotBlock) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SnapshotBlock) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *SnapshotBlock) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *SnapshotBlock) GetTxs() [][]byte {
+	if x != nil {
+		return x.Txs
+	}
+	return nil
+}
+
 type ChunkedValue_Chunk struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Offset uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -2395,7 +2626,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2638,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2471,7 +2702,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x05Chunk\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04size\x12\x16\n" +
-	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\xf8\x03\n" +
+	"\x06sha256\x18\x03 \x01(\fR\x06sha256\"\xa5\x04\n" +
 	"\x06Limits\x12(\n" +
 	"\x10max_record_bytes\x18\x01 \x01(\rR\x0emaxRecordBytes\x12*\n" +
 	"\x11max_batch_records\x18\x02 \x01(\rR\x0fmaxBatchRecords\x12&\n" +
@@ -2485,7 +2716,8 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x19max_tx_uncompressed_bytes\x18\t \x01(\rR\x16maxTxUncompressedBytes\x12*\n" +
 	"\x11max_block_records\x18\n" +
 	" \x01(\rR\x0fmaxBlockRecords\x12?\n" +
-	"\x1cmax_block_uncompressed_bytes\x18\v \x01(\rR\x19maxBlockUncompressedBytes\"\x94\x01\n" +
+	"\x1cmax_block_uncompressed_bytes\x18\v \x01(\rR\x19maxBlockUncompressedBytes\x12+\n" +
+	"\x11snapshot_interval\x18\f \x01(\rR\x10snapshotInterval\"\x94\x01\n" +
 	"\vChainParams\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x16\n" +
 	"\x06admins\x18\x02 \x03(\fR\x06admins\x12)\n" +
@@ -2643,7 +2875,23 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x06height\x18\x05 \x01(\x03R\x06height\x12\"\n" +
 	"\rprev_app_hash\x18\x06 \x01(\fR\vprevAppHash\x12!\n" +
 	"\frecords_root\x18\a \x01(\fR\vrecordsRoot\x12\x1b\n" +
-	"\tmeta_root\x18\b \x01(\fR\bmetaRootB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
+	"\tmeta_root\x18\b \x01(\fR\bmetaRoot\"O\n" +
+	"\tStateRoot\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12\x12\n" +
+	"\x04root\x18\x02 \x01(\fR\x04root\x12\x16\n" +
+	"\x06chunks\x18\x03 \x01(\rR\x06chunks\"\xf8\x01\n" +
+	"\fSnapshotMeta\x12*\n" +
+	"\x05state\x18\x01 \x01(\v2\x14.byzlog.v1.StateRootR\x05state\x12!\n" +
+	"\fchunk_hashes\x18\x02 \x03(\fR\vchunkHashes\x12\"\n" +
+	"\rprev_app_hash\x18\x03 \x01(\fR\vprevAppHash\x12!\n" +
+	"\frecords_root\x18\x04 \x01(\fR\vrecordsRoot\x12\x1b\n" +
+	"\tmeta_root\x18\x05 \x01(\fR\bmetaRoot\x125\n" +
+	"\n" +
+	"meta_proof\x18\x06 \x01(\v2\x16.byzlog.v1.MerkleProofR\tmetaProof\"_\n" +
+	"\rSnapshotBlock\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x10\n" +
+	"\x03txs\x18\x03 \x03(\fR\x03txsB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
 
 var (
 	file_byzlog_v1_state_proto_rawDescOnce sync.Once
@@ -2657,7 +2905,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*ChunkedValue)(nil),       // 1: byzlog.v1.ChunkedValue
@@ -2692,36 +2940,41 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*DigestRequest)(nil),      // 30: byzlog.v1.DigestRequest
 	(*ProofRequest)(nil),       // 31: byzlog.v1.ProofRequest
 	(*RecordProof)(nil),        // 32: byzlog.v1.RecordProof
-	(*ChunkedValue_Chunk)(nil), // 33: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 34: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 35: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 36: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 37: byzlog.v1.PartitionOffset
+	(*StateRoot)(nil),          // 33: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 34: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 35: byzlog.v1.SnapshotBlock
+	(*ChunkedValue_Chunk)(nil), // 36: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 37: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 38: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 39: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 40: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	34, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	33, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	37, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	36, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	2,  // 2: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
 	6,  // 3: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	35, // 4: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	36, // 5: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	38, // 4: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	39, // 5: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
 	12, // 6: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	35, // 7: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	38, // 7: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	14, // 8: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	3,  // 9: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	15, // 10: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	37, // 11: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	36, // 12: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	40, // 11: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	39, // 12: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
 	26, // 13: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
 	28, // 14: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
 	29, // 15: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
 	28, // 16: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
 	29, // 17: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	33, // 18: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	29, // 19: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -2736,7 +2989,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
