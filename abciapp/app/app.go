@@ -11,6 +11,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 
@@ -59,19 +61,29 @@ type App struct {
 	staged    *core.Outcome         // set by FinalizeBlock, persisted and cleared by Commit
 	stagedTxs [][]byte              // the staged block's transactions, for the mempool
 	lastTxs   [][]byte              // failpoints builds only: the last block's txs, for a Byzantine replay
+	roots     *stateRoots
 }
 
 // Config is the app's node-local configuration.
 type Config struct {
 	// Mempool bounds the app's mempool.
 	Mempool mempool.Config
+	// SnapshotDir holds the checkpoints of the state the chain hashes
+	// (genesis snapshot_interval), and SnapshotKeep how many of them stay.
+	SnapshotDir  string
+	SnapshotKeep int
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{Mempool: mempool.Default()} }
+func DefaultConfig() Config { return Config{Mempool: mempool.Default(), SnapshotKeep: 2} }
 
 // Validate checks the configuration.
-func (c Config) Validate() error { return c.Mempool.Validate() }
+func (c Config) Validate() error {
+	if c.SnapshotKeep < 1 || c.SnapshotKeep > 100 {
+		return fmt.Errorf("snapshot keep (%d): must be between 1 and 100", c.SnapshotKeep)
+	}
+	return c.Mempool.Validate()
+}
 
 // errClosed is returned by calls that arrive while or after the app shuts down.
 var errClosed = errors.New("byzlog-app is shutting down")
@@ -85,13 +97,17 @@ func New(st *store.Store, log zerolog.Logger, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load committed state: %w", err)
 	}
-	a := &App{log: log, store: st, poolCfg: cfg.Mempool, committed: core.State{Height: last.Height, AppHash: last.AppHash}}
+	a := &App{log: log, store: st, poolCfg: cfg.Mempool, committed: core.State{Height: last.Height, AppHash: last.AppHash},
+		roots: newStateRoots(cfg.SnapshotDir, cfg.SnapshotKeep, log)}
 	if last.Height > 0 {
 		params, err := core.LoadParams(st)
 		if err != nil {
 			return nil, fmt.Errorf("load chain params of committed height %d: %w", last.Height, err)
 		}
 		if err := a.setParams(params); err != nil {
+			return nil, err
+		}
+		if err := a.resumeRoots(params.Limits); err != nil {
 			return nil, err
 		}
 	} else if params, err := core.LoadParams(st); err == nil {
@@ -103,8 +119,28 @@ func New(st *store.Store, log zerolog.Logger, cfg Config) (*App, error) {
 	return a, nil
 }
 
+// resumeRoots, at start, hashes again the states a coming block needs the
+// root of; the committed height's own checkpoint is taken again if a crash
+// came between its commit and its checkpoint.
+func (a *App) resumeRoots(l *byzlogv1.Limits) error {
+	for _, h := range pending(l, a.committed.Height) {
+		_, rootErr := os.Stat(filepath.Join(a.roots.heightDir(h), "root"))
+		if h == a.committed.Height && rootErr != nil {
+			if err := a.roots.checkpoint(a.store, h); err != nil {
+				return err
+			}
+			continue
+		}
+		a.roots.hash(h)
+	}
+	return nil
+}
+
 // setParams remembers the chain's params and starts the mempool.
 func (a *App) setParams(params *byzlogv1.ChainParams) error {
+	if params.Limits.GetSnapshotInterval() > 0 && a.roots.dir == "" {
+		return fmt.Errorf("the chain hashes its state every %d blocks (genesis snapshot_interval) and byzlog-app has no --snapshot-dir to keep the checkpoints in", params.Limits.SnapshotInterval)
+	}
 	pool, err := mempool.New(a.poolCfg, params)
 	if err != nil {
 		return err
@@ -322,6 +358,12 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	// Decoding, signatures and decompression need no state: done before
 	// the write lock, so CheckTx and queries are held up only by execution.
 	checked := prechecked(params, req.Txs, true)
+	var root *byzlogv1.StateRoot
+	if h, due := core.StateRootDue(params.Limits, req.Height); due {
+		if root, err = a.roots.root(h); err != nil {
+			return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
+		}
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -329,7 +371,7 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	}
 	failpoint.Crash(failpoint.FinalizeStart, req.Height)
 	a.remember(req)
-	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: checked})
+	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: checked, StateRoot: root})
 	if err != nil {
 		return nil, fmt.Errorf("finalize block: %w", err)
 	}
@@ -387,6 +429,11 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 		a.pool.Committed(next.Height, a.stagedTxs)
 	}
 	a.stagedTxs = nil
+	if a.params != nil && core.SnapshotHeight(a.params.Limits, next.Height) {
+		if err := a.roots.checkpoint(a.store, next.Height); err != nil {
+			return nil, fmt.Errorf("commit %d: checkpoint the state to hash: %w", next.Height, err)
+		}
+	}
 	a.log.Debug().Int64("height", next.Height).Hex("app_hash", next.AppHash).Msg("committed")
 	return &abci.ResponseCommit{}, nil
 }

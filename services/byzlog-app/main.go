@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 
@@ -102,6 +103,8 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.serve.Transport, "transport", o.serve.Transport, "ABCI transport: grpc or socket")
 	f.BoolVar(&o.serve.PrivateNetwork, "private-network", false, "allow --listen on an address other than loopback: one on a network only this validator's node reaches (ABCI has no authentication or encryption)")
 	f.StringVar(&o.dataDir, "data-dir", o.dataDir, "directory of the RocksDB state")
+	f.StringVar(&o.app.SnapshotDir, "snapshot-dir", "", "where checkpoints of the states the chain hashes (genesis snapshot_interval) are kept, for state sync (default: DATA_DIR.snapshots beside the data directory)")
+	f.IntVar(&o.app.SnapshotKeep, "snapshot-keep", o.app.SnapshotKeep, "how many hashed checkpoints stay (each holds on to the table files of its state)")
 	mp := &o.app.Mempool
 	f.Int64Var(&mp.MaxBytes, "mempool-max-bytes", mp.MaxBytes, "bytes of transactions the mempool holds, ready and waiting")
 	f.IntVar(&mp.MaxTxs, "mempool-max-txs", mp.MaxTxs, "transactions the mempool holds, ready and waiting (all are checked again after every block)")
@@ -133,6 +136,9 @@ func run(ctx context.Context, o options) error {
 	st, err := store.Open(o.dataDir)
 	if err != nil {
 		return err
+	}
+	if o.app.SnapshotDir == "" {
+		o.app.SnapshotDir = filepath.Clean(o.dataDir) + ".snapshots"
 	}
 	a, err := app.New(st, log, o.app)
 	if err != nil {
