@@ -62,6 +62,8 @@ type App struct {
 	stagedTxs [][]byte              // the staged block's transactions, for the mempool
 	lastTxs   [][]byte              // failpoints builds only: the last block's txs, for a Byzantine replay
 	roots     *stateRoots
+	stagedAt  int64      // the staged block's time, for snapshots
+	restore   *restoring // a snapshot being applied (OfferSnapshot on)
 }
 
 // Config is the app's node-local configuration.
@@ -375,7 +377,7 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	if err != nil {
 		return nil, fmt.Errorf("finalize block: %w", err)
 	}
-	a.staged, a.stagedTxs = &out, req.Txs
+	a.staged, a.stagedTxs, a.stagedAt = &out, req.Txs, req.Time.UnixNano()
 	results := make([]*abci.ExecTxResult, len(out.Results))
 	for i, r := range out.Results {
 		results[i] = &abci.ExecTxResult{Code: uint32(r.Code), Log: r.Log, Data: r.Data, Codespace: codespace(r), Events: events(r.Events)}
@@ -418,7 +420,7 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	if a.staged == nil {
 		return nil, fmt.Errorf("commit: no block was finalized since the last commit at height %d", a.committed.Height)
 	}
-	next := a.staged.State
+	next, staged := a.staged.State, a.staged
 	failpoint.Crash(failpoint.CommitBeforeWrite, next.Height)
 	if err := a.store.Commit(store.Committed{Height: next.Height, AppHash: next.AppHash}, a.staged.Changes); err != nil {
 		return nil, err
@@ -428,12 +430,19 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	if a.pool != nil {
 		a.pool.Committed(next.Height, a.stagedTxs)
 	}
-	a.stagedTxs = nil
 	if a.params != nil && core.SnapshotHeight(a.params.Limits, next.Height) {
 		if err := a.roots.checkpoint(a.store, next.Height); err != nil {
 			return nil, fmt.Errorf("commit %d: checkpoint the state to hash: %w", next.Height, err)
 		}
 	}
+	if a.params != nil {
+		// Snapshots are for others to join by: a failure costs them, not
+		// this node's commit.
+		if err := a.snapshotBlocks(staged, core.Block{Height: next.Height, TimeUnixNano: a.stagedAt, Txs: a.stagedTxs}); err != nil {
+			a.log.Warn().Err(err).Int64("height", next.Height).Msg("could not save what a snapshot needs; it will not be offered")
+		}
+	}
+	a.stagedTxs = nil
 	a.log.Debug().Int64("height", next.Height).Hex("app_hash", next.AppHash).Msg("committed")
 	return &abci.ResponseCommit{}, nil
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -108,11 +109,20 @@ func (r *stateRoots) compute(h int64) (*byzlogv1.SnapshotMeta, error) {
 	}
 	defer st.Close()
 	var hashes [][]byte
-	if err := core.StateChunks(st, wire.StateChunkBytes, func(chunk []byte) error {
+	var starts []byte
+	if err := core.StateChunks(st, wire.StateChunkBytes, func(chunk []byte, start core.ChunkStart) error {
 		hashes = append(hashes, core.ChunkHash(chunk))
+		starts = append(starts, byte(start.CF))
+		starts = binary.AppendUvarint(starts, uint64(len(start.Key)))
+		starts = append(starts, start.Key...)
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("hash the state of height %d: %w", h, err)
+	}
+	// Where each chunk starts, so that a chunk is cut again without the
+	// ones before it (LoadSnapshotChunk).
+	if err := os.WriteFile(filepath.Join(r.heightDir(h), "starts"), starts, 0o644); err != nil {
+		return nil, err
 	}
 	m := &byzlogv1.SnapshotMeta{State: core.StateRootOf(h, hashes), ChunkHashes: hashes}
 	b, err := proto.Marshal(m)

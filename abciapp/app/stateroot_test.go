@@ -8,9 +8,11 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/app"
 	"github.com/byzlog/byzlog/abciapp/store"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // openRootsApp opens an app on dir with snapshots in dir/snapshots, on a
@@ -83,5 +85,137 @@ func TestStateRoots(t *testing.T) {
 	_, err = c.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(`{"topics": [{"name": "t", "partitions": 1}], "limits": {"snapshot_interval": 16}}`)})
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("--snapshot-dir")) {
 		t.Fatalf("InitChain of a chain that hashes its state, without a snapshot directory = %v, want an error naming --snapshot-dir", err)
+	}
+}
+
+// TestStateSync restores a fresh app from another's snapshot through the
+// four ABCI snapshot calls, as CometBFT's state sync makes them: it reaches
+// the same height and app hash and goes on in step. A chunk that differs
+// is fetched again; metadata for another app hash is refused; a block chunk
+// that lies makes the snapshot rejected and the store wiped.
+func TestStateSync(t *testing.T) {
+	a := openRootsApp(t, t.TempDir())
+	defer a.Close()
+	var hash40 []byte
+	for h := int64(1); h <= 40; h++ {
+		hash40 = finalize(t, a, h, validTx(t, uint64(h-1)))
+		commit(t, a)
+	}
+	list, err := a.ListSnapshots(ctx, &abci.RequestListSnapshots{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap *abci.Snapshot
+	for _, s := range list.Snapshots {
+		if s.Height == 40 {
+			snap = s
+		}
+	}
+	if snap == nil {
+		t.Fatalf("snapshots = %v, want one of height 40", list.Snapshots)
+	}
+	chunks := make([][]byte, snap.Chunks)
+	for i := range chunks {
+		c, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: snap.Height, Format: snap.Format, Chunk: uint32(i)})
+		if err != nil || len(c.Chunk) == 0 {
+			t.Fatalf("chunk %d: %v (%d bytes)", i, err, len(c.Chunk))
+		}
+		chunks[i] = c.Chunk
+	}
+
+	fresh := func() *app.App {
+		st, err := store.Open(filepath.Join(t.TempDir(), "data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := app.DefaultConfig()
+		cfg.SnapshotDir = filepath.Join(t.TempDir(), "snapshots")
+		b, err := app.New(st, zerolog.Nop(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
+	}
+	offer := func(b *app.App, appHash []byte) abci.ResponseOfferSnapshot_Result {
+		r, err := b.OfferSnapshot(ctx, &abci.RequestOfferSnapshot{Snapshot: snap, AppHash: appHash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Result
+	}
+	apply := func(b *app.App, i int, chunk []byte) abci.ResponseApplySnapshotChunk_Result {
+		r, err := b.ApplySnapshotChunk(ctx, &abci.RequestApplySnapshotChunk{Index: uint32(i), Chunk: chunk, Sender: "peer"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Result
+	}
+
+	b := fresh()
+	if got := offer(b, bytes.Repeat([]byte{1}, 32)); got != abci.ResponseOfferSnapshot_REJECT {
+		t.Fatalf("offer for another app hash = %v, want REJECT", got)
+	}
+	if got := offer(b, hash40); got != abci.ResponseOfferSnapshot_ACCEPT {
+		t.Fatalf("offer = %v, want ACCEPT", got)
+	}
+	for i, c := range chunks {
+		if i == 0 {
+			bad := bytes.Clone(c)
+			bad[len(bad)-1] ^= 1
+			if got := apply(b, i, bad); got != abci.ResponseApplySnapshotChunk_RETRY {
+				t.Fatalf("a changed chunk = %v, want RETRY", got)
+			}
+		}
+		if got := apply(b, i, c); got != abci.ResponseApplySnapshotChunk_ACCEPT {
+			t.Fatalf("chunk %d = %v, want ACCEPT", i, got)
+		}
+	}
+	if got := info(t, b); got.LastBlockHeight != 40 || !bytes.Equal(got.LastBlockAppHash, hash40) {
+		t.Fatalf("restored app at height %d hash %X, want 40 %X", got.LastBlockHeight, got.LastBlockAppHash, hash40)
+	}
+	for h := int64(41); h <= 50; h++ {
+		tx := validTx(t, uint64(h-1))
+		if ha, hb := finalize(t, a, h, tx), finalize(t, b, h, tx); !bytes.Equal(ha, hb) {
+			t.Fatalf("height %d after the restore: app hashes %X and %X differ", h, ha, hb)
+		}
+		commit(t, a)
+		commit(t, b)
+	}
+
+	// A block chunk that lies (another block's transactions) is caught by
+	// the app hash it leads to; the half-restored state goes.
+	c := fresh()
+	if got := offer(c, hash40); got != abci.ResponseOfferSnapshot_ACCEPT {
+		t.Fatalf("offer = %v, want ACCEPT", got)
+	}
+	last := len(chunks) - 1
+	var sb byzlogv1.SnapshotBlock
+	if err := proto.Unmarshal(chunks[last], &sb); err != nil {
+		t.Fatal(err)
+	}
+	sb.Txs = [][]byte{validTx(t, 100)}
+	lie, err := proto.Marshal(&sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range chunks[:last] {
+		if got := apply(c, i, ch); got != abci.ResponseApplySnapshotChunk_ACCEPT {
+			t.Fatalf("chunk %d = %v", i, got)
+		}
+	}
+	if got := apply(c, last, lie); got != abci.ResponseApplySnapshotChunk_REJECT_SNAPSHOT {
+		t.Fatalf("a lying block chunk = %v, want REJECT_SNAPSHOT", got)
+	}
+	if got := info(t, c); got.LastBlockHeight != 0 {
+		t.Fatalf("after a rejected snapshot the app is at height %d, want 0", got.LastBlockHeight)
+	}
+	var topics byzlogv1.TopicList
+	q, err := c.Query(ctx, &abci.RequestQuery{Path: "/topics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proto.Unmarshal(q.Value, &topics); err == nil && len(topics.Topics) != 0 {
+		t.Fatalf("after a rejected snapshot the store still holds topics %v", topics.Topics)
 	}
 }

@@ -55,22 +55,47 @@ func SnapshotHeight(l *byzlogv1.Limits, h int64) bool {
 // every column family in CF order and every key in key order; a chunk
 // ends with the first entry that takes it to chunkBytes. Every validator
 // cuts the same state into the same chunks. The slice is fn's only during
-// the call.
-func StateChunks(s Scanner, chunkBytes int, fn func(chunk []byte) error) error {
+// the call; start is the chunk's first entry, from which StateChunksFrom
+// cuts the same chunks again.
+func StateChunks(s Scanner, chunkBytes int, fn func(chunk []byte, start ChunkStart) error) error {
+	return StateChunksFrom(s, chunkBytes, ChunkStart{CF: CFs[0]}, fn)
+}
+
+// ChunkStart is where a state chunk starts: its first entry's column family
+// and key.
+type ChunkStart struct {
+	CF  CF
+	Key []byte
+}
+
+// StateChunksFrom is StateChunks from the entry at from on; fn may return
+// ErrStopChunks to end it.
+func StateChunksFrom(s Scanner, chunkBytes int, from ChunkStart, fn func(chunk []byte, start ChunkStart) error) error {
 	buf := make([]byte, 0, chunkBytes+64<<10)
+	var start *ChunkStart
 	var ferr error
 	for _, cf := range CFs {
-		err := s.Scan(cf, nil, nil, func(k, v []byte) bool {
+		if cf < from.CF {
+			continue
+		}
+		var first []byte
+		if cf == from.CF {
+			first = from.Key
+		}
+		err := s.Scan(cf, first, nil, func(k, v []byte) bool {
+			if start == nil {
+				start = &ChunkStart{CF: cf, Key: bytes.Clone(k)}
+			}
 			buf = append(buf, byte(cf))
 			buf = binary.AppendUvarint(buf, uint64(len(k)))
 			buf = append(buf, k...)
 			buf = binary.AppendUvarint(buf, uint64(len(v)))
 			buf = append(buf, v...)
 			if len(buf) >= chunkBytes {
-				if ferr = fn(buf); ferr != nil {
+				if ferr = fn(buf, *start); ferr != nil {
 					return false
 				}
-				buf = buf[:0]
+				buf, start = buf[:0], nil
 			}
 			return true
 		})
@@ -78,14 +103,22 @@ func StateChunks(s Scanner, chunkBytes int, fn func(chunk []byte) error) error {
 			return err
 		}
 		if ferr != nil {
+			if errors.Is(ferr, ErrStopChunks) {
+				return nil
+			}
 			return ferr
 		}
 	}
 	if len(buf) > 0 {
-		return fn(buf)
+		if err := fn(buf, *start); err != nil && !errors.Is(err, ErrStopChunks) {
+			return err
+		}
 	}
 	return nil
 }
+
+// ErrStopChunks, returned by StateChunksFrom's fn, ends the scan.
+var ErrStopChunks = errors.New("stop cutting chunks")
 
 // ChunkHash is a state chunk's hash, a leaf of the state root.
 func ChunkHash(chunk []byte) []byte {

@@ -53,7 +53,7 @@ func snapshotChain(t *testing.T) (*testChain, [][]byte, []core.Block, *byzlogv1.
 			blocks = append(blocks, core.Block{Height: b.Height, TimeUnixNano: b.TimeUnixNano, Txs: b.Txs})
 		}
 		if h == 16 {
-			if err := core.StateChunks(c.store, 300, func(ch []byte) error { chunks = append(chunks, bytes.Clone(ch)); return nil }); err != nil {
+			if err := core.StateChunks(c.store, 300, func(ch []byte, _ core.ChunkStart) error { chunks = append(chunks, bytes.Clone(ch)); return nil }); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -117,6 +117,40 @@ func TestSnapshotRestores(t *testing.T) {
 	}
 }
 
+// TestStateChunksFrom cuts each chunk again from where it starts, as a
+// node serving a snapshot does.
+func TestStateChunksFrom(t *testing.T) {
+	_, chunks, _, _ := snapshotChain(t)
+	var starts []core.ChunkStart
+	st := newMemStore()
+	// The chunks of height 16 are of the state then: restore it to cut again.
+	for _, ch := range chunks {
+		cs, err := core.ChunkChanges(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.apply(cs)
+	}
+	if err := core.StateChunks(st, 300, func(_ []byte, s core.ChunkStart) error { starts = append(starts, s); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(starts) != len(chunks) {
+		t.Fatalf("%d starts for %d chunks", len(starts), len(chunks))
+	}
+	for i, s := range starts {
+		var again []byte
+		if err := core.StateChunksFrom(st, 300, s, func(ch []byte, _ core.ChunkStart) error {
+			again = bytes.Clone(ch)
+			return core.ErrStopChunks
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again, chunks[i]) {
+			t.Fatalf("chunk %d cut again from %v differs", i, s)
+		}
+	}
+}
+
 func TestSnapshotMetaLies(t *testing.T) {
 	c, _, _, meta := snapshotChain(t)
 	for _, tc := range []struct {
@@ -177,7 +211,7 @@ func FuzzChunkChanges(f *testing.F) {
 		s := newMemStore()
 		s.apply(cs)
 		var again []byte
-		if err := core.StateChunks(s, 1<<30, func(ch []byte) error { again = append(again, ch...); return nil }); err != nil {
+		if err := core.StateChunks(s, 1<<30, func(ch []byte, _ core.ChunkStart) error { again = append(again, ch...); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(again, chunk) {

@@ -8,6 +8,7 @@ package store
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -388,6 +389,27 @@ func (s *Store) Checkpoint(dir string) error {
 	defer cp.Destroy()
 	if err := cp.CreateCheckpoint(dir, 0); err != nil {
 		return fmt.Errorf("checkpoint into %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Wipe deletes every key of core's column families and the committed
+// height: what a state restore that failed half-way leaves must go.
+func (s *Store) Wipe() error {
+	wb := grocksdb.NewWriteBatch()
+	defer wb.Destroy()
+	for _, cf := range core.CFs {
+		if err := s.Scan(cf, nil, nil, func(k, _ []byte) bool {
+			wb.DeleteCF(s.byCF[cf], bytes.Clone(k))
+			return true
+		}); err != nil {
+			return err
+		}
+	}
+	wb.DeleteCF(s.app, keyHeight)
+	wb.DeleteCF(s.app, keyAppHash)
+	if err := s.db.Write(s.wo, wb); err != nil {
+		return fmt.Errorf("wipe: %w", err)
 	}
 	return nil
 }
