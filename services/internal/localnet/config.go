@@ -38,6 +38,10 @@ type Config struct {
 	// 0 reads as 1.
 	Admins         int `json:"admins,omitempty"`
 	AdminThreshold int `json:"admin_threshold,omitempty"`
+	// SnapshotInterval is genesis limits.snapshot_interval: the apps hash
+	// the state every this many blocks and serve snapshots of it, so a
+	// wiped node can join by state sync (StateSyncNode). 0: never.
+	SnapshotInterval int `json:"snapshot_interval,omitempty"`
 	// TimeoutCommit is how long a node waits after a commit before the next
 	// height: the floor of the block interval.
 	TimeoutCommit Duration `json:"timeout_commit"`
@@ -127,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.Admins < 0 || c.Admins > 64 {
 		return fmt.Errorf("admins (%d): must be between 1 and 64", c.Admins)
+	}
+	if c.SnapshotInterval != 0 && c.SnapshotInterval < 16 {
+		return fmt.Errorf("snapshot_interval (%d): 0 (no snapshots) or at least 16", c.SnapshotInterval)
 	}
 	if c.AdminThreshold < 0 || c.AdminThreshold > max(c.Admins, 1) {
 		return fmt.Errorf("admin_threshold (%d): must be between 1 and admins (%d)", c.AdminThreshold, max(c.Admins, 1))

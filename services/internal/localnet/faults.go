@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	cmtcfg "github.com/cometbft/cometbft/config"
+	"github.com/cometbft/cometbft/p2p"
 )
 
 // Process-level faults for tests and `byzlog chaos`: each acts on one named
@@ -189,8 +192,10 @@ func (n *Net) ResetNode(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("reset node%d: cometbft reset-state: %w\n%s", i, err, out)
 	}
-	if err := os.RemoveAll(filepath.Join(n.cfg.home(i), "app")); err != nil {
-		return fmt.Errorf("reset node%d: remove the app's data: %w", i, err)
+	for _, d := range []string{"app", "app.snapshots"} {
+		if err := os.RemoveAll(filepath.Join(n.cfg.home(i), d)); err != nil {
+			return fmt.Errorf("reset node%d: remove the app's data: %w", i, err)
+		}
 	}
 	return RaiseSignState(filepath.Join(n.cfg.home(i), "data", "priv_validator_state.json"), tip+2)
 }
@@ -221,5 +226,62 @@ func RaiseSignState(path string, height int64) error {
 	if err != nil {
 		return fmt.Errorf("write signing state %s: %w", path, err)
 	}
+	return nil
+}
+
+// StateSyncNode makes node i, reset and stopped (ResetNode), join by state
+// sync when it starts: its config gets [statesync] with two other nodes'
+// RPC and a root of trust (a recent header both report the same hash for).
+// The node then fetches a snapshot from its peers, its app checks it
+// against the light-client-verified app hash, and it blocksyncs from the
+// snapshot's height on, instead of replaying every block.
+func (n *Net) StateSyncNode(ctx context.Context, i int) error {
+	var others []int
+	for j := 0; j < n.cfg.Validators && len(others) < 2; j++ {
+		if j != i {
+			others = append(others, j)
+		}
+	}
+	if len(others) < 2 {
+		return fmt.Errorf("state sync node%d: two other nodes are needed for the root of trust", i)
+	}
+	var height int64
+	var hash string
+	for _, j := range others {
+		c, err := n.Client(j)
+		if err != nil {
+			return err
+		}
+		if height == 0 {
+			st, err := c.Status(ctx)
+			if err != nil {
+				return fmt.Errorf("state sync node%d: node%d status: %w", i, j, err)
+			}
+			height = max(st.SyncInfo.LatestBlockHeight-2, 1)
+		}
+		hdr, err := c.Header(ctx, &height)
+		if err != nil {
+			return fmt.Errorf("state sync node%d: node%d header %d: %w", i, j, height, err)
+		}
+		h := hdr.Header.Hash().String()
+		if hash != "" && h != hash {
+			return fmt.Errorf("state sync node%d: node%d and node%d disagree on header %d", i, others[0], j, height)
+		}
+		hash = h
+	}
+	ids := make([]p2p.ID, n.cfg.Validators)
+	for j := range ids {
+		key, err := p2p.LoadNodeKey(filepath.Join(n.cfg.home(j), "config", "node_key.json"))
+		if err != nil {
+			return fmt.Errorf("read node %d key: %w", j, err)
+		}
+		ids[j] = key.ID()
+	}
+	cfg := n.cfg.nodeConfig(i, ids)
+	cfg.StateSync.Enable = true
+	cfg.StateSync.RPCServers = []string{n.cfg.RPCAddr(others[0]), n.cfg.RPCAddr(others[1])}
+	cfg.StateSync.TrustHeight, cfg.StateSync.TrustHash = height, hash
+	cfg.StateSync.DiscoveryTime = 5 * time.Second
+	cmtcfg.WriteConfigFile(filepath.Join(n.cfg.home(i), "config", "config.toml"), cfg)
 	return nil
 }

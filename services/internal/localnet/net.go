@@ -68,11 +68,17 @@ func (n *Net) Existing() bool { return n.existing }
 
 func (n *Net) cometbft(i int) proc {
 	home := n.cfg.home(i)
-	return proc{
+	p := proc{
 		name: CometBFTName(i), bin: n.cfg.CometBFT,
 		args: []string{"start", "--home", home}, mark: home,
 		logPath: filepath.Join(home, "cometbft.log"), pidPath: filepath.Join(home, "cometbft.pid"),
 	}
+	if !n.cfg.InsecureRPC {
+		// State sync's light client reads peers' https RPC: it must trust
+		// the network's CA.
+		p.env = []string{"SSL_CERT_FILE=" + n.cfg.tls().CA()}
+	}
+	return p
 }
 
 func (n *Net) app(i int) proc {
@@ -532,7 +538,11 @@ func (n *Net) create(ctx context.Context) error {
 		}
 		admins[i] = hex.EncodeToString(admin.Public().(ed25519.PublicKey))
 	}
-	gen.AppState, err = json.Marshal(map[string]any{"admins": admins, "admin_threshold": max(c.AdminThreshold, 1)})
+	appState := map[string]any{"admins": admins, "admin_threshold": max(c.AdminThreshold, 1)}
+	if c.SnapshotInterval > 0 {
+		appState["limits"] = map[string]any{"snapshot_interval": c.SnapshotInterval}
+	}
+	gen.AppState, err = json.Marshal(appState)
 	if err != nil {
 		return err
 	}
