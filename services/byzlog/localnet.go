@@ -85,6 +85,7 @@ that is already running is an error. A new network's genesis lists one admin key
 	f.IntVarP(&cfg.Validators, "validators", "n", cfg.Validators, "number of validators (a new network only)")
 	f.IntVar(&cfg.BasePort, "base-port", cfg.BasePort, "node 0's p2p port; node i uses BASE+100i.. (a new network only)")
 	f.StringVar(&cfg.Transport, "transport", cfg.Transport, "ABCI transport, grpc or socket (a new network only)")
+	f.IntVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "blocks between state roots and snapshots a wiped or new node can join from by state sync; 0: none (a new network only)")
 	f.IntVar(&cfg.Admins, "admins", 1, "admin keys genesis lists: DIR/admin.key, DIR/admin2.key, ... (a new network only)")
 	f.IntVar(&cfg.AdminThreshold, "admin-threshold", 1, "how many admins sign a topic deletion or a change of the admins or validators (a new network only)")
 	f.DurationVar(&timeoutCommit, "timeout-commit", timeoutCommit, "consensus timeout_commit, the floor of the block interval (a new network only)")
@@ -107,6 +108,8 @@ func checkShape(cmd *cobra.Command, want, have localnet.Config) error {
 		return mismatch("base-port", want.BasePort, have.BasePort)
 	case f.Changed("transport") && want.Transport != have.Transport:
 		return mismatch("transport", want.Transport, have.Transport)
+	case f.Changed("snapshot-interval") && want.SnapshotInterval != have.SnapshotInterval:
+		return mismatch("snapshot-interval", want.SnapshotInterval, have.SnapshotInterval)
 	case f.Changed("admins") && want.Admins != have.Admins:
 		return mismatch("admins", want.Admins, have.Admins)
 	case f.Changed("admin-threshold") && want.AdminThreshold != have.AdminThreshold:

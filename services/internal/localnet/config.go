@@ -86,6 +86,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 const grpcMessageCap = 4 << 20
 
+// DefaultSnapshotInterval is a new network's snapshot_interval: a state
+// root and a snapshot every 100 blocks (30 s at the default block time).
+const DefaultSnapshotInterval = 100
+
 // Default returns a 4-validator gRPC network on ports 26656.. in ./run/localnet.
 func Default() Config {
 	return Config{
@@ -96,6 +100,8 @@ func Default() Config {
 		ChainID:       "byzlog-localnet",
 		TimeoutCommit: Duration(300 * time.Millisecond),
 		BlockMaxBytes: 3 << 20,
+
+		SnapshotInterval: DefaultSnapshotInterval,
 	}
 }
 
