@@ -54,7 +54,14 @@ func (s *signing) admin(cmd *cobra.Command, tf *topicFlags) (*client.Admin, erro
 		}
 		keys[i] = k
 	}
-	trust, err := s.trust.trust(cmd.Flags())
+	return connect(cmd, tf, &s.trust, keys[0], client.WithCosigners(keys[1:]...))
+}
+
+// connect opens an admin client on the gateway of tf with the root of
+// trust of tr; key may be nil for one that only reads or submits requests
+// signed elsewhere.
+func connect(cmd *cobra.Command, tf *topicFlags, tr *trustFlags, key ed25519.PrivateKey, opts ...client.Option) (*client.Admin, error) {
+	trust, err := tr.trust(cmd.Flags())
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +69,7 @@ func (s *signing) admin(cmd *cobra.Command, tf *topicFlags) (*client.Admin, erro
 	if err != nil {
 		return nil, err
 	}
-	return client.NewAdmin(tf.gateway, keys[0], trust, transport, client.WithCosigners(keys[1:]...))
+	return client.NewAdmin(tf.gateway, key, trust, append([]client.Option{transport}, opts...)...)
 }
 
 // apply signs op and submits it, or with --sign-only writes it to a file;
@@ -178,15 +185,7 @@ or the path of either JSON file.`,
 		Short: "List the validators of the latest block, from a light block verified from the root of trust",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			trust, err := lt.trust(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			transport, err := tf.tlsf.producerOption(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			adm, err := client.NewAdmin(tf.gateway, nil, trust, transport)
+			adm, err := connect(cmd, tf, &lt, nil)
 			if err != nil {
 				return err
 			}
@@ -319,15 +318,7 @@ within its expiry (120 blocks after it was signed): sign it again after that.`,
 			if err != nil {
 				return err
 			}
-			trust, err := st.trust(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			transport, err := tf.tlsf.producerOption(cmd.Flags())
-			if err != nil {
-				return err
-			}
-			adm, err := client.NewAdmin(tf.gateway, nil, trust, transport)
+			adm, err := connect(cmd, tf, &st, nil)
 			if err != nil {
 				return err
 			}

@@ -25,11 +25,20 @@ import (
 // startNet brings up a fresh 4-validator network on its own ports with a
 // topic "log", and stops it when the test ends.
 func startNet(ctx context.Context, t *testing.T, portOffset int) (*localnet.Net, string) {
+	return startNetWith(ctx, t, portOffset, nil)
+}
+
+// startNetWith is startNet with the network's config changed by shape
+// (nil: the default shape) before it is created.
+func startNetWith(ctx context.Context, t *testing.T, portOffset int, shape func(*localnet.Config)) (*localnet.Net, string) {
 	t.Helper()
 	bin := binDir(t)
 	cfg := localnet.Default()
 	cfg.Dir, cfg.BasePort = t.TempDir(), basePort(t)+portOffset
 	cfg.CometBFT, cfg.App = filepath.Join(bin, "cometbft"), filepath.Join(bin, "byzlog-app")
+	if shape != nil {
+		shape(&cfg)
+	}
 	n, err := localnet.Open(cfg)
 	if err != nil {
 		t.Fatal(err)

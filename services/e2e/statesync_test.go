@@ -24,31 +24,12 @@ import (
 func TestStateSyncJoin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	bin := binDir(t)
-	cfg := localnet.Default()
-	cfg.Dir, cfg.BasePort = t.TempDir(), basePort(t)+2500
-	cfg.CometBFT, cfg.App = filepath.Join(bin, "cometbft"), filepath.Join(bin, "byzlog-app")
-	cfg.SnapshotInterval = 20
-	n, err := localnet.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Down(testWriter{t}); err != nil {
-			t.Errorf("stop localnet: %v", err)
-		}
-	})
-	upCtx, upCancel := context.WithTimeout(ctx, stepTimeout)
-	defer upCancel()
-	if err := n.Up(upCtx, testWriter{t}); err != nil {
-		t.Fatal(err)
-	}
+	n, chainID := startNetWith(ctx, t, 2500, func(c *localnet.Config) { c.SnapshotInterval = 20 })
 	adminKey, err := n.AdminKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	createTopic(ctx, t, n, wire.NewSigner(adminKey, cfg.ChainID), "log", 1)
-	p := &producer{signer: wire.NewSigner(adminKey, cfg.ChainID), topic: "log"}
+	p := &producer{signer: wire.NewSigner(adminKey, chainID), topic: "log"}
 	submit(ctx, t, n, 0, p, 50)
 
 	// Snapshots of height 28 and 48 (states of 20 and 40) exist from 48 on.

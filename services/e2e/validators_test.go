@@ -30,24 +30,8 @@ func TestValidatorSetChanges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	bin := binDir(t)
-	cfg := localnet.Default()
-	cfg.Dir, cfg.BasePort = t.TempDir(), basePort(t)+3500
-	cfg.CometBFT, cfg.App = filepath.Join(bin, "cometbft"), filepath.Join(bin, "byzlog-app")
-	cfg.Admins, cfg.AdminThreshold = 3, 2
-	n, err := localnet.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := n.Down(testWriter{t}); err != nil {
-			t.Errorf("stop localnet: %v", err)
-		}
-	})
-	upCtx, upCancel := context.WithTimeout(ctx, stepTimeout)
-	defer upCancel()
-	if err := n.Up(upCtx, testWriter{t}); err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startNetWith(ctx, t, 3500, func(c *localnet.Config) { c.Admins, c.AdminThreshold = 3, 2 })
+	cfg := n.Config()
 	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", cfg.BasePort+900))
 	keys, err := n.AdminKeys()
 	if err != nil {
