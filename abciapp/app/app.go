@@ -167,6 +167,7 @@ func (a *App) chain() (*byzlogv1.ChainParams, *mempool.Pool, error) {
 // Close waits for the calls in progress, then closes the store. Later calls
 // fail instead of touching a closed database.
 func (a *App) Close() error {
+	a.roots.wg.Wait() // no hashing left reading a checkpoint
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

@@ -32,6 +32,7 @@ type stateRoots struct {
 
 	mu   sync.Mutex
 	jobs map[int64]*rootJob
+	wg   sync.WaitGroup // the hashing goroutines, which Close waits for
 }
 
 type rootJob struct {
@@ -77,7 +78,9 @@ func (r *stateRoots) hash(h int64) *rootJob {
 	}
 	j := &rootJob{done: make(chan struct{})}
 	r.jobs[h] = j
+	r.wg.Add(1)
 	go func() {
+		defer r.wg.Done()
 		defer close(j.done)
 		j.meta, j.err = r.compute(h)
 		if j.err != nil {
