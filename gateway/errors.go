@@ -126,7 +126,7 @@ func grpcCode(c wire.Code) codes.Code {
 		return codes.OK
 	case wire.CodeUnknownTopic, wire.CodeUnknownPartition, wire.CodeNotFound:
 		return codes.NotFound
-	case wire.CodeNotAllowed, wire.CodeNotAdmin, wire.CodeNotGroupOwner, wire.CodeBelowThreshold:
+	case wire.CodeNotAllowed, wire.CodeNotAdmin, wire.CodeNotGroupOwner, wire.CodeBelowThreshold, wire.CodeNotIndexer:
 		return codes.PermissionDenied
 	case wire.CodeSequenceGap, wire.CodeBadNonce, wire.CodeOffsetBackwards, wire.CodeSequenceReused, wire.CodeProducerFenced:
 		return codes.FailedPrecondition

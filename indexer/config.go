@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -69,6 +70,13 @@ type Config struct {
 	RetryBackoff, MaxRetryBackoff time.Duration
 	// StopSaveTimeout bounds saving the cursor once more on stop.
 	StopSaveTimeout time.Duration
+	// ProgressKey, when set, is the key of this indexer's registration on
+	// the chain (SetIndexer): every ProgressInterval it reports the height
+	// JetStream acknowledged ProgressDelay ago, and nodes that prune keep
+	// every block above it (progress.go). ProgressDelay must be longer
+	// than the NATS servers' sync_interval (JetStream's default is 2m).
+	ProgressKey                     ed25519.PrivateKey
+	ProgressInterval, ProgressDelay time.Duration
 }
 
 // NodeLink says how to reach CometBFT nodes' RPC: https with certificates
@@ -101,7 +109,8 @@ const DefaultMaxResponseBytes = 16 << 20
 // publishes, 100 ms polling, cursor saved every second, RPC responses up
 // to 16 MiB, a minute's wait for a new chain's first block, 10 s to reach
 // NATS, 30 s for a publish's acknowledgement, retries after 100 ms doubling
-// to 5 s, 2 s to save the cursor on stop.
+// to 5 s, 2 s to save the cursor on stop, progress reported every 10 s
+// as it was 3 min before (no key: no reports).
 func Default() Config {
 	return Config{
 		TrustingPeriod:  168 * time.Hour,
@@ -121,6 +130,8 @@ func Default() Config {
 		RetryBackoff:      100 * time.Millisecond,
 		MaxRetryBackoff:   5 * time.Second,
 		StopSaveTimeout:   2 * time.Second,
+		ProgressInterval:  10 * time.Second,
+		ProgressDelay:     3 * time.Minute,
 	}
 }
 
@@ -159,6 +170,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("retry_backoff (%s) must be positive and at most max_retry_backoff (%s)", c.RetryBackoff, c.MaxRetryBackoff)
 	case c.StopSaveTimeout <= 0:
 		return fmt.Errorf("stop_save_timeout (%s) must be positive", c.StopSaveTimeout)
+	case c.ProgressKey != nil && len(c.ProgressKey) != ed25519.PrivateKeySize:
+		return fmt.Errorf("progress_key is %d bytes, an ed25519 private key is %d", len(c.ProgressKey), ed25519.PrivateKeySize)
+	case c.ProgressInterval < time.Second || c.ProgressDelay < 0:
+		return fmt.Errorf("progress_interval (%s) must be at least 1s and progress_delay (%s) not negative", c.ProgressInterval, c.ProgressDelay)
 	}
 	if a := c.Authz; a != nil {
 		if err := a.Spec.Validate(); err != nil {

@@ -84,6 +84,15 @@ func (i *Indexer) Run(ctx context.Context) error {
 		i.ends = map[string]partEnd{}
 	}
 	i.log.Info().Int64("cursor", h).Int("partitions", len(i.ends)).Str("id", i.cfg.ID).Msg("indexer starting after its cursor")
+	if i.cfg.ProgressKey != nil {
+		rctx, stopReports := context.WithCancel(ctx)
+		reports := make(chan struct{})
+		go func() {
+			defer close(reports)
+			i.reportProgress(rctx, pub.kv)
+		}()
+		defer func() { stopReports(); <-reports }()
+	}
 	backoff := i.cfg.RetryBackoff
 	for {
 		before := i.acked.Load()

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // Metrics are the indexer's Prometheus collectors.
 type Metrics struct {
 	height         prometheus.Gauge
+	progress       prometheus.Gauge
 	tip            prometheus.Gauge
 	lag            prometheus.Gauge
 	records        prometheus.Counter
@@ -20,6 +21,8 @@ func newMetrics() *Metrics {
 	return &Metrics{
 		height: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_height",
 			Help: "Last height whose records and block message JetStream has acknowledged."}),
+		progress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_reported_height",
+			Help: "Last published height reported to the chain (progress reports): nodes prune no block above it."}),
 		tip: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_chain_height",
 			Help: "Highest height a node reported."}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_lag_blocks",
@@ -43,5 +46,5 @@ func newMetrics() *Metrics {
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.height, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.lightErrors}
+	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.lightErrors}
 }

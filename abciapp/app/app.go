@@ -18,6 +18,7 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/failpoint"
@@ -64,6 +65,8 @@ type App struct {
 	roots     *stateRoots
 	stagedAt  int64      // the staged block's time, for snapshots
 	restore   *restoring // a snapshot being applied (OfferSnapshot on)
+	retain    int64
+	pruning   *byzlogv1.Pruning // the last Commit's retain height and why (/pruning)
 }
 
 // Config is the app's node-local configuration.
@@ -74,6 +77,11 @@ type Config struct {
 	// (genesis snapshot_interval), and SnapshotKeep how many of them stay.
 	SnapshotDir  string
 	SnapshotKeep int
+	// RetainBlocks > 0 turns pruning on: CometBFT may drop blocks older
+	// than the last RetainBlocks, but never one at or after the oldest
+	// snapshot kept or one a registered indexer has not published
+	// (core.RetainHeight). 0 keeps every block.
+	RetainBlocks int64
 }
 
 // DefaultConfig returns the defaults.
@@ -84,8 +92,16 @@ func (c Config) Validate() error {
 	if c.SnapshotKeep < 1 || c.SnapshotKeep > 100 {
 		return fmt.Errorf("snapshot keep (%d): must be between 1 and 100", c.SnapshotKeep)
 	}
+	if c.RetainBlocks < 0 || (c.RetainBlocks > 0 && c.RetainBlocks < MinRetainBlocks) {
+		return fmt.Errorf("retain blocks (%d): 0 keeps every block, otherwise keep at least %d", c.RetainBlocks, MinRetainBlocks)
+	}
 	return c.Mempool.Validate()
 }
+
+// MinRetainBlocks is the fewest blocks pruning may keep: a restarted node
+// replays from the blocks it holds, and a peer that fell behind catches up
+// from them.
+const MinRetainBlocks = 100
 
 // errClosed is returned by calls that arrive while or after the app shuts down.
 var errClosed = errors.New("byzlog-app is shutting down")
@@ -100,7 +116,7 @@ func New(st *store.Store, log zerolog.Logger, cfg Config) (*App, error) {
 		return nil, fmt.Errorf("load committed state: %w", err)
 	}
 	a := &App{log: log, store: st, poolCfg: cfg.Mempool, committed: core.State{Height: last.Height, AppHash: last.AppHash},
-		roots: newStateRoots(cfg.SnapshotDir, cfg.SnapshotKeep, log)}
+		roots: newStateRoots(cfg.SnapshotDir, cfg.SnapshotKeep, log), retain: cfg.RetainBlocks}
 	if last.Height > 0 {
 		params, err := core.LoadParams(st)
 		if err != nil {
@@ -445,7 +461,33 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	}
 	a.stagedTxs = nil
 	a.log.Debug().Int64("height", next.Height).Hex("app_hash", next.AppHash).Msg("committed")
-	return &abci.ResponseCommit{}, nil
+	p, err := a.retainHeight(next.Height)
+	if err != nil {
+		return nil, fmt.Errorf("commit %d: %w", next.Height, err)
+	}
+	return &abci.ResponseCommit{RetainHeight: p.RetainHeight}, nil
+}
+
+// retainHeight works out, after committing height, the height CometBFT may
+// prune below (core.RetainHeight), logs what holds it back when that
+// changes, and keeps it for /pruning.
+func (a *App) retainHeight(height int64) (*byzlogv1.Pruning, error) {
+	var p *byzlogv1.Pruning
+	if a.retain == 0 {
+		p = core.RetainHeight(height, 0, 0, nil)
+	} else {
+		ix, err := core.LoadIndexers(a.store)
+		if err != nil {
+			return nil, fmt.Errorf("load the registered indexers: %w", err)
+		}
+		p = core.RetainHeight(height, a.retain, a.roots.oldestSnapshot(), ix)
+	}
+	if a.pruning == nil || a.pruning.HeldBy != p.HeldBy {
+		a.log.Info().Int64("height", height).Int64("retain_height", p.RetainHeight).Str("held_by", p.HeldBy).
+			Int64("retain_blocks", p.RetainBlocks).Int64("oldest_snapshot", p.OldestSnapshot).Msg("block retention")
+	}
+	a.pruning = p
+	return p, nil
 }
 
 // Query answers reads of committed state; the paths are wire.QueryPaths.
@@ -458,6 +500,14 @@ func (a *App) Query(_ context.Context, req *abci.RequestQuery) (resp *abci.Respo
 	var height int64
 	err = a.read(func() (err error) {
 		height = a.committed.Height
+		if req.Path == wire.PathPruning {
+			p := a.pruning
+			if p == nil {
+				p = &byzlogv1.Pruning{Height: height, RetainBlocks: a.retain, HeldBy: "no block committed since start"}
+			}
+			value, err = proto.Marshal(p)
+			return err
+		}
 		value, r, err = core.Query(a.store, a.committed, req.Path, req.Data)
 		return err
 	})

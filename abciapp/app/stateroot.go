@@ -156,6 +156,32 @@ func (r *stateRoots) root(h int64) (*byzlogv1.StateRoot, error) {
 	return j.meta.State, nil
 }
 
+// oldestSnapshot is the height of the oldest complete snapshot kept (the
+// height ListSnapshots offers it at), 0 if none.
+func (r *stateRoots) oldestSnapshot() int64 {
+	if r.dir == "" {
+		return 0
+	}
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		return 0
+	}
+	var oldest int64
+	for _, e := range entries {
+		h, err := strconv.ParseInt(e.Name(), 10, 64)
+		if err != nil || (oldest != 0 && h >= oldest) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(r.heightDir(h), "snapshot")); err == nil {
+			oldest = h
+		}
+	}
+	if oldest == 0 {
+		return 0
+	}
+	return oldest + wire.StateRootLag
+}
+
 // prune removes all but the newest keep hashed checkpoints.
 func (r *stateRoots) prune() {
 	entries, err := os.ReadDir(r.dir)

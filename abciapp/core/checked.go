@@ -57,6 +57,8 @@ func (c *Checked) Signers() [][]byte {
 		return [][]byte{k.Admin.AdminKey}
 	case *byzlogv1.Tx_CommitOffsets:
 		return [][]byte{k.CommitOffsets.ConsumerKey}
+	case *byzlogv1.Tx_IndexerProgress:
+		return [][]byte{k.IndexerProgress.IndexerKey}
 	}
 	return nil
 }

@@ -145,6 +145,9 @@ func InitChain(params *byzlogv1.ChainParams, topics []*byzlogv1.TopicState, vali
 	o := newOverlay(emptyReader{})
 	o.put(CFMeta, keyParams, marshal(params))
 	o.put(CFMeta, keyAdmins, marshal(genesisAdminSet(params)))
+	if len(params.Indexers) > 0 {
+		o.put(CFMeta, keyIndexers, marshal(&byzlogv1.IndexerSet{Indexers: params.Indexers}))
+	}
 	if len(validators) > 0 {
 		o.put(CFMeta, keyValidators, marshal(&byzlogv1.ValidatorSet{Validators: validators}))
 	}

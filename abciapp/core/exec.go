@@ -84,6 +84,8 @@ func (ex *executor) apply(c *Checked) (Result, error) {
 		res, err = ex.admin(txo, k.Admin)
 	case *byzlogv1.Tx_CommitOffsets:
 		res, err = ex.commitOffsets(txo, k.CommitOffsets)
+	case *byzlogv1.Tx_IndexerProgress:
+		res, err = ex.indexerProgress(txo, k.IndexerProgress)
 	}
 	if err != nil || !res.OK() || ex.mode == modeMempool {
 		return res, err
@@ -470,6 +472,8 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		}
 		return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{
 			{"op", "set_validator"}, {"pub_key", fmt.Sprintf("%x", v.PubKey)}, {"power", strconv.FormatInt(v.Power, 10)}}}}}, nil
+	case *byzlogv1.AdminBody_SetIndexer:
+		return setIndexer(o, ex.b.Height, op.SetIndexer)
 	case *byzlogv1.AdminBody_SetAdmins:
 		if r := setAdmins(o, op.SetAdmins); !r.OK() {
 			return r, nil

@@ -94,6 +94,13 @@ func dangerous(body *byzlogv1.AdminBody) (string, bool) {
 		return "set_validator", true
 	case *byzlogv1.AdminBody_SetAdmins:
 		return "set_admins", true
+	case *byzlogv1.AdminBody_SetIndexer:
+		// Registering only keeps more blocks; unregistering lets nodes
+		// prune what that indexer has not published.
+		if body.GetSetIndexer().Remove {
+			return "unregister_indexer", true
+		}
+		return "register_indexer", false
 	}
 	return "unknown", true
 }

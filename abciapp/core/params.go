@@ -25,6 +25,16 @@ type GenesisState struct {
 	Limits *GenesisLimits `json:"limits,omitempty"`
 	// Topics are created at genesis.
 	Topics []GenesisTopic `json:"topics,omitempty"`
+	// Indexers are registered at genesis: nodes prune no block they have
+	// not reported published.
+	Indexers []GenesisIndexer `json:"indexers,omitempty"`
+}
+
+// GenesisIndexer is an indexer registered at genesis.
+type GenesisIndexer struct {
+	Name string `json:"name"`
+	// PubKey is the hex ed25519 public key of its --progress-key.
+	PubKey string `json:"pub_key"`
 }
 
 // GenesisLimits is the JSON form of Limits.
@@ -84,6 +94,16 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 		return nil, nil, fmt.Errorf("genesis app_state admin_threshold %d is more than the %d admins listed", g.AdminThreshold, len(params.Admins))
 	}
 	params.AdminThreshold = max(g.AdminThreshold, 1)
+	for i, x := range g.Indexers {
+		k, err := parseKey(x.PubKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("genesis app_state indexers[%d]: %w", i, err)
+		}
+		params.Indexers = append(params.Indexers, &byzlogv1.Indexer{PubKey: k, Name: x.Name})
+	}
+	if params.Indexers, err = GenesisIndexers(params.Indexers); err != nil {
+		return nil, nil, fmt.Errorf("genesis app_state indexers: %w", err)
+	}
 	overrideLimits(params.Limits, g.Limits)
 	if err := validateLimits(params.Limits); err != nil {
 		return nil, nil, fmt.Errorf("genesis app_state limits: %w", err)

@@ -69,6 +69,11 @@ func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 		if r := checkSigned("commit offsets", c.GetBody(), c.GetConsumerKey(), c.GetSignature()); !r.OK() {
 			return nil, r
 		}
+	case *byzlogv1.Tx_IndexerProgress:
+		p := k.IndexerProgress
+		if r := checkSigned("indexer progress", p.GetBody(), p.GetIndexerKey(), p.GetSignature()); !r.OK() {
+			return nil, r
+		}
 	default:
 		return nil, reject(wire.CodeUnknownTxKind, "transaction has no kind this version knows (empty envelope or a newer client)")
 	}
@@ -137,6 +142,8 @@ func hasUnknown(env *byzlogv1.Tx) bool {
 		}
 	case *byzlogv1.Tx_CommitOffsets:
 		return len(k.CommitOffsets.ProtoReflect().GetUnknown()) > 0
+	case *byzlogv1.Tx_IndexerProgress:
+		return len(k.IndexerProgress.ProtoReflect().GetUnknown()) > 0
 	}
 	return false
 }

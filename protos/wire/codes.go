@@ -119,6 +119,15 @@ const (
 	// CodeBadAdminSet: the new admin set is refused (no key, a key listed
 	// twice, a threshold of 0 or above the number of keys).
 	CodeBadAdminSet Code = 43
+	// CodeNotIndexer: an indexer progress report is signed by a key that
+	// is not a registered indexer (query /indexers).
+	CodeNotIndexer Code = 44
+	// CodeBadProgress: an indexer progress report does not move forward or
+	// names a height the chain has not committed yet.
+	CodeBadProgress Code = 45
+	// CodeBadIndexerChange: a SetIndexer is refused (a bad key or name,
+	// one registered already or unknown, too many indexers).
+	CodeBadIndexerChange Code = 46
 )
 
 var codeNames = map[Code]string{
@@ -138,6 +147,7 @@ var codeNames = map[Code]string{
 	CodeSequenceReused: "sequence_reused", CodeBodyExpired: "body_expired",
 	CodeProducerFenced: "producer_fenced", CodeBelowThreshold: "below_threshold",
 	CodeBadValidatorChange: "bad_validator_change", CodeBadAdminSet: "bad_admin_set",
+	CodeNotIndexer: "not_indexer", CodeBadProgress: "bad_progress", CodeBadIndexerChange: "bad_indexer_change",
 }
 
 // String names the code for logs and messages.

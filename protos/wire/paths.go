@@ -15,10 +15,17 @@ const (
 	// PathAdmins answers the AdminSet; PathValidators the ValidatorSet.
 	PathAdmins     = "/admins"
 	PathValidators = "/validators"
+	// PathIndexers answers the IndexerSet: the registered indexers and how
+	// far each has published.
+	PathIndexers = "/indexers"
+	// PathPruning is answered by each node for itself, not from the
+	// replicated state: the RetainHeight it gives CometBFT and what holds
+	// it back (byzlogv1.Pruning).
+	PathPruning = "/pruning"
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning}
 
 // Records query bounds.
 const (

@@ -126,8 +126,10 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 		body.Op = &byzlogv1.AdminBody_SetValidator{SetValidator: o}
 	case *byzlogv1.SetAdmins:
 		body.Op = &byzlogv1.AdminBody_SetAdmins{SetAdmins: o}
+	case *byzlogv1.SetIndexer:
+		body.Op = &byzlogv1.AdminBody_SetIndexer{SetIndexer: o}
 	default:
-		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, SetValidator or SetAdmins", op)
+		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, SetValidator, SetAdmins or SetIndexer", op)
 	}
 	b, err := proto.Marshal(body)
 	if err != nil {
@@ -137,7 +139,7 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 }
 
 // isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic,
-// *SetValidator, *SetAdmins.
+// *SetValidator, *SetAdmins, *SetIndexer.
 type isAdminOp = proto.Message
 
 // MaxCosignatures bounds an AdminRequest's cosignatures: each costs every
@@ -165,6 +167,17 @@ func (s *Signer) CommitOffsetsUntil(nonce uint64, expiry int64, group string, re
 		return nil, fmt.Errorf("encode offsets body: %w", err)
 	}
 	return &byzlogv1.CommitOffsets{Body: b, ConsumerKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
+}
+
+// ProgressTx is the transaction of an indexer's signed report that it has
+// published every block up to height.
+func (s *Signer) ProgressTx(height int64) ([]byte, error) {
+	b, err := proto.Marshal(&byzlogv1.IndexerProgressBody{ChainId: s.chainID, PublishedHeight: height})
+	if err != nil {
+		return nil, fmt.Errorf("encode progress body: %w", err)
+	}
+	return proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_IndexerProgress{IndexerProgress: &byzlogv1.IndexerProgress{
+		Body: b, IndexerKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}}})
 }
 
 // Verify reports whether sig is key's ed25519 signature over body: the one

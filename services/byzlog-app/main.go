@@ -105,6 +105,7 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.dataDir, "data-dir", o.dataDir, "directory of the RocksDB state")
 	f.StringVar(&o.app.SnapshotDir, "snapshot-dir", "", "where checkpoints of the states the chain hashes (genesis snapshot_interval) are kept, for state sync (default: DATA_DIR.snapshots beside the data directory)")
 	f.IntVar(&o.app.SnapshotKeep, "snapshot-keep", o.app.SnapshotKeep, "how many hashed checkpoints stay (each holds on to the table files of its state)")
+	f.Int64Var(&o.app.RetainBlocks, "retain-blocks", 0, "prune: let CometBFT drop blocks older than the last N (at least 100), but never one at or after the oldest snapshot kept or one a registered indexer has not reported published; 0 keeps every block (query /pruning for what holds it back)")
 	mp := &o.app.Mempool
 	f.Int64Var(&mp.MaxBytes, "mempool-max-bytes", mp.MaxBytes, "bytes of transactions the mempool holds, ready and waiting")
 	f.IntVar(&mp.MaxTxs, "mempool-max-txs", mp.MaxTxs, "transactions the mempool holds, ready and waiting (all are checked again after every block)")

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"syscall"
 
+	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -23,6 +25,7 @@ import (
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/natsauth"
 	"github.com/byzlog/byzlog/services/internal/daemon"
+	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
 )
@@ -45,6 +48,7 @@ type options struct {
 	nats                                natsconn.Flags
 	link                                nodelink.Flags
 	authz                               string // the natsauth.Spec file; empty: none
+	progressKey                         string // the key file of the indexer's registration; empty: no reports
 }
 
 func defaultOptions() options {
@@ -77,6 +81,16 @@ cursor, the last height JetStream stored in full, is kept in the JetStream
 key-value bucket byzlog-indexer under cursor.<chain-id>.<id>; on restart it
 resumes there. Run two with different --id for availability: records are
 de-duplicated by message id.
+
+With --progress-key (the key an admin registered with byzlog indexer register,
+or genesis app_state "indexers"), it reports to the chain every
+--progress-interval the height JetStream acknowledged --progress-delay ago;
+validators that prune (byzlog-app --retain-blocks) keep every block above it.
+Keep --progress-delay above the NATS servers' sync_interval (JetStream's default
+is 2m): blocks whose records a server lost with its power are published again
+from the chain. With each report it keeps that header, signed with the key, in
+the same bucket under root.<chain-id>.<id>, and a restart takes it as the root of
+trust instead of genesis, whose first header pruned nodes no longer serve.
 
 HTTP on --http-listen: /metrics (Prometheus), /healthz (200 while running),
 /readyz (200 while within --max-lag blocks of the chain).`
@@ -116,6 +130,9 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.ix.DuplicateWindow, "dedup-window", o.ix.DuplicateWindow, "the streams' duplicate window")
 	f.DurationVar(&o.ix.TrustingPeriod, "trusting-period", o.ix.TrustingPeriod, "light client trusting period")
 	f.IntVar(&o.ix.MaxPending, "max-pending", o.ix.MaxPending, "records published and not yet acknowledged")
+	f.StringVar(&o.progressKey, "progress-key", "", "key file of this indexer's registration on the chain: report progress so pruning nodes keep the blocks it has not published; empty: no reports")
+	f.DurationVar(&o.ix.ProgressInterval, "progress-interval", o.ix.ProgressInterval, "how often progress is reported")
+	f.DurationVar(&o.ix.ProgressDelay, "progress-delay", o.ix.ProgressDelay, "report the height acknowledged this long ago (above NATS's sync_interval)")
 	o.Options.AddFlags(f)
 }
 
@@ -148,8 +165,9 @@ func authz(cfg *indexer.Config, path, url string, natsOpts []nats.Option, nc *na
 }
 
 // trustRoot fills o.ix's nodes, link, chain id and root of trust (and
-// genesis topics) from the flags.
-func (o *options) trustRoot(ctx context.Context, flagSet *pflag.FlagSet) error {
+// genesis topics) from the flags. With a progress key, the root saved with
+// the last report (indexer.SavedRoot) is taken over genesis's.
+func (o *options) trustRoot(ctx context.Context, flagSet *pflag.FlagSet, nc *nats.Conn) error {
 	var err error
 	if o.ix.Link, err = o.link.Link(flagSet); err != nil {
 		return err
@@ -165,12 +183,27 @@ func (o *options) trustRoot(ctx context.Context, flagSet *pflag.FlagSet) error {
 		o.ix.ChainID, o.ix.Trust = o.chainID, indexer.Trust{Height: o.trustHeight, Hash: h}
 		return nil
 	}
-	// The first block may take a moment on a new chain.
-	gen, trust, err := nodelink.TrustGenesis(ctx, o.genesis, o.ix.Nodes, o.ix.Link, o.ix.GenesisWait)
+	gen, err := cmttypes.GenesisDocFromFile(o.genesis)
 	if err != nil {
-		return err
+		return fmt.Errorf("--genesis: %w", err)
 	}
-	o.ix.ChainID, o.ix.Trust = gen.ChainID, trust
+	saved := false
+	if o.ix.ProgressKey != nil {
+		trust, ok, err := indexer.SavedRoot(ctx, nc, gen.ChainID, o.ix.ID, o.ix.ProgressKey.Public().(ed25519.PublicKey))
+		if err != nil {
+			return err
+		}
+		if ok {
+			o.ix.Trust, saved = trust, true
+		}
+	}
+	if !saved {
+		// The first block may take a moment on a new chain.
+		if _, o.ix.Trust, err = nodelink.TrustGenesis(ctx, o.genesis, o.ix.Nodes, o.ix.Link, o.ix.GenesisWait); err != nil {
+			return err
+		}
+	}
+	o.ix.ChainID = gen.ChainID
 	_, topics, err := core.ParseGenesis(gen.ChainID, gen.AppState)
 	if err != nil {
 		return fmt.Errorf("--genesis: %w", err)
@@ -192,21 +225,28 @@ func run(ctx context.Context, o options, flagSet *pflag.FlagSet) error {
 	defer stopProfiles()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := o.trustRoot(ctx, flagSet); err != nil {
-		return err
+	if o.progressKey != "" {
+		k, err := keyfile.Read(o.progressKey)
+		if err != nil {
+			return fmt.Errorf("--progress-key: %w", err)
+		}
+		o.ix.ProgressKey = k
 	}
-	cfg := o.ix
 	natsOpts, err := o.nats.Options(flagSet)
 	if err != nil {
 		return err
 	}
 	// Nothing published while reconnecting is kept to send after: see
 	// indexer.New.
-	nc, err := nats.Connect(o.natsURL, append([]nats.Option{nats.Name("byzlog-indexer " + cfg.ID), nats.MaxReconnects(-1), nats.Timeout(cfg.NATSTimeout), nats.ReconnectBufSize(-1)}, natsOpts...)...)
+	nc, err := nats.Connect(o.natsURL, append([]nats.Option{nats.Name("byzlog-indexer " + o.ix.ID), nats.MaxReconnects(-1), nats.Timeout(o.ix.NATSTimeout), nats.ReconnectBufSize(-1)}, natsOpts...)...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", o.natsURL, err)
 	}
 	defer nc.Close()
+	if err := o.trustRoot(ctx, flagSet, nc); err != nil {
+		return err
+	}
+	cfg := o.ix
 	if o.authz != "" {
 		stop, err := authz(&cfg, o.authz, o.natsURL, natsOpts, nc)
 		if err != nil {

@@ -395,8 +395,11 @@ type ChainParams struct {
 	Limits *Limits  `protobuf:"bytes,3,opt,name=limits,proto3" json:"limits,omitempty"`
 	// The genesis admin threshold (0 reads as 1).
 	AdminThreshold uint32 `protobuf:"varint,4,opt,name=admin_threshold,json=adminThreshold,proto3" json:"admin_threshold,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The indexers registered at genesis (as SetIndexer: key and name),
+	// sorted by key. The indexers now are the IndexerSet ("/indexers").
+	Indexers      []*Indexer `protobuf:"bytes,5,rep,name=indexers,proto3" json:"indexers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChainParams) Reset() {
@@ -457,6 +460,13 @@ func (x *ChainParams) GetAdminThreshold() uint32 {
 	return 0
 }
 
+func (x *ChainParams) GetIndexers() []*Indexer {
+	if x != nil {
+		return x.Indexers
+	}
+	return nil
+}
+
 // AdminSet is who may sign admin requests: any one of admins for topic
 // creation and updates, threshold of them for topic deletion and for
 // changes of the admins or the validators. Query "/admins" (no data).
@@ -513,6 +523,226 @@ func (x *AdminSet) GetThreshold() uint32 {
 	return 0
 }
 
+// IndexerSet is the registered indexers and how far each has published
+// (IndexerProgress). Query "/indexers" (no data).
+type IndexerSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sorted by pub_key.
+	Indexers      []*Indexer `protobuf:"bytes,1,rep,name=indexers,proto3" json:"indexers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexerSet) Reset() {
+	*x = IndexerSet{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexerSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexerSet) ProtoMessage() {}
+
+func (x *IndexerSet) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexerSet.ProtoReflect.Descriptor instead.
+func (*IndexerSet) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *IndexerSet) GetIndexers() []*Indexer {
+	if x != nil {
+		return x.Indexers
+	}
+	return nil
+}
+
+// Indexer is one registered indexer.
+type Indexer struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	PubKey []byte                 `protobuf:"bytes,1,opt,name=pub_key,json=pubKey,proto3" json:"pub_key,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The height it reported published through (0: none yet).
+	PublishedHeight int64 `protobuf:"varint,3,opt,name=published_height,json=publishedHeight,proto3" json:"published_height,omitempty"`
+	// The height of the block that registered it and of the block that
+	// carried its last report.
+	RegisteredHeight int64 `protobuf:"varint,4,opt,name=registered_height,json=registeredHeight,proto3" json:"registered_height,omitempty"`
+	ReportedHeight   int64 `protobuf:"varint,5,opt,name=reported_height,json=reportedHeight,proto3" json:"reported_height,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Indexer) Reset() {
+	*x = Indexer{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Indexer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Indexer) ProtoMessage() {}
+
+func (x *Indexer) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Indexer.ProtoReflect.Descriptor instead.
+func (*Indexer) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Indexer) GetPubKey() []byte {
+	if x != nil {
+		return x.PubKey
+	}
+	return nil
+}
+
+func (x *Indexer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Indexer) GetPublishedHeight() int64 {
+	if x != nil {
+		return x.PublishedHeight
+	}
+	return 0
+}
+
+func (x *Indexer) GetRegisteredHeight() int64 {
+	if x != nil {
+		return x.RegisteredHeight
+	}
+	return 0
+}
+
+func (x *Indexer) GetReportedHeight() int64 {
+	if x != nil {
+		return x.ReportedHeight
+	}
+	return 0
+}
+
+// Pruning is one node's answer to "/pruning": not replicated state but
+// what this node's app tells its CometBFT to keep (Commit.retain_height).
+type Pruning struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The last height the app committed.
+	Height int64 `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	// Blocks below it may be removed; 0: every block is kept.
+	RetainHeight int64 `protobuf:"varint,2,opt,name=retain_height,json=retainHeight,proto3" json:"retain_height,omitempty"`
+	// What holds retain_height where it is: "off" (--retain-blocks 0),
+	// "retain_blocks", "snapshot" (the oldest snapshot kept, or none yet),
+	// or "indexer <name>" (the registered indexer furthest behind).
+	HeldBy string `protobuf:"bytes,3,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
+	// The bounds: the node's --retain-blocks, the oldest snapshot it keeps
+	// (0: none) and the registered indexers' progress.
+	RetainBlocks   int64      `protobuf:"varint,4,opt,name=retain_blocks,json=retainBlocks,proto3" json:"retain_blocks,omitempty"`
+	OldestSnapshot int64      `protobuf:"varint,5,opt,name=oldest_snapshot,json=oldestSnapshot,proto3" json:"oldest_snapshot,omitempty"`
+	Indexers       []*Indexer `protobuf:"bytes,6,rep,name=indexers,proto3" json:"indexers,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Pruning) Reset() {
+	*x = Pruning{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pruning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pruning) ProtoMessage() {}
+
+func (x *Pruning) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pruning.ProtoReflect.Descriptor instead.
+func (*Pruning) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Pruning) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *Pruning) GetRetainHeight() int64 {
+	if x != nil {
+		return x.RetainHeight
+	}
+	return 0
+}
+
+func (x *Pruning) GetHeldBy() string {
+	if x != nil {
+		return x.HeldBy
+	}
+	return ""
+}
+
+func (x *Pruning) GetRetainBlocks() int64 {
+	if x != nil {
+		return x.RetainBlocks
+	}
+	return 0
+}
+
+func (x *Pruning) GetOldestSnapshot() int64 {
+	if x != nil {
+		return x.OldestSnapshot
+	}
+	return 0
+}
+
+func (x *Pruning) GetIndexers() []*Indexer {
+	if x != nil {
+		return x.Indexers
+	}
+	return nil
+}
+
 // ValidatorSet is the validator set as the app has changed it, updates
 // that CometBFT has not applied yet included (it applies the updates of
 // block h at h+2). Query "/validators" (no data).
@@ -528,7 +758,7 @@ type ValidatorSet struct {
 
 func (x *ValidatorSet) Reset() {
 	*x = ValidatorSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -540,7 +770,7 @@ func (x *ValidatorSet) String() string {
 func (*ValidatorSet) ProtoMessage() {}
 
 func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -553,7 +783,7 @@ func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatorSet.ProtoReflect.Descriptor instead.
 func (*ValidatorSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ValidatorSet) GetValidators() []*Validator {
@@ -581,7 +811,7 @@ type Validator struct {
 
 func (x *Validator) Reset() {
 	*x = Validator{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +823,7 @@ func (x *Validator) String() string {
 func (*Validator) ProtoMessage() {}
 
 func (x *Validator) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +836,7 @@ func (x *Validator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Validator.ProtoReflect.Descriptor instead.
 func (*Validator) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Validator) GetPubKey() []byte {
@@ -635,7 +865,7 @@ type TopicState struct {
 
 func (x *TopicState) Reset() {
 	*x = TopicState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +877,7 @@ func (x *TopicState) String() string {
 func (*TopicState) ProtoMessage() {}
 
 func (x *TopicState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +890,7 @@ func (x *TopicState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicState.ProtoReflect.Descriptor instead.
 func (*TopicState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TopicState) GetName() string {
@@ -699,7 +929,7 @@ type PartitionState struct {
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +941,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +954,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PartitionState) GetLogStartOffset() uint64 {
@@ -761,7 +991,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +1003,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +1016,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ProducerState) GetNextSequence() uint64 {
@@ -818,7 +1048,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +1060,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +1073,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchRef) GetBaseOffset() uint64 {
@@ -886,7 +1116,7 @@ type GroupOffset struct {
 
 func (x *GroupOffset) Reset() {
 	*x = GroupOffset{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1128,7 @@ func (x *GroupOffset) String() string {
 func (*GroupOffset) ProtoMessage() {}
 
 func (x *GroupOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1141,7 @@ func (x *GroupOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffset.ProtoReflect.Descriptor instead.
 func (*GroupOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupOffset) GetOffset() uint64 {
@@ -964,7 +1194,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1206,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1219,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchResult) GetTopic() string {
@@ -1088,7 +1318,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1330,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1343,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TxOutcome) GetBatches() []*BatchResult {
@@ -1136,7 +1366,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1378,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1391,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PartitionInfo) GetPartition() uint32 {
@@ -1205,7 +1435,7 @@ type TopicInfo struct {
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1447,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1460,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TopicInfo) GetName() string {
@@ -1273,7 +1503,7 @@ type AppState struct {
 
 func (x *AppState) Reset() {
 	*x = AppState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1515,7 @@ func (x *AppState) String() string {
 func (*AppState) ProtoMessage() {}
 
 func (x *AppState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1528,7 @@ func (x *AppState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppState.ProtoReflect.Descriptor instead.
 func (*AppState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AppState) GetHeight() int64 {
@@ -1332,7 +1562,7 @@ type TopicList struct {
 
 func (x *TopicList) Reset() {
 	*x = TopicList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1574,7 @@ func (x *TopicList) String() string {
 func (*TopicList) ProtoMessage() {}
 
 func (x *TopicList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1587,7 @@ func (x *TopicList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicList.ProtoReflect.Descriptor instead.
 func (*TopicList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TopicList) GetTopics() []*TopicInfo {
@@ -1377,7 +1607,7 @@ type TopicRequest struct {
 
 func (x *TopicRequest) Reset() {
 	*x = TopicRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1619,7 @@ func (x *TopicRequest) String() string {
 func (*TopicRequest) ProtoMessage() {}
 
 func (x *TopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1632,7 @@ func (x *TopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicRequest.ProtoReflect.Descriptor instead.
 func (*TopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TopicRequest) GetName() string {
@@ -1430,7 +1660,7 @@ type RecordsRequest struct {
 
 func (x *RecordsRequest) Reset() {
 	*x = RecordsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1442,7 +1672,7 @@ func (x *RecordsRequest) String() string {
 func (*RecordsRequest) ProtoMessage() {}
 
 func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1455,7 +1685,7 @@ func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsRequest.ProtoReflect.Descriptor instead.
 func (*RecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecordsRequest) GetTopic() string {
@@ -1505,7 +1735,7 @@ type RecordsResponse struct {
 
 func (x *RecordsResponse) Reset() {
 	*x = RecordsResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1747,7 @@ func (x *RecordsResponse) String() string {
 func (*RecordsResponse) ProtoMessage() {}
 
 func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1760,7 @@ func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsResponse.ProtoReflect.Descriptor instead.
 func (*RecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecordsResponse) GetRecords() [][]byte {
@@ -1564,7 +1794,7 @@ type GroupRequest struct {
 
 func (x *GroupRequest) Reset() {
 	*x = GroupRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1576,7 +1806,7 @@ func (x *GroupRequest) String() string {
 func (*GroupRequest) ProtoMessage() {}
 
 func (x *GroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1589,7 +1819,7 @@ func (x *GroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRequest.ProtoReflect.Descriptor instead.
 func (*GroupRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GroupRequest) GetGroup() string {
@@ -1610,7 +1840,7 @@ type GroupOffsets struct {
 
 func (x *GroupOffsets) Reset() {
 	*x = GroupOffsets{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1852,7 @@ func (x *GroupOffsets) String() string {
 func (*GroupOffsets) ProtoMessage() {}
 
 func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1865,7 @@ func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffsets.ProtoReflect.Descriptor instead.
 func (*GroupOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GroupOffsets) GetGroup() string {
@@ -1673,7 +1903,7 @@ type ProducerRequest struct {
 
 func (x *ProducerRequest) Reset() {
 	*x = ProducerRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1915,7 @@ func (x *ProducerRequest) String() string {
 func (*ProducerRequest) ProtoMessage() {}
 
 func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1928,7 @@ func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRequest.ProtoReflect.Descriptor instead.
 func (*ProducerRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProducerRequest) GetProducerKey() []byte {
@@ -1740,7 +1970,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1982,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1995,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *NonceRequest) GetKey() []byte {
@@ -1794,7 +2024,7 @@ type NonceResponse struct {
 
 func (x *NonceResponse) Reset() {
 	*x = NonceResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +2036,7 @@ func (x *NonceResponse) String() string {
 func (*NonceResponse) ProtoMessage() {}
 
 func (x *NonceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +2049,7 @@ func (x *NonceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceResponse.ProtoReflect.Descriptor instead.
 func (*NonceResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NonceResponse) GetNextNonce() uint64 {
@@ -1885,7 +2115,7 @@ type ResultProof struct {
 
 func (x *ResultProof) Reset() {
 	*x = ResultProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2127,7 @@ func (x *ResultProof) String() string {
 func (*ResultProof) ProtoMessage() {}
 
 func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2140,7 @@ func (x *ResultProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
 func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResultProof) GetTxResult() []byte {
@@ -1977,7 +2207,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2219,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2232,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -2056,7 +2286,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2298,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2311,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -2133,7 +2363,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2145,7 +2375,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2158,7 +2388,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -2195,7 +2425,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2437,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2450,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -2241,7 +2471,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2483,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2496,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2311,7 +2541,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2553,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2566,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2410,7 +2640,7 @@ type StateRoot struct {
 
 func (x *StateRoot) Reset() {
 	*x = StateRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2422,7 +2652,7 @@ func (x *StateRoot) String() string {
 func (*StateRoot) ProtoMessage() {}
 
 func (x *StateRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2435,7 +2665,7 @@ func (x *StateRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
 func (*StateRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StateRoot) GetHeight() int64 {
@@ -2482,7 +2712,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2724,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2737,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotMeta) GetState() *StateRoot {
@@ -2565,7 +2795,7 @@ type SnapshotBlock struct {
 
 func (x *SnapshotBlock) Reset() {
 	*x = SnapshotBlock{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2577,7 +2807,7 @@ func (x *SnapshotBlock) String() string {
 func (*SnapshotBlock) ProtoMessage() {}
 
 func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2590,7 +2820,7 @@ func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
 func (*SnapshotBlock) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SnapshotBlock) GetHeight() int64 {
@@ -2626,7 +2856,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2868,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,15 +2947,32 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x11max_block_records\x18\n" +
 	" \x01(\rR\x0fmaxBlockRecords\x12?\n" +
 	"\x1cmax_block_uncompressed_bytes\x18\v \x01(\rR\x19maxBlockUncompressedBytes\x12+\n" +
-	"\x11snapshot_interval\x18\f \x01(\rR\x10snapshotInterval\"\x94\x01\n" +
+	"\x11snapshot_interval\x18\f \x01(\rR\x10snapshotInterval\"\xc4\x01\n" +
 	"\vChainParams\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x16\n" +
 	"\x06admins\x18\x02 \x03(\fR\x06admins\x12)\n" +
 	"\x06limits\x18\x03 \x01(\v2\x11.byzlog.v1.LimitsR\x06limits\x12'\n" +
-	"\x0fadmin_threshold\x18\x04 \x01(\rR\x0eadminThreshold\"@\n" +
+	"\x0fadmin_threshold\x18\x04 \x01(\rR\x0eadminThreshold\x12.\n" +
+	"\bindexers\x18\x05 \x03(\v2\x12.byzlog.v1.IndexerR\bindexers\"@\n" +
 	"\bAdminSet\x12\x16\n" +
 	"\x06admins\x18\x01 \x03(\fR\x06admins\x12\x1c\n" +
-	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"\\\n" +
+	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"<\n" +
+	"\n" +
+	"IndexerSet\x12.\n" +
+	"\bindexers\x18\x01 \x03(\v2\x12.byzlog.v1.IndexerR\bindexers\"\xb7\x01\n" +
+	"\aIndexer\x12\x17\n" +
+	"\apub_key\x18\x01 \x01(\fR\x06pubKey\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
+	"\x10published_height\x18\x03 \x01(\x03R\x0fpublishedHeight\x12+\n" +
+	"\x11registered_height\x18\x04 \x01(\x03R\x10registeredHeight\x12'\n" +
+	"\x0freported_height\x18\x05 \x01(\x03R\x0ereportedHeight\"\xdd\x01\n" +
+	"\aPruning\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12#\n" +
+	"\rretain_height\x18\x02 \x01(\x03R\fretainHeight\x12\x17\n" +
+	"\aheld_by\x18\x03 \x01(\tR\x06heldBy\x12#\n" +
+	"\rretain_blocks\x18\x04 \x01(\x03R\fretainBlocks\x12'\n" +
+	"\x0foldest_snapshot\x18\x05 \x01(\x03R\x0eoldestSnapshot\x12.\n" +
+	"\bindexers\x18\x06 \x03(\v2\x12.byzlog.v1.IndexerR\bindexers\"\\\n" +
 	"\fValidatorSet\x124\n" +
 	"\n" +
 	"validators\x18\x01 \x03(\v2\x14.byzlog.v1.ValidatorR\n" +
@@ -2905,76 +3152,82 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*ChunkedValue)(nil),       // 1: byzlog.v1.ChunkedValue
 	(*Limits)(nil),             // 2: byzlog.v1.Limits
 	(*ChainParams)(nil),        // 3: byzlog.v1.ChainParams
 	(*AdminSet)(nil),           // 4: byzlog.v1.AdminSet
-	(*ValidatorSet)(nil),       // 5: byzlog.v1.ValidatorSet
-	(*Validator)(nil),          // 6: byzlog.v1.Validator
-	(*TopicState)(nil),         // 7: byzlog.v1.TopicState
-	(*PartitionState)(nil),     // 8: byzlog.v1.PartitionState
-	(*ProducerState)(nil),      // 9: byzlog.v1.ProducerState
-	(*BatchRef)(nil),           // 10: byzlog.v1.BatchRef
-	(*GroupOffset)(nil),        // 11: byzlog.v1.GroupOffset
-	(*BatchResult)(nil),        // 12: byzlog.v1.BatchResult
-	(*TxOutcome)(nil),          // 13: byzlog.v1.TxOutcome
-	(*PartitionInfo)(nil),      // 14: byzlog.v1.PartitionInfo
-	(*TopicInfo)(nil),          // 15: byzlog.v1.TopicInfo
-	(*AppState)(nil),           // 16: byzlog.v1.AppState
-	(*TopicList)(nil),          // 17: byzlog.v1.TopicList
-	(*TopicRequest)(nil),       // 18: byzlog.v1.TopicRequest
-	(*RecordsRequest)(nil),     // 19: byzlog.v1.RecordsRequest
-	(*RecordsResponse)(nil),    // 20: byzlog.v1.RecordsResponse
-	(*GroupRequest)(nil),       // 21: byzlog.v1.GroupRequest
-	(*GroupOffsets)(nil),       // 22: byzlog.v1.GroupOffsets
-	(*ProducerRequest)(nil),    // 23: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),       // 24: byzlog.v1.NonceRequest
-	(*NonceResponse)(nil),      // 25: byzlog.v1.NonceResponse
-	(*ResultProof)(nil),        // 26: byzlog.v1.ResultProof
-	(*BlockDigest)(nil),        // 27: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),      // 28: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),        // 29: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),      // 30: byzlog.v1.DigestRequest
-	(*ProofRequest)(nil),       // 31: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),        // 32: byzlog.v1.RecordProof
-	(*StateRoot)(nil),          // 33: byzlog.v1.StateRoot
-	(*SnapshotMeta)(nil),       // 34: byzlog.v1.SnapshotMeta
-	(*SnapshotBlock)(nil),      // 35: byzlog.v1.SnapshotBlock
-	(*ChunkedValue_Chunk)(nil), // 36: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 37: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 38: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 39: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 40: byzlog.v1.PartitionOffset
+	(*IndexerSet)(nil),         // 5: byzlog.v1.IndexerSet
+	(*Indexer)(nil),            // 6: byzlog.v1.Indexer
+	(*Pruning)(nil),            // 7: byzlog.v1.Pruning
+	(*ValidatorSet)(nil),       // 8: byzlog.v1.ValidatorSet
+	(*Validator)(nil),          // 9: byzlog.v1.Validator
+	(*TopicState)(nil),         // 10: byzlog.v1.TopicState
+	(*PartitionState)(nil),     // 11: byzlog.v1.PartitionState
+	(*ProducerState)(nil),      // 12: byzlog.v1.ProducerState
+	(*BatchRef)(nil),           // 13: byzlog.v1.BatchRef
+	(*GroupOffset)(nil),        // 14: byzlog.v1.GroupOffset
+	(*BatchResult)(nil),        // 15: byzlog.v1.BatchResult
+	(*TxOutcome)(nil),          // 16: byzlog.v1.TxOutcome
+	(*PartitionInfo)(nil),      // 17: byzlog.v1.PartitionInfo
+	(*TopicInfo)(nil),          // 18: byzlog.v1.TopicInfo
+	(*AppState)(nil),           // 19: byzlog.v1.AppState
+	(*TopicList)(nil),          // 20: byzlog.v1.TopicList
+	(*TopicRequest)(nil),       // 21: byzlog.v1.TopicRequest
+	(*RecordsRequest)(nil),     // 22: byzlog.v1.RecordsRequest
+	(*RecordsResponse)(nil),    // 23: byzlog.v1.RecordsResponse
+	(*GroupRequest)(nil),       // 24: byzlog.v1.GroupRequest
+	(*GroupOffsets)(nil),       // 25: byzlog.v1.GroupOffsets
+	(*ProducerRequest)(nil),    // 26: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),       // 27: byzlog.v1.NonceRequest
+	(*NonceResponse)(nil),      // 28: byzlog.v1.NonceResponse
+	(*ResultProof)(nil),        // 29: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),        // 30: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),      // 31: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),        // 32: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),      // 33: byzlog.v1.DigestRequest
+	(*ProofRequest)(nil),       // 34: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 35: byzlog.v1.RecordProof
+	(*StateRoot)(nil),          // 36: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 37: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 38: byzlog.v1.SnapshotBlock
+	(*ChunkedValue_Chunk)(nil), // 39: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 40: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 41: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 42: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 43: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	37, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	36, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	40, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	39, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	2,  // 2: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	6,  // 3: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	38, // 4: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	39, // 5: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
-	12, // 6: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	38, // 7: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	14, // 8: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
-	3,  // 9: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	15, // 10: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	40, // 11: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	39, // 12: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	26, // 13: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	28, // 14: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	29, // 15: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	28, // 16: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	29, // 17: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	33, // 18: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	29, // 19: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 3: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
+	6,  // 4: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
+	6,  // 5: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
+	9,  // 6: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
+	41, // 7: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	42, // 8: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	15, // 9: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	41, // 10: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	17, // 11: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	3,  // 12: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
+	18, // 13: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	43, // 14: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	42, // 15: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	29, // 16: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	31, // 17: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	32, // 18: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	31, // 19: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	32, // 20: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	36, // 21: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	32, // 22: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -2989,7 +3242,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

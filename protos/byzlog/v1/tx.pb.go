@@ -87,6 +87,7 @@ type Tx struct {
 	//	*Tx_ProduceBundle
 	//	*Tx_Admin
 	//	*Tx_CommitOffsets
+	//	*Tx_IndexerProgress
 	Kind          isTx_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -156,6 +157,15 @@ func (x *Tx) GetCommitOffsets() *CommitOffsets {
 	return nil
 }
 
+func (x *Tx) GetIndexerProgress() *IndexerProgress {
+	if x != nil {
+		if x, ok := x.Kind.(*Tx_IndexerProgress); ok {
+			return x.IndexerProgress
+		}
+	}
+	return nil
+}
+
 type isTx_Kind interface {
 	isTx_Kind()
 }
@@ -172,11 +182,17 @@ type Tx_CommitOffsets struct {
 	CommitOffsets *CommitOffsets `protobuf:"bytes,3,opt,name=commit_offsets,json=commitOffsets,proto3,oneof"`
 }
 
+type Tx_IndexerProgress struct {
+	IndexerProgress *IndexerProgress `protobuf:"bytes,4,opt,name=indexer_progress,json=indexerProgress,proto3,oneof"`
+}
+
 func (*Tx_ProduceBundle) isTx_Kind() {}
 
 func (*Tx_Admin) isTx_Kind() {}
 
 func (*Tx_CommitOffsets) isTx_Kind() {}
+
+func (*Tx_IndexerProgress) isTx_Kind() {}
 
 // ProduceBundle is what a gateway submits: the signed batches of many
 // producers, collected during one linger period. A bundle is valid only if
@@ -879,6 +895,7 @@ type AdminBody struct {
 	//	*AdminBody_DeleteTopic
 	//	*AdminBody_SetValidator
 	//	*AdminBody_SetAdmins
+	//	*AdminBody_SetIndexer
 	Op isAdminBody_Op `protobuf_oneof:"op"`
 	// The last height this request may commit at; 0: no expiry. A request
 	// signed for a future nonce and kept back cannot be played long after.
@@ -983,6 +1000,15 @@ func (x *AdminBody) GetSetAdmins() *SetAdmins {
 	return nil
 }
 
+func (x *AdminBody) GetSetIndexer() *SetIndexer {
+	if x != nil {
+		if x, ok := x.Op.(*AdminBody_SetIndexer); ok {
+			return x.SetIndexer
+		}
+	}
+	return nil
+}
+
 func (x *AdminBody) GetExpiryHeight() int64 {
 	if x != nil {
 		return x.ExpiryHeight
@@ -1014,6 +1040,10 @@ type AdminBody_SetAdmins struct {
 	SetAdmins *SetAdmins `protobuf:"bytes,8,opt,name=set_admins,json=setAdmins,proto3,oneof"`
 }
 
+type AdminBody_SetIndexer struct {
+	SetIndexer *SetIndexer `protobuf:"bytes,9,opt,name=set_indexer,json=setIndexer,proto3,oneof"`
+}
+
 func (*AdminBody_CreateTopic) isAdminBody_Op() {}
 
 func (*AdminBody_UpdateTopic) isAdminBody_Op() {}
@@ -1023,6 +1053,8 @@ func (*AdminBody_DeleteTopic) isAdminBody_Op() {}
 func (*AdminBody_SetValidator) isAdminBody_Op() {}
 
 func (*AdminBody_SetAdmins) isAdminBody_Op() {}
+
+func (*AdminBody_SetIndexer) isAdminBody_Op() {}
 
 // CreateTopic creates a topic; its name is 1..249 characters of
 // [a-zA-Z0-9._-], as in Kafka.
@@ -1292,6 +1324,191 @@ func (x *SetAdmins) GetThreshold() uint32 {
 	return 0
 }
 
+// SetIndexer registers an indexer or, with remove, unregisters it. Nodes
+// keep every block a registered indexer has not reported published
+// (IndexerProgress), so registering needs one admin's signature and
+// unregistering, which lets nodes prune blocks that indexer still needs,
+// the admin set's threshold.
+type SetIndexer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The indexer's ed25519 public key (its --progress-key).
+	PubKey []byte `protobuf:"bytes,1,opt,name=pub_key,json=pubKey,proto3" json:"pub_key,omitempty"`
+	// A name for reports: 1 to 64 of a-z, A-Z, 0-9, '-' and '_'.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Remove        bool   `protobuf:"varint,3,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetIndexer) Reset() {
+	*x = SetIndexer{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetIndexer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetIndexer) ProtoMessage() {}
+
+func (x *SetIndexer) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetIndexer.ProtoReflect.Descriptor instead.
+func (*SetIndexer) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SetIndexer) GetPubKey() []byte {
+	if x != nil {
+		return x.PubKey
+	}
+	return nil
+}
+
+func (x *SetIndexer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetIndexer) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+// IndexerProgress is a registered indexer's signed report that it has
+// published every block up to a height: nodes may prune below it.
+type IndexerProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The serialized IndexerProgressBody; the signature covers exactly it.
+	Body          []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	IndexerKey    []byte `protobuf:"bytes,2,opt,name=indexer_key,json=indexerKey,proto3" json:"indexer_key,omitempty"`
+	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IndexerProgress) Reset() {
+	*x = IndexerProgress{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexerProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexerProgress) ProtoMessage() {}
+
+func (x *IndexerProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexerProgress.ProtoReflect.Descriptor instead.
+func (*IndexerProgress) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *IndexerProgress) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *IndexerProgress) GetIndexerKey() []byte {
+	if x != nil {
+		return x.IndexerKey
+	}
+	return nil
+}
+
+func (x *IndexerProgress) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// IndexerProgressBody is the signed part of IndexerProgress. Heights only
+// grow, so an old report played again is refused.
+type IndexerProgressBody struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ChainId string                 `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// Every block up to and including this height is published, durably.
+	PublishedHeight int64 `protobuf:"varint,2,opt,name=published_height,json=publishedHeight,proto3" json:"published_height,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *IndexerProgressBody) Reset() {
+	*x = IndexerProgressBody{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IndexerProgressBody) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IndexerProgressBody) ProtoMessage() {}
+
+func (x *IndexerProgressBody) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IndexerProgressBody.ProtoReflect.Descriptor instead.
+func (*IndexerProgressBody) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *IndexerProgressBody) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *IndexerProgressBody) GetPublishedHeight() int64 {
+	if x != nil {
+		return x.PublishedHeight
+	}
+	return 0
+}
+
 // CommitOffsets is a consumer-signed commit of a consumer group's offsets.
 type CommitOffsets struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1307,7 +1524,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1536,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1549,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommitOffsets) GetBody() []byte {
@@ -1376,7 +1593,7 @@ type CommitOffsetsBody struct {
 
 func (x *CommitOffsetsBody) Reset() {
 	*x = CommitOffsetsBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1388,7 +1605,7 @@ func (x *CommitOffsetsBody) String() string {
 func (*CommitOffsetsBody) ProtoMessage() {}
 
 func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1401,7 +1618,7 @@ func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsBody.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommitOffsetsBody) GetGroup() string {
@@ -1459,7 +1676,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1471,7 +1688,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1484,7 +1701,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PartitionOffset) GetTopic() string {
@@ -1519,11 +1736,12 @@ var File_byzlog_v1_tx_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\n" +
-	"\x12byzlog/v1/tx.proto\x12\tbyzlog.v1\"\xc3\x01\n" +
+	"\x12byzlog/v1/tx.proto\x12\tbyzlog.v1\"\x8c\x02\n" +
 	"\x02Tx\x12A\n" +
 	"\x0eproduce_bundle\x18\x01 \x01(\v2\x18.byzlog.v1.ProduceBundleH\x00R\rproduceBundle\x12/\n" +
 	"\x05admin\x18\x02 \x01(\v2\x17.byzlog.v1.AdminRequestH\x00R\x05admin\x12A\n" +
-	"\x0ecommit_offsets\x18\x03 \x01(\v2\x18.byzlog.v1.CommitOffsetsH\x00R\rcommitOffsetsB\x06\n" +
+	"\x0ecommit_offsets\x18\x03 \x01(\v2\x18.byzlog.v1.CommitOffsetsH\x00R\rcommitOffsets\x12G\n" +
+	"\x10indexer_progress\x18\x04 \x01(\v2\x1a.byzlog.v1.IndexerProgressH\x00R\x0findexerProgressB\x06\n" +
 	"\x04kind\"A\n" +
 	"\rProduceBundle\x120\n" +
 	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.SignedBatchR\abatches\"b\n" +
@@ -1571,7 +1789,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fcosignatures\x18\x04 \x03(\v2\x19.byzlog.v1.AdminSignatureR\fcosignatures\"K\n" +
 	"\x0eAdminSignature\x12\x1b\n" +
 	"\tadmin_key\x18\x01 \x01(\fR\badminKey\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x95\x03\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xcf\x03\n" +
 	"\tAdminBody\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12;\n" +
@@ -1580,7 +1798,9 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fdelete_topic\x18\x05 \x01(\v2\x16.byzlog.v1.DeleteTopicH\x00R\vdeleteTopic\x12>\n" +
 	"\rset_validator\x18\a \x01(\v2\x17.byzlog.v1.SetValidatorH\x00R\fsetValidator\x125\n" +
 	"\n" +
-	"set_admins\x18\b \x01(\v2\x14.byzlog.v1.SetAdminsH\x00R\tsetAdmins\x12#\n" +
+	"set_admins\x18\b \x01(\v2\x14.byzlog.v1.SetAdminsH\x00R\tsetAdmins\x128\n" +
+	"\vset_indexer\x18\t \x01(\v2\x15.byzlog.v1.SetIndexerH\x00R\n" +
+	"setIndexer\x12#\n" +
 	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeightB\x04\n" +
 	"\x02op\"Q\n" +
 	"\vCreateTopic\x12\x12\n" +
@@ -1596,7 +1816,20 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x05power\x18\x02 \x01(\x03R\x05power\"A\n" +
 	"\tSetAdmins\x12\x16\n" +
 	"\x06admins\x18\x01 \x03(\fR\x06admins\x12\x1c\n" +
-	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"d\n" +
+	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"Q\n" +
+	"\n" +
+	"SetIndexer\x12\x17\n" +
+	"\apub_key\x18\x01 \x01(\fR\x06pubKey\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06remove\x18\x03 \x01(\bR\x06remove\"d\n" +
+	"\x0fIndexerProgress\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1f\n" +
+	"\vindexer_key\x18\x02 \x01(\fR\n" +
+	"indexerKey\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"[\n" +
+	"\x13IndexerProgressBody\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12)\n" +
+	"\x10published_height\x18\x02 \x01(\x03R\x0fpublishedHeight\"d\n" +
 	"\rCommitOffsets\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12!\n" +
 	"\fconsumer_key\x18\x02 \x01(\fR\vconsumerKey\x12\x1c\n" +
@@ -1632,53 +1865,58 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_byzlog_v1_tx_proto_goTypes = []any{
-	(Codec)(0),                // 0: byzlog.v1.Codec
-	(*Tx)(nil),                // 1: byzlog.v1.Tx
-	(*ProduceBundle)(nil),     // 2: byzlog.v1.ProduceBundle
-	(*SignedBatch)(nil),       // 3: byzlog.v1.SignedBatch
-	(*BatchBody)(nil),         // 4: byzlog.v1.BatchBody
-	(*KafkaProducer)(nil),     // 5: byzlog.v1.KafkaProducer
-	(*RecordSet)(nil),         // 6: byzlog.v1.RecordSet
-	(*Record)(nil),            // 7: byzlog.v1.Record
-	(*RecordHeader)(nil),      // 8: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),       // 9: byzlog.v1.TopicConfig
-	(*AdminRequest)(nil),      // 10: byzlog.v1.AdminRequest
-	(*AdminSignature)(nil),    // 11: byzlog.v1.AdminSignature
-	(*AdminBody)(nil),         // 12: byzlog.v1.AdminBody
-	(*CreateTopic)(nil),       // 13: byzlog.v1.CreateTopic
-	(*UpdateTopic)(nil),       // 14: byzlog.v1.UpdateTopic
-	(*DeleteTopic)(nil),       // 15: byzlog.v1.DeleteTopic
-	(*SetValidator)(nil),      // 16: byzlog.v1.SetValidator
-	(*SetAdmins)(nil),         // 17: byzlog.v1.SetAdmins
-	(*CommitOffsets)(nil),     // 18: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil), // 19: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),   // 20: byzlog.v1.PartitionOffset
+	(Codec)(0),                  // 0: byzlog.v1.Codec
+	(*Tx)(nil),                  // 1: byzlog.v1.Tx
+	(*ProduceBundle)(nil),       // 2: byzlog.v1.ProduceBundle
+	(*SignedBatch)(nil),         // 3: byzlog.v1.SignedBatch
+	(*BatchBody)(nil),           // 4: byzlog.v1.BatchBody
+	(*KafkaProducer)(nil),       // 5: byzlog.v1.KafkaProducer
+	(*RecordSet)(nil),           // 6: byzlog.v1.RecordSet
+	(*Record)(nil),              // 7: byzlog.v1.Record
+	(*RecordHeader)(nil),        // 8: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),         // 9: byzlog.v1.TopicConfig
+	(*AdminRequest)(nil),        // 10: byzlog.v1.AdminRequest
+	(*AdminSignature)(nil),      // 11: byzlog.v1.AdminSignature
+	(*AdminBody)(nil),           // 12: byzlog.v1.AdminBody
+	(*CreateTopic)(nil),         // 13: byzlog.v1.CreateTopic
+	(*UpdateTopic)(nil),         // 14: byzlog.v1.UpdateTopic
+	(*DeleteTopic)(nil),         // 15: byzlog.v1.DeleteTopic
+	(*SetValidator)(nil),        // 16: byzlog.v1.SetValidator
+	(*SetAdmins)(nil),           // 17: byzlog.v1.SetAdmins
+	(*SetIndexer)(nil),          // 18: byzlog.v1.SetIndexer
+	(*IndexerProgress)(nil),     // 19: byzlog.v1.IndexerProgress
+	(*IndexerProgressBody)(nil), // 20: byzlog.v1.IndexerProgressBody
+	(*CommitOffsets)(nil),       // 21: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil),   // 22: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),     // 23: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	2,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
 	10, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	18, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
-	3,  // 3: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
-	0,  // 4: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
-	5,  // 5: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
-	7,  // 6: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
-	8,  // 7: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
-	11, // 8: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
-	13, // 9: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
-	14, // 10: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
-	15, // 11: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	16, // 12: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
-	17, // 13: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
-	9,  // 14: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	9,  // 15: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	20, // 16: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	21, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	19, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
+	3,  // 4: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
+	0,  // 5: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
+	5,  // 6: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
+	7,  // 7: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
+	8,  // 8: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
+	11, // 9: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
+	13, // 10: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
+	14, // 11: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
+	15, // 12: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
+	16, // 13: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
+	17, // 14: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
+	18, // 15: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
+	9,  // 16: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	9,  // 17: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	23, // 18: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -1690,6 +1928,7 @@ func file_byzlog_v1_tx_proto_init() {
 		(*Tx_ProduceBundle)(nil),
 		(*Tx_Admin)(nil),
 		(*Tx_CommitOffsets)(nil),
+		(*Tx_IndexerProgress)(nil),
 	}
 	file_byzlog_v1_tx_proto_msgTypes[11].OneofWrappers = []any{
 		(*AdminBody_CreateTopic)(nil),
@@ -1697,6 +1936,7 @@ func file_byzlog_v1_tx_proto_init() {
 		(*AdminBody_DeleteTopic)(nil),
 		(*AdminBody_SetValidator)(nil),
 		(*AdminBody_SetAdmins)(nil),
+		(*AdminBody_SetIndexer)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1704,7 +1944,7 @@ func file_byzlog_v1_tx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
