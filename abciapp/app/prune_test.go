@@ -11,8 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/app"
-	"github.com/byzlog/byzlog/abciapp/store"
 	"github.com/byzlog/byzlog/abciapp/internal/workload"
+	"github.com/byzlog/byzlog/abciapp/store"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
