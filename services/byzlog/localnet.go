@@ -86,6 +86,7 @@ that is already running is an error. A new network's genesis lists one admin key
 	f.IntVar(&cfg.BasePort, "base-port", cfg.BasePort, "node 0's p2p port; node i uses BASE+100i.. (a new network only)")
 	f.StringVar(&cfg.Transport, "transport", cfg.Transport, "ABCI transport, grpc or socket (a new network only)")
 	f.IntVar(&cfg.SnapshotInterval, "snapshot-interval", cfg.SnapshotInterval, "blocks between state roots and snapshots a wiped or new node can join from by state sync; 0: none (a new network only)")
+	f.Int64Var(&cfg.RetainBlocks, "retain-blocks", 0, "every app's --retain-blocks: prune blocks older than the last N (at least 100) that the oldest snapshot and the network's indexer no longer need; 0 keeps every block (a new network only)")
 	f.IntVar(&cfg.Admins, "admins", 1, "admin keys genesis lists: DIR/admin.key, DIR/admin2.key, ... (a new network only)")
 	f.IntVar(&cfg.AdminThreshold, "admin-threshold", 1, "how many admins sign a topic deletion or a change of the admins or validators (a new network only)")
 	f.DurationVar(&timeoutCommit, "timeout-commit", timeoutCommit, "consensus timeout_commit, the floor of the block interval (a new network only)")
@@ -110,6 +111,8 @@ func checkShape(cmd *cobra.Command, want, have localnet.Config) error {
 		return mismatch("transport", want.Transport, have.Transport)
 	case f.Changed("snapshot-interval") && want.SnapshotInterval != have.SnapshotInterval:
 		return mismatch("snapshot-interval", want.SnapshotInterval, have.SnapshotInterval)
+	case f.Changed("retain-blocks") && want.RetainBlocks != have.RetainBlocks:
+		return mismatch("retain-blocks", want.RetainBlocks, have.RetainBlocks)
 	case f.Changed("admins") && want.Admins != have.Admins:
 		return mismatch("admins", want.Admins, have.Admins)
 	case f.Changed("admin-threshold") && want.AdminThreshold != have.AdminThreshold:

@@ -42,6 +42,10 @@ type Config struct {
 	// the state every this many blocks and serve snapshots of it, so a
 	// wiped node can join by state sync (StateSyncNode). 0: never.
 	SnapshotInterval int `json:"snapshot_interval,omitempty"`
+	// RetainBlocks is every app's --retain-blocks: 0 keeps every block,
+	// otherwise nodes prune what is older, the oldest snapshot and the
+	// network's indexer (registered in genesis) permitting.
+	RetainBlocks int64 `json:"retain_blocks,omitempty"`
 	// TimeoutCommit is how long a node waits after a commit before the next
 	// height: the floor of the block interval.
 	TimeoutCommit Duration `json:"timeout_commit"`
@@ -137,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.Admins < 0 || c.Admins > 64 {
 		return fmt.Errorf("admins (%d): must be between 1 and 64", c.Admins)
+	}
+	if c.RetainBlocks != 0 && c.RetainBlocks < 100 {
+		return fmt.Errorf("retain_blocks (%d): 0 (keep every block) or at least 100", c.RetainBlocks)
 	}
 	if c.SnapshotInterval != 0 && c.SnapshotInterval < 16 {
 		return fmt.Errorf("snapshot_interval (%d): 0 (no snapshots) or at least 16", c.SnapshotInterval)

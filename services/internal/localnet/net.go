@@ -88,6 +88,9 @@ func (n *Net) app(i int) proc {
 		"--listen", n.cfg.ABCIAddr(i), "--transport", n.cfg.Transport,
 		"--data-dir", data, "--log-format", "json",
 	}
+	if n.cfg.RetainBlocks > 0 {
+		args = append(args, "--retain-blocks", strconv.FormatInt(n.cfg.RetainBlocks, 10))
+	}
 	if n.cfg.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.PprofPort+i))
 	}
@@ -538,7 +541,12 @@ func (n *Net) create(ctx context.Context) error {
 		}
 		admins[i] = hex.EncodeToString(admin.Public().(ed25519.PublicKey))
 	}
-	appState := map[string]any{"admins": admins, "admin_threshold": max(c.AdminThreshold, 1)}
+	indexer, err := keyfile.Generate(filepath.Join(tmp, indexerKeyFile))
+	if err != nil {
+		return err
+	}
+	appState := map[string]any{"admins": admins, "admin_threshold": max(c.AdminThreshold, 1),
+		"indexers": []map[string]string{{"name": IndexerID, "pub_key": hex.EncodeToString(indexer.Public().(ed25519.PublicKey))}}}
 	if c.SnapshotInterval > 0 {
 		appState["limits"] = map[string]any{"snapshot_interval": c.SnapshotInterval}
 	}
@@ -558,9 +566,9 @@ func (n *Net) create(ctx context.Context) error {
 			return fmt.Errorf("move node %d into place: %w", i, err)
 		}
 	}
-	for i := range admins {
-		if err := os.Rename(filepath.Join(tmp, adminKeyName(i)), filepath.Join(c.Dir, adminKeyName(i))); err != nil {
-			return fmt.Errorf("move admin key into place: %w", err)
+	for _, k := range append(adminKeyNames(len(admins)), indexerKeyFile) {
+		if err := os.Rename(filepath.Join(tmp, k), filepath.Join(c.Dir, k)); err != nil {
+			return fmt.Errorf("move key %s into place: %w", k, err)
 		}
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
@@ -655,6 +663,21 @@ func adminKeyName(i int) string {
 	}
 	return fmt.Sprintf("admin%d.key", i+1)
 }
+
+func adminKeyNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = adminKeyName(i)
+	}
+	return out
+}
+
+// indexerKeyFile is the key genesis registers the network's indexer with
+// (app_state indexers, name IndexerID): its --progress-key.
+const indexerKeyFile = "indexer.key"
+
+// IndexerID is the network's indexer's --id and its registered name.
+const IndexerID = "indexer"
 
 // AdminKey reads the network's first admin key, which genesis lists as an
 // admin.

@@ -299,6 +299,19 @@ func (n *Net) gatewayProc(s Services, g int) proc {
 	}
 }
 
+// The network's indexer reports its progress every
+// IndexerProgressInterval, as it was IndexerProgressDelay before: ten
+// times the NATS server's sync interval (NATSSyncInterval).
+const (
+	IndexerProgressInterval = 2 * time.Second
+	IndexerProgressDelay    = 10 * time.Second
+)
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 func (n *Net) indexerProc(s Services) proc {
 	dir := filepath.Join(n.cfg.Dir, "indexer")
 	genesis := filepath.Join(n.cfg.home(0), "config", "genesis.json")
@@ -311,6 +324,11 @@ func (n *Net) indexerProc(s Services) proc {
 		"--http-listen", s.IndexerAddr(), "--log-format", "json"}, n.nodeLinkArgs()...)
 	if !s.Insecure {
 		args = append(args, "--nats-tls-ca", n.TLS().CA())
+	}
+	// A network made before indexers were registered has no key.
+	if key := filepath.Join(n.cfg.Dir, indexerKeyFile); fileExists(key) {
+		args = append(args, "--id", IndexerID, "--progress-key", key,
+			"--progress-interval", IndexerProgressInterval.String(), "--progress-delay", IndexerProgressDelay.String())
 	}
 	if s.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+9))

@@ -1,0 +1,181 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// TestPruning runs stock CometBFT nodes whose apps prune (--retain-blocks
+// 100, snapshots every 20 blocks) with the network's indexer registered at
+// genesis and reporting its progress. The nodes drop old blocks; then the
+// indexer is stopped and the nodes keep every block it has not published
+// however far the chain moves on, so when it comes back (from the root it
+// saved: height 1 is gone) it publishes every record, and pruning goes on.
+func TestPruning(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n, chainID := startNetWith(ctx, t, 5500, func(c *localnet.Config) {
+		c.SnapshotInterval, c.RetainBlocks = 20, 100
+		c.TimeoutCommit = localnet.Duration(100 * time.Millisecond)
+	})
+	base := n.Config().BasePort
+	natsURL := startNATS(t, base+50, t.TempDir())
+	indexerArgs := func() []string {
+		return append([]string{"--genesis", n.GenesisPath(), "--nats", natsURL, "--id", localnet.IndexerID,
+			"--progress-key", filepath.Join(n.Config().Dir, "indexer.key"), "--progress-interval", "1s", "--progress-delay", "2s",
+			"--http-listen", fmt.Sprintf("127.0.0.1:%d", base+60), "--log-format", "json"}, nodeFlags(n, rpcAddrs(n, 0))...)
+	}
+	ix := startProc(t, "byzlog-indexer", fmt.Sprintf("127.0.0.1:%d", base+60), indexerArgs()...)
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{signer: wire.NewSigner(adminKey, chainID), topic: "log"}
+	nodes := []int{0, 1, 2, 3}
+
+	// produce sends records in rounds until every node reaches height h.
+	produce := func(h int64) {
+		t.Helper()
+		for maxHeight(ctx, n, nodes) < h {
+			submit(ctx, t, n, 0, p, 20)
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err := waitHeight(ctx, t, n, nodes, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(160)
+	for _, i := range nodes {
+		pr := pruningOf(ctx, t, n, i)
+		earliest := earliestBlock(ctx, t, n, i)
+		t.Logf("node%d at %d: retain height %d (held by %s), earliest block %d, blockstore %s", i, pr.Height, pr.RetainHeight, pr.HeldBy, earliest, blockstoreSize(t, n, i))
+		if pr.RetainHeight <= 1 || earliest <= 1 {
+			t.Fatalf("node%d has pruned nothing at height %d: %v, earliest block %d", i, pr.Height, pr, earliest)
+		}
+	}
+
+	// The indexer stops; the chain moves 150 blocks on.
+	ix.stop(syscall.SIGTERM)
+	stoppedAt := maxHeight(ctx, n, nodes)
+	produce(stoppedAt + 150)
+	// Its last report may have committed after it stopped: read it now.
+	published := pruningOf(ctx, t, n, 0).GetIndexers()[0].GetPublishedHeight()
+	if published > stoppedAt {
+		t.Fatalf("the stopped indexer's published height moved to %d, past %d where it stopped", published, stoppedAt)
+	}
+	for _, i := range nodes {
+		pr := pruningOf(ctx, t, n, i)
+		earliest := earliestBlock(ctx, t, n, i)
+		t.Logf("node%d at %d with the indexer stopped at %d: retain height %d (held by %s), earliest block %d, blockstore %s",
+			i, pr.Height, published, pr.RetainHeight, pr.HeldBy, earliest, blockstoreSize(t, n, i))
+		if pr.HeldBy != "indexer "+localnet.IndexerID || pr.RetainHeight != published || earliest > published {
+			t.Fatalf("node%d pruned past the stopped indexer's height %d: %v, earliest block %d", i, published, pr, earliest)
+		}
+	}
+
+	// It comes back without height 1 and publishes every record.
+	ix = startProc(t, "byzlog-indexer", fmt.Sprintf("127.0.0.1:%d", base+60), indexerArgs()...)
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := p.seq
+	deadline := time.Now().Add(2 * time.Minute)
+	for streamMsgs(ctx, js, "log") < want && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := streamMsgs(ctx, js, "log"); got != want {
+		t.Fatalf("the stream holds %d records after the indexer came back, %d were written", got, want)
+	}
+	logBytes, err := os.ReadFile(ix.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(logBytes), `"trust_height":1,`) {
+		t.Fatalf("the restarted indexer took height 1 as its root, not the root it saved:\n%s", lastLines(string(logBytes), 10))
+	}
+	// Its reports move the retain height past where it stopped.
+	top := maxHeight(ctx, n, nodes)
+	produce(top + 20)
+	deadline = time.Now().Add(time.Minute)
+	for pruningOf(ctx, t, n, 0).RetainHeight <= published && time.Now().Before(deadline) {
+		submit(ctx, t, n, 0, p, 5)
+		time.Sleep(500 * time.Millisecond)
+	}
+	pr := pruningOf(ctx, t, n, 0)
+	if pr.RetainHeight <= published {
+		t.Fatalf("after the indexer came back, node0's retain height is %d (held by %s), not past %d", pr.RetainHeight, pr.HeldBy, published)
+	}
+	t.Logf("node0 at %d after the indexer came back: retain height %d (held by %s), earliest block %d, blockstore %s",
+		pr.Height, pr.RetainHeight, pr.HeldBy, earliestBlock(ctx, t, n, 0), blockstoreSize(t, n, 0))
+	assertAgree(ctx, t, n, nodes)
+}
+
+// pruningOf is node i's /pruning answer.
+func pruningOf(ctx context.Context, t *testing.T, n *localnet.Net, i int) *byzlogv1.Pruning {
+	t.Helper()
+	c, err := n.Client(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.ABCIQuery(ctx, wire.PathPruning, nil)
+	if err != nil || res.Response.Code != 0 {
+		t.Fatalf("node%d %s: %v %v", i, wire.PathPruning, err, res)
+	}
+	var p byzlogv1.Pruning
+	if err := proto.Unmarshal(res.Response.Value, &p); err != nil {
+		t.Fatal(err)
+	}
+	return &p
+}
+
+// earliestBlock is the lowest height node i still serves.
+func earliestBlock(ctx context.Context, t *testing.T, n *localnet.Net, i int) int64 {
+	t.Helper()
+	c, err := n.Client(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.SyncInfo.EarliestBlockHeight
+}
+
+// blockstoreSize is the bytes of node i's CometBFT block store on disk.
+func blockstoreSize(t *testing.T, n *localnet.Net, i int) string {
+	t.Helper()
+	var total int64
+	_ = filepath.WalkDir(filepath.Join(n.Home(i), "data", "blockstore.db"), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				total += info.Size()
+			}
+		}
+		return nil
+	})
+	return fmt.Sprintf("%.1f MiB", float64(total)/(1<<20))
+}
