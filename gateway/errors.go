@@ -39,6 +39,9 @@ var (
 	ErrNotCommitted = errors.New("not committed in time")
 	// ErrOutOfRange: the height asked for is not there yet (OUT_OF_RANGE).
 	ErrOutOfRange = errors.New("out of range")
+	// ErrPruned: the height asked for is gone: f+1 nodes pruned it
+	// (NOT_FOUND).
+	ErrPruned = errors.New("pruned")
 	// ErrInternal: a node or the gateway broke its contract (INTERNAL).
 	ErrInternal = errors.New("internal error")
 )
@@ -79,6 +82,8 @@ func kindCode(kind error) codes.Code {
 		return codes.DeadlineExceeded
 	case ErrOutOfRange:
 		return codes.OutOfRange
+	case ErrPruned:
+		return codes.NotFound
 	}
 	return codes.Internal
 }

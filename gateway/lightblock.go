@@ -133,7 +133,7 @@ type lightSource struct {
 // height yet to agree.
 func agreedLightBlock(ctx context.Context, chainID string, height int64, need int, sources []lightSource) (*cmttypes.LightBlock, error) {
 	votes := map[string][]*cmttypes.LightBlock{}
-	best, notYet := 0, 0
+	best, notYet, pruned := 0, 0, 0
 	unsigned := false // need agreed on a header, none with a commit that verifies
 	var errs []error
 	for _, s := range sources {
@@ -145,8 +145,12 @@ func agreedLightBlock(ctx context.Context, chainID string, height int64, need in
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
-			if errors.Is(err, provider.ErrHeightTooHigh) || errors.Is(err, provider.ErrLightBlockNotFound) {
+			switch {
+			case errors.Is(err, provider.ErrHeightTooHigh):
 				notYet++
+			case errors.Is(err, provider.ErrLightBlockNotFound):
+				// Below the node's lowest height: pruned.
+				pruned++
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
 			continue
@@ -165,15 +169,19 @@ func agreedLightBlock(ctx context.Context, chainID string, height int64, need in
 		unsigned = true
 	}
 	switch {
+	case pruned >= need:
+		// At least one honest node says the height is gone.
+		return nil, errorf(ErrPruned, "height %d is pruned: %d nodes no longer serve it (%v); a client whose root of trust is older needs a recent one",
+			height, pruned, errors.Join(errs...))
 	case unsigned:
 		code := ErrUnavailable
 		if notYet > 0 {
 			code = ErrOutOfRange // a node that has the height later may hold a full commit
 		}
 		return nil, errorf(code, "height %d: %d or more nodes agree on its header, but none serves a commit signed by more than two thirds of its validators", height, need)
-	case len(votes) == 0 && notYet == len(errs):
+	case len(votes) == 0 && notYet+pruned == len(errs) && notYet > 0:
 		return nil, errorf(ErrOutOfRange, "no node has a signed header at height %d yet", height)
-	case best+notYet >= need:
+	case best+notYet >= need && notYet > 0:
 		return nil, errorf(ErrOutOfRange, "height %d: %d of %d nodes serve the same signed header, %d must; the others do not have it yet", height, best, len(sources), need)
 	case len(votes) == 0:
 		return nil, errorf(ErrUnavailable, "no node served the light block at height %d: %v", height, errors.Join(errs...))

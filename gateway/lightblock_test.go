@@ -58,6 +58,7 @@ func TestAgreedLightBlock(t *testing.T) {
 	for i := 1; i < len(thinCommit.Signatures); i++ {
 		thinCommit.Signatures[i] = cmttypes.NewCommitSigAbsent()
 	}
+	pruned := &cmttypes.LightBlock{} // marks a node that no longer has the height
 	thin := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: good.Header, Commit: &thinCommit}, ValidatorSet: vals}
 	for _, tc := range []struct {
 		name    string
@@ -75,14 +76,20 @@ func TestAgreedLightBlock(t *testing.T) {
 		{"a thin commit, then a full one", []*cmttypes.LightBlock{thin, good, nil, nil}, good, "", 2, nil},
 		{"only thin commits", []*cmttypes.LightBlock{thin, thin, nil, nil}, nil, "signed by more than two thirds", 4, ErrOutOfRange},
 		{"nobody has it", []*cmttypes.LightBlock{nil, nil, nil, nil}, nil, "no node has a signed header at height 5 yet", 4, ErrOutOfRange},
+		{"every node pruned it", []*cmttypes.LightBlock{pruned, pruned, pruned, pruned}, nil, "height 5 is pruned", 4, ErrPruned},
+		{"one liar says pruned", []*cmttypes.LightBlock{pruned, nil, nil, nil}, nil, "no node has a signed header at height 5 yet", 4, ErrOutOfRange},
+		{"one liar says pruned, two serve it", []*cmttypes.LightBlock{pruned, good, good, nil}, good, "", 3, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var calls atomic.Int64
 			var sources []lightSource
 			for i, lb := range tc.serve {
 				var err error
-				if lb == nil {
+				switch lb {
+				case nil:
 					err = provider.ErrHeightTooHigh
+				case pruned:
+					lb, err = nil, provider.ErrLightBlockNotFound
 				}
 				sources = append(sources, source(string(rune('a'+i)), lb, err, &calls))
 			}

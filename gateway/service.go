@@ -206,6 +206,10 @@ func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*by
 	}
 	d, err := s.g.dups.get(ctx, s.g, n.UsedHeight)
 	if err != nil {
+		if _, lerr := s.g.LightBlock(ctx, n.UsedHeight); errors.Is(lerr, ErrPruned) {
+			n.UsedPruned = true
+			return &n, nil
+		}
 		return nil, status.Errorf(codes.Unavailable, "read block %d, which used nonce %d: %v", n.UsedHeight, n.NextNonce-1, err)
 	}
 	for i, tx := range d.Block.Txs {

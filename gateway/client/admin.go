@@ -105,6 +105,13 @@ func (a *Admin) SetAdmins(ctx context.Context, keys [][]byte, threshold uint32) 
 	return a.do(ctx, &byzlogv1.SetAdmins{Admins: keys, Threshold: threshold})
 }
 
+// SetIndexer registers an indexer (its progress key's public half) under
+// name, or with remove unregisters it (threshold): pruning nodes keep every
+// block a registered indexer has not reported published.
+func (a *Admin) SetIndexer(ctx context.Context, pubKey []byte, name string, remove bool) (int64, error) {
+	return a.do(ctx, &byzlogv1.SetIndexer{PubKey: pubKey, Name: name, Remove: remove})
+}
+
 // do signs op with the key's next nonce and submits it; a stale or raced
 // nonce is read again, up to five times.
 func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
@@ -224,6 +231,11 @@ func Describe(req *byzlogv1.AdminRequest) (string, error) {
 			keys[i] = hex.EncodeToString(k)
 		}
 		what = fmt.Sprintf("make the admins %s with threshold %d", strings.Join(keys, ", "), op.SetAdmins.Threshold)
+	case *byzlogv1.AdminBody_SetIndexer:
+		what = fmt.Sprintf("register indexer %x as %q", op.SetIndexer.PubKey, op.SetIndexer.Name)
+		if op.SetIndexer.Remove {
+			what = fmt.Sprintf("unregister indexer %x", op.SetIndexer.PubKey)
+		}
 	default:
 		what = "an operation this version does not know"
 	}

@@ -44,6 +44,8 @@ func (p *gatewayProvider) LightBlock(ctx context.Context, height int64) (*cmttyp
 			return nil, ctx.Err()
 		}
 		switch status.Code(err) {
+		case codes.NotFound:
+			return nil, provider.ErrLightBlockNotFound // pruned
 		case codes.OutOfRange:
 		case codes.Unimplemented:
 			return nil, provider.ErrBadLightBlock{Reason: fmt.Errorf("%s does not relay light blocks (GetLightBlock): a byzlog-gateway too old to verify receipts through; upgrade it, or trust it (TrustGateway)", p.name)}

@@ -77,6 +77,17 @@ func NewHeaders(cfg Config, providers ...provider.Provider) (*Headers, error) {
 	return &Headers{cfg: cfg, providers: providers, store: dbs.New(newLightDB(), cfg.Root.ChainID)}, nil
 }
 
+// Root is the height of the root of trust (0 before a genesis root is
+// resolved).
+func (h *Headers) Root() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.root.Height != 0 {
+		return h.root.Height
+	}
+	return h.cfg.Root.Height
+}
+
 // ChainID is the chain of the root of trust.
 func (h *Headers) ChainID() string { return h.cfg.Root.ChainID }
 

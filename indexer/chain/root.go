@@ -86,6 +86,9 @@ func (r Root) Resolve(ctx context.Context, providers []provider.Provider) (Root,
 		if ctx.Err() != nil {
 			return Root{}, ctx.Err()
 		}
+		if errors.Is(err, provider.ErrLightBlockNotFound) {
+			err = fmt.Errorf("%w: height 1 is pruned; take a recent root of trust (a chain id, trust height and trust hash) instead of genesis", err)
+		}
 		errs = append(errs, fmt.Errorf("%s: %w", p, err))
 	}
 	return Root{}, fmt.Errorf("no source served a height-1 header signed by the genesis validators: %w", errors.Join(errs...))

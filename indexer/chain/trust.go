@@ -165,6 +165,15 @@ func (v *Verifier) Nonce(ctx context.Context, key []byte, n *byzlogv1.NonceRespo
 	if next == 0 {
 		return nil
 	}
+	if n.GetUsedPruned() {
+		// Pruning only removes heights below the ones still served, and
+		// the root of trust is served: a gateway that calls a height at or
+		// after it pruned is lying. Below it nothing can be checked.
+		if root := v.headers.Root(); n.GetUsedHeight() >= root {
+			return fmt.Errorf("%w: nonce %d: the gateway says block %d, which used nonce %d, is pruned, but it is not below the root of trust at %d", ErrUnverified, next, n.GetUsedHeight(), next-1, root)
+		}
+		return nil
+	}
 	k, used, ok := wire.NonceUse(n.GetUsedTx())
 	if !ok || !bytes.Equal(k, key) || used != next-1 {
 		return fmt.Errorf("%w: nonce %d came without a signed transaction of this key that used nonce %d", ErrUnverified, next, next-1)

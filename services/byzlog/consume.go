@@ -98,7 +98,7 @@ summary goes to stderr.`
 
 func newConsumeCommand() *cobra.Command {
 	o := &consumeOptions{commitEvery: 1000, natsURL: defaultNATS, gateway: defaultGateway,
-		nodes: "https://127.0.0.1:26657,https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957"}
+		nodes: localnetNodes}
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
 		Short: "Print a topic's records, from NATS JetStream where the indexer publishes them",

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -130,6 +131,54 @@ func TestPruning(t *testing.T) {
 	}
 	t.Logf("node0 at %d after the indexer came back: retain height %d (held by %s), earliest block %d, blockstore %s",
 		pr.Height, pr.RetainHeight, pr.HeldBy, earliestBlock(ctx, t, n, 0), blockstoreSize(t, n, 0))
+
+	// A second indexer registered by the CLI holds pruning until it
+	// reports; unregistered, it holds nothing.
+	gw := startGateway(t, n, fmt.Sprintf("127.0.0.1:%d", base+70))
+	second := filepath.Join(t.TempDir(), "second.key")
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("byzlog %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	cli("keygen", second)
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "topic", "create", "x", "--admin-key", n.AdminKeyPath(),
+		"--genesis="+n.GenesisPath(), "--gateway="+gw.addr, "--tls-ca="+n.TLS().CA()).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "pruned") {
+		t.Fatalf("a client rooted at genesis on a pruned chain: %v\n%s\nwant an error that says height 1 is pruned", err, out)
+	}
+	t.Logf("a client rooted at genesis is refused in %s: %s", time.Since(start).Round(time.Millisecond), out)
+	// Height 1 is gone: the CLI's root of trust is a recent header.
+	c, err := n.Client(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootHeight := maxHeight(ctx, n, nodes) - 1
+	root, err := c.Commit(ctx, &rootHeight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := []string{"--admin-key", n.AdminKeyPath(), "--chain-id", chainID, "--trust-height", fmt.Sprint(rootHeight),
+		"--trust-hash", root.SignedHeader.Hash().String(), "--gateway=" + gw.addr, "--tls-ca=" + n.TLS().CA()}
+	t.Log(cli(append([]string{"indexer", "register", second, "--name", "second"}, signed...)...))
+	produce(maxHeight(ctx, n, nodes) + 3)
+	if pr := pruningOf(ctx, t, n, 0); pr.HeldBy != "indexer second" || pr.RetainHeight != 0 {
+		t.Fatalf("with an indexer that has not reported, node0's pruning is %v, want none, held by indexer second", pr)
+	}
+	list := cli(append([]string{"indexer", "list"}, nodeFlags(n, rpcAddrs(n, 0))...)...)
+	t.Log(list)
+	if !strings.Contains(list, "registered indexers: 2") || !strings.Contains(list, "indexer second") {
+		t.Fatalf("byzlog indexer list:\n%s\nwant 2 indexers, pruning held by the second", list)
+	}
+	t.Log(cli(append([]string{"indexer", "unregister", second}, signed...)...))
+	produce(maxHeight(ctx, n, nodes) + 3)
+	if pr := pruningOf(ctx, t, n, 0); pr.RetainHeight <= published || len(pr.Indexers) != 1 {
+		t.Fatalf("after unregistering the second indexer, node0's pruning is %v", pr)
+	}
 	assertAgree(ctx, t, n, nodes)
 }
 

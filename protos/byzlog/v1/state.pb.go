@@ -2015,9 +2015,14 @@ type NonceResponse struct {
 	// the block and the proof it was committed, so a client can check that
 	// next_nonce-1 is used and next_nonce is not a future nonce it would sign
 	// for a gateway to keep.
-	UsedTx        []byte       `protobuf:"bytes,3,opt,name=used_tx,json=usedTx,proto3" json:"used_tx,omitempty"`
-	UsedTxIndex   uint32       `protobuf:"varint,4,opt,name=used_tx_index,json=usedTxIndex,proto3" json:"used_tx_index,omitempty"`
-	UsedProof     *ResultProof `protobuf:"bytes,5,opt,name=used_proof,json=usedProof,proto3" json:"used_proof,omitempty"`
+	UsedTx      []byte       `protobuf:"bytes,3,opt,name=used_tx,json=usedTx,proto3" json:"used_tx,omitempty"`
+	UsedTxIndex uint32       `protobuf:"varint,4,opt,name=used_tx_index,json=usedTxIndex,proto3" json:"used_tx_index,omitempty"`
+	UsedProof   *ResultProof `protobuf:"bytes,5,opt,name=used_proof,json=usedProof,proto3" json:"used_proof,omitempty"`
+	// Set by the gateway instead of used_tx when f+1 nodes no longer hold
+	// block used_height (they pruned it): the client cannot check that
+	// next_nonce-1 is used, and a request it signs for a future nonce is
+	// bounded only by its expiry height.
+	UsedPruned    bool `protobuf:"varint,6,opt,name=used_pruned,json=usedPruned,proto3" json:"used_pruned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2085,6 +2090,13 @@ func (x *NonceResponse) GetUsedProof() *ResultProof {
 		return x.UsedProof
 	}
 	return nil
+}
+
+func (x *NonceResponse) GetUsedPruned() bool {
+	if x != nil {
+		return x.UsedPruned
+	}
+	return false
 }
 
 // ResultProof ties one transaction's result, and one batch's result in it,
@@ -3071,7 +3083,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12.\n" +
 	"\x05kafka\x18\x04 \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\" \n" +
 	"\fNonceRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\"\xc3\x01\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\"\xe4\x01\n" +
 	"\rNonceResponse\x12\x1d\n" +
 	"\n" +
 	"next_nonce\x18\x01 \x01(\x04R\tnextNonce\x12\x1f\n" +
@@ -3080,7 +3092,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\aused_tx\x18\x03 \x01(\fR\x06usedTx\x12\"\n" +
 	"\rused_tx_index\x18\x04 \x01(\rR\vusedTxIndex\x125\n" +
 	"\n" +
-	"used_proof\x18\x05 \x01(\v2\x16.byzlog.v1.ResultProofR\tusedProof\"\xc3\x01\n" +
+	"used_proof\x18\x05 \x01(\v2\x16.byzlog.v1.ResultProofR\tusedProof\x12\x1f\n" +
+	"\vused_pruned\x18\x06 \x01(\bR\n" +
+	"usedPruned\"\xc3\x01\n" +
 	"\vResultProof\x12\x1b\n" +
 	"\ttx_result\x18\x01 \x01(\fR\btxResult\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12\x14\n" +
