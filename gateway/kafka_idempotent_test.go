@@ -45,7 +45,10 @@ type kafkaClient struct {
 }
 
 func newKafkaClient(t *testing.T, addr string) *kafkaClient {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	// A produce's read deadline is its timeout plus this overhead (10 s by
+	// default): a 2.5 MiB record under -race on a busy 2-core machine took
+	// longer than 20 s once in clean-clone CI.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RequestTimeoutOverhead(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
