@@ -390,8 +390,10 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	}
 	failpoint.Crash(failpoint.FinalizeStart, req.Height)
 	a.remember(req)
-	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: checked, StateRoot: root})
+	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: checked, StateRoot: root, MaxRules: maxRules()})
 	if err != nil {
+		// CometBFT stops on it; say why here too, where operators look.
+		a.log.Error().Err(err).Int64("height", req.Height).Msg("cannot execute the decided block")
 		return nil, fmt.Errorf("finalize block: %w", err)
 	}
 	a.staged, a.stagedTxs, a.stagedAt = &out, req.Txs, req.Time.UnixNano()

@@ -5,12 +5,14 @@ package app
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"strconv"
 	"strings"
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/failpoint"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -90,4 +92,16 @@ func (a *App) remember(req *abci.RequestFinalizeBlock) {
 	if len(req.Txs) > 0 {
 		a.lastTxs = req.Txs
 	}
+}
+
+// maxRules is the newest rules version this build executes: failpoint
+// max-rules=N makes a test build act as an older byzlog-app that knows
+// only versions up to N (0: its own).
+func maxRules() uint64 {
+	v, ok := failpoint.Value(failpoint.MaxRules)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseUint(v, 10, 64)
+	return n
 }

@@ -39,6 +39,9 @@ type Block struct {
 	// a block of a height StateRootDue names must carry (the app hashes
 	// the state in the background); nil at every other height.
 	StateRoot *byzlogv1.StateRoot
+	// MaxRules is the newest rules version the caller executes (0: this
+	// build's MaxRulesVersion); a block past it fails Execute.
+	MaxRules uint64
 }
 
 // checked returns the block's prechecked transactions.
@@ -178,6 +181,9 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 		return Outcome{}, err
 	}
 	ex := newExecutor(r, params, b)
+	if err := switchRules(r, ex.block, b.Height, b.MaxRules); err != nil {
+		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+	}
 	// Retention first, on committed state, from the block time. Prepare and
 	// Verify skip it: no transaction's validity depends on what it deletes.
 	if err := retain(r, ex.block, b.TimeUnixNano); err != nil {

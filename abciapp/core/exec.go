@@ -396,7 +396,11 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		return Result{}, err
 	}
 	op, needsThreshold := dangerous(&body)
-	if r := checkSigners(admins, req, op, needsThreshold); !r.OK() {
+	rules, err := rulesAt(o, ex.b.Height)
+	if err != nil {
+		return Result{}, err
+	}
+	if r := checkSigners(admins, req, op, needsThreshold, rules); !r.OK() {
 		return r, nil
 	}
 	if r := ex.expired("admin request", body.ExpiryHeight); !r.OK() {
@@ -474,6 +478,8 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			{"op", "set_validator"}, {"pub_key", fmt.Sprintf("%x", v.PubKey)}, {"power", strconv.FormatInt(v.Power, 10)}}}}}, nil
 	case *byzlogv1.AdminBody_SetIndexer:
 		return setIndexer(o, ex.b.Height, op.SetIndexer)
+	case *byzlogv1.AdminBody_ScheduleUpgrade:
+		return scheduleUpgrade(o, ex.b.Height, op.ScheduleUpgrade)
 	case *byzlogv1.AdminBody_SetAdmins:
 		if r := setAdmins(o, op.SetAdmins); !r.OK() {
 			return r, nil

@@ -94,6 +94,8 @@ func dangerous(body *byzlogv1.AdminBody) (string, bool) {
 		return "set_validator", true
 	case *byzlogv1.AdminBody_SetAdmins:
 		return "set_admins", true
+	case *byzlogv1.AdminBody_ScheduleUpgrade:
+		return "schedule_upgrade", true
 	case *byzlogv1.AdminBody_SetIndexer:
 		// Registering only keeps more blocks; unregistering lets nodes
 		// prune what that indexer has not published.
@@ -108,7 +110,7 @@ func dangerous(body *byzlogv1.AdminBody) (string, bool) {
 // checkSigners checks that every signer of req is a distinct admin and that
 // there are enough of them for op. The signatures themselves were verified
 // without state (decodeTx).
-func checkSigners(admins *byzlogv1.AdminSet, req *byzlogv1.AdminRequest, op string, needsThreshold bool) Result {
+func checkSigners(admins *byzlogv1.AdminSet, req *byzlogv1.AdminRequest, op string, needsThreshold bool, rules uint64) Result {
 	keys := [][]byte{req.AdminKey}
 	for _, c := range req.Cosignatures {
 		keys = append(keys, c.AdminKey)
@@ -119,7 +121,11 @@ func checkSigners(admins *byzlogv1.AdminSet, req *byzlogv1.AdminRequest, op stri
 		}
 		for _, earlier := range keys[:i] {
 			if bytes.Equal(earlier, k) {
-				return reject(wire.CodeMalformedTx, "admin key %x signs the request twice; each signature must come from another admin", k)
+				code := wire.CodeMalformedTx
+				if rules >= 2 {
+					code = wire.CodeDuplicateSigner
+				}
+				return reject(code, "admin key %x signs the request twice; each signature must come from another admin", k)
 			}
 		}
 	}

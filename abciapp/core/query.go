@@ -47,6 +47,13 @@ var queries = map[string]query{
 		}
 		return marshal(set), Result{Code: wire.CodeOK}, nil
 	},
+	wire.PathRules: func(s Scanner, _ State, _ []byte) ([]byte, Result, error) {
+		r, err := LoadRules(s)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		return marshal(r), Result{Code: wire.CodeOK}, nil
+	},
 	wire.PathIndexers: func(s Scanner, _ State, _ []byte) ([]byte, Result, error) {
 		set, err := LoadIndexers(s)
 		if err != nil {

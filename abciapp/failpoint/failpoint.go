@@ -40,6 +40,9 @@ const (
 	// app's lock, widening the window in which CometBFT has stored a block
 	// and its results that queries do not see yet.
 	CommitDelay = "commit-delay"
+	// MaxRules makes the app execute rules versions up to value only, as
+	// an older byzlog-app would (a rolling upgrade's old binary).
+	MaxRules = "max-rules"
 )
 
 type term struct {
@@ -69,6 +72,10 @@ func parse(s string) ([]term, error) {
 		case CommitDelay:
 			if ms, err := strconv.Atoi(t.value); err != nil || ms <= 0 {
 				return nil, fmt.Errorf("%s %q: want %s=MILLISECONDS, a positive integer", EnvVar, part, CommitDelay)
+			}
+		case MaxRules:
+			if v, err := strconv.ParseUint(t.value, 10, 64); err != nil || v == 0 {
+				return nil, fmt.Errorf("%s %q: want %s=VERSION, a positive integer", EnvVar, part, MaxRules)
 			}
 		default:
 			return nil, fmt.Errorf("%s %q: unknown failpoint %q", EnvVar, part, t.name)

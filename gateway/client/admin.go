@@ -231,6 +231,11 @@ func Describe(req *byzlogv1.AdminRequest) (string, error) {
 			keys[i] = hex.EncodeToString(k)
 		}
 		what = fmt.Sprintf("make the admins %s with threshold %d", strings.Join(keys, ", "), op.SetAdmins.Threshold)
+	case *byzlogv1.AdminBody_ScheduleUpgrade:
+		what = fmt.Sprintf("switch to rules version %d at height %d", op.ScheduleUpgrade.RulesVersion, op.ScheduleUpgrade.Height)
+		if op.ScheduleUpgrade.RulesVersion == 0 {
+			what = "cancel the scheduled upgrade"
+		}
 	case *byzlogv1.AdminBody_SetIndexer:
 		what = fmt.Sprintf("register indexer %x as %q", op.SetIndexer.PubKey, op.SetIndexer.Name)
 		if op.SetIndexer.Remove {

@@ -128,6 +128,12 @@ const (
 	// CodeBadIndexerChange: a SetIndexer is refused (a bad key or name,
 	// one registered already or unknown, too many indexers).
 	CodeBadIndexerChange Code = 46
+	// CodeDuplicateSigner: one admin signs a request twice (rules
+	// version 2; version 1 answers malformed_tx).
+	CodeDuplicateSigner Code = 47
+	// CodeBadUpgrade: a ScheduleUpgrade is refused (a version not past the
+	// one in force, a height too soon).
+	CodeBadUpgrade Code = 48
 )
 
 var codeNames = map[Code]string{
@@ -148,6 +154,7 @@ var codeNames = map[Code]string{
 	CodeProducerFenced: "producer_fenced", CodeBelowThreshold: "below_threshold",
 	CodeBadValidatorChange: "bad_validator_change", CodeBadAdminSet: "bad_admin_set",
 	CodeNotIndexer: "not_indexer", CodeBadProgress: "bad_progress", CodeBadIndexerChange: "bad_indexer_change",
+	CodeDuplicateSigner: "duplicate_signer", CodeBadUpgrade: "bad_upgrade",
 }
 
 // String names the code for logs and messages.

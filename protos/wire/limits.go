@@ -56,3 +56,8 @@ func DefaultLimits() *byzlogv1.Limits {
 		MaxBlockUncompressedBytes: 64 << 20,
 	}
 }
+
+// MinUpgradeLead is how many blocks after the block that schedules it an
+// upgrade may take effect at the soonest: time for every validator to see
+// it and to replace its byzlog-app.
+const MinUpgradeLead = 20

@@ -22,10 +22,13 @@ const (
 	// replicated state: the RetainHeight it gives CometBFT and what holds
 	// it back (byzlogv1.Pruning).
 	PathPruning = "/pruning"
+	// PathRules answers the Rules: the rules version in force and the
+	// upgrade scheduled.
+	PathRules = "/rules"
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules}
 
 // Records query bounds.
 const (

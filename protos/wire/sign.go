@@ -128,8 +128,10 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 		body.Op = &byzlogv1.AdminBody_SetAdmins{SetAdmins: o}
 	case *byzlogv1.SetIndexer:
 		body.Op = &byzlogv1.AdminBody_SetIndexer{SetIndexer: o}
+	case *byzlogv1.ScheduleUpgrade:
+		body.Op = &byzlogv1.AdminBody_ScheduleUpgrade{ScheduleUpgrade: o}
 	default:
-		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, SetValidator, SetAdmins or SetIndexer", op)
+		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, SetValidator, SetAdmins, SetIndexer or ScheduleUpgrade", op)
 	}
 	b, err := proto.Marshal(body)
 	if err != nil {
@@ -139,7 +141,7 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 }
 
 // isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic,
-// *SetValidator, *SetAdmins, *SetIndexer.
+// *SetValidator, *SetAdmins, *SetIndexer, *ScheduleUpgrade.
 type isAdminOp = proto.Message
 
 // MaxCosignatures bounds an AdminRequest's cosignatures: each costs every

@@ -271,6 +271,30 @@ within its expiry (120 blocks after it was signed): sign it again after that.`,
 	setAdmins.Flags().Uint32Var(&threshold, "threshold", 1, "how many admins must sign a dangerous operation")
 	s.add(setAdmins.Flags())
 
+	var version uint64
+	var height int64
+	var us signing
+	upgrade := &cobra.Command{
+		Use:   "schedule-upgrade --rules-version N --height H",
+		Short: "Schedule the switch to rules version N at height H (--rules-version 0 cancels)",
+		Long: `Schedules the switch to a new version of the state machine's rules at height H,
+at least 20 blocks ahead. Replace every validator's byzlog-app, one by one, with
+a build that knows the version before H: it runs the old rules until H. A build
+that does not know the version stops at H instead of executing the block
+differently. --rules-version 0 cancels a scheduled upgrade.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			done := fmt.Sprintf("rules version %d scheduled at height %d", version, height)
+			if version == 0 {
+				done = "scheduled upgrade cancelled"
+			}
+			return us.apply(cmd, tf, &byzlogv1.ScheduleUpgrade{RulesVersion: version, Height: height}, done)
+		},
+	}
+	upgrade.Flags().Uint64Var(&version, "rules-version", 0, "the rules version to switch to (0: cancel the scheduled one)")
+	upgrade.Flags().Int64Var(&height, "height", 0, "the first height that runs it")
+	us.add(upgrade.Flags())
+
 	var keyPath string
 	var ct trustFlags
 	cosign := &cobra.Command{
@@ -338,7 +362,7 @@ within its expiry (120 blocks after it was signed): sign it again after that.`,
 		},
 	}
 	st.add(submit.Flags())
-	cmd.AddCommand(setAdmins, cosign, submit)
+	cmd.AddCommand(setAdmins, upgrade, cosign, submit)
 	return cmd
 }
 

@@ -523,6 +523,79 @@ func (x *AdminSet) GetThreshold() uint32 {
 	return 0
 }
 
+// Rules is the version of the state machine's rules the chain runs and
+// the upgrade scheduled, if any. Query "/rules" (no data).
+type Rules struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The version in force (1 from genesis).
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// The height it took effect at (0: genesis).
+	Since int64 `protobuf:"varint,2,opt,name=since,proto3" json:"since,omitempty"`
+	// A scheduled switch: to next_version at next_height (0: none).
+	NextVersion   uint64 `protobuf:"varint,3,opt,name=next_version,json=nextVersion,proto3" json:"next_version,omitempty"`
+	NextHeight    int64  `protobuf:"varint,4,opt,name=next_height,json=nextHeight,proto3" json:"next_height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rules) Reset() {
+	*x = Rules{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rules) ProtoMessage() {}
+
+func (x *Rules) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rules.ProtoReflect.Descriptor instead.
+func (*Rules) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Rules) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Rules) GetSince() int64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *Rules) GetNextVersion() uint64 {
+	if x != nil {
+		return x.NextVersion
+	}
+	return 0
+}
+
+func (x *Rules) GetNextHeight() int64 {
+	if x != nil {
+		return x.NextHeight
+	}
+	return 0
+}
+
 // IndexerSet is the registered indexers and how far each has published
 // (IndexerProgress). Query "/indexers" (no data).
 type IndexerSet struct {
@@ -535,7 +608,7 @@ type IndexerSet struct {
 
 func (x *IndexerSet) Reset() {
 	*x = IndexerSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +620,7 @@ func (x *IndexerSet) String() string {
 func (*IndexerSet) ProtoMessage() {}
 
 func (x *IndexerSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +633,7 @@ func (x *IndexerSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerSet.ProtoReflect.Descriptor instead.
 func (*IndexerSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IndexerSet) GetIndexers() []*Indexer {
@@ -587,7 +660,7 @@ type Indexer struct {
 
 func (x *Indexer) Reset() {
 	*x = Indexer{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +672,7 @@ func (x *Indexer) String() string {
 func (*Indexer) ProtoMessage() {}
 
 func (x *Indexer) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +685,7 @@ func (x *Indexer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Indexer.ProtoReflect.Descriptor instead.
 func (*Indexer) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Indexer) GetPubKey() []byte {
@@ -673,7 +746,7 @@ type Pruning struct {
 
 func (x *Pruning) Reset() {
 	*x = Pruning{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -685,7 +758,7 @@ func (x *Pruning) String() string {
 func (*Pruning) ProtoMessage() {}
 
 func (x *Pruning) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -698,7 +771,7 @@ func (x *Pruning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pruning.ProtoReflect.Descriptor instead.
 func (*Pruning) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pruning) GetHeight() int64 {
@@ -758,7 +831,7 @@ type ValidatorSet struct {
 
 func (x *ValidatorSet) Reset() {
 	*x = ValidatorSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +843,7 @@ func (x *ValidatorSet) String() string {
 func (*ValidatorSet) ProtoMessage() {}
 
 func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +856,7 @@ func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatorSet.ProtoReflect.Descriptor instead.
 func (*ValidatorSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ValidatorSet) GetValidators() []*Validator {
@@ -811,7 +884,7 @@ type Validator struct {
 
 func (x *Validator) Reset() {
 	*x = Validator{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +896,7 @@ func (x *Validator) String() string {
 func (*Validator) ProtoMessage() {}
 
 func (x *Validator) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +909,7 @@ func (x *Validator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Validator.ProtoReflect.Descriptor instead.
 func (*Validator) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Validator) GetPubKey() []byte {
@@ -865,7 +938,7 @@ type TopicState struct {
 
 func (x *TopicState) Reset() {
 	*x = TopicState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +950,7 @@ func (x *TopicState) String() string {
 func (*TopicState) ProtoMessage() {}
 
 func (x *TopicState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +963,7 @@ func (x *TopicState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicState.ProtoReflect.Descriptor instead.
 func (*TopicState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TopicState) GetName() string {
@@ -929,7 +1002,7 @@ type PartitionState struct {
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1014,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1027,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PartitionState) GetLogStartOffset() uint64 {
@@ -991,7 +1064,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1076,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1089,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ProducerState) GetNextSequence() uint64 {
@@ -1048,7 +1121,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1133,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1146,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchRef) GetBaseOffset() uint64 {
@@ -1116,7 +1189,7 @@ type GroupOffset struct {
 
 func (x *GroupOffset) Reset() {
 	*x = GroupOffset{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1201,7 @@ func (x *GroupOffset) String() string {
 func (*GroupOffset) ProtoMessage() {}
 
 func (x *GroupOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1214,7 @@ func (x *GroupOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffset.ProtoReflect.Descriptor instead.
 func (*GroupOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GroupOffset) GetOffset() uint64 {
@@ -1194,7 +1267,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1279,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1292,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BatchResult) GetTopic() string {
@@ -1318,7 +1391,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1403,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1416,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TxOutcome) GetBatches() []*BatchResult {
@@ -1366,7 +1439,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1451,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1464,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PartitionInfo) GetPartition() uint32 {
@@ -1435,7 +1508,7 @@ type TopicInfo struct {
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1520,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1533,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TopicInfo) GetName() string {
@@ -1503,7 +1576,7 @@ type AppState struct {
 
 func (x *AppState) Reset() {
 	*x = AppState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1588,7 @@ func (x *AppState) String() string {
 func (*AppState) ProtoMessage() {}
 
 func (x *AppState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1601,7 @@ func (x *AppState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppState.ProtoReflect.Descriptor instead.
 func (*AppState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AppState) GetHeight() int64 {
@@ -1562,7 +1635,7 @@ type TopicList struct {
 
 func (x *TopicList) Reset() {
 	*x = TopicList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1647,7 @@ func (x *TopicList) String() string {
 func (*TopicList) ProtoMessage() {}
 
 func (x *TopicList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1660,7 @@ func (x *TopicList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicList.ProtoReflect.Descriptor instead.
 func (*TopicList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TopicList) GetTopics() []*TopicInfo {
@@ -1607,7 +1680,7 @@ type TopicRequest struct {
 
 func (x *TopicRequest) Reset() {
 	*x = TopicRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +1692,7 @@ func (x *TopicRequest) String() string {
 func (*TopicRequest) ProtoMessage() {}
 
 func (x *TopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +1705,7 @@ func (x *TopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicRequest.ProtoReflect.Descriptor instead.
 func (*TopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TopicRequest) GetName() string {
@@ -1660,7 +1733,7 @@ type RecordsRequest struct {
 
 func (x *RecordsRequest) Reset() {
 	*x = RecordsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1745,7 @@ func (x *RecordsRequest) String() string {
 func (*RecordsRequest) ProtoMessage() {}
 
 func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1758,7 @@ func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsRequest.ProtoReflect.Descriptor instead.
 func (*RecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecordsRequest) GetTopic() string {
@@ -1735,7 +1808,7 @@ type RecordsResponse struct {
 
 func (x *RecordsResponse) Reset() {
 	*x = RecordsResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1820,7 @@ func (x *RecordsResponse) String() string {
 func (*RecordsResponse) ProtoMessage() {}
 
 func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1833,7 @@ func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsResponse.ProtoReflect.Descriptor instead.
 func (*RecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RecordsResponse) GetRecords() [][]byte {
@@ -1794,7 +1867,7 @@ type GroupRequest struct {
 
 func (x *GroupRequest) Reset() {
 	*x = GroupRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1879,7 @@ func (x *GroupRequest) String() string {
 func (*GroupRequest) ProtoMessage() {}
 
 func (x *GroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1892,7 @@ func (x *GroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRequest.ProtoReflect.Descriptor instead.
 func (*GroupRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GroupRequest) GetGroup() string {
@@ -1840,7 +1913,7 @@ type GroupOffsets struct {
 
 func (x *GroupOffsets) Reset() {
 	*x = GroupOffsets{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1925,7 @@ func (x *GroupOffsets) String() string {
 func (*GroupOffsets) ProtoMessage() {}
 
 func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1938,7 @@ func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffsets.ProtoReflect.Descriptor instead.
 func (*GroupOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GroupOffsets) GetGroup() string {
@@ -1903,7 +1976,7 @@ type ProducerRequest struct {
 
 func (x *ProducerRequest) Reset() {
 	*x = ProducerRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +1988,7 @@ func (x *ProducerRequest) String() string {
 func (*ProducerRequest) ProtoMessage() {}
 
 func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2001,7 @@ func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRequest.ProtoReflect.Descriptor instead.
 func (*ProducerRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProducerRequest) GetProducerKey() []byte {
@@ -1970,7 +2043,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2055,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2068,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NonceRequest) GetKey() []byte {
@@ -2029,7 +2102,7 @@ type NonceResponse struct {
 
 func (x *NonceResponse) Reset() {
 	*x = NonceResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2114,7 @@ func (x *NonceResponse) String() string {
 func (*NonceResponse) ProtoMessage() {}
 
 func (x *NonceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2127,7 @@ func (x *NonceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceResponse.ProtoReflect.Descriptor instead.
 func (*NonceResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NonceResponse) GetNextNonce() uint64 {
@@ -2127,7 +2200,7 @@ type ResultProof struct {
 
 func (x *ResultProof) Reset() {
 	*x = ResultProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2212,7 @@ func (x *ResultProof) String() string {
 func (*ResultProof) ProtoMessage() {}
 
 func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2225,7 @@ func (x *ResultProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
 func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResultProof) GetTxResult() []byte {
@@ -2219,7 +2292,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2304,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2317,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -2298,7 +2371,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2383,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2396,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -2375,7 +2448,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2387,7 +2460,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2400,7 +2473,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -2437,7 +2510,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2522,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2535,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -2483,7 +2556,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2568,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2581,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2553,7 +2626,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2638,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2651,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2652,7 +2725,7 @@ type StateRoot struct {
 
 func (x *StateRoot) Reset() {
 	*x = StateRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +2737,7 @@ func (x *StateRoot) String() string {
 func (*StateRoot) ProtoMessage() {}
 
 func (x *StateRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +2750,7 @@ func (x *StateRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
 func (*StateRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StateRoot) GetHeight() int64 {
@@ -2724,7 +2797,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2809,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2822,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SnapshotMeta) GetState() *StateRoot {
@@ -2807,7 +2880,7 @@ type SnapshotBlock struct {
 
 func (x *SnapshotBlock) Reset() {
 	*x = SnapshotBlock{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2892,7 @@ func (x *SnapshotBlock) String() string {
 func (*SnapshotBlock) ProtoMessage() {}
 
 func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +2905,7 @@ func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
 func (*SnapshotBlock) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SnapshotBlock) GetHeight() int64 {
@@ -2868,7 +2941,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2880,7 +2953,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3041,13 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\bindexers\x18\x05 \x03(\v2\x12.byzlog.v1.IndexerR\bindexers\"@\n" +
 	"\bAdminSet\x12\x16\n" +
 	"\x06admins\x18\x01 \x03(\fR\x06admins\x12\x1c\n" +
-	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"<\n" +
+	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"{\n" +
+	"\x05Rules\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05since\x18\x02 \x01(\x03R\x05since\x12!\n" +
+	"\fnext_version\x18\x03 \x01(\x04R\vnextVersion\x12\x1f\n" +
+	"\vnext_height\x18\x04 \x01(\x03R\n" +
+	"nextHeight\"<\n" +
 	"\n" +
 	"IndexerSet\x12.\n" +
 	"\bindexers\x18\x01 \x03(\v2\x12.byzlog.v1.IndexerR\bindexers\"\xb7\x01\n" +
@@ -3166,77 +3245,78 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*ChunkedValue)(nil),       // 1: byzlog.v1.ChunkedValue
 	(*Limits)(nil),             // 2: byzlog.v1.Limits
 	(*ChainParams)(nil),        // 3: byzlog.v1.ChainParams
 	(*AdminSet)(nil),           // 4: byzlog.v1.AdminSet
-	(*IndexerSet)(nil),         // 5: byzlog.v1.IndexerSet
-	(*Indexer)(nil),            // 6: byzlog.v1.Indexer
-	(*Pruning)(nil),            // 7: byzlog.v1.Pruning
-	(*ValidatorSet)(nil),       // 8: byzlog.v1.ValidatorSet
-	(*Validator)(nil),          // 9: byzlog.v1.Validator
-	(*TopicState)(nil),         // 10: byzlog.v1.TopicState
-	(*PartitionState)(nil),     // 11: byzlog.v1.PartitionState
-	(*ProducerState)(nil),      // 12: byzlog.v1.ProducerState
-	(*BatchRef)(nil),           // 13: byzlog.v1.BatchRef
-	(*GroupOffset)(nil),        // 14: byzlog.v1.GroupOffset
-	(*BatchResult)(nil),        // 15: byzlog.v1.BatchResult
-	(*TxOutcome)(nil),          // 16: byzlog.v1.TxOutcome
-	(*PartitionInfo)(nil),      // 17: byzlog.v1.PartitionInfo
-	(*TopicInfo)(nil),          // 18: byzlog.v1.TopicInfo
-	(*AppState)(nil),           // 19: byzlog.v1.AppState
-	(*TopicList)(nil),          // 20: byzlog.v1.TopicList
-	(*TopicRequest)(nil),       // 21: byzlog.v1.TopicRequest
-	(*RecordsRequest)(nil),     // 22: byzlog.v1.RecordsRequest
-	(*RecordsResponse)(nil),    // 23: byzlog.v1.RecordsResponse
-	(*GroupRequest)(nil),       // 24: byzlog.v1.GroupRequest
-	(*GroupOffsets)(nil),       // 25: byzlog.v1.GroupOffsets
-	(*ProducerRequest)(nil),    // 26: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),       // 27: byzlog.v1.NonceRequest
-	(*NonceResponse)(nil),      // 28: byzlog.v1.NonceResponse
-	(*ResultProof)(nil),        // 29: byzlog.v1.ResultProof
-	(*BlockDigest)(nil),        // 30: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),      // 31: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),        // 32: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),      // 33: byzlog.v1.DigestRequest
-	(*ProofRequest)(nil),       // 34: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),        // 35: byzlog.v1.RecordProof
-	(*StateRoot)(nil),          // 36: byzlog.v1.StateRoot
-	(*SnapshotMeta)(nil),       // 37: byzlog.v1.SnapshotMeta
-	(*SnapshotBlock)(nil),      // 38: byzlog.v1.SnapshotBlock
-	(*ChunkedValue_Chunk)(nil), // 39: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 40: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 41: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 42: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 43: byzlog.v1.PartitionOffset
+	(*Rules)(nil),              // 5: byzlog.v1.Rules
+	(*IndexerSet)(nil),         // 6: byzlog.v1.IndexerSet
+	(*Indexer)(nil),            // 7: byzlog.v1.Indexer
+	(*Pruning)(nil),            // 8: byzlog.v1.Pruning
+	(*ValidatorSet)(nil),       // 9: byzlog.v1.ValidatorSet
+	(*Validator)(nil),          // 10: byzlog.v1.Validator
+	(*TopicState)(nil),         // 11: byzlog.v1.TopicState
+	(*PartitionState)(nil),     // 12: byzlog.v1.PartitionState
+	(*ProducerState)(nil),      // 13: byzlog.v1.ProducerState
+	(*BatchRef)(nil),           // 14: byzlog.v1.BatchRef
+	(*GroupOffset)(nil),        // 15: byzlog.v1.GroupOffset
+	(*BatchResult)(nil),        // 16: byzlog.v1.BatchResult
+	(*TxOutcome)(nil),          // 17: byzlog.v1.TxOutcome
+	(*PartitionInfo)(nil),      // 18: byzlog.v1.PartitionInfo
+	(*TopicInfo)(nil),          // 19: byzlog.v1.TopicInfo
+	(*AppState)(nil),           // 20: byzlog.v1.AppState
+	(*TopicList)(nil),          // 21: byzlog.v1.TopicList
+	(*TopicRequest)(nil),       // 22: byzlog.v1.TopicRequest
+	(*RecordsRequest)(nil),     // 23: byzlog.v1.RecordsRequest
+	(*RecordsResponse)(nil),    // 24: byzlog.v1.RecordsResponse
+	(*GroupRequest)(nil),       // 25: byzlog.v1.GroupRequest
+	(*GroupOffsets)(nil),       // 26: byzlog.v1.GroupOffsets
+	(*ProducerRequest)(nil),    // 27: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),       // 28: byzlog.v1.NonceRequest
+	(*NonceResponse)(nil),      // 29: byzlog.v1.NonceResponse
+	(*ResultProof)(nil),        // 30: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),        // 31: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),      // 32: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),        // 33: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),      // 34: byzlog.v1.DigestRequest
+	(*ProofRequest)(nil),       // 35: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 36: byzlog.v1.RecordProof
+	(*StateRoot)(nil),          // 37: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 38: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 39: byzlog.v1.SnapshotBlock
+	(*ChunkedValue_Chunk)(nil), // 40: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 41: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 42: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 43: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 44: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	40, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	39, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	41, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	40, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	2,  // 2: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	6,  // 3: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
-	6,  // 4: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
-	6,  // 5: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
-	9,  // 6: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	41, // 7: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	42, // 8: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
-	15, // 9: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	41, // 10: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	17, // 11: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	7,  // 3: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
+	7,  // 4: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
+	7,  // 5: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
+	10, // 6: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
+	42, // 7: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	43, // 8: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	16, // 9: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	42, // 10: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	18, // 11: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	3,  // 12: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	18, // 13: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	43, // 14: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	42, // 15: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	29, // 16: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	31, // 17: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	32, // 18: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	31, // 19: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	32, // 20: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	36, // 21: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	32, // 22: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	19, // 13: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	44, // 14: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	43, // 15: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	30, // 16: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	32, // 17: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	33, // 18: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	32, // 19: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	33, // 20: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	37, // 21: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	33, // 22: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
 	23, // [23:23] is the sub-list for method output_type
 	23, // [23:23] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
@@ -3256,7 +3336,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

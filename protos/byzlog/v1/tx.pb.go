@@ -896,6 +896,7 @@ type AdminBody struct {
 	//	*AdminBody_SetValidator
 	//	*AdminBody_SetAdmins
 	//	*AdminBody_SetIndexer
+	//	*AdminBody_ScheduleUpgrade
 	Op isAdminBody_Op `protobuf_oneof:"op"`
 	// The last height this request may commit at; 0: no expiry. A request
 	// signed for a future nonce and kept back cannot be played long after.
@@ -1009,6 +1010,15 @@ func (x *AdminBody) GetSetIndexer() *SetIndexer {
 	return nil
 }
 
+func (x *AdminBody) GetScheduleUpgrade() *ScheduleUpgrade {
+	if x != nil {
+		if x, ok := x.Op.(*AdminBody_ScheduleUpgrade); ok {
+			return x.ScheduleUpgrade
+		}
+	}
+	return nil
+}
+
 func (x *AdminBody) GetExpiryHeight() int64 {
 	if x != nil {
 		return x.ExpiryHeight
@@ -1044,6 +1054,10 @@ type AdminBody_SetIndexer struct {
 	SetIndexer *SetIndexer `protobuf:"bytes,9,opt,name=set_indexer,json=setIndexer,proto3,oneof"`
 }
 
+type AdminBody_ScheduleUpgrade struct {
+	ScheduleUpgrade *ScheduleUpgrade `protobuf:"bytes,10,opt,name=schedule_upgrade,json=scheduleUpgrade,proto3,oneof"`
+}
+
 func (*AdminBody_CreateTopic) isAdminBody_Op() {}
 
 func (*AdminBody_UpdateTopic) isAdminBody_Op() {}
@@ -1055,6 +1069,8 @@ func (*AdminBody_SetValidator) isAdminBody_Op() {}
 func (*AdminBody_SetAdmins) isAdminBody_Op() {}
 
 func (*AdminBody_SetIndexer) isAdminBody_Op() {}
+
+func (*AdminBody_ScheduleUpgrade) isAdminBody_Op() {}
 
 // CreateTopic creates a topic; its name is 1..249 characters of
 // [a-zA-Z0-9._-], as in Kafka.
@@ -1391,6 +1407,65 @@ func (x *SetIndexer) GetRemove() bool {
 	return false
 }
 
+// ScheduleUpgrade schedules the switch to a new version of the state
+// machine's rules at a height (the admin set's threshold). Validators
+// replace byzlog-app one by one before it with a build that knows the
+// version; the new build runs the old rules until the height, and a build
+// that does not know the version stops at the height instead of
+// executing the block differently. Version 0 cancels the plan.
+type ScheduleUpgrade struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	RulesVersion uint64                 `protobuf:"varint,1,opt,name=rules_version,json=rulesVersion,proto3" json:"rules_version,omitempty"`
+	// At least wire.MinUpgradeLead blocks after the request's block.
+	Height        int64 `protobuf:"varint,2,opt,name=height,proto3" json:"height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScheduleUpgrade) Reset() {
+	*x = ScheduleUpgrade{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScheduleUpgrade) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScheduleUpgrade) ProtoMessage() {}
+
+func (x *ScheduleUpgrade) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScheduleUpgrade.ProtoReflect.Descriptor instead.
+func (*ScheduleUpgrade) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ScheduleUpgrade) GetRulesVersion() uint64 {
+	if x != nil {
+		return x.RulesVersion
+	}
+	return 0
+}
+
+func (x *ScheduleUpgrade) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
 // IndexerProgress is a registered indexer's signed report that it has
 // published every block up to a height: nodes may prune below it.
 type IndexerProgress struct {
@@ -1405,7 +1480,7 @@ type IndexerProgress struct {
 
 func (x *IndexerProgress) Reset() {
 	*x = IndexerProgress{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1417,7 +1492,7 @@ func (x *IndexerProgress) String() string {
 func (*IndexerProgress) ProtoMessage() {}
 
 func (x *IndexerProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1430,7 +1505,7 @@ func (x *IndexerProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerProgress.ProtoReflect.Descriptor instead.
 func (*IndexerProgress) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IndexerProgress) GetBody() []byte {
@@ -1467,7 +1542,7 @@ type IndexerProgressBody struct {
 
 func (x *IndexerProgressBody) Reset() {
 	*x = IndexerProgressBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1554,7 @@ func (x *IndexerProgressBody) String() string {
 func (*IndexerProgressBody) ProtoMessage() {}
 
 func (x *IndexerProgressBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1567,7 @@ func (x *IndexerProgressBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerProgressBody.ProtoReflect.Descriptor instead.
 func (*IndexerProgressBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IndexerProgressBody) GetChainId() string {
@@ -1524,7 +1599,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1611,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1624,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommitOffsets) GetBody() []byte {
@@ -1593,7 +1668,7 @@ type CommitOffsetsBody struct {
 
 func (x *CommitOffsetsBody) Reset() {
 	*x = CommitOffsetsBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1605,7 +1680,7 @@ func (x *CommitOffsetsBody) String() string {
 func (*CommitOffsetsBody) ProtoMessage() {}
 
 func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1618,7 +1693,7 @@ func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsBody.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CommitOffsetsBody) GetGroup() string {
@@ -1676,7 +1751,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1688,7 +1763,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1701,7 +1776,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PartitionOffset) GetTopic() string {
@@ -1789,7 +1864,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fcosignatures\x18\x04 \x03(\v2\x19.byzlog.v1.AdminSignatureR\fcosignatures\"K\n" +
 	"\x0eAdminSignature\x12\x1b\n" +
 	"\tadmin_key\x18\x01 \x01(\fR\badminKey\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xcf\x03\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x98\x04\n" +
 	"\tAdminBody\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12;\n" +
@@ -1800,7 +1875,9 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\n" +
 	"set_admins\x18\b \x01(\v2\x14.byzlog.v1.SetAdminsH\x00R\tsetAdmins\x128\n" +
 	"\vset_indexer\x18\t \x01(\v2\x15.byzlog.v1.SetIndexerH\x00R\n" +
-	"setIndexer\x12#\n" +
+	"setIndexer\x12G\n" +
+	"\x10schedule_upgrade\x18\n" +
+	" \x01(\v2\x1a.byzlog.v1.ScheduleUpgradeH\x00R\x0fscheduleUpgrade\x12#\n" +
 	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeightB\x04\n" +
 	"\x02op\"Q\n" +
 	"\vCreateTopic\x12\x12\n" +
@@ -1821,7 +1898,10 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"SetIndexer\x12\x17\n" +
 	"\apub_key\x18\x01 \x01(\fR\x06pubKey\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
-	"\x06remove\x18\x03 \x01(\bR\x06remove\"d\n" +
+	"\x06remove\x18\x03 \x01(\bR\x06remove\"N\n" +
+	"\x0fScheduleUpgrade\x12#\n" +
+	"\rrules_version\x18\x01 \x01(\x04R\frulesVersion\x12\x16\n" +
+	"\x06height\x18\x02 \x01(\x03R\x06height\"d\n" +
 	"\x0fIndexerProgress\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1f\n" +
 	"\vindexer_key\x18\x02 \x01(\fR\n" +
@@ -1865,7 +1945,7 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_byzlog_v1_tx_proto_goTypes = []any{
 	(Codec)(0),                  // 0: byzlog.v1.Codec
 	(*Tx)(nil),                  // 1: byzlog.v1.Tx
@@ -1886,17 +1966,18 @@ var file_byzlog_v1_tx_proto_goTypes = []any{
 	(*SetValidator)(nil),        // 16: byzlog.v1.SetValidator
 	(*SetAdmins)(nil),           // 17: byzlog.v1.SetAdmins
 	(*SetIndexer)(nil),          // 18: byzlog.v1.SetIndexer
-	(*IndexerProgress)(nil),     // 19: byzlog.v1.IndexerProgress
-	(*IndexerProgressBody)(nil), // 20: byzlog.v1.IndexerProgressBody
-	(*CommitOffsets)(nil),       // 21: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil),   // 22: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),     // 23: byzlog.v1.PartitionOffset
+	(*ScheduleUpgrade)(nil),     // 19: byzlog.v1.ScheduleUpgrade
+	(*IndexerProgress)(nil),     // 20: byzlog.v1.IndexerProgress
+	(*IndexerProgressBody)(nil), // 21: byzlog.v1.IndexerProgressBody
+	(*CommitOffsets)(nil),       // 22: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil),   // 23: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),     // 24: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	2,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
 	10, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	21, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
-	19, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
+	22, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	20, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
 	3,  // 4: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
 	0,  // 5: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
 	5,  // 6: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
@@ -1909,14 +1990,15 @@ var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	16, // 13: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
 	17, // 14: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
 	18, // 15: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
-	9,  // 16: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	9,  // 17: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	23, // 18: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	19, // 16: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
+	9,  // 17: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	9,  // 18: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	24, // 19: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -1937,6 +2019,7 @@ func file_byzlog_v1_tx_proto_init() {
 		(*AdminBody_SetValidator)(nil),
 		(*AdminBody_SetAdmins)(nil),
 		(*AdminBody_SetIndexer)(nil),
+		(*AdminBody_ScheduleUpgrade)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1944,7 +2027,7 @@ func file_byzlog_v1_tx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

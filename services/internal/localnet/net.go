@@ -232,6 +232,10 @@ func (n *Net) portsFree() error {
 	return nil
 }
 
+// SetRetainBlocks changes the apps' --retain-blocks from the next time each
+// starts (the saved config keeps the one the network was made with).
+func (n *Net) SetRetainBlocks(b int64) { n.cfg.RetainBlocks = b }
+
 // StartNode starts node i's app, waits for its ABCI port, then starts its
 // cometbft node.
 func (n *Net) StartNode(ctx context.Context, i int) error {

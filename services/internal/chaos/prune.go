@@ -1,0 +1,122 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// pruneRetainBlocks is the apps' --retain-blocks under prune-indexer, and
+// pruneMoveOn how many blocks the chain moves on while the indexer is
+// down: past the retained blocks and the older of the two snapshots kept
+// (every 100 blocks), so without the indexer's mark the nodes would prune
+// past where it stopped.
+const (
+	pruneRetainBlocks = 100
+	pruneMoveOn       = 220
+)
+
+// pruneIndexer turns pruning on (every validator restarted in turn, the
+// first time), kills the indexer, and returns the heal: once the chain has
+// moved pruneMoveOn blocks on, every node must still serve the blocks
+// after the indexer's last report; then the indexer starts again.
+func pruneIndexer(ctx context.Context, c *Cluster) (string, func(context.Context) error, error) {
+	if c.Net.Config().RetainBlocks == 0 {
+		c.Net.SetRetainBlocks(pruneRetainBlocks)
+		for i := 0; i < c.validators(); i++ {
+			if err := c.Net.KillNode(i); err != nil {
+				return "", nil, err
+			}
+			if err := c.Net.StartNode(ctx, i); err != nil {
+				return "", nil, err
+			}
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err := c.Net.WaitHeight(wctx, []int{i}, maxCommitted(ctx, c)+1, io.Discard)
+			cancel()
+			if err != nil {
+				return "", nil, fmt.Errorf("node%d restarted with --retain-blocks %d did not catch up: %w", i, pruneRetainBlocks, err)
+			}
+		}
+		c.note(fmt.Sprintf("every validator restarted with --retain-blocks %d", pruneRetainBlocks))
+	}
+	// Until the indexer has reported and a snapshot exists, nothing would
+	// be pruned: wait for both (a young chain, when run alone).
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		p, err := nodePruning(ctx, c, 0)
+		if err != nil {
+			return "", nil, err
+		}
+		if p.OldestSnapshot > 0 && len(p.Indexers) > 0 && p.Indexers[0].PublishedHeight > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return "", nil, fmt.Errorf("after 3 minutes node0 has no snapshot or no indexer report yet: %v", p)
+		}
+		sleep(ctx, time.Second)
+	}
+	if err := c.Net.Kill(c.Services, localnet.IndexerName); err != nil {
+		return "", nil, err
+	}
+	killedAt := maxCommitted(ctx, c)
+	heal := func(ctx context.Context) error {
+		wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		err := c.Net.WaitHeight(wctx, c.allNodes(), killedAt+pruneMoveOn, io.Discard)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("the chain did not move %d blocks on with the indexer down: %w", pruneMoveOn, err)
+		}
+		// Read the mark now: the indexer's last report may have committed
+		// after it was killed.
+		var published int64 = -1
+		for i := 0; i < c.validators(); i++ {
+			p, err := nodePruning(ctx, c, i)
+			if err != nil {
+				return err
+			}
+			for _, x := range p.Indexers {
+				if x.Name == localnet.IndexerID {
+					published = x.PublishedHeight
+				}
+			}
+			if published < 0 {
+				return fmt.Errorf("node%d: the network's indexer is not registered (%v)", i, p)
+			}
+			if p.RetainHeight > published {
+				return fmt.Errorf("node%d prunes below %d, past the stopped indexer's published height %d (%s)", i, p.RetainHeight, published, p.HeldBy)
+			}
+			c.note(fmt.Sprintf("node%d at %d keeps blocks from %d (held by %s, indexer at %d)", i, p.Height, p.RetainHeight, p.HeldBy, published))
+		}
+		return c.Net.Start(ctx, c.Services, localnet.IndexerName)
+	}
+	return "indexer", heal, nil
+}
+
+// nodePruning is node i's answer to /pruning.
+func nodePruning(ctx context.Context, c *Cluster, i int) (*byzlogv1.Pruning, error) {
+	cl, err := c.Net.Client(i)
+	if err != nil {
+		return nil, err
+	}
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := cl.ABCIQuery(qctx, wire.PathPruning, nil)
+	if err != nil {
+		return nil, fmt.Errorf("node%d %s: %w", i, wire.PathPruning, err)
+	}
+	if res.Response.Code != 0 {
+		return nil, fmt.Errorf("node%d %s: %s", i, wire.PathPruning, res.Response.Log)
+	}
+	var p byzlogv1.Pruning
+	if err := proto.Unmarshal(res.Response.Value, &p); err != nil {
+		return nil, fmt.Errorf("node%d %s: %w", i, wire.PathPruning, err)
+	}
+	return &p, nil
+}
