@@ -112,7 +112,7 @@ Producers verify every receipt against the chain (light client from the
 cluster's genesis), as the SDK does by default; --no-verify turns that off to
 show what a lying gateway then gets acknowledged.
 
-The nemeses crash-app and byzantine-proposer need byzlog-app-failpoints (the
+The nemeses crash-app, byzantine-proposer and rolling-restart need byzlog-app-failpoints (the
 -tags failpoints build; make chaos builds it) next to this binary.
 
 The validators reach each other through loopback TCP proxies run by this

@@ -9,6 +9,7 @@ import (
 	"github.com/byzlog/byzlog/gateway/client"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -356,6 +357,28 @@ var Nemeses = []Nemesis{
 				}
 				return c.Net.StartNode(ctx, i)
 			}, nil
+		},
+	},
+	{
+		Name: "statesync-one", Doc: "stop a validator (in turn), wipe it (cometbft reset-state, the app's state and snapshots; the signing state raised past the tip) and start it with [statesync]: it must restore a snapshot its app checks against the light-client-verified app hash, not replay from height 1, and catch up",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return stateSyncOne(ctx, c, round%c.validators())
+		},
+	},
+	{
+		Name: "rolling-restart", Doc: "restart every validator one by one, each on the other byzlog-app binary than it ran (the failpoints build without failpoints, then the release build, in turn), each caught up before the next: a binary replaced validator by validator under load",
+		NeedsFailpoints: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			bin := c.FailpointApp
+			if round%2 == 1 {
+				bin = c.Net.Config().App
+			}
+			for i := 0; i < c.validators(); i++ {
+				if err := restartCaughtUp(ctx, c, i, bin); err != nil {
+					return "", nil, err
+				}
+			}
+			return filepath.Base(bin), func(context.Context) error { return nil }, nil
 		},
 	},
 	{

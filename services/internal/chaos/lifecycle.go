@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -31,17 +34,8 @@ func pruneIndexer(ctx context.Context, c *Cluster) (string, func(context.Context
 	if c.Net.Config().RetainBlocks == 0 {
 		c.Net.SetRetainBlocks(pruneRetainBlocks)
 		for i := 0; i < c.validators(); i++ {
-			if err := c.Net.KillNode(i); err != nil {
+			if err := restartCaughtUp(ctx, c, i, c.Net.Config().App); err != nil {
 				return "", nil, err
-			}
-			if err := c.Net.StartNode(ctx, i); err != nil {
-				return "", nil, err
-			}
-			wctx, cancel := context.WithTimeout(ctx, time.Minute)
-			err := c.Net.WaitHeight(wctx, []int{i}, maxCommitted(ctx, c)+1, io.Discard)
-			cancel()
-			if err != nil {
-				return "", nil, fmt.Errorf("node%d restarted with --retain-blocks %d did not catch up: %w", i, pruneRetainBlocks, err)
 			}
 		}
 		c.note(fmt.Sprintf("every validator restarted with --retain-blocks %d", pruneRetainBlocks))
@@ -119,4 +113,71 @@ func nodePruning(ctx context.Context, c *Cluster, i int) (*byzlogv1.Pruning, err
 		return nil, fmt.Errorf("node%d %s: %w", i, wire.PathPruning, err)
 	}
 	return &p, nil
+}
+
+// restartCaughtUp kills validator i, starts it on app binary bin and waits
+// (a minute at most) until it has caught up with the others.
+func restartCaughtUp(ctx context.Context, c *Cluster, i int, bin string) error {
+	if err := c.Net.KillNode(i); err != nil {
+		return err
+	}
+	if err := c.Net.StartNodeWith(ctx, i, bin, nil); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.Net.WaitHeight(wctx, []int{i}, maxCommitted(ctx, c)+1, io.Discard); err != nil {
+		return fmt.Errorf("node%d restarted on %s did not catch up: %w", i, bin, err)
+	}
+	return nil
+}
+
+// stateSyncOne wipes validator i and makes it join by state sync; the
+// heal starts it and checks that its app restored a snapshot.
+func stateSyncOne(ctx context.Context, c *Cluster, i int) (string, func(context.Context) error, error) {
+	cfg := c.Net.Config()
+	if cfg.SnapshotInterval == 0 {
+		return "", nil, fmt.Errorf("statesync-one needs snapshots: the cluster was made with snapshot_interval 0")
+	}
+	// The first snapshot is served from height interval+StateRootLag.
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	err := c.Net.WaitHeight(wctx, c.allNodes(), int64(cfg.SnapshotInterval)+wire.StateRootLag+2, io.Discard)
+	cancel()
+	if err != nil {
+		return "", nil, fmt.Errorf("no snapshot yet: %w", err)
+	}
+	if err := c.Net.KillNode(i); err != nil {
+		return "", nil, err
+	}
+	if err := c.Net.ResetNode(ctx, i); err != nil {
+		return "", nil, err
+	}
+	if err := c.Net.StateSyncNode(ctx, i); err != nil {
+		return "", nil, err
+	}
+	logPath := filepath.Join(c.Net.Home(i), "app.log")
+	var from int64
+	if st, err := os.Stat(logPath); err == nil {
+		from = st.Size()
+	}
+	what := fmt.Sprintf("node%d", i)
+	return what, func(ctx context.Context) error {
+		if err := c.Net.StartNode(ctx, i); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		if err := c.Net.WaitHeight(wctx, []int{i}, maxCommitted(ctx, c)+1, io.Discard); err != nil {
+			return fmt.Errorf("%s did not catch up by state sync: %w", what, err)
+		}
+		b, err := os.ReadFile(logPath)
+		if err != nil {
+			return err
+		}
+		if int64(len(b)) < from || !strings.Contains(string(b[from:]), "snapshot restored") {
+			return fmt.Errorf("%s caught up without restoring a snapshot (its app log says no \"snapshot restored\")", what)
+		}
+		c.note(what + " restored a snapshot")
+		return nil
+	}, nil
 }
