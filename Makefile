@@ -119,6 +119,10 @@ bench-core: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns
 bench-gateway: build ## via-gateway records/s and receipt latency vs one-record txs, and a linger/bundle-size sweep (BYZLOG_BENCH_SECONDS, default 20)
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchGateway github.com/byzlog/byzlog/services/e2e
 
+.PHONY: bench-join
+bench-join: build ## time for a wiped validator to reach the tip by replay from genesis and by state sync, at BYZLOG_JOIN_BLOCKS (1000,20000) blocks of history (~1.5 h for both; e2e TestStateSyncJoin is the short variant)
+	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 4h -v -run TestBenchJoin github.com/byzlog/byzlog/services/e2e
+
 .PHONY: bench-indexer
 bench-indexer: build ## commit→subscriber latency and the indexer's catch-up publish rate (BYZLOG_BENCH_SECONDS, default 20)
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchIndexer github.com/byzlog/byzlog/services/e2e

@@ -197,6 +197,10 @@ func (n *Net) ResetNode(ctx context.Context, i int) error {
 			return fmt.Errorf("reset node%d: remove the app's data: %w", i, err)
 		}
 	}
+	// A node state-synced before (StateSyncNode) replays from its peers now.
+	if err := n.writeNodeConfig(i, nil); err != nil {
+		return err
+	}
 	return RaiseSignState(filepath.Join(n.cfg.home(i), "data", "priv_validator_state.json"), tip+2)
 }
 
@@ -269,6 +273,17 @@ func (n *Net) StateSyncNode(ctx context.Context, i int) error {
 		}
 		hash = h
 	}
+	return n.writeNodeConfig(i, func(cfg *cmtcfg.Config) {
+		cfg.StateSync.Enable = true
+		cfg.StateSync.RPCServers = []string{n.cfg.RPCAddr(others[0]), n.cfg.RPCAddr(others[1])}
+		cfg.StateSync.TrustHeight, cfg.StateSync.TrustHash = height, hash
+		cfg.StateSync.DiscoveryTime = 5 * time.Second
+	})
+}
+
+// writeNodeConfig writes node i's config.toml as the network makes it,
+// changed by edit (nil: as made).
+func (n *Net) writeNodeConfig(i int, edit func(*cmtcfg.Config)) error {
 	ids := make([]p2p.ID, n.cfg.Validators)
 	for j := range ids {
 		key, err := p2p.LoadNodeKey(filepath.Join(n.cfg.home(j), "config", "node_key.json"))
@@ -278,10 +293,9 @@ func (n *Net) StateSyncNode(ctx context.Context, i int) error {
 		ids[j] = key.ID()
 	}
 	cfg := n.cfg.nodeConfig(i, ids)
-	cfg.StateSync.Enable = true
-	cfg.StateSync.RPCServers = []string{n.cfg.RPCAddr(others[0]), n.cfg.RPCAddr(others[1])}
-	cfg.StateSync.TrustHeight, cfg.StateSync.TrustHash = height, hash
-	cfg.StateSync.DiscoveryTime = 5 * time.Second
+	if edit != nil {
+		edit(cfg)
+	}
 	cmtcfg.WriteConfigFile(filepath.Join(n.cfg.home(i), "config", "config.toml"), cfg)
 	return nil
 }

@@ -1,0 +1,137 @@
+//go:build e2e && bench
+
+package e2e
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/byzlog/byzlog/protos/wire"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// TestBenchJoin measures how long a wiped validator takes to reach the
+// tip of a chain with BYZLOG_JOIN_BLOCKS blocks of history (default
+// 1000,20000), by replaying every block from its peers and by state sync
+// (snapshots every 100 blocks), in the same run, with records flowing.
+// Both are printed with each node's disk; the ratio is the figure.
+func TestBenchJoin(t *testing.T) {
+	var heights []int64
+	spec := os.Getenv("BYZLOG_JOIN_BLOCKS")
+	if spec == "" {
+		spec = "1000,20000"
+	}
+	for _, s := range strings.Split(spec, ",") {
+		h, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+		if err != nil || h < 200 {
+			t.Fatalf("BYZLOG_JOIN_BLOCKS=%q: want heights of 200 or more, comma-separated", spec)
+		}
+		heights = append(heights, h)
+	}
+	budget := 10 * time.Minute
+	for _, h := range heights {
+		budget += time.Duration(h) * 200 * time.Millisecond // ~5 blocks/s at the slowest
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	defer cancel()
+	n, chainID := startNetWith(ctx, t, 9000, func(c *localnet.Config) {
+		c.TimeoutCommit = localnet.Duration(20 * time.Millisecond)
+	})
+	adminKey, err := n.AdminKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &producer{signer: wire.NewSigner(adminKey, chainID), topic: "log"}
+	c, err := n.Client(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx, stopLoad := context.WithCancel(ctx)
+	var load sync.WaitGroup
+	load.Add(1)
+	go func() { // ~100 records/s, a record a transaction
+		defer load.Done()
+		for lctx.Err() == nil {
+			if _, err := c.BroadcastTxSync(lctx, p.tx(t)); err != nil && lctx.Err() == nil {
+				t.Errorf("load: %v", err)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	defer func() { stopLoad(); load.Wait() }()
+
+	// join wipes node3 and times it to the height the others had when it
+	// started.
+	join := func(stateSync bool) time.Duration {
+		t.Helper()
+		if err := n.KillNode(3); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.ResetNode(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		if stateSync {
+			if err := n.StateSyncNode(ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tip := maxHeight(ctx, n, []int{0, 1, 2})
+		start := time.Now()
+		if err := n.StartNode(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		for maxHeight(ctx, n, []int{3}) < tip {
+			if ctx.Err() != nil {
+				t.Fatalf("node3 did not reach %d (state sync %v)", tip, stateSync)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	for _, h := range heights {
+		if err := waitHeightWithin(ctx, n, []int{0, 1, 2, 3}, h); err != nil {
+			t.Fatal(err)
+		}
+		replay := join(false)
+		synced := join(true)
+		t.Logf("history %d blocks (%d records): replay from genesis %s, state sync %s, %.1fx; disk node0 %s, node3 after state sync %s",
+			h, p.seq, replay.Round(100*time.Millisecond), synced.Round(100*time.Millisecond), float64(replay)/float64(synced),
+			dirSize(n.Home(0)), dirSize(n.Home(3)))
+	}
+	assertAgree(ctx, t, n, []int{0, 1, 2, 3})
+}
+
+// waitHeightWithin waits, without waitHeight's step bound, until nodes
+// reach h.
+func waitHeightWithin(ctx context.Context, n *localnet.Net, nodes []int, h int64) error {
+	for maxHeight(ctx, n, nodes) < h {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+// dirSize is the bytes under dir, in MiB.
+func dirSize(dir string) string {
+	var total int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				total += info.Size()
+			}
+		}
+		return nil
+	})
+	return strconv.FormatFloat(float64(total)/(1<<20), 'f', 1, 64) + " MiB"
+}
