@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -179,5 +181,87 @@ func stateSyncOne(ctx context.Context, c *Cluster, i int) (string, func(context.
 		}
 		c.note(what + " restored a snapshot")
 		return nil
+	}, nil
+}
+
+// joinPower is the fifth validator's power: a quarter of the four genesis
+// validators' 40, within the third of the power one block may move.
+const joinPower = 10
+
+// joinValidator adds a node by state sync, waits for it to catch up, and
+// makes it a validator; the heal removes it and stops the node.
+func joinValidator(ctx context.Context, c *Cluster) (string, func(context.Context) error, error) {
+	if c.Net.Config().SnapshotInterval == 0 {
+		return "", nil, fmt.Errorf("join-validator needs snapshots: the cluster was made with snapshot_interval 0")
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	err := c.Net.WaitHeight(wctx, c.allNodes(), int64(c.Net.Config().SnapshotInterval)+wire.StateRootLag+2, io.Discard)
+	cancel()
+	if err != nil {
+		return "", nil, fmt.Errorf("no snapshot yet: %w", err)
+	}
+	i, err := c.Net.AddNode(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	what := fmt.Sprintf("node%d", i)
+	fail := func(err error) (string, func(context.Context) error, error) {
+		return "", nil, errors.Join(err, c.Net.RemoveNode(i))
+	}
+	logPath := filepath.Join(c.Net.Home(i), "app.log")
+	var from int64
+	if st, err := os.Stat(logPath); err == nil {
+		from = st.Size() // a node added before, wiped since
+	}
+	start := time.Now()
+	if err := c.Net.StartNode(ctx, i); err != nil {
+		return fail(err)
+	}
+	wctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+	err = c.Net.WaitHeight(wctx, []int{i}, maxCommitted(ctx, c), io.Discard)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("%s did not catch up by state sync: %w", what, err))
+	}
+	joined := time.Since(start)
+	b, err := os.ReadFile(logPath)
+	if err != nil || int64(len(b)) < from || !strings.Contains(string(b[from:]), "snapshot restored") {
+		return fail(fmt.Errorf("%s caught up without restoring a snapshot (its app log says no \"snapshot restored\")", what))
+	}
+	key, err := c.Net.ValidatorKey(i)
+	if err != nil {
+		return fail(err)
+	}
+	setPower := func(ctx context.Context, power int64) (int64, error) {
+		trust, err := c.Trust()
+		if err != nil {
+			return 0, err
+		}
+		transport, err := c.Transport()
+		if err != nil {
+			return 0, err
+		}
+		adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
+		if err != nil {
+			return 0, err
+		}
+		defer adm.Close()
+		return adm.SetValidator(ctx, key, power)
+	}
+	h, err := setPower(ctx, joinPower)
+	if err != nil {
+		return fail(fmt.Errorf("make %s a validator: %w", what, err))
+	}
+	c.note(fmt.Sprintf("%s joined by state sync in %s and is a validator from height %d", what, joined.Round(100*time.Millisecond), h+2))
+	return what, func(ctx context.Context) error {
+		h, err := setPower(ctx, 0)
+		if err != nil {
+			return fmt.Errorf("remove validator %s: %w", what, err)
+		}
+		// CometBFT applies it two blocks on; the node stops after.
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = c.Net.WaitHeight(wctx, c.allNodes(), h+3, io.Discard)
+		cancel()
+		return errors.Join(err, c.Net.RemoveNode(i))
 	}, nil
 }

@@ -366,6 +366,12 @@ var Nemeses = []Nemesis{
 		},
 	},
 	{
+		Name: "join-validator", Doc: "add a fifth node that joins by state sync under load (it must restore a snapshot), make it a validator (SetValidator, power 10), then remove it (power 0) and stop it; each round a new join from a wiped node",
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			return joinValidator(ctx, c)
+		},
+	},
+	{
 		Name: "rolling-restart", Doc: "restart every validator one by one, each on the other byzlog-app binary than it ran (the failpoints build without failpoints, then the release build, in turn), each caught up before the next: a binary replaced validator by validator under load",
 		NeedsFailpoints: true,
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {

@@ -299,3 +299,68 @@ func (n *Net) writeNodeConfig(i int, edit func(*cmtcfg.Config)) error {
 	cmtcfg.WriteConfigFile(filepath.Join(n.cfg.home(i), "config", "config.toml"), cfg)
 	return nil
 }
+
+// AddNode makes a new node beside the validators, node Validators+k: its
+// keys from cometbft init, the network's genesis, the validators as
+// persistent peers (directly, not through peer proxies) and [statesync]
+// from two of them (StateSyncNode). StartNode starts it: it joins by state
+// sync, as a full node until a SetValidator gives its key power. Status,
+// WaitHeight and Down count it until RemoveNode. A node added, removed and
+// added again is wiped (ResetNode) and state-syncs again.
+func (n *Net) AddNode(ctx context.Context) (int, error) {
+	i := n.nodes()
+	home := n.cfg.home(i)
+	if _, err := os.Stat(filepath.Join(home, "config", "priv_validator_key.json")); err != nil {
+		if out, err := exec.Command(n.cfg.CometBFT, "init", "--home", home).CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("add node%d: cometbft init: %w\n%s", i, err, out)
+		}
+		gen, err := os.ReadFile(filepath.Join(n.cfg.home(0), "config", "genesis.json"))
+		if err != nil {
+			return 0, fmt.Errorf("add node%d: %w", i, err)
+		}
+		if err := os.WriteFile(filepath.Join(home, "config", "genesis.json"), gen, 0o644); err != nil {
+			return 0, fmt.Errorf("add node%d: %w", i, err)
+		}
+	}
+	n.joined++
+	if err := n.ResetNode(ctx, i); err != nil {
+		n.joined--
+		return 0, err
+	}
+	if err := n.StateSyncNode(ctx, i); err != nil {
+		n.joined--
+		return 0, err
+	}
+	return i, nil
+}
+
+// RemoveNode stops node i, the last one AddNode made, and leaves it out of
+// Status and Down again (its files stay).
+func (n *Net) RemoveNode(i int) error {
+	if i != n.nodes()-1 || i < n.cfg.Validators {
+		return fmt.Errorf("remove node%d: only the last added node (node%d) can be removed", i, n.nodes()-1)
+	}
+	if err := n.kill(i, false); err != nil {
+		return err
+	}
+	n.joined--
+	return nil
+}
+
+// ValidatorKey is node i's ed25519 consensus public key (from its
+// priv_validator_key.json).
+func (n *Net) ValidatorKey(i int) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(n.cfg.home(i), "config", "priv_validator_key.json"))
+	if err != nil {
+		return nil, err
+	}
+	var f struct {
+		PubKey struct {
+			Value []byte `json:"value"`
+		} `json:"pub_key"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("node%d priv_validator_key.json: %w", i, err)
+	}
+	return f.PubKey.Value, nil
+}

@@ -38,7 +38,14 @@ type Net struct {
 
 	mu       sync.Mutex
 	children map[string]<-chan struct{} // pidPath -> exit of a process this Net started
+	// joined counts the nodes AddNode made beside the validators (nodes
+	// Validators.. Validators+joined-1): Status and Down include them.
+	joined int
 }
+
+// nodes is how many nodes Status and Down cover: the validators of genesis
+// and the nodes added since.
+func (n *Net) nodes() int { return n.cfg.Validators + n.joined }
 
 // Open returns the network in cfg.Dir. When the directory already holds one,
 // its saved shape (validators, ports, transport, chain) wins over cfg's and
@@ -106,10 +113,10 @@ func (n *Net) app(i int) proc {
 // stopped before the apps they depend on.
 func (n *Net) procs() []proc {
 	var ps []proc
-	for i := 0; i < n.cfg.Validators; i++ {
+	for i := 0; i < n.nodes(); i++ {
 		ps = append(ps, n.cometbft(i))
 	}
-	for i := 0; i < n.cfg.Validators && !n.cfg.Builtin(); i++ {
+	for i := 0; i < n.nodes() && !n.cfg.Builtin(); i++ {
 		ps = append(ps, n.app(i))
 	}
 	return ps
@@ -366,7 +373,7 @@ type NodeStatus struct {
 
 // Status reads every node's processes and RPC status.
 func (n *Net) Status(ctx context.Context) []NodeStatus {
-	out := make([]NodeStatus, n.cfg.Validators)
+	out := make([]NodeStatus, n.nodes())
 	for i := range out {
 		s := NodeStatus{Node: i, CometBFTPID: n.cometbft(i).pid(), AppPID: n.app(i).pid()}
 		c, err := n.Client(i)
@@ -609,7 +616,7 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	for j, id := range ids {
 		switch {
 		case j == i:
-		case c.PeerProxies:
+		case c.PeerProxies && i < c.Validators:
 			peers = append(peers, fmt.Sprintf("%s@127.0.0.1:%d", id, c.PeerProxyPort(i, j)))
 		default:
 			peers = append(peers, fmt.Sprintf("%s@127.0.0.1:%d", id, c.P2PPort(j)))
