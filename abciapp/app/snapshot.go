@@ -197,7 +197,8 @@ type restoring struct {
 }
 
 // OfferSnapshot accepts a snapshot only if its metadata checks against the
-// app hash CometBFT verified, and only into an empty store.
+// app hash CometBFT verified, and only into a store with no committed
+// height; it clears what an unfinished restore left there.
 func (a *App) OfferSnapshot(_ context.Context, req *abci.RequestOfferSnapshot) (*abci.ResponseOfferSnapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -223,6 +224,17 @@ func (a *App) OfferSnapshot(_ context.Context, req *abci.RequestOfferSnapshot) (
 	}
 	if req.Snapshot.Chunks != m.State.Chunks+wire.StateRootLag {
 		return reject(abci.ResponseOfferSnapshot_REJECT, "%d chunks, the metadata says %d", req.Snapshot.Chunks, m.State.Chunks+wire.StateRootLag)
+	}
+	// An earlier restore that CometBFT gave up on (a chunk timed out) or
+	// that a crash cut short left its chunks in the store. Applied under
+	// this snapshot they would be state of another height: a producer's
+	// later sequence, say, that makes its next batch a duplicate here.
+	if a.restore != nil {
+		a.log.Info().Int64("height", a.restore.height).Msg("an unfinished restore is dropped")
+	}
+	a.restore = nil
+	if err := a.store.Wipe(); err != nil {
+		return nil, fmt.Errorf("clear the store before restoring snapshot %d: %w", height, err)
 	}
 	a.restore = &restoring{height: height, appHash: req.AppHash, meta: &m}
 	a.log.Info().Int64("height", height).Uint32("chunks", req.Snapshot.Chunks).Msg("restoring a snapshot")

@@ -221,6 +221,8 @@ func validateLimits(l *byzlogv1.Limits) error {
 		return fmt.Errorf("max_block_uncompressed_bytes (%d) must be at most 512 MiB and max_block_records (%d) at most 2,000,000", l.MaxBlockUncompressedBytes, l.MaxBlockRecords)
 	case l.SnapshotInterval != 0 && l.SnapshotInterval < 2*wire.StateRootLag:
 		return fmt.Errorf("snapshot_interval (%d) must be 0 (no snapshots) or at least %d: a state root is committed %d blocks after its height", l.SnapshotInterval, 2*wire.StateRootLag, wire.StateRootLag)
+	case l.SnapshotInterval != 0 && l.MaxRecordBytes > wire.MaxSnapshotRecordBytes:
+		return fmt.Errorf("max_record_bytes (%d) must be at most %d with snapshot_interval (%d) set: a stored record travels in one state-sync chunk, which must stay under the 4 MiB of a node's gRPC ABCI client", l.MaxRecordBytes, wire.MaxSnapshotRecordBytes, l.SnapshotInterval)
 	}
 	return nil
 }

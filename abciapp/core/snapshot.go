@@ -53,7 +53,8 @@ func SnapshotHeight(l *byzlogv1.Limits, h int64) bool {
 //	cf || uvarint(len(key)) || key || uvarint(len(value)) || value
 //
 // every column family in CF order and every key in key order; a chunk
-// ends with the first entry that takes it to chunkBytes. Every validator
+// ends before the entry that would take it past chunkBytes (a single
+// larger entry is a chunk of its own). Every validator
 // cuts the same state into the same chunks. The slice is fn's only during
 // the call; start is the chunk's first entry, from which StateChunksFrom
 // cuts the same chunks again.
@@ -83,6 +84,16 @@ func StateChunksFrom(s Scanner, chunkBytes int, from ChunkStart, fn func(chunk [
 			first = from.Key
 		}
 		err := s.Scan(cf, first, nil, func(k, v []byte) bool {
+			// A chunk ends before the entry that would take it past
+			// chunkBytes, so it stays under the bound unless one entry
+			// alone is larger (Limits keep a record under MaxSnapshotEntryBytes).
+			n := entryLen(len(k), len(v))
+			if len(buf) > 0 && len(buf)+n > chunkBytes {
+				if ferr = fn(buf, *start); ferr != nil {
+					return false
+				}
+				buf, start = buf[:0], nil
+			}
 			if start == nil {
 				start = &ChunkStart{CF: cf, Key: bytes.Clone(k)}
 			}
@@ -91,12 +102,6 @@ func StateChunksFrom(s Scanner, chunkBytes int, from ChunkStart, fn func(chunk [
 			buf = append(buf, k...)
 			buf = binary.AppendUvarint(buf, uint64(len(v)))
 			buf = append(buf, v...)
-			if len(buf) >= chunkBytes {
-				if ferr = fn(buf, *start); ferr != nil {
-					return false
-				}
-				buf, start = buf[:0], nil
-			}
 			return true
 		})
 		if err != nil {
@@ -115,6 +120,20 @@ func StateChunksFrom(s Scanner, chunkBytes int, from ChunkStart, fn func(chunk [
 		}
 	}
 	return nil
+}
+
+// entryLen is the encoded length of an entry with a key of k bytes and a
+// value of v.
+func entryLen(k, v int) int {
+	return 1 + uvarintLen(uint64(k)) + k + uvarintLen(uint64(v)) + v
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
 }
 
 // ErrStopChunks, returned by StateChunksFrom's fn, ends the scan.

@@ -137,6 +137,17 @@ func TestStateChunksFrom(t *testing.T) {
 	if len(starts) != len(chunks) {
 		t.Fatalf("%d starts for %d chunks", len(starts), len(chunks))
 	}
+	// A chunk ends before the entry that would take it past the bound:
+	// only a single larger entry makes a larger chunk.
+	for i, ch := range chunks {
+		cs, err := core.ChunkChanges(ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ch) > 300 && len(cs.Changes) > 1 {
+			t.Errorf("chunk %d is %d bytes of %d entries, want at most 300 unless it is one entry", i, len(ch), len(cs.Changes))
+		}
+	}
 	for i, s := range starts {
 		var again []byte
 		if err := core.StateChunksFrom(st, 300, s, func(ch []byte, _ core.ChunkStart) error {

@@ -35,9 +35,24 @@ const MaxReaders = 256
 // background meanwhile, and block h+StateRootLag waits for it.
 const StateRootLag = 8
 
-// StateChunkBytes is about how large a state chunk of a snapshot is: a
-// chunk ends at the first entry that reaches it.
-const StateChunkBytes = 4 << 20
+// StateChunkBytes bounds a state chunk of a snapshot: a chunk ends before
+// the entry that would take it past this, so only a single larger entry
+// (a record of up to MaxSnapshotRecordBytes) makes a larger chunk. A chunk
+// travels in one LoadSnapshotChunk answer, and a node's gRPC ABCI client
+// takes no message over 4 MiB: a 4 MiB chunk was never delivered, and
+// state sync timed out on a chain whose state passed 4 MiB.
+const StateChunkBytes = 2 << 20
+
+// MaxSnapshotRecordBytes is the largest max_record_bytes of a chain that
+// hashes its state (snapshot_interval set): a stored record is one entry
+// of a state chunk, and a chunk must stay under the 4 MiB a node's gRPC
+// ABCI client takes (SnapshotEntryOverhead left for the rest of the
+// stored record).
+const MaxSnapshotRecordBytes = 3 << 20
+
+// SnapshotEntryOverhead bounds what a stored record adds to its key, value
+// and headers (topic, producer key, offsets, times, framing).
+const SnapshotEntryOverhead = 64 << 10
 
 // DefaultLimits are the chain's bounds when genesis does not set them.
 func DefaultLimits() *byzlogv1.Limits {

@@ -184,9 +184,10 @@ func stateSyncOne(ctx context.Context, c *Cluster, i int) (string, func(context.
 	}, nil
 }
 
-// joinPower is the fifth validator's power: a quarter of the four genesis
-// validators' 40, within the third of the power one block may move.
-const joinPower = 10
+// joinPower is the fifth validator's power: a quarter of the set's total
+// (one genesis validator's share), within the third of the power one block
+// may move.
+func joinPower(total int64) int64 { return max(1, total/4) }
 
 // joinValidator adds a node by state sync, waits for it to catch up, and
 // makes it a validator; the heal removes it and stops the node.
@@ -246,9 +247,16 @@ func joinValidator(ctx context.Context, c *Cluster) (string, func(context.Contex
 			return 0, err
 		}
 		defer adm.Close()
+		if power < 0 {
+			_, vs, err := adm.Validators(ctx)
+			if err != nil {
+				return 0, err
+			}
+			power = joinPower(vs.TotalVotingPower())
+		}
 		return adm.SetValidator(ctx, key, power)
 	}
-	h, err := setPower(ctx, joinPower)
+	h, err := setPower(ctx, -1)
 	if err != nil {
 		return fail(fmt.Errorf("make %s a validator: %w", what, err))
 	}

@@ -366,7 +366,7 @@ var Nemeses = []Nemesis{
 		},
 	},
 	{
-		Name: "join-validator", Doc: "add a fifth node that joins by state sync under load (it must restore a snapshot), make it a validator (SetValidator, power 10), then remove it (power 0) and stop it; each round a new join from a wiped node",
+		Name: "join-validator", Doc: "add a fifth node that joins by state sync under load (it must restore a snapshot), make it a validator (SetValidator, a quarter of the set's power), then remove it (power 0) and stop it; each round a new join from a wiped node",
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			return joinValidator(ctx, c)
 		},

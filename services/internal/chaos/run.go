@@ -117,7 +117,7 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	if err := appHashes(ctx, c.Net, startHeight, endHeight, rec.h.AppHashes, c.note); err != nil {
 		row.Errors = append(row.Errors, err.Error())
 	}
-	if err := evidence(ctx, c.Net, startHeight, endHeight, &rec.h); err != nil {
+	if err := evidence(ctx, c.Net, startHeight, endHeight, &rec.h, c.note); err != nil {
 		row.Errors = append(row.Errors, err.Error())
 	}
 

@@ -259,20 +259,41 @@ func readBack(ctx context.Context, n *localnet.Net, i int, topic string, partiti
 	}
 }
 
-// evidence records the misbehaviour committed in blocks from..to, as node0
-// stores them: it reads the headers 20 at a time and only the blocks
-// whose evidence hash is not the empty list's.
-func evidence(ctx context.Context, n *localnet.Net, from, to int64, h *History) error {
-	c, err := n.Client(0)
+// evidence records the misbehaviour committed in blocks from..to: it reads
+// the headers 20 at a time, and only the blocks whose evidence hash is not
+// the empty list's, from the validator whose block store reaches back
+// furthest (a node that joined by state sync or prunes holds no blocks
+// before its earliest height). Heights no validator holds any more are
+// noted, not read.
+func evidence(ctx context.Context, n *localnet.Net, from, to int64, h *History, note func(string)) error {
+	h.Heights = int(max(0, to-from+1))
+	best, earliest := -1, int64(0)
+	for i := 0; i < n.Config().Validators; i++ {
+		e, err := earliestHeight(ctx, n, i)
+		if err != nil {
+			return err
+		}
+		if best < 0 || e < earliest {
+			best, earliest = i, e
+		}
+	}
+	c, err := n.Client(best)
 	if err != nil {
 		return err
 	}
+	if earliest > from {
+		note(fmt.Sprintf("evidence: no validator holds blocks %d..%d any more (pruned or state-synced); read from %d on node%d", from, min(earliest-1, to), earliest, best))
+		from = earliest
+	}
 	empty := types.EvidenceList{}.Hash()
-	h.Heights = int(max(0, to-from+1))
 	for lo := from; lo <= to; lo += 20 {
 		res, err := c.BlockchainInfo(ctx, lo, min(lo+19, to))
 		if err != nil {
-			return fmt.Errorf("evidence: headers %d..%d: %w", lo, min(lo+19, to), err)
+			if e, serr := earliestHeight(ctx, n, best); serr == nil && lo < e {
+				lo = e - 20 // pruned meanwhile
+				continue
+			}
+			return fmt.Errorf("evidence: node%d headers %d..%d: %w", best, lo, min(lo+19, to), err)
 		}
 		for _, m := range res.BlockMetas {
 			if bytes.Equal(m.Header.EvidenceHash, empty) {
@@ -281,10 +302,10 @@ func evidence(ctx context.Context, n *localnet.Net, from, to int64, h *History) 
 			height := m.Header.Height
 			b, err := c.Block(ctx, &height)
 			if err != nil {
-				return fmt.Errorf("evidence: block %d: %w", height, err)
+				return fmt.Errorf("evidence: node%d block %d: %w", best, height, err)
 			}
 			if b == nil || b.Block == nil {
-				return fmt.Errorf("evidence: node0 serves no block %d, which its header %d lists", height, height)
+				return fmt.Errorf("evidence: node%d serves no block %d, which its header %d lists", best, height, height)
 			}
 			for _, ev := range b.Block.Evidence.Evidence {
 				h.Evidence = append(h.Evidence, fmt.Sprintf("block %d: %s", height, ev))
@@ -292,6 +313,19 @@ func evidence(ctx context.Context, n *localnet.Net, from, to int64, h *History) 
 		}
 	}
 	return nil
+}
+
+// earliestHeight is the lowest height node i's block store holds.
+func earliestHeight(ctx context.Context, n *localnet.Net, i int) (int64, error) {
+	c, err := n.Client(i)
+	if err != nil {
+		return 0, err
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("node%d status: %w", i, err)
+	}
+	return max(1, st.SyncInfo.EarliestBlockHeight), nil
 }
 
 // errNoHeader is a node's null answer for a header it committed.
@@ -328,14 +362,27 @@ func appHashes(ctx context.Context, n *localnet.Net, from, to int64, into map[in
 			return err
 		}
 		node := fmt.Sprintf("node%d", i)
+		// A node that joined by state sync, or prunes, holds no headers
+		// before its earliest height, which may rise while this reads.
+		earliest, err := earliestHeight(ctx, n, i)
+		if err != nil {
+			return err
+		}
+		if earliest > from {
+			note(fmt.Sprintf("%s holds blocks from %d (state sync or pruning): its headers %d..%d are not compared", node, earliest, from, min(earliest-1, to)))
+		}
 		var holes []int64
-		for h := from; h <= to; h++ {
+		for h := max(from, earliest); h <= to; h++ {
 			err := header(c, node, h)
 			if errors.Is(err, errNoHeader) {
 				holes = append(holes, h)
 				continue
 			}
 			if err != nil {
+				if e, serr := earliestHeight(ctx, n, i); serr == nil && h < e {
+					h = e - 1 // pruned meanwhile
+					continue
+				}
 				return err
 			}
 		}

@@ -1,0 +1,237 @@
+package app_test
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	abci "github.com/cometbft/cometbft/abci/types"
+	"github.com/rs/zerolog"
+
+	"github.com/byzlog/byzlog/abciapp/app"
+	"github.com/byzlog/byzlog/abciapp/internal/workload"
+	"github.com/byzlog/byzlog/abciapp/store"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+)
+
+// grpcABCICap is what a CometBFT node's gRPC ABCI client takes in one
+// message: gRPC's default receive limit, which the node does not raise.
+const grpcABCICap = 4 << 20
+
+// snapshotApp opens an app with snapshots on a fresh chain that hashes its
+// state every 16 blocks, with genesis limits limitsJSON.
+func snapshotApp(t *testing.T, limitsJSON string) *app.App {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := app.DefaultConfig()
+	cfg.SnapshotDir = filepath.Join(dir, "snapshots")
+	a, err := app.New(st, zerolog.Nop(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	genesis := fmt.Sprintf(`{"topics": [{"name": "t", "partitions": 1}], "limits": %s}`, limitsJSON)
+	if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(genesis)}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// producerTx is batch seq of the producer named key to t/0.
+func producerTx(t *testing.T, key string, seq uint64, codec byzlogv1.Codec, records ...*byzlogv1.Record) []byte {
+	t.Helper()
+	b, err := wire.NewSigner(workload.Key(key), chainID).Batch("t", 0, seq, codec, records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := wire.BundleTx(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// snapshotAt is the app's snapshot of height h.
+func snapshotAt(t *testing.T, a *app.App, h uint64) *abci.Snapshot {
+	t.Helper()
+	list, err := a.ListSnapshots(ctx, &abci.RequestListSnapshots{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Snapshots {
+		if s.Height == h {
+			return s
+		}
+	}
+	t.Fatalf("snapshots = %v, want one of height %d", list.Snapshots, h)
+	return nil
+}
+
+// TestSnapshotChunksFitGRPC: every LoadSnapshotChunk answer must cross a
+// node's gRPC ABCI client, which takes 4 MiB at most, also when the state
+// is many times that and holds records of the largest size a chain with
+// snapshots allows. (Chunks cut at 4 MiB were never delivered: state sync
+// of a chain whose state had passed 4 MiB timed out on every snapshot.)
+func TestSnapshotChunksFitGRPC(t *testing.T) {
+	a := snapshotApp(t, fmt.Sprintf(`{"snapshot_interval": 16, "max_record_bytes": %d}`, wire.MaxSnapshotRecordBytes))
+	var seq uint64
+	for h := int64(1); h <= 24; h++ {
+		var txs [][]byte
+		if h <= 16 {
+			// A record of the largest size (compressible, so its batch
+			// fits a transaction), then records that nearly fill one.
+			big := &byzlogv1.Record{Value: bytes.Repeat([]byte{byte(h)}, wire.MaxSnapshotRecordBytes-64)}
+			txs = append(txs, producerTx(t, "producer", seq, byzlogv1.Codec_CODEC_ZSTD, big))
+			seq++
+			var recs []*byzlogv1.Record
+			for i := 0; i < 3; i++ {
+				v := make([]byte, 600<<10)
+				for j := range v {
+					v[j] = byte(j*7 + i + int(h)) // not compressible by much
+				}
+				recs = append(recs, &byzlogv1.Record{Value: v})
+			}
+			txs = append(txs, producerTx(t, "producer", seq, byzlogv1.Codec_CODEC_NONE, recs...))
+			seq++
+		}
+		finalize(t, a, h, txs...)
+		commit(t, a)
+	}
+	snap := snapshotAt(t, a, 24)
+	if snap.Chunks < 10 {
+		t.Fatalf("the snapshot of ~80 MiB of state has %d chunks, want many", snap.Chunks)
+	}
+	for i := uint32(0); i < snap.Chunks; i++ {
+		res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: snap.Height, Format: snap.Format, Chunk: i})
+		if err != nil || len(res.Chunk) == 0 {
+			t.Fatalf("chunk %d: %v (%d bytes)", i, err, len(res.Chunk))
+		}
+		if n := res.Size(); n > grpcABCICap-64<<10 {
+			t.Errorf("LoadSnapshotChunk(%d) answers %d bytes, want under %d (a node's gRPC ABCI client takes %d)", i, n, grpcABCICap-64<<10, grpcABCICap)
+		}
+	}
+	list, err := a.ListSnapshots(ctx, &abci.RequestListSnapshots{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := list.Size(); n > grpcABCICap {
+		t.Errorf("ListSnapshots answers %d bytes, want under %d", n, grpcABCICap)
+	}
+}
+
+// TestSnapshotGenesisBoundsRecords: a chain with snapshots refuses
+// records too large for one state-sync chunk, saying why.
+func TestSnapshotGenesisBoundsRecords(t *testing.T) {
+	st, err := store.Open(filepath.Join(t.TempDir(), "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := app.DefaultConfig()
+	cfg.SnapshotDir = filepath.Join(t.TempDir(), "snapshots")
+	a, err := app.New(st, zerolog.Nop(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	genesis := fmt.Sprintf(`{"limits": {"snapshot_interval": 16, "max_batch_bytes": %d, "max_record_bytes": %d}}`, 8<<20, wire.MaxSnapshotRecordBytes+1)
+	_, err = a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(genesis)})
+	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("max_record_bytes")) || !bytes.Contains([]byte(err.Error()), []byte("snapshot_interval")) {
+		t.Fatalf("InitChain with max_record_bytes %d and snapshots = %v, want an error naming max_record_bytes and snapshot_interval", wire.MaxSnapshotRecordBytes+1, err)
+	}
+}
+
+// freshApp is an app on an empty store with snapshots on, as a node that
+// joins by state sync starts it: no InitChain.
+func freshApp(t *testing.T) *app.App {
+	t.Helper()
+	st, err := store.Open(filepath.Join(t.TempDir(), "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := app.DefaultConfig()
+	cfg.SnapshotDir = filepath.Join(t.TempDir(), "snapshots")
+	b, err := app.New(st, zerolog.Nop(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestSnapshotAfterAbandonedRestore: CometBFT gives up on a snapshot whose
+// chunks do not all come (it times out) and offers an older one; what the
+// abandoned restore wrote must not stay under it. Here the abandoned
+// snapshot's state knows a producer that first writes after the older
+// snapshot's height: left in the store, it would make that producer's
+// first batch a duplicate and the restored node diverge.
+func TestSnapshotAfterAbandonedRestore(t *testing.T) {
+	a := snapshotApp(t, `{"snapshot_interval": 16}`)
+	const lateFrom = 26 // after the older snapshot (24), before the newer's state (32)
+	txsAt := map[int64][][]byte{}
+	hashes := map[int64][]byte{}
+	run := func(from, to int64) {
+		for h := from; h <= to; h++ {
+			txs := [][]byte{validTx(t, uint64(h-1))}
+			if h >= lateFrom {
+				txs = append(txs, producerTx(t, "late", uint64(h-lateFrom), byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: []byte(fmt.Sprint("late ", h))}))
+			}
+			txsAt[h] = txs
+			hashes[h] = finalize(t, a, h, txs...)
+			commit(t, a)
+		}
+	}
+	run(1, 40)
+	load := func(s *abci.Snapshot) [][]byte {
+		chunks := make([][]byte, s.Chunks)
+		for i := range chunks {
+			res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: s.Height, Format: s.Format, Chunk: uint32(i)})
+			if err != nil || len(res.Chunk) == 0 {
+				t.Fatalf("snapshot %d chunk %d: %v", s.Height, i, err)
+			}
+			chunks[i] = res.Chunk
+		}
+		return chunks
+	}
+	newer, older := snapshotAt(t, a, 40), snapshotAt(t, a, 24)
+	newerChunks, olderChunks := load(newer), load(older)
+	run(41, 48)
+
+	b := freshApp(t)
+	offer := func(s *abci.Snapshot) {
+		t.Helper()
+		r, err := b.OfferSnapshot(ctx, &abci.RequestOfferSnapshot{Snapshot: s, AppHash: hashes[int64(s.Height)]})
+		if err != nil || r.Result != abci.ResponseOfferSnapshot_ACCEPT {
+			t.Fatalf("offer of snapshot %d = %v, %v; want ACCEPT", s.Height, r, err)
+		}
+	}
+	apply := func(i int, chunk []byte) {
+		t.Helper()
+		r, err := b.ApplySnapshotChunk(ctx, &abci.RequestApplySnapshotChunk{Index: uint32(i), Chunk: chunk, Sender: "peer"})
+		if err != nil || r.Result != abci.ResponseApplySnapshotChunk_ACCEPT {
+			t.Fatalf("chunk %d = %v, %v; want ACCEPT", i, r, err)
+		}
+	}
+	offer(newer)
+	for i, c := range newerChunks[:len(newerChunks)-wire.StateRootLag] {
+		apply(i, c) // every state chunk; the blocks never come
+	}
+	offer(older)
+	for i, c := range olderChunks {
+		apply(i, c)
+	}
+	if got := info(t, b); got.LastBlockHeight != 24 || !bytes.Equal(got.LastBlockAppHash, hashes[24]) {
+		t.Fatalf("restored at height %d hash %X, want 24 %X", got.LastBlockHeight, got.LastBlockAppHash, hashes[24])
+	}
+	for h := int64(25); h <= 48; h++ {
+		if got := finalize(t, b, h, txsAt[h]...); !bytes.Equal(got, hashes[h]) {
+			t.Fatalf("height %d on the restored app: app hash %X, the chain's is %X", h, got, hashes[h])
+		}
+		commit(t, b)
+	}
+}
