@@ -34,7 +34,7 @@ func TestPruning(t *testing.T) {
 	defer cancel()
 	n, chainID := startNetWith(ctx, t, 5500, func(c *localnet.Config) {
 		c.SnapshotInterval, c.RetainBlocks = 20, 100
-		c.TimeoutCommit = localnet.Duration(100 * time.Millisecond)
+		c.TimeoutCommit = localnet.Duration(20 * time.Millisecond)
 	})
 	base := n.Config().BasePort
 	natsURL := startNATS(t, base+50, t.TempDir())

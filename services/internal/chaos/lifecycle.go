@@ -18,29 +18,27 @@ import (
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
-// pruneRetainBlocks is the apps' --retain-blocks under prune-indexer, and
-// pruneMoveOn how many blocks the chain moves on while the indexer is
-// down: past the retained blocks and the older of the two snapshots kept
-// (every 100 blocks), so without the indexer's mark the nodes would prune
-// past where it stopped.
-const (
-	pruneRetainBlocks = 100
-	pruneMoveOn       = 220
-)
+// pruneRetainBlocks is the apps' --retain-blocks under prune-indexer; they
+// keep one snapshot (--snapshot-keep 1), so the oldest snapshot holds
+// pruning back at most one snapshot interval.
+const pruneRetainBlocks = 100
 
 // pruneIndexer turns pruning on (every validator restarted in turn, the
 // first time), kills the indexer, and returns the heal: once the chain has
-// moved pruneMoveOn blocks on, every node must still serve the blocks
-// after the indexer's last report; then the indexer starts again.
+// moved far enough on that the indexer's last report is what holds every
+// node's pruning back (without it they would prune past where it stopped),
+// every node must still serve the blocks after that report; then the
+// indexer starts again.
 func pruneIndexer(ctx context.Context, c *Cluster) (string, func(context.Context) error, error) {
 	if c.Net.Config().RetainBlocks == 0 {
 		c.Net.SetRetainBlocks(pruneRetainBlocks)
+		c.Net.SetSnapshotKeep(1)
 		for i := 0; i < c.validators(); i++ {
 			if err := restartCaughtUp(ctx, c, i, c.Net.Config().App); err != nil {
 				return "", nil, err
 			}
 		}
-		c.note(fmt.Sprintf("every validator restarted with --retain-blocks %d", pruneRetainBlocks))
+		c.note(fmt.Sprintf("every validator restarted with --retain-blocks %d --snapshot-keep 1", pruneRetainBlocks))
 	}
 	// Until the indexer has reported and a snapshot exists, nothing would
 	// be pruned: wait for both (a young chain, when run alone).
@@ -63,11 +61,42 @@ func pruneIndexer(ctx context.Context, c *Cluster) (string, func(context.Context
 	}
 	killedAt := maxCommitted(ctx, c)
 	heal := func(ctx context.Context) error {
-		wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-		err := c.Net.WaitHeight(wctx, c.allNodes(), killedAt+pruneMoveOn, io.Discard)
+		// Every node's pruning must come to be held by the stopped
+		// indexer alone (its retained blocks and its snapshot would let
+		// it prune past), and a few blocks more go by so that it acts on
+		// that at a commit.
+		held := func() (bool, error) {
+			for i := 0; i < c.validators(); i++ {
+				p, err := nodePruning(ctx, c, i)
+				if err != nil {
+					return false, err
+				}
+				if p.HeldBy != "indexer "+localnet.IndexerID {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+		deadline := time.Now().Add(4 * time.Minute)
+		for {
+			ok, err := held()
+			if err != nil {
+				return err
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				p, _ := nodePruning(ctx, c, 0)
+				return fmt.Errorf("4 minutes after the indexer stopped at %d, the nodes' pruning is still not held by it alone (node0: %v)", killedAt, p)
+			}
+			sleep(ctx, time.Second)
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := c.Net.WaitHeight(wctx, c.allNodes(), maxCommitted(ctx, c)+3, io.Discard)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("the chain did not move %d blocks on with the indexer down: %w", pruneMoveOn, err)
+			return err
 		}
 		// Read the mark now: the indexer's last report may have committed
 		// after it was killed.
@@ -88,7 +117,14 @@ func pruneIndexer(ctx context.Context, c *Cluster) (string, func(context.Context
 			if p.RetainHeight > published {
 				return fmt.Errorf("node%d prunes below %d, past the stopped indexer's published height %d (%s)", i, p.RetainHeight, published, p.HeldBy)
 			}
-			c.note(fmt.Sprintf("node%d at %d keeps blocks from %d (held by %s, indexer at %d)", i, p.Height, p.RetainHeight, p.HeldBy, published))
+			earliest, err := earliestHeight(ctx, c.Net, i)
+			if err != nil {
+				return err
+			}
+			if earliest > published {
+				return fmt.Errorf("node%d's earliest block is %d, past the stopped indexer's published height %d", i, earliest, published)
+			}
+			c.note(fmt.Sprintf("node%d at %d keeps blocks from %d (held by %s, indexer stopped at %d, published %d; earliest block %d)", i, p.Height, p.RetainHeight, p.HeldBy, killedAt, published, earliest))
 		}
 		return c.Net.Start(ctx, c.Services, localnet.IndexerName)
 	}

@@ -390,7 +390,7 @@ var Nemeses = []Nemesis{
 	{
 		// Last: pruned blocks stay gone, and the nemeses that rebuild a
 		// node from its peers' blocks cannot run after it.
-		Name: "prune-indexer", Doc: "restart every validator one by one with --retain-blocks 100 (once); kill -9 the indexer and let the chain move 220 blocks on: every node must keep each block the indexer has not reported published; restart it (it resumes from the root it saved, height 1 being pruned)",
+		Name: "prune-indexer", Doc: "restart every validator one by one with --retain-blocks 100 --snapshot-keep 1 (once); kill -9 the indexer and let the chain move on until its last report alone holds every node's pruning back: every node must keep each block the indexer has not reported published; restart it (it resumes from the root it saved, height 1 being pruned)",
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			return pruneIndexer(ctx, c)
 		},

@@ -46,6 +46,10 @@ type Config struct {
 	// otherwise nodes prune what is older, the oldest snapshot and the
 	// network's indexer (registered in genesis) permitting.
 	RetainBlocks int64 `json:"retain_blocks,omitempty"`
+	// SnapshotKeep is every app's --snapshot-keep: how many hashed
+	// checkpoints stay (0: the app's default, 2). The oldest kept holds
+	// pruning back.
+	SnapshotKeep int `json:"snapshot_keep,omitempty"`
 	// TimeoutCommit is how long a node waits after a commit before the next
 	// height: the floor of the block interval.
 	TimeoutCommit Duration `json:"timeout_commit"`
@@ -144,6 +148,9 @@ func (c Config) Validate() error {
 	}
 	if c.RetainBlocks != 0 && c.RetainBlocks < 100 {
 		return fmt.Errorf("retain_blocks (%d): 0 (keep every block) or at least 100", c.RetainBlocks)
+	}
+	if c.SnapshotKeep < 0 || c.SnapshotKeep > 100 {
+		return fmt.Errorf("snapshot_keep (%d): 0 (the app's default) or between 1 and 100", c.SnapshotKeep)
 	}
 	if c.SnapshotInterval != 0 && c.SnapshotInterval < 16 {
 		return fmt.Errorf("snapshot_interval (%d): 0 (no snapshots) or at least 16", c.SnapshotInterval)

@@ -98,6 +98,9 @@ func (n *Net) app(i int) proc {
 	if n.cfg.RetainBlocks > 0 {
 		args = append(args, "--retain-blocks", strconv.FormatInt(n.cfg.RetainBlocks, 10))
 	}
+	if n.cfg.SnapshotKeep > 0 {
+		args = append(args, "--snapshot-keep", strconv.Itoa(n.cfg.SnapshotKeep))
+	}
 	if n.cfg.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.PprofPort+i))
 	}
@@ -242,6 +245,10 @@ func (n *Net) portsFree() error {
 // SetRetainBlocks changes the apps' --retain-blocks from the next time each
 // starts (the saved config keeps the one the network was made with).
 func (n *Net) SetRetainBlocks(b int64) { n.cfg.RetainBlocks = b }
+
+// SetSnapshotKeep changes the apps' --snapshot-keep from the next time each
+// starts.
+func (n *Net) SetSnapshotKeep(k int) { n.cfg.SnapshotKeep = k }
 
 // StartNode starts node i's app, waits for its ABCI port, then starts its
 // cometbft node.
