@@ -22,6 +22,7 @@ DEMO_RECORDS ?= 10000
 LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m
 E2E_TIMEOUT ?= 25m
+E2E_RUN ?=
 FUZZTIME ?= 30s
 BENCHTIME ?= 30x
 BENCH_OUT ?= bench-results
@@ -81,8 +82,8 @@ failpoints-app: deps ## build bin/byzlog-app-failpoints, the test build whose ap
 	go build -tags failpoints -o $(BIN)/byzlog-app-failpoints github.com/byzlog/byzlog/services/byzlog-app
 
 .PHONY: e2e
-e2e: build failpoints-app ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer
-	BYZLOG_BIN=$(BIN) go test -tags e2e -count=1 -timeout $(E2E_TIMEOUT) -v github.com/byzlog/byzlog/services/e2e
+e2e: build failpoints-app ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer (two shards side by side, then the benchmark smoke; E2E_RUN=regexp runs those alone)
+	BYZLOG_BIN=$(BIN) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_RUN='$(E2E_RUN)' scripts/e2e.sh
 
 KAFKA_COMPAT_OUT ?= run/kafka-compat.txt
 
