@@ -61,8 +61,13 @@ func open(t testing.TB, dir string) *app.App {
 // validTx is batch seq of one producer to t/0, valid once seq-1 is committed.
 func validTx(t testing.TB, seq uint64) []byte {
 	t.Helper()
-	b, err := wire.NewSigner(workload.Key("producer"), chainID).Batch("t", 0, seq, byzlogv1.Codec_CODEC_NONE,
-		[]*byzlogv1.Record{{Value: []byte(fmt.Sprint("record ", seq))}})
+	return producerTx(t, "producer", seq, byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: []byte(fmt.Sprint("record ", seq))})
+}
+
+// producerTx is batch seq of the producer named key to t/0.
+func producerTx(t testing.TB, key string, seq uint64, codec byzlogv1.Codec, records ...*byzlogv1.Record) []byte {
+	t.Helper()
+	b, err := wire.NewSigner(workload.Key(key), chainID).Batch("t", 0, seq, codec, records)
 	if err != nil {
 		t.Fatal(err)
 	}

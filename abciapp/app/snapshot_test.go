@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/abciapp/app"
-	"github.com/byzlog/byzlog/abciapp/internal/workload"
 	"github.com/byzlog/byzlog/abciapp/store"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
@@ -20,41 +19,13 @@ import (
 // message: gRPC's default receive limit, which the node does not raise.
 const grpcABCICap = 4 << 20
 
-// snapshotApp opens an app with snapshots on a fresh chain that hashes its
-// state every 16 blocks, with genesis limits limitsJSON.
+// snapshotApp opens an app with snapshots on a fresh chain with genesis
+// limits limitsJSON.
 func snapshotApp(t *testing.T, limitsJSON string) *app.App {
 	t.Helper()
-	dir := t.TempDir()
-	st, err := store.Open(filepath.Join(dir, "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := app.DefaultConfig()
-	cfg.SnapshotDir = filepath.Join(dir, "snapshots")
-	a, err := app.New(st, zerolog.Nop(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := openRootsAppWith(t, t.TempDir(), limitsJSON)
 	t.Cleanup(func() { a.Close() })
-	genesis := fmt.Sprintf(`{"topics": [{"name": "t", "partitions": 1}], "limits": %s}`, limitsJSON)
-	if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(genesis)}); err != nil {
-		t.Fatal(err)
-	}
 	return a
-}
-
-// producerTx is batch seq of the producer named key to t/0.
-func producerTx(t *testing.T, key string, seq uint64, codec byzlogv1.Codec, records ...*byzlogv1.Record) []byte {
-	t.Helper()
-	b, err := wire.NewSigner(workload.Key(key), chainID).Batch("t", 0, seq, codec, records)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := wire.BundleTx(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tx
 }
 
 // snapshotAt is the app's snapshot of height h.
@@ -128,19 +99,9 @@ func TestSnapshotChunksFitGRPC(t *testing.T) {
 // TestSnapshotGenesisBoundsRecords: a chain with snapshots refuses
 // records too large for one state-sync chunk, saying why.
 func TestSnapshotGenesisBoundsRecords(t *testing.T) {
-	st, err := store.Open(filepath.Join(t.TempDir(), "data"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := app.DefaultConfig()
-	cfg.SnapshotDir = filepath.Join(t.TempDir(), "snapshots")
-	a, err := app.New(st, zerolog.Nop(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := freshApp(t)
 	genesis := fmt.Sprintf(`{"limits": {"snapshot_interval": 16, "max_batch_bytes": %d, "max_record_bytes": %d}}`, 8<<20, wire.MaxSnapshotRecordBytes+1)
-	_, err = a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(genesis)})
+	_, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(genesis)})
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("max_record_bytes")) || !bytes.Contains([]byte(err.Error()), []byte("snapshot_interval")) {
 		t.Fatalf("InitChain with max_record_bytes %d and snapshots = %v, want an error naming max_record_bytes and snapshot_interval", wire.MaxSnapshotRecordBytes+1, err)
 	}

@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,6 +20,13 @@ import (
 // chain that hashes its state every 16 blocks.
 func openRootsApp(t *testing.T, dir string) *app.App {
 	t.Helper()
+	return openRootsAppWith(t, dir, `{"snapshot_interval": 16}`)
+}
+
+// openRootsAppWith is openRootsApp on a chain with genesis limits
+// limitsJSON.
+func openRootsAppWith(t *testing.T, dir, limitsJSON string) *app.App {
+	t.Helper()
 	st, err := store.Open(filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatal(err)
@@ -30,8 +38,8 @@ func openRootsApp(t *testing.T, dir string) *app.App {
 		t.Fatal(err)
 	}
 	if info(t, a).LastBlockHeight == 0 {
-		if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID,
-			AppStateBytes: []byte(`{"topics": [{"name": "t", "partitions": 1}], "limits": {"snapshot_interval": 16}}`)}); err != nil {
+		genesis := fmt.Sprintf(`{"topics": [{"name": "t", "partitions": 1}], "limits": %s}`, limitsJSON)
+		if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(genesis)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,20 +131,6 @@ func TestStateSync(t *testing.T) {
 		chunks[i] = c.Chunk
 	}
 
-	fresh := func() *app.App {
-		st, err := store.Open(filepath.Join(t.TempDir(), "data"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := app.DefaultConfig()
-		cfg.SnapshotDir = filepath.Join(t.TempDir(), "snapshots")
-		b, err := app.New(st, zerolog.Nop(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return b
-	}
 	offer := func(b *app.App, appHash []byte) abci.ResponseOfferSnapshot_Result {
 		r, err := b.OfferSnapshot(ctx, &abci.RequestOfferSnapshot{Snapshot: snap, AppHash: appHash})
 		if err != nil {
@@ -152,7 +146,7 @@ func TestStateSync(t *testing.T) {
 		return r.Result
 	}
 
-	b := fresh()
+	b := freshApp(t)
 	if got := offer(b, bytes.Repeat([]byte{1}, 32)); got != abci.ResponseOfferSnapshot_REJECT {
 		t.Fatalf("offer for another app hash = %v, want REJECT", got)
 	}
@@ -185,7 +179,7 @@ func TestStateSync(t *testing.T) {
 
 	// A block chunk that lies (another block's transactions) is caught by
 	// the app hash it leads to; the half-restored state goes.
-	c := fresh()
+	c := freshApp(t)
 	if got := offer(c, hash40); got != abci.ResponseOfferSnapshot_ACCEPT {
 		t.Fatalf("offer = %v, want ACCEPT", got)
 	}
