@@ -86,7 +86,7 @@ func StateChunksFrom(s Scanner, chunkBytes int, from ChunkStart, fn func(chunk [
 		err := s.Scan(cf, first, nil, func(k, v []byte) bool {
 			// A chunk ends before the entry that would take it past
 			// chunkBytes, so it stays under the bound unless one entry
-			// alone is larger (Limits keep a record under MaxSnapshotEntryBytes).
+			// alone is larger (genesis keeps a record under wire.MaxSnapshotRecordBytes).
 			n := entryLen(len(k), len(v))
 			if len(buf) > 0 && len(buf)+n > chunkBytes {
 				if ferr = fn(buf, *start); ferr != nil {

@@ -46,13 +46,9 @@ const StateChunkBytes = 2 << 20
 // MaxSnapshotRecordBytes is the largest max_record_bytes of a chain that
 // hashes its state (snapshot_interval set): a stored record is one entry
 // of a state chunk, and a chunk must stay under the 4 MiB a node's gRPC
-// ABCI client takes (SnapshotEntryOverhead left for the rest of the
-// stored record).
+// ABCI client takes (the rest of the stored record, its topic, producer
+// key, offsets and framing, is far under the 1 MiB left).
 const MaxSnapshotRecordBytes = 3 << 20
-
-// SnapshotEntryOverhead bounds what a stored record adds to its key, value
-// and headers (topic, producer key, offsets, times, framing).
-const SnapshotEntryOverhead = 64 << 10
 
 // DefaultLimits are the chain's bounds when genesis does not set them.
 func DefaultLimits() *byzlogv1.Limits {
