@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -21,7 +22,12 @@ import (
 // tip of a chain with BYZLOG_JOIN_BLOCKS blocks of history (default
 // 1000,20000), by replaying every block from its peers and by state sync
 // (snapshots every 100 blocks), in the same run, with records flowing.
-// Both are printed with each node's disk; the ratio is the figure.
+// Both are printed with each node's disk; the ratio is the figure. Then,
+// under the same load, node0 restarts keeping only the last
+// BYZLOG_JOIN_RETAIN blocks (default 1000): its disk is printed before
+// pruning, once pruned (after the registered indexer, started then, has
+// published the blocks), and after a minute more of load, beside node1's,
+// which keeps every block.
 func TestBenchJoin(t *testing.T) {
 	var heights []int64
 	spec := os.Getenv("BYZLOG_JOIN_BLOCKS")
@@ -35,9 +41,18 @@ func TestBenchJoin(t *testing.T) {
 		}
 		heights = append(heights, h)
 	}
-	budget := 10 * time.Minute
+	retain := int64(1000)
+	if v := os.Getenv("BYZLOG_JOIN_RETAIN"); v != "" {
+		r, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || r < 100 {
+			t.Fatalf("BYZLOG_JOIN_RETAIN=%q: want a block count of 100 or more", v)
+		}
+		retain = r
+	}
+	budget := 15 * time.Minute
 	for _, h := range heights {
-		budget += time.Duration(h) * 200 * time.Millisecond // ~5 blocks/s at the slowest
+		// ~4.5 blocks/s to build the chain, then ~12 blocks/s to replay it
+		budget += time.Duration(h) * 350 * time.Millisecond
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
@@ -49,7 +64,7 @@ func TestBenchJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &producer{signer: wire.NewSigner(adminKey, chainID), topic: "log"}
-	c, err := n.Client(0)
+	c, err := n.Client(1) // node1 is never stopped
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +121,64 @@ func TestBenchJoin(t *testing.T) {
 			h, p.seq, replay.Round(100*time.Millisecond), synced.Round(100*time.Millisecond), float64(replay)/float64(synced),
 			dirSize(n.Home(0)), dirSize(n.Home(3)))
 	}
+
+	// Pruning, with the load still flowing. The registered indexer holds
+	// every block until it has published it: it starts now, from height 1.
+	before, beforeAt := diskOf(n, 0), maxHeight(ctx, n, []int{0})
+	base := n.Config().BasePort
+	natsURL := startNATS(t, base+50, t.TempDir())
+	startProc(t, "byzlog-indexer", fmt.Sprintf("127.0.0.1:%d", base+60), indexerArgs(n, natsURL, base+60)...)
+	n.SetRetainBlocks(retain)
+	if err := n.KillNode(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.StartNode(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		tip := maxHeight(ctx, n, []int{1, 2})
+		if e := earliestOf(ctx, n, 0); e > 1 && e >= tip-2*retain {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("node0 did not prune to the last %d blocks", retain)
+		}
+		time.Sleep(time.Second)
+	}
+	pruned := time.Since(start)
+	t.Logf("pruning: node0 before, blocks 1-%d: %s", beforeAt, before)
+	t.Logf("pruning: node0 pruned in %s to blocks %d-%d: %s; node1 keeping every block: %s",
+		pruned.Round(100*time.Millisecond), earliestOf(ctx, n, 0), maxHeight(ctx, n, []int{0}), diskOf(n, 0), diskOf(n, 1))
+	select {
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	case <-time.After(time.Minute):
+	}
+	t.Logf("pruning: a minute on, node0 blocks %d-%d: %s; node1: %s",
+		earliestOf(ctx, n, 0), maxHeight(ctx, n, []int{0}), diskOf(n, 0), diskOf(n, 1))
 	assertAgree(ctx, t, n, []int{0, 1, 2, 3})
+}
+
+// earliestOf is the lowest height node i serves, 0 if it does not answer.
+func earliestOf(ctx context.Context, n *localnet.Net, i int) int64 {
+	c, err := n.Client(i)
+	if err != nil {
+		return 0
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		return 0
+	}
+	return st.SyncInfo.EarliestBlockHeight
+}
+
+// diskOf is node i's disk in total and by the stores that hold most of it.
+func diskOf(n *localnet.Net, i int) string {
+	home := n.Home(i)
+	return fmt.Sprintf("%s (blockstore %s, state %s, tx_index %s, app %s, snapshots %s)", dirSize(home),
+		dirSize(filepath.Join(home, "data", "blockstore.db")), dirSize(filepath.Join(home, "data", "state.db")),
+		dirSize(filepath.Join(home, "data", "tx_index.db")), dirSize(filepath.Join(home, "app")), dirSize(filepath.Join(home, "app.snapshots")))
 }
 
 // waitHeightWithin waits, without waitHeight's step bound, until nodes

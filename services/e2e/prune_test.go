@@ -38,12 +38,7 @@ func TestPruning(t *testing.T) {
 	})
 	base := n.Config().BasePort
 	natsURL := startNATS(t, base+50, t.TempDir())
-	indexerArgs := func() []string {
-		return append([]string{"--genesis", n.GenesisPath(), "--nats", natsURL, "--id", localnet.IndexerID,
-			"--progress-key", filepath.Join(n.Config().Dir, "indexer.key"), "--progress-interval", "1s", "--progress-delay", "2s",
-			"--http-listen", fmt.Sprintf("127.0.0.1:%d", base+60), "--log-format", "json"}, nodeFlags(n, rpcAddrs(n, 0))...)
-	}
-	ix := startProc(t, "byzlog-indexer", fmt.Sprintf("127.0.0.1:%d", base+60), indexerArgs()...)
+	ix := startProc(t, "byzlog-indexer", fmt.Sprintf("127.0.0.1:%d", base+60), indexerArgs(n, natsURL, base+60)...)
 	adminKey, err := n.AdminKey()
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +87,7 @@ func TestPruning(t *testing.T) {
 	}
 
 	// It comes back without height 1 and publishes every record.
-	ix = startProc(t, "byzlog-indexer", fmt.Sprintf("127.0.0.1:%d", base+60), indexerArgs()...)
+	ix = startProc(t, "byzlog-indexer", fmt.Sprintf("127.0.0.1:%d", base+60), indexerArgs(n, natsURL, base+60)...)
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +175,14 @@ func TestPruning(t *testing.T) {
 		t.Fatalf("after unregistering the second indexer, node0's pruning is %v", pr)
 	}
 	assertAgree(ctx, t, n, nodes)
+}
+
+// indexerArgs runs the network's registered indexer (localnet.IndexerID),
+// reporting its progress every second, with its HTTP on httpPort.
+func indexerArgs(n *localnet.Net, natsURL string, httpPort int) []string {
+	return append([]string{"--genesis", n.GenesisPath(), "--nats", natsURL, "--id", localnet.IndexerID,
+		"--progress-key", filepath.Join(n.Config().Dir, "indexer.key"), "--progress-interval", "1s", "--progress-delay", "2s",
+		"--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--log-format", "json"}, nodeFlags(n, rpcAddrs(n, 0))...)
 }
 
 // pruningOf is node i's /pruning answer.
