@@ -184,6 +184,7 @@ func (a *App) chain() (*byzlogv1.ChainParams, *mempool.Pool, error) {
 // fail instead of touching a closed database.
 func (a *App) Close() error {
 	a.roots.wg.Wait() // no hashing left reading a checkpoint
+	a.roots.closeServed()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {

@@ -133,7 +133,8 @@ func (a *App) ListSnapshots(context.Context, *abci.RequestListSnapshots) (*abci.
 }
 
 // LoadSnapshotChunk cuts state chunk i again from the checkpoint (from
-// where it starts), or reads block chunk i.
+// where it starts), or reads block chunk i. It runs concurrently, a call
+// for each peer that asks: they share one read-only handle per checkpoint.
 func (a *App) LoadSnapshotChunk(_ context.Context, req *abci.RequestLoadSnapshotChunk) (*abci.ResponseLoadSnapshotChunk, error) {
 	if req.Format != snapshotFormat || a.roots.dir == "" {
 		return &abci.ResponseLoadSnapshotChunk{}, nil
@@ -155,11 +156,14 @@ func (a *App) LoadSnapshotChunk(_ context.Context, req *abci.RequestLoadSnapshot
 	if err != nil || len(starts) != len(hashes) {
 		return nil, fmt.Errorf("snapshot %d: chunk starts: %v (%d for %d chunks)", req.Height, err, len(starts), len(hashes))
 	}
-	st, err := store.Open(filepath.Join(dir, "state"))
-	if err != nil {
-		return nil, err
+	st, done, err := a.roots.serve(h)
+	if errors.Is(err, os.ErrNotExist) {
+		return &abci.ResponseLoadSnapshotChunk{}, nil // pruned since it was listed
 	}
-	defer st.Close()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %d: %w", req.Height, err)
+	}
+	defer done()
 	var chunk []byte
 	if err := core.StateChunksFrom(st, wire.StateChunkBytes, starts[req.Chunk], func(c []byte, _ core.ChunkStart) error {
 		chunk = bytes.Clone(c)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	abci "github.com/cometbft/cometbft/abci/types"
@@ -194,5 +195,77 @@ func TestSnapshotAfterAbandonedRestore(t *testing.T) {
 			t.Fatalf("height %d on the restored app: app hash %X, the chain's is %X", h, got, hashes[h])
 		}
 		commit(t, b)
+	}
+}
+
+// TestSnapshotChunksConcurrently: a node serves chunks to every peer that
+// state-syncs from it, and CometBFT asks for them from each peer's
+// goroutine, so LoadSnapshotChunk runs concurrently, also for one
+// snapshot. Every answer must be the chunk, whichever order they come in,
+// and a snapshot pruned while it is served must not break the ones kept.
+func TestSnapshotChunksConcurrently(t *testing.T) {
+	a := snapshotApp(t, `{"snapshot_interval": 16}`)
+	var seq uint64
+	grow := func(from, to int64) {
+		for h := from; h <= to; h++ {
+			var recs []*byzlogv1.Record
+			for i := 0; i < 3; i++ {
+				v := make([]byte, 200<<10)
+				for j := range v {
+					v[j] = byte(j*13 + i + int(h))
+				}
+				recs = append(recs, &byzlogv1.Record{Value: v})
+			}
+			finalize(t, a, h, producerTx(t, "producer", seq, byzlogv1.Codec_CODEC_NONE, recs...))
+			seq++
+			commit(t, a)
+		}
+	}
+	grow(1, 24)
+	snap := snapshotAt(t, a, 24) // of the state at 16
+	want := make([][]byte, snap.Chunks)
+	for i := range want {
+		res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: snap.Height, Format: snap.Format, Chunk: uint32(i)})
+		if err != nil || len(res.Chunk) == 0 {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		want[i] = res.Chunk
+	}
+	if len(want) < 3 {
+		t.Fatalf("the snapshot has %d chunks, want several", len(want))
+	}
+	const peers = 8
+	errs := make(chan error, peers*len(want))
+	var wg sync.WaitGroup
+	for p := 0; p < peers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range want {
+				i := (k + p) % len(want)
+				res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: snap.Height, Format: snap.Format, Chunk: uint32(i)})
+				switch {
+				case err != nil:
+					errs <- fmt.Errorf("peer %d, chunk %d: %w", p, i, err)
+				case !bytes.Equal(res.Chunk, want[i]):
+					errs <- fmt.Errorf("peer %d, chunk %d: %d bytes that are not the chunk", p, i, len(res.Chunk))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The chain moves on until snapshot 24 is pruned (the app keeps two):
+	// the newest is served, the pruned one is not.
+	grow(25, 56)
+	newest := snapshotAt(t, a, 56)
+	if res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: newest.Height, Format: newest.Format, Chunk: 0}); err != nil || len(res.Chunk) == 0 {
+		t.Fatalf("chunk 0 of snapshot 56 after snapshot 24 was pruned: %v", err)
+	}
+	if res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: snap.Height, Format: snap.Format, Chunk: 0}); err != nil || len(res.Chunk) != 0 {
+		t.Fatalf("chunk 0 of pruned snapshot 24 = %d bytes, %v; want an empty answer", len(res.Chunk), err)
 	}
 }

@@ -33,6 +33,19 @@ type stateRoots struct {
 	mu   sync.Mutex
 	jobs map[int64]*rootJob
 	wg   sync.WaitGroup // the hashing goroutines, which Close waits for
+
+	// servedMu guards served: the checkpoints LoadSnapshotChunk reads, each
+	// opened once, read-only, and shared by every peer's requests (CometBFT
+	// asks from each peer's goroutine). prune removes one only when no
+	// request is reading it.
+	servedMu     sync.Mutex
+	served       map[int64]*servedCheckpoint
+	servedClosed bool // the app closed: serve nothing more
+}
+
+type servedCheckpoint struct {
+	st      *store.Store
+	readers int
 }
 
 type rootJob struct {
@@ -42,7 +55,7 @@ type rootJob struct {
 }
 
 func newStateRoots(dir string, keep int, log zerolog.Logger) *stateRoots {
-	return &stateRoots{dir: dir, keep: keep, log: log, jobs: map[int64]*rootJob{}}
+	return &stateRoots{dir: dir, keep: keep, log: log, jobs: map[int64]*rootJob{}, served: map[int64]*servedCheckpoint{}}
 }
 
 func (r *stateRoots) heightDir(h int64) string { return filepath.Join(r.dir, strconv.FormatInt(h, 10)) }
@@ -211,9 +224,66 @@ func (r *stateRoots) prune() {
 			}
 		}
 		r.mu.Unlock()
-		if err := os.RemoveAll(r.heightDir(h)); err != nil {
-			r.log.Warn().Err(err).Int64("height", h).Msg("could not remove an old checkpoint")
+		r.remove(h)
+	}
+}
+
+// remove deletes the checkpoint of h, unless a chunk request is reading it
+// (the next prune will).
+func (r *stateRoots) remove(h int64) {
+	r.servedMu.Lock()
+	defer r.servedMu.Unlock()
+	if c, ok := r.served[h]; ok {
+		if c.readers > 0 {
+			return
 		}
+		c.st.Close()
+		delete(r.served, h)
+	}
+	if err := os.RemoveAll(r.heightDir(h)); err != nil {
+		r.log.Warn().Err(err).Int64("height", h).Msg("could not remove an old checkpoint")
+	}
+}
+
+// serve opens the checkpoint of h for reading, or shares the one open; the
+// caller calls done once it has read. A pruned checkpoint is an error
+// wrapping os.ErrNotExist.
+func (r *stateRoots) serve(h int64) (st *store.Store, done func(), err error) {
+	r.servedMu.Lock()
+	defer r.servedMu.Unlock()
+	if r.servedClosed {
+		return nil, nil, errors.New("the app is closing")
+	}
+	c, ok := r.served[h]
+	if !ok {
+		st, err := store.OpenReadOnly(filepath.Join(r.heightDir(h), "state"))
+		if err != nil {
+			return nil, nil, err
+		}
+		c = &servedCheckpoint{st: st}
+		r.served[h] = c
+	}
+	c.readers++
+	return c.st, func() {
+		r.servedMu.Lock()
+		defer r.servedMu.Unlock()
+		if c.readers--; c.readers == 0 && r.servedClosed {
+			c.st.Close()
+		}
+	}, nil
+}
+
+// closeServed closes the served checkpoints when the app closes: now those
+// no request reads, the others when their last reader is done.
+func (r *stateRoots) closeServed() {
+	r.servedMu.Lock()
+	defer r.servedMu.Unlock()
+	r.servedClosed = true
+	for h, c := range r.served {
+		if c.readers == 0 {
+			c.st.Close()
+		}
+		delete(r.served, h)
 	}
 }
 

@@ -95,6 +95,31 @@ func Open(dir string) (*Store, error) {
 	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
 }
 
+// OpenReadOnly opens the store in dir for reading only: no lock is taken,
+// nothing is written, and any number of readers may share it. A missing
+// store is an error (wrapping os.ErrNotExist), never created. Snapshot
+// checkpoints are served this way.
+func OpenReadOnly(dir string) (*Store, error) {
+	if _, err := os.Stat(filepath.Join(dir, "CURRENT")); err != nil {
+		return nil, fmt.Errorf("open store %s read-only: %w", dir, err)
+	}
+	opts := options()
+	if err := hasColumnFamilies(opts, dir); err != nil {
+		opts.Destroy()
+		return nil, err
+	}
+	db, cfs, err := grocksdb.OpenDbForReadOnlyColumnFamilies(opts, dir, cfNames, everyCF(opts), false)
+	if err != nil {
+		opts.Destroy()
+		return nil, openError(dir, err)
+	}
+	byCF := map[core.CF]*grocksdb.ColumnFamilyHandle{}
+	for i, cf := range core.CFs {
+		byCF[cf] = cfs[2+i]
+	}
+	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions()}, nil
+}
+
 // Verify opens the store in dir read-only, without changing a byte, and
 // reads every key of every column family, so that each table block's
 // checksum is checked: a damaged store is an error naming the file, as
@@ -298,7 +323,7 @@ func (s *Store) Apply(changes core.ChangeSet) error {
 	if err := s.stage(wb, changes); err != nil {
 		return err
 	}
-	if err := s.db.Write(s.wo, wb); err != nil {
+	if err := s.write(wb); err != nil {
 		return fmt.Errorf("write genesis state: %w", err)
 	}
 	return nil
@@ -341,7 +366,7 @@ func (s *Store) Commit(c Committed, changes core.ChangeSet) error {
 	binary.BigEndian.PutUint64(be[:], uint64(c.Height))
 	wb.PutCF(s.app, keyHeight, be[:])
 	wb.PutCF(s.app, keyAppHash, c.AppHash)
-	if err := s.db.Write(s.wo, wb); err != nil {
+	if err := s.write(wb); err != nil {
 		return fmt.Errorf("commit height %d: %w", c.Height, err)
 	}
 	return nil
@@ -359,10 +384,20 @@ func (s *Store) Close() error {
 	}
 	s.db.Close()
 	s.ro.Destroy()
-	s.wo.Destroy()
+	if s.wo != nil { // nil when opened read-only
+		s.wo.Destroy()
+	}
 	s.opts.Destroy()
 	s.db = nil
 	return nil
+}
+
+// write applies wb, synced; a store opened read-only refuses.
+func (s *Store) write(wb *grocksdb.WriteBatch) error {
+	if s.wo == nil {
+		return errors.New("the store is open read-only")
+	}
+	return s.db.Write(s.wo, wb)
 }
 
 func (s *Store) get(cf *grocksdb.ColumnFamilyHandle, key []byte) ([]byte, error) {
@@ -408,7 +443,7 @@ func (s *Store) Wipe() error {
 	}
 	wb.DeleteCF(s.app, keyHeight)
 	wb.DeleteCF(s.app, keyAppHash)
-	if err := s.db.Write(s.wo, wb); err != nil {
+	if err := s.write(wb); err != nil {
 		return fmt.Errorf("wipe: %w", err)
 	}
 	return nil

@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"bytes"
+	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -95,5 +97,44 @@ func TestChangesReadBackAndRangeDeletes(t *testing.T) {
 	n := 0
 	if err := s.Scan(core.CFRecords, nil, nil, func(k, v []byte) bool { n++; return n < 2 }); err != nil || n != 2 {
 		t.Errorf("Scan stopped after %d keys (%v), want 2 when fn says stop", n, err)
+	}
+}
+
+// TestOpenReadOnly: a store opened read-only reads what was committed,
+// shares the directory with other readers, refuses writes, and is never
+// created where there is none.
+func TestOpenReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := store.OpenReadOnly(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("OpenReadOnly of an empty directory = %v, want an error wrapping os.ErrNotExist", err)
+	}
+	s, err := store.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(store.Committed{Height: 7, AppHash: []byte{7}}, core.ChangeSet{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var readers []*store.Store
+	for i := 0; i < 2; i++ {
+		r, err := store.OpenReadOnly(dir)
+		if err != nil {
+			t.Fatalf("reader %d: %v", i, err)
+		}
+		readers = append(readers, r)
+	}
+	for i, r := range readers {
+		if got, err := r.Last(); err != nil || got.Height != 7 {
+			t.Errorf("reader %d: Last() = %+v, %v; want height 7", i, got, err)
+		}
+		if err := r.Commit(store.Committed{Height: 8, AppHash: []byte{8}}, core.ChangeSet{}); err == nil || !strings.Contains(err.Error(), "read-only") {
+			t.Errorf("reader %d: Commit = %v, want a read-only error", i, err)
+		}
+		if err := r.Close(); err != nil {
+			t.Error(err)
+		}
 	}
 }
