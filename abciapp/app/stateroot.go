@@ -119,7 +119,7 @@ func (r *stateRoots) compute(h int64) (*byzlogv1.SnapshotMeta, error) {
 	if _, err := os.Stat(filepath.Join(cp, "CURRENT")); err != nil {
 		return nil, fmt.Errorf("the checkpoint of height %d is missing (%s): this node cannot commit the block that carries its root; restore it from a snapshot or another validator's data", h, cp)
 	}
-	st, err := store.Open(cp)
+	st, err := store.OpenReadOnly(cp) // a checkpoint never changes
 	if err != nil {
 		return nil, fmt.Errorf("open the checkpoint of height %d: %w", h, err)
 	}
