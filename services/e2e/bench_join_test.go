@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -192,18 +191,4 @@ func waitHeightWithin(ctx context.Context, n *localnet.Net, nodes []int, h int64
 		}
 	}
 	return nil
-}
-
-// dirSize is the bytes under dir, in MiB.
-func dirSize(dir string) string {
-	var total int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if info, err := d.Info(); err == nil {
-				total += info.Size()
-			}
-		}
-		return nil
-	})
-	return strconv.FormatFloat(float64(total)/(1<<20), 'f', 1, 64) + " MiB"
 }

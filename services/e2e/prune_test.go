@@ -217,11 +217,16 @@ func earliestBlock(ctx context.Context, t *testing.T, n *localnet.Net, i int) in
 	return st.SyncInfo.EarliestBlockHeight
 }
 
-// blockstoreSize is the bytes of node i's CometBFT block store on disk.
+// blockstoreSize is node i's CometBFT block store on disk, in MiB.
 func blockstoreSize(t *testing.T, n *localnet.Net, i int) string {
 	t.Helper()
+	return dirSize(filepath.Join(n.Home(i), "data", "blockstore.db"))
+}
+
+// dirSize is the bytes under dir, in MiB.
+func dirSize(dir string) string {
 	var total int64
-	_ = filepath.WalkDir(filepath.Join(n.Home(i), "data", "blockstore.db"), func(_ string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if info, err := d.Info(); err == nil {
 				total += info.Size()
