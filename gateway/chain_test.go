@@ -168,7 +168,8 @@ func (c *testChain) node(t *testing.T, lie liar) string {
 	return srv.URL
 }
 
-// liar rewrites a node's answer to method (called with params).
+// liar rewrites a node's answer to method (called with params); an error
+// it returns is the node's RPC error.
 type liar func(method string, params json.RawMessage, res any) any
 
 func (c *testChain) serveAs(w http.ResponseWriter, r *http.Request, lie liar) {
@@ -197,7 +198,11 @@ func (c *testChain) serveAs(w http.ResponseWriter, r *http.Request, lie liar) {
 		return
 	}
 	res, err := c.call(req.Method, req.Params)
-	resp := rpctypes.NewRPCSuccessResponse(req.ID, lie(req.Method, req.Params, res))
+	out := lie(req.Method, req.Params, res)
+	resp := rpctypes.NewRPCSuccessResponse(req.ID, out)
+	if e, ok := out.(error); ok {
+		err = e
+	}
 	if err != nil {
 		resp = rpctypes.RPCInternalError(req.ID, err)
 	}

@@ -27,11 +27,18 @@ func (g *Gateway) quorum() int { return quorum(g.pool.Len()) }
 // confirmedBlock returns block h and its results as n reports them once
 // quorum nodes agree (chain.Block's Digest: block hash and results hash),
 // or what quorum other nodes agree on if n is alone. Every account is read
-// and checked by chain.ReadBlock, the reader the indexer uses too.
+// and checked by chain.ReadBlock, the reader the indexer uses too. A node
+// that cannot serve h (one that joined by state sync or prunes has no old
+// blocks, or it is down) is passed over for the next.
 func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*chain.Block, error) {
 	first, err := readBlock(ctx, n, h)
+	others := g.pool.Others(n)
+	for err != nil && len(others) > 0 {
+		n, others = others[0], others[1:]
+		first, err = readBlock(ctx, n, h)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("no node serves block %d (the last asked: %w)", h, err)
 	}
 	need := g.quorum()
 	if need <= 1 {
@@ -39,7 +46,7 @@ func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*
 	}
 	votes := map[string]int{first.Digest(): 1}
 	full := map[string]*chain.Block{first.Digest(): first}
-	for _, m := range g.pool.Others(n) {
+	for _, m := range others {
 		var digest string
 		if len(votes) == 1 {
 			digest, err = headerDigest(ctx, m, h) // all agree so far: a header and results do
@@ -99,9 +106,16 @@ func headerDigest(ctx context.Context, m *nodes.Node, h int64) (string, error) {
 
 // confirmedTx returns what n's transaction index says about hash once
 // quorum nodes say the same (height, index, result); nil when fewer do
-// (not committed as far as the gateway can tell: still pending).
+// (not committed as far as the gateway can tell: still pending). A node
+// that does not know hash (one that joined by state sync has no index of
+// older transactions) is passed over for the next.
 func (g *Gateway) confirmedTx(ctx context.Context, n *nodes.Node, hash []byte) *ctypes.ResultTx {
 	first, err := n.Client.Tx(ctx, hash, false)
+	others := g.pool.Others(n)
+	for err != nil && len(others) > 0 {
+		first, err = others[0].Client.Tx(ctx, hash, false)
+		others = others[1:]
+	}
 	if err != nil {
 		return nil
 	}
@@ -110,7 +124,7 @@ func (g *Gateway) confirmedTx(ctx context.Context, n *nodes.Node, hash []byte) *
 		return fmt.Sprintf("%d/%d/%x", r.Height, r.Index, cmttypes.NewResults([]*abci.ExecTxResult{&r.TxResult}).Hash())
 	}
 	votes := map[string]int{key(first): 1}
-	for _, m := range g.pool.Others(n) {
+	for _, m := range others {
 		if votes[key(first)] >= need {
 			break
 		}

@@ -3,12 +3,14 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	ctypes "github.com/cometbft/cometbft/rpc/core/types"
+	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/grpc/codes"
@@ -263,4 +265,51 @@ func TestOneNodeCannotRefuse(t *testing.T) {
 		t.Fatal("a batch with a bad signature was committed")
 	}
 	t.Logf("%d batches committed through %d refusals", n, refused.Load())
+}
+
+// TestOldBlockFromWhicheverNodeHasIt: a node that joined by state sync (or
+// prunes) has no old blocks. A block the gateway must read (the one that
+// used an admin key's nonce, a duplicate's) was read from the first node
+// picked, and failed when that node lacked it: chaos join-validator's
+// topic creation failed right after statesync-one wiped node0. Whichever
+// node is picked first, the block comes from those that have it.
+func TestOldBlockFromWhicheverNodeHasIt(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	synced := func(method string, _ json.RawMessage, res any) any {
+		switch method {
+		case "block", "block_results", "header":
+			return errors.New("height 2 is not available, lowest height is 5")
+		case "tx":
+			return errors.New("tx not found")
+		}
+		return res
+	}
+	g := startGateway(t, c, func(cfg *Config) {
+		cfg.Nodes.Addrs = []string{c.node(t, synced), c.srv.URL, c.node(t, nil), c.node(t, nil)}
+	})
+	tx, err := wire.BundleTx(newTestProducer("old").batch(t, "t", 0, "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := range 4 {
+		if h == 1 {
+			if _, err := c.broadcast(tx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.makeBlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hash := cmttypes.Tx(tx).Hash()
+	for _, n := range g.pool.All() { // each node asked first in turn
+		if _, err := g.confirmedBlock(ctx, n, 2); err != nil {
+			t.Fatalf("block 2 read first from %s, with one node lacking it: %v", n.Addr, err)
+		}
+		if res := g.confirmedTx(ctx, n, hash); res == nil || res.Height != 2 {
+			t.Fatalf("tx of block 2 looked up first at %s, with one node lacking it: %v, want height 2", n.Addr, res)
+		}
+	}
 }
