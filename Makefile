@@ -121,7 +121,7 @@ bench-gateway: build ## via-gateway records/s and receipt latency vs one-record 
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchGateway github.com/byzlog/byzlog/services/e2e
 
 .PHONY: bench-join
-bench-join: build ## time for a wiped validator to reach the tip by replay from genesis and by state sync, at BYZLOG_JOIN_BLOCKS (1000,20000) blocks of history (~2 h for both here: 1,000 took 5 min, 5,000 25 min; e2e TestStateSyncJoin and chaos statesync-one are the short variants)
+bench-join: build ## time for a wiped validator to reach the tip by replay from genesis and by state sync, at BYZLOG_JOIN_BLOCKS (1000,20000) blocks of history, then each node's stores before and after pruning to BYZLOG_JOIN_RETAIN (1000) blocks (1 h 46 min for the default here; e2e TestStateSyncJoin and chaos statesync-one are the short variants)
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 4h -v -run TestBenchJoin github.com/byzlog/byzlog/services/e2e
 
 .PHONY: bench-indexer

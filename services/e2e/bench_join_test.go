@@ -116,9 +116,9 @@ func TestBenchJoin(t *testing.T) {
 		}
 		replay := join(false)
 		synced := join(true)
-		t.Logf("history %d blocks (%d records): replay from genesis %s, state sync %s, %.1fx; disk node0 %s, node3 after state sync %s",
+		t.Logf("history %d blocks (%d records): replay from genesis %s, state sync %s, %.1fx; stores node0 %s, node3 after state sync %s",
 			h, p.seq, replay.Round(100*time.Millisecond), synced.Round(100*time.Millisecond), float64(replay)/float64(synced),
-			dirSize(n.Home(0)), dirSize(n.Home(3)))
+			dirSize(stores(n, 0)...), dirSize(stores(n, 3)...))
 	}
 
 	// Pruning, with the load still flowing. The registered indexer holds
@@ -172,10 +172,17 @@ func earliestOf(ctx context.Context, n *localnet.Net, i int) int64 {
 	return st.SyncInfo.EarliestBlockHeight
 }
 
-// diskOf is node i's disk in total and by the stores that hold most of it.
+// stores are the directories of node i that hold its data: CometBFT's,
+// the app's state and its snapshots (not the process logs beside them).
+func stores(n *localnet.Net, i int) []string {
+	home := n.Home(i)
+	return []string{filepath.Join(home, "data"), filepath.Join(home, "app"), filepath.Join(home, "app.snapshots")}
+}
+
+// diskOf is node i's stores in total and those that hold most of it.
 func diskOf(n *localnet.Net, i int) string {
 	home := n.Home(i)
-	return fmt.Sprintf("%s (blockstore %s, state %s, tx_index %s, app %s, snapshots %s)", dirSize(home),
+	return fmt.Sprintf("%s (blockstore %s, state %s, tx_index %s, app %s, snapshots %s)", dirSize(stores(n, i)...),
 		dirSize(filepath.Join(home, "data", "blockstore.db")), dirSize(filepath.Join(home, "data", "state.db")),
 		dirSize(filepath.Join(home, "data", "tx_index.db")), dirSize(filepath.Join(home, "app")), dirSize(filepath.Join(home, "app.snapshots")))
 }

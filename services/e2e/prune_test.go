@@ -224,7 +224,16 @@ func blockstoreSize(t *testing.T, n *localnet.Net, i int) string {
 }
 
 // dirSize is the bytes under dir, in MiB.
-func dirSize(dir string) string {
+func dirSize(dirs ...string) string {
+	var total int64
+	for _, dir := range dirs {
+		total += dirBytes(dir)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(total)/(1<<20))
+}
+
+// dirBytes is the bytes of the files under dir.
+func dirBytes(dir string) int64 {
 	var total int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
@@ -234,5 +243,5 @@ func dirSize(dir string) string {
 		}
 		return nil
 	})
-	return fmt.Sprintf("%.1f MiB", float64(total)/(1<<20))
+	return total
 }
