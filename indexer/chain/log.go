@@ -1,10 +1,12 @@
 package chain
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	cmtlog "github.com/cometbft/cometbft/libs/log"
+	"github.com/cometbft/cometbft/light/provider"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -26,13 +28,30 @@ func (l lightLogger) Warn(msg string, kv ...any)  { l.event(l.log.Warn(), msg, k
 
 // Info carries a provider failing or being dropped ("error from light block
 // request from primary, removing...", "error in light block request to
-// witness"): a node misbehaving or down.
+// witness"): a node misbehaving or down. A witness that has no block at the
+// height is neither: one that joined by state sync or prunes lacks old
+// blocks, and catching up over them logged one warning a header (17,910 in
+// three minutes); that is debug.
 func (l lightLogger) Info(msg string, kv ...any) {
+	if strings.Contains(msg, "witness") && notFound(kv) {
+		l.event(l.log.Debug(), msg, kv)
+		return
+	}
 	if strings.Contains(msg, "error") || strings.Contains(msg, "replacing") || strings.Contains(msg, "removing") || strings.Contains(msg, "different") {
 		l.Error(msg, kv...)
 		return
 	}
 	l.event(l.log.Debug(), msg, kv)
+}
+
+// notFound reports whether kv carries provider.ErrLightBlockNotFound.
+func notFound(kv []any) bool {
+	for _, v := range kv {
+		if err, ok := v.(error); ok && errors.Is(err, provider.ErrLightBlockNotFound) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l lightLogger) Error(msg string, kv ...any) {
