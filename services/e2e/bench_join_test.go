@@ -159,19 +159,6 @@ func TestBenchJoin(t *testing.T) {
 	assertAgree(ctx, t, n, []int{0, 1, 2, 3})
 }
 
-// earliestOf is the lowest height node i serves, 0 if it does not answer.
-func earliestOf(ctx context.Context, n *localnet.Net, i int) int64 {
-	c, err := n.Client(i)
-	if err != nil {
-		return 0
-	}
-	st, err := c.Status(ctx)
-	if err != nil {
-		return 0
-	}
-	return st.SyncInfo.EarliestBlockHeight
-}
-
 // stores are the directories of node i that hold its data: CometBFT's,
 // the app's state and its snapshots (not the process logs beside them).
 func stores(n *localnet.Net, i int) []string {

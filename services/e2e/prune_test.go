@@ -206,13 +206,23 @@ func pruningOf(ctx context.Context, t *testing.T, n *localnet.Net, i int) *byzlo
 // earliestBlock is the lowest height node i still serves.
 func earliestBlock(ctx context.Context, t *testing.T, n *localnet.Net, i int) int64 {
 	t.Helper()
+	e := earliestOf(ctx, n, i)
+	if e == 0 {
+		t.Fatalf("node%d did not answer /status", i)
+	}
+	return e
+}
+
+// earliestOf is the lowest height node i serves, 0 if it does not answer
+// (it may be restarting).
+func earliestOf(ctx context.Context, n *localnet.Net, i int) int64 {
 	c, err := n.Client(i)
 	if err != nil {
-		t.Fatal(err)
+		return 0
 	}
 	st, err := c.Status(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return 0
 	}
 	return st.SyncInfo.EarliestBlockHeight
 }
