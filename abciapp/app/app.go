@@ -63,6 +63,7 @@ type App struct {
 	stagedTxs [][]byte              // the staged block's transactions, for the mempool
 	lastTxs   [][]byte              // failpoints builds only: the last block's txs, for a Byzantine replay
 	roots     *stateRoots
+	checked   prechecked // ProcessProposal's prechecks, for FinalizeBlock
 	stagedAt  int64      // the staged block's time, for snapshots
 	restore   *restoring // a snapshot being applied (OfferSnapshot on)
 	retain    int64
@@ -351,7 +352,9 @@ func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposa
 	if err != nil {
 		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
 	}
-	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: prechecked(params, req.Txs, false)}
+	// Records are kept: FinalizeBlock takes them from the cache if this
+	// proposal is decided.
+	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: a.checked.check(params, req.Height, req.Txs, true)}
 	var bad int
 	var r core.Result
 	err = a.read(func() (err error) {
@@ -376,8 +379,10 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}
 	// Decoding, signatures and decompression need no state: done before
-	// the write lock, so CheckTx and queries are held up only by execution.
-	checked := prechecked(params, req.Txs, true)
+	// the write lock, so CheckTx and queries are held up only by execution;
+	// done once, by ProcessProposal, if this node saw the proposal.
+	checked := a.checked.check(params, req.Height, req.Txs, false)
+	defer a.checked.done(req.Height)
 	var root *byzlogv1.StateRoot
 	if h, due := core.StateRootDue(params.Limits, req.Height); due {
 		if root, err = a.roots.root(h); err != nil {
@@ -537,15 +542,6 @@ func events(es []core.Event) []abci.Event {
 		for _, at := range e.Attrs {
 			out[i].Attributes = append(out[i].Attributes, abci.EventAttribute{Key: at.Key, Value: at.Value, Index: true})
 		}
-	}
-	return out
-}
-
-// prechecked runs core.Precheck on a block's transactions.
-func prechecked(params *byzlogv1.ChainParams, txs [][]byte, keepRecords bool) []*core.Checked {
-	out := make([]*core.Checked, len(txs))
-	for i, tx := range txs {
-		out[i] = core.Precheck(params, tx, keepRecords)
 	}
 	return out
 }

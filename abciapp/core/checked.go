@@ -96,7 +96,13 @@ const HeaderHeap = 96
 // keepRecords the decoded records are kept for execution; a mempool drops
 // them and keeps only their counts and sizes.
 func Precheck(params *byzlogv1.ChainParams, tx []byte, keepRecords bool) *Checked {
-	c := &Checked{Tx: tx, Hash: sha256.Sum256(tx), Cost: int64(len(tx))}
+	return PrecheckSum(params, tx, sha256.Sum256(tx), keepRecords)
+}
+
+// PrecheckSum is Precheck for a caller that has already hashed tx: sum must
+// be sha256(tx).
+func PrecheckSum(params *byzlogv1.ChainParams, tx []byte, sum [sha256.Size]byte, keepRecords bool) *Checked {
+	c := &Checked{Tx: tx, Hash: sum, Cost: int64(len(tx))}
 	c.env, c.res = decodeTx(tx, params.Limits.MaxBundleBatches)
 	if !c.res.OK() {
 		return c

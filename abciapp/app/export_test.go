@@ -1,0 +1,9 @@
+package app
+
+// PrecheckHits is how many transactions the app took from its prechecked
+// cache instead of prechecking them again.
+func PrecheckHits(a *App) int64 {
+	a.checked.mu.Lock()
+	defer a.checked.mu.Unlock()
+	return a.checked.hits
+}

@@ -1,0 +1,96 @@
+package app
+
+import (
+	"crypto/sha256"
+	"sync"
+
+	"github.com/byzlog/byzlog/abciapp/core"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+)
+
+// maxPrecheckedCost bounds what the prechecked cache holds: the inflated
+// cost (core.Checked.Cost) of the proposals of one height. A height's
+// proposals are one block per round, so an honest chain stays far below
+// it; rounds beyond it are prechecked again in FinalizeBlock.
+const maxPrecheckedCost = 512 << 20
+
+// prechecked keeps the transactions ProcessProposal prechecked, records
+// included, for FinalizeBlock of the same height: every signature of a
+// decided block is then verified and its records decoded once, not twice.
+// core.Precheck is a pure function of the chain's params (fixed after
+// InitChain) and the transaction's bytes, and neither Verify nor Execute
+// changes what it returns, so a cached result is the one FinalizeBlock
+// would compute. A block this node never saw proposed (block sync, replay,
+// a round it missed) is prechecked as before.
+type prechecked struct {
+	mu     sync.Mutex
+	height int64
+	params *byzlogv1.ChainParams
+	byHash map[[sha256.Size]byte]*core.Checked
+	cost   int64
+	hits   int64 // transactions taken from the cache, for tests
+}
+
+// check prechecks the transactions of a block at height, records kept,
+// taking what the cache holds for that height and params; with keep, what
+// it computes is cached for a later call at the same height.
+func (p *prechecked) check(params *byzlogv1.ChainParams, height int64, txs [][]byte, keep bool) []*core.Checked {
+	out := make([]*core.Checked, len(txs))
+	sums := make([][sha256.Size]byte, len(txs))
+	p.mu.Lock()
+	if p.height != height || p.params != params {
+		p.reset(height, params)
+	}
+	var missing int
+	for i, tx := range txs {
+		sums[i] = sha256.Sum256(tx)
+		if c, ok := p.byHash[sums[i]]; ok {
+			out[i] = c
+			p.hits++
+			continue
+		}
+		missing++
+	}
+	p.mu.Unlock()
+	if missing == 0 {
+		return out
+	}
+	// The expensive part, outside the lock.
+	for i, tx := range txs {
+		if out[i] == nil {
+			out[i] = core.PrecheckSum(params, tx, sums[i], true)
+		}
+	}
+	if !keep {
+		return out
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.height != height || p.params != params {
+		return out
+	}
+	for _, c := range out {
+		if _, ok := p.byHash[c.Hash]; ok {
+			continue
+		}
+		if p.cost+c.Cost > maxPrecheckedCost {
+			break
+		}
+		p.byHash[c.Hash] = c
+		p.cost += c.Cost
+	}
+	return out
+}
+
+// done drops what the cache holds once height is finalized.
+func (p *prechecked) done(height int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.height <= height {
+		p.reset(height+1, p.params)
+	}
+}
+
+func (p *prechecked) reset(height int64, params *byzlogv1.ChainParams) {
+	p.height, p.params, p.byHash, p.cost = height, params, map[[sha256.Size]byte]*core.Checked{}, 0
+}

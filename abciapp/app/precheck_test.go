@@ -1,0 +1,70 @@
+package app_test
+
+import (
+	"bytes"
+	"testing"
+
+	abci "github.com/cometbft/cometbft/abci/types"
+	"reflect"
+
+	"github.com/byzlog/byzlog/abciapp/app"
+	"github.com/byzlog/byzlog/abciapp/internal/workload"
+)
+
+// TestProcessProposalPrechecksOnce executes one seeded workload (valid,
+// duplicate, gapped, forged and garbage transactions) on two apps: one sees
+// each block proposed first, as a validator does, and one only finalizes
+// it, as a node replaying does. FinalizeBlock must take the proposal's
+// prechecks instead of verifying every signature again, and both apps must
+// answer every block identically. A round whose proposal was not decided
+// leaves nothing FinalizeBlock uses.
+func TestProcessProposalPrechecksOnce(t *testing.T) {
+	g := workload.New(11, chainID)
+	genesis := g.Genesis()
+	seen, replayed := newChainApp(t, genesis), newChainApp(t, genesis)
+	defer seen.Close()
+	defer replayed.Close()
+
+	var txs int64
+	for h := int64(1); h <= 20; h++ {
+		block := g.Block(8)
+		if h%5 == 0 {
+			// Round 0 proposed another block, which was not decided.
+			if _, err := seen.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: h, Txs: g.Block(4)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := seen.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: h, Txs: block}); err != nil {
+			t.Fatal(err)
+		}
+		before := app.PrecheckHits(seen)
+		a, err := seen.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: h, Txs: block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := app.PrecheckHits(seen) - before; got != int64(len(block)) {
+			t.Fatalf("height %d: FinalizeBlock took %d of %d transactions from ProcessProposal's prechecks", h, got, len(block))
+		}
+		txs += int64(len(block))
+		b, err := replayed.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: h, Txs: block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a.AppHash, b.AppHash) {
+			t.Fatalf("height %d: app hash %X after the proposal, %X without it", h, a.AppHash, b.AppHash)
+		}
+		for i := range a.TxResults {
+			if !reflect.DeepEqual(a.TxResults[i], b.TxResults[i]) {
+				t.Fatalf("height %d tx %d: result %v after the proposal, %v without it", h, i, a.TxResults[i], b.TxResults[i])
+			}
+		}
+		commit(t, seen)
+		commit(t, replayed)
+	}
+	if hits := app.PrecheckHits(replayed); hits != 0 {
+		t.Errorf("the app that saw no proposal took %d prechecks from a cache", hits)
+	}
+	if txs == 0 {
+		t.Fatal("the workload made no transactions")
+	}
+}
