@@ -15,7 +15,8 @@ every TLS certificate (each node's RPC, the gateways', NATS's, a client's); and
 NATS's configuration, accounts and users' passwords. It runs `cometbft
 testnet`, then sets what byzlog needs, as `byzlog localnet` does: abci = "grpc",
 proxy_app = "127.0.0.1:ABCI_PORT" (host:port, no tcp:// with gRPC),
-[mempool] recheck = false, type = "app", reap_interval = 25ms, timeout_propose = 10s, persistent peers with PEX
+[mempool] recheck = false, type = "app", reap_interval = 25ms, [tx_index] indexer = "null"
+(byzlog-app answers gateways' lookups itself), timeout_propose = 10s, persistent peers with PEX
 off, p2p rates of 100 MiB/s, RPC over TLS (rpc.tls_cert_file), and genesis
 block.max_bytes under the 4 MiB cap of CometBFT's gRPC ABCI client. On an output
 that is already complete it does nothing; it never overwrites a validator key.
@@ -330,6 +331,7 @@ for ((i = 0; i < validators; i++)); do
   set_toml "$cfg" mempool recheck false # races with the gRPC ABCI client under load
   set_toml "$cfg" mempool type '"app"' # byzlog-app keeps the mempool and builds blocks from it
   set_toml "$cfg" mempool reap_interval '"25ms"' # the 500 ms default delays gossip to the proposer
+  set_toml "$cfg" tx_index indexer '"null"' # byzlog-app answers /tx itself; the kv index cost a second copy of every bundle
   set_toml "$cfg" rpc max_body_bytes $((4 << 20)) # the 1 MB default refuses bundles over ~730 KiB
   set_toml "$cfg" consensus timeout_propose '"10s"' # 3 s causes extra rounds with large blocks
   set_toml "$cfg" consensus timeout_commit "\"$timeout_commit\""

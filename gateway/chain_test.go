@@ -51,7 +51,7 @@ type testChain struct {
 	cache   map[string]bool // the node's tx cache: "tx already exists in cache"
 	blocks  []*cmttypes.Block
 	results [][]*abci.ExecTxResult
-	index   map[string][2]int64 // tx hash -> height, index
+	index   map[string][2]int64 // tx hash -> height, index: byzlog-app's /tx
 	frozen  bool                // CheckTx passes, but no block includes anything
 	// broadcasts counts every broadcast_tx_sync received, by tx hash.
 	broadcasts map[string]int
@@ -231,6 +231,13 @@ func (c *testChain) call(method string, params json.RawMessage) (any, error) {
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		if p.Path == wire.PathTx { // answered by byzlog-app from what it committed
+			loc, ok := c.index[hex.EncodeToString(p.Data)]
+			if !ok {
+				return &ctypes.ResultABCIQuery{Response: abci.ResponseQuery{Code: uint32(wire.CodeNotFound), Log: "not committed"}}, nil
+			}
+			return &ctypes.ResultABCIQuery{Response: abci.ResponseQuery{Key: p.Data, Height: loc[0], Index: loc[1]}}, nil
+		}
 		val, res, err := core.Query(c.store, c.state, p.Path, p.Data)
 		if err != nil {
 			return nil, err
@@ -264,21 +271,6 @@ func (c *testChain) call(method string, params json.RawMessage) (any, error) {
 			return &ctypes.ResultHeader{Header: &blk.Header}, nil
 		}
 		return &ctypes.ResultBlockResults{Height: h, TxsResults: c.results[h-1]}, nil
-	case "tx":
-		var p struct {
-			Hash []byte `json:"hash"`
-		}
-		if err := cmtjson.Unmarshal(params, &p); err != nil {
-			return nil, err
-		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		loc, ok := c.index[hex.EncodeToString(p.Hash)]
-		if !ok {
-			return nil, errors.New("tx not found")
-		}
-		blk := c.blocks[loc[0]-1]
-		return &ctypes.ResultTx{Hash: p.Hash, Height: loc[0], Index: uint32(loc[1]), Tx: blk.Txs[loc[1]], TxResult: *c.results[loc[0]-1][loc[1]]}, nil
 	}
 	return nil, errors.New("method not found: " + method)
 }

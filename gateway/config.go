@@ -67,7 +67,7 @@ type Waits struct {
 	// status and the blocks read up to it.
 	FollowTimeout time.Duration
 	// LookupTimeout bounds looking up a transaction a node already holds
-	// (its transaction index and block).
+	// (where the apps say it committed, and that block).
 	LookupTimeout time.Duration
 	// QueryRounds is how often a query asks the nodes for an answer f+1
 	// agree on, QueryRetry the wait between rounds.

@@ -1,15 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
-	abci "github.com/cometbft/cometbft/abci/types"
-	ctypes "github.com/cometbft/cometbft/rpc/core/types"
-	cmttypes "github.com/cometbft/cometbft/types"
-
 	"github.com/byzlog/byzlog/gateway/nodes"
 	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // A receipt's offsets come from a committed block's results, and one node
@@ -104,38 +102,27 @@ func headerDigest(ctx context.Context, m *nodes.Node, h int64) (string, error) {
 	return chain.Digest(hdr.Header.Hash(), res.TxsResults), nil
 }
 
-// confirmedTx returns what n's transaction index says about hash once
-// quorum nodes say the same (height, index, result); nil when fewer do
-// (not committed as far as the gateway can tell: still pending). A node
-// that does not know hash (one that joined by state sync has no index of
-// older transactions) is passed over for the next.
-func (g *Gateway) confirmedTx(ctx context.Context, n *nodes.Node, hash []byte) *ctypes.ResultTx {
-	first, err := n.Client.Tx(ctx, hash, false)
-	others := g.pool.Others(n)
-	for err != nil && len(others) > 0 {
-		first, err = others[0].Client.Tx(ctx, hash, false)
-		others = others[1:]
-	}
-	if err != nil {
-		return nil
-	}
-	need := g.quorum()
-	key := func(r *ctypes.ResultTx) string {
-		return fmt.Sprintf("%d/%d/%x", r.Height, r.Index, cmttypes.NewResults([]*abci.ExecTxResult{&r.TxResult}).Hash())
-	}
-	votes := map[string]int{key(first): 1}
-	for _, m := range others {
-		if votes[key(first)] >= need {
-			break
-		}
-		r, err := m.Client.Tx(ctx, hash, false)
-		if err != nil {
+// committedTx finds where the transaction with hash committed, for a
+// node that answered it "already seen" (it may have committed before this
+// gateway was watching). byzlog's nodes run without CometBFT's transaction
+// index: each app answers wire.PathTx for the blocks it committed since it
+// started. One node's answer is only a claim: it is used once a block f+1
+// nodes confirm (dupBlocks) holds the transaction at that index, so a
+// liar costs a block read, never a wrong receipt. n is asked first, then
+// the others; none that knows: still pending, and a block will tell.
+func (g *Gateway) committedTx(ctx context.Context, n *nodes.Node, hash []byte) (txAt, bool) {
+	for _, m := range append([]*nodes.Node{n}, g.pool.Others(n)...) {
+		res, err := m.Client.ABCIQuery(ctx, wire.PathTx, hash)
+		if err != nil || res.Response.Code != 0 || res.Response.Height < 1 || res.Response.Index < 0 {
 			continue
 		}
-		votes[key(r)]++
+		h, i := res.Response.Height, res.Response.Index
+		d, err := g.dups.get(ctx, g, h)
+		if err != nil || i >= int64(len(d.Block.Txs)) || !bytes.Equal(d.Block.Txs[i].Hash(), hash) {
+			g.log.Debug().Err(err).Str("node", m.Addr).Int64("height", h).Int64("index", i).Msg("a node placed a transaction where no confirmed block has it")
+			continue
+		}
+		return txAt{d, uint32(i)}, true
 	}
-	if votes[key(first)] < need {
-		return nil
-	}
-	return first
+	return txAt{}, false
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	abci "github.com/cometbft/cometbft/abci/types"
 	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/protobuf/proto"
@@ -277,12 +278,14 @@ func TestOldBlockFromWhicheverNodeHasIt(t *testing.T) {
 	c := newTestChain(t, testTopics()...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	synced := func(method string, _ json.RawMessage, res any) any {
+	synced := func(method string, params json.RawMessage, res any) any {
 		switch method {
 		case "block", "block_results", "header":
 			return errors.New("height 2 is not available, lowest height is 5")
-		case "tx":
-			return errors.New("tx not found")
+		case "abci_query":
+			if strings.Contains(string(params), `"`+wire.PathTx+`"`) {
+				return &ctypes.ResultABCIQuery{Response: abci.ResponseQuery{Code: uint32(wire.CodeNotFound), Log: "not committed since it started"}}
+			}
 		}
 		return res
 	}
@@ -308,8 +311,70 @@ func TestOldBlockFromWhicheverNodeHasIt(t *testing.T) {
 		if _, err := g.confirmedBlock(ctx, n, 2); err != nil {
 			t.Fatalf("block 2 read first from %s, with one node lacking it: %v", n.Addr, err)
 		}
-		if res := g.confirmedTx(ctx, n, hash); res == nil || res.Height != 2 {
-			t.Fatalf("tx of block 2 looked up first at %s, with one node lacking it: %v, want height 2", n.Addr, res)
+		if at, ok := g.committedTx(ctx, n, hash); !ok || at.height() != 2 {
+			t.Fatalf("tx of block 2 looked up first at %s, with one node lacking it: found %v, want height 2", n.Addr, ok)
 		}
+	}
+}
+
+// TestCommittedBeforeTracked: a client sends the same transaction again,
+// through this gateway, after it committed (its first gateway timed out,
+// say). Every node answers "already seen", so no block this gateway
+// follows will name it: the gateway asks the apps where it committed
+// (wire.PathTx; nodes run without CometBFT's transaction index). A node
+// that places it in the wrong block is passed over, and a block f+1 nodes
+// confirm decides.
+func TestCommittedBeforeTracked(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	c.seenMsg = "tx already seen"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var lies atomic.Int64
+	misplaces := func(method string, params json.RawMessage, res any) any {
+		if r, ok := res.(*ctypes.ResultABCIQuery); ok && strings.Contains(string(params), `"`+wire.PathTx+`"`) {
+			lies.Add(1)
+			return &ctypes.ResultABCIQuery{Response: abci.ResponseQuery{Key: r.Response.Key, Height: 1, Index: 0}}
+		}
+		return res
+	}
+	tx, err := wire.BundleTx(newTestProducer("early").batch(t, "t", 0, "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := wire.BundleTx(newTestProducer("first").batch(t, "t", 0, "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]byte{first, tx} { // block 1 holds another transaction, block 2 tx
+		if _, err := c.broadcast(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.makeBlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := startGateway(t, c, func(cfg *Config) {
+		cfg.Nodes.Addrs = []string{c.node(t, misplaces), c.node(t, nil), c.node(t, nil), c.node(t, nil)}
+	})
+	runChain(t, c)
+	start := time.Now()
+	got, err := g.SubmitTx(ctx, tx)
+	if err != nil {
+		t.Fatalf("SubmitTx of a transaction committed before = %v", err)
+	}
+	if got.Height != 2 || got.TxIndex != 0 {
+		t.Errorf("SubmitTx = height %d index %d, want block 2, index 0", got.Height, got.TxIndex)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("the answer took %v: it waited for a timeout instead of looking the transaction up", waited)
+	}
+	hash := cmttypes.Tx(tx).Hash()
+	for _, n := range g.pool.All() { // each node asked first in turn, the liar too
+		if at, ok := g.committedTx(ctx, n, hash); !ok || at.height() != 2 || at.i != 0 {
+			t.Fatalf("/tx asked first at %s: found %v, want block 2 index 0", n.Addr, ok)
+		}
+	}
+	if lies.Load() == 0 {
+		t.Fatal("the misplacing node was never asked")
 	}
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"sync"
@@ -282,7 +281,7 @@ func staleSensitive(c wire.Code) bool {
 	return false
 }
 
-// lookup resolves p from the node's transaction index if it was committed.
+// lookup settles p if it already committed (committedTx).
 func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 	hash, err := hex.DecodeString(p.hash)
 	if err != nil {
@@ -290,22 +289,8 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.Waits.LookupTimeout)
 	defer cancel()
-	// /tx needs the node's tx_index (CometBFT's default "kv"): with
-	// tx_index = "null" a bundle committed before this gateway tracked it
-	// would wait for the commit timeout instead.
-	res := g.confirmedTx(cctx, n, hash)
-	if res == nil {
-		return // not indexed (or not by f+1 nodes): still pending
-	}
-	// The receipt's proof needs the block's results: read the block, as
-	// f+1 nodes report it, and find the transaction in it.
-	d, err := g.dups.get(cctx, g, res.Height)
-	if err != nil || int(res.Index) >= len(d.Block.Txs) || !bytes.Equal(d.Block.Txs[res.Index].Hash(), hash) {
-		g.log.Debug().Err(err).Int64("height", res.Height).Msg("the tx index names a block that does not confirm it; waiting for the block")
-		return
-	}
-	if g.untrack(p) {
-		at := txAt{d, res.Index}
+	at, ok := g.committedTx(cctx, n, hash)
+	if ok && g.untrack(p) {
 		g.settleTx(ctx, p, func(q *pendingTx) settlement { return committedSettlement(q, at) })
 	}
 }

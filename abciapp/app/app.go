@@ -60,10 +60,12 @@ type App struct {
 	params    *byzlogv1.ChainParams // nil until InitChain; never changes after
 	pool      *mempool.Pool         // nil until params are known
 	staged    *core.Outcome         // set by FinalizeBlock, persisted and cleared by Commit
-	stagedTxs [][]byte              // the staged block's transactions, for the mempool
+	stagedTxs [][]byte              // the staged block's transactions, for snapshots
+	stagedIDs [][sha256.Size]byte   // and their hashes, for the mempool and /tx
 	lastTxs   [][]byte              // failpoints builds only: the last block's txs, for a Byzantine replay
 	roots     *stateRoots
 	checked   prechecked // ProcessProposal's prechecks, for FinalizeBlock
+	recent    recentTxs  // where this node's last committed transactions are (/tx)
 	stagedAt  int64      // the staged block's time, for snapshots
 	restore   *restoring // a snapshot being applied (OfferSnapshot on)
 	retain    int64
@@ -403,6 +405,10 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 		return nil, fmt.Errorf("finalize block: %w", err)
 	}
 	a.staged, a.stagedTxs, a.stagedAt = &out, req.Txs, req.Time.UnixNano()
+	a.stagedIDs = make([][sha256.Size]byte, len(checked))
+	for i, c := range checked {
+		a.stagedIDs[i] = c.Hash
+	}
 	results := make([]*abci.ExecTxResult, len(out.Results))
 	for i, r := range out.Results {
 		results[i] = &abci.ExecTxResult{Code: uint32(r.Code), Log: r.Log, Data: r.Data, Codespace: codespace(r), Events: events(r.Events)}
@@ -453,8 +459,9 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	failpoint.Crash(failpoint.CommitAfterWrite, next.Height)
 	a.committed, a.staged = next, nil
 	if a.pool != nil {
-		a.pool.Committed(next.Height, a.stagedTxs)
+		a.pool.Committed(next.Height, a.stagedIDs)
 	}
+	a.recent.committed(next.Height, a.stagedIDs)
 	if a.params != nil && core.SnapshotHeight(a.params.Limits, next.Height) {
 		if err := a.roots.checkpoint(a.store, next.Height); err != nil {
 			return nil, fmt.Errorf("commit %d: checkpoint the state to hash: %w", next.Height, err)
@@ -467,7 +474,7 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 			a.log.Warn().Err(err).Int64("height", next.Height).Msg("could not save what a snapshot needs; it will not be offered")
 		}
 	}
-	a.stagedTxs = nil
+	a.stagedTxs, a.stagedIDs = nil, nil
 	a.log.Debug().Int64("height", next.Height).Hex("app_hash", next.AppHash).Msg("committed")
 	p, err := a.retainHeight(next.Height)
 	if err != nil {
@@ -503,6 +510,9 @@ func (a *App) Query(_ context.Context, req *abci.RequestQuery) (resp *abci.Respo
 	defer a.recoverTx("query", req.Data, func(r core.Result) {
 		resp, err = &abci.ResponseQuery{Code: uint32(r.Code), Log: r.Log, Codespace: wire.Codespace}, nil
 	})
+	if req.Path == wire.PathTx {
+		return a.queryTx(req.Data), nil
+	}
 	var value []byte
 	var r core.Result
 	var height int64
@@ -525,6 +535,22 @@ func (a *App) Query(_ context.Context, req *abci.RequestQuery) (resp *abci.Respo
 	return &abci.ResponseQuery{Code: uint32(r.Code), Log: r.Log, Codespace: codespace(r), Value: value, Height: height}, nil
 }
 
+// queryTx answers wire.PathTx: where the transaction whose SHA-256 hash is
+// data committed, among those this node committed since it started.
+func (a *App) queryTx(data []byte) *abci.ResponseQuery {
+	refuse := func(code wire.Code, format string, args ...any) *abci.ResponseQuery {
+		return &abci.ResponseQuery{Code: uint32(code), Log: fmt.Sprintf(format, args...), Codespace: wire.Codespace}
+	}
+	if len(data) != sha256.Size {
+		return refuse(wire.CodeBadQuery, "%s takes a transaction's SHA-256 hash (%d bytes), got %d bytes", wire.PathTx, sha256.Size, len(data))
+	}
+	at, ok := a.recent.find([sha256.Size]byte(data))
+	if !ok {
+		return refuse(wire.CodeNotFound, "this node has not committed transaction %X since it started (it remembers the last %d)", data, maxRecentTxs)
+	}
+	return &abci.ResponseQuery{Key: data, Height: at.height, Index: int64(at.index)}
+}
+
 func codespace(r core.Result) string {
 	if r.OK() {
 		return ""
@@ -540,7 +566,7 @@ func events(es []core.Event) []abci.Event {
 	for i, e := range es {
 		out[i].Type = e.Type
 		for _, at := range e.Attrs {
-			out[i].Attributes = append(out[i].Attributes, abci.EventAttribute{Key: at.Key, Value: at.Value, Index: true})
+			out[i].Attributes = append(out[i].Attributes, abci.EventAttribute{Key: at.Key, Value: at.Value})
 		}
 	}
 	return out

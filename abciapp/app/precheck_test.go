@@ -2,13 +2,16 @@ package app_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"reflect"
+	"strings"
 	"testing"
 
 	abci "github.com/cometbft/cometbft/abci/types"
-	"reflect"
 
 	"github.com/byzlog/byzlog/abciapp/app"
 	"github.com/byzlog/byzlog/abciapp/internal/workload"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // TestProcessProposalPrechecksOnce executes one seeded workload (valid,
@@ -66,5 +69,43 @@ func TestProcessProposalPrechecksOnce(t *testing.T) {
 	}
 	if txs == 0 {
 		t.Fatal("the workload made no transactions")
+	}
+}
+
+// TestQueryTx: a node answers where a transaction it committed went
+// (wire.PathTx), which gateways ask instead of CometBFT's transaction
+// index; what it did not commit, or a request that is not a hash, gets a
+// code and a message.
+func TestQueryTx(t *testing.T) {
+	a := open(t, t.TempDir())
+	defer a.Close()
+	first, second, third := validTx(t, 0), validTx(t, 1), validTx(t, 2)
+	finalize(t, a, 1, first)
+	commit(t, a)
+	finalize(t, a, 2, second, third)
+	commit(t, a)
+	query := func(data []byte) *abci.ResponseQuery {
+		t.Helper()
+		res, err := a.Query(ctx, &abci.RequestQuery{Path: wire.PathTx, Data: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	for _, c := range []struct {
+		tx            []byte
+		height, index int64
+	}{{first, 1, 0}, {second, 2, 0}, {third, 2, 1}} {
+		sum := sha256.Sum256(c.tx)
+		if res := query(sum[:]); res.Code != 0 || res.Height != c.height || res.Index != c.index {
+			t.Errorf("/tx %X = code %d %q at %d/%d, want %d/%d", sum[:4], res.Code, res.Log, res.Height, res.Index, c.height, c.index)
+		}
+	}
+	other := sha256.Sum256(validTx(t, 3))
+	if res := query(other[:]); wire.Code(res.Code) != wire.CodeNotFound || !strings.Contains(res.Log, "has not committed") {
+		t.Errorf("/tx of a transaction never committed = %s %q, want %s", wire.Code(res.Code), res.Log, wire.CodeNotFound)
+	}
+	if res := query(other[:5]); wire.Code(res.Code) != wire.CodeBadQuery || !strings.Contains(res.Log, "SHA-256") {
+		t.Errorf("/tx of 5 bytes = %s %q, want %s", wire.Code(res.Code), res.Log, wire.CodeBadQuery)
 	}
 }

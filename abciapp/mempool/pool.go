@@ -277,14 +277,15 @@ func (p *Pool) promote(signers []string) {
 	}
 }
 
-// Committed tells the pool a block committed at height with txs: they leave
-// the pool, and the rest is checked again on the new state at the next call.
-func (p *Pool) Committed(height int64, txs [][]byte) {
+// Committed tells the pool a block committed at height with the
+// transactions whose SHA-256 hashes are given: they leave the pool, and the
+// rest is checked again on the new state at the next call.
+func (p *Pool) Committed(height int64, hashes [][sha256.Size]byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	gone := 0
-	for _, tx := range txs {
-		if e, ok := p.byHash[sha256.Sum256(tx)]; ok {
+	for _, h := range hashes {
+		if e, ok := p.byHash[h]; ok {
 			e.committed = true
 			p.forget(e)
 			gone++

@@ -74,7 +74,11 @@ func (c *chain) commit(p *mempool.Pool, txs [][]byte) []core.Result {
 	}
 	c.apply(out.Changes)
 	c.state = out.State
-	p.Committed(c.state.Height, txs)
+	hashes := make([][sha256.Size]byte, len(txs))
+	for i, tx := range txs {
+		hashes[i] = sha256.Sum256(tx)
+	}
+	p.Committed(c.state.Height, hashes)
 	return out.Results
 }
 

@@ -25,10 +25,17 @@ const (
 	// PathRules answers the Rules: the rules version in force and the
 	// upgrade scheduled.
 	PathRules = "/rules"
+	// PathTx is answered by each node for itself, from the blocks it
+	// committed since it started: where the transaction whose SHA-256 is
+	// the request data committed last, as ResponseQuery.Height and .Index,
+	// or CodeNotFound. byzlog's nodes run without CometBFT's transaction
+	// index (tx_index.indexer = "null"); a gateway checks every answer
+	// against a block f+1 nodes confirm.
+	PathTx = "/tx"
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx}
 
 // Records query bounds.
 const (

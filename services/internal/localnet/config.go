@@ -66,6 +66,9 @@ type Config struct {
 	// it is https (rpc.tls_cert_file) with a certificate from the
 	// network's CA (DIR/tls/node.pem): the RPC carries every record.
 	InsecureRPC bool `json:"insecure_rpc,omitempty"`
+	// TxIndex keeps CometBFT's transaction index on byzlog's nodes
+	// (tx_index.indexer = "kv"; off: "null").
+	TxIndex bool `json:"tx_index,omitempty"`
 	// PprofPort, when not 0, makes app i serve Go runtime profiles on
 	// PprofPort+i and node i's cometbft on PprofPort+20+i (set when the
 	// network is created; not saved with it).

@@ -646,8 +646,9 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	// ~730 KiB (base64): gateway bundles go up to 1 MiB by default, 2 MiB
 	// at most.
 	cfg.RPC.MaxBodyBytes = RPCMaxBodyBytes
-	// tx_index stays "kv": gateways look up /tx by hash when a node says a
-	// resubmitted bundle is already in its cache.
+	if !c.Builtin() && !c.TxIndex {
+		cfg.TxIndex.Indexer = "null"
+	}
 	if c.PprofPort != 0 {
 		cfg.RPC.PprofListenAddress = fmt.Sprintf("127.0.0.1:%d", c.CometBFTPprofPort(i))
 	}
