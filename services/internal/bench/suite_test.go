@@ -23,6 +23,7 @@ func suiteFixture() Suite {
 		row(SystemByzlog, 1024, 9000, 9.2, time.Second),
 		{System: SystemKVStore, RecordSize: 1024, Err: "boom"},
 		row(SystemNoop, 1024, 5000, 5.1, time.Second),
+		row(SystemByzlogWrite, 1024, 4800, 4.9, time.Second),
 	}}
 }
 
@@ -36,10 +37,11 @@ func TestSuiteRatios(t *testing.T) {
 		want float64
 		met  bool
 	}{
-		{"byzlog / kvstore records/s@100", 10, true},
+		{"byzlog / kvstore records/s@100", 10, false}, // goal 12
 		{"byzlog / noop MB/s@100", 0.8, true},
-		{"byzlog / jetstream-sync records/s@100", 0.5, false},
-		{"byzlog / noop MB/s@1024", 9.2 / 5.1, true},
+		{"byzlog / jetstream-sync records/s@100", 0.5, true}, // goal 0.45
+		{"byzlog / noop MB/s@1024", 9.2 / 5.1, true},         // no goal at 1 KiB
+		{"byzlog-write / noop MB/s@1024", 4.9 / 5.1, false},  // goal 1
 	} {
 		r, ok := got[tc.key]
 		if !ok {
@@ -59,7 +61,7 @@ func TestSuiteTableAndSVG(t *testing.T) {
 	s := suiteFixture()
 	var b strings.Builder
 	s.WriteTable(&b)
-	for _, want := range []string{"100 B records", "1024 B records", "kvstore                failed: boom", "goal ≥ 10.0x: met", "goal ≥ 1.0x: not met"} {
+	for _, want := range []string{"100 B records", "1024 B records", "kvstore                failed: boom", "goal ≥ 12x: not met", "goal ≥ 0.8x: met", "goal ≥ 0.45x: met", "goal ≥ 1x: not met"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
@@ -79,7 +81,7 @@ func TestSuiteTableAndSVG(t *testing.T) {
 			rects++
 		}
 	}
-	if want := 1 + 2*6; rects != want { // background + 6 rows that succeeded
+	if want := 1 + 2*7; rects != want { // background + 7 rows that succeeded
 		t.Errorf("chart has %d rects, want %d", rects, want)
 	}
 }
