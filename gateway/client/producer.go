@@ -63,6 +63,7 @@ type Receipt struct {
 // Future is the result of one Produce.
 type Future struct {
 	done    chan struct{}
+	then    func(Receipt, error) // ProduceFunc's callback, in place of done
 	receipt Receipt
 	err     error
 }
@@ -81,6 +82,10 @@ func (f *Future) Wait(ctx context.Context) (Receipt, error) {
 }
 
 func (f *Future) resolve(r Receipt, err error) {
+	if f.then != nil {
+		f.then(r, err)
+		return
+	}
 	f.receipt, f.err = r, err
 	close(f.done)
 }
@@ -206,18 +211,39 @@ func (p *Producer) ChainID() string { return p.chainID }
 // Produce queues a record and returns its Future at once.
 func (p *Producer) Produce(ctx context.Context, r *Record) *Future {
 	f := &Future{done: make(chan struct{})}
+	if err := p.produce(ctx, r, f); err != nil {
+		f.resolve(Receipt{}, err)
+	}
+	return f
+}
+
+// ProduceFunc queues a record, as Produce does, and calls fn with its
+// receipt or its error once that is known, as a Kafka producer's callback
+// (franz-go's promise) is called; nothing waits on a Future. fn is called
+// once, on the producer's goroutine that learned the outcome (a
+// partition's records in order), so it must not block: hand anything slow
+// to another goroutine. A record refused at once (a closed producer, an
+// unknown topic) has fn called before ProduceFunc returns.
+func (p *Producer) ProduceFunc(ctx context.Context, r *Record, fn func(Receipt, error)) {
+	f := &Future{then: fn}
+	if err := p.produce(ctx, r, f); err != nil {
+		f.resolve(Receipt{}, err)
+	}
+}
+
+// produce queues r, to be answered through f; an error refuses it at once
+// (the caller resolves f with it, outside the producer's lock).
+func (p *Producer) produce(ctx context.Context, r *Record, f *Future) error {
 	num, err := p.partitionFor(ctx, r)
 	if err != nil {
-		f.resolve(Receipt{}, err)
-		return f
+		return err
 	}
 	rec := &byzlogv1.Record{Key: r.Key, Value: r.Value, Headers: r.Headers, CreateTimeUnixNano: time.Now().UnixNano()}
 	size := len(r.Key) + len(r.Value) + 16
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		f.resolve(Receipt{}, ErrClosed)
-		return f
+		return ErrClosed
 	}
 	key := fmt.Sprintf("%s/%d", r.Topic, num)
 	pt := p.parts[key]
@@ -231,8 +257,7 @@ func (p *Producer) Produce(ctx context.Context, r *Record) *Future {
 		p.space.Wait() // back-pressure: the sender is that far behind
 	}
 	if p.closed {
-		f.resolve(Receipt{}, ErrClosed)
-		return f
+		return ErrClosed
 	}
 	p.pending.Add(1)
 	pt.recs, pt.futs, pt.bytes = append(pt.recs, rec), append(pt.futs, f), pt.bytes+size
@@ -249,7 +274,7 @@ func (p *Producer) Produce(ctx context.Context, r *Record) *Future {
 			}
 		})
 	}
-	return f
+	return nil
 }
 
 // ProduceSync produces one record and waits for its receipt.

@@ -146,3 +146,61 @@ func testProducer(t *testing.T, gws ...byzlogv1.GatewayClient) *Producer {
 	t.Cleanup(cancel)
 	return &Producer{o: o, gws: gws, signer: wire.NewSigner(key, "test-chain"), chainID: "test-chain", ctx: ctx, cancel: cancel}
 }
+
+// TestProduceFunc: a record produced with a callback has it called once,
+// with the record's own receipt or the batch's error, in the batch's
+// order; a record refused at once has it called before ProduceFunc
+// returns.
+func TestProduceFunc(t *testing.T) {
+	committed := &byzlogv1.Receipt{Topic: "t", Partition: 0, BaseOffset: 40, Height: 9, Ack: byzlogv1.Ack_ACK_COMMIT}
+	refused := status.Error(codes.InvalidArgument, "sequence_gap")
+	for _, tc := range []struct {
+		name    string
+		answer  answer
+		wantErr error
+	}{
+		{"committed", answer{rc: committed}, nil},
+		{"refused", answer{err: refused}, refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var calls []string
+			answers := []answer{tc.answer}
+			p := testProducer(t, scriptedGateway{name: "a", mu: &mu, calls: &calls, answers: &answers})
+			type outcome struct {
+				i   int
+				rc  Receipt
+				err error
+			}
+			var got []outcome
+			b := batch{recs: []*byzlogv1.Record{{Value: []byte("x")}, {Value: []byte("y")}, {Value: []byte("z")}}}
+			for i := range b.recs {
+				b.futs = append(b.futs, &Future{then: func(rc Receipt, err error) { got = append(got, outcome{i, rc, err}) }})
+			}
+			p.pending.Add(len(b.futs))
+			p.sendBatch(&partition{topic: "t", num: 0, seq: 5, known: true}, b)
+			p.pending.Wait()
+			if len(got) != len(b.recs) {
+				t.Fatalf("%d callbacks for %d records: %+v", len(got), len(b.recs), got)
+			}
+			for n, o := range got {
+				switch {
+				case o.i != n:
+					t.Errorf("callback %d was record %d's: out of order", n, o.i)
+				case tc.wantErr != nil && status.Code(o.err) != status.Code(tc.wantErr):
+					t.Errorf("record %d: err %v; want %v", o.i, o.err, tc.wantErr)
+				case tc.wantErr == nil && (o.err != nil || o.rc.Offset != 40+uint64(o.i) || o.rc.Height != 9):
+					t.Errorf("record %d: %+v, %v; want offset %d at height 9", o.i, o.rc, o.err, 40+o.i)
+				}
+			}
+		})
+	}
+	p := testProducer(t)
+	called := false
+	p.ProduceFunc(context.Background(), &Record{Value: []byte("no topic")}, func(_ Receipt, err error) {
+		called = status.Code(err) == codes.InvalidArgument
+	})
+	if !called {
+		t.Error("a record without a topic did not have its callback called with INVALID_ARGUMENT before ProduceFunc returned")
+	}
+}

@@ -78,7 +78,8 @@ system) to --out.
 --scaling adds byzlog with more validators (--validators) and an open-loop
 latency-throughput curve: byzlog offered --rates times its closed-loop peak.
 --profile collects 10-second CPU profiles and a heap profile of byzlog-app,
-cometbft (node 0), the gateway and the indexer in the middle of each byzlog row, next to
+cometbft (node 0), the gateway, the indexer and nats-server, and a CPU profile of
+the load generator (this process), in the middle of each byzlog row, next to
 the JSON (go tool pprof -top FILE).
 --smoke is the short variant make test runs: 100 B records, 3 s warm-up, 3 s
 measured, every system once; it only checks that each produced figures.
@@ -129,7 +130,7 @@ func (o *suiteOptions) addFlags(f *pflag.FlagSet) {
 	f.IntSliceVar(&o.validators, "validators", o.validators, "with --scaling: validator counts to add to the default 4")
 	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
 	f.DurationVar(&o.timeoutCommit, "timeout-commit", o.timeoutCommit, "validators' timeout_commit in every CometBFT row (the floor of the block interval)")
-	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app and the gateway")
+	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app, cometbft, the gateway, the indexer and nats-server, and a CPU profile of the load generator")
 	f.BoolVar(&o.smoke, "smoke", false, "the short variant: 100 B only, 3 s warm-up, 3 s measured")
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -19,8 +20,9 @@ type ProfileTarget struct {
 }
 
 // CollectProfiles takes a CPU profile of length d from every target at
-// once, then a heap profile of each, and writes them to dir. Read them
-// with `go tool pprof -top DIR/NAME.cpu.pprof`.
+// once, and of this process (the load generator: producers and consumer,
+// load-generator.cpu.pprof), then a heap profile of each target, and
+// writes them to dir. Read them with `go tool pprof -top DIR/NAME.cpu.pprof`.
 func CollectProfiles(ctx context.Context, dir string, targets []ProfileTarget, d time.Duration) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -29,6 +31,15 @@ func CollectProfiles(ctx context.Context, dir string, targets []ProfileTarget, d
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := profileSelf(ctx, filepath.Join(dir, "load-generator.cpu.pprof"), d); err != nil {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("load generator cpu profile: %w", err))
+			mu.Unlock()
+		}
+	}()
 	for _, t := range targets {
 		wg.Add(1)
 		go func() {
@@ -47,6 +58,24 @@ func CollectProfiles(ctx context.Context, dir string, targets []ProfileTarget, d
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// profileSelf writes a CPU profile of this process over d to path.
+func profileSelf(ctx context.Context, path string, d time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	pprof.StopCPUProfile()
+	return f.Close()
 }
 
 func fetchProfile(ctx context.Context, url, path string, timeout time.Duration) error {
