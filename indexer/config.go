@@ -35,10 +35,6 @@ type Config struct {
 	StartHeight int64
 	// Replicas is the JetStream replica count of the streams it creates.
 	Replicas int
-	// DuplicateWindow is the streams' de-duplication window: records
-	// published twice within it (a restart, a second indexer) are stored
-	// once. Older blocks are checked against the stream before publishing.
-	DuplicateWindow time.Duration
 	// MaxPending bounds records published and not yet acknowledged.
 	MaxPending int
 	// PollInterval is how often nodes are asked for new blocks.
@@ -113,14 +109,13 @@ const DefaultMaxResponseBytes = 16 << 20
 // as it was 3 min before (no key: no reports).
 func Default() Config {
 	return Config{
-		TrustingPeriod:  168 * time.Hour,
-		ID:              "indexer",
-		StartHeight:     1,
-		Replicas:        1,
-		DuplicateWindow: 10 * time.Minute,
-		MaxPending:      8192,
-		PollInterval:    100 * time.Millisecond,
-		CursorInterval:  time.Second,
+		TrustingPeriod: 168 * time.Hour,
+		ID:             "indexer",
+		StartHeight:    1,
+		Replicas:       1,
+		MaxPending:     8192,
+		PollInterval:   100 * time.Millisecond,
+		CursorInterval: time.Second,
 
 		MaxResponseBytes: DefaultMaxResponseBytes,
 		GenesisWait:      time.Minute,
@@ -152,8 +147,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("start_height (%d) must be at least 1", c.StartHeight)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("replicas (%d) must be between 1 and 5 (JetStream's limit)", c.Replicas)
-	case c.DuplicateWindow < 10*time.Second:
-		return fmt.Errorf("duplicate_window (%s) must be at least 10s", c.DuplicateWindow)
 	case c.MaxPending < 1:
 		return errors.New("max_pending must be at least 1")
 	case c.PollInterval <= 0 || c.CursorInterval <= 0:

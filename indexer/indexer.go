@@ -103,6 +103,19 @@ func (i *Indexer) Run(ctx context.Context) error {
 		if i.acked.Load() > before {
 			backoff = i.cfg.RetryBackoff
 		}
+		if errors.Is(err, errOtherWriter) {
+			i.m.conflicts.Inc()
+			// Not a failure: what the other indexer stored is skipped
+			// from here on, and the streams are read again.
+			i.log.Info().Err(err).Int64("resume_after", i.acked.Load()).Msg("a stream holds what another indexer published; reading the streams again")
+			backoff = i.cfg.RetryBackoff
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return nil
+			}
+			continue
+		}
 		i.log.Warn().Err(err).Int64("resume_after", i.acked.Load()).Dur("backoff", backoff).Msg("indexing interrupted; resuming from the last acknowledged height")
 		select {
 		case <-time.After(backoff):
@@ -129,6 +142,13 @@ func (i *Indexer) reconcile(ctx context.Context, pub *publisher) error {
 		i.acked.Store(from - 1)
 	}
 	return nil
+}
+
+// wrongLastSequence reports whether err is JetStream refusing a message
+// whose expected last sequence the stream was not at.
+func wrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // inflight is a published block whose acknowledgements are outstanding.
@@ -240,19 +260,14 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 	for f := range pipe {
 		for _, fut := range f.futs {
 			select {
-			case ack := <-fut.Ok():
-				if ack.Duplicate {
-					if err := pub.checkDuplicate(ctx, fut.Msg(), ack); err != nil {
-						i.m.publishErrors.Inc()
-						cancel(err)
-						for range pipe {
-						}
-						return
-					}
-				}
+			case <-fut.Ok():
 			case err := <-fut.Err():
-				i.m.publishErrors.Inc()
-				cancel(fmt.Errorf("JetStream did not store a message of height %d: %w", f.height, err))
+				if wrongLastSequence(err) {
+					cancel(fmt.Errorf("%w: JetStream refused a message of height %d: %w", errOtherWriter, f.height, err))
+				} else {
+					i.m.publishErrors.Inc()
+					cancel(fmt.Errorf("JetStream did not store a message of height %d: %w", f.height, err))
+				}
 				for range pipe { // drain: follow stops sending once cancelled
 				}
 				return

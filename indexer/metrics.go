@@ -14,6 +14,7 @@ type Metrics struct {
 	verifyFailures *prometheus.CounterVec
 	publishErrors  prometheus.Counter
 	rewinds        prometheus.Counter
+	conflicts      prometheus.Counter
 	lightErrors    prometheus.Counter
 }
 
@@ -39,6 +40,8 @@ func newMetrics() *Metrics {
 			Help: "Publishes JetStream did not acknowledge; the indexer resumes from its last acknowledged height."}),
 		rewinds: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_rewinds_total",
 			Help: "times a stream held fewer records than JetStream had acknowledged (its server lost unsynced writes) and blocks were published again"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_conflicts_total",
+			Help: "times a stream held what another indexer published where this one expected its own, and it read the streams again"}),
 		lightErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_light_client_errors_total",
 			Help: "Errors the light client reported: a primary that sent an invalid header and was replaced, a witness that disagreed or failed."}),
 	}
@@ -46,5 +49,5 @@ func newMetrics() *Metrics {
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.lightErrors}
+	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.conflicts, m.lightErrors}
 }

@@ -21,22 +21,47 @@ import (
 )
 
 // publisher writes verified blocks to JetStream: each record on its
-// partition's subject, then the block's BlockInfo. It remembers, per
-// partition, the next offset the stream lacks, so a replayed block after a
-// restart publishes nothing twice; for blocks older than half the duplicate
-// window it asks the stream first, since another indexer may have published
-// them longer ago than de-duplication remembers. What a stream answers is
-// checked against the block's own records before anything is skipped for it
-// (recordsIn, blocksIn).
+// partition's subject, then the block's BlockInfo. Exactly once rests on
+// JetStream's expected last sequence, not on message ids: every message
+// names the stream sequence it must follow (Nats-Expected-Last-Sequence),
+// so a stream stores it only if the stream holds exactly what the publisher
+// believed when it chose the message, and the publisher believes only what
+// it read back from the stream at one sequence (sync) and what it has
+// published since. A replay after a restart, a second indexer, or a
+// publish that timed out but was stored can then add nothing twice and
+// skip nothing, however long ago the stream was written, and JetStream
+// keeps no message ids in memory. What a stream answers is checked against
+// the block's own records before anything is skipped for it (recordsIn,
+// blocksIn).
 type publisher struct {
-	cfg       Config
-	js        jetstream.JetStream
-	kv        jetstream.KeyValue
-	streams   map[string]jetstream.Stream
-	next      map[string]uint64 // topic \x00 partition -> first offset to publish
-	blockNext int64             // first height whose BlockInfo to publish; 0 = ask
-	blocks    jetstream.Stream
+	cfg     Config
+	js      jetstream.JetStream
+	kv      jetstream.KeyValue
+	streams map[string]jetstream.Stream
+	held    map[string]*held // topic -> what its stream holds
+	blocks  jetstream.Stream
+	blockAt *held // what the blocks stream holds
+	// blockNext is the first height whose BlockInfo to publish, as of
+	// blockAt.
+	blockNext int64
 	log       zerolog.Logger
+}
+
+// held is what the publisher knows a stream holds: its last sequence once
+// every message published to it so far is stored, and where each
+// partition it read or published goes on.
+type held struct {
+	last uint64
+	// sent: the publisher has published to the stream since it read last,
+	// so last counts its own messages, and the stream must be at last
+	// whenever it reads it again. Until then every block reads the stream
+	// again: someone else may be publishing it.
+	sent bool
+	next map[uint32]uint64 // partition -> first offset the stream lacks
+	// ahead are partitions whose stream holds records past the block
+	// read for them (recordsIn): where they go on is known only for that
+	// block.
+	ahead map[uint32]bool
 }
 
 func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, error) {
@@ -44,7 +69,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, e
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, next: map[string]uint64{}, log: zerolog.Nop()}
+	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, log: zerolog.Nop()}
 	if err := p.ensureCursorBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -102,9 +127,9 @@ func (p *publisher) saveCursor(ctx context.Context, c savedCursor) error {
 // stream, not memory, says what is stored, and a stream someone deleted
 // is made again (empty: consumers see the records it held as a gap).
 func (p *publisher) reset() {
-	clear(p.next)
+	clear(p.held)
 	clear(p.streams)
-	p.blocks = nil
+	p.blocks, p.blockAt = nil, nil
 	p.blockNext = 0
 }
 
@@ -127,7 +152,7 @@ func (p *publisher) ensureBlocks(ctx context.Context) error {
 func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
 	sc := jetstream.StreamConfig{
 		Name: name, Description: desc, Subjects: []string{subject},
-		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, Duplicates: p.cfg.DuplicateWindow,
+		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, Duplicates: duplicateWindow,
 	}
 	if c != nil {
 		l := topicLimits(c, sc.Duplicates)
@@ -192,11 +217,7 @@ func (p *publisher) dropStream(ctx context.Context, topic string) error {
 		return fmt.Errorf("delete stream %s of deleted topic %s: %w", layout.StreamName(topic), topic, err)
 	}
 	delete(p.streams, topic)
-	for k := range p.next {
-		if t, _, _ := splitPartKey(k); t == topic {
-			delete(p.next, k)
-		}
-	}
+	delete(p.held, topic)
 	return nil
 }
 
@@ -212,35 +233,38 @@ func (p *publisher) dropStream(ctx context.Context, topic string) error {
 // a byzlog record of the subject. If it is one of part's offsets, it must be
 // the chain's record; if it is past them (another indexer, or this one
 // before a restart, published later blocks), the stream must hold part's
-// last record too, as the chain has it.
-func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedPartition) (uint64, error) {
+// last record too, as the chain has it, and ahead is true: the offset
+// returned is then part's end, and the stream must be asked again for the
+// next block, whose records this one did not check.
+func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedPartition) (next uint64, ahead bool, err error) {
 	root := part.Root
 	subject := layout.Subject(root.Topic, root.Partition)
 	name := st.CachedInfo().Config.Name
 	last, r, err := lastRecord(ctx, st, subject)
 	if err != nil || r == nil {
-		return 0, err
+		return 0, false, err
 	}
 	end := root.FirstOffset + uint64(len(part.Records))
 	if r.Offset < root.FirstOffset {
-		return r.Offset + 1, nil // none of part's records yet
+		return r.Offset + 1, false, nil // none of part's records yet
 	}
 	m := last
 	if r.Offset >= end {
+		ahead = true
 		if m, err = firstAtLeast(ctx, st, layout.HeaderOffset, end-1, last); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if r, err = streamRecord(m, subject); err != nil {
-			return 0, foreign(name, subject, m.Sequence, err.Error())
+			return 0, false, foreign(name, subject, m.Sequence, err.Error())
 		}
 		if r.Offset != end-1 {
-			return 0, lacks(name, subject, fmt.Sprintf("record %d, which block %d committed", end-1, part.Records[len(part.Records)-1].Height), m.Sequence, fmt.Sprintf("offset %d", r.Offset))
+			return 0, false, lacks(name, subject, fmt.Sprintf("record %d, which block %d committed", end-1, part.Records[len(part.Records)-1].Height), m.Sequence, fmt.Sprintf("offset %d", r.Offset))
 		}
 	}
 	if want := part.Records[r.Offset-root.FirstOffset]; !sameRecord(r, want) {
-		return 0, foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
+		return 0, false, foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
 	}
-	return r.Offset + 1, nil
+	return r.Offset + 1, ahead, nil
 }
 
 // blocksIn returns the first height the blocks stream lacks: the height
@@ -366,7 +390,6 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 	if err := p.ensureBlocks(ctx); err != nil {
 		return nil, err
 	}
-	old := time.Since(b.Time) > p.cfg.DuplicateWindow/2
 	var futs []jetstream.PubAckFuture
 	info := layout.BlockInfo{Height: b.Height, Time: b.Time.UTC().Format(time.RFC3339Nano), BlockHash: hex.EncodeToString(b.Hash), AppHash: hex.EncodeToString(b.AppHash)}
 	// A topic's stream exists from its creation, so consumers can
@@ -393,28 +416,23 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 			return nil, err
 		}
 	}
+	if err := p.syncTopics(ctx, b.Appended.Partitions); err != nil {
+		return nil, err
+	}
 	for _, part := range b.Appended.Partitions {
 		root := part.Root
 		info.Records = append(info.Records, layout.PartitionCount{Topic: root.Topic, Partition: root.Partition, FirstOffset: root.FirstOffset, Count: root.Count})
-		st, err := p.stream(ctx, root.Topic)
-		if err != nil {
-			return futs, err
+		if len(part.Records) == 0 {
+			continue
 		}
-		key := partKey(root.Topic, root.Partition)
-		next, known := p.next[key]
-		if (!known || old) && len(part.Records) > 0 {
-			inStream, err := recordsIn(ctx, st, part)
-			if err != nil {
-				return futs, err
-			}
-			next = max(next, inStream)
-		}
+		h := p.held[root.Topic]
+		next := h.next[root.Partition]
 		for _, r := range part.Records {
 			if r.Offset < next {
 				m.skipped.Inc()
 				continue
 			}
-			f, err := p.publishAsync(ctx, layout.Message(r))
+			f, err := p.publishAsync(ctx, h, layout.Message(r))
 			if err != nil {
 				return futs, err
 			}
@@ -422,14 +440,17 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 			next = r.Offset + 1
 			m.records.Inc()
 		}
-		p.next[key] = next
+		h.next[root.Partition] = next
+		if h.ahead[root.Partition] {
+			delete(h.next, root.Partition)
+		}
 	}
-	if p.blockNext == 0 || old {
-		inStream, err := p.blocksIn(ctx, info)
-		if err != nil {
+	if p.blockAt == nil || !p.blockAt.sent {
+		var in int64
+		if err := p.sync(ctx, p.blocks, p.blockAt, func() (err error) { in, err = p.blocksIn(ctx, info); return err }, func(h *held) { p.blockAt = h }); err != nil {
 			return futs, err
 		}
-		p.blockNext = max(p.blockNext, inStream)
+		p.blockNext = max(p.blockNext, in)
 	}
 	if b.Height >= p.blockNext {
 		data, err := json.Marshal(info)
@@ -438,9 +459,8 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		}
 		msg := nats.NewMsg(layout.BlocksSubject)
 		msg.Data = data
-		msg.Header.Set(layout.HeaderMsgID, layout.BlockMsgID(b.Height))
 		msg.Header.Set(layout.HeaderHeight, strconv.FormatInt(b.Height, 10))
-		f, err := p.publishAsync(ctx, msg)
+		f, err := p.publishAsync(ctx, p.blockAt, msg)
 		if err != nil {
 			return futs, err
 		}
@@ -450,15 +470,152 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 	return futs, nil
 }
 
-// publishAsync publishes msg, waiting for room when MaxPending publishes
-// are unacknowledged.
-func (p *publisher) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.PubAckFuture, error) {
+// syncTopics reads, for the topics of parts, where the partitions with
+// records go on in their streams, where the publisher does not know it:
+// every partition of a stream it has not published to since it last read
+// it, and partitions it has not read or published since, of the others.
+// One sync reads them all for a stream, so that they are as of one
+// sequence.
+func (p *publisher) syncTopics(ctx context.Context, parts []core.AppendedPartition) error {
+	var topics []string
+	read := map[string][]core.AppendedPartition{}
+	for _, part := range parts {
+		t := part.Root.Topic
+		if len(part.Records) == 0 {
+			continue
+		}
+		if _, seen := read[t]; !seen {
+			topics = append(topics, t)
+			read[t] = nil
+		}
+		if h := p.held[t]; h == nil || !h.sent || !h.knows(part.Root.Partition) {
+			read[t] = append(read[t], part)
+		}
+	}
+	for _, t := range topics {
+		if len(read[t]) == 0 {
+			continue
+		}
+		st, err := p.stream(ctx, t)
+		if err != nil {
+			return err
+		}
+		next := make(map[uint32]uint64, len(read[t]))
+		ahead := map[uint32]bool{}
+		err = p.sync(ctx, st, p.held[t], func() error {
+			for _, part := range read[t] {
+				in, past, err := recordsIn(ctx, st, part)
+				if err != nil {
+					return err
+				}
+				next[part.Root.Partition], ahead[part.Root.Partition] = in, past
+			}
+			return nil
+		}, func(h *held) {
+			for k, v := range next {
+				h.next[k] = max(h.next[k], v)
+			}
+			h.ahead = ahead
+			p.held[t] = h
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// knows reports whether h knows where partition goes on.
+func (h *held) knows(partition uint32) bool {
+	_, ok := h.next[partition]
+	return ok
+}
+
+// errOtherWriter is a stream holding messages this indexer did not
+// publish, where it expected its own: another indexer publishes it too
+// (or someone with publish rights wrote to it). The indexer reads the
+// streams again and goes on from its last acknowledged height.
+var errOtherWriter = errors.New("another indexer is publishing the same stream")
+
+// sync runs read, which reads what st holds, at one sequence of st: the
+// stream's last sequence is the same before and after it. h is what the
+// publisher knows of st (nil: nothing). If it has published to st since
+// it last read it, the stream must be at h.last, once those publishes are
+// acknowledged; then h is kept, and keep is given it for what read learnt.
+// Otherwise keep gets a new held as of the sequence read, since anything
+// known before may be stale.
+func (p *publisher) sync(ctx context.Context, st jetstream.Stream, h *held, read func() error, keep func(*held)) error {
+	name := st.CachedInfo().Config.Name
+	sent := h != nil && h.sent
+	if sent {
+		if err := p.settle(ctx); err != nil {
+			return err
+		}
+	}
+	const tries = 3
+	for try := 1; ; try++ {
+		before, err := lastSeq(ctx, st)
+		if err != nil {
+			return err
+		}
+		if sent && before != h.last {
+			return fmt.Errorf("%w: stream %s is at sequence %d, and this indexer's own publishes end at %d", errOtherWriter, name, before, h.last)
+		}
+		if err := read(); err != nil {
+			return err
+		}
+		after, err := lastSeq(ctx, st)
+		if err != nil {
+			return err
+		}
+		if after == before {
+			if !sent {
+				h = &held{last: before, next: map[uint32]uint64{}}
+			}
+			keep(h)
+			return nil
+		}
+		if sent || try == tries {
+			return fmt.Errorf("%w: stream %s moved from sequence %d to %d while this indexer read it", errOtherWriter, name, before, after)
+		}
+	}
+}
+
+// lastSeq is st's last sequence, as its leader has it now.
+func lastSeq(ctx context.Context, st jetstream.Stream) (uint64, error) {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("stream %s: %w", st.CachedInfo().Config.Name, err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// settle waits until every publish made so far is acknowledged (or has
+// failed, which the acknowledging side reports).
+func (p *publisher) settle(ctx context.Context) error {
+	select {
+	case <-p.js.PublishAsyncComplete():
+		return nil
+	case <-time.After(2 * p.cfg.PublishAckTimeout):
+		return fmt.Errorf("publishes not acknowledged within %s", 2*p.cfg.PublishAckTimeout)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// publishAsync publishes msg to the stream h describes, expecting it at
+// h.last, and waits for room when MaxPending publishes are
+// unacknowledged.
+func (p *publisher) publishAsync(ctx context.Context, h *held, msg *nats.Msg) (jetstream.PubAckFuture, error) {
+	msg.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(h.last, 10))
 	for {
 		f, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Second))
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			if err != nil {
 				return nil, fmt.Errorf("publish %s: %w", msg.Subject, err)
 			}
+			h.last++
+			h.sent = true
 			return f, nil
 		}
 		select {

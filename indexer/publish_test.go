@@ -2,7 +2,9 @@ package indexer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,13 +87,12 @@ func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) 
 }
 
 // TestPublishExactlyOnce replays blocks the way a restarted or second
-// indexer does, fresh and older than the duplicate window, and checks each
-// record is stored once, in offset order.
+// indexer does and checks each record is stored once, in offset order.
 func TestPublishExactlyOnce(t *testing.T) {
 	nc := startNATS(t)
 	ctx := context.Background()
 	cfg := Default()
-	cfg.ChainID, cfg.DuplicateWindow = "c", 20*time.Second
+	cfg.ChainID = "c"
 	m := newMetrics()
 	newPub := func() *publisher {
 		p, err := newPublisher(ctx, nc, cfg)
@@ -100,8 +101,6 @@ func TestPublishExactlyOnce(t *testing.T) {
 		}
 		return p
 	}
-	// Committed a minute ago: older than half the window, so every indexer
-	// asks the stream (JetStream's msg-id memory is not what saves it).
 	old := time.Now().Add(-time.Minute)
 	a := newPub()
 	for h := int64(1); h <= 3; h++ {
@@ -196,7 +195,6 @@ func TestConfigValidate(t *testing.T) {
 		{"no trust", func(c *Config) { c.Trust = Trust{} }, "trust root"},
 		{"bad id", func(c *Config) { c.ID = "a.b" }, "id"},
 		{"replicas", func(c *Config) { c.Replicas = 7 }, "replicas"},
-		{"window", func(c *Config) { c.DuplicateWindow = time.Second }, "duplicate_window"},
 		{"start", func(c *Config) { c.StartHeight = 0 }, "start_height"},
 		{"plaintext node", func(c *Config) { c.Nodes = []string{"https://a:1", "http://b:1"} }, "plaintext RPC"},
 	} {
@@ -208,14 +206,19 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-// TestPublishOldBlocksAskTheStream: an indexer replaying blocks another
-// indexer published longer ago than the duplicate window must learn from
-// the stream what is there, or JetStream would store them twice.
-func TestPublishOldBlocksAskTheStream(t *testing.T) {
+// TestPublishAfterAnotherIndexer: b publishes block 1 and so knows where
+// both partitions go on; a publishes blocks 2 and 3; then b, which has not
+// restarted, publishes them too, as a second indexer that stalled does.
+// Nothing b believes lets it store a record twice: its messages expect the
+// sequence b's own publishes ended at, JetStream refuses them, and b, after
+// reading the streams again, skips what a stored. (With message ids, this
+// held only while JetStream remembered a's: a stall past the duplicate
+// window stored them twice.)
+func TestPublishAfterAnotherIndexer(t *testing.T) {
 	nc := startNATS(t)
 	ctx := context.Background()
 	cfg := Default()
-	cfg.ChainID, cfg.DuplicateWindow = "c", time.Second
+	cfg.ChainID = "c"
 	m := newMetrics()
 	a, err := newPublisher(ctx, nc, cfg)
 	if err != nil {
@@ -227,24 +230,190 @@ func TestPublishOldBlocksAskTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	pub := func(p *publisher, h int64, when time.Time) {
-		futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, when), m)
+	pub := func(p *publisher, h int64) {
+		t.Helper()
+		futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		waitAll(t, futs)
 	}
-	pub(b, 1, now) // b knows t/0 and t/1 up to offset 5
-	pub(a, 2, now)
-	pub(a, 3, now)
-	time.Sleep(1500 * time.Millisecond) // past the duplicate window: the blocks are old now
-	pub(b, 2, now)
-	pub(b, 3, now)
+	pub(b, 1)
+	pub(a, 2)
+	pub(a, 3)
+	futs, err := b.publish(ctx, testBlock(2, 5, 5, now), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if !wrongLastSequence(err) {
+				t.Fatalf("b's publish of block 2 failed with %v, want a wrong last sequence", err)
+			}
+			refused++
+		case <-time.After(10 * time.Second):
+			t.Fatal("no publish ack")
+		}
+	}
+	if refused != len(futs) {
+		t.Errorf("JetStream refused %d of b's %d messages, want all", refused, len(futs))
+	}
+	b.reset() // as the indexer does after any error
+	pub(b, 2)
+	pub(b, 3)
+	pub(b, 4)
 	js, _ := jetstream.New(nc)
 	for p := uint32(0); p < 2; p++ {
-		if n := subjectCount(t, js, "t", p); n != 15 {
-			t.Errorf("partition %d holds %d messages, want 15", p, n)
+		if n := subjectCount(t, js, "t", p); n != 20 {
+			t.Errorf("partition %d holds %d messages, want 20", p, n)
 		}
+	}
+}
+
+// TestPublishersRacing runs three publishers over the same 60 blocks at
+// once, each pipelining a few blocks ahead of its acknowledgements and
+// going back to its last acknowledged block on any refusal, as the
+// indexer does. Blocks touch different partitions, so what a publisher
+// read of one partition can be old when it next publishes there. Every
+// partition must hold each offset once, in order, and the blocks stream
+// each height once, in order.
+func TestPublishersRacing(t *testing.T) {
+	nc := startNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const blocks, per, parts = 60, 7, 3
+	now := time.Now()
+	chain := make([]*Block, blocks+1)
+	var ends [parts]uint64
+	for h := int64(1); h <= blocks; h++ {
+		b := &Block{Height: h, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32)}
+		for p := uint32(0); p < parts; p++ {
+			if (h+int64(p))%3 == 0 && h > 1 {
+				continue // p has no records in this block
+			}
+			part := core.AppendedPartition{Root: core.PartitionRoot{Topic: "t", Partition: p, FirstOffset: ends[p], Count: per}}
+			for i := uint64(0); i < per; i++ {
+				part.Records = append(part.Records, &byzlogv1.StoredRecord{Topic: "t", Partition: p, Offset: ends[p] + i, Height: h,
+					Value: []byte(fmt.Sprintf("%d-%d", p, ends[p]+i)), ProducerKey: make([]byte, 32), TimestampUnixNano: now.UnixNano()})
+			}
+			ends[p] += per
+			b.Appended.Partitions = append(b.Appended.Partitions, part)
+		}
+		chain[h] = b
+	}
+	errs := make(chan error, 3)
+	conflicts := make(chan int, 3)
+	for w := 0; w < 3; w++ {
+		cfg := Default()
+		cfg.ChainID, cfg.ID = "c", fmt.Sprintf("w%d", w)
+		p, err := newPublisher(ctx, nc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			m := newMetrics()
+			acked, n := int64(0), 0
+			for acked < blocks {
+				if ctx.Err() != nil {
+					errs <- ctx.Err()
+					return
+				}
+				p.reset()
+				var futs [][]jetstream.PubAckFuture
+				ok := true
+				for h := acked + 1; h <= min(acked+4, blocks) && ok; h++ {
+					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // publishers at about the same pace
+					f, err := p.publish(ctx, chain[h], m)
+					if errors.Is(err, errOtherWriter) {
+						ok = false
+						break
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					futs = append(futs, f)
+				}
+				for _, block := range futs {
+					for _, f := range block {
+						select {
+						case <-f.Ok():
+						case err := <-f.Err():
+							if !wrongLastSequence(err) {
+								errs <- err
+								return
+							}
+							ok = false
+						case <-ctx.Done():
+							errs <- ctx.Err()
+							return
+						}
+					}
+					if ok {
+						acked++
+					}
+				}
+				if !ok {
+					n++
+				}
+			}
+			conflicts <- n
+			errs <- nil
+		}()
+	}
+	total := 0
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		total += <-conflicts
+	}
+	t.Logf("%d conflicts among 3 publishers", total)
+	js, _ := jetstream.New(nc)
+	for p := uint32(0); p < parts; p++ {
+		cons, err := js.OrderedConsumer(ctx, layout.StreamName("t"), jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.Subject("t", p)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := cons.Fetch(int(ends[p]), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := uint64(0)
+		for msg := range batch.Messages() {
+			r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Offset != want {
+				t.Fatalf("partition %d: message %d is offset %d", p, want, r.Offset)
+			}
+			want++
+		}
+		if n := subjectCount(t, js, "t", p); want != ends[p] || n != ends[p] {
+			t.Errorf("partition %d: read %d records of %d, want %d", p, want, n, ends[p])
+		}
+	}
+	bs, err := js.Stream(ctx, layout.BlocksStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := uint64(1); h <= blocks; h++ {
+		msg, err := bs.GetMsg(ctx, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := blockInfo(msg); err != nil || got.Height != int64(h) {
+			t.Fatalf("blocks stream sequence %d: %+v %v, want height %d", h, got, err, h)
+		}
+	}
+	if info, err := bs.Info(ctx); err != nil || info.State.Msgs != blocks {
+		t.Errorf("blocks stream holds %v messages (%v), want %d", info.State.Msgs, err, blocks)
 	}
 }
 
@@ -298,11 +467,7 @@ func TestTopicStreamsFollowCreateAndDelete(t *testing.T) {
 func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
 	const huge = uint64(1) << 60
 	record := func(offset uint64, value string) *nats.Msg {
-		m := layout.Message(&byzlogv1.StoredRecord{Topic: "t", Partition: 0, Offset: offset, Height: 1, Value: []byte(value), ProducerKey: make([]byte, 32)})
-		// With the record's message id it would also make JetStream drop
-		// the real one as a duplicate: another attack, not this test's.
-		m.Header.Del(layout.HeaderMsgID)
-		return m
+		return layout.Message(&byzlogv1.StoredRecord{Topic: "t", Partition: 0, Offset: offset, Height: 1, Value: []byte(value), ProducerKey: make([]byte, 32)})
 	}
 	offsetOnly := nats.NewMsg(layout.Subject("t", 0))
 	offsetOnly.Header.Set(layout.HeaderOffset, "18446744073709551000")

@@ -26,9 +26,9 @@ import (
 
 // streamBytesFactor is how many bytes a stream may hold per byte the chain
 // keeps. JetStream counts what the chain's retention_bytes does not: each
-// message's subject and headers (layout.Message writes about 300 B of them:
-// the message id, offset, height, producer key in hex, sequence and two
-// RFC 3339 times) and ~30 B of its own framing, while the chain counts the
+// message's subject and headers (about 300 B of them: the expected last
+// sequence, offset, height, producer key in hex, sequence and two RFC 3339
+// times) and ~30 B of its own framing, while the chain counts the
 // stored record's proto. A record with a 100 B value is ~470 B in the stream
 // and ~190 B in the chain (2.5x); 10 B, 3.9x; 1 KiB, 1.3x. And the chain's
 // limit is per partition while JetStream's is stream-wide, so MaxBytes is
@@ -42,6 +42,14 @@ const streamBytesFactor = 4
 // minMaxAge is the shortest MaxAge JetStream accepts.
 const minMaxAge = 100 * time.Millisecond
 
+// duplicateWindow is the duplicate window of the streams the indexer
+// makes: the shortest JetStream accepts. The indexer sends no message ids
+// (exactly once rests on expected sequences, publish.go), so the window
+// remembers nothing; it is set only because JetStream would otherwise take
+// two minutes, which MaxAge could not go below. Streams made before keep
+// theirs, and MaxAge stays at least it.
+const duplicateWindow = minMaxAge
+
 // streamLimits is what a stream may hold: the fields of its config that
 // mirror the topic's retention.
 type streamLimits struct {
@@ -54,9 +62,8 @@ type streamLimits struct {
 // duplicate window is duplicates. MaxAge is retention_ms: JetStream counts
 // a message's age from when it stored it, which is after the block's time
 // the chain counts from, so by age the stream keeps a record at least as
-// long as the chain does. But never below the duplicate window, which
-// JetStream refuses to exceed MaxAge, and the publisher's exactly-once
-// rests on (it asks the stream only for blocks older than half of it).
+// long as the chain does. But never below the stream's duplicate window,
+// which JetStream refuses to exceed MaxAge.
 // MaxBytes is partitions x retention_bytes x streamBytesFactor, with no
 // limit when the product passes int64. A retention of 0 (or less, which
 // the chain refuses) is no limit.

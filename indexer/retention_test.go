@@ -384,9 +384,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 	defer cancel()
 	nc := startNATS(t)
 	cfg := Default()
-	// The short windows of a short MaxAge (JetStream keeps MaxAge at least
-	// the duplicate window).
-	cfg.ChainID, cfg.DuplicateWindow = "c", 200*time.Millisecond
+	cfg.ChainID = "c"
 	p, err := newPublisher(ctx, nc, cfg)
 	if err != nil {
 		t.Fatal(err)

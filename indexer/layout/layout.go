@@ -1,8 +1,7 @@
 // Package layout is the contract between byzlog's indexer and its
-// consumers: which JetStream stream and subject a record goes to, the
-// message id that makes publishing idempotent, and how a stored record maps
-// to a NATS message (value as the payload, everything else in headers). It
-// is pure; the indexer encodes with it and the consumer SDK decodes with it,
+// consumers: which JetStream stream and subject a record goes to, and how
+// a stored record maps to a NATS message (value as the payload, everything
+// else in headers). It is pure; the indexer encodes with it and the consumer SDK decodes with it,
 // and any NATS client can read the same headers.
 package layout
 
@@ -35,8 +34,6 @@ const (
 // Headers of a record message. Binary values are base64 (standard, padded);
 // times are RFC 3339 with nanoseconds, UTC.
 const (
-	// HeaderMsgID is JetStream's de-duplication header: MsgID's value.
-	HeaderMsgID = nats.MsgIdHdr
 	// HeaderOffset is the record's offset in its partition (decimal).
 	HeaderOffset = "Byzlog-Offset"
 	// HeaderHeight is the height of the block that committed the record.
@@ -110,19 +107,11 @@ func StreamName(topic string) string {
 
 const maxStreamName = 255
 
-// MsgID is the record's JetStream message id: <topic>/<partition>/<offset>.
-// Publishing the same record twice within the stream's duplicate window
-// stores it once.
-func MsgID(topic string, partition uint32, offset uint64) string {
-	return topic + "/" + strconv.FormatUint(uint64(partition), 10) + "/" + strconv.FormatUint(offset, 10)
-}
-
 // Message is a stored record as a NATS message on its partition's subject.
 func Message(r *byzlogv1.StoredRecord) *nats.Msg {
 	m := nats.NewMsg(Subject(r.Topic, r.Partition))
 	m.Data = r.Value
 	h := m.Header
-	h.Set(HeaderMsgID, MsgID(r.Topic, r.Partition, r.Offset))
 	h.Set(HeaderOffset, strconv.FormatUint(r.Offset, 10))
 	h.Set(HeaderHeight, strconv.FormatInt(r.Height, 10))
 	if r.Key != nil {
@@ -246,6 +235,3 @@ type PartitionCount struct {
 	FirstOffset uint64 `json:"first_offset"`
 	Count       uint32 `json:"count"`
 }
-
-// BlockMsgID is a block message's de-duplication id.
-func BlockMsgID(height int64) string { return "block/" + strconv.FormatInt(height, 10) }

@@ -72,15 +72,16 @@ const help = `byzlog-indexer follows committed blocks by height from several Com
 verifies every header with CometBFT's light client (the first reachable node is
 the primary, the others witnesses), checks each block's transactions, results
 and app-hash digest against the verified headers, and publishes each record to
-JetStream subject byzlog.<topic>.<partition> (stream byzlog-<topic>, message id
-<topic>/<partition>/<offset>) and one message per block to byzlog.$blocks.
+JetStream subject byzlog.<topic>.<partition> (stream byzlog-<topic>) and one
+message per block to byzlog.$blocks.
 
 The root of trust is the genesis file (the height-1 header must be signed by the
 genesis validators), or --chain-id with --trust-height and --trust-hash. Its
 cursor, the last height JetStream stored in full, is kept in the JetStream
 key-value bucket byzlog-indexer under cursor.<chain-id>.<id>; on restart it
-resumes there. Run two with different --id for availability: records are
-de-duplicated by message id.
+resumes there. Run two with different --id for availability: each message names
+the stream sequence it must follow (Nats-Expected-Last-Sequence), so a record
+is stored once whoever publishes it, however long after.
 
 With --progress-key (the key an admin registered with byzlog indexer register,
 or genesis app_state "indexers"), it reports to the chain every
@@ -127,7 +128,6 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.ix.ID, "id", o.ix.ID, "this indexer's cursor name")
 	f.Int64Var(&o.ix.StartHeight, "start-height", o.ix.StartHeight, "first height to publish when there is no cursor")
 	f.IntVar(&o.ix.Replicas, "replicas", o.ix.Replicas, "JetStream replicas of the streams it creates")
-	f.DurationVar(&o.ix.DuplicateWindow, "dedup-window", o.ix.DuplicateWindow, "the streams' duplicate window")
 	f.DurationVar(&o.ix.TrustingPeriod, "trusting-period", o.ix.TrustingPeriod, "light client trusting period")
 	f.IntVar(&o.ix.MaxPending, "max-pending", o.ix.MaxPending, "records published and not yet acknowledged")
 	f.StringVar(&o.progressKey, "progress-key", "", "key file of this indexer's registration on the chain: report progress so pruning nodes keep the blocks it has not published; empty: no reports")

@@ -118,7 +118,7 @@ var Attacks = []Attack{
 		Run: paddedOffsetsAttack},
 	{Name: "slow-http", Doc: "200 connections to the gateways' HTTP face that send their headers or their body one byte per second, while a probe times GET /v1/topics",
 		Run: slowHTTP},
-	{Name: "nats-intruder", Doc: "a NATS client with consumer credentials tries, in turn, what only the indexer may: publish a forged record with a huge Byzlog-Offset into byzlog.<topic>.0, pre-claim an upcoming Nats-Msg-Id, delete and purge the topic's stream, create a byzlog stream, write the indexer's cursor, open the cursor bucket",
+	{Name: "nats-intruder", Doc: "a NATS client with consumer credentials tries, in turn, what only the indexer may: publish a forged record with a huge Byzlog-Offset into byzlog.<topic>.0, publish a record where the indexer expects its next one, delete and purge the topic's stream, create a byzlog stream, write the indexer's cursor, open the cursor bucket",
 		Run: natsIntruder, Unauthorized: true},
 	{Name: "forbidden-reader", Doc: "reads a topic whose config lists one reader (a key nobody here holds): as the consumer user, makes a consumer of its stream, gets its first message, subscribes to its subjects, to every subject and to its reader's inbox, lists the consumers of the phase's topic (where groups' durables are); connects as a key no topic lists",
 		Run: forbiddenReader, Unauthorized: true},

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // natsIntruder connects to NATS as a consumer (env.NATSOptions: an
@@ -38,9 +39,10 @@ func natsIntruder(ctx context.Context, env *Env, t *Tally) error {
 			_, err := js.PublishMsg(ctx, m)
 			return err
 		}},
-		{"pre-claim a message id", func(ctx context.Context, i int) error {
-			m := nats.NewMsg(layout.Subject(env.Topic, 0))
-			m.Header.Set(layout.HeaderMsgID, fmt.Sprintf("%s/0/%d", env.Topic, 1000+i)) // a record the indexer has yet to publish
+		{"publish past the indexer", func(ctx context.Context, i int) error {
+			// A message where the indexer expects its next one: it would
+			// make every publish of the indexer's fail its expected sequence.
+			m := layout.Message(&byzlogv1.StoredRecord{Topic: env.Topic, Offset: uint64(1000 + i), Height: 1, ProducerKey: make([]byte, 32)})
 			_, err := js.PublishMsg(ctx, m)
 			return err
 		}},
