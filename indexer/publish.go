@@ -58,6 +58,9 @@ type held struct {
 	// again: someone else may be publishing it.
 	sent bool
 	next map[uint32]uint64 // partition -> first offset the stream lacks
+	// unacked counts the messages sent since the last that asked an
+	// acknowledgement (send).
+	unacked int
 	// ahead are partitions whose stream holds records past the block
 	// read for them (recordsIn): where they go on is known only for that
 	// block.
@@ -65,7 +68,9 @@ type held struct {
 }
 
 func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, error) {
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending), jetstream.WithPublishAsyncTimeout(cfg.PublishAckTimeout))
+	// MaxPending counts records; an acknowledgement vouches for up to
+	// ackEvery of them.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(1, cfg.MaxPending/ackEvery)), jetstream.WithPublishAsyncTimeout(cfg.PublishAckTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +395,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 	if err := p.ensureBlocks(ctx); err != nil {
 		return nil, err
 	}
-	var futs []jetstream.PubAckFuture
+	var outs []outMsg
 	info := layout.BlockInfo{Height: b.Height, Time: b.Time.UTC().Format(time.RFC3339Nano), BlockHash: hex.EncodeToString(b.Hash), AppHash: hex.EncodeToString(b.AppHash)}
 	// A topic's stream exists from its creation, so consumers can
 	// subscribe before its first record, and goes with its deletion, so a
@@ -432,11 +437,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 				m.skipped.Inc()
 				continue
 			}
-			f, err := p.publishAsync(ctx, h, layout.Message(r))
-			if err != nil {
-				return futs, err
-			}
-			futs = append(futs, f)
+			outs = append(outs, outMsg{h, layout.Message(r)})
 			next = r.Offset + 1
 			m.records.Inc()
 		}
@@ -448,24 +449,64 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 	if p.blockAt == nil || !p.blockAt.sent {
 		var in int64
 		if err := p.sync(ctx, p.blocks, p.blockAt, func() (err error) { in, err = p.blocksIn(ctx, info); return err }, func(h *held) { p.blockAt = h }); err != nil {
-			return futs, err
+			return nil, err
 		}
 		p.blockNext = max(p.blockNext, in)
 	}
 	if b.Height >= p.blockNext {
 		data, err := json.Marshal(info)
 		if err != nil {
-			return futs, err
+			return nil, err
 		}
 		msg := nats.NewMsg(layout.BlocksSubject)
 		msg.Data = data
 		msg.Header.Set(layout.HeaderHeight, strconv.FormatInt(b.Height, 10))
-		f, err := p.publishAsync(ctx, p.blockAt, msg)
-		if err != nil {
-			return futs, err
-		}
-		futs = append(futs, f)
+		outs = append(outs, outMsg{p.blockAt, msg})
 		p.blockNext = b.Height + 1
+	}
+	return p.send(ctx, outs)
+}
+
+// outMsg is a message to publish to the stream h describes.
+type outMsg struct {
+	h   *held
+	msg *nats.Msg
+}
+
+// ackEvery is how many messages to a stream go with one acknowledgement:
+// each message expects the sequence its predecessor got, so JetStream
+// stores one only if every message before it to the stream is stored,
+// and one acknowledgement vouches for them all. The rest are published
+// without a reply subject, and JetStream answers nothing for them.
+const ackEvery = 128
+
+// send publishes outs in order, asking an acknowledgement for every
+// ackEvery-th message to a stream and for the last to each, and returns
+// the acknowledgements' futures: once they have all come, every message
+// is stored.
+func (p *publisher) send(ctx context.Context, outs []outMsg) ([]jetstream.PubAckFuture, error) {
+	last := map[*held]int{}
+	for i, o := range outs {
+		last[o.h] = i
+	}
+	var futs []jetstream.PubAckFuture
+	for i, o := range outs {
+		o.msg.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(o.h.last, 10))
+		if i == last[o.h] || o.h.unacked+1 >= ackEvery {
+			f, err := p.publishAsync(ctx, o.msg)
+			if err != nil {
+				return futs, err
+			}
+			futs = append(futs, f)
+			o.h.unacked = 0
+		} else {
+			if err := p.js.Conn().PublishMsg(o.msg); err != nil {
+				return futs, fmt.Errorf("publish %s: %w", o.msg.Subject, err)
+			}
+			o.h.unacked++
+		}
+		o.h.last++
+		o.h.sent = true
 	}
 	return futs, nil
 }
@@ -603,19 +644,15 @@ func (p *publisher) settle(ctx context.Context) error {
 	}
 }
 
-// publishAsync publishes msg to the stream h describes, expecting it at
-// h.last, and waits for room when MaxPending publishes are
-// unacknowledged.
-func (p *publisher) publishAsync(ctx context.Context, h *held, msg *nats.Msg) (jetstream.PubAckFuture, error) {
-	msg.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(h.last, 10))
+// publishAsync publishes msg asking an acknowledgement, and waits for
+// room when as many are outstanding as MaxPending allows.
+func (p *publisher) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.PubAckFuture, error) {
 	for {
 		f, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Second))
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
 			if err != nil {
 				return nil, fmt.Errorf("publish %s: %w", msg.Subject, err)
 			}
-			h.last++
-			h.sent = true
 			return f, nil
 		}
 		select {

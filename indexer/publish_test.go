@@ -631,3 +631,54 @@ func startPublisher(ctx context.Context, t *testing.T) *publisher {
 	}
 	return p
 }
+
+// TestOneAckVouchesForAll: most messages go without asking an
+// acknowledgement, so one JetStream refuses in the middle of a block (here
+// too large for the stream's max_msg_size, as an operator may set it) must
+// make the acknowledged message after it fail too; and the stream holds
+// none of the messages after the refused one.
+func TestOneAckVouchesForAll(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := startPublisher(ctx, t)
+	m := newMetrics()
+	st, err := p.stream(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.MaxMsgSize = 2048
+	if _, err := p.js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	p.reset()
+	b := testBlock(1, 0, 300, time.Now())
+	b.Appended.Partitions[0].Records[200].Value = make([]byte, 4096)
+	futs, err := p.publish(ctx, b, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(futs) >= 600 {
+		t.Fatalf("%d acknowledgements asked for 600 records and a BlockInfo, want far fewer", len(futs))
+	}
+	var failed []error
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			failed = append(failed, err)
+		case <-ctx.Done():
+			t.Fatal("no publish ack")
+		}
+	}
+	if len(failed) == 0 || !wrongLastSequence(failed[0]) {
+		t.Fatalf("acknowledgements failed: %v, want the one after the refused record to fail its expected sequence", failed)
+	}
+	js, _ := jetstream.New(p.js.Conn())
+	if n := subjectCount(t, js, "t", 0); n != 200 {
+		t.Errorf("partition 0 holds %d records, want the 200 before the refused one", n)
+	}
+	if n := subjectCount(t, js, "t", 1); n != 0 {
+		t.Errorf("partition 1 holds %d records, want none: they follow the refused one", n)
+	}
+}
