@@ -73,6 +73,35 @@ func waitAll(t *testing.T, futs []jetstream.PubAckFuture) {
 	}
 }
 
+// checkDense checks that topic's partition holds offsets 0..n-1, each
+// once, in order, with the values testBlock and TestPublishersRacing give
+// them.
+func checkDense(t *testing.T, js jetstream.JetStream, topic string, p uint32, n uint64) {
+	t.Helper()
+	cons, err := js.OrderedConsumer(context.Background(), layout.StreamName(topic), jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.Subject(topic, p)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(int(n), jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(0)
+	for msg := range batch.Messages() {
+		r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset != want || string(r.Value) != fmt.Sprintf("%d-%d", p, want) {
+			t.Fatalf("partition %d: message %d is offset %d %q", p, want, r.Offset, r.Value)
+		}
+		want++
+	}
+	if got := subjectCount(t, js, topic, p); want != n || got != n {
+		t.Fatalf("partition %d: read %d of %d messages, want %d", p, want, got, n)
+	}
+}
+
 func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) uint64 {
 	t.Helper()
 	st, err := js.Stream(context.Background(), layout.StreamName(topic))
@@ -144,28 +173,7 @@ func TestPublishExactlyOnce(t *testing.T) {
 		}
 	}
 	// In offset order, dense.
-	cons, err := js.OrderedConsumer(ctx, layout.StreamName("t"), jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.Subject("t", 1)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.Fetch(20, jetstream.FetchMaxWait(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := uint64(0)
-	for msg := range batch.Messages() {
-		r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Offset != want || string(r.Value) != fmt.Sprintf("1-%d", want) {
-			t.Fatalf("message %d is offset %d %q", want, r.Offset, r.Value)
-		}
-		want++
-	}
-	if want != 20 {
-		t.Fatalf("read %d messages, want 20", want)
-	}
+	checkDense(t, js, "t", 1, 20)
 	bs, err := js.Stream(ctx, layout.BlocksStream)
 	if err != nil {
 		t.Fatal(err)
@@ -376,28 +384,7 @@ func TestPublishersRacing(t *testing.T) {
 	t.Logf("%d conflicts among 3 publishers", total)
 	js, _ := jetstream.New(nc)
 	for p := uint32(0); p < parts; p++ {
-		cons, err := js.OrderedConsumer(ctx, layout.StreamName("t"), jetstream.OrderedConsumerConfig{FilterSubjects: []string{layout.Subject("t", p)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch, err := cons.Fetch(int(ends[p]), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := uint64(0)
-		for msg := range batch.Messages() {
-			r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.Offset != want {
-				t.Fatalf("partition %d: message %d is offset %d", p, want, r.Offset)
-			}
-			want++
-		}
-		if n := subjectCount(t, js, "t", p); want != ends[p] || n != ends[p] {
-			t.Errorf("partition %d: read %d records of %d, want %d", p, want, n, ends[p])
-		}
+		checkDense(t, js, "t", p, ends[p])
 	}
 	bs, err := js.Stream(ctx, layout.BlocksStream)
 	if err != nil {
