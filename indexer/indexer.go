@@ -100,30 +100,41 @@ func (i *Indexer) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if i.acked.Load() > before {
-			backoff = i.cfg.RetryBackoff
-		}
-		if errors.Is(err, errOtherWriter) {
-			i.m.conflicts.Inc()
-			// Not a failure: what the other indexer stored is skipped
-			// from here on, and the streams are read again.
-			i.log.Info().Err(err).Int64("resume_after", i.acked.Load()).Msg("a stream holds what another indexer published; reading the streams again")
-			backoff = i.cfg.RetryBackoff
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return nil
-			}
-			continue
-		}
-		i.log.Warn().Err(err).Int64("resume_after", i.acked.Load()).Dur("backoff", backoff).Msg("indexing interrupted; resuming from the last acknowledged height")
+		var wait time.Duration
+		wait, backoff = i.afterFollow(err, i.acked.Load() > before, backoff, pub)
 		select {
-		case <-time.After(backoff):
+		case <-time.After(wait):
 		case <-ctx.Done():
 			return nil
 		}
-		backoff = min(2*backoff, i.cfg.MaxRetryBackoff)
 	}
+}
+
+// afterFollow logs and counts why following stopped with err, and returns
+// how long to wait before following again and the backoff after that.
+// Failures back off, doubling while nothing is acknowledged. A conflict
+// with another indexer is not a failure: what it stored is skipped from
+// here on, so following resumes at once. But a conflict is only what
+// JetStream's answer to an acknowledged message says, and a message
+// refused for its own reason without an acknowledgement reads the same
+// (send). So after a conflict that acknowledged nothing, the next block
+// asks an acknowledgement of every message: a refusal of its own then
+// surfaces as the failure it is, backed off and logged with its cause.
+func (i *Indexer) afterFollow(err error, progressed bool, backoff time.Duration, pub *publisher) (wait, next time.Duration) {
+	if progressed {
+		backoff = i.cfg.RetryBackoff
+	}
+	resume := i.acked.Load()
+	if errors.Is(err, errOtherWriter) {
+		i.m.conflicts.Inc()
+		if !progressed {
+			pub.ackAllThrough = resume + 1
+		}
+		i.log.Info().Err(err).Int64("resume_after", resume).Bool("ack_every_message", pub.ackAllThrough > resume).Msg("a stream holds what another indexer published; reading the streams again")
+		return i.cfg.RetryBackoff, backoff
+	}
+	i.log.Warn().Err(err).Int64("resume_after", resume).Dur("backoff", backoff).Msg("indexing interrupted; resuming from the last acknowledged height")
+	return backoff, min(2*backoff, i.cfg.MaxRetryBackoff)
 }
 
 // reconcile moves the acknowledged height back to where the streams hold

@@ -44,7 +44,11 @@ type publisher struct {
 	// blockNext is the first height whose BlockInfo to publish, as of
 	// blockAt.
 	blockNext int64
-	log       zerolog.Logger
+	// ackAllThrough is the last height whose messages each ask an
+	// acknowledgement (send): after a refusal that read as another
+	// indexer's, so that one JetStream refused for its own reason says it.
+	ackAllThrough int64
+	log           zerolog.Logger
 }
 
 // held is what the publisher knows a stream holds: its last sequence once
@@ -464,7 +468,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		outs = append(outs, outMsg{p.blockAt, msg})
 		p.blockNext = b.Height + 1
 	}
-	return p.send(ctx, outs)
+	return p.send(ctx, outs, b.Height <= p.ackAllThrough)
 }
 
 // outMsg is a message to publish to the stream h describes.
@@ -481,10 +485,15 @@ type outMsg struct {
 const ackEvery = 128
 
 // send publishes outs in order, asking an acknowledgement for every
-// ackEvery-th message to a stream and for the last to each, and returns
-// the acknowledgements' futures: once they have all come, every message
-// is stored.
-func (p *publisher) send(ctx context.Context, outs []outMsg) ([]jetstream.PubAckFuture, error) {
+// ackEvery-th message to a stream and for the last to each (for every one
+// if all), and returns the acknowledgements' futures: once they have all
+// come, every message is stored.
+//
+// JetStream answers nothing for a message it refuses without a reply
+// subject (too large for the stream's max_msg_size, an account limit): the
+// next acknowledged one then fails its expected sequence, as when another
+// indexer stored first. all makes the refusal itself answer.
+func (p *publisher) send(ctx context.Context, outs []outMsg, all bool) ([]jetstream.PubAckFuture, error) {
 	last := map[*held]int{}
 	for i, o := range outs {
 		last[o.h] = i
@@ -492,7 +501,7 @@ func (p *publisher) send(ctx context.Context, outs []outMsg) ([]jetstream.PubAck
 	var futs []jetstream.PubAckFuture
 	for i, o := range outs {
 		o.msg.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(o.h.last, 10))
-		if i == last[o.h] || o.h.unacked+1 >= ackEvery {
+		if all || i == last[o.h] || o.h.unacked+1 >= ackEvery {
 			f, err := p.publishAsync(ctx, o.msg)
 			if err != nil {
 				return futs, err

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
@@ -627,8 +629,33 @@ func startPublisher(ctx context.Context, t *testing.T) *publisher {
 func TestOneAckVouchesForAll(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	p, b := refusingStream(ctx, t)
+	futs, err := p.publish(ctx, b, newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(futs) >= 600 {
+		t.Fatalf("%d acknowledgements asked for 600 records and a BlockInfo, want far fewer", len(futs))
+	}
+	failed := failures(ctx, t, futs)
+	if len(failed) == 0 || !wrongLastSequence(failed[0]) {
+		t.Fatalf("acknowledgements failed: %v, want the one after the refused record to fail its expected sequence", failed)
+	}
+	js, _ := jetstream.New(p.js.Conn())
+	if n := subjectCount(t, js, "t", 0); n != 200 {
+		t.Errorf("partition 0 holds %d records, want the 200 before the refused one", n)
+	}
+	if n := subjectCount(t, js, "t", 1); n != 0 {
+		t.Errorf("partition 1 holds %d records, want none: they follow the refused one", n)
+	}
+}
+
+// refusingStream is a publisher whose topic "t" stream refuses messages
+// over 2 KiB (max_msg_size, as an operator may set it), and block 1 of
+// 300 records in each of two partitions, the 201st of which is 4 KiB.
+func refusingStream(ctx context.Context, t *testing.T) (*publisher, *Block) {
+	t.Helper()
 	p := startPublisher(ctx, t)
-	m := newMetrics()
 	st, err := p.stream(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
@@ -641,13 +668,12 @@ func TestOneAckVouchesForAll(t *testing.T) {
 	p.reset()
 	b := testBlock(1, 0, 300, time.Now())
 	b.Appended.Partitions[0].Records[200].Value = make([]byte, 4096)
-	futs, err := p.publish(ctx, b, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(futs) >= 600 {
-		t.Fatalf("%d acknowledgements asked for 600 records and a BlockInfo, want far fewer", len(futs))
-	}
+	return p, b
+}
+
+// failures waits for every acknowledgement of futs and returns the errors.
+func failures(ctx context.Context, t *testing.T, futs []jetstream.PubAckFuture) []error {
+	t.Helper()
 	var failed []error
 	for _, f := range futs {
 		select {
@@ -658,14 +684,69 @@ func TestOneAckVouchesForAll(t *testing.T) {
 			t.Fatal("no publish ack")
 		}
 	}
-	if len(failed) == 0 || !wrongLastSequence(failed[0]) {
-		t.Fatalf("acknowledgements failed: %v, want the one after the refused record to fail its expected sequence", failed)
+	return failed
+}
+
+// TestRefusalSurfacesAfterAConflict: a message JetStream refuses without
+// an acknowledgement reads as another indexer's conflict (above). The
+// indexer must not take it for one forever, resuming every RetryBackoff
+// with only the server's log naming the cause: after a conflict that
+// acknowledged nothing, the same block goes out with an acknowledgement
+// per message, JetStream's own reason surfaces, and it is backed off as a
+// failure, every time until a block is acknowledged.
+func TestRefusalSurfacesAfterAConflict(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, b := refusingStream(ctx, t)
+	cfg := Default()
+	i := &Indexer{cfg: cfg, log: zerolog.Nop(), m: newMetrics()}
+	i.acked.Store(b.Height - 1)
+	attempt := func() error {
+		t.Helper()
+		p.reset()
+		futs, err := p.publish(ctx, b, i.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		failed := failures(ctx, t, futs)
+		if len(failed) == 0 {
+			t.Fatal("JetStream stored a record over the stream's max_msg_size")
+		}
+		if wrongLastSequence(failed[0]) {
+			return fmt.Errorf("%w: %w", errOtherWriter, failed[0])
+		}
+		return failed[0]
 	}
-	js, _ := jetstream.New(p.js.Conn())
-	if n := subjectCount(t, js, "t", 0); n != 200 {
-		t.Errorf("partition 0 holds %d records, want the 200 before the refused one", n)
+
+	err := attempt()
+	if !errors.Is(err, errOtherWriter) {
+		t.Fatalf("first attempt, acknowledgements sparse: %v, want it to read as a conflict", err)
 	}
-	if n := subjectCount(t, js, "t", 1); n != 0 {
-		t.Errorf("partition 1 holds %d records, want none: they follow the refused one", n)
+	wait, backoff := i.afterFollow(err, false, cfg.RetryBackoff, p)
+	if wait != cfg.RetryBackoff || p.ackAllThrough != b.Height {
+		t.Fatalf("after a conflict that acknowledged nothing: wait %s, every message acknowledged through height %d; want %s and %d", wait, p.ackAllThrough, cfg.RetryBackoff, b.Height)
+	}
+	for n := range 3 {
+		err = attempt()
+		var api *jetstream.APIError
+		if !errors.As(err, &api) || api.ErrorCode != 10054 { // JSStreamMessageExceedsMaximumErr
+			t.Fatalf("attempt %d with an acknowledgement per message failed with %v, want JetStream's own reason (message size exceeds maximum)", n+2, err)
+		}
+		want := backoff
+		wait, backoff = i.afterFollow(err, false, backoff, p)
+		if wait != want || backoff != min(2*want, cfg.MaxRetryBackoff) || p.ackAllThrough != b.Height {
+			t.Fatalf("attempt %d: wait %s then %s, acknowledgements per message through %d; want %s, then double, through %d", n+2, wait, backoff, p.ackAllThrough, want, b.Height)
+		}
+	}
+	if got := testutil.ToFloat64(i.m.conflicts); got != 1 {
+		t.Errorf("conflicts counted: %v, want 1", got)
+	}
+
+	// A conflict after progress is another indexer's, resumed at once and
+	// with sparse acknowledgements.
+	i.acked.Store(5)
+	p.ackAllThrough = 0
+	if wait, _ := i.afterFollow(errOtherWriter, true, cfg.MaxRetryBackoff, p); wait != cfg.RetryBackoff || p.ackAllThrough != 0 {
+		t.Errorf("conflict after progress: wait %s, acknowledgements per message through %d; want %s and none", wait, p.ackAllThrough, cfg.RetryBackoff)
 	}
 }
