@@ -111,16 +111,6 @@ type Latency struct {
 	Max   time.Duration `json:"max_ns"`
 }
 
-// Summarize computes the percentiles of d (which it sorts).
-func Summarize(d []time.Duration) Latency {
-	if len(d) == 0 {
-		return Latency{}
-	}
-	slices.Sort(d)
-	at := func(q float64) time.Duration { return d[int(q*float64(len(d)-1))] }
-	return Latency{Count: int64(len(d)), P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: d[len(d)-1]}
-}
-
 func (l Latency) String() string {
 	if l.Count == 0 {
 		return "none"
@@ -171,7 +161,7 @@ type Window struct {
 
 // window is what the runner gathers for one Window.
 type window struct {
-	receipts, e2e []time.Duration
+	receipts, e2e Histogram
 	read          int64
 	rss           map[string]int64
 }
@@ -221,9 +211,9 @@ type runner struct {
 	end         time.Time
 
 	mu       sync.Mutex
-	receipts []time.Duration // measured window
-	window   []time.Duration // last second, for progress
-	e2e      []time.Duration
+	receipts Histogram // measured window
+	window   Histogram // last second, for progress
+	e2e      Histogram
 	errs     map[string]int64
 	samples  map[string]string
 	sentAt   map[string]time.Time // value id -> receipt time, for the consumer
@@ -327,16 +317,17 @@ func (r *runner) summarize(res *Result) {
 	res.Committed = r.acked.Load()
 	res.RecordsPerSec = float64(res.Committed) / r.cfg.Duration.Seconds()
 	res.MBPerSec = res.RecordsPerSec * float64(r.cfg.RecordSize) / 1e6
-	res.Receipt = Summarize(r.receipts)
-	res.EndToEnd = Summarize(r.e2e)
+	res.Receipt = r.receipts.Latency()
+	res.EndToEnd = r.e2e.Latency()
 	res.Consumed = r.consumed.Load()
 	res.Errors, res.ErrorSamples = r.errs, r.samples
-	for i, w := range r.windows {
+	for i := range r.windows {
+		w := &r.windows[i]
 		from := time.Duration(i) * r.cfg.Window
 		length := min(r.cfg.Window, r.cfg.Duration-from)
-		res.Windows = append(res.Windows, Window{From: from, Committed: int64(len(w.receipts)),
-			RecordsPerSec: float64(len(w.receipts)) / length.Seconds(),
-			Receipt:       Summarize(w.receipts), EndToEnd: Summarize(w.e2e), RSS: w.rss,
+		res.Windows = append(res.Windows, Window{From: from, Committed: w.receipts.Count(),
+			RecordsPerSec: float64(w.receipts.Count()) / length.Seconds(),
+			Receipt:       w.receipts.Latency(), EndToEnd: w.e2e.Latency(), RSS: w.rss,
 			ReadPerSec: float64(w.read) / length.Seconds()})
 	}
 }
@@ -387,9 +378,9 @@ func (r *runner) consume(ctx context.Context, sub *consumer.Subscription) {
 		if ok {
 			delete(r.sentAt, id)
 			if t.After(r.measureFrom) && now.After(t) {
-				r.e2e = append(r.e2e, now.Sub(t))
+				r.e2e.Add(now.Sub(t))
 				if w := r.windowAt(t); w != nil {
-					w.e2e = append(w.e2e, now.Sub(t))
+					w.e2e.Add(now.Sub(t))
 				}
 			}
 		}
@@ -468,12 +459,12 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 	}
 	r.ackedAll.Add(1)
 	d := now.Sub(sent)
-	r.window = append(r.window, d)
+	r.window.Add(d)
 	if measured {
 		r.acked.Add(1)
-		r.receipts = append(r.receipts, d)
+		r.receipts.Add(d)
 		if w := r.windowAt(now); w != nil {
-			w.receipts = append(w.receipts, d)
+			w.receipts.Add(d)
 		}
 	}
 	if r.cfg.NATSURL != "" && len(id) == 16 {
@@ -546,11 +537,11 @@ func everySecond(done <-chan struct{}, progress func(Progress), snapshot func() 
 
 // takeWindow summarizes the latencies gathered since its last call (under
 // mu) and starts the next progress window.
-func takeWindow(mu *sync.Mutex, window *[]time.Duration) Latency {
+func takeWindow(mu *sync.Mutex, window *Histogram) Latency {
 	mu.Lock()
 	defer mu.Unlock()
-	w := Summarize(*window)
-	*window = (*window)[:0]
+	w := window.Latency()
+	window.Reset()
 	return w
 }
 

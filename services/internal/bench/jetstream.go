@@ -96,7 +96,7 @@ func RunJetStream(ctx context.Context, cfg JetStreamConfig, progress func(Progre
 	res.Committed = t.acked.Load()
 	res.RecordsPerSec = float64(res.Committed) / cfg.Duration.Seconds()
 	res.MBPerSec = res.RecordsPerSec * float64(cfg.RecordSize) / 1e6
-	res.Receipt = Summarize(t.lat)
+	res.Receipt = t.lat.Latency()
 	return res, ctx.Err()
 }
 
@@ -124,7 +124,7 @@ func createBenchStream(ctx context.Context, js jetstream.JetStream, replicas int
 type jsTally struct {
 	measureFrom, end          time.Time
 	mu                        sync.Mutex // guards lat, window, errors
-	lat, window               []time.Duration
+	lat, window               Histogram
 	errors                    map[string]int64
 	acked, ackedAll, errCount atomic.Int64
 }
@@ -141,10 +141,10 @@ func (t *jsTally) ack(sent time.Time) {
 	d := now.Sub(sent)
 	t.ackedAll.Add(1)
 	t.mu.Lock()
-	t.window = append(t.window, d)
+	t.window.Add(d)
 	if inWindow(now, t.measureFrom, t.end) {
 		t.acked.Add(1)
-		t.lat = append(t.lat, d)
+		t.lat.Add(d)
 	}
 	t.mu.Unlock()
 }

@@ -103,7 +103,7 @@ func RunKVStore(ctx context.Context, cfg KVStoreConfig, progress func(Progress))
 	res.Committed = k.acked.Load()
 	res.RecordsPerSec = float64(res.Committed) / cfg.Duration.Seconds()
 	res.MBPerSec = res.RecordsPerSec * float64(cfg.RecordSize) / 1e6
-	res.Receipt = Summarize(k.lat)
+	res.Receipt = k.lat.Latency()
 	return res, ctx.Err()
 }
 
@@ -123,7 +123,7 @@ type kvTally struct {
 
 	mu          sync.Mutex // guards the fields below
 	sent        map[string]time.Time
-	lat, window []time.Duration
+	lat, window Histogram
 	lastSeen    time.Time // when the watcher last fetched a block
 	errors      map[string]int64
 
@@ -170,10 +170,10 @@ func (k *kvTally) watchBlocks(ctx context.Context, watcher *rpchttp.HTTP, next i
 			delete(k.sent, keyOf(tx))
 			d := now.Sub(t0)
 			k.ackedAll.Add(k.perTx)
-			k.window = append(k.window, d)
+			k.window.Add(d)
 			if inWindow(now, k.measureFrom, k.end) {
 				k.acked.Add(k.perTx)
-				k.lat = append(k.lat, d)
+				k.lat.Add(d)
 			}
 		}
 		k.mu.Unlock()
