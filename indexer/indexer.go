@@ -137,6 +137,17 @@ func (i *Indexer) afterFollow(err error, progressed bool, backoff time.Duration,
 	return backoff, min(2*backoff, i.cfg.MaxRetryBackoff)
 }
 
+// observe records how long after its commit a block reached each stage,
+// once JetStream acknowledged it.
+func (i *Indexer) observe(t stageTimes) {
+	for _, s := range []struct {
+		stage string
+		at    time.Time
+	}{{stageVerified, t.verified}, {stageFetched, t.fetched}, {stagePublished, t.sent}, {stageAcknowledged, time.Now()}} {
+		i.m.latency.WithLabelValues(s.stage).Observe(max(0, s.at.Sub(t.committed).Seconds()))
+	}
+}
+
 // reconcile moves the acknowledged height back to where the streams hold
 // all that JetStream acknowledged, if one holds less (its server lost what
 // it had not synced): those blocks are published again, and what the
@@ -165,6 +176,7 @@ func wrongLastSequence(err error) bool {
 // inflight is a published block whose acknowledgements are outstanding.
 type inflight struct {
 	height  int64
+	times   stageTimes
 	futs    []jetstream.PubAckFuture
 	ends    map[string]partEnd // partitions' ends after the block
 	deleted []string           // topics it deleted
@@ -237,8 +249,9 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 			return err
 		}
 		ends, deleted := blockEnds(b)
+		f.times.sent = time.Now()
 		select {
-		case pipe <- inflight{f.height, futs, ends, deleted}:
+		case pipe <- inflight{f.height, f.times, futs, ends, deleted}:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -290,6 +303,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 		}
 		advance(i.ends, f.ends, f.deleted)
 		i.acked.Store(f.height)
+		i.observe(f.times)
 		i.m.height.Set(float64(f.height))
 		if time.Since(last) >= i.cfg.CursorInterval {
 			save(ctx)

@@ -16,7 +16,17 @@ type Metrics struct {
 	rewinds        prometheus.Counter
 	conflicts      prometheus.Counter
 	lightErrors    prometheus.Counter
+	latency        *prometheus.HistogramVec
 }
+
+// Stages of a block's way through the indexer, timed from its commit
+// (latency).
+const (
+	stageVerified     = "verified"     // its header and the next one verified
+	stageFetched      = "fetched"      // its data read and checked
+	stagePublished    = "published"    // its records sent to JetStream
+	stageAcknowledged = "acknowledged" // all of them stored
+)
 
 func newMetrics() *Metrics {
 	return &Metrics{
@@ -42,6 +52,9 @@ func newMetrics() *Metrics {
 			Help: "times a stream held fewer records than JetStream had acknowledged (its server lost unsynced writes) and blocks were published again"}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_conflicts_total",
 			Help: "times a stream held what another indexer published where this one expected its own, and it read the streams again"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "byzlog_indexer_block_latency_seconds",
+			Help:    "Seconds from a block's commit (the next header's time) until the indexer reached a stage with it: verified (its headers), fetched (its data checked), published (its records sent), acknowledged (JetStream stored them all). Consumers get a record after acknowledged; a stage whose time grows is where the indexer waits.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 1.4, 24)}, []string{"stage"}),
 		lightErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_light_client_errors_total",
 			Help: "Errors the light client reported: a primary that sent an invalid header and was replaced, a witness that disagreed or failed."}),
 	}
@@ -49,5 +62,5 @@ func newMetrics() *Metrics {
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.conflicts, m.lightErrors}
+	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.conflicts, m.lightErrors, m.latency}
 }

@@ -23,6 +23,14 @@ type fetching struct {
 	done   chan struct{}
 	b      *Block
 	err    error
+	times  stageTimes
+}
+
+// stageTimes are when a block reached each stage in the indexer.
+type stageTimes struct {
+	// committed is the next header's time (CometBFT's BFT time, the
+	// median of the times in the votes that committed the block).
+	committed, verified, fetched, sent time.Time
 }
 
 // failed is a fetching that ends the stream of blocks with err.
@@ -33,11 +41,13 @@ func failed(h int64, err error) *fetching {
 }
 
 // prefetch verifies headers from height h on, in order, waiting for the
-// chain when it reaches its tip, and starts fetching each block's data as
-// soon as its header and the next one are verified; out receives them in
-// height order, at most about prefetchBlocks ahead of the reader. It ends
-// when ctx does, or after sending the first error, and waits for the
-// fetches it started before it closes out.
+// chain when it reaches its tip, and fetches each block's data: at the
+// tip as soon as every node has the block (readEarly), behind it once the
+// block's header and the next one are verified; only data that checks
+// against them is used. out receives them in height order, at most about
+// prefetchBlocks ahead of the reader. It ends when ctx does, or after
+// sending the first error, and waits for the fetches it started before it
+// closes out.
 func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 	var fetches sync.WaitGroup
 	defer func() {
@@ -54,6 +64,7 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 	}
 	var tip int64
 	for ; ; h++ {
+		var early *reading
 		for h >= tip { // block h needs header h+1
 			t, err := i.v.tip(ctx)
 			if err != nil {
@@ -67,6 +78,9 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 			if h < tip {
 				break
 			}
+			if h == tip && early == nil {
+				early = i.v.readEarly(ctx, h, &fetches)
+			}
 			select {
 			case <-time.After(i.cfg.PollInterval):
 			case <-ctx.Done():
@@ -78,12 +92,13 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 			send(failed(h, err))
 			return
 		}
-		f := &fetching{height: h, done: make(chan struct{})}
+		f := &fetching{height: h, done: make(chan struct{}), times: stageTimes{committed: next.Time, verified: time.Now()}}
 		fetches.Add(1)
 		go func() {
 			defer fetches.Done()
 			defer close(f.done)
-			f.b, f.err = i.v.data(ctx, lb, next)
+			f.b, f.err = i.v.data(ctx, lb, next, early)
+			f.times.fetched = time.Now()
 		}()
 		if !send(f) {
 			return

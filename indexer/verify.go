@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cometbft/cometbft/light/provider"
@@ -112,13 +113,25 @@ func (v *verifier) header(ctx context.Context, h int64) (*cmttypes.LightBlock, e
 // two blocks below the quorum's height (2f+1 nodes) is not waited for: it
 // is catching up or lying, and the light client drops it.
 func (v *verifier) tip(ctx context.Context) (int64, error) {
+	// The nodes are asked at once: one after another, each poll waited
+	// for every busy node in turn before the indexer saw a new block.
+	all := make([]int64, len(v.nodes))
+	var wg sync.WaitGroup
+	for i, n := range v.nodes {
+		wg.Go(func() {
+			all[i] = -1
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if st, err := n.rpc.Status(cctx); err == nil {
+				all[i] = st.SyncInfo.LatestBlockHeight
+			}
+		})
+	}
+	wg.Wait()
 	var heights []int64
-	for _, n := range v.nodes {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := n.rpc.Status(cctx)
-		cancel()
-		if err == nil {
-			heights = append(heights, st.SyncInfo.LatestBlockHeight)
+	for _, h := range all {
+		if h >= 0 {
+			heights = append(heights, h)
 		}
 	}
 	if len(heights) == 0 {
@@ -136,16 +149,6 @@ func (v *verifier) tip(ctx context.Context) (int64, error) {
 	return tip, nil
 }
 
-// block returns block h verified. It needs header h+1, which carries the
-// app hash and results hash of block h.
-func (v *verifier) block(ctx context.Context, h int64) (*Block, error) {
-	lb, next, err := v.headerPair(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	return v.data(ctx, lb, next)
-}
-
 // headerPair verifies headers h and h+1, in order: the light client is
 // sequential, so one goroutine at a time calls it.
 func (v *verifier) headerPair(ctx context.Context, h int64) (lb, next *cmttypes.LightBlock, err error) {
@@ -159,44 +162,76 @@ func (v *verifier) headerPair(ctx context.Context, h int64) (lb, next *cmttypes.
 }
 
 // data fetches the block lb names, its results and digest, and checks
-// them against the verified headers lb and next (one above). It asks the
-// nodes in turn, starting with the one the height picks (so blocks fetched
-// at once spread over the nodes), until one serves data that checks. It is
+// them against the verified headers lb and next (one above). It takes
+// early's account first, if one was read (readEarly), and asks the nodes
+// in turn, starting with the one the height picks (so blocks fetched at
+// once spread over the nodes), until one serves data that checks. It is
 // safe to call from several goroutines.
-func (v *verifier) data(ctx context.Context, lb, next *cmttypes.LightBlock) (*Block, error) {
+func (v *verifier) data(ctx context.Context, lb, next *cmttypes.LightBlock, early *reading) (*Block, error) {
 	h := lb.Height
 	var errs []error
-	for i := range v.nodes {
-		n := v.nodes[(int(h%int64(len(v.nodes)))+i)%len(v.nodes)]
-		b, kind, err := v.fetch(ctx, n, lb, next)
-		if err == nil {
-			return b, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+	tried := func(n *node, kind string, err error) {
 		if kind != "" {
 			v.m.verifyFailures.WithLabelValues(kind).Inc()
 			v.log.Warn().Str("node", n.addr).Int64("height", h).Str("check", kind).Err(err).Msg("node served data that does not match the verified headers; asking another")
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
 	}
+	var wrong *node // the node whose early account did not check
+	if early != nil {
+		select {
+		case <-early.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		b, kind, err := v.check(early.account, lb, next)
+		if err == nil {
+			return b, nil
+		}
+		if kind != "" {
+			wrong = early.n
+		}
+		tried(early.n, kind, err)
+	}
+	for i := range v.nodes {
+		n := v.nodes[(int(h%int64(len(v.nodes)))+i)%len(v.nodes)]
+		if n == wrong {
+			continue
+		}
+		b, kind, err := v.check(v.read(ctx, n, h), lb, next)
+		if err == nil {
+			return b, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		tried(n, kind, err)
+	}
 	return nil, fmt.Errorf("block %d: no node served data matching the verified headers: %w", h, errors.Join(errs...))
 }
 
-// fetch reads block h, its results and its digest from n and checks each
-// against the verified headers of h and h+1. kind names the failed check
-// when the node's data is wrong (empty when the node just did not answer).
-func (v *verifier) fetch(ctx context.Context, n *node, lb, next *cmttypes.LightBlock) (*Block, string, error) {
-	h := lb.Height
+// account is one node's block, results, records and digest for a height,
+// as read, before anything is checked against verified headers; err and
+// kind say why there is none (kind, as in check, when the node's data is
+// wrong in itself; empty when it did not answer).
+type account struct {
+	b      *chain.Block
+	app    core.Appended
+	appErr error // building the records, reported only if the block checks
+	d      *byzlogv1.BlockDigest
+	kind   string
+	err    error
+}
+
+// read reads block h, its results and its digest from n, and builds the
+// block's records from them (with the block's own time: its hash, checked
+// later, covers it).
+func (v *verifier) read(ctx context.Context, n *node, h int64) *account {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	b, kind, err := chain.ReadBlock(cctx, n.rpc, h)
 	if err != nil {
-		return nil, kind, err
-	}
-	if kind, err := b.Check(lb, next); err != nil {
-		return nil, kind, err
+		return &account{kind: kind, err: err}
 	}
 	txs := make([][]byte, len(b.Block.Txs))
 	for i, tx := range b.Block.Txs {
@@ -206,24 +241,63 @@ func (v *verifier) fetch(ctx context.Context, n *node, lb, next *cmttypes.LightB
 	for i, r := range b.Results {
 		results[i] = core.TxResult{Code: r.Code, Data: r.Data}
 	}
-	app, err := core.BlockRecords(h, lb.Time.UnixNano(), txs, results)
-	if err != nil {
-		return nil, "records", err
-	}
+	a := &account{b: b}
+	a.app, a.appErr = core.BlockRecords(h, b.Block.Time.UnixNano(), txs, results)
 	req, _ := proto.Marshal(&byzlogv1.DigestRequest{Height: h})
 	q, err := n.rpc.ABCIQuery(cctx, wire.PathDigest, req)
 	if err != nil {
-		return nil, "", err
+		return &account{err: err}
 	}
 	if q.Response.Code != 0 {
-		return nil, "", fmt.Errorf("digest of %d: %s", h, q.Response.Log)
+		return &account{err: fmt.Errorf("digest of %d: %s", h, q.Response.Log)}
 	}
 	var d byzlogv1.BlockDigest
 	if err := proto.Unmarshal(q.Response.Value, &d); err != nil {
-		return nil, "digest", fmt.Errorf("digest of %d does not decode: %w", h, err)
+		return &account{kind: "digest", err: fmt.Errorf("digest of %d does not decode: %w", h, err)}
 	}
-	if err := core.CheckDigest(app, &d, h, lb.AppHash, next.AppHash); err != nil {
+	a.d = &d
+	return a
+}
+
+// check checks a node's account against the verified headers of its
+// height and the next. kind names the failed check when the node's data is
+// wrong (empty when the node just did not answer).
+func (v *verifier) check(a *account, lb, next *cmttypes.LightBlock) (*Block, string, error) {
+	if a.err != nil {
+		return nil, a.kind, a.err
+	}
+	h := lb.Height
+	if kind, err := a.b.Check(lb, next); err != nil {
+		return nil, kind, err
+	}
+	if a.appErr != nil {
+		return nil, "records", a.appErr
+	}
+	if err := core.CheckDigest(a.app, a.d, h, lb.AppHash, next.AppHash); err != nil {
 		return nil, "digest", err
 	}
-	return &Block{Height: h, Time: lb.Time, Hash: lb.Hash(), AppHash: next.AppHash, Appended: app}, "", nil
+	return &Block{Height: h, Time: lb.Time, Hash: lb.Hash(), AppHash: next.AppHash, Appended: a.app}, "", nil
+}
+
+// reading is a node's account of a block being read before its headers
+// are verified: done closes when account is set.
+type reading struct {
+	n       *node
+	done    chan struct{}
+	account *account
+}
+
+// readEarly starts reading block h from the node the height picks, as soon
+// as the block is committed: its headers need the next block, a block
+// interval later, and the read (the block is the bulk of the bytes) need
+// not wait for them. Only data then checks against the verified headers.
+func (v *verifier) readEarly(ctx context.Context, h int64, wg *sync.WaitGroup) *reading {
+	r := &reading{n: v.nodes[int(h%int64(len(v.nodes)))], done: make(chan struct{})}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(r.done)
+		r.account = v.read(ctx, r.n, h)
+	}()
+	return r
 }

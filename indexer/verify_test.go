@@ -6,8 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	cmttypes "github.com/cometbft/cometbft/types"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/byzlog/byzlog/indexer/chain"
 	"github.com/byzlog/byzlog/indexer/rpcnode"
 )
 
@@ -29,5 +35,44 @@ func TestNodesLimitResponses(t *testing.T) {
 	}
 	if _, err := nodes[0].rpc.Status(context.Background()); !errors.Is(err, rpcnode.ErrResponseTooLarge) && (err == nil || !strings.Contains(err.Error(), "max_response_bytes")) {
 		t.Fatalf("Status from a node answering 3 MiB = %v, want an error naming max_response_bytes", err)
+	}
+}
+
+// TestEarlyAccountThatDoesNotCheck: a block read early (before its headers
+// are verified) from a node whose data then fails a check is counted as
+// that node's lie, and that node is not asked again for the block; the
+// others are, in turn.
+func TestEarlyAccountThatDoesNotCheck(t *testing.T) {
+	var asked [4]atomic.Int64
+	urls := make([]string, len(asked))
+	for i := range asked {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			asked[i].Add(1)
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		}))
+		defer srv.Close()
+		urls[i] = srv.URL
+	}
+	_, nodes, err := newNodes("c", urls, NodeLink{}, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newMetrics()
+	v := &verifier{cfg: Default(), log: zerolog.Nop(), m: m, nodes: nodes}
+	lb := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: 5}}}
+	next := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: 6}}}
+	early := &reading{n: nodes[1], done: make(chan struct{}), account: &account{kind: chain.KindBlock, err: errors.New("forged transactions")}}
+	close(early.done)
+	_, err = v.data(context.Background(), lb, next, early)
+	if err == nil || !strings.Contains(err.Error(), "forged transactions") {
+		t.Fatalf("data = %v, want an error naming the early account's lie", err)
+	}
+	if got := testutil.ToFloat64(m.verifyFailures.WithLabelValues(chain.KindBlock)); got != 1 {
+		t.Errorf("block verification failures: %v, want 1 (the early account)", got)
+	}
+	for i := range asked {
+		if n := asked[i].Load(); (i == 1) != (n == 0) {
+			t.Errorf("node %d asked %d times; want the early account's node never asked again and each other node asked", i, n)
+		}
 	}
 }
