@@ -48,6 +48,7 @@ type publisher struct {
 	// acknowledgement (send): after a refusal that read as another
 	// indexer's, so that one JetStream refused for its own reason says it.
 	ackAllThrough int64
+	enc           layout.Encoder
 	log           zerolog.Logger
 }
 
@@ -441,7 +442,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 				m.skipped.Inc()
 				continue
 			}
-			outs = append(outs, outMsg{h, layout.Message(r)})
+			outs = append(outs, outMsg{h, p.enc.Message(r)})
 			next = r.Offset + 1
 			m.records.Inc()
 		}

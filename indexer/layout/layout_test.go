@@ -1,6 +1,8 @@
 package layout_test
 
 import (
+	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -125,6 +127,56 @@ func BenchmarkMessage(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if m := layout.Message(r); m.Size() < 300 {
+			b.Fatalf("a message of %d bytes", m.Size())
+		}
+	}
+}
+
+// TestEncoderMatchesMessage: an Encoder, remembering what records in a
+// row share, makes each message exactly as Message does, whatever changes
+// from one record to the next.
+func TestEncoderMatchesMessage(t *testing.T) {
+	base := &byzlogv1.StoredRecord{Topic: "t", Partition: 1, Offset: 10, Height: 7, TimestampUnixNano: 1_700_000_000_000_000_001,
+		CreateTimeUnixNano: 1_699_999_999_000_000_000, Value: []byte("v"), Key: []byte("k"), ProducerKey: bytes.Repeat([]byte{1}, 32), Sequence: 3}
+	with := func(f func(r *byzlogv1.StoredRecord)) *byzlogv1.StoredRecord {
+		r := proto.Clone(base).(*byzlogv1.StoredRecord)
+		f(r)
+		return r
+	}
+	records := []*byzlogv1.StoredRecord{
+		base,
+		with(func(r *byzlogv1.StoredRecord) { r.Offset = 11 }),
+		with(func(r *byzlogv1.StoredRecord) { r.Offset, r.Key = 12, nil }),
+		with(func(r *byzlogv1.StoredRecord) { r.Sequence, r.CreateTimeUnixNano = 4, 1 }),
+		with(func(r *byzlogv1.StoredRecord) { r.ProducerKey = bytes.Repeat([]byte{2}, 32) }),
+		with(func(r *byzlogv1.StoredRecord) { r.Partition = 2 }),
+		with(func(r *byzlogv1.StoredRecord) { r.Topic = "u.v" }),
+		with(func(r *byzlogv1.StoredRecord) { r.Height, r.TimestampUnixNano = 8, 5 }),
+		with(func(r *byzlogv1.StoredRecord) { r.KafkaProducerId, r.KafkaEpoch = 9, 1 }),
+		with(func(r *byzlogv1.StoredRecord) {
+			r.Headers = []*byzlogv1.RecordHeader{{Key: "a", Value: []byte("b")}, {Key: "a", Value: nil}}
+		}),
+		base,
+	}
+	var e layout.Encoder
+	for i, r := range records {
+		got, want := e.Message(r), layout.Message(r)
+		if got.Subject != want.Subject || !bytes.Equal(got.Data, want.Data) || !reflect.DeepEqual(got.Header, want.Header) {
+			t.Errorf("record %d: Encoder made %s %v, Message %s %v", i, got.Subject, got.Header, want.Subject, want.Header)
+		}
+	}
+}
+
+// BenchmarkEncoder is BenchmarkMessage for the records of one batch in a
+// row, through one Encoder, as the indexer publishes them.
+func BenchmarkEncoder(b *testing.B) {
+	r := &byzlogv1.StoredRecord{Topic: "bench", Partition: 17, Offset: 123_456_789, Height: 4_321, TimestampUnixNano: 1_700_000_000_123_456_789,
+		CreateTimeUnixNano: 1_699_999_999_000_000_001, Value: make([]byte, 100), ProducerKey: make([]byte, 32), Sequence: 99_999}
+	var e layout.Encoder
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Offset++
+		if m := e.Message(r); m.Size() < 300 {
 			b.Fatalf("a message of %d bytes", m.Size())
 		}
 	}
