@@ -55,10 +55,11 @@ func (r *Record) Ack() error {
 	return nil
 }
 
-// decode turns a record message into a Record; an error names the message
-// and what is wrong with it, wrapped in ErrMalformed.
-func decode(stream string, m jetstream.Msg) (*Record, error) {
-	sr, err := layout.Record(m.Subject(), m.Headers(), m.Data())
+// decode turns a record message into a Record with d (one Decoder per
+// subscription, as messages in a row share most headers); an error names
+// the message and what is wrong with it, wrapped in ErrMalformed.
+func decode(d *layout.Decoder, stream string, m jetstream.Msg) (*Record, error) {
+	sr, err := d.Record(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s sequence %d: %v", ErrMalformed, stream, streamSeq(m), err)
 	}

@@ -39,6 +39,7 @@ type Subscription struct {
 	last    *Record              // group mode: the record Next returned before, acked by the next call
 	pending *Record              // a record held back while Next reports a gap (or an error finding one) before it
 	mine    map[uint32]delivered // group mode: per partition, this member's latest record in the stream
+	dec     layout.Decoder       // Next's
 
 	mu        sync.Mutex
 	positions map[uint32]uint64 // per partition, last delivered offset + 1
@@ -312,7 +313,7 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 			}
 			return nil, fmt.Errorf("read stream %s: %w", s.stream, err)
 		}
-		r, err := decode(s.stream, m)
+		r, err := decode(&s.dec, s.stream, m)
 		if err == nil && r.Topic != s.topic {
 			err = fmt.Errorf("%w: stream %s sequence %d: subject %s belongs to topic %q, not %q", ErrMalformed, s.stream, streamSeq(m), m.Subject(), r.Topic, s.topic)
 		}

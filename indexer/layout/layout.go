@@ -181,15 +181,69 @@ func formatTime(unixNano int64) string {
 // stored record, as far as a message carries it. A message that is not a
 // byzlog record gets an error naming what is wrong.
 func Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord, error) {
-	topic, partition, err := ParseSubject(subject)
-	if err != nil {
-		return nil, err
+	var d Decoder
+	return d.Record(subject, h, data)
+}
+
+// Decoder decodes messages as Record does, remembering the values that
+// messages in a row share (a batch's producer, sequence and create time, a
+// block's height and time, a partition's subject), so that each is parsed
+// once per batch rather than once per record. The zero value is ready; a
+// Decoder is not safe for concurrent use.
+type Decoder struct {
+	subject, topic string
+	partition      uint32
+	producerHex    string
+	producer       []byte
+	height         memo[int64]
+	sequence       memo[uint64]
+	timestamp      memo[int64]
+	createTime     memo[int64]
+}
+
+// memo is the value last parsed from a header and the text it came from.
+type memo[T any] struct {
+	text string
+	v    T
+	ok   bool
+}
+
+// get is text parsed: the remembered value if text is the last one parsed,
+// else parse's (remembered if it succeeds).
+func (m *memo[T]) get(text string, parse func(string) (T, error)) (T, error) {
+	if m.ok && text == m.text {
+		return m.v, nil
 	}
-	r := &byzlogv1.StoredRecord{Topic: topic, Partition: partition, Value: data}
+	v, err := parse(text)
+	if err == nil {
+		m.text, m.v, m.ok = text, v, true
+	}
+	return v, err
+}
+
+func parseInt64(s string) (int64, error)   { return strconv.ParseInt(s, 10, 64) }
+func parseUint64(s string) (uint64, error) { return strconv.ParseUint(s, 10, 64) }
+
+func parseTime(s string) (int64, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	return t.UnixNano(), err
+}
+
+// Record decodes one message, as the package's Record does.
+func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord, error) {
+	if d.subject == "" || subject != d.subject {
+		topic, partition, err := ParseSubject(subject)
+		if err != nil {
+			return nil, err
+		}
+		d.subject, d.topic, d.partition = subject, topic, partition
+	}
+	r := &byzlogv1.StoredRecord{Topic: d.topic, Partition: d.partition, Value: data}
+	var err error
 	if r.Offset, err = strconv.ParseUint(h.Get(HeaderOffset), 10, 64); err != nil {
 		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderOffset, h.Get(HeaderOffset), err)
 	}
-	if r.Height, err = strconv.ParseInt(h.Get(HeaderHeight), 10, 64); err != nil {
+	if r.Height, err = d.height.get(h.Get(HeaderHeight), parseInt64); err != nil {
 		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderHeight, h.Get(HeaderHeight), err)
 	}
 	if k := h.Values(HeaderKey); len(k) > 0 {
@@ -197,21 +251,25 @@ func Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord,
 			return nil, fmt.Errorf("message on %s: header %s is not base64: %v", subject, HeaderKey, err)
 		}
 	}
-	if r.ProducerKey, err = hex.DecodeString(h.Get(HeaderProducer)); err != nil {
-		return nil, fmt.Errorf("message on %s: header %s is not hex: %v", subject, HeaderProducer, err)
+	if p := h.Get(HeaderProducer); d.producer == nil || p != d.producerHex {
+		key, err := hex.DecodeString(p)
+		if err != nil {
+			return nil, fmt.Errorf("message on %s: header %s is not hex: %v", subject, HeaderProducer, err)
+		}
+		d.producerHex, d.producer = p, key
 	}
-	if r.Sequence, err = strconv.ParseUint(h.Get(HeaderSequence), 10, 64); err != nil {
+	r.ProducerKey = bytes.Clone(d.producer) // each record owns its bytes
+	if r.Sequence, err = d.sequence.get(h.Get(HeaderSequence), parseUint64); err != nil {
 		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderSequence, h.Get(HeaderSequence), err)
 	}
 	for _, f := range []struct {
 		name string
+		memo *memo[int64]
 		dst  *int64
-	}{{HeaderTimestamp, &r.TimestampUnixNano}, {HeaderCreateTime, &r.CreateTimeUnixNano}} {
-		t, err := time.Parse(time.RFC3339Nano, h.Get(f.name))
-		if err != nil {
+	}{{HeaderTimestamp, &d.timestamp, &r.TimestampUnixNano}, {HeaderCreateTime, &d.createTime, &r.CreateTimeUnixNano}} {
+		if *f.dst, err = f.memo.get(h.Get(f.name), parseTime); err != nil {
 			return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, f.name, h.Get(f.name), err)
 		}
-		*f.dst = t.UnixNano()
 	}
 	if v := h.Values(HeaderKafkaProducer); len(v) > 0 {
 		if r.KafkaProducerId, err = strconv.ParseInt(v[0], 10, 64); err != nil {

@@ -2,6 +2,7 @@ package layout_test
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -116,6 +117,15 @@ func FuzzRecord(f *testing.F) {
 		if err == nil && layout.Subject(r.Topic, r.Partition) != subject && !strings.Contains(subject, "_x") {
 			t.Fatalf("subject %q decoded to %s/%d", subject, r.Topic, r.Partition)
 		}
+		// A Decoder that decoded a good message first decodes it the same.
+		var d layout.Decoder
+		if _, err := d.Record(m.Subject, m.Header, nil); err != nil {
+			t.Fatal(err)
+		}
+		got, gotErr := d.Record(subject, h, nil)
+		if fmt.Sprint(gotErr) != fmt.Sprint(err) || !proto.Equal(got, r) {
+			t.Fatalf("Decoder gave %v (%v), Record %v (%v)", got, gotErr, r, err)
+		}
 	})
 }
 
@@ -178,6 +188,79 @@ func BenchmarkEncoder(b *testing.B) {
 		r.Offset++
 		if m := e.Message(r); m.Size() < 300 {
 			b.Fatalf("a message of %d bytes", m.Size())
+		}
+	}
+}
+
+// TestDecoderMatchesRecord: a Decoder, remembering what messages in a row
+// share, decodes each exactly as Record does, and refuses each malformed
+// one as Record does, whatever came before it.
+func TestDecoderMatchesRecord(t *testing.T) {
+	base := &byzlogv1.StoredRecord{Topic: "t", Partition: 1, Offset: 10, Height: 7, TimestampUnixNano: 1_700_000_000_000_000_001,
+		CreateTimeUnixNano: 1_699_999_999_000_000_000, Value: []byte("v"), Key: []byte("k"), ProducerKey: bytes.Repeat([]byte{1}, 32), Sequence: 3}
+	msg := func(f func(r *byzlogv1.StoredRecord), g func(h nats.Header)) *nats.Msg {
+		r := proto.Clone(base).(*byzlogv1.StoredRecord)
+		f(r)
+		m := layout.Message(r)
+		g(m.Header)
+		return m
+	}
+	keep := func(*byzlogv1.StoredRecord) {}
+	same := func(nats.Header) {}
+	msgs := []*nats.Msg{
+		msg(keep, same),
+		msg(func(r *byzlogv1.StoredRecord) { r.Offset = 11 }, same),
+		msg(keep, func(h nats.Header) { h.Set(layout.HeaderProducer, "zz") }),
+		msg(keep, func(h nats.Header) { h.Set(layout.HeaderHeight, "x") }),
+		msg(keep, func(h nats.Header) { h.Set(layout.HeaderTimestamp, "yesterday") }),
+		msg(keep, func(h nats.Header) { h.Set(layout.HeaderSequence, "-1") }),
+		msg(keep, func(h nats.Header) { h.Set(layout.HeaderProducer, "") }),
+		msg(func(r *byzlogv1.StoredRecord) { r.Sequence, r.CreateTimeUnixNano = 4, 1 }, same),
+		msg(func(r *byzlogv1.StoredRecord) { r.ProducerKey = bytes.Repeat([]byte{2}, 32) }, same),
+		msg(func(r *byzlogv1.StoredRecord) { r.Partition, r.Key = 2, nil }, same),
+		msg(func(r *byzlogv1.StoredRecord) { r.Height, r.TimestampUnixNano = 8, 5 }, same),
+		msg(keep, same),
+	}
+	bad := nats.NewMsg("not.byzlog")
+	msgs = append(msgs, bad, msgs[0])
+	var d layout.Decoder
+	var keys [][]byte
+	for i, m := range msgs {
+		got, gotErr := d.Record(m.Subject, m.Header, m.Data)
+		want, wantErr := layout.Record(m.Subject, m.Header, m.Data)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !proto.Equal(got, want) {
+			t.Errorf("message %d: Decoder gave %v (%v), Record %v (%v)", i, got, gotErr, want, wantErr)
+		}
+		if got != nil {
+			keys = append(keys, got.ProducerKey)
+		}
+	}
+	keys[0][0] ^= 0xff // a caller that changes one record's key
+	if keys[1][0] == keys[0][0] {
+		t.Error("two records share their producer key's bytes")
+	}
+}
+
+// BenchmarkRecord and BenchmarkDecoder decode the messages of one batch in
+// a row, with Record and with one Decoder, as a subscription reads them.
+func BenchmarkRecord(b *testing.B)  { benchmarkDecode(b, layout.Record) }
+func BenchmarkDecoder(b *testing.B) { var d layout.Decoder; benchmarkDecode(b, d.Record) }
+
+func benchmarkDecode(b *testing.B, decode func(string, nats.Header, []byte) (*byzlogv1.StoredRecord, error)) {
+	r := &byzlogv1.StoredRecord{Topic: "bench", Partition: 17, Offset: 123_456_789, Height: 4_321, TimestampUnixNano: 1_700_000_000_123_456_789,
+		CreateTimeUnixNano: 1_699_999_999_000_000_001, Value: make([]byte, 100), ProducerKey: make([]byte, 32), Sequence: 99_999}
+	msgs := make([]*nats.Msg, 64)
+	for i := range msgs {
+		r.Offset++
+		msgs[i] = layout.Message(r)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		m := msgs[i%len(msgs)]
+		i++
+		if _, err := decode(m.Subject, m.Header, m.Data); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
