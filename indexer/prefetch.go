@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	cmttypes "github.com/cometbft/cometbft/types"
 )
 
 // prefetchBlocks is how many blocks' data the indexer fetches at once,
@@ -41,13 +43,13 @@ func failed(h int64, err error) *fetching {
 }
 
 // prefetch verifies headers from height h on, in order, waiting for the
-// chain when it reaches its tip, and fetches each block's data: at the
-// tip as soon as every node has the block (readEarly), behind it once the
-// block's header and the next one are verified; only data that checks
-// against them is used. out receives them in height order, at most about
-// prefetchBlocks ahead of the reader. It ends when ctx does, or after
-// sending the first error, and waits for the fetches it started before it
-// closes out.
+// chain when it reaches its tip, and fetches each block's data: at the tip
+// as soon as every node has the block (readEarly: its own header was
+// verified with the block before), behind it once the block's header and
+// the next one are verified; only data that checks against them is used.
+// out receives them in height order, at most about prefetchBlocks ahead of
+// the reader. It ends when ctx does, or after sending the first error, and
+// waits for the fetches it started before it closes out.
 func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 	var fetches sync.WaitGroup
 	defer func() {
@@ -63,6 +65,7 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 		}
 	}
 	var tip int64
+	var known *cmttypes.LightBlock // the last header verified: block h's, once h-1 is done
 	for ; ; h++ {
 		var early *reading
 		for h >= tip { // block h needs header h+1
@@ -78,8 +81,8 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 			if h < tip {
 				break
 			}
-			if h == tip && early == nil {
-				early = i.v.readEarly(ctx, h, &fetches)
+			if h == tip && early == nil && known != nil && known.Height == h {
+				early = i.v.readEarly(ctx, known, &fetches)
 			}
 			select {
 			case <-time.After(i.cfg.PollInterval):
@@ -92,6 +95,7 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 			send(failed(h, err))
 			return
 		}
+		known = next
 		f := &fetching{height: h, done: make(chan struct{}), times: stageTimes{committed: next.Time, verified: time.Now()}}
 		fetches.Add(1)
 		go func() {

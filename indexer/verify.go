@@ -198,7 +198,7 @@ func (v *verifier) data(ctx context.Context, lb, next *cmttypes.LightBlock, earl
 		if n == wrong {
 			continue
 		}
-		b, kind, err := v.check(v.read(ctx, n, h), lb, next)
+		b, kind, err := v.check(v.read(ctx, n, lb), lb, next)
 		if err == nil {
 			return b, nil
 		}
@@ -211,9 +211,9 @@ func (v *verifier) data(ctx context.Context, lb, next *cmttypes.LightBlock, earl
 }
 
 // account is one node's block, results, records and digest for a height,
-// as read, before anything is checked against verified headers; err and
-// kind say why there is none (kind, as in check, when the node's data is
-// wrong in itself; empty when it did not answer).
+// as read, before its results are checked against the next verified
+// header; err and kind say why there is none (kind, as in check, when the
+// node's data is wrong; empty when it did not answer).
 type account struct {
 	b      *chain.Block
 	app    core.Appended
@@ -223,14 +223,20 @@ type account struct {
 	err    error
 }
 
-// read reads block h, its results and its digest from n, and builds the
-// block's records from them (with the block's own time: its hash, checked
-// later, covers it).
-func (v *verifier) read(ctx context.Context, n *node, h int64) *account {
+// read reads block h, its results and its digest from n, checks the block
+// against its verified header lb, and only then builds its records: what
+// building them costs (inflating batches) is bounded by the chain's limits
+// on its own transactions, not by whatever a node sends. The results are
+// checked against the next header later (check).
+func (v *verifier) read(ctx context.Context, n *node, lb *cmttypes.LightBlock) *account {
+	h := lb.Height
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	b, kind, err := chain.ReadBlock(cctx, n.rpc, h)
 	if err != nil {
+		return &account{kind: kind, err: err}
+	}
+	if kind, err := b.CheckHeader(lb); err != nil {
 		return &account{kind: kind, err: err}
 	}
 	txs := make([][]byte, len(b.Block.Txs))
@@ -242,7 +248,7 @@ func (v *verifier) read(ctx context.Context, n *node, h int64) *account {
 		results[i] = core.TxResult{Code: r.Code, Data: r.Data}
 	}
 	a := &account{b: b}
-	a.app, a.appErr = core.BlockRecords(h, b.Block.Time.UnixNano(), txs, results)
+	a.app, a.appErr = core.BlockRecords(h, lb.Time.UnixNano(), txs, results)
 	req, _ := proto.Marshal(&byzlogv1.DigestRequest{Height: h})
 	q, err := n.rpc.ABCIQuery(cctx, wire.PathDigest, req)
 	if err != nil {
@@ -287,17 +293,18 @@ type reading struct {
 	account *account
 }
 
-// readEarly starts reading block h from the node the height picks, as soon
-// as the block is committed: its headers need the next block, a block
-// interval later, and the read (the block is the bulk of the bytes) need
-// not wait for them. Only data then checks against the verified headers.
-func (v *verifier) readEarly(ctx context.Context, h int64, wg *sync.WaitGroup) *reading {
-	r := &reading{n: v.nodes[int(h%int64(len(v.nodes)))], done: make(chan struct{})}
+// readEarly starts reading block lb.Height, whose header the light client
+// verified, from the node the height picks, as soon as the block is
+// committed: its results and app hash are signed only in the next header, a
+// block interval later, and the read (the block is the bulk of the bytes)
+// need not wait for it. Only data then checks the results against it.
+func (v *verifier) readEarly(ctx context.Context, lb *cmttypes.LightBlock, wg *sync.WaitGroup) *reading {
+	r := &reading{n: v.nodes[int(lb.Height%int64(len(v.nodes)))], done: make(chan struct{})}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		defer close(r.done)
-		r.account = v.read(ctx, r.n, h)
+		r.account = v.read(ctx, r.n, lb)
 	}()
 	return r
 }

@@ -54,15 +54,16 @@ func TestReadBlockChecks(t *testing.T) {
 		lb      *cmttypes.LightBlock
 		read    string // kind ReadBlock fails with ("-": it does not)
 		check   string // kind Check fails with
+		header  bool   // CheckHeader fails too (it leaves results to Check)
 		wantErr string
 	}{
-		{"the committed block", source{blk: blk, results: results}, lb, "-", "", ""},
-		{"a tx swapped under the header", source{blk: forged, results: results}, lb, KindBlock, "", "DataHash"},
-		{"a result missing", source{blk: blk, results: results[1:]}, lb, KindResults, "", "5 txs but 4 results"},
-		{"another block", source{blk: other, results: results[:4]}, lb, "-", KindBlock, "hashes to"},
-		{"altered results", source{blk: blk, results: altered}, lb, "-", KindResults, "results of block 7"},
-		{"headers of another block", source{blk: blk, results: results}, otherLB, "-", KindBlock, "hashes to"},
-		{"a node that does not answer", source{err: errors.New("connection refused")}, lb, "", "", "connection refused"},
+		{"the committed block", source{blk: blk, results: results}, lb, "-", "", false, ""},
+		{"a tx swapped under the header", source{blk: forged, results: results}, lb, KindBlock, "", false, "DataHash"},
+		{"a result missing", source{blk: blk, results: results[1:]}, lb, KindResults, "", false, "5 txs but 4 results"},
+		{"another block", source{blk: other, results: results[:4]}, lb, "-", KindBlock, true, "hashes to"},
+		{"altered results", source{blk: blk, results: altered}, lb, "-", KindResults, false, "results of block 7"},
+		{"headers of another block", source{blk: blk, results: results}, otherLB, "-", KindBlock, true, "hashes to"},
+		{"a node that does not answer", source{err: errors.New("connection refused")}, lb, "", "", false, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, kind, err := ReadBlock(context.Background(), tc.src, 7)
@@ -74,6 +75,9 @@ func TestReadBlockChecks(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatalf("ReadBlock: %v", err)
+			}
+			if kind, err := b.CheckHeader(tc.lb); (err != nil) != tc.header || (err != nil && kind != KindBlock) {
+				t.Fatalf("CheckHeader: kind %q, err %v; want it to fail: %v", kind, err, tc.header)
 			}
 			kind, err = b.Check(tc.lb, next)
 			if kind != tc.check || (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
