@@ -127,10 +127,28 @@ type Encoder struct {
 	producer  []byte
 	// One-element header values, shared by the messages that carry them
 	// (nats.go only reads them).
-	producerHex, sequence, height, timestamp, createTime []string
-	lastSequence                                         uint64
-	lastHeight, lastTimestamp, lastCreateTime            int64
+	producerHex                   []string
+	sequence                      formatted[uint64]
+	height, timestamp, createTime formatted[int64]
 }
+
+// formatted is the header value last formatted from a value, and the value.
+type formatted[T comparable] struct {
+	v    T
+	text []string
+}
+
+// get is v formatted: the remembered header value if v is the last value,
+// else format's (remembered).
+func (f *formatted[T]) get(v T, format func(T) string) []string {
+	if f.text == nil || v != f.v {
+		f.v, f.text = v, []string{format(v)}
+	}
+	return f.text
+}
+
+func formatInt64(v int64) string   { return strconv.FormatInt(v, 10) }
+func formatUint64(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // Message is r as a NATS message, as the package's Message makes it.
 func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
@@ -140,10 +158,7 @@ func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
 	m := &nats.Msg{Subject: e.subject, Header: make(nats.Header), Data: r.Value}
 	h := m.Header
 	h.Set(HeaderOffset, strconv.FormatUint(r.Offset, 10))
-	if e.height == nil || r.Height != e.lastHeight {
-		e.lastHeight, e.height = r.Height, []string{strconv.FormatInt(r.Height, 10)}
-	}
-	h[HeaderHeight] = e.height
+	h[HeaderHeight] = e.height.get(r.Height, formatInt64)
 	if r.Key != nil {
 		h.Set(HeaderKey, base64.StdEncoding.EncodeToString(r.Key))
 	}
@@ -151,18 +166,9 @@ func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
 		e.producer, e.producerHex = bytes.Clone(r.ProducerKey), []string{hex.EncodeToString(r.ProducerKey)}
 	}
 	h[HeaderProducer] = e.producerHex
-	if e.sequence == nil || r.Sequence != e.lastSequence {
-		e.lastSequence, e.sequence = r.Sequence, []string{strconv.FormatUint(r.Sequence, 10)}
-	}
-	h[HeaderSequence] = e.sequence
-	if e.timestamp == nil || r.TimestampUnixNano != e.lastTimestamp {
-		e.lastTimestamp, e.timestamp = r.TimestampUnixNano, []string{formatTime(r.TimestampUnixNano)}
-	}
-	h[HeaderTimestamp] = e.timestamp
-	if e.createTime == nil || r.CreateTimeUnixNano != e.lastCreateTime {
-		e.lastCreateTime, e.createTime = r.CreateTimeUnixNano, []string{formatTime(r.CreateTimeUnixNano)}
-	}
-	h[HeaderCreateTime] = e.createTime
+	h[HeaderSequence] = e.sequence.get(r.Sequence, formatUint64)
+	h[HeaderTimestamp] = e.timestamp.get(r.TimestampUnixNano, formatTime)
+	h[HeaderCreateTime] = e.createTime.get(r.CreateTimeUnixNano, formatTime)
 	if r.KafkaProducerId != 0 || r.KafkaEpoch != 0 {
 		h.Set(HeaderKafkaProducer, strconv.FormatInt(r.KafkaProducerId, 10))
 		h.Set(HeaderKafkaEpoch, strconv.FormatInt(int64(r.KafkaEpoch), 10))
@@ -193,8 +199,7 @@ func Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord,
 type Decoder struct {
 	subject, topic string
 	partition      uint32
-	producerHex    string
-	producer       []byte
+	producer       memo[[]byte]
 	height         memo[int64]
 	sequence       memo[uint64]
 	timestamp      memo[int64]
@@ -251,14 +256,11 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 			return nil, fmt.Errorf("message on %s: header %s is not base64: %v", subject, HeaderKey, err)
 		}
 	}
-	if p := h.Get(HeaderProducer); d.producer == nil || p != d.producerHex {
-		key, err := hex.DecodeString(p)
-		if err != nil {
-			return nil, fmt.Errorf("message on %s: header %s is not hex: %v", subject, HeaderProducer, err)
-		}
-		d.producerHex, d.producer = p, key
+	key, err := d.producer.get(h.Get(HeaderProducer), hex.DecodeString)
+	if err != nil {
+		return nil, fmt.Errorf("message on %s: header %s is not hex: %v", subject, HeaderProducer, err)
 	}
-	r.ProducerKey = bytes.Clone(d.producer) // each record owns its bytes
+	r.ProducerKey = bytes.Clone(key) // each record owns its bytes
 	if r.Sequence, err = d.sequence.get(h.Get(HeaderSequence), parseUint64); err != nil {
 		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderSequence, h.Get(HeaderSequence), err)
 	}
