@@ -350,13 +350,13 @@ func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposa
 	defer a.recoverBlock("process_proposal", req.Height, func() {
 		resp, err = &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_REJECT}, nil
 	})
-	params, _, err := a.chain()
+	params, pool, err := a.chain()
 	if err != nil {
 		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
 	}
 	// Records are kept: FinalizeBlock takes them from the cache if this
 	// proposal is decided.
-	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: a.checked.check(params, req.Height, req.Txs, true)}
+	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: a.checked.check(params, pool, req.Height, req.Txs, true)}
 	var bad int
 	var r core.Result
 	err = a.read(func() (err error) {
@@ -376,14 +376,14 @@ func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposa
 
 // FinalizeBlock executes a decided block and stages the result for Commit.
 func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
-	params, _, err := a.chain()
+	params, pool, err := a.chain()
 	if err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}
 	// Decoding, signatures and decompression need no state: done before
 	// the write lock, so CheckTx and queries are held up only by execution;
 	// done once, by ProcessProposal, if this node saw the proposal.
-	checked := a.checked.check(params, req.Height, req.Txs, false)
+	checked := a.checked.check(params, pool, req.Height, req.Txs, false)
 	defer a.checked.done(req.Height)
 	var root *byzlogv1.StateRoot
 	if h, due := core.StateRootDue(params.Limits, req.Height); due {

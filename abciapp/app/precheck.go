@@ -1,10 +1,12 @@
 package app
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"sync"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/abciapp/mempool"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -22,6 +24,13 @@ const maxPrecheckedCost = 512 << 20
 // changes what it returns, so a cached result is the one FinalizeBlock
 // would compute. A block this node never saw proposed (block sync, replay,
 // a round it missed) is prechecked as before.
+//
+// What is not cached yet is taken from the mempool when it holds the
+// transaction: admission already decoded it and verified its signatures
+// under the same params, so only its records are inflated and decoded
+// again (core.Checked.WithRecords). Every correct validator admits a bundle
+// before it is proposed (by RPC or gossip), so ProcessProposal verifies no
+// signature a second time.
 type prechecked struct {
 	mu     sync.Mutex
 	height int64
@@ -29,12 +38,15 @@ type prechecked struct {
 	byHash map[[sha256.Size]byte]*core.Checked
 	cost   int64
 	hits   int64 // transactions taken from the cache, for tests
+	pooled int64 // transactions taken from the mempool, for tests
 }
 
+
 // check prechecks the transactions of a block at height, records kept,
-// taking what the cache holds for that height and params; with keep, what
-// it computes is cached for a later call at the same height.
-func (p *prechecked) check(params *byzlogv1.ChainParams, height int64, txs [][]byte, keep bool) []*core.Checked {
+// taking what the cache holds for that height and params, then what pool
+// admitted; with keep, what it computes is cached for a later call at the
+// same height.
+func (p *prechecked) check(params *byzlogv1.ChainParams, pool *mempool.Pool, height int64, txs [][]byte, keep bool) []*core.Checked {
 	out := make([]*core.Checked, len(txs))
 	sums := make([][sha256.Size]byte, len(txs))
 	p.mu.Lock()
@@ -56,10 +68,22 @@ func (p *prechecked) check(params *byzlogv1.ChainParams, height int64, txs [][]b
 		return out
 	}
 	// The expensive part, outside the lock.
+	var fromPool int64
 	for i, tx := range txs {
-		if out[i] == nil {
-			out[i] = core.PrecheckSum(params, tx, sums[i], true)
+		if out[i] != nil {
+			continue
 		}
+		if c := admitted(pool, sums[i], tx); c != nil {
+			out[i] = c.WithRecords(params)
+			fromPool++
+			continue
+		}
+		out[i] = core.PrecheckSum(params, tx, sums[i], true)
+	}
+	if fromPool > 0 {
+		p.mu.Lock()
+		p.pooled += fromPool
+		p.mu.Unlock()
 	}
 	if !keep {
 		return out
@@ -93,4 +117,17 @@ func (p *prechecked) done(height int64) {
 
 func (p *prechecked) reset(height int64, params *byzlogv1.ChainParams) {
 	p.height, p.params, p.byHash, p.cost = height, params, map[[sha256.Size]byte]*core.Checked{}, 0
+}
+
+// admitted is the pool's precheck of tx, whose hash is sum, or nil. The
+// bytes are compared as well as the hash: a few hundred KiB of memcmp
+// against trusting that no two transactions share a SHA-256.
+func admitted(pool *mempool.Pool, sum [sha256.Size]byte, tx []byte) *core.Checked {
+	if pool == nil {
+		return nil
+	}
+	if c := pool.Checked(sum); c != nil && bytes.Equal(c.Tx, tx) {
+		return c
+	}
+	return nil
 }

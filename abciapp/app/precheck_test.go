@@ -72,6 +72,78 @@ func TestProcessProposalPrechecksOnce(t *testing.T) {
 	}
 }
 
+// TestProposalTakesTheMempoolsPrecheck: a validator has admitted most of a
+// proposed block's transactions (by RPC or gossip) before the proposal
+// comes; ProcessProposal takes those from the mempool, verifying no
+// signature again, and the block must execute exactly as on a node that
+// admitted nothing. Transactions the mempool refused (forged, garbage) are
+// prechecked in full.
+func TestProposalTakesTheMempoolsPrecheck(t *testing.T) {
+	g := workload.New(12, chainID)
+	genesis := g.Genesis()
+	validator, replayed := newChainApp(t, genesis), newChainApp(t, genesis)
+	defer validator.Close()
+	defer replayed.Close()
+
+	var admitted int64
+	for h := int64(1); h <= 20; h++ {
+		block := g.Block(8)
+		var held int64
+		for i, tx := range block {
+			if i%4 == 3 {
+				continue // not gossiped here in time
+			}
+			res, err := validator.InsertTx(ctx, &abci.RequestInsertTx{Tx: tx})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Code == 0 {
+				held++
+			}
+		}
+		before := app.PrecheckPooled(validator)
+		pp, err := validator.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: h, Txs: block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := app.PrecheckPooled(validator) - before; got != held {
+			t.Fatalf("height %d: ProcessProposal took %d transactions from the mempool, which held %d of them", h, got, held)
+		}
+		admitted += held
+		replayedPP, err := replayed.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: h, Txs: block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pp.Status != replayedPP.Status {
+			t.Fatalf("height %d: proposal %s with the mempool, %s without", h, pp.Status, replayedPP.Status)
+		}
+		a, err := validator.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: h, Txs: block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := replayed.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: h, Txs: block})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a.AppHash, b.AppHash) {
+			t.Fatalf("height %d: app hash %X with the mempool's prechecks, %X without", h, a.AppHash, b.AppHash)
+		}
+		for i := range a.TxResults {
+			if !reflect.DeepEqual(a.TxResults[i], b.TxResults[i]) {
+				t.Fatalf("height %d tx %d: result %v with the mempool's prechecks, %v without", h, i, a.TxResults[i], b.TxResults[i])
+			}
+		}
+		commit(t, validator)
+		commit(t, replayed)
+	}
+	if admitted == 0 {
+		t.Fatal("the mempool admitted none of the workload's transactions")
+	}
+	if n := app.PrecheckPooled(replayed); n != 0 {
+		t.Errorf("the app that admitted nothing took %d prechecks from its mempool", n)
+	}
+}
+
 // TestQueryTx: a node answers where a transaction it committed went
 // (wire.PathTx), which gateways ask instead of CometBFT's transaction
 // index; what it did not commit, or a request that is not a hash, gets a

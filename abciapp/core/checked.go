@@ -104,17 +104,49 @@ func Precheck(params *byzlogv1.ChainParams, tx []byte, keepRecords bool) *Checke
 func PrecheckSum(params *byzlogv1.ChainParams, tx []byte, sum [sha256.Size]byte, keepRecords bool) *Checked {
 	c := &Checked{Tx: tx, Hash: sum, Cost: int64(len(tx))}
 	c.env, c.res = decodeTx(tx, params.Limits.MaxBundleBatches)
-	if !c.res.OK() {
+	if c.res.OK() {
+		c.precheckBatches(params, keepRecords, nil)
+	}
+	return c
+}
+
+// WithRecords is what PrecheckSum(params, c.Tx, c.Hash, true) returns, for
+// c that Precheck made under the same params without keeping records (a
+// mempool's): the envelope, its signatures and every batch body are taken
+// from c, decoded and verified already; only inflating and decoding the
+// records runs again. A c that needs no records (refused, not a bundle, or
+// made with them) is returned as it is. c is not changed: the two share
+// the decoded envelope and bodies, which nothing writes to.
+func (c *Checked) WithRecords(params *byzlogv1.ChainParams) *Checked {
+	if !c.res.OK() || len(c.batches) == 0 || c.batches[0].records != nil {
 		return c
 	}
+	out := &Checked{Tx: c.Tx, Hash: c.Hash, Cost: int64(len(c.Tx)), env: c.env, res: c.res}
+	out.precheckBatches(params, true, c.batches)
+	return out
+}
+
+// precheckBatches prechecks c's batches, if c is a bundle: decoding each
+// body, or taking it from decoded (the same bundle's batches, decoded under
+// the same params) when that is not nil.
+func (c *Checked) precheckBatches(params *byzlogv1.ChainParams, keepRecords bool, decoded []*checkedBatch) {
 	pb, ok := c.env.Kind.(*byzlogv1.Tx_ProduceBundle)
 	if !ok {
-		return c
+		return
 	}
 	var inflated, records int64
 	c.batches = make([]*checkedBatch, len(pb.ProduceBundle.Batches))
 	for i, sb := range pb.ProduceBundle.Batches {
-		cb := precheckBatch(params, sb, keepRecords, &inflated, &records)
+		cb := &checkedBatch{sb: sb}
+		if decoded != nil {
+			cb.body, cb.digest, cb.early = decoded[i].body, decoded[i].digest, decoded[i].early
+		} else {
+			cb.digest = digestOfBody(sb.Body)
+			cb.early = cb.decode(params)
+		}
+		if cb.early == nil {
+			cb.precheckRecords(params, keepRecords, &inflated, &records)
+		}
 		c.batches[i] = cb
 		c.Cost += cb.inflated
 		if cb.early == nil && cb.late == nil {
@@ -126,25 +158,19 @@ func PrecheckSum(params *byzlogv1.ChainParams, tx []byte, sum [sha256.Size]byte,
 			c.batches[j] = &checkedBatch{sb: pb.ProduceBundle.Batches[j], body: &byzlogv1.BatchBody{}, digest: digestOfBody(pb.ProduceBundle.Batches[j].Body),
 				early: failBatch(&byzlogv1.BatchBody{}, wire.CodeMalformedTx, "not checked: an earlier batch of the bundle was rejected")}
 		}
-		break
+		return
 	}
-	return c
 }
 
-// precheckBatch decodes and inflates one batch, charging the transaction's
-// budgets (inflated bytes and records, shared across its batches) before
-// each step that would spend them.
-func precheckBatch(params *byzlogv1.ChainParams, sb *byzlogv1.SignedBatch, keepRecords bool, inflated, records *int64) *checkedBatch {
-	cb := &checkedBatch{sb: sb, digest: digestOfBody(sb.Body)}
-	if cb.early = cb.decode(params); cb.early != nil {
-		return cb
-	}
+// precheckRecords inflates and decodes the records of a batch whose body
+// decoded, charging the transaction's budgets (inflated bytes and records,
+// shared across its batches) before each step that would spend them.
+func (cb *checkedBatch) precheckRecords(params *byzlogv1.ChainParams, keepRecords bool, inflated, records *int64) {
 	raw, late := cb.inflate(params.Limits, inflated)
 	if late == nil {
 		late = cb.decodeRecords(params.Limits, raw, inflated, records, keepRecords)
 	}
 	cb.late = late
-	return cb
 }
 
 // decode decodes the batch's body and checks what fails it early (before

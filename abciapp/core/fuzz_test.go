@@ -446,3 +446,47 @@ func TestBatchBodyInflationBound(t *testing.T) {
 		t.Errorf("Check(%d-byte batch declaring %d bytes) allocated %d MiB, want under 8 MiB", len(body), len(raw), got>>20)
 	}
 }
+
+// FuzzWithRecords: what ProcessProposal takes from the mempool, a precheck
+// made without records and given them afterwards (Checked.WithRecords), is
+// the full precheck of the same bytes: the same verdict and cost, and a
+// block of it executes to the same results, changes and app hash.
+func FuzzWithRecords(f *testing.F) {
+	c := newChain(f, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 2})
+	params, err := core.LoadParams(c.store)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range seedTxs(f) {
+		f.Add(s.tx)
+	}
+	// A bundle whose second batch fails before its records are read.
+	other := wire.NewSigner(key("p"), "other-chain")
+	f.Add(bundle(f, batch(f, wire.NewSigner(key("p"), chainID), "t", 0, 0, records("a")), batch(f, other, "t", 1, 0, records("b"))))
+	f.Fuzz(func(t *testing.T, tx []byte) {
+		full := core.Precheck(params, tx, true)
+		mempool := core.Precheck(params, tx, false)
+		added := mempool.WithRecords(params)
+		if !reflect.DeepEqual(full.Result(), added.Result()) || full.Cost != added.Cost || full.Hash != added.Hash {
+			t.Fatalf("WithRecords(%x) = %+v cost %d, want Precheck's %+v cost %d", tx, added.Result(), added.Cost, full.Result(), full.Cost)
+		}
+		if again := mempool.WithRecords(params); !reflect.DeepEqual(again.Result(), added.Result()) || again.Cost != added.Cost {
+			t.Fatalf("WithRecords(%x) changed the mempool's precheck: %+v then %+v", tx, added.Result(), again.Result())
+		}
+		b := core.Block{Height: c.state.Height + 1, TimeUnixNano: c.time + 1, Txs: [][]byte{tx}}
+		b.Checked = []*core.Checked{full}
+		want, err := core.Execute(c.store, c.state, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Checked = []*core.Checked{added}
+		got, err := core.Execute(c.store, c.state, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.Results, want.Results) || !reflect.DeepEqual(got.Changes, want.Changes) || !bytes.Equal(got.State.AppHash, want.State.AppHash) {
+			t.Fatalf("a block of %x executes to %+v with WithRecords, %+v with Precheck", tx, got.Results, want.Results)
+		}
+	})
+}

@@ -298,6 +298,17 @@ func (p *Pool) Committed(height int64, hashes [][sha256.Size]byte) {
 	p.stale = true
 }
 
+// Checked is the prechecked transaction the pool holds under hash, or nil.
+// Its records are not kept (core.Checked.WithRecords adds them).
+func (p *Pool) Checked(hash [sha256.Size]byte) *core.Checked {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.byHash[hash]; ok {
+		return e.c
+	}
+	return nil
+}
+
 // sync rebuilds the pending state on committed state r at height when a
 // block committed since it was built: every held transaction is applied
 // again in order, and what no longer applies, was committed or has waited
