@@ -41,7 +41,6 @@ type prechecked struct {
 	pooled int64 // transactions taken from the mempool, for tests
 }
 
-
 // check prechecks the transactions of a block at height, records kept,
 // taking what the cache holds for that height and params, then what pool
 // admitted; with keep, what it computes is cached for a later call at the
