@@ -81,20 +81,64 @@ type ChangeSet struct {
 // overlay is a write buffer over a Reader: reads see its own writes. Blocks
 // get one overlay, and each transaction a child that is merged into it only
 // when the transaction succeeds, so a rejected transaction changes nothing.
+//
+// CFRecords changes are kept apart, in runs: a block appends thousands of
+// records, each partition's in offset order, and a run per partition spares
+// a map entry per record here, another in mergeInto, and a sort of them
+// all in changeSet. Either way a key's last change wins and the change set
+// is sorted by (CF, Key).
 type overlay struct {
-	parent Reader
-	writes map[string]*Change // by string(cf byte + key)
-	ranges []RangeDelete
+	parent  Reader
+	writes  map[string]*Change // by string(cf byte + key); every CF but CFRecords
+	runs    map[string]*recordRun
+	last    *recordRun // where the latest record change went
+	records int        // changes in runs
+	ranges  []RangeDelete
+}
+
+// recordRun is the CFRecords changes under one prefix (a record key
+// without its 8-byte offset: one partition), in the order they were made.
+type recordRun struct {
+	prefix  []byte
+	changes []Change
 }
 
 func newOverlay(parent Reader) *overlay {
-	return &overlay{parent: parent, writes: map[string]*Change{}}
+	return &overlay{parent: parent, writes: map[string]*Change{}, runs: map[string]*recordRun{}}
 }
 
 func wkey(cf CF, key []byte) string { return string(append([]byte{byte(cf)}, key...)) }
 
+// runPrefix is the part of a record key its run is kept under.
+func runPrefix(key []byte) []byte { return key[:max(len(key)-8, 0)] }
+
+// run returns the run for prefix, making it if need be.
+func (o *overlay) run(prefix []byte) *recordRun {
+	if o.last != nil && bytes.Equal(o.last.prefix, prefix) {
+		return o.last
+	}
+	r, ok := o.runs[string(prefix)]
+	if !ok {
+		r = &recordRun{prefix: prefix}
+		o.runs[string(prefix)] = r
+	}
+	o.last = r
+	return r
+}
+
 func (o *overlay) Get(cf CF, key []byte) ([]byte, error) {
-	if c, ok := o.writes[wkey(cf, key)]; ok {
+	if cf == CFRecords {
+		if r, ok := o.runs[string(runPrefix(key))]; ok {
+			for i := len(r.changes) - 1; i >= 0; i-- {
+				if c := &r.changes[i]; bytes.Equal(c.Key, key) {
+					if c.Delete {
+						return nil, nil
+					}
+					return c.Value, nil
+				}
+			}
+		}
+	} else if c, ok := o.writes[wkey(cf, key)]; ok {
 		if c.Delete {
 			return nil, nil
 		}
@@ -108,50 +152,116 @@ func (o *overlay) Get(cf CF, key []byte) ([]byte, error) {
 	return o.parent.Get(cf, key)
 }
 
-func (o *overlay) put(cf CF, key, value []byte) {
-	o.writes[wkey(cf, key)] = &Change{CF: cf, Key: key, Value: value}
-}
+func (o *overlay) put(cf CF, key, value []byte) { o.change(Change{CF: cf, Key: key, Value: value}) }
 
-func (o *overlay) del(cf CF, key []byte) {
-	o.writes[wkey(cf, key)] = &Change{CF: cf, Key: key, Delete: true}
+func (o *overlay) del(cf CF, key []byte) { o.change(Change{CF: cf, Key: key, Delete: true}) }
+
+func (o *overlay) change(c Change) {
+	if c.CF != CFRecords {
+		o.writes[wkey(c.CF, c.Key)] = &c
+		return
+	}
+	r := o.run(runPrefix(c.Key))
+	r.changes = append(r.changes, c)
+	o.records++
 }
 
 // deleteRange drops every key in [start, end), including this overlay's own
 // earlier writes there; later writes in the range stand.
 func (o *overlay) deleteRange(cf CF, start, end []byte) {
-	for k, c := range o.writes {
-		if c.CF == cf && bytes.Compare(c.Key, start) >= 0 && bytes.Compare(c.Key, end) < 0 {
-			delete(o.writes, k)
+	inRange := func(key []byte) bool { return bytes.Compare(key, start) >= 0 && bytes.Compare(key, end) < 0 }
+	if cf == CFRecords {
+		for _, r := range o.runs {
+			n := len(r.changes)
+			r.changes = slices.DeleteFunc(r.changes, func(c Change) bool { return inRange(c.Key) })
+			o.records -= n - len(r.changes)
+		}
+	} else {
+		for k, c := range o.writes {
+			if c.CF == cf && inRange(c.Key) {
+				delete(o.writes, k)
+			}
 		}
 	}
 	o.ranges = append(o.ranges, RangeDelete{CF: cf, Start: start, End: end})
 }
 
-// sorted returns the overlay's writes in (CF, Key) order. It sorts
-// pointers (cheap swaps, no reflection) and copies once.
+// sorted returns the overlay's writes in (CF, Key) order, each key's last
+// change only. It sorts pointers (cheap swaps, no reflection) and copies
+// once; the records' runs go in between, already in order.
 func (o *overlay) sorted() []Change {
 	ptrs := make([]*Change, 0, len(o.writes))
 	for _, c := range o.writes {
 		ptrs = append(ptrs, c)
 	}
 	slices.SortFunc(ptrs, compareChanges)
-	out := make([]Change, len(ptrs))
-	for i, c := range ptrs {
-		out[i] = *c
+	out := make([]Change, 0, len(ptrs)+o.records)
+	i := 0
+	for ; i < len(ptrs) && ptrs[i].CF < CFRecords; i++ {
+		out = append(out, *ptrs[i])
+	}
+	out = o.appendRecords(out)
+	for ; i < len(ptrs); i++ {
+		out = append(out, *ptrs[i])
+	}
+	return out
+}
+
+// appendRecords appends the record changes to out in key order, each key's
+// last change only. Runs are sorted by prefix and each is normally in
+// order already (a partition's offsets only grow); if the result is not
+// strictly increasing, it is sorted again, stably, and each key's earlier
+// changes dropped.
+func (o *overlay) appendRecords(out []Change) []Change {
+	runs := make([]*recordRun, 0, len(o.runs))
+	for _, r := range o.runs {
+		runs = append(runs, r)
+	}
+	slices.SortFunc(runs, func(a, b *recordRun) int { return bytes.Compare(a.prefix, b.prefix) })
+	from := len(out)
+	for _, r := range runs {
+		out = append(out, r.changes...)
+	}
+	recs := out[from:]
+	for i := 1; i < len(recs); i++ {
+		if bytes.Compare(recs[i-1].Key, recs[i].Key) >= 0 {
+			return append(out[:from], lastOfEachKey(recs)...)
+		}
+	}
+	return out
+}
+
+// lastOfEachKey sorts changes of one CF by key, keeping each key's last
+// change.
+func lastOfEachKey(changes []Change) []Change {
+	sorted := slices.Clone(changes)
+	slices.SortStableFunc(sorted, func(a, b Change) int { return bytes.Compare(a.Key, b.Key) })
+	out := sorted[:0]
+	for i, c := range sorted {
+		if i+1 < len(sorted) && bytes.Equal(sorted[i+1].Key, c.Key) {
+			continue
+		}
+		out = append(out, c)
 	}
 	return out
 }
 
 // mergeInto applies this child's range deletes, then its writes, to parent.
-// The writes go in map order: each is to a distinct key and none reads
-// another, so the parent ends the same whatever the order (the block's
-// change set is sorted once, in changeSet).
+// The writes go in map order: each is to a distinct key (or, for records,
+// to its own run, in order) and none reads another, so the parent ends the
+// same whatever the order (the block's change set is sorted once, in
+// changeSet).
 func (o *overlay) mergeInto(parent *overlay) {
 	for _, r := range o.ranges {
 		parent.deleteRange(r.CF, r.Start, r.End)
 	}
 	for k, c := range o.writes {
 		parent.writes[k] = c
+	}
+	for _, r := range o.runs {
+		pr := parent.run(r.prefix)
+		pr.changes = append(pr.changes, r.changes...)
+		parent.records += len(r.changes)
 	}
 }
 
