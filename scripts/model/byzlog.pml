@@ -15,10 +15,16 @@
  *   SMALL        smaller workload: one batch per producer
  *   LIVE         SMALL, and after GST: proposers take turns and a correct
  *                proposer's round succeeds (for the LTL runs)
+ *   REFS         blocks carry references to bundles, not the bundles
+ *                (docs/design.md, "Next: bundles out of consensus"; designed,
+ *                not built): a replica votes for a proposal only holding its
+ *                bundles durably, and executes a decided block with its own
+ *                copy or one fetched from a correct holder
  * Sanity mutations (each MUST give a counterexample):
  *   MUT_F2       replicas 2 and 3 are Byzantine: f = 2 > (n-1)/3
  *   MUT_NOPP     ProcessProposal accepts without re-executing the block
  *   MUT_NOFSYNC  Commit reports the height durable before the data write is
+ *   MUT_NODA     (with REFS) ProcessProposal accepts without the bundles
  *   (TLS undefined is the fourth: the intruder learns a payload)
  */
 
@@ -92,6 +98,13 @@ byte ph[NR];                 /* app height persisted (Info) */
 byte bsh[NR];                /* CometBFT block store height */
 byte dec[NR*(MAXH+1)];       /* CometBFT block store: tx decided per height */
 bool up[NR];
+#ifdef REFS
+/* the app's bundle store: replica r holds block h's bundles, durably
+ * (written, synced, by the ProcessProposal that accepted the block, or by
+ * the Commit of a FinalizeBlock that fetched them) */
+bool hd[NR*(MAXH+1)];
+#define HD(r,h)     hd[(r)*(MAXH+1)+(h)]
+#endif
 #define LEN(r,p)    plen[(r)*NP+(p)]
 #define ENT(r,p,i)  pent[((r)*NP+(p))*LOGCAP+(i)]
 #define DEC(r,h)    dec[(r)*(MAXH+1)+(h)]
@@ -111,14 +124,14 @@ chan rcpt[NP] = [3] of { byte, byte };   /* gateway → producer: batch, offset 
 
 /* Scratch of the steps that never block (a consensus round, a restart, an
  * indexer, intruder or gateway step): hidden, so not part of the state. */
-hidden byte pr, x, y, tx, c, v, n0, n1, i, j, k, p, r, vx, vy, h, n, o;
+hidden byte pr, x, y, tx, c, v, n0, n1, i, j, k, p, r, vx, vy, h, n, o, nh;
 hidden byte ok, sawy[NR];
 
 /* Each assertion checks a named flag, so a counterexample says which
  * property failed. */
 hidden byte appended_signed, appended_in_sequence, logs_prefix, logs_equal_same_height,
   app_hash_agrees, acked_record_kept, consumer_dense_authentic, indexer_verified,
-  decided_block_valid, receipt_in_order, receipt_in_log;
+  decided_block_valid, receipt_in_order, receipt_in_log, decided_block_available;
 
 /* ---------- observations for properties ---------- */
 bool acked[NBATCH];          /* a commit receipt was given for batch b */
@@ -181,6 +194,9 @@ inline execute(r, tx, h) {
      if :: B2(tx) != 0 -> append(r, B2(tx)) :: else -> skip fi
   :: else -> skip
   fi;
+#ifdef REFS
+  HD(r, h) = 1;                     /* kept with the block's commit */
+#endif
   ph[r] = h
 }
 
@@ -361,6 +377,21 @@ end_idle:
           od;
           y = x
        fi;
+#ifdef REFS
+       /* Which replicas hold the proposal's bundles when it arrives: the
+        * proposer its own, replicas below nh (alike, up to symmetry) by the
+        * mempool's gossip. Before GST gossip may not have reached any; a
+        * Byzantine proposer may give them to nobody, ever. After GST a
+        * correct proposer's have reached every replica. */
+#ifdef LIVE
+       if :: HONEST(pr) -> nh = NR
+          :: else -> if :: nh = 0 :: nh = 1 :: nh = 2 :: nh = NR fi
+       fi;
+#else
+       if :: nh = 0 :: nh = 1 :: nh = 2 :: nh = NR fi;
+#endif
+#define HAS(r) ((r) == pr || (r) < nh)
+#endif
        if
        :: x == NOTX -> skip                 /* no proposal this round */
        :: else ->
@@ -382,6 +413,11 @@ end_idle:
                 ok = 1;
 #else
                 validTx(r, tx, ok);
+#endif
+#if defined(REFS) && !defined(MUT_NODA)
+                /* no bundles (none arrived within the wait): no vote; with
+                 * them, they are written durably before the vote */
+                ok = ok && HAS(r);
 #endif
                 if :: ok && sawy[r] -> vy++ :: ok && !sawy[r] -> vx++ :: else -> skip fi
              :: else -> skip
@@ -405,6 +441,24 @@ end_idle:
                    /* block validity: what ProcessProposal guarantees */
                    validTx(r, tx, ok);
                    decided_block_valid = ok; assert(decided_block_valid);
+#ifdef REFS
+                   /* FinalizeBlock needs the bundles: its own copy, or one
+                    * fetched from a correct replica that holds them (the
+                    * Byzantine one may withhold or send wrong bytes, which
+                    * fail the hash) */
+                   n = 0; k = 0;
+                   do
+                   :: k < NR ->
+                      if
+                      :: HONEST(k) && up[k] && HAS(k) && ((sawy[k] && y == tx) || (!sawy[k] && x == tx)) -> n++
+                      :: else -> skip
+                      fi;
+                      k++
+                   :: else -> break
+                   od;
+                   decided_block_available = (n >= 1); assert(decided_block_available);
+                   if :: HAS(r) && ((sawy[r] && y == tx) || (!sawy[r] && x == tx)) -> HD(r, H) = 1 :: else -> skip fi;
+#endif
                    decide(r, tx, H);
                    if :: r == FOLLOW -> commits!tx,ok :: else -> skip fi
                 :: else -> skip
@@ -448,7 +502,21 @@ end_idle:
        od;
        h = ph[CR] + 1;
        do
-       :: h <= bsh[CR] -> tx = DEC(CR, h); execute(CR, tx, h); h++
+       :: h <= bsh[CR] ->
+#ifdef REFS
+          /* a block whose bundles it lacks: fetched from a correct holder */
+          if
+          :: !HD(CR, h) ->
+             n = 0; k = 0;
+             do
+             :: k < NR -> if :: k != CR && HONEST(k) && up[k] && HD(k, h) -> n++ :: else -> skip fi; k++
+             :: else -> break
+             od;
+             decided_block_available = (n >= 1); assert(decided_block_available)
+          :: else -> skip
+          fi;
+#endif
+          tx = DEC(CR, h); execute(CR, tx, h); h++
        :: else -> break
        od;
        up[CR] = 1;

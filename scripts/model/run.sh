@@ -42,6 +42,10 @@ checks=(
   "mutation/no fsync-before-ack|cex|-DFAULT_CRASH -DTLS -DMUT_NOFSYNC|-|height acked before the data is durable: records lost"
   "mutation/TLS off|cex|-DFAULT_BYZ|-|the intruder reads a payload"
   "mutation/gateway drops (live)|cex|-DFAULT_BYZ -DGW_BYZ -DTLS -DLIVE|live|liveness needs a correct gateway"
+  "design/refs byzantine|pass|-DFAULT_BYZ -DTLS -DREFS|-|blocks of references: a withholding proposer; every decided block executable, and the safety above"
+  "design/refs crash-restart|pass|-DFAULT_CRASH -DTLS -DREFS|-|blocks of references: a replica restarting fetches what it lacks"
+  "design/refs live (byzantine)|pass|-DFAULT_BYZ -DTLS -DLIVE -DREFS|live|blocks of references: every batch still committed or rejected"
+  "mutation/refs vote without data|cex|-DFAULT_BYZ -DTLS -DREFS -DMUT_NODA|-|ProcessProposal accepts without the bundles: a decided block nobody correct holds"
 )
 
 # run_check DEFINES CLAIM EXPECT: prints "errors|states|seconds|first error line"
