@@ -116,7 +116,8 @@ func PrecheckSum(params *byzlogv1.ChainParams, tx []byte, sum [sha256.Size]byte,
 // from c, decoded and verified already; only inflating and decoding the
 // records runs again. A c that needs no records (refused, not a bundle, or
 // made with them) is returned as it is. c is not changed: the two share
-// the decoded envelope and bodies, which nothing writes to.
+// the decoded envelope, bodies and early failures, which nothing writes to
+// (execution copies a failure before it fills one in).
 func (c *Checked) WithRecords(params *byzlogv1.ChainParams) *Checked {
 	if !c.res.OK() || len(c.batches) == 0 || c.batches[0].records != nil {
 		return c

@@ -167,9 +167,14 @@ func (ex *executor) produce(o *overlay, batches []*checkedBatch) (Result, []*app
 
 // batch runs the stateful checks of one prechecked batch and, in a block,
 // appends its records.
+//
+// A failure found in the precheck is returned as a copy: the caller fills
+// in and blanks fields of what it gets, and a Checked is shared (a
+// mempool's with the blocks that take it, ProcessProposal's with
+// FinalizeBlock), so nothing may write to it.
 func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, *appendedRun, error) {
 	if cb.early != nil {
-		return cb.early, nil, nil
+		return proto.Clone(cb.early).(*byzlogv1.BatchResult), nil, nil
 	}
 	sb, body := cb.sb, cb.body
 	topic, err := loadTopic(o, body.Topic)
@@ -190,7 +195,7 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return br, nil, err
 	}
 	if cb.late != nil {
-		return cb.late, nil, nil
+		return proto.Clone(cb.late).(*byzlogv1.BatchResult), nil, nil
 	}
 	if max := topic.Config.MaxRecordBytes; max != 0 && cb.largest > uint64(max) {
 		return failBatch(body, wire.CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the topic allows %d", cb.largestAt, cb.largest, max), nil, nil

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"strings"
 	"bytes"
 	"crypto/ed25519"
 	"encoding/binary"
@@ -489,4 +490,41 @@ func FuzzWithRecords(f *testing.F) {
 			t.Fatalf("a block of %x executes to %+v with WithRecords, %+v with Precheck", tx, got.Results, want.Results)
 		}
 	})
+}
+
+// TestExecutionLeavesPrechecksAlone: a mempool's precheck and a block's
+// (WithRecords) share what was decoded, so executing one must not change
+// the other. Verifying a block blanks its batches' messages (results are
+// hashed into the next header: no free text), and once did so in the
+// precheck result itself: the mempool then answered the same bundle
+// without saying why its bad batch failed.
+func TestExecutionLeavesPrechecksAlone(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 2})
+	params, err := core.LoadParams(c.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := wire.NewSigner(key("p"), chainID)
+	tx := bundle(t, batch(t, p, "t", 0, 0, records("a")), batch(t, wire.NewSigner(key("p"), "other-chain"), "t", 1, 0, records("b")))
+	pooled := core.Precheck(params, tx, false)
+	admit := func() core.Result {
+		t.Helper()
+		r, _, err := core.NewPending(c.store, params, c.state.Height+1).Add(pooled)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	before := admit()
+	if before.OK() || !strings.Contains(string(before.Data), "other-chain") {
+		t.Fatalf("the mempool's verdict %s (%q) does not name the wrong chain", before.Code, before.Data)
+	}
+	b := core.Block{Height: c.state.Height + 1, TimeUnixNano: c.time + 1, Txs: [][]byte{tx}, Checked: []*core.Checked{pooled.WithRecords(params)}}
+	if _, _, err := core.Verify(c.store, b); err != nil {
+		t.Fatal(err)
+	}
+	if after := admit(); !reflect.DeepEqual(after, before) {
+		t.Fatalf("after a block was verified, the mempool's verdict is %s (%q), was %s (%q)", after.Code, after.Data, before.Code, before.Data)
+	}
 }

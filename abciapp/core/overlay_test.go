@@ -63,21 +63,26 @@ func (r *refOverlay) changeSet() ChangeSet {
 	return ChangeSet{RangeDeletes: append([]RangeDelete(nil), r.ranges...), Changes: out}
 }
 
-type nothing struct{}
+// committed answers every key, so that a read that wrongly falls through
+// to it after a delete shows.
+type committed struct{}
 
-func (nothing) Get(CF, []byte) ([]byte, error) { return nil, nil }
+func (committed) Get(cf CF, key []byte) ([]byte, error) {
+	return []byte(fmt.Sprintf("committed %d %x", cf, key)), nil
+}
 
 // TestOverlayMatchesAMap drives the overlay and the reference with the same
 // random blocks: transactions (child overlays, merged or dropped) that
 // append records to a few partitions in offset order, now and then out of
-// order, rewrite or delete a record, delete a topic's range and append to it
-// again, and write other column families. Every read and the block's change
-// set must agree.
+// order, rewrite or delete a record, delete a topic's range or part of a
+// partition (as retention does) and append again, write keys shorter than
+// an offset and other column families; and writes made to the block's
+// overlay directly. Every read and the block's change set must agree.
 func TestOverlayMatchesAMap(t *testing.T) {
 	topics := []string{"a", "ab", "b"}
 	for seed := uint64(1); seed <= 300; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 19))
-		block, ref := newOverlay(nothing{}), &refOverlay{parent: nothing{}, writes: map[string]Change{}}
+		block, ref := newOverlay(committed{}), &refOverlay{parent: committed{}, writes: map[string]Change{}}
 		next := map[string]uint64{}
 		randomKey := func() []byte {
 			topic, p := topics[rng.IntN(len(topics))], uint32(rng.IntN(3))
@@ -95,11 +100,24 @@ func TestOverlayMatchesAMap(t *testing.T) {
 			child, refChild := newOverlay(block), &refOverlay{parent: ref, writes: map[string]Change{}}
 			for op := rng.IntN(40); op >= 0; op-- {
 				var c Change
-				switch k := rng.IntN(20); {
+				switch k := rng.IntN(24); {
 				case k == 0:
 					start, end := topicRecords(topics[rng.IntN(len(topics))])
 					child.deleteRange(CFRecords, start, end)
 					refChild.deleteRange(CFRecords, start, end)
+					continue
+				case k == 20: // the oldest records of a partition, as retention deletes them
+					topic, p := topics[rng.IntN(len(topics))], uint32(rng.IntN(3))
+					start, end := recordKey(topic, p, 0), recordKey(topic, p, uint64(rng.IntN(6)))
+					child.deleteRange(CFRecords, start, end)
+					refChild.deleteRange(CFRecords, start, end)
+					continue
+				case k == 21:
+					c = Change{CF: CFRecords, Key: []byte(fmt.Sprint("s", rng.IntN(3))), Value: []byte(fmt.Sprint(seed, tx, op))}
+				case k == 22: // straight into the block, as a block's own steps write
+					c = Change{CF: CFRecords, Key: randomKey(), Value: []byte(fmt.Sprint("block", seed, tx, op))}
+					block.change(c)
+					ref.change(c)
 					continue
 				case k == 1:
 					c = Change{CF: CFRecords, Key: randomKey(), Delete: true}
@@ -111,10 +129,13 @@ func TestOverlayMatchesAMap(t *testing.T) {
 				child.change(c)
 				refChild.change(c)
 			}
-			for i := 0; i < 5; i++ {
+			for i := 0; i < 6; i++ {
 				cf, key := CFRecords, randomKey()
-				if i == 0 {
+				switch i {
+				case 0:
 					cf, key = CFMeta, []byte(fmt.Sprint("k", rng.IntN(8)))
+				case 1:
+					key = []byte(fmt.Sprint("s", rng.IntN(3)))
 				}
 				got, _ := child.Get(cf, key)
 				want, _ := refChild.Get(cf, key)
