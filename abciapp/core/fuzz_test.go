@@ -1,12 +1,12 @@
 package core_test
 
 import (
-	"strings"
 	"bytes"
 	"crypto/ed25519"
 	"encoding/binary"
 	"reflect"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
