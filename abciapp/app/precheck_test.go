@@ -53,14 +53,7 @@ func TestProcessProposalPrechecksOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(a.AppHash, b.AppHash) {
-			t.Fatalf("height %d: app hash %X after the proposal, %X without it", h, a.AppHash, b.AppHash)
-		}
-		for i := range a.TxResults {
-			if !reflect.DeepEqual(a.TxResults[i], b.TxResults[i]) {
-				t.Fatalf("height %d tx %d: result %v after the proposal, %v without it", h, i, a.TxResults[i], b.TxResults[i])
-			}
-		}
+		sameBlock(t, h, "after the proposal", a, b)
 		commit(t, seen)
 		commit(t, replayed)
 	}
@@ -125,14 +118,7 @@ func TestProposalTakesTheMempoolsPrecheck(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(a.AppHash, b.AppHash) {
-			t.Fatalf("height %d: app hash %X with the mempool's prechecks, %X without", h, a.AppHash, b.AppHash)
-		}
-		for i := range a.TxResults {
-			if !reflect.DeepEqual(a.TxResults[i], b.TxResults[i]) {
-				t.Fatalf("height %d tx %d: result %v with the mempool's prechecks, %v without", h, i, a.TxResults[i], b.TxResults[i])
-			}
-		}
+		sameBlock(t, h, "with the mempool's prechecks", a, b)
 		commit(t, validator)
 		commit(t, replayed)
 	}
@@ -141,6 +127,21 @@ func TestProposalTakesTheMempoolsPrecheck(t *testing.T) {
 	}
 	if n := app.PrecheckPooled(replayed); n != 0 {
 		t.Errorf("the app that admitted nothing took %d prechecks from its mempool", n)
+	}
+}
+
+// sameBlock fails t unless block h executed to the same app hash and
+// results on both apps: got (the one with prechecks taken from somewhere,
+// as how says) and want (the one without).
+func sameBlock(t *testing.T, h int64, how string, got, want *abci.ResponseFinalizeBlock) {
+	t.Helper()
+	if !bytes.Equal(got.AppHash, want.AppHash) {
+		t.Fatalf("height %d: app hash %X %s, %X without", h, got.AppHash, how, want.AppHash)
+	}
+	for i := range got.TxResults {
+		if !reflect.DeepEqual(got.TxResults[i], want.TxResults[i]) {
+			t.Fatalf("height %d tx %d: result %v %s, %v without", h, i, got.TxResults[i], how, want.TxResults[i])
+		}
 	}
 }
 
