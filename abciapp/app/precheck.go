@@ -28,9 +28,10 @@ const maxPrecheckedCost = 512 << 20
 // What is not cached yet is taken from the mempool when it holds the
 // transaction: admission already decoded it and verified its signatures
 // under the same params, so only its records are inflated and decoded
-// again (core.Checked.WithRecords). Every correct validator admits a bundle
-// before it is proposed (by RPC or gossip), so ProcessProposal verifies no
-// signature a second time.
+// again (core.Checked.WithRecords). A bundle normally reaches a validator's
+// mempool (by RPC or gossip) before its block does, so ProcessProposal
+// seldom verifies a signature a second time; one it never admitted is
+// prechecked in full.
 type prechecked struct {
 	mu     sync.Mutex
 	height int64
