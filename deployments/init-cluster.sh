@@ -9,7 +9,9 @@ usage() {
   cat <<'EOF'
 init-cluster.sh generates what a byzlog cluster needs before its first start:
 each validator's CometBFT home (node key, validator key, config.toml), one
-genesis shared by all, with the admin's public key in app_state.admins, and the
+genesis shared by all, with the admin's public key in app_state.admins and
+app_state.rules_version 3 (the newest: blocks reference large bundles, which
+each byzlog-app fetches from the other nodes' RPC when it lacks one), and the
 admin key itself unless you bring your own public key; a local CA and, from it,
 every TLS certificate (each node's RPC, the gateways', NATS's, a client's); and
 NATS's configuration, accounts and users' passwords. It runs `cometbft
@@ -29,6 +31,8 @@ Output in DIR, one directory per audience (copy each only where it is needed):
                           rpc-key.pem: its RPC certificate, valid for its host name and
                           --rpc-tls-hosts; config/rpc-ca.pem: the CA, for its health check
   genesis/genesis.json    the genesis (nodes, indexers and light clients)
+  app/ca.pem              the CA, for every byzlog-app: it checks the other nodes' RPC
+                          certificates with it when it fetches bundles (--peer-tls-ca)
   admin/admin.key, .pub   the admin key, when generated here (keep it offline)
   tls/ca.pem              the CA every certificate here chains to (--tls-ca, --node-tls-ca)
   tls/gateway.pem, -key   the gateways' certificate and key (--tls-cert, --tls-key)
@@ -234,7 +238,7 @@ password() {
   done
   printf '%s\n' "$pw"
 }
-mkdir -p "$tmp/nats" "$tmp/nats-accounts" "$tmp/indexer" "$tmp/consumer"
+mkdir -p "$tmp/nats" "$tmp/nats-accounts" "$tmp/indexer" "$tmp/consumer" "$tmp/app"
 password >"$tmp/indexer/nats.password"
 password >"$tmp/consumer/nats.password"
 reloader_pw=$(password)
@@ -242,6 +246,7 @@ indexer_pw=$(cat "$tmp/indexer/nats.password")
 consumer_pw=$(cat "$tmp/consumer/nats.password")
 cp "$tmp/ca/ca.pem" "$tmp/indexer/ca.pem"
 cp "$tmp/ca/ca.pem" "$tmp/consumer/ca.pem"
+cp "$tmp/ca/ca.pem" "$tmp/app/ca.pem"
 cp "$tmp/ca/nats.pem" "$tmp/ca/nats-key.pem" "$tmp/nats/"
 
 # NATS's accounts are the localnet's: byzlog-indexer renders them from the
@@ -300,10 +305,13 @@ tls { cert_file: "$nats_dir/nats.pem", key_file: "$nats_dir/nats-key.pem", timeo
 include "$(realpath -m --relative-to="$nats_dir" "$nats_accounts_dir")/accounts.conf"
 EOF
 
+# A new chain starts at the newest rules version (abciapp/core
+# MaxRulesVersion): from 3 on, blocks carry references to large bundles, and
+# each byzlog-app needs --peer-rpc to fetch one it lacks.
 jq --arg chain "$chain_id" --arg max "$block_max_bytes" --arg admin "$admin_pub" '
   .chain_id = $chain
   | .consensus_params.block.max_bytes = $max
-  | .app_state = {admins: [$admin]}
+  | .app_state = {admins: [$admin], rules_version: 3}
 ' "$tmp/net/node0/config/genesis.json" >"$tmp/genesis.json"
 
 for ((i = 0; i < validators; i++)); do
@@ -393,7 +401,7 @@ if [ -d "$tmp/admin" ]; then
   cp --preserve=mode "$tmp/admin/admin.key" "$tmp/admin/admin.pub" "$out/admin/"
   chmod 644 "$out/admin/admin.pub"
 fi
-mkdir -p "$out/tls" "$out/ca" "$out/nats" "$out/nats-accounts" "$out/indexer" "$out/consumer"
+mkdir -p "$out/tls" "$out/ca" "$out/nats" "$out/nats-accounts" "$out/indexer" "$out/consumer" "$out/app"
 for f in ca.pem gateway.pem gateway-key.pem client.pem client-key.pem; do
   cp --preserve=mode "$tmp/ca/$f" "$out/tls/"
 done
@@ -402,7 +410,7 @@ cp --preserve=mode "$tmp/ca/"*.pem "$out/ca/"
 cp --preserve=mode "$tmp/nats/"* "$out/nats/"
 chmod 644 "$out/nats/nats.pem"
 cp --preserve=mode "$tmp/nats-accounts/accounts.conf" "$out/nats-accounts/"
-for d in indexer consumer; do
+for d in indexer consumer app; do
   cp --preserve=mode "$tmp/$d/"* "$out/$d/"
   chmod 644 "$out/$d/ca.pem"
 done

@@ -15,11 +15,13 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/abciapp/bundles"
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/abciapp/mempool"
@@ -70,12 +72,26 @@ type App struct {
 	restore   *restoring // a snapshot being applied (OfferSnapshot on)
 	retain    int64
 	pruning   *byzlogv1.Pruning // the last Commit's retain height and why (/pruning)
+
+	// Bundles out of consensus (refs.go).
+	bundles      *bundles.Store
+	peers        []BundlePeer
+	gossipWait   time.Duration
+	refuseAfter  time.Duration
+	proposed     proposals               // bundles this node referenced in its own proposals
+	stagedRefs   []bundles.Hash          // the staged block's references, in order
+	stagedFetch  map[bundles.Hash][]byte // and the bundles fetched for it
+	done         chan struct{}           // closed by Close: ends waits for bundles
+	closeBundles sync.Once
 }
 
 // Config is the app's node-local configuration.
 type Config struct {
 	// Mempool bounds the app's mempool.
 	Mempool mempool.Config
+	// BundleDir holds the bundles blocks reference (rules version 3): a
+	// RocksDB of its own (package bundles), block data, not state.
+	BundleDir string
 	// SnapshotDir holds the checkpoints of the state the chain hashes
 	// (genesis snapshot_interval), and SnapshotKeep how many of them stay.
 	SnapshotDir  string
@@ -85,15 +101,42 @@ type Config struct {
 	// snapshot kept or one a registered indexer has not published
 	// (core.RetainHeight). 0 keeps every block.
 	RetainBlocks int64
+	// Peers are the other nodes a bundle a block references is fetched
+	// from when this node lacks it (rules version 3): a proposal's bundle
+	// that did not arrive by gossip, or a decided block's this node never
+	// held (it voted nil, restarted or is catching up). Every answer is
+	// checked against the reference's hash, so any node will do, trusted
+	// or not; with none, a validator waits for gossip only.
+	Peers []BundlePeer
+	// GossipWait is how long ProcessProposal waits for a referenced bundle
+	// to arrive by gossip before it asks Peers; RefuseAfter how long in all
+	// before it refuses the proposal for a bundle still missing.
+	GossipWait, RefuseAfter time.Duration
+}
+
+// BundlePeer is another node's /bundles query (wire.PathBundles): the
+// bundles named by hashes, in order, nil for one it does not hold. What it
+// answers is checked by the caller; it may lie.
+type BundlePeer interface {
+	Bundles(ctx context.Context, hashes [][sha256.Size]byte) ([][]byte, error)
+	String() string
 }
 
 // DefaultConfig returns the defaults.
-func DefaultConfig() Config { return Config{Mempool: mempool.Default(), SnapshotKeep: 2} }
+func DefaultConfig() Config {
+	return Config{Mempool: mempool.Default(), SnapshotKeep: 2, GossipWait: 500 * time.Millisecond, RefuseAfter: 3 * time.Second}
+}
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	if c.SnapshotKeep < 1 || c.SnapshotKeep > 100 {
 		return fmt.Errorf("snapshot keep (%d): must be between 1 and 100", c.SnapshotKeep)
+	}
+	if c.BundleDir == "" {
+		return errors.New("bundle dir is empty: give the app a directory for the bundles blocks reference (byzlog-app --bundle-dir)")
+	}
+	if c.GossipWait < 0 || c.RefuseAfter < c.GossipWait {
+		return fmt.Errorf("bundle waits: gossip wait (%s) must be at least 0 and at most refuse-after (%s)", c.GossipWait, c.RefuseAfter)
 	}
 	if c.RetainBlocks < 0 || (c.RetainBlocks > 0 && c.RetainBlocks < MinRetainBlocks) {
 		return fmt.Errorf("retain blocks (%d): 0 keeps every block, otherwise keep at least %d", c.RetainBlocks, MinRetainBlocks)
@@ -118,8 +161,19 @@ func New(st *store.Store, log zerolog.Logger, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load committed state: %w", err)
 	}
+	bs, err := bundles.Open(cfg.BundleDir)
+	if err != nil {
+		return nil, err
+	}
 	a := &App{log: log, store: st, poolCfg: cfg.Mempool, committed: core.State{Height: last.Height, AppHash: last.AppHash},
-		roots: newStateRoots(cfg.SnapshotDir, cfg.SnapshotKeep, log), retain: cfg.RetainBlocks}
+		roots: newStateRoots(cfg.SnapshotDir, cfg.SnapshotKeep, log), retain: cfg.RetainBlocks,
+		bundles: bs, peers: cfg.Peers, gossipWait: cfg.GossipWait, refuseAfter: cfg.RefuseAfter, done: make(chan struct{})}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = bs.Close()
+		}
+	}()
 	if last.Height > 0 {
 		params, err := core.LoadParams(st)
 		if err != nil {
@@ -137,6 +191,7 @@ func New(st *store.Store, log zerolog.Logger, cfg Config) (*App, error) {
 			return nil, err
 		}
 	}
+	ok = true
 	return a, nil
 }
 
@@ -186,7 +241,8 @@ func (a *App) chain() (*byzlogv1.ChainParams, *mempool.Pool, error) {
 // Close waits for the calls in progress, then closes the store. Later calls
 // fail instead of touching a closed database.
 func (a *App) Close() error {
-	a.roots.wg.Wait() // no hashing left reading a checkpoint
+	a.closeBundles.Do(func() { close(a.done) }) // a FinalizeBlock waiting for bundles gives up
+	a.roots.wg.Wait()                           // no hashing left reading a checkpoint
 	a.roots.closeServed()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -194,7 +250,7 @@ func (a *App) Close() error {
 		return nil
 	}
 	a.closed = true
-	return a.store.Close()
+	return errors.Join(a.store.Close(), a.bundles.Close())
 }
 
 // read runs fn under the read lock, unless the app is closed.
@@ -306,7 +362,7 @@ func (a *App) ReapTxs(_ context.Context, req *abci.RequestReapTxs) (*abci.Respon
 	if err != nil {
 		return &abci.ResponseReapTxs{}, nil
 	}
-	return &abci.ResponseReapTxs{Txs: pool.Reap(req.MaxBytes)}, nil
+	return &abci.ResponseReapTxs{Txs: withhold(pool.Reap(req.MaxBytes))}, nil
 }
 
 // PrepareProposal proposes the mempool's ready transactions, in order,
@@ -316,10 +372,16 @@ func (a *App) ReapTxs(_ context.Context, req *abci.RequestReapTxs) (*abci.Respon
 func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposal) (resp *abci.ResponsePrepareProposal, err error) {
 	defer a.recoverBlock("prepare_proposal", req.Height, func() { resp, err = &abci.ResponsePrepareProposal{}, nil })
 	var txs [][]byte
+	var refs bool
 	err = a.read(func() error {
 		if a.pool == nil {
 			return errors.New("the chain has no params yet: InitChain has not run")
 		}
+		v, err := core.RulesAt(a.store, req.Height)
+		if err != nil {
+			return err
+		}
+		refs = v >= core.RefsRulesVersion
 		checked, err := a.pool.Proposal(a.store, a.committed.Height)
 		if err != nil {
 			return err
@@ -328,7 +390,11 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 		for _, c := range checked {
 			b.Txs = append(b.Txs, c.Tx)
 		}
-		txs, err = core.Prepare(a.store, b, req.MaxTxBytes)
+		budget := req.MaxTxBytes
+		if max := int64(a.params.Limits.GetMaxBlockUncompressedBytes()); refs && max > 0 && max < budget {
+			budget = max // what ProcessProposal fetches at most
+		}
+		txs, err = core.Prepare(a.store, b, budget)
 		return err
 	})
 	if err != nil {
@@ -339,13 +405,16 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 		txs = a.misbehave(kind, txs)
 		a.mu.RUnlock()
 	}
+	if refs {
+		txs = a.toRefs(req.Height, txs)
+	}
 	return &abci.ResponsePrepareProposal{Txs: txs}, nil
 }
 
 // ProcessProposal re-validates every transaction of a proposed block against
 // committed state, in order: a Byzantine proposer cannot get an invalid one
 // committed. A block a correct proposer made is always accepted.
-func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposal) (resp *abci.ResponseProcessProposal, err error) {
+func (a *App) ProcessProposal(ctx context.Context, req *abci.RequestProcessProposal) (resp *abci.ResponseProcessProposal, err error) {
 	// A proposal the app cannot check is not accepted.
 	defer a.recoverBlock("process_proposal", req.Height, func() {
 		resp, err = &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_REJECT}, nil
@@ -354,9 +423,26 @@ func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposa
 	if err != nil {
 		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
 	}
+	txs := req.Txs
+	refs, err := a.refsOn(req.Height)
+	if err != nil {
+		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
+	}
+	if refs {
+		// The vote promises the bundles: held durably, or no vote.
+		r, err := a.resolve(ctx, req.Height, req.Txs, time.Now().Add(a.refuseAfter))
+		if err == nil {
+			err = a.persist(req.Height, r, req.Txs)
+		}
+		if err != nil {
+			a.log.Warn().Err(err).Int64("height", req.Height).Hex("proposer", req.ProposerAddress).Msg("rejecting a proposal whose bundles this node cannot hold")
+			return &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_REJECT}, nil
+		}
+		txs = r.txs
+	}
 	// Records are kept: FinalizeBlock takes them from the cache if this
 	// proposal is decided.
-	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: a.checked.check(params, pool, req.Height, req.Txs, true)}
+	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: txs, Checked: a.checked.check(params, pool, req.Height, txs, true)}
 	var bad int
 	var r core.Result
 	err = a.read(func() (err error) {
@@ -375,15 +461,26 @@ func (a *App) ProcessProposal(_ context.Context, req *abci.RequestProcessProposa
 }
 
 // FinalizeBlock executes a decided block and stages the result for Commit.
-func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
+func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock) (*abci.ResponseFinalizeBlock, error) {
 	params, pool, err := a.chain()
 	if err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}
+	txs, r := req.Txs, &resolved{}
+	if refs, err := a.refsOn(req.Height); err != nil {
+		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
+	} else if refs {
+		// Decided: f+1 correct validators hold every bundle; ask until
+		// one answers.
+		if r, err = a.resolve(ctx, req.Height, req.Txs, time.Time{}); err != nil {
+			return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
+		}
+		txs = r.txs
+	}
 	// Decoding, signatures and decompression need no state: done before
 	// the write lock, so CheckTx and queries are held up only by execution;
 	// done once, by ProcessProposal, if this node saw the proposal.
-	checked := a.checked.check(params, pool, req.Height, req.Txs, false)
+	checked := a.checked.check(params, pool, req.Height, txs, false)
 	defer a.checked.done(req.Height)
 	var root *byzlogv1.StateRoot
 	if h, due := core.StateRootDue(params.Limits, req.Height); due {
@@ -398,13 +495,14 @@ func (a *App) FinalizeBlock(_ context.Context, req *abci.RequestFinalizeBlock) (
 	}
 	failpoint.Crash(failpoint.FinalizeStart, req.Height)
 	a.remember(req)
-	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: req.Txs, Checked: checked, StateRoot: root, MaxRules: maxRules()})
+	out, err := core.Execute(a.store, a.committed, core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: txs, Checked: checked, StateRoot: root, MaxRules: maxRules()})
 	if err != nil {
 		// CometBFT stops on it; say why here too, where operators look.
 		a.log.Error().Err(err).Int64("height", req.Height).Msg("cannot execute the decided block")
 		return nil, fmt.Errorf("finalize block: %w", err)
 	}
-	a.staged, a.stagedTxs, a.stagedAt = &out, req.Txs, req.Time.UnixNano()
+	a.staged, a.stagedTxs, a.stagedAt = &out, txs, req.Time.UnixNano()
+	a.stagedRefs, a.stagedFetch = r.refs, r.fetched
 	a.stagedIDs = make([][sha256.Size]byte, len(checked))
 	for i, c := range checked {
 		a.stagedIDs[i] = c.Hash
@@ -453,6 +551,12 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	}
 	next, staged := a.staged.State, a.staged
 	failpoint.Crash(failpoint.CommitBeforeWrite, next.Height)
+	// Bundles first: once the state says the height committed, its
+	// bundles are indexed (and proposals never decided dropped).
+	if err := a.bundles.Commit(next.Height, a.stagedRefs, a.stagedFetch); err != nil {
+		return nil, err
+	}
+	a.stagedRefs, a.stagedFetch = nil, nil
 	if err := a.store.Commit(store.Committed{Height: next.Height, AppHash: next.AppHash}, a.staged.Changes); err != nil {
 		return nil, err
 	}
@@ -479,6 +583,11 @@ func (a *App) Commit(context.Context, *abci.RequestCommit) (*abci.ResponseCommit
 	p, err := a.retainHeight(next.Height)
 	if err != nil {
 		return nil, fmt.Errorf("commit %d: %w", next.Height, err)
+	}
+	if p.RetainHeight > 0 {
+		if _, err := a.bundles.Prune(p.RetainHeight); err != nil {
+			return nil, fmt.Errorf("commit %d: %w", next.Height, err)
+		}
 	}
 	return &abci.ResponseCommit{RetainHeight: p.RetainHeight}, nil
 }
@@ -510,8 +619,11 @@ func (a *App) Query(_ context.Context, req *abci.RequestQuery) (resp *abci.Respo
 	defer a.recoverTx("query", req.Data, func(r core.Result) {
 		resp, err = &abci.ResponseQuery{Code: uint32(r.Code), Log: r.Log, Codespace: wire.Codespace}, nil
 	})
-	if req.Path == wire.PathTx {
+	switch req.Path {
+	case wire.PathTx:
 		return a.queryTx(req.Data), nil
+	case wire.PathBundles:
+		return a.queryBundles(req.Data), nil
 	}
 	var value []byte
 	var r core.Result

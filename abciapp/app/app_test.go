@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,13 +25,23 @@ var ctx = context.Background()
 const chainID = "app-test"
 
 // openApp opens the app on a store in dir.
-func openApp(t testing.TB, dir string) *app.App {
+func openApp(t testing.TB, dir string) *app.App { return openAppWith(t, dir, nil) }
+
+// openAppWith opens the app on a store in dir, with set changing its
+// configuration.
+func openAppWith(t testing.TB, dir string, set func(*app.Config)) *app.App {
 	t.Helper()
 	st, err := store.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(st, zerolog.Nop(), app.DefaultConfig())
+	cfg := app.DefaultConfig()
+	cfg.BundleDir = filepath.Clean(dir) + ".bundles" // beside the store, as byzlog-app puts it
+	t.Cleanup(func() { _ = os.RemoveAll(cfg.BundleDir) })
+	if set != nil {
+		set(&cfg)
+	}
+	a, err := app.New(st, zerolog.Nop(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

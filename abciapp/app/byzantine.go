@@ -105,3 +105,34 @@ func maxRules() uint64 {
 	n, _ := strconv.ParseUint(v, 10, 64)
 	return n
 }
+
+// withhold, with failpoint bundle-liar=withhold, keeps from gossip every
+// transaction a proposal would reference: only this node holds them, and
+// its peers must fetch what it proposes.
+func withhold(txs [][]byte) [][]byte {
+	if v, _ := failpoint.Value(failpoint.BundleLiar); v != "withhold" {
+		return txs
+	}
+	out := txs[:0:0]
+	for _, tx := range txs {
+		if len(tx) < refMinBytes {
+			out = append(out, tx)
+		}
+	}
+	return out
+}
+
+// lie, with failpoint bundle-liar=corrupt, is a /bundles answer with every
+// bundle corrupted (nil: answer truthfully).
+func lie(b *byzlogv1.Bundles) *byzlogv1.Bundles {
+	if v, _ := failpoint.Value(failpoint.BundleLiar); v != "corrupt" {
+		return nil
+	}
+	out := &byzlogv1.Bundles{Bundles: make([][]byte, len(b.Bundles))}
+	for i, x := range b.Bundles {
+		if len(x) > 0 {
+			out.Bundles[i] = append([]byte{x[0] ^ 0xff}, x[1:]...)
+		}
+	}
+	return out
+}

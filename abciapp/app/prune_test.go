@@ -32,6 +32,7 @@ func TestRetainHeight(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.SnapshotDir = filepath.Join(dir, "snapshots")
 	cfg.RetainBlocks = 100
+	cfg.BundleDir = filepath.Join(dir, "bundles")
 	a, err := app.New(st, zerolog.Nop(), cfg)
 	if err != nil {
 		t.Fatal(err)

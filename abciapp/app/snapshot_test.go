@@ -118,6 +118,7 @@ func freshApp(t *testing.T) *app.App {
 	}
 	cfg := app.DefaultConfig()
 	cfg.SnapshotDir = filepath.Join(t.TempDir(), "snapshots")
+	cfg.BundleDir = filepath.Join(t.TempDir(), "bundles")
 	b, err := app.New(st, zerolog.Nop(), cfg)
 	if err != nil {
 		t.Fatal(err)

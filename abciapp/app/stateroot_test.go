@@ -33,6 +33,7 @@ func openRootsAppWith(t *testing.T, dir, limitsJSON string) *app.App {
 	}
 	cfg := app.DefaultConfig()
 	cfg.SnapshotDir = filepath.Join(dir, "snapshots")
+	cfg.BundleDir = filepath.Join(dir, "bundles")
 	a, err := app.New(st, zerolog.Nop(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,9 @@ func TestStateRoots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := app.New(st, zerolog.Nop(), app.DefaultConfig())
+	cfg := app.DefaultConfig()
+	cfg.BundleDir = filepath.Join(t.TempDir(), "bundles")
+	c, err := app.New(st, zerolog.Nop(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

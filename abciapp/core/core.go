@@ -151,6 +151,9 @@ func InitChain(params *byzlogv1.ChainParams, topics []*byzlogv1.TopicState, vali
 	if len(params.Indexers) > 0 {
 		o.put(CFMeta, keyIndexers, marshal(&byzlogv1.IndexerSet{Indexers: params.Indexers}))
 	}
+	if params.RulesVersion > 1 {
+		o.put(CFMeta, keyRules, marshal(&byzlogv1.Rules{Version: params.RulesVersion}))
+	}
 	if len(validators) > 0 {
 		o.put(CFMeta, keyValidators, marshal(&byzlogv1.ValidatorSet{Validators: validators}))
 	}

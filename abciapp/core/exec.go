@@ -401,7 +401,7 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		return Result{}, err
 	}
 	op, needsThreshold := dangerous(&body)
-	rules, err := rulesAt(o, ex.b.Height)
+	rules, err := RulesAt(o, ex.b.Height)
 	if err != nil {
 		return Result{}, err
 	}

@@ -28,6 +28,10 @@ type GenesisState struct {
 	// Indexers are registered at genesis: nodes prune no block they have
 	// not reported published.
 	Indexers []GenesisIndexer `json:"indexers,omitempty"`
+	// RulesVersion is the rules version the chain starts with, 1 to this
+	// build's MaxRulesVersion; 0 or absent means 1. byzlog's own tools
+	// write the newest.
+	RulesVersion uint64 `json:"rules_version,omitempty"`
 }
 
 // GenesisIndexer is an indexer registered at genesis.
@@ -104,6 +108,10 @@ func ParseGenesis(chainID string, appState []byte) (*byzlogv1.ChainParams, []*by
 	if params.Indexers, err = GenesisIndexers(params.Indexers); err != nil {
 		return nil, nil, fmt.Errorf("genesis app_state indexers: %w", err)
 	}
+	if g.RulesVersion > MaxRulesVersion {
+		return nil, nil, fmt.Errorf("genesis app_state rules_version %d: this byzlog-app knows versions 1 to %d", g.RulesVersion, MaxRulesVersion)
+	}
+	params.RulesVersion = g.RulesVersion
 	overrideLimits(params.Limits, g.Limits)
 	if err := validateLimits(params.Limits); err != nil {
 		return nil, nil, fmt.Errorf("genesis app_state limits: %w", err)

@@ -18,13 +18,22 @@ import (
 // that height (Execute fails: the node stops) rather than compute another
 // app hash. Version 2 is the first change: an admin request signed twice
 // by one admin is refused as duplicate_signer instead of malformed_tx.
+// Version 3 lets blocks carry references to large bundles instead of the
+// bundles (byzlogv1.Tx.bundle_ref): the app resolves them before core sees
+// the block, so core executes the same transactions either way, and a
+// reference in a block of an earlier version is malformed. A new chain
+// may start at any version this build knows (genesis rules_version).
 //
 // The version is the app's, not CometBFT's: Info's app_version, which
 // CometBFT writes into headers, stays 1 (changing it needs every node's
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 2
+const MaxRulesVersion uint64 = 3
+
+// RefsRulesVersion is the first rules version whose blocks may reference
+// bundles (byzlogv1.Tx.bundle_ref) instead of carrying them.
+const RefsRulesVersion uint64 = 3
 
 var keyRules = []byte("rules")
 
@@ -37,14 +46,14 @@ func LoadRules(r Reader) (*byzlogv1.Rules, error) {
 		return nil, err
 	}
 	if !ok {
-		s.Version = 1
+		s.Version = 1 // a chain whose genesis named no version
 	}
 	return &s, nil
 }
 
-// rulesAt is the rules version of a block at height on r: the scheduled
-// one from its height on.
-func rulesAt(r Reader, height int64) (uint64, error) {
+// RulesAt is the rules version of a block at height on the committed
+// state r: the scheduled one from its height on.
+func RulesAt(r Reader, height int64) (uint64, error) {
 	s, err := LoadRules(r)
 	if err != nil {
 		return 0, err

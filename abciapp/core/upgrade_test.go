@@ -2,6 +2,8 @@ package core_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -69,4 +71,31 @@ func TestRulesUpgrade(t *testing.T) {
 		t.Fatalf("/rules after the upgrade = %v, want 2 since %d", &rules, at)
 	}
 	c.run("downgrade", c.signed(&byzlogv1.ScheduleUpgrade{RulesVersion: 1, Height: next() + 50}, a[0], a[1]), a[0], wire.CodeBadUpgrade)
+}
+
+// TestGenesisRulesVersion: a chain may start at a later rules version,
+// and core never takes a bundle reference for a transaction: the app
+// resolves references before a block reaches core, so one that gets here
+// was submitted, or proposed where references are not allowed.
+func TestGenesisRulesVersion(t *testing.T) {
+	for _, v := range []uint64{1, 3} {
+		c := newChain(t, fmt.Sprintf(`{"rules_version": %d}`, v))
+		var rules byzlogv1.Rules
+		c.query(wire.PathRules, nil, &rules)
+		if rules.Version != v || rules.Since != 0 {
+			t.Fatalf("genesis rules_version %d: /rules = %v", v, &rules)
+		}
+		ref := wire.NewBundleRef(sha256.Sum256([]byte("a bundle")))
+		params, err := core.LoadParams(c.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := core.Precheck(params, ref, false).Result(); r.Code != wire.CodeMalformedTx || !strings.Contains(r.Log, "never submitted") {
+			t.Fatalf("rules %d: precheck of a reference = %s %q, want malformed_tx saying it is never submitted", v, r.Code, r.Log)
+		}
+		bad, r, err := core.Verify(c.store, core.Block{Height: c.state.Height + 1, TimeUnixNano: c.time + 1, Txs: [][]byte{ref}})
+		if err != nil || bad != 0 || r.Code != wire.CodeMalformedTx {
+			t.Fatalf("rules %d: Verify(block of a reference) = %d, %s, %v; want tx 0 malformed", v, bad, r.Code, err)
+		}
+	}
 }

@@ -74,6 +74,10 @@ func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 		if r := checkSigned("indexer progress", p.GetBody(), p.GetIndexerKey(), p.GetSignature()); !r.OK() {
 			return nil, r
 		}
+	case *byzlogv1.Tx_BundleRef:
+		// Malformed, as it was before the kind existed (an unknown field):
+		// a reference is resolved by the app before core sees a block.
+		return nil, reject(wire.CodeMalformedTx, "a bundle reference (bundle_ref) is made by a proposer, in a block of rules version 3 or later; it is never submitted: submit the transaction it names")
 	default:
 		return nil, reject(wire.CodeUnknownTxKind, "transaction has no kind this version knows (empty envelope or a newer client)")
 	}

@@ -43,6 +43,11 @@ const (
 	// MaxRules makes the app execute rules versions up to value only, as
 	// an older byzlog-app would (a rolling upgrade's old binary).
 	MaxRules = "max-rules"
+	// BundleLiar makes the app misbehave with the bundles blocks reference
+	// (rules version 3): "withhold" never gossips a bundle it would
+	// reference (its peers must fetch what it proposes from it);
+	// "corrupt" answers every /bundles query with corrupted bytes.
+	BundleLiar = "bundle-liar"
 )
 
 type term struct {
@@ -69,6 +74,10 @@ func parse(s string) ([]term, error) {
 		}
 		switch t.name {
 		case CommitBeforeWrite, CommitAfterWrite, FinalizeStart, ByzantineProposer, WrongAppHash:
+		case BundleLiar:
+			if t.value != "withhold" && t.value != "corrupt" {
+				return nil, fmt.Errorf("%s %q: want %s=withhold or %s=corrupt", EnvVar, part, BundleLiar, BundleLiar)
+			}
 		case CommitDelay:
 			if ms, err := strconv.Atoi(t.value); err != nil || ms <= 0 {
 				return nil, fmt.Errorf("%s %q: want %s=MILLISECONDS, a positive integer", EnvVar, part, CommitDelay)

@@ -34,21 +34,32 @@ const (
 
 // Block is one node's account of a committed block and its results.
 type Block struct {
+	// Block is the block with its transactions as readers use them: as
+	// committed, except that a bundle reference (wire.BundleRef, rules
+	// version 3) is replaced by the bundle it names, whose SHA-256 it is
+	// (ReadBlock). Its Data then no longer hashes to its header's
+	// DataHash, which names Committed.
 	Block   *cmttypes.Block
 	Results []*abci.ExecTxResult
-	proofs  *Results
+	proofs  *Results // over the committed transactions
 	hash    []byte
 }
 
-// BlockSource serves blocks and their results: a CometBFT RPC client.
+// BlockSource serves blocks, their results and the bundles they
+// reference: a CometBFT RPC client.
 type BlockSource interface {
 	Block(ctx context.Context, height *int64) (*ctypes.ResultBlock, error)
 	BlockResults(ctx context.Context, height *int64) (*ctypes.ResultBlockResults, error)
+	Querier
 }
 
 // ReadBlock reads block h and its results from src and checks that they
-// fit each other. kind names the failed check when src served wrong data
-// (KindBlock, KindResults) and is empty when it did not answer.
+// fit each other, then reads from src the bundles the block references
+// (FetchBundles) into Block.Block, in a copy: the header, Digest, Check
+// and Prove stay over the transactions as committed (Committed). kind
+// names the failed check when src served wrong data (KindBlock,
+// KindResults) and is empty when it did not answer, or does not hold a
+// bundle the block references.
 func ReadBlock(ctx context.Context, src BlockSource, h int64) (b *Block, kind string, err error) {
 	rb, err := src.Block(ctx, &h)
 	if err != nil {
@@ -74,7 +85,11 @@ func ReadBlock(ctx context.Context, src BlockSource, h int64) (b *Block, kind st
 		}
 		return nil, KindResults, fmt.Errorf("block %d: %d txs but %d results", h, len(rb.Block.Txs), n)
 	}
-	return NewBlock(rb.Block, rr.TxsResults), "", nil
+	b = NewBlock(rb.Block, rr.TxsResults)
+	if b.Block, kind, err = resolveBundles(ctx, src, rb.Block); err != nil {
+		return nil, kind, err
+	}
+	return b, "", nil
 }
 
 // checkTxs checks what a reader of blocks uses: the header is well formed,
@@ -92,12 +107,18 @@ func checkTxs(b *cmttypes.Block) error {
 }
 
 // NewBlock wraps a block and its results (one per tx), as ReadBlock
-// returns them.
+// returns them, its transactions taken as they are: a bundle reference
+// stays one (only ReadBlock reads bundles).
 func NewBlock(blk *cmttypes.Block, results []*abci.ExecTxResult) *Block {
 	// The header's own hash: Block.Hash is nil for a block without its
 	// last commit, which rpcnode.DecodeBlock does not read.
 	return &Block{Block: blk, Results: results, proofs: NewResults(blk.Txs, results), hash: blk.Header.Hash()}
 }
+
+// Committed is the block's transactions as committed, which its header's
+// data hash and the transaction paths of Prove are over: Block.Txs, but
+// with each bundle reference as it is in the block.
+func (b *Block) Committed() cmttypes.Txs { return b.proofs.txs }
 
 // Height is the block's height.
 func (b *Block) Height() int64 { return b.Block.Height }

@@ -1,22 +1,37 @@
 package chain
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	abci "github.com/cometbft/cometbft/abci/types"
+	cmtbytes "github.com/cometbft/cometbft/libs/bytes"
 	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	cmttypes "github.com/cometbft/cometbft/types"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
-// source serves one block and its results, as a node would (or a liar).
+// source serves one block, its results and its bundles, as a node would
+// (or a liar). Without a node it holds no bundle.
 type source struct {
 	blk     *cmttypes.Block
 	results []*abci.ExecTxResult
 	err     error
+	node    *bundleNode
+}
+
+func (s source) ABCIQuery(ctx context.Context, path string, data cmtbytes.HexBytes) (*ctypes.ResultABCIQuery, error) {
+	if s.node == nil {
+		return (&bundleNode{}).ABCIQuery(ctx, path, data)
+	}
+	return s.node.ABCIQuery(ctx, path, data)
 }
 
 func (s source) Block(_ context.Context, h *int64) (*ctypes.ResultBlock, error) {
@@ -125,5 +140,110 @@ func TestBlockWithoutLastCommit(t *testing.T) {
 	}
 	if b.Digest() != NewBlock(blk, results).Digest() {
 		t.Errorf("digest %s, want the whole block's %s", b.Digest(), NewBlock(blk, results).Digest())
+	}
+}
+
+// withRefs makes block 7 of n txs whose odd ones are bundle references,
+// as committed, the txs a reader uses (the bundles in their place), the
+// bundles, and its results and verified headers.
+func withRefs(n int) (blk *cmttypes.Block, resolved cmttypes.Txs, bs [][]byte, results []*abci.ExecTxResult, lb, next *cmttypes.LightBlock) {
+	bs, _ = bundles(n, 5<<10)
+	txs := make(cmttypes.Txs, n)
+	resolved = make(cmttypes.Txs, n)
+	results = make([]*abci.ExecTxResult, n)
+	for i := range n {
+		txs[i] = fmt.Appendf(nil, "tx %d", i)
+		if i%2 == 1 {
+			txs[i] = wire.NewBundleRef(sha256.Sum256(bs[i]))
+			resolved[i] = bs[i]
+		} else {
+			resolved[i] = txs[i]
+		}
+		results[i] = &abci.ExecTxResult{Data: fmt.Appendf(nil, "data %d", i)}
+	}
+	blk = cmttypes.MakeBlock(7, txs, &cmttypes.Commit{}, nil)
+	blk.ChainID, blk.ProposerAddress = "test-chain", make([]byte, 20)
+	blk.ValidatorsHash = cmttypes.Txs{[]byte("validators")}.Hash()
+	blk.DataHash = blk.Data.Hash()
+	lb = &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &blk.Header}}
+	next = &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: 8, LastResultsHash: cmttypes.NewResults(results).Hash()}}}
+	return blk, resolved, bs, results, lb, next
+}
+
+// TestReadBlockResolvesBundles: a block's bundle references are read as
+// the bundles they name, while what names and proves the block (its
+// digest, its proofs, its header) stays over the references committed.
+func TestReadBlockResolvesBundles(t *testing.T) {
+	blk, resolved, bs, results, lb, next := withRefs(6)
+	committedTxs := append(cmttypes.Txs(nil), blk.Txs...)
+	node := holding(bs, all)
+	b, kind, err := ReadBlock(context.Background(), source{blk: blk, results: results, node: node}, 7)
+	if err != nil {
+		t.Fatalf("ReadBlock = %q, %v", kind, err)
+	}
+	if node.queries != 1 {
+		t.Errorf("ReadBlock asked for bundles %d times, want 1", node.queries)
+	}
+	for i := range resolved {
+		if !bytes.Equal(b.Block.Txs[i], resolved[i]) || !bytes.Equal(b.Block.Data.Txs[i], resolved[i]) {
+			t.Errorf("ReadBlock tx %d = %.20q, want %.20q", i, b.Block.Txs[i], resolved[i])
+		}
+		if !bytes.Equal(b.Committed()[i], committedTxs[i]) || !bytes.Equal(blk.Txs[i], committedTxs[i]) {
+			t.Errorf("committed tx %d = %x (the source's %x), want %x", i, b.Committed()[i], blk.Txs[i], committedTxs[i])
+		}
+		if ref, ok := wire.BundleRef(committedTxs[i]); ok && ref != sha256.Sum256(b.Block.Txs[i]) {
+			t.Errorf("tx %d hashes to %X, its reference names %X", i, sha256.Sum256(b.Block.Txs[i]), ref)
+		}
+	}
+	if !bytes.Equal(blk.Data.Hash(), blk.DataHash) {
+		t.Errorf("the source's block changed: its txs hash to %X, its header says %X", blk.Data.Hash(), blk.DataHash)
+	}
+	asCommitted := NewBlock(blk, results)
+	if b.Digest() != asCommitted.Digest() {
+		t.Errorf("Digest = %s, want the committed block's %s", b.Digest(), asCommitted.Digest())
+	}
+	for i := range resolved {
+		got, want := b.Prove(i, 0, true), asCommitted.Prove(i, 0, true)
+		if !proto.Equal(got, want) {
+			t.Errorf("Prove(%d) = %v, want %v", i, got, want)
+		}
+		if err := CheckTx(lb.Header, uint32(i), committedTxs[i], got); err != nil {
+			t.Errorf("CheckTx(%d) of the committed tx: %v", i, err)
+		}
+	}
+	if kind, err := b.Check(lb, next); err != nil {
+		t.Errorf("Check = %q, %v", kind, err)
+	}
+	plain, plainResults, _, _ := committed(3)
+	if _, _, err := ReadBlock(context.Background(), source{blk: plain, results: plainResults, node: node}, 7); err != nil || node.queries != 1 {
+		t.Errorf("ReadBlock of a block without references = %v, after %d bundle queries; want none", err, node.queries-1)
+	}
+}
+
+func TestReadBlockBundleFailures(t *testing.T) {
+	blk, _, bs, results, _, _ := withRefs(6)
+	corrupt := holding(bs, all)
+	corrupt.lie = func(e [][]byte) [][]byte {
+		e[1] = append(bytes.Clone(e[1]), 0)
+		return e
+	}
+	for _, tc := range []struct {
+		name    string
+		node    *bundleNode
+		kind    string
+		wantErr string
+	}{
+		{"a corrupted bundle", corrupt, KindBlock, "entry 1"},
+		{"an error code", &bundleNode{answer: &abci.ResponseQuery{Code: 2, Log: "no"}}, KindBlock, "code 2"},
+		{"a bundle missing", holding(bs, func(i int) bool { return i != 3 }), "", "block 7 tx 3 references bundle"},
+		{"no bundles", nil, "", "tx 1 references bundle"},
+		{"no answer", &bundleNode{err: errors.New("connection refused")}, "", "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, kind, err := ReadBlock(context.Background(), source{blk: blk, results: results, node: tc.node}, 7)
+			if err == nil || kind != tc.kind || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("ReadBlock = %v, kind %q, err %v; want kind %q and an error with %q", b, kind, err, tc.kind, tc.wantErr)
+			}
+		})
 	}
 }

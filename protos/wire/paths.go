@@ -32,10 +32,21 @@ const (
 	// index (tx_index.indexer = "null"); a gateway checks every answer
 	// against a block f+1 nodes confirm.
 	PathTx = "/tx"
+	// PathBundles is answered by each node for itself: the bundles a
+	// block references (byzlogv1.BundlesRequest, byzlogv1.Bundles), from
+	// its mempool, its proposals and its bundle store.
+	PathBundles = "/bundles"
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx, PathBundles}
+
+// Bundles query bounds: the hashes one request names, and the bytes of
+// bundles one answer carries (the rest come back empty, to ask again).
+const (
+	MaxBundlesPerQuery = 256
+	MaxBundlesBytes    = 3 << 20
+)
 
 // Records query bounds.
 const (

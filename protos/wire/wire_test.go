@@ -1,7 +1,9 @@
 package wire_test
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"strings"
 	"testing"
 
@@ -138,6 +140,30 @@ func TestZstdPaddedToTheRatio(t *testing.T) {
 		}
 		if size > 64<<10 && got > (size+wire.MaxCompressionRatio-1)/wire.MaxCompressionRatio+8 {
 			t.Errorf("%d zeros: padded to %d bytes, want at most %d", n, got, size/wire.MaxCompressionRatio+9)
+		}
+	}
+}
+
+// The fixed encoding of a bundle reference is what protobuf makes of a Tx
+// with only bundle_ref set, and nothing else is taken for one.
+func TestBundleRefIsTheTxEncoding(t *testing.T) {
+	sum := sha256.Sum256([]byte("a bundle"))
+	ref := wire.NewBundleRef(sum)
+	want, err := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_BundleRef{BundleRef: sum[:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(ref, want) {
+		t.Fatalf("NewBundleRef = %x, protobuf encodes %x", ref, want)
+	}
+	if got, ok := wire.BundleRef(ref); !ok || got != sum {
+		t.Fatalf("BundleRef(NewBundleRef(sum)) = %x, %v", got, ok)
+	}
+	short, _ := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_BundleRef{BundleRef: sum[:31]}})
+	other, _ := proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_ProduceBundle{ProduceBundle: &byzlogv1.ProduceBundle{Batches: []*byzlogv1.SignedBatch{{Body: make([]byte, 28)}}}}})
+	for name, tx := range map[string][]byte{"short": short, "longer": append(ref[:len(ref):len(ref)], 0), "bundle": other, "empty": nil} {
+		if _, ok := wire.BundleRef(tx); ok {
+			t.Errorf("%s (%x) is taken for a bundle reference", name, tx)
 		}
 	}
 }

@@ -31,6 +31,7 @@ type options struct {
 	daemon.Options
 	serve     app.ServeConfig
 	app       app.Config
+	peers     peerOptions
 	dataDir   string
 	gcPercent int
 }
@@ -72,7 +73,14 @@ on committed state and the ready ones before it; one whose earlier sequence or
 nonce has not arrived waits apart (bounded, expiring after --mempool-waiting-heights
 blocks) and is never proposed until ready.
 State is kept in RocksDB under --data-dir; on restart the app reports its last
-committed height and CometBFT replays the blocks it is missing.`
+committed height and CometBFT replays the blocks it is missing.
+
+From rules version 3 a block carries a large transaction (a gateway's bundle)
+as a reference to it, its SHA-256; the bundle itself travels by mempool gossip.
+A validator that lacks one a block references (it arrived late, or the node
+restarted or is catching up) fetches it from the other nodes in --peer-rpc,
+over https checked against --peer-tls-ca. Every answer is checked against its
+hash, so any node of the chain will do.`
 
 func newCommand() *cobra.Command {
 	o := defaultOptions()
@@ -103,6 +111,7 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.serve.Transport, "transport", o.serve.Transport, "ABCI transport: grpc or socket")
 	f.BoolVar(&o.serve.PrivateNetwork, "private-network", false, "allow --listen on an address other than loopback: one on a network only this validator's node reaches (ABCI has no authentication or encryption)")
 	f.StringVar(&o.dataDir, "data-dir", o.dataDir, "directory of the RocksDB state")
+	f.StringVar(&o.app.BundleDir, "bundle-dir", "", "where the bundles blocks reference (rules version 3) are kept: a RocksDB of block data beside the state, pruned with --retain-blocks (default: DATA_DIR.bundles beside the data directory)")
 	f.StringVar(&o.app.SnapshotDir, "snapshot-dir", "", "where checkpoints of the states the chain hashes (genesis snapshot_interval) are kept, for state sync (default: DATA_DIR.snapshots beside the data directory)")
 	f.IntVar(&o.app.SnapshotKeep, "snapshot-keep", o.app.SnapshotKeep, "how many hashed checkpoints stay (each holds on to the table files of its state)")
 	f.Int64Var(&o.app.RetainBlocks, "retain-blocks", 0, "prune: let CometBFT drop blocks older than the last N (at least 100), but never one at or after the oldest snapshot kept or one a registered indexer has not reported published; 0 keeps every block (query /pruning for what holds it back)")
@@ -115,11 +124,15 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&mp.MaxWaitingPerSigner, "mempool-max-waiting-per-signer", mp.MaxWaitingPerSigner, "waiting transactions one key may have signed into")
 	f.Int64Var(&mp.ReadyHeights, "mempool-ready-heights", mp.ReadyHeights, "blocks a ready transaction may wait to be proposed before it is dropped")
 	f.Int64Var(&mp.WaitingHeights, "mempool-waiting-heights", mp.WaitingHeights, "blocks a waiting transaction may wait for its predecessor before it is dropped")
+	o.peers.addFlags(f, &o.app)
 	f.IntVar(&o.gcPercent, "gc-percent", o.gcPercent, "Go GC target (as GOGC, which overrides it): 400 trades ~5x the live heap for less GC work per block")
 	o.Options.AddFlags(f)
 }
 
 func run(ctx context.Context, o options) error {
+	if o.app.BundleDir == "" {
+		o.app.BundleDir = filepath.Clean(o.dataDir) + ".bundles"
+	}
 	if err := o.Validate(); err != nil {
 		return err
 	}
@@ -134,6 +147,9 @@ func run(ctx context.Context, o options) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if o.app.Peers, err = o.peers.peers(); err != nil {
+		return err
+	}
 	st, err := store.Open(o.dataDir)
 	if err != nil {
 		return err
@@ -151,7 +167,7 @@ func run(ctx context.Context, o options) error {
 			log.Error().Err(err).Msg("close")
 		}
 	}()
-	log.Info().Str("listen", o.serve.Listen).Str("transport", o.serve.Transport).Str("data_dir", o.dataDir).Msg("serving ABCI")
+	log.Info().Str("listen", o.serve.Listen).Str("transport", o.serve.Transport).Str("data_dir", o.dataDir).Int("bundle_peers", len(o.app.Peers)).Msg("serving ABCI")
 	if err := app.Serve(ctx, o.serve, a); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"net"
@@ -28,6 +29,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer"
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -271,6 +273,7 @@ func TestGatewaysProduce(t *testing.T) {
 		}
 	}
 	t.Logf("all 4 validators hold the %d records at their receipts' offsets, once each, in producer order", producers*perProducer)
+	checkReferences(ctx, t, n, top)
 
 	t.Run("byzlog CLI creates a topic, produces and lists", func(t *testing.T) {
 		cli := func(stdin string, args ...string) (string, error) {
@@ -465,4 +468,45 @@ func TestReadYourWrites(t *testing.T) {
 		}
 		t.Logf("%s: receipt log/0@%d at height %d; the gateway's next sequence and all 4 nodes' records show it at once", v, rc.Offset, rc.Height)
 	}
+}
+
+// checkReferences checks that the chain (rules version 3) carried bundles
+// out of its blocks: some of blocks 1..top reference bundles instead of
+// carrying them, and every node serves each referenced bundle, the bytes
+// whose SHA-256 the reference is.
+func checkReferences(ctx context.Context, t *testing.T, n *localnet.Net, top int64) {
+	t.Helper()
+	refs := 0
+	for node := 0; node < 4; node++ {
+		c, err := n.Client(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for h := int64(1); h <= top; h++ {
+			raw, err := c.Block(ctx, &h)
+			if err != nil {
+				t.Fatalf("node%d block %d: %v", node, h, err)
+			}
+			b, _, err := chain.ReadBlock(ctx, c, h)
+			if err != nil {
+				t.Fatalf("node%d block %d with its bundles: %v", node, h, err)
+			}
+			for i, tx := range raw.Block.Txs {
+				sum, ok := wire.BundleRef(tx)
+				if !ok {
+					continue
+				}
+				if node == 0 {
+					refs++
+				}
+				if got := sha256.Sum256(b.Block.Txs[i]); got != sum {
+					t.Fatalf("node%d block %d tx %d: the bundle read hashes to %X, the reference is %X", node, h, i, got, sum)
+				}
+			}
+		}
+	}
+	if refs == 0 {
+		t.Fatalf("none of blocks 1..%d references a bundle: the chain carried every bundle in its blocks", top)
+	}
+	t.Logf("blocks 1..%d reference %d bundles; every node serves each", top, refs)
 }

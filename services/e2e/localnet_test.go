@@ -24,6 +24,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/indexer/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -241,19 +242,19 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 		}
 	})
 
-	chain := n.Config().ChainID
+	chainID := n.Config().ChainID
 	adminKey, err := n.AdminKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	createTopic(ctx, t, n, wire.NewSigner(adminKey, chain), "e2e", 2)
+	createTopic(ctx, t, n, wire.NewSigner(adminKey, chainID), "e2e", 2)
 
 	t.Run("bundle committed and read back identically from every validator", func(t *testing.T) {
-		bundleReadBack(ctx, t, n, chain)
+		bundleReadBack(ctx, t, n, chainID)
 	})
 
 	seed := sha256.Sum256([]byte(t.Name()))
-	p := &producer{signer: wire.NewSigner(ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize]), chain), topic: "e2e"}
+	p := &producer{signer: wire.NewSigner(ed25519.NewKeyFromSeed(seed[:ed25519.SeedSize]), chainID), topic: "e2e"}
 	all, survivors := []int{0, 1, 2, 3}, []int{0, 1, 2}
 
 	submit(ctx, t, n, 0, p, 10)
@@ -333,7 +334,7 @@ func TestLocalnetCrashAndCatchUp(t *testing.T) {
 			t.Fatalf("node3's app does not know tx %X submitted while it was down: %s", h, q.Response.Log)
 		}
 		at, i := q.Response.Height, q.Response.Index
-		blk, err := c3.Block(ctx, &at)
+		blk, _, err := chain.ReadBlock(ctx, c3, at) // references resolved
 		if err != nil || i >= int64(len(blk.Block.Txs)) || !bytes.Equal(blk.Block.Txs[i].Hash(), h) {
 			t.Fatalf("node3's block %d does not hold tx %X at %d: %v", at, h, i, err)
 		}

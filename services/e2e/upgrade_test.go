@@ -16,6 +16,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/failpoint"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
+	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
 // TestRollingUpgrade switches the rules from version 1 to 2 (an admin
@@ -25,11 +26,12 @@ import (
 // max-rules=1); node1 and node2 are restarted one by one before the
 // height. At the height node3 stops instead of executing the block
 // differently while the others go on; with its binary replaced it catches
-// up, and every app hash agrees throughout.
+// up, and every app hash agrees throughout. The chain starts at version 1
+// (a new localnet starts at the newest) to have an upgrade to schedule.
 func TestRollingUpgrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	n, chainID := startNetWith(ctx, t, 8000, nil)
+	n, chainID := startNetWith(ctx, t, 8000, func(c *localnet.Config) { c.RulesVersion = 1 })
 	old := []string{failpoint.EnvVar + "=" + failpoint.MaxRules + "=1"}
 	if err := n.KillNode(3); err != nil {
 		t.Fatal(err)

@@ -397,7 +397,10 @@ type ChainParams struct {
 	AdminThreshold uint32 `protobuf:"varint,4,opt,name=admin_threshold,json=adminThreshold,proto3" json:"admin_threshold,omitempty"`
 	// The indexers registered at genesis (as SetIndexer: key and name),
 	// sorted by key. The indexers now are the IndexerSet ("/indexers").
-	Indexers      []*Indexer `protobuf:"bytes,5,rep,name=indexers,proto3" json:"indexers,omitempty"`
+	Indexers []*Indexer `protobuf:"bytes,5,rep,name=indexers,proto3" json:"indexers,omitempty"`
+	// The rules version the chain starts with (genesis rules_version; 0
+	// reads as 1). Later versions are switched to by ScheduleUpgrade.
+	RulesVersion  uint64 `protobuf:"varint,6,opt,name=rules_version,json=rulesVersion,proto3" json:"rules_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +468,13 @@ func (x *ChainParams) GetIndexers() []*Indexer {
 		return x.Indexers
 	}
 	return nil
+}
+
+func (x *ChainParams) GetRulesVersion() uint64 {
+	if x != nil {
+		return x.RulesVersion
+	}
+	return 0
 }
 
 // AdminSet is who may sign admin requests: any one of admins for topic
@@ -2545,6 +2555,102 @@ func (x *DigestRequest) GetHeight() int64 {
 	return 0
 }
 
+// BundlesRequest asks a node for bundles by the SHA-256 of their
+// transaction bytes (query path /bundles): the references of a block
+// (Tx.bundle_ref), which the node answers from its mempool, its proposals
+// and its bundle store. At most wire.MaxBundlesPerQuery hashes.
+type BundlesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hashes        [][]byte               `protobuf:"bytes,1,rep,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BundlesRequest) Reset() {
+	*x = BundlesRequest{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BundlesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BundlesRequest) ProtoMessage() {}
+
+func (x *BundlesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BundlesRequest.ProtoReflect.Descriptor instead.
+func (*BundlesRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BundlesRequest) GetHashes() [][]byte {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+// Bundles answers a BundlesRequest: one entry per hash, in order, empty
+// when the node does not hold it or the answer's byte bound was reached
+// before it (ask again for the rest). Whoever asked checks every entry
+// against its hash: a node may lie.
+type Bundles struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bundles       [][]byte               `protobuf:"bytes,1,rep,name=bundles,proto3" json:"bundles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Bundles) Reset() {
+	*x = Bundles{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Bundles) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Bundles) ProtoMessage() {}
+
+func (x *Bundles) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Bundles.ProtoReflect.Descriptor instead.
+func (*Bundles) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *Bundles) GetBundles() [][]byte {
+	if x != nil {
+		return x.Bundles
+	}
+	return nil
+}
+
 type ProofRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -2556,7 +2662,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2674,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2687,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2626,7 +2732,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2744,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2757,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2725,7 +2831,7 @@ type StateRoot struct {
 
 func (x *StateRoot) Reset() {
 	*x = StateRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2843,7 @@ func (x *StateRoot) String() string {
 func (*StateRoot) ProtoMessage() {}
 
 func (x *StateRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2856,7 @@ func (x *StateRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
 func (*StateRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StateRoot) GetHeight() int64 {
@@ -2797,7 +2903,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2809,7 +2915,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2822,7 +2928,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SnapshotMeta) GetState() *StateRoot {
@@ -2880,7 +2986,7 @@ type SnapshotBlock struct {
 
 func (x *SnapshotBlock) Reset() {
 	*x = SnapshotBlock{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2892,7 +2998,7 @@ func (x *SnapshotBlock) String() string {
 func (*SnapshotBlock) ProtoMessage() {}
 
 func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2905,7 +3011,7 @@ func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
 func (*SnapshotBlock) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotBlock) GetHeight() int64 {
@@ -2941,7 +3047,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3059,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,13 +3138,14 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x11max_block_records\x18\n" +
 	" \x01(\rR\x0fmaxBlockRecords\x12?\n" +
 	"\x1cmax_block_uncompressed_bytes\x18\v \x01(\rR\x19maxBlockUncompressedBytes\x12+\n" +
-	"\x11snapshot_interval\x18\f \x01(\rR\x10snapshotInterval\"\xc4\x01\n" +
+	"\x11snapshot_interval\x18\f \x01(\rR\x10snapshotInterval\"\xe9\x01\n" +
 	"\vChainParams\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x16\n" +
 	"\x06admins\x18\x02 \x03(\fR\x06admins\x12)\n" +
 	"\x06limits\x18\x03 \x01(\v2\x11.byzlog.v1.LimitsR\x06limits\x12'\n" +
 	"\x0fadmin_threshold\x18\x04 \x01(\rR\x0eadminThreshold\x12.\n" +
-	"\bindexers\x18\x05 \x03(\v2\x12.byzlog.v1.IndexerR\bindexers\"@\n" +
+	"\bindexers\x18\x05 \x03(\v2\x12.byzlog.v1.IndexerR\bindexers\x12#\n" +
+	"\rrules_version\x18\x06 \x01(\x04R\frulesVersion\"@\n" +
 	"\bAdminSet\x12\x16\n" +
 	"\x06admins\x18\x01 \x03(\fR\x06admins\x12\x1c\n" +
 	"\tthreshold\x18\x02 \x01(\rR\tthreshold\"{\n" +
@@ -3202,7 +3309,11 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x05index\x18\x02 \x01(\x03R\x05index\x12\x14\n" +
 	"\x05aunts\x18\x03 \x03(\fR\x05aunts\"'\n" +
 	"\rDigestRequest\x12\x16\n" +
-	"\x06height\x18\x01 \x01(\x03R\x06height\"Z\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\"(\n" +
+	"\x0eBundlesRequest\x12\x16\n" +
+	"\x06hashes\x18\x01 \x03(\fR\x06hashes\"#\n" +
+	"\aBundles\x12\x18\n" +
+	"\abundles\x18\x01 \x03(\fR\abundles\"Z\n" +
 	"\fProofRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -3245,7 +3356,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*ChunkedValue)(nil),       // 1: byzlog.v1.ChunkedValue
@@ -3282,40 +3393,42 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*PartitionRoot)(nil),      // 32: byzlog.v1.PartitionRoot
 	(*MerkleProof)(nil),        // 33: byzlog.v1.MerkleProof
 	(*DigestRequest)(nil),      // 34: byzlog.v1.DigestRequest
-	(*ProofRequest)(nil),       // 35: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),        // 36: byzlog.v1.RecordProof
-	(*StateRoot)(nil),          // 37: byzlog.v1.StateRoot
-	(*SnapshotMeta)(nil),       // 38: byzlog.v1.SnapshotMeta
-	(*SnapshotBlock)(nil),      // 39: byzlog.v1.SnapshotBlock
-	(*ChunkedValue_Chunk)(nil), // 40: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 41: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 42: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 43: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 44: byzlog.v1.PartitionOffset
+	(*BundlesRequest)(nil),     // 35: byzlog.v1.BundlesRequest
+	(*Bundles)(nil),            // 36: byzlog.v1.Bundles
+	(*ProofRequest)(nil),       // 37: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 38: byzlog.v1.RecordProof
+	(*StateRoot)(nil),          // 39: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 40: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 41: byzlog.v1.SnapshotBlock
+	(*ChunkedValue_Chunk)(nil), // 42: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 43: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 44: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 45: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 46: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	41, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	40, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	43, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	42, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	2,  // 2: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
 	7,  // 3: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
 	7,  // 4: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
 	7,  // 5: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
 	10, // 6: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	42, // 7: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	43, // 8: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	44, // 7: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	45, // 8: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
 	16, // 9: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	42, // 10: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	44, // 10: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	18, // 11: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	3,  // 12: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	19, // 13: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	44, // 14: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	43, // 15: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	46, // 14: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	45, // 15: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
 	30, // 16: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
 	32, // 17: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
 	33, // 18: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
 	32, // 19: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
 	33, // 20: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	37, // 21: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	39, // 21: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
 	33, // 22: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
 	23, // [23:23] is the sub-list for method output_type
 	23, // [23:23] is the sub-list for method input_type
@@ -3336,7 +3449,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

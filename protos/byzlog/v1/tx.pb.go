@@ -88,6 +88,7 @@ type Tx struct {
 	//	*Tx_Admin
 	//	*Tx_CommitOffsets
 	//	*Tx_IndexerProgress
+	//	*Tx_BundleRef
 	Kind          isTx_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -166,6 +167,15 @@ func (x *Tx) GetIndexerProgress() *IndexerProgress {
 	return nil
 }
 
+func (x *Tx) GetBundleRef() []byte {
+	if x != nil {
+		if x, ok := x.Kind.(*Tx_BundleRef); ok {
+			return x.BundleRef
+		}
+	}
+	return nil
+}
+
 type isTx_Kind interface {
 	isTx_Kind()
 }
@@ -186,6 +196,16 @@ type Tx_IndexerProgress struct {
 	IndexerProgress *IndexerProgress `protobuf:"bytes,4,opt,name=indexer_progress,json=indexerProgress,proto3,oneof"`
 }
 
+type Tx_BundleRef struct {
+	// A proposer's reference to a transaction (a large ProduceBundle) by
+	// the SHA-256 of its bytes (32 bytes), in blocks from rules version 3
+	// on: the bundle travels through the mempool, not the block, and every
+	// validator resolves the reference before it votes or executes. The
+	// reference is 34 bytes encoded (wire.BundleRef). Clients never submit
+	// one: CheckTx refuses it.
+	BundleRef []byte `protobuf:"bytes,5,opt,name=bundle_ref,json=bundleRef,proto3,oneof"`
+}
+
 func (*Tx_ProduceBundle) isTx_Kind() {}
 
 func (*Tx_Admin) isTx_Kind() {}
@@ -193,6 +213,8 @@ func (*Tx_Admin) isTx_Kind() {}
 func (*Tx_CommitOffsets) isTx_Kind() {}
 
 func (*Tx_IndexerProgress) isTx_Kind() {}
+
+func (*Tx_BundleRef) isTx_Kind() {}
 
 // ProduceBundle is what a gateway submits: the signed batches of many
 // producers, collected during one linger period. A bundle is valid only if
@@ -1811,12 +1833,14 @@ var File_byzlog_v1_tx_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\n" +
-	"\x12byzlog/v1/tx.proto\x12\tbyzlog.v1\"\x8c\x02\n" +
+	"\x12byzlog/v1/tx.proto\x12\tbyzlog.v1\"\xad\x02\n" +
 	"\x02Tx\x12A\n" +
 	"\x0eproduce_bundle\x18\x01 \x01(\v2\x18.byzlog.v1.ProduceBundleH\x00R\rproduceBundle\x12/\n" +
 	"\x05admin\x18\x02 \x01(\v2\x17.byzlog.v1.AdminRequestH\x00R\x05admin\x12A\n" +
 	"\x0ecommit_offsets\x18\x03 \x01(\v2\x18.byzlog.v1.CommitOffsetsH\x00R\rcommitOffsets\x12G\n" +
-	"\x10indexer_progress\x18\x04 \x01(\v2\x1a.byzlog.v1.IndexerProgressH\x00R\x0findexerProgressB\x06\n" +
+	"\x10indexer_progress\x18\x04 \x01(\v2\x1a.byzlog.v1.IndexerProgressH\x00R\x0findexerProgress\x12\x1f\n" +
+	"\n" +
+	"bundle_ref\x18\x05 \x01(\fH\x00R\tbundleRefB\x06\n" +
 	"\x04kind\"A\n" +
 	"\rProduceBundle\x120\n" +
 	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.SignedBatchR\abatches\"b\n" +
@@ -2011,6 +2035,7 @@ func file_byzlog_v1_tx_proto_init() {
 		(*Tx_Admin)(nil),
 		(*Tx_CommitOffsets)(nil),
 		(*Tx_IndexerProgress)(nil),
+		(*Tx_BundleRef)(nil),
 	}
 	file_byzlog_v1_tx_proto_msgTypes[11].OneofWrappers = []any{
 		(*AdminBody_CreateTopic)(nil),

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/byzlog/byzlog/abciapp/core"
 )
 
 // Config is the shape of a local network and where its binaries are.
@@ -50,6 +52,13 @@ type Config struct {
 	// checkpoints stay (0: the app's default, 2). The oldest kept holds
 	// pruning back.
 	SnapshotKeep int `json:"snapshot_keep,omitempty"`
+	// RulesVersion is genesis app_state rules_version: the rules version
+	// the chain starts with. 0 is the newest this build executes
+	// (core.MaxRulesVersion), resolved and saved when the network is made;
+	// tests of the upgrade path start older and schedule the switch. A
+	// network saved before the field reads as 1, what its genesis (no
+	// rules_version) started with.
+	RulesVersion uint64 `json:"rules_version,omitempty"`
 	// TimeoutCommit is how long a node waits after a commit before the next
 	// height: the floor of the block interval.
 	TimeoutCommit Duration `json:"timeout_commit"`
@@ -158,6 +167,9 @@ func (c Config) Validate() error {
 	if c.SnapshotInterval != 0 && c.SnapshotInterval < 16 {
 		return fmt.Errorf("snapshot_interval (%d): 0 (no snapshots) or at least 16", c.SnapshotInterval)
 	}
+	if c.RulesVersion > core.MaxRulesVersion {
+		return fmt.Errorf("rules_version (%d): 0 (the newest) or 1 to %d, the versions this build executes", c.RulesVersion, core.MaxRulesVersion)
+	}
 	if c.AdminThreshold < 0 || c.AdminThreshold > max(c.Admins, 1) {
 		return fmt.Errorf("admin_threshold (%d): must be between 1 and admins (%d)", c.AdminThreshold, max(c.Admins, 1))
 	}
@@ -230,6 +242,14 @@ func (c Config) proxyApp(i int) string {
 
 func (c Config) home(i int) string { return filepath.Join(c.Dir, fmt.Sprintf("node%d", i)) }
 
+// rulesVersion is the rules version genesis starts the chain with.
+func (c Config) rulesVersion() uint64 {
+	if c.RulesVersion == 0 {
+		return core.MaxRulesVersion
+	}
+	return c.RulesVersion
+}
+
 // Builtin reports whether the nodes run a CometBFT built-in app, without
 // byzlog-app processes.
 func (c Config) Builtin() bool { return c.Transport == "kvstore" || c.Transport == "noop" }
@@ -250,5 +270,8 @@ func load(dir string) (saved Config, ok bool, err error) {
 		return Config{}, false, fmt.Errorf("read localnet config %s: %w", filepath.Join(dir, "localnet.json"), err)
 	}
 	saved.Dir = dir
+	if saved.RulesVersion == 0 {
+		saved.RulesVersion = 1 // saved before the field: genesis named no version
+	}
 	return saved, true, nil
 }

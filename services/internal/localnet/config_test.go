@@ -1,6 +1,9 @@
 package localnet
 
 import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +11,8 @@ import (
 	"time"
 
 	"github.com/cometbft/cometbft/p2p"
+
+	"github.com/byzlog/byzlog/abciapp/core"
 )
 
 func validConfig(t *testing.T) Config {
@@ -44,6 +49,8 @@ func TestValidate(t *testing.T) {
 		{"timeout commit too short", func(c *Config) { c.TimeoutCommit = Duration(time.Millisecond) }, "timeout_commit (1ms)"},
 		{"missing cometbft", func(c *Config) { c.CometBFT = "/nonexistent/cometbft" }, "cometbft binary /nonexistent/cometbft: not found"},
 		{"missing app", func(c *Config) { c.App = "" }, "byzlog-app binary: path is empty"},
+		{"oldest rules", func(c *Config) { c.RulesVersion = 1 }, ""},
+		{"rules past this build's", func(c *Config) { c.RulesVersion = core.MaxRulesVersion + 1 }, fmt.Sprintf("rules_version (%d)", core.MaxRulesVersion+1)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -124,5 +131,81 @@ func TestSavedShapeWins(t *testing.T) {
 	got := n.Config()
 	if !n.Existing() || got.Validators != 7 || got.BasePort != 40000 || time.Duration(got.TimeoutCommit) != time.Second || got.CometBFT != c.CometBFT {
 		t.Errorf("Open over a saved network = %+v (existing %v), want the saved shape with the given binaries", got, n.Existing())
+	}
+	// Saved before rules_version: its genesis named none, version 1.
+	if got.RulesVersion != 1 {
+		t.Errorf("Open over a network saved without rules_version: RulesVersion = %d, want 1", got.RulesVersion)
+	}
+}
+
+func TestGenesisRulesVersion(t *testing.T) {
+	admin := hex.EncodeToString(make([]byte, 32))
+	indexer := hex.EncodeToString(append(make([]byte, 31), 1))
+	for _, tt := range []struct {
+		set, want uint64
+	}{{0, core.MaxRulesVersion}, {1, 1}, {2, 2}, {3, 3}} {
+		c := validConfig(t)
+		c.RulesVersion = tt.set
+		b, err := json.Marshal(c.appState([]string{admin}, indexer))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var raw map[string]any
+		if err := json.Unmarshal(b, &raw); err != nil || raw["rules_version"] != float64(tt.want) {
+			t.Errorf("rules_version %d: app_state %s, want \"rules_version\": %d", tt.set, b, tt.want)
+		}
+		params, _, err := core.ParseGenesis(c.ChainID, b)
+		if err != nil || params.RulesVersion != tt.want {
+			t.Errorf("rules_version %d: the app reads app_state %s as version %d (%v), want %d", tt.set, b, params.GetRulesVersion(), err, tt.want)
+		}
+	}
+}
+
+// flagValue is the value after name in args, and whether name is there.
+func flagValue(args []string, name string) (string, bool) {
+	for k, a := range args {
+		if a == name && k+1 < len(args) {
+			return args[k+1], true
+		}
+	}
+	return "", false
+}
+
+func TestAppPeerArgs(t *testing.T) {
+	c := validConfig(t)
+	for _, tt := range []struct {
+		name      string
+		change    func(*Config)
+		node      int
+		wantPeers string // empty: no --peer-rpc
+		wantCA    bool
+	}{
+		{"tls", func(*Config) {}, 1,
+			"https://127.0.0.1:26657,https://127.0.0.1:26857,https://127.0.0.1:26957", true},
+		{"insecure rpc", func(c *Config) { c.InsecureRPC = true }, 1,
+			"http://127.0.0.1:26657,http://127.0.0.1:26857,http://127.0.0.1:26957", false},
+		{"first node", func(*Config) {}, 0,
+			"https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957", true},
+		{"a node added beside the validators", func(*Config) {}, 4,
+			"https://127.0.0.1:26657,https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957", true},
+		{"one validator", func(c *Config) { c.Validators = 1 }, 0, "", false},
+		{"built-in app", func(c *Config) { c.Transport = "kvstore" }, 1, "", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := c
+			tt.change(&c)
+			args := (&Net{cfg: c}).app(tt.node).args
+			peers, ok := flagValue(args, "--peer-rpc")
+			if peers != tt.wantPeers || ok != (tt.wantPeers != "") {
+				t.Errorf("app(%d) --peer-rpc = %q (given: %v), want %q", tt.node, peers, ok, tt.wantPeers)
+			}
+			if self := c.RPCAddr(tt.node); ok && strings.Contains(peers, self) {
+				t.Errorf("app(%d) --peer-rpc %q names its own node %s", tt.node, peers, self)
+			}
+			ca, ok := flagValue(args, "--peer-tls-ca")
+			if wantCA := filepath.Join(c.Dir, "tls", "ca.pem"); ok != tt.wantCA || (ok && ca != wantCA) {
+				t.Errorf("app(%d) --peer-tls-ca = %q (given: %v), want %v (%s)", tt.node, ca, ok, tt.wantCA, wantCA)
+			}
+		})
 	}
 }

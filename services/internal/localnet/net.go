@@ -24,6 +24,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/mattn/go-isatty"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
@@ -104,12 +105,38 @@ func (n *Net) app(i int) proc {
 	if n.cfg.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.PprofPort+i))
 	}
+	args = append(args, n.peerArgs(i)...)
 	return proc{
 		name: AppName(i), bin: n.cfg.App,
 		args:    args,
 		mark:    data,
 		logPath: filepath.Join(home, "app.log"), pidPath: filepath.Join(home, "app.pid"),
 	}
+}
+
+// peerArgs are app i's flags for the other nodes' RPC, where it fetches
+// a bundle a block references and it lacks (rules version 3): every
+// validator of genesis but i, as the gateways name them, and the CA their
+// https certificates are checked against. A node AddNode made is nobody's
+// peer: it may be gone when a validator needs a bundle.
+func (n *Net) peerArgs(i int) []string {
+	if n.cfg.Builtin() {
+		return nil
+	}
+	var rpcs []string
+	for j := 0; j < n.cfg.Validators; j++ {
+		if j != i {
+			rpcs = append(rpcs, n.cfg.RPCAddr(j))
+		}
+	}
+	if len(rpcs) == 0 {
+		return nil
+	}
+	args := []string{"--peer-rpc", strings.Join(rpcs, ",")}
+	if !n.cfg.InsecureRPC {
+		args = append(args, "--peer-tls-ca", n.TLS().CA())
+	}
+	return args
 }
 
 // procs lists every process of the network, nodes' cometbft first: they are
@@ -258,6 +285,11 @@ func (n *Net) StartNode(ctx context.Context, i int) error {
 
 // StartNodeWith starts node i with another byzlog-app binary and extra
 // environment, such as a failpoints test build and its BYZLOG_FAILPOINTS.
+// appBin gets the same flags as the network's app (--peer-rpc included),
+// so it must be a build of this tree. No caller runs an older release:
+// the upgrade tests play one with the failpoints build's max-rules
+// failpoint, which knows every flag; a real old binary would need a start
+// without the peer flags.
 func (n *Net) StartNodeWith(ctx context.Context, i int, appBin string, env []string) error {
 	if n.cfg.Builtin() {
 		return n.startProc(n.cometbft(i))
@@ -563,11 +595,11 @@ func (n *Net) create(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	appState := map[string]any{"admins": admins, "admin_threshold": max(c.AdminThreshold, 1),
-		"indexers": []map[string]string{{"name": IndexerID, "pub_key": hex.EncodeToString(indexer.Public().(ed25519.PublicKey))}}}
-	if c.SnapshotInterval > 0 {
-		appState["limits"] = map[string]any{"snapshot_interval": c.SnapshotInterval}
-	}
+	// Saved resolved: the saved shape says what genesis holds, whatever
+	// the newest version of a later build.
+	c.RulesVersion = c.rulesVersion()
+	n.cfg.RulesVersion = c.RulesVersion
+	appState := c.appState(admins, hex.EncodeToString(indexer.Public().(ed25519.PublicKey)))
 	gen.AppState, err = json.Marshal(appState)
 	if err != nil {
 		return err
@@ -597,6 +629,20 @@ func (n *Net) create(ctx context.Context) error {
 		return fmt.Errorf("save localnet config: %w", err)
 	}
 	return nil
+}
+
+// appState is genesis app_state: the admins and the indexer's key (hex),
+// in the app's own type so that what localnet writes is what it reads.
+func (c Config) appState(admins []string, indexer string) core.GenesisState {
+	g := core.GenesisState{
+		Admins: admins, AdminThreshold: uint32(max(c.AdminThreshold, 1)),
+		Indexers:     []core.GenesisIndexer{{Name: IndexerID, PubKey: indexer}},
+		RulesVersion: c.rulesVersion(),
+	}
+	if c.SnapshotInterval > 0 {
+		g.Limits = &core.GenesisLimits{SnapshotInterval: uint32(c.SnapshotInterval)}
+	}
+	return g
 }
 
 // nodeConfig is node i's config.toml: loopback ports, the app's address for

@@ -1,0 +1,218 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"strings"
+	"testing"
+	"time"
+
+	abci "github.com/cometbft/cometbft/abci/types"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/abciapp/app"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+)
+
+// refsGenesis is a chain at rules version 3, where blocks reference large
+// bundles, with topic "t".
+var refsGenesis = []byte(`{"rules_version": 3, "topics": [{"name": "t", "partitions": 1}]}`)
+
+// appPeer is another app's /bundles query, as byzlog-app's --peer-rpc asks
+// it through that node's RPC (the transport is all that is skipped).
+type appPeer struct{ a *app.App }
+
+func (p appPeer) String() string { return "app" }
+
+func (p appPeer) Bundles(ctx context.Context, hashes [][sha256.Size]byte) ([][]byte, error) {
+	return queryBundles(ctx, p.a, hashes)
+}
+
+func queryBundles(ctx context.Context, a *app.App, hashes [][sha256.Size]byte) ([][]byte, error) {
+	req := &byzlogv1.BundlesRequest{}
+	for _, h := range hashes {
+		req.Hashes = append(req.Hashes, h[:])
+	}
+	data, _ := proto.Marshal(req)
+	res, err := a.Query(ctx, &abci.RequestQuery{Path: wire.PathBundles, Data: data})
+	if err != nil {
+		return nil, err
+	}
+	var out byzlogv1.Bundles
+	if err := proto.Unmarshal(res.Value, &out); err != nil {
+		return nil, err
+	}
+	for i, b := range out.Bundles {
+		if len(b) == 0 {
+			out.Bundles[i] = nil
+		}
+	}
+	return out.Bundles, nil
+}
+
+// liar serves every bundle asked for, corrupted.
+type liar struct{ a *app.App }
+
+func (l liar) String() string { return "liar" }
+
+func (l liar) Bundles(ctx context.Context, hashes [][sha256.Size]byte) ([][]byte, error) {
+	out, err := queryBundles(ctx, l.a, hashes)
+	for i, b := range out {
+		if b != nil {
+			out[i] = append([]byte{b[0] ^ 1}, b[1:]...)
+		}
+	}
+	return out, err
+}
+
+func refsApp(t *testing.T, peers ...app.BundlePeer) *app.App {
+	t.Helper()
+	return refsAppIn(t, t.TempDir(), peers...)
+}
+
+// refsAppIn opens the app in dir, running InitChain on a new store.
+func refsAppIn(t *testing.T, dir string, peers ...app.BundlePeer) *app.App {
+	t.Helper()
+	a := openAppWith(t, dir, func(c *app.Config) {
+		c.Peers = peers
+		c.GossipWait, c.RefuseAfter = 20*time.Millisecond, 300*time.Millisecond
+	})
+	t.Cleanup(func() { _ = a.Close() })
+	if info(t, a).LastBlockHeight > 0 {
+		return a
+	}
+	if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: refsGenesis}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func processProposal(t *testing.T, a *app.App, h int64, txs [][]byte) abci.ResponseProcessProposal_ProposalStatus {
+	t.Helper()
+	res, err := a.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: h, Txs: txs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Status
+}
+
+// TestBlocksReferenceBundles: at rules version 3 a proposer references its
+// large bundles; a validator that holds them votes for the block, one that
+// lacks one fetches it from a peer (a liar's answer is refused), one that
+// can get it from nowhere refuses the block; and every node that executes
+// the block, fetching what it lacks, gets the app hash of the same block
+// carrying its bundles.
+func TestBlocksReferenceBundles(t *testing.T) {
+	big := producerTx(t, "big", 0, byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: bytes.Repeat([]byte("v"), 6000)})
+	small := producerTx(t, "small", 0, byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: []byte("v")})
+	proposer := refsApp(t)
+	gossiped := refsApp(t)
+	fetcherDir := t.TempDir()
+	fetcher := refsAppIn(t, fetcherDir, liar{proposer}, appPeer{proposer})
+	isolated := refsApp(t)
+	inline := refsApp(t) // executes the block as it would carry its bundles
+
+	for _, a := range []*app.App{proposer, gossiped} {
+		for _, tx := range [][]byte{big, small} {
+			if res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx}); err != nil || res.Code != 0 {
+				t.Fatalf("CheckTx = %v, %v", res, err)
+			}
+		}
+	}
+	prep, err := proposer.PrepareProposal(ctx, &abci.RequestPrepareProposal{Height: 1, MaxTxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(big)
+	if len(prep.Txs) != 2 || !bytes.Equal(prep.Txs[0], wire.NewBundleRef(sum)) || !bytes.Equal(prep.Txs[1], small) {
+		t.Fatalf("proposal = %d txs (%d, ... bytes), want a reference to the large bundle, then the small one inline", len(prep.Txs), len(prep.Txs[0]))
+	}
+	block := prep.Txs
+
+	for _, c := range []struct {
+		name string
+		a    *app.App
+		want abci.ResponseProcessProposal_ProposalStatus
+	}{
+		{"the proposer", proposer, abci.ResponseProcessProposal_ACCEPT},
+		{"a validator the bundle was gossiped to", gossiped, abci.ResponseProcessProposal_ACCEPT},
+		{"a validator fetching from a liar, then the proposer", fetcher, abci.ResponseProcessProposal_ACCEPT},
+		{"a validator with no bundle and no peers", isolated, abci.ResponseProcessProposal_REJECT},
+	} {
+		if got := processProposal(t, c.a, 1, block); got != c.want {
+			t.Errorf("%s: ProcessProposal = %s, want %s", c.name, got, c.want)
+		}
+	}
+	// The fetched bundle is held durably: served from the store after a
+	// restart, with no peer to fetch it from again.
+	if err := fetcher.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fetcher = openAppWith(t, fetcherDir, nil)
+	defer fetcher.Close()
+	if got, err := queryBundles(ctx, fetcher, [][sha256.Size]byte{sum}); err != nil || !bytes.Equal(got[0], big) {
+		t.Fatalf("the fetcher's /bundles = %v, want the bundle it voted for", err)
+	}
+
+	want := finalize(t, inline, 1, big, small)
+	for name, a := range map[string]*app.App{"proposer": proposer, "gossiped": gossiped, "fetcher": fetcher} {
+		if got := finalize(t, a, 1, block...); !bytes.Equal(got, want) {
+			t.Errorf("%s: app hash %X, the block with its bundles inline gives %X", name, got, want)
+		}
+		commit(t, a)
+	}
+	// The isolated validator learns the block is decided; given a peer
+	// (here: after a restart with --peer-rpc), execution fetches.
+	late := refsApp(t, appPeer{gossiped})
+	if got := finalize(t, late, 1, block...); !bytes.Equal(got, want) {
+		t.Errorf("a validator fetching in FinalizeBlock: app hash %X, want %X", got, want)
+	}
+	commit(t, late)
+	if got, err := queryBundles(ctx, late, [][sha256.Size]byte{sum, sha256.Sum256([]byte("unknown"))}); err != nil || !bytes.Equal(got[0], big) || got[1] != nil {
+		t.Fatalf("/bundles after commit = %d entries, %v; want the bundle, then nothing for an unknown hash", len(got), err)
+	}
+}
+
+// A chain before rules version 3 takes no reference: the proposal is
+// refused, and a proposer there carries its bundles.
+func TestReferencesNeedRulesVersion3(t *testing.T) {
+	a := open(t, t.TempDir())
+	defer a.Close()
+	big := producerTx(t, "big", 0, byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: bytes.Repeat([]byte("v"), 6000)})
+	if res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: big}); err != nil || res.Code != 0 {
+		t.Fatalf("CheckTx = %v, %v", res, err)
+	}
+	prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Height: 1, MaxTxBytes: 1 << 20})
+	if err != nil || len(prep.Txs) != 1 || !bytes.Equal(prep.Txs[0], big) {
+		t.Fatalf("PrepareProposal at rules 1 = %d txs, %v; want the bundle carried", len(prep.Txs), err)
+	}
+	if got := processProposal(t, a, 1, [][]byte{wire.NewBundleRef(sha256.Sum256(big))}); got != abci.ResponseProcessProposal_REJECT {
+		t.Fatalf("a reference at rules 1: ProcessProposal = %s, want REJECT", got)
+	}
+	res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: wire.NewBundleRef(sha256.Sum256(big))})
+	if err != nil || wire.Code(res.Code) != wire.CodeMalformedTx || !strings.Contains(res.Log, "never submitted") {
+		t.Fatalf("CheckTx(a reference) = %v, %v; want malformed_tx", res, err)
+	}
+}
+
+// /bundles refuses what it cannot answer, and a proposal referencing more
+// bytes than a block may hold is refused before they are fetched.
+func TestBundlesQueryBounds(t *testing.T) {
+	a := refsApp(t)
+	for name, req := range map[string]*byzlogv1.BundlesRequest{
+		"too many": {Hashes: make([][]byte, wire.MaxBundlesPerQuery+1)},
+		"short":    {Hashes: [][]byte{make([]byte, 31)}},
+	} {
+		data, _ := proto.Marshal(req)
+		res, err := a.Query(ctx, &abci.RequestQuery{Path: wire.PathBundles, Data: data})
+		if err != nil || wire.Code(res.Code) != wire.CodeBadQuery || res.Log == "" {
+			t.Errorf("%s: /bundles = %v, %v; want bad_query with a reason", name, res, err)
+		}
+	}
+	res, err := a.Query(ctx, &abci.RequestQuery{Path: wire.PathBundles, Data: []byte{0xff}})
+	if err != nil || wire.Code(res.Code) != wire.CodeBadQuery {
+		t.Errorf("/bundles of garbage = %v, %v; want bad_query", res, err)
+	}
+}
