@@ -180,7 +180,9 @@ func (a *App) resolve(ctx context.Context, height int64, txs [][]byte, deadline 
 			return nil, fmt.Errorf("%w: %d of block %d's references after %s", errMissing, len(missing), height, a.refuseAfter)
 		}
 		if now.After(gossipUntil) {
-			if err := a.fetch(ctx, r, txs, missing, deadline, limit, height); err != nil {
+			// Failed fetches are logged once a proposal, and once in a
+			// hundred tries for a decided block.
+			if err := a.fetch(ctx, r, txs, missing, deadline, limit, height, deadline.IsZero() && attempt%100 != 0); err != nil {
 				return nil, err
 			}
 			if missing, err = a.fill(r, txs, missing, limit, height); err != nil {
@@ -241,7 +243,7 @@ func (a *App) fill(r *resolved, txs [][]byte, missing []int, limit int64, height
 
 // fetch asks each peer in turn for the missing bundles, keeping only
 // answers whose SHA-256 is their reference.
-func (a *App) fetch(ctx context.Context, r *resolved, txs [][]byte, missing []int, deadline time.Time, limit int64, height int64) error {
+func (a *App) fetch(ctx context.Context, r *resolved, txs [][]byte, missing []int, deadline time.Time, limit int64, height int64, quiet bool) error {
 	for _, p := range a.peers {
 		var want []bundles.Hash
 		var at []int
@@ -263,13 +265,21 @@ func (a *App) fetch(ctx context.Context, r *resolved, txs [][]byte, missing []in
 		}
 		got, err := p.Bundles(cctx, want)
 		if err != nil {
-			a.log.Debug().Err(err).Str("peer", p.String()).Int64("height", height).Msg("fetching bundles failed")
+			if !quiet {
+				a.log.Warn().Err(err).Str("peer", p.String()).Int64("height", height).Int("wanted", len(want)).Msg("a peer did not serve the bundles asked for (or served wrong ones); asking the next")
+			}
 			continue
 		}
+		var served, wrong int
 		for j, b := range got {
-			if j >= len(want) || b == nil || sha256.Sum256(b) != want[j] {
+			if j >= len(want) || b == nil {
 				continue
 			}
+			if sha256.Sum256(b) != want[j] {
+				wrong++
+				continue
+			}
+			served++
 			i := at[j]
 			r.txs[i] = b
 			if r.fetched == nil {
@@ -279,6 +289,12 @@ func (a *App) fetch(ctx context.Context, r *resolved, txs [][]byte, missing []in
 			if r.bytes += int64(len(b)); limit > 0 && r.bytes > limit {
 				return fmt.Errorf("block %d references more than max_block_uncompressed_bytes (%d) of bundles", height, limit)
 			}
+		}
+		if wrong > 0 {
+			a.log.Warn().Str("peer", p.String()).Int64("height", height).Int("wrong", wrong).Msg("a peer served bundles that do not hash to their references; refused")
+		}
+		if served > 0 {
+			a.log.Info().Str("peer", p.String()).Int64("height", height).Int("bundles", served).Msg("fetched bundles this node lacked")
 		}
 	}
 	return nil

@@ -360,6 +360,27 @@ var Nemeses = []Nemesis{
 		},
 	},
 	{
+		Name: "bundle-liar", Doc: "restart a validator with a failpoints app that lies about the bundles blocks reference (rules version 3), in turn: it never gossips the large bundles it receives, so its peers must fetch what it proposes from it; or it answers every /bundles query with corrupted bytes, which fetching validators, gateways and the indexer must refuse and get elsewhere; restart it clean",
+		NeedsFailpoints: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+			i := (round + 1) % c.validators()
+			mode := []string{"withhold", "corrupt"}[round%2]
+			if err := c.Net.KillNode(i); err != nil {
+				return "", nil, err
+			}
+			env := []string{fmt.Sprintf("%s=%s=%s", failpoint.EnvVar, failpoint.BundleLiar, mode)}
+			if err := c.Net.StartNodeWith(ctx, i, c.FailpointApp, env); err != nil {
+				return "", nil, err
+			}
+			return fmt.Sprintf("node%d %s", i, mode), func(ctx context.Context) error {
+				if err := c.Net.KillRest(i); err != nil {
+					return err
+				}
+				return c.Net.StartNode(ctx, i)
+			}, nil
+		},
+	},
+	{
 		Name: "statesync-one", Doc: "stop a validator (in turn), wipe it (cometbft reset-state, the app's state and snapshots; the signing state raised past the tip) and start it with [statesync]: it must restore a snapshot its app checks against the light-client-verified app hash, not replay from height 1, and catch up",
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			return stateSyncOne(ctx, c, round%c.validators())
