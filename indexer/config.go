@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/byzlog/byzlog/protos/wire"
 	"time"
 
 	"github.com/byzlog/byzlog/abciapp/core"
@@ -151,8 +152,8 @@ func (c Config) Validate() error {
 		return errors.New("max_pending must be at least 1")
 	case c.PollInterval <= 0 || c.CursorInterval <= 0:
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
-	case c.MaxResponseBytes < 1<<20:
-		return fmt.Errorf("max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
+	case c.MaxResponseBytes < wire.MinReaderResponseBytes:
+		return fmt.Errorf("max_response_bytes (%d) must be at least %d (8 MiB): a block's bundles are read in answers of up to 3 MiB, ~4 MiB in JSON", c.MaxResponseBytes, wire.MinReaderResponseBytes)
 	case c.GenesisWait < 0:
 		return fmt.Errorf("genesis_wait (%s) must not be negative", c.GenesisWait)
 	case c.NATSTimeout <= 0:

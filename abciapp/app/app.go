@@ -293,6 +293,7 @@ func (a *App) InitChain(_ context.Context, req *abci.RequestInitChain) (*abci.Re
 	if err != nil {
 		return nil, err
 	}
+
 	validators, err := genesisValidators(req.Validators)
 	if err != nil {
 		return nil, err
@@ -373,7 +374,9 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 	defer a.recoverBlock("prepare_proposal", req.Height, func() { resp, err = &abci.ResponsePrepareProposal{}, nil })
 	var txs [][]byte
 	var refs bool
+	var pool *mempool.Pool
 	err = a.read(func() error {
+		pool = a.pool
 		if a.pool == nil {
 			return errors.New("the chain has no params yet: InitChain has not run")
 		}
@@ -391,8 +394,10 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 			b.Txs = append(b.Txs, c.Tx)
 		}
 		budget := req.MaxTxBytes
-		if max := int64(a.params.Limits.GetMaxBlockUncompressedBytes()); refs && max > 0 && max < budget {
-			budget = max // what ProcessProposal fetches at most
+		if refs {
+			// Carried or referenced, a block's bundles stay within
+			// what a validator takes (refBudget).
+			budget = min(budget, refBudget(a.params))
 		}
 		txs, err = core.Prepare(a.store, b, budget)
 		return err
@@ -406,7 +411,7 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 		a.mu.RUnlock()
 	}
 	if refs {
-		txs = a.toRefs(req.Height, txs)
+		txs = a.toRefs(req.Height, txs, pool)
 	}
 	return &abci.ResponsePrepareProposal{Txs: txs}, nil
 }
@@ -423,26 +428,30 @@ func (a *App) ProcessProposal(ctx context.Context, req *abci.RequestProcessPropo
 	if err != nil {
 		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
 	}
+	reject := func(err error, msg string) (*abci.ResponseProcessProposal, error) {
+		a.log.Warn().Err(err).Int64("height", req.Height).Hex("proposer", req.ProposerAddress).Msg(msg)
+		return &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_REJECT}, nil
+	}
 	txs := req.Txs
 	refs, err := a.refsOn(req.Height)
 	if err != nil {
 		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
 	}
+	var res *resolved
 	if refs {
-		// The vote promises the bundles: held durably, or no vote.
-		r, err := a.resolve(ctx, req.Height, req.Txs, time.Now().Add(a.refuseAfter))
-		if err == nil {
-			err = a.persist(req.Height, r, req.Txs)
+		if res, err = a.resolve(ctx, req.Height, req.Txs, time.Now().Add(a.refuseAfter)); err != nil {
+			return reject(err, "rejecting a proposal whose bundles this node cannot get")
 		}
-		if err != nil {
-			a.log.Warn().Err(err).Int64("height", req.Height).Hex("proposer", req.ProposerAddress).Msg("rejecting a proposal whose bundles this node cannot hold")
-			return &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_REJECT}, nil
-		}
-		txs = r.txs
+		txs = res.txs
 	}
 	// Records are kept: FinalizeBlock takes them from the cache if this
 	// proposal is decided.
 	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: txs, Checked: a.checked.check(params, pool, req.Height, txs, true)}
+	if refs {
+		if err := refsName(req.Txs, b.Checked); err != nil {
+			return reject(err, "rejecting a proposal with a reference to what a block may not reference")
+		}
+	}
 	var bad int
 	var r core.Result
 	err = a.read(func() (err error) {
@@ -456,6 +465,13 @@ func (a *App) ProcessProposal(ctx context.Context, req *abci.RequestProcessPropo
 		a.log.Warn().Int64("height", req.Height).Int("tx", bad).Stringer("code", r.Code).Str("reason", r.Log).
 			Hex("proposer", req.ProposerAddress).Msg("rejecting proposal with an invalid transaction")
 		return &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_REJECT}, nil
+	}
+	// The vote promises the bundles: held durably, or no vote. Written
+	// only for a block this node would vote for.
+	if refs {
+		if err := a.persist(req.Height, res, req.Txs); err != nil {
+			return reject(err, "rejecting a proposal whose bundles this node cannot hold durably")
+		}
 	}
 	return &abci.ResponseProcessProposal{Status: abci.ResponseProcessProposal_ACCEPT}, nil
 }

@@ -115,7 +115,7 @@ func withhold(txs [][]byte) [][]byte {
 	}
 	out := txs[:0:0]
 	for _, tx := range txs {
-		if len(tx) < refMinBytes {
+		if len(tx) < wire.MinBundleRefBytes {
 			out = append(out, tx)
 		}
 	}

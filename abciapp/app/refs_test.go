@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/app"
+	"github.com/byzlog/byzlog/abciapp/internal/workload"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -215,4 +216,99 @@ func TestBundlesQueryBounds(t *testing.T) {
 	if err != nil || wire.Code(res.Code) != wire.CodeBadQuery {
 		t.Errorf("/bundles of garbage = %v, %v; want bad_query", res, err)
 	}
+}
+
+// TestOnlyLargeBundlesAreReferenced: a proposer references produce
+// bundles of at least wire.MinBundleRefBytes and carries everything else
+// (an offset commit's client proves it by its own bytes in the block's
+// data hash); a validator refuses a reference to anything else.
+func TestOnlyLargeBundlesAreReferenced(t *testing.T) {
+	consumer := wire.NewSigner(workload.Key("consumer"), chainID)
+	co, err := consumer.CommitOffsets(0, "group", true, &byzlogv1.PartitionOffset{Topic: "t", Partition: 0, Metadata: strings.Repeat("m", 2000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets, err := wire.OffsetsTx(co)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := producerTx(t, "big", 0, byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: bytes.Repeat([]byte("v"), 2000)})
+	small := producerTx(t, "small", 0, byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: []byte("v")})
+	if len(offsets) < wire.MinBundleRefBytes || len(small) >= wire.MinBundleRefBytes {
+		t.Fatalf("the offset commit is %d bytes and the small bundle %d: the test needs them on either side of %d", len(offsets), len(small), wire.MinBundleRefBytes)
+	}
+	proposer := refsApp(t)
+	for _, tx := range [][]byte{offsets, big, small} {
+		if res, err := proposer.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx}); err != nil || res.Code != 0 {
+			t.Fatalf("CheckTx = %v, %v", res, err)
+		}
+	}
+	prep, err := proposer.PrepareProposal(ctx, &abci.RequestPrepareProposal{Height: 1, MaxTxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs, carried int
+	for _, tx := range prep.Txs {
+		if _, ok := wire.BundleRef(tx); ok {
+			refs++
+		} else if bytes.Equal(tx, offsets) || bytes.Equal(tx, small) {
+			carried++
+		}
+	}
+	if len(prep.Txs) != 3 || refs != 1 || carried != 2 {
+		t.Fatalf("proposal of an offset commit, a large and a small bundle: %d txs, %d references, %d carried; want the large bundle alone referenced", len(prep.Txs), refs, carried)
+	}
+
+	// A Byzantine proposer's references to what may not be referenced.
+	validator := refsApp(t, appPeer{proposer})
+	for _, tx := range [][]byte{offsets, small} {
+		if res, err := validator.CheckTx(ctx, &abci.RequestCheckTx{Tx: tx}); err != nil || res.Code != 0 {
+			t.Fatalf("CheckTx = %v, %v", res, err)
+		}
+	}
+	ref := func(tx []byte) []byte { return wire.NewBundleRef(sha256.Sum256(tx)) }
+	for name, block := range map[string][][]byte{
+		"an offset commit": {ref(offsets)},
+		"a small bundle":   {ref(small)},
+		"a bundle twice":   {ref(big), ref(big)},
+	} {
+		if got := processProposal(t, validator, 1, block); got != abci.ResponseProcessProposal_REJECT {
+			t.Errorf("a reference to %s: ProcessProposal = %s, want REJECT", name, got)
+		}
+	}
+	if got := processProposal(t, validator, 1, prep.Txs); got != abci.ResponseProcessProposal_ACCEPT {
+		t.Fatalf("the correct proposal: ProcessProposal = %s, want ACCEPT", got)
+	}
+}
+
+// A proposal with more references than bundles of the smallest referable
+// size could fit in a block is refused before any is looked up: none is
+// fetched from the peer.
+func TestTooManyReferencesAreRefusedUnread(t *testing.T) {
+	counter := &countingPeer{}
+	a := refsApp(t, counter)
+	n := wire.MaxBlockBundleBytes/wire.MinBundleRefBytes + 1
+	block := make([][]byte, n)
+	for i := range block {
+		block[i] = wire.NewBundleRef(sha256.Sum256([]byte{byte(i), byte(i >> 8), byte(i >> 16)}))
+	}
+	if got := processProposal(t, a, 1, block); got != abci.ResponseProcessProposal_REJECT {
+		t.Fatalf("%d references: ProcessProposal = %s, want REJECT", n, got)
+	}
+	if counter.asked != 0 {
+		t.Fatalf("%d references: %d were asked of a peer before the proposal was refused", n, counter.asked)
+	}
+	if got := processProposal(t, a, 1, block[:3]); got != abci.ResponseProcessProposal_REJECT || counter.asked == 0 || counter.asked%3 != 0 {
+		t.Fatalf("3 references to bundles nobody holds: ProcessProposal = %s after asking a peer for %d; want REJECT after asking for the 3, once or more", got, counter.asked)
+	}
+}
+
+// countingPeer holds nothing and counts what it is asked for.
+type countingPeer struct{ asked int }
+
+func (c *countingPeer) String() string { return "counting" }
+
+func (c *countingPeer) Bundles(_ context.Context, hashes [][sha256.Size]byte) ([][]byte, error) {
+	c.asked += len(hashes)
+	return make([][]byte, len(hashes)), nil
 }

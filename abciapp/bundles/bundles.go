@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/linxGnu/grocksdb"
 )
@@ -32,8 +33,10 @@ import (
 // Hash is a bundle's SHA-256, the reference a block carries.
 type Hash = [sha256.Size]byte
 
-// Store is an open bundle store. Safe for concurrent use.
+// Store is an open bundle store. Safe for concurrent use, Close
+// included: a call after Close fails with ErrClosed.
 type Store struct {
+	mu     sync.RWMutex // held for reading by every call, for writing by Close
 	db     *grocksdb.DB
 	opts   *grocksdb.Options
 	ro     *grocksdb.ReadOptions
@@ -65,10 +68,15 @@ func Open(dir string) (*Store, error) {
 	return &Store{db: db, opts: opts, ro: grocksdb.NewDefaultReadOptions(), synced: synced, async: grocksdb.NewDefaultWriteOptions()}, nil
 }
 
-// Close releases the database.
+// ErrClosed is what a call after Close returns.
+var ErrClosed = errors.New("the bundle store is closed")
+
+// Close waits for the calls in progress and releases the database.
 func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.db == nil {
-		return errors.New("close bundle store: already closed")
+		return ErrClosed
 	}
 	s.db.Close()
 	s.ro.Destroy()
@@ -92,6 +100,11 @@ func key(kind byte, height int64, h *Hash) []byte {
 
 // Get returns the bundle whose hash is h, or nil.
 func (s *Store) Get(h Hash) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return nil, ErrClosed
+	}
 	v, err := s.db.Get(s.ro, key('h', -1, &h))
 	if err != nil {
 		return nil, fmt.Errorf("read bundle %x: %w", h[:], err)
@@ -105,6 +118,11 @@ func (s *Store) Get(h Hash) ([]byte, error) {
 
 // Has reports whether the store holds the bundle whose hash is h.
 func (s *Store) Has(h Hash) (bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return false, ErrClosed
+	}
 	v, err := s.db.Get(s.ro, key('h', -1, &h))
 	if err != nil {
 		return false, fmt.Errorf("read bundle %x: %w", h[:], err)
@@ -120,6 +138,11 @@ func (s *Store) Propose(height int64, hashes []Hash, bundles [][]byte) error {
 	if len(hashes) != len(bundles) {
 		return fmt.Errorf("propose at %d: %d hashes for %d bundles", height, len(hashes), len(bundles))
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
 	for i := range hashes {
@@ -133,10 +156,18 @@ func (s *Store) Propose(height int64, hashes []Hash, bundles [][]byte) error {
 }
 
 // Commit records that the block at height, now committed, references
-// refs (in order), adds the bundles fetched for it (not synced: the f+1
-// validators that voted for the block hold them durably), and drops the
-// bundles proposed at height or before that no decided block references.
+// refs (in order), adds the bundles fetched for it, and drops the bundles
+// proposed at height or before that no decided block references, in one
+// synced write. Synced because a power cut must not leave a proposal's
+// bundle looking undecided (its "p" key without its "x" key) while the
+// state says its block committed: the next Commit would delete a voter's
+// durable copy.
 func (s *Store) Commit(height int64, refs []Hash, fetched map[Hash][]byte) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return ErrClosed
+	}
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
 	decided := make(map[Hash]bool, len(refs))
@@ -178,7 +209,7 @@ func (s *Store) Commit(height int64, refs []Hash, fetched map[Hash][]byte) error
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("commit bundles of %d: %w", height, err)
 	}
-	if err := s.db.Write(s.async, wb); err != nil {
+	if err := s.db.Write(s.synced, wb); err != nil {
 		return fmt.Errorf("commit bundles of %d: %w", height, err)
 	}
 	return nil
@@ -200,6 +231,11 @@ func (s *Store) decidedAt(h Hash) (int64, error) {
 // Block returns the hashes the decided block at height references, in
 // order (nil when it referenced none or is not known here).
 func (s *Store) Block(height int64) ([]Hash, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return nil, ErrClosed
+	}
 	v, err := s.db.Get(s.ro, key('b', height, nil))
 	if err != nil {
 		return nil, fmt.Errorf("read the references of block %d: %w", height, err)
@@ -216,10 +252,20 @@ func (s *Store) Block(height int64) ([]Hash, error) {
 	return out, nil
 }
 
-// Prune drops the bundles of decided blocks below height, except those a
-// later decided block references too. It returns how many blocks' bundles
-// it dropped.
+// maxPrunePerCall bounds the blocks one Prune drops, so that the first
+// Commit after pruning is turned on, on a long chain, is not one huge
+// batch: each later Commit drops as many more.
+const maxPrunePerCall = 64
+
+// Prune drops the bundles of decided blocks below height, at most
+// maxPrunePerCall blocks' worth, except those a later decided block
+// references too. It returns how many blocks' bundles it dropped.
 func (s *Store) Prune(below int64) (int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.db == nil {
+		return 0, ErrClosed
+	}
 	ro := grocksdb.NewDefaultReadOptions()
 	defer ro.Destroy()
 	ro.SetIterateUpperBound(key('b', below, nil))
@@ -228,7 +274,7 @@ func (s *Store) Prune(below int64) (int, error) {
 	wb := grocksdb.NewWriteBatch()
 	defer wb.Destroy()
 	n := 0
-	for it.Seek([]byte{'b'}); it.Valid(); it.Next() {
+	for it.Seek([]byte{'b'}); it.Valid() && n < maxPrunePerCall; it.Next() {
 		k, v := it.Key(), it.Value()
 		kd, vd := k.Data(), v.Data()
 		if len(kd) == 9 {

@@ -31,6 +31,12 @@ type Checked struct {
 	batches []*checkedBatch
 }
 
+// IsBundle reports whether the transaction decoded as a ProduceBundle.
+func (c *Checked) IsBundle() bool {
+	_, ok := c.env.GetKind().(*byzlogv1.Tx_ProduceBundle)
+	return ok
+}
+
 // Result is the stateless verdict: OK, or why the whole transaction is
 // refused before any state is read. A bundle with a bad batch may still be
 // OK here: the batch's result is reported in the bundle's outcome.

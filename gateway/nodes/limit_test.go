@@ -3,6 +3,7 @@ package nodes
 import (
 	"context"
 	"errors"
+	"github.com/byzlog/byzlog/protos/wire"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +20,7 @@ import (
 // makes the call fail with an error naming the URL and the limit, after
 // reading no more than the limit; honest answers under it still work.
 func TestRPCResponseSizeLimit(t *testing.T) {
-	const limit = 1 << 20
+	const limit = wire.MinReaderResponseBytes
 	status := `{"jsonrpc":"2.0","id":%ID%,"result":{"node_info":{"network":"c","protocol_version":{"p2p":"0","block":"0","app":"0"},"id":"","listen_addr":"","version":"","channels":"","moniker":"` + "%PAD%" + `","other":{"tx_index":"","rpc_address":""}},"sync_info":{"latest_block_height":"7","catching_up":false},"validator_info":{"address":"","pub_key":null,"voting_power":"0"}}}`
 	for _, tc := range []struct {
 		name    string

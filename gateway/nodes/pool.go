@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/byzlog/byzlog/protos/wire"
 	"net/http"
 	"slices"
 	"sync"
@@ -75,8 +76,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nodes: max_lag (%d) must not be negative", c.MaxLag)
 	case c.HexSubmitMaxBytes < 0 || c.HexSubmitMaxBytes > 64<<20:
 		return fmt.Errorf("nodes: hex_submit_max_bytes (%d) must be between 0 and 64 MiB", c.HexSubmitMaxBytes)
-	case c.MaxResponseBytes < 1<<20:
-		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least 1 MiB", c.MaxResponseBytes)
+	case c.MaxResponseBytes < wire.MinReaderResponseBytes:
+		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least %d (8 MiB): a block's bundles are read in answers of up to 3 MiB, ~4 MiB in JSON", c.MaxResponseBytes, wire.MinReaderResponseBytes)
 	}
 	for _, a := range c.Addrs {
 		if _, err := tlsconf.NodeURL(a, true); err != nil {

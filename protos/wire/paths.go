@@ -46,6 +46,10 @@ var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGro
 const (
 	MaxBundlesPerQuery = 256
 	MaxBundlesBytes    = 3 << 20
+	// MinReaderResponseBytes is the least a reader of blocks may bound a
+	// node's RPC answer to: a /bundles answer of MaxBundlesBytes is ~4 MiB
+	// in JSON-RPC (base64), and a 4 MiB block's answer as much.
+	MinReaderResponseBytes = 8 << 20
 )
 
 // Records query bounds.
