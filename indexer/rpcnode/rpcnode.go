@@ -2,8 +2,9 @@
 // piece the indexer's nodes and the gateway's node pool share: CometBFT's
 // HTTP client, https checked against the nodes' CA (tlsconf), every
 // response body cut at a limit, connections kept for reuse, blocks read by
-// a decoder of only their header and transactions, and an optional timeout
-// per call. It
+// a decoder of only their header and transactions, abci_query answers
+// (megabytes of bundles, for /bundles) by a scanner, and an optional
+// timeout per call. It
 // judges no answer: what a node says is checked by whoever reads it.
 package rpcnode
 
