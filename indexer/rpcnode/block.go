@@ -36,7 +36,18 @@ func (c *Client) Block(ctx context.Context, height *int64) (*ctypes.ResultBlock,
 	if height != nil {
 		params = `{"height":"` + strconv.FormatInt(*height, 10) + `"}`
 	}
-	body := `{"jsonrpc":"2.0","id":0,"method":"block","params":` + params + `}`
+	b, err := c.call(ctx, "block", "block", params)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeBlock(b)
+}
+
+// call posts one JSON-RPC call of method with params (a JSON object) and
+// returns the answer's bytes (bounded by LimitTransport); what names the
+// call in errors.
+func (c *Client) call(ctx context.Context, what, method, params string) ([]byte, error) {
+	body := `{"jsonrpc":"2.0","id":0,"method":"` + method + `","params":` + params + `}`
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewBufferString(body))
 	if err != nil {
 		return nil, err
@@ -44,17 +55,17 @@ func (c *Client) Block(ctx context.Context, height *int64) (*ctypes.ResultBlock,
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("block: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body) // bounded by LimitTransport
+	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("block: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusInternalServerError {
-		return nil, fmt.Errorf("block: %s answered %s", req.URL.Redacted(), resp.Status)
+		return nil, fmt.Errorf("%s: %s answered %s", what, req.URL.Redacted(), resp.Status)
 	}
-	return DecodeBlock(b)
+	return b, nil
 }
 
 // DecodeBlock decodes a JSON-RPC answer to /block as far as byzlog reads

@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"unicode/utf8"
 
@@ -28,23 +26,9 @@ func (c *Client) ABCIQuery(ctx context.Context, path string, data cmtbytes.HexBy
 	if err != nil {
 		return nil, err
 	}
-	body := `{"jsonrpc":"2.0","id":0,"method":"abci_query","params":{"path":` + string(p) + `,"data":"` + data.String() + `","height":"0","prove":false}}`
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewBufferString(body))
+	b, err := c.call(ctx, "abci_query "+path, "abci_query", `{"path":`+string(p)+`,"data":"`+data.String()+`","height":"0","prove":false}`)
 	if err != nil {
 		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("abci_query %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body) // bounded by LimitTransport
-	if err != nil {
-		return nil, fmt.Errorf("abci_query %s: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusInternalServerError {
-		return nil, fmt.Errorf("abci_query %s: %s answered %s", path, req.URL.Redacted(), resp.Status)
 	}
 	out, err := DecodeQuery(b)
 	if err != nil {
