@@ -38,6 +38,12 @@ type Config struct {
 	Replicas int
 	// MaxPending bounds records published and not yet acknowledged.
 	MaxPending int
+	// RecordsPerMessage is how many of a block's consecutive records of a
+	// partition one NATS message carries at most (a layout.RecordRun, up
+	// to layout.MaxRunBytes). 1 publishes each record as its own message,
+	// its fields in headers, which any NATS client reads without byzlog's
+	// protos; above 1, a reader needs them (the consumer SDK reads both).
+	RecordsPerMessage int
 	// PollInterval is how often nodes are asked for new blocks.
 	PollInterval time.Duration
 	// CursorInterval is how often the cursor is saved.
@@ -103,20 +109,21 @@ const DefaultMaxResponseBytes = 16 << 20
 
 // Default returns the defaults: 168 h trusting period, id "indexer",
 // start at height 1, 1 replica, 10 min duplicate window, 8192 pending
-// publishes, 100 ms polling, cursor saved every second, RPC responses up
+// publishes, up to 256 records a message, 100 ms polling, cursor saved every second, RPC responses up
 // to 16 MiB, a minute's wait for a new chain's first block, 10 s to reach
 // NATS, 30 s for a publish's acknowledgement, retries after 100 ms doubling
 // to 5 s, 2 s to save the cursor on stop, progress reported every 10 s
 // as it was 3 min before (no key: no reports).
 func Default() Config {
 	return Config{
-		TrustingPeriod: 168 * time.Hour,
-		ID:             "indexer",
-		StartHeight:    1,
-		Replicas:       1,
-		MaxPending:     8192,
-		PollInterval:   100 * time.Millisecond,
-		CursorInterval: time.Second,
+		TrustingPeriod:    168 * time.Hour,
+		ID:                "indexer",
+		StartHeight:       1,
+		Replicas:          1,
+		MaxPending:        8192,
+		RecordsPerMessage: DefaultRecordsPerMessage,
+		PollInterval:      100 * time.Millisecond,
+		CursorInterval:    time.Second,
 
 		MaxResponseBytes: DefaultMaxResponseBytes,
 		GenesisWait:      time.Minute,
@@ -130,6 +137,13 @@ func Default() Config {
 		ProgressDelay:     3 * time.Minute,
 	}
 }
+
+// DefaultRecordsPerMessage is RecordsPerMessage's default, and
+// MaxRecordsPerMessage its bound.
+const (
+	DefaultRecordsPerMessage = 256
+	MaxRecordsPerMessage     = 4096
+)
 
 // Validate says which field is wrong and why.
 func (c Config) Validate() error {
@@ -150,6 +164,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replicas (%d) must be between 1 and 5 (JetStream's limit)", c.Replicas)
 	case c.MaxPending < 1:
 		return errors.New("max_pending must be at least 1")
+	case c.RecordsPerMessage < 1 || c.RecordsPerMessage > MaxRecordsPerMessage:
+		return fmt.Errorf("records_per_message (%d) must be between 1 (a message per record) and %d", c.RecordsPerMessage, MaxRecordsPerMessage)
 	case c.PollInterval <= 0 || c.CursorInterval <= 0:
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
 	case c.MaxResponseBytes < wire.MinReaderResponseBytes:

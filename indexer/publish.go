@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -164,6 +165,10 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 		Name: name, Description: desc, Subjects: []string{subject},
 		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, Duplicates: duplicateWindow,
 	}
+	topic := name != layout.BlocksStream
+	if topic {
+		sc.Metadata = map[string]string{formatKey: p.format()}
+	}
 	if c != nil {
 		l := topicLimits(c, sc.Duplicates)
 		l.set(&sc)
@@ -185,6 +190,9 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 		// Created before (perhaps by another indexer, perhaps re-configured
 		// by an operator): its limits are the topic's, the rest is as it is.
 		st, err = p.js.Stream(ctx, name)
+		if err == nil && topic {
+			st, err = p.ensureFormat(ctx, st)
+		}
 		if err == nil && c != nil {
 			st, err = p.limit(ctx, st, c)
 		}
@@ -193,6 +201,59 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 		return nil, fmt.Errorf("stream %s for %s: %w", name, subject, err)
 	}
 	return st, nil
+}
+
+// formatKey is the metadata key of a topic's stream that says how its
+// records are cut into messages (format).
+const formatKey = "byzlog_message_format"
+
+// format is how this indexer cuts a block's records of a partition into
+// messages: "record" (a message each), or "run", RecordsPerMessage and
+// layout.MaxRunBytes. Exactly once needs every indexer of a stream to cut
+// alike: a message expects the stream sequence before it, and that
+// sequence stands for the same records only if every indexer's messages
+// hold the same records. A message refused for another indexer's, followed
+// by one accepted because another indexer's messages happened to end at
+// its expected sequence, would store records twice or skip some.
+func (p *publisher) format() string {
+	if p.cfg.RecordsPerMessage == 1 {
+		return "record"
+	}
+	return fmt.Sprintf("run %d %d", p.cfg.RecordsPerMessage, layout.MaxRunBytes)
+}
+
+// ensureFormat writes this indexer's format into st's metadata when it
+// has none (made by an older indexer, or by hand), and refuses a stream
+// another format is written into.
+func (p *publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jetstream.Stream, error) {
+	sc := st.CachedInfo().Config
+	if _, ok := sc.Metadata[formatKey]; ok {
+		return st, p.checkFormat(sc)
+	}
+	sc.Metadata = maps.Clone(sc.Metadata)
+	if sc.Metadata == nil {
+		sc.Metadata = map[string]string{}
+	}
+	sc.Metadata[formatKey] = p.format()
+	up, err := p.js.UpdateStream(ctx, sc)
+	if err != nil {
+		return nil, fmt.Errorf("write %s %q into the metadata of stream %s: %w", formatKey, p.format(), sc.Name, err)
+	}
+	return up, nil
+}
+
+// checkFormat refuses a topic's stream whose metadata does not say this
+// indexer's format.
+func (p *publisher) checkFormat(sc jetstream.StreamConfig) error {
+	got, ok := sc.Metadata[formatKey]
+	if !ok {
+		return fmt.Errorf("stream %s has no %s in its metadata, which this indexer wrote when it opened it: someone made it again or changed it", sc.Name, formatKey)
+	}
+	if got != p.format() {
+		return fmt.Errorf("stream %s holds records cut into messages as %q (its metadata %s), this indexer cuts them as %q (--records-per-message %d): every indexer publishing a stream must cut alike, or exactly once fails between them. Give them the same --records-per-message; to change it, stop every indexer of this NATS, remove %s from the stream's metadata, and start them with the new value",
+			sc.Name, got, formatKey, p.format(), p.cfg.RecordsPerMessage, formatKey)
+	}
+	return nil
 }
 
 // stream is topic's stream. Made here, the stream was not seen made by
@@ -261,20 +322,56 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 	m := last
 	if r.Offset >= end {
 		ahead = true
-		if m, err = firstAtLeast(ctx, st, layout.HeaderOffset, end-1, last); err != nil {
+		if m, err = firstAtLeast(ctx, st, lastOffset, end-1, last); err != nil {
 			return 0, false, err
 		}
-		if r, err = streamRecord(m, subject); err != nil {
+		rs, err := streamRecords(m, subject)
+		if err != nil {
 			return 0, false, foreign(name, subject, m.Sequence, err.Error())
 		}
-		if r.Offset != end-1 {
-			return 0, false, lacks(name, subject, fmt.Sprintf("record %d, which block %d committed", end-1, part.Records[len(part.Records)-1].Height), m.Sequence, fmt.Sprintf("offset %d", r.Offset))
+		first := rs[0].Offset
+		if first > end-1 || end-1-first >= uint64(len(rs)) {
+			return 0, false, lacks(name, subject, fmt.Sprintf("record %d, which block %d committed", end-1, part.Records[len(part.Records)-1].Height), m.Sequence, offsets(rs))
 		}
+		r = rs[end-1-first]
 	}
 	if want := part.Records[r.Offset-root.FirstOffset]; !sameRecord(r, want) {
 		return 0, false, foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
 	}
 	return r.Offset + 1, ahead, nil
+}
+
+// offsets names the offsets of rs, a message's records.
+func offsets(rs []*byzlogv1.StoredRecord) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("offset %d", rs[0].Offset)
+	}
+	return fmt.Sprintf("offsets %d to %d", rs[0].Offset, rs[len(rs)-1].Offset)
+}
+
+// lastOffset is the offset of the last record m says it carries, from its
+// headers (HeaderOffset, and HeaderRecords for a run).
+func lastOffset(m *jetstream.RawStreamMsg) (uint64, error) {
+	first, err := strconv.ParseUint(m.Header.Get(layout.HeaderOffset), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("a message with %s %q", layout.HeaderOffset, m.Header.Get(layout.HeaderOffset))
+	}
+	n := uint64(1)
+	if v := m.Header.Values(layout.HeaderRecords); len(v) > 0 {
+		if n, err = strconv.ParseUint(v[0], 10, 32); err != nil || n == 0 || first+n-1 < first {
+			return 0, fmt.Errorf("a message with %s %q from %s %d", layout.HeaderRecords, v[0], layout.HeaderOffset, first)
+		}
+	}
+	return first + n - 1, nil
+}
+
+// heightOf is the height a message of the blocks stream says it holds.
+func heightOf(m *jetstream.RawStreamMsg) (uint64, error) {
+	v, err := strconv.ParseUint(m.Header.Get(layout.HeaderHeight), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("a message with %s %q", layout.HeaderHeight, m.Header.Get(layout.HeaderHeight))
+	}
+	return v, nil
 }
 
 // blocksIn returns the first height the blocks stream lacks: the height
@@ -295,7 +392,7 @@ func (p *publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64,
 	}
 	m := last
 	if got.Height > info.Height {
-		if m, err = firstAtLeast(ctx, p.blocks, layout.HeaderHeight, uint64(info.Height), last); err != nil {
+		if m, err = firstAtLeast(ctx, p.blocks, heightOf, uint64(info.Height), last); err != nil {
 			return 0, err
 		}
 		if got, err = blockInfo(m); err != nil {
@@ -311,11 +408,11 @@ func (p *publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64,
 	return got.Height + 1, nil
 }
 
-// firstAtLeast returns the first message on last's subject whose decimal
-// header is at least want; last, the subject's last message, is. The header
-// grows along the subject, as the publisher writes it. It reads O(log n)
-// messages, n last's stream sequence.
-func firstAtLeast(ctx context.Context, st jetstream.Stream, header string, want uint64, last *jetstream.RawStreamMsg) (*jetstream.RawStreamMsg, error) {
+// firstAtLeast returns the first message on last's subject whose key is
+// at least want; last, the subject's last message, is. The key (read from
+// a message's headers) grows along the subject, as the publisher writes
+// it. It reads O(log n) messages, n last's stream sequence.
+func firstAtLeast(ctx context.Context, st jetstream.Stream, key func(*jetstream.RawStreamMsg) (uint64, error), want uint64, last *jetstream.RawStreamMsg) (*jetstream.RawStreamMsg, error) {
 	name, subject := st.CachedInfo().Config.Name, last.Subject
 	found := last
 	// Messages of subject before lo are below want; found is at least want,
@@ -334,9 +431,9 @@ func firstAtLeast(ctx context.Context, st jetstream.Stream, header string, want 
 		if m.Subject != subject || m.Sequence < mid {
 			return nil, fmt.Errorf("stream %s answered sequence %d on %s for the message on %s at or after sequence %d", name, m.Sequence, m.Subject, subject, mid)
 		}
-		v, err := strconv.ParseUint(m.Header.Get(header), 10, 64)
+		v, err := key(m)
 		if err != nil {
-			return nil, foreign(name, subject, m.Sequence, fmt.Sprintf("a message with %s %q", header, m.Header.Get(header)))
+			return nil, foreign(name, subject, m.Sequence, err.Error())
 		}
 		if v >= want {
 			found, hi = m, mid
@@ -347,13 +444,13 @@ func firstAtLeast(ctx context.Context, st jetstream.Stream, header string, want 
 	return found, nil
 }
 
-// streamRecord decodes a record message read from subject.
-func streamRecord(m *jetstream.RawStreamMsg, subject string) (*byzlogv1.StoredRecord, error) {
-	r, err := layout.Record(m.Subject, m.Header, m.Data)
+// streamRecords decodes a record or run message read from subject.
+func streamRecords(m *jetstream.RawStreamMsg, subject string) ([]*byzlogv1.StoredRecord, error) {
+	rs, err := layout.Records(m.Subject, m.Header, m.Data)
 	if err != nil || m.Subject != subject {
 		return nil, fmt.Errorf("a message that is not a byzlog record of it (%s: %v)", m.Subject, err)
 	}
-	return r, nil
+	return rs, nil
 }
 
 // blockInfo decodes a message of the blocks stream.
@@ -437,14 +534,20 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		}
 		h := p.held[root.Topic]
 		next := h.next[root.Partition]
-		for _, r := range part.Records {
-			if r.Offset < next {
-				m.skipped.Inc()
-				continue
+		rest := part.Records
+		for len(rest) > 0 && rest[0].Offset < next {
+			m.skipped.Inc()
+			rest = rest[1:]
+		}
+		for len(rest) > 0 {
+			msg, n, err := p.message(rest)
+			if err != nil {
+				return nil, err
 			}
-			outs = append(outs, outMsg{h, p.enc.Message(r)})
-			next = r.Offset + 1
-			m.records.Inc()
+			outs = append(outs, outMsg{h, msg})
+			next = rest[n-1].Offset + 1
+			m.records.Add(float64(n))
+			rest = rest[n:]
 		}
 		h.next[root.Partition] = next
 		if h.ahead[root.Partition] {
@@ -470,6 +573,18 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 		p.blockNext = b.Height + 1
 	}
 	return p.send(ctx, outs, b.Height <= p.ackAllThrough)
+}
+
+// message is the next message of records, consecutive records of one
+// partition in one block, and how many of them it carries: a run of up to
+// RecordsPerMessage, or the first alone when that is 1.
+func (p *publisher) message(records []*byzlogv1.StoredRecord) (*nats.Msg, int, error) {
+	if p.cfg.RecordsPerMessage == 1 {
+		return p.enc.Message(records[0]), 1, nil
+	}
+	n := layout.Split(records, p.cfg.RecordsPerMessage)
+	msg, err := p.enc.Run(records[:n])
+	return msg, n, err
 }
 
 // outMsg is a message to publish to the stream h describes.
@@ -608,6 +723,13 @@ func (p *publisher) sync(ctx context.Context, st jetstream.Stream, h *held, read
 		before, err := lastSeq(ctx, st)
 		if err != nil {
 			return err
+		}
+		if name != layout.BlocksStream {
+			// Read with the sequence, so that the messages this indexer
+			// publishes as of it follow messages cut alike.
+			if err := p.checkFormat(st.CachedInfo().Config); err != nil {
+				return err
+			}
 		}
 		if sent && before != h.last {
 			return fmt.Errorf("%w: stream %s is at sequence %d, and this indexer's own publishes end at %d", errOtherWriter, name, before, h.last)

@@ -84,27 +84,32 @@ func checkDense(t *testing.T, js jetstream.JetStream, topic string, p uint32, n 
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := cons.Fetch(int(n), jetstream.FetchMaxWait(5*time.Second))
+	msgs := subjectMessages(t, js, topic, p)
+	batch, err := cons.Fetch(int(msgs), jetstream.FetchMaxWait(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := uint64(0)
 	for msg := range batch.Messages() {
-		r, err := layout.Record(msg.Subject(), msg.Headers(), msg.Data())
+		rs, err := layout.Records(msg.Subject(), msg.Headers(), msg.Data())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Offset != want || string(r.Value) != fmt.Sprintf("%d-%d", p, want) {
-			t.Fatalf("partition %d: message %d is offset %d %q", p, want, r.Offset, r.Value)
+		for _, r := range rs {
+			if r.Offset != want || string(r.Value) != fmt.Sprintf("%d-%d", p, want) {
+				t.Fatalf("partition %d: record %d is offset %d %q", p, want, r.Offset, r.Value)
+			}
+			want++
 		}
-		want++
 	}
 	if got := subjectCount(t, js, topic, p); want != n || got != n {
-		t.Fatalf("partition %d: read %d of %d messages, want %d", p, want, got, n)
+		t.Fatalf("partition %d: read %d of %d records, want %d", p, want, got, n)
 	}
 }
 
-func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) uint64 {
+// subjectMessages is how many messages the topic's stream holds on the
+// partition's subject.
+func subjectMessages(t *testing.T, js jetstream.JetStream, topic string, p uint32) uint64 {
 	t.Helper()
 	st, err := js.Stream(context.Background(), layout.StreamName(topic))
 	if err != nil {
@@ -115,6 +120,34 @@ func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) 
 		t.Fatal(err)
 	}
 	return info.State.Subjects[layout.Subject(topic, p)]
+}
+
+// subjectCount is how many records the topic's stream holds on the
+// partition's subject, in one-record and run messages.
+func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) uint64 {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, layout.StreamName(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := layout.Subject(topic, p)
+	n := uint64(0)
+	for seq := uint64(1); ; {
+		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return n
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := layout.Records(m.Subject, m.Header, m.Data)
+		if err != nil {
+			t.Fatalf("%s sequence %d: %v", subject, m.Sequence, err)
+		}
+		n += uint64(len(rs))
+		seq = m.Sequence + 1
+	}
 }
 
 // TestPublishExactlyOnce replays blocks the way a restarted or second
@@ -468,90 +501,121 @@ func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
 	}
 	heightOnly := nats.NewMsg(layout.BlocksSubject)
 	heightOnly.Header.Set(layout.HeaderHeight, fmt.Sprint(huge))
-	for _, tc := range []struct {
-		name   string
-		before int64 // blocks published before the message is forged
-		forged *nats.Msg
-		wants  []string // what the error publishing the next block names
-	}{
-		{"huge offset", 0, record(huge, "x"),
-			[]string{"stream byzlog-t lacks record 4", "byzlog.t.0", "sequence 1 holds offset 1152921504606846976", "nats stream rmm byzlog-t 1"}},
-		{"huge offset header alone", 0, offsetOnly,
-			[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "not a byzlog record", "nats stream rmm byzlog-t 1"}},
-		{"huge offset after a block", 1, record(huge, "x"),
-			[]string{"stream byzlog-t lacks record 9", "byzlog.t.0", "sequence 11 holds offset 1152921504606846976"}},
-		{"another record at an offset of the block", 0, record(2, "x"),
-			[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "offset 2", "not the one the chain committed"}},
-		{"huge height", 0, block(huge, "00"),
-			[]string{"stream byzlog-blocks lacks block 1", "byzlog.$blocks", "sequence 1 holds height 1152921504606846976"}},
-		{"huge height after a block", 1, block(huge, "00"),
-			[]string{"stream byzlog-blocks lacks block 2", "sequence 2 holds height 1152921504606846976"}},
-		{"huge height header alone", 0, heightOnly,
-			[]string{"stream byzlog-blocks holds on byzlog.$blocks at sequence 1", "not a byzlog BlockInfo", "1152921504606846976"}},
-		{"another block at the height", 0, block(1, "ff"),
-			[]string{"stream byzlog-blocks holds on byzlog.$blocks at sequence 1", "block hash ff"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			nc := startNATS(t)
-			ctx := context.Background()
-			cfg := Default()
-			cfg.ChainID = "c"
-			m := newMetrics()
-			p, err := newPublisher(ctx, nc, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := p.stream(ctx, "t")
-			if err != nil {
-				t.Fatal(err)
-			}
-			now := time.Now()
-			for h := int64(1); h <= tc.before; h++ {
-				futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
+	var enc layout.Encoder
+	run := func(offset uint64, n int) *nats.Msg {
+		var rs []*byzlogv1.StoredRecord
+		for i := range n {
+			rs = append(rs, &byzlogv1.StoredRecord{Topic: "t", Partition: 0, Offset: offset + uint64(i), Height: 1, Value: []byte("x"), ProducerKey: make([]byte, 32)})
+		}
+		m, err := enc.Run(rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	runCount := nats.NewMsg(layout.Subject("t", 0))
+	runCount.Header.Set(layout.HeaderOffset, "3")
+	runCount.Header.Set(layout.HeaderRecords, "18446744073709551000")
+	for _, per := range []int{1, DefaultRecordsPerMessage} {
+		// A block's 5 records of t/0 take 5 messages one by one, 1 in a run.
+		afterBlock := 1 + 5/per + 5 // and t/1's
+		if per > 1 {
+			afterBlock = 3
+		}
+		for _, tc := range []struct {
+			name   string
+			before int64 // blocks published before the message is forged
+			forged *nats.Msg
+			wants  []string // what the error publishing the next block names
+		}{
+			{"huge offset", 0, record(huge, "x"),
+				[]string{"stream byzlog-t lacks record 4", "byzlog.t.0", "sequence 1 holds offset 1152921504606846976", "nats stream rmm byzlog-t 1"}},
+			{"huge offset header alone", 0, offsetOnly,
+				[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "not a byzlog record", "nats stream rmm byzlog-t 1"}},
+			{"huge offset after a block", 1, record(huge, "x"),
+				[]string{"stream byzlog-t lacks record 9", "byzlog.t.0", fmt.Sprintf("sequence %d holds offset 1152921504606846976", afterBlock)}},
+			{"a run at huge offsets", 0, run(huge, 3),
+				[]string{"stream byzlog-t lacks record 4", "sequence 1 holds offsets 1152921504606846976 to 1152921504606846978"}},
+			{"a run past the block's records", 0, run(3, 4),
+				[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "a record at offset 4", "not the one the chain committed"}},
+			{"a run with a huge count", 0, runCount,
+				[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "Byzlog-Records = \"18446744073709551000\""}},
+			{"a run holding another record at an offset of the block", 0, run(2, 1),
+				[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "offset 2", "not the one the chain committed"}},
+			{"another record at an offset of the block", 0, record(2, "x"),
+				[]string{"stream byzlog-t holds on byzlog.t.0 at sequence 1", "offset 2", "not the one the chain committed"}},
+			{"huge height", 0, block(huge, "00"),
+				[]string{"stream byzlog-blocks lacks block 1", "byzlog.$blocks", "sequence 1 holds height 1152921504606846976"}},
+			{"huge height after a block", 1, block(huge, "00"),
+				[]string{"stream byzlog-blocks lacks block 2", "sequence 2 holds height 1152921504606846976"}},
+			{"huge height header alone", 0, heightOnly,
+				[]string{"stream byzlog-blocks holds on byzlog.$blocks at sequence 1", "not a byzlog BlockInfo", "1152921504606846976"}},
+			{"another block at the height", 0, block(1, "ff"),
+				[]string{"stream byzlog-blocks holds on byzlog.$blocks at sequence 1", "block hash ff"}},
+		} {
+			t.Run(fmt.Sprintf("%s/%d a message", tc.name, per), func(t *testing.T) {
+				nc := startNATS(t)
+				ctx := context.Background()
+				cfg := Default()
+				cfg.ChainID = "c"
+				cfg.RecordsPerMessage = per
+				m := newMetrics()
+				p, err := newPublisher(ctx, nc, cfg)
 				if err != nil {
 					t.Fatal(err)
 				}
-				waitAll(t, futs)
-			}
-			js, _ := jetstream.New(nc)
-			ack, err := js.PublishMsg(ctx, tc.forged)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A restarted indexer asks the streams what they hold.
-			p.reset()
-			next := testBlock(tc.before+1, uint64(tc.before)*5, 5, now)
-			futs, err := p.publish(ctx, next, m)
-			waitAll(t, futs)
-			if err == nil {
-				t.Fatalf("publish(block %d) after the forged message = nil, want an error naming it", next.Height)
-			}
-			for _, w := range tc.wants {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("publish(block %d) = %q, want it to name %q", next.Height, err, w)
+				st, err := p.stream(ctx, "t")
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			// Removed, the message is no longer in the way.
-			if tc.forged.Subject == layout.BlocksSubject {
-				st = p.blocks
-			}
-			if err := st.DeleteMsg(ctx, ack.Sequence); err != nil {
-				t.Fatal(err)
-			}
-			p.reset()
-			futs, err = p.publish(ctx, next, m)
-			if err != nil {
-				t.Fatalf("publish(block %d) once the message is gone = %v", next.Height, err)
-			}
-			waitAll(t, futs)
-			if n := subjectCount(t, js, "t", 0); n != uint64(next.Height)*5 {
-				t.Errorf("partition 0 holds %d records, want %d", n, next.Height*5)
-			}
-			info, err := p.blocks.Info(ctx)
-			if err != nil || info.State.Msgs != uint64(next.Height) {
-				t.Errorf("blocks stream holds %v messages (%v), want %d", info.State.Msgs, err, next.Height)
-			}
-		})
+				now := time.Now()
+				for h := int64(1); h <= tc.before; h++ {
+					futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
+					if err != nil {
+						t.Fatal(err)
+					}
+					waitAll(t, futs)
+				}
+				js, _ := jetstream.New(nc)
+				ack, err := js.PublishMsg(ctx, tc.forged)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A restarted indexer asks the streams what they hold.
+				p.reset()
+				next := testBlock(tc.before+1, uint64(tc.before)*5, 5, now)
+				futs, err := p.publish(ctx, next, m)
+				waitAll(t, futs)
+				if err == nil {
+					t.Fatalf("publish(block %d) after the forged message = nil, want an error naming it", next.Height)
+				}
+				for _, w := range tc.wants {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("publish(block %d) = %q, want it to name %q", next.Height, err, w)
+					}
+				}
+				// Removed, the message is no longer in the way.
+				if tc.forged.Subject == layout.BlocksSubject {
+					st = p.blocks
+				}
+				if err := st.DeleteMsg(ctx, ack.Sequence); err != nil {
+					t.Fatal(err)
+				}
+				p.reset()
+				futs, err = p.publish(ctx, next, m)
+				if err != nil {
+					t.Fatalf("publish(block %d) once the message is gone = %v", next.Height, err)
+				}
+				waitAll(t, futs)
+				if n := subjectCount(t, js, "t", 0); n != uint64(next.Height)*5 {
+					t.Errorf("partition 0 holds %d records, want %d", n, next.Height*5)
+				}
+				info, err := p.blocks.Info(ctx)
+				if err != nil || info.State.Msgs != uint64(next.Height) {
+					t.Errorf("blocks stream holds %v messages (%v), want %d", info.State.Msgs, err, next.Height)
+				}
+			})
+		}
 	}
 }
 
@@ -604,16 +668,28 @@ func TestDeletedStreamIsMadeAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 4 {
-		t.Fatalf("topic stream made again holds %v messages (%v), want block 2's 4", info.State.Msgs, err)
+	if _, err := st.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(p.js.Conn())
+	if n := subjectCount(t, js, "t", 0) + subjectCount(t, js, "t", 1); n != 4 {
+		t.Fatalf("topic stream made again holds %d records, want block 2's 4", n)
 	}
 }
 
 // startPublisher is a publisher of chain "c" on a NATS of its own.
 func startPublisher(ctx context.Context, t *testing.T) *publisher {
 	t.Helper()
+	return startPublisherWith(ctx, t, DefaultRecordsPerMessage)
+}
+
+// startPublisherWith is startPublisher putting up to perMessage records
+// in a message.
+func startPublisherWith(ctx context.Context, t *testing.T, perMessage int) *publisher {
+	t.Helper()
 	cfg := Default()
 	cfg.ChainID, cfg.Nodes = "c", []string{"127.0.0.1:1", "127.0.0.1:2"}
+	cfg.RecordsPerMessage = perMessage
 	p, err := newPublisher(ctx, startNATS(t), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -655,7 +731,8 @@ func TestOneAckVouchesForAll(t *testing.T) {
 // 300 records in each of two partitions, the 201st of which is 4 KiB.
 func refusingStream(ctx context.Context, t *testing.T) (*publisher, *Block) {
 	t.Helper()
-	p := startPublisher(ctx, t)
+	p := startPublisherWith(ctx, t, 1) // the 201st record's own message is refused
+
 	st, err := p.stream(ctx, "t")
 	if err != nil {
 		t.Fatal(err)
@@ -749,4 +826,79 @@ func TestRefusalSurfacesAfterAConflict(t *testing.T) {
 	if wait, _ := i.afterFollow(errOtherWriter, true, cfg.MaxRetryBackoff, p); wait != cfg.RetryBackoff || p.ackAllThrough != 0 {
 		t.Errorf("conflict after progress: wait %s, acknowledgements per message through %d; want %s and none", wait, p.ackAllThrough, cfg.RetryBackoff)
 	}
+}
+
+// TestRunsCarryABlocksRecords: a block's records of a partition go out in
+// runs of up to RecordsPerMessage, or one by one with 1, and read back the
+// same either way.
+func TestRunsCarryABlocksRecords(t *testing.T) {
+	for _, c := range []struct {
+		per  int
+		msgs uint64
+	}{{1, 600}, {256, 3}, {DefaultRecordsPerMessage, 3}, {1000, 1}} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		p := startPublisherWith(ctx, t, c.per)
+		futs, err := p.publish(ctx, testBlock(1, 0, 600, time.Now()), newMetrics())
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, futs)
+		js, _ := jetstream.New(p.js.Conn())
+		for part := uint32(0); part < 2; part++ {
+			if n := subjectMessages(t, js, "t", part); n != c.msgs {
+				t.Errorf("%d records a message: t/%d took %d messages for 600 records, want %d", c.per, part, n, c.msgs)
+			}
+			checkDense(t, js, "t", part, 600)
+		}
+		cancel()
+	}
+}
+
+// TestIndexersMustCutAlike: a message's expected sequence stands for the
+// same records only if every indexer of a stream cuts records into
+// messages alike, so an indexer refuses a stream another format is
+// written into, and writes its own into a stream without one.
+func TestIndexersMustCutAlike(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nc := startNATS(t)
+	js, _ := jetstream.New(nc)
+	// Made by an older indexer: no format in its metadata.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: layout.StreamName("t"), Subjects: []string{layout.TopicSubjects("t")}}); err != nil {
+		t.Fatal(err)
+	}
+	publisherOf := func(per int) *publisher {
+		cfg := Default()
+		cfg.ChainID, cfg.RecordsPerMessage = "c", per
+		p, err := newPublisher(ctx, nc, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	runs, ones := publisherOf(DefaultRecordsPerMessage), publisherOf(1)
+	futs, err := runs.publish(ctx, testBlock(1, 0, 5, time.Now()), newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, futs)
+	st, err := js.Stream(ctx, layout.StreamName("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.Metadata[formatKey]; got != "run 256 65536" {
+		t.Fatalf("stream metadata %s = %q after the first publish, want %q", formatKey, got, "run 256 65536")
+	}
+	_, err = ones.publish(ctx, testBlock(2, 5, 5, time.Now()), newMetrics())
+	if err == nil || !strings.Contains(err.Error(), `holds records cut into messages as "run 256 65536"`) || !strings.Contains(err.Error(), `cuts them as "record" (--records-per-message 1)`) {
+		t.Fatalf("an indexer cutting otherwise: %v, want it refused naming both formats", err)
+	}
+	// The one that cuts alike goes on.
+	runs.reset()
+	futs, err = runs.publish(ctx, testBlock(2, 5, 5, time.Now()), newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, futs)
+	checkDense(t, js, "t", 0, 10)
 }

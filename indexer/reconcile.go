@@ -177,8 +177,8 @@ func removedByLimits(ctx context.Context, st jetstream.Stream, topic string, e p
 	}
 	// What it says counts only as far as this indexer saw the chain: a
 	// message no byzlog indexer wrote could claim a later height.
-	r, err := layout.Record(first.Subject, first.Header, first.Data)
-	return err == nil && r.Height > e.LastHeight && r.Height <= after, nil
+	rs, err := layout.Records(first.Subject, first.Header, first.Data)
+	return err == nil && rs[0].Height > e.LastHeight && rs[0].Height <= after, nil
 }
 
 // lastHeld is the offset after the last record the stream holds on the
@@ -194,8 +194,8 @@ func lastHeld(ctx context.Context, st jetstream.Stream, topic string, partition 
 	return r.Offset + 1, r.Height, nil
 }
 
-// lastRecord is the stream's last message on subject and the record it
-// carries (nil, nil when it holds none); a message that is no byzlog
+// lastRecord is the stream's last message on subject and the last record
+// it carries (nil, nil when it holds none); a message that is no byzlog
 // record of the subject is an error naming it.
 func lastRecord(ctx context.Context, st jetstream.Stream, subject string) (*jetstream.RawStreamMsg, *byzlogv1.StoredRecord, error) {
 	last, err := st.GetLastMsgForSubject(ctx, subject)
@@ -205,9 +205,9 @@ func lastRecord(ctx context.Context, st jetstream.Stream, subject string) (*jets
 	if err != nil {
 		return nil, nil, fmt.Errorf("last message on %s: %w", subject, err)
 	}
-	r, err := streamRecord(last, subject)
+	rs, err := streamRecords(last, subject)
 	if err != nil {
 		return nil, nil, foreign(st.CachedInfo().Config.Name, subject, last.Sequence, err.Error())
 	}
-	return last, r, nil
+	return last, rs[len(rs)-1], nil
 }

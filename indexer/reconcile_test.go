@@ -23,6 +23,7 @@ func TestRewindToWhatTheStreamsHold(t *testing.T) {
 	nc := startNATS(t)
 	ctx := context.Background()
 	cfg := Default()
+	cfg.RecordsPerMessage = 1 // a message per record, dropped one by one
 	cfg.ChainID = "c"
 	m := newMetrics()
 	p, err := newPublisher(ctx, nc, cfg)

@@ -267,6 +267,7 @@ func TestFullStreamDropsItsOldest(t *testing.T) {
 	defer cancel()
 	nc := startNATS(t)
 	cfg := Default()
+	cfg.RecordsPerMessage = 1 // a message per record, dropped one by one
 	cfg.ChainID = "c"
 	p, err := newPublisher(ctx, nc, cfg)
 	if err != nil {
@@ -384,6 +385,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 	defer cancel()
 	nc := startNATS(t)
 	cfg := Default()
+	cfg.RecordsPerMessage = 1 // a message per record, dropped one by one
 	cfg.ChainID = "c"
 	p, err := newPublisher(ctx, nc, cfg)
 	if err != nil {

@@ -207,9 +207,11 @@ func FromCommitted() SubscribeOption {
 // ephemeral ordered consumer that reads every selected record in order.
 func WithGroup(name string) SubscribeOption { return func(o *subOptions) { o.group = name } }
 
-// WithMaxAckPending bounds the records a group has delivered and not yet
-// acknowledged (default 1, at most 10,000). With 1, records are handed out
-// one at a time in stream order, so each partition is processed in offset
+// WithMaxAckPending bounds the messages a group has delivered and not yet
+// acknowledged (default 1, at most 10,000); a message carries up to the
+// indexer's --records-per-message records, and is acknowledged with the
+// last of them. With 1, messages are handed out one at a time in stream
+// order, so each partition is processed in offset
 // order however many members there are, and a redelivery (a member died
 // holding a record) comes before anything later. Raise it for throughput:
 // members then work on records concurrently, so one partition's records are
@@ -222,15 +224,19 @@ func WithMaxAckPending(n int) SubscribeOption { return func(o *subOptions) { o.m
 // group's consumer is created.
 func WithAckWait(d time.Duration) SubscribeOption { return func(o *subOptions) { o.ackWait = d } }
 
-// DefaultBuffer is how many records a subscription fetches ahead of Next
+// DefaultBuffer is how many messages a subscription fetches ahead of Next
 // unless WithBuffer says otherwise. Each pull asks JetStream for about half
-// of it: with 256, a consumer on shared, saturated cores fell behind a
-// 15,500 records/s stream ever faster (read back 14,245 → 6,130/s over
-// three minutes), with 4,096 far less (15,006 → 10,605/s; docs/benchmarks.md).
-// Kafka consumers fetch up to a MiB a partition for the same reason.
-const DefaultBuffer = 4096
+// of it. The indexer puts up to 256 of a block's records of a partition in
+// a message of at most 64 KiB (its --records-per-message), so 256 messages
+// are up to 65,536 records, and 16 MiB. With a message per record
+// (--records-per-message 1), raise it: with 256, a consumer on shared,
+// saturated cores fell behind a 15,500 records/s stream ever faster (read
+// back 14,245 → 6,130/s over three minutes), with 4,096 far less (15,006 →
+// 10,605/s; docs/benchmarks.md). Kafka consumers fetch up to a MiB a
+// partition for the same reason.
+const DefaultBuffer = 256
 
-// WithBuffer bounds the records fetched ahead of Next (default
+// WithBuffer bounds the messages fetched ahead of Next (default
 // DefaultBuffer, 1 to 10,000): fetches are batched up to this size and
 // paused while it is full.
 func WithBuffer(n int) SubscribeOption { return func(o *subOptions) { o.buffer = n } }

@@ -30,9 +30,17 @@ type Record struct {
 	Producer ed25519.PublicKey
 	Sequence uint64
 
-	seq   uint64        // its stream sequence
-	msg   jetstream.Msg // group mode: the message to acknowledge
+	seq   uint64 // its message's stream sequence
+	first bool   // the first record of its message
+	run   *run   // group mode: its message, acknowledged once all its records are
 	acked atomic.Bool
+}
+
+// run is a group member's message and how many of its records are not
+// yet acknowledged: the message is acknowledged with its last record.
+type run struct {
+	msg  jetstream.Msg
+	left atomic.Int64
 }
 
 // Header is one application header of a record.
@@ -45,35 +53,51 @@ type Header struct {
 // and Close ack the record Next returned before, so call Ack only to finish
 // a record earlier (or from another goroutine). Outside a group it does
 // nothing. It does not wait for the server; Close flushes.
+//
+// The group acknowledges messages, and a message of an indexer that puts
+// several records in one (its --records-per-message) is acknowledged with
+// the last of its records: until then the group counts all of them as
+// not done.
 func (r *Record) Ack() error {
-	if r.msg == nil || !r.acked.CompareAndSwap(false, true) {
+	if r.run == nil || !r.acked.CompareAndSwap(false, true) || r.run.left.Add(-1) > 0 {
 		return nil
 	}
-	if err := r.msg.Ack(); err != nil {
+	if err := r.run.msg.Ack(); err != nil {
 		return fmt.Errorf("ack %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
 	}
 	return nil
 }
 
-// decode turns a record message into a Record with d (one Decoder per
-// subscription, as messages in a row share most headers); an error names
-// the message and what is wrong with it, wrapped in ErrMalformed.
-func decode(d *layout.Decoder, stream string, m jetstream.Msg) (*Record, error) {
-	sr, err := d.Record(m.Subject(), m.Headers(), m.Data())
+// decode turns a record or run message into its Records with d (one
+// Decoder per subscription, as messages in a row share most headers),
+// acknowledged through one run in a group; an error names the message and
+// what is wrong with it, wrapped in ErrMalformed.
+func decode(d *layout.Decoder, stream string, m jetstream.Msg, group bool) ([]*Record, error) {
+	srs, err := d.Records(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s sequence %d: %v", ErrMalformed, stream, streamSeq(m), err)
 	}
-	r := &Record{
-		Topic: sr.Topic, Partition: sr.Partition, Offset: sr.Offset, Height: sr.Height,
-		Key: sr.Key, Value: sr.Value,
-		Timestamp: time.Unix(0, sr.TimestampUnixNano).UTC(), CreateTime: time.Unix(0, sr.CreateTimeUnixNano).UTC(),
-		Producer: ed25519.PublicKey(sr.ProducerKey), Sequence: sr.Sequence,
-		seq: streamSeq(m),
+	seq := streamSeq(m)
+	var rn *run
+	if group {
+		rn = &run{msg: m}
+		rn.left.Store(int64(len(srs)))
 	}
-	for _, h := range sr.Headers {
-		r.Headers = append(r.Headers, Header{Key: h.Key, Value: h.Value})
+	out := make([]*Record, len(srs))
+	for i, sr := range srs {
+		r := &Record{
+			Topic: sr.Topic, Partition: sr.Partition, Offset: sr.Offset, Height: sr.Height,
+			Key: sr.Key, Value: sr.Value,
+			Timestamp: time.Unix(0, sr.TimestampUnixNano).UTC(), CreateTime: time.Unix(0, sr.CreateTimeUnixNano).UTC(),
+			Producer: ed25519.PublicKey(sr.ProducerKey), Sequence: sr.Sequence,
+			seq: seq, first: i == 0, run: rn,
+		}
+		for _, h := range sr.Headers {
+			r.Headers = append(r.Headers, Header{Key: h.Key, Value: h.Value})
+		}
+		out[i] = r
 	}
-	return r, nil
+	return out, nil
 }
 
 func streamSeq(m jetstream.Msg) uint64 {

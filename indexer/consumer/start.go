@@ -124,7 +124,7 @@ func startSeq(ctx context.Context, st jetstream.Stream, topic string, parts []ui
 }
 
 // seek returns the stream sequence of the first message on subject, within
-// [first, last], for which at is true, or last+1 when there is none. at must
+// [first, last], for which at is true of its last record, or last+1 when there is none. at must
 // be monotonic along the subject's records (false, then true). It costs
 // O(log(last-first)) message reads: a read at sequence s returns the first
 // message on subject at or after s. A message that is not a byzlog record
@@ -139,8 +139,8 @@ func seek(ctx context.Context, st jetstream.Stream, subject string, first, last 
 		if err != nil || m == nil {
 			return 0, false, false, err
 		}
-		r, err := layout.Record(m.Subject, m.Header, m.Data)
-		return m.Sequence, true, err != nil || at(r), nil
+		rs, err := layout.Records(m.Subject, m.Header, m.Data)
+		return m.Sequence, true, err != nil || at(rs[len(rs)-1]), nil
 	}
 	// Invariant: the answer's search position lies in (lo, hi]; pred(s) =
 	// "no message at or after s, or the next one is at" is false at lo

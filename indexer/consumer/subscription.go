@@ -38,6 +38,7 @@ type Subscription struct {
 	nextMu  sync.Mutex           // held by Next, and by Close once Next has returned
 	last    *Record              // group mode: the record Next returned before, acked by the next call
 	pending *Record              // a record held back while Next reports a gap (or an error finding one) before it
+	queue   []*Record            // the rest of the message Next read last, in offset order
 	mine    map[uint32]delivered // group mode: per partition, this member's latest record in the stream
 	dec     layout.Decoder       // Next's
 
@@ -299,46 +300,20 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 	defer cancel()
 	defer context.AfterFunc(s.closing, cancel)()
 	for {
-		m, err := s.nextMsg(ctx)
-		if errors.Is(err, errStuck) {
-			s.closed.Store(true)
-			return nil, fmt.Errorf("read stream %s: %w (the subscription is closed: subscribe again)", s.stream, ctx.Err())
-		}
-		if err != nil {
-			if s.closed.Load() || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return nil, ErrClosed
-			}
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("read stream %s: %w", s.stream, err)
-		}
-		r, err := decode(&s.dec, s.stream, m)
-		if err == nil && r.Topic != s.topic {
-			err = fmt.Errorf("%w: stream %s sequence %d: subject %s belongs to topic %q, not %q", ErrMalformed, s.stream, streamSeq(m), m.Subject(), r.Topic, s.topic)
-		}
-		if err != nil {
-			if s.group != "" {
-				_ = m.Term() // not a record: no member should get it again
-			}
-			return nil, err
-		}
-		if !s.floor.admits(r.Partition, r.Offset, r.Timestamp.UnixNano()) {
-			if s.group != "" {
-				_ = m.Ack()
+		if len(s.queue) == 0 {
+			if err := s.read(ctx); err != nil {
+				return nil, err
 			}
 			continue
 		}
-		if v := s.c.o.verifier; v != nil {
-			if err := s.verify(ctx, v, m); err != nil {
-				if s.group != "" {
-					_ = m.Term() // no member should deliver it either
-				}
+		r := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		if !s.floor.admits(r.Partition, r.Offset, r.Timestamp.UnixNano()) {
+			if err := r.Ack(); err != nil {
 				return nil, err
 			}
-		}
-		if s.group != "" {
-			r.msg = m
+			continue
 		}
 		copied, err := s.gap(ctx, r)
 		if copied {
@@ -350,6 +325,42 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 		}
 		return s.deliver(r), nil
 	}
+}
+
+// read reads the next message into the queue: its records, decoded and
+// verified. A message that is not one of the topic's records, or fails
+// verification, is an error (terminated in a group: no member should get
+// it again).
+func (s *Subscription) read(ctx context.Context) error {
+	m, err := s.nextMsg(ctx)
+	if errors.Is(err, errStuck) {
+		s.closed.Store(true)
+		return fmt.Errorf("read stream %s: %w (the subscription is closed: subscribe again)", s.stream, ctx.Err())
+	}
+	if err != nil {
+		if s.closed.Load() || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			return ErrClosed
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("read stream %s: %w", s.stream, err)
+	}
+	rs, err := decode(&s.dec, s.stream, m, s.group != "")
+	if err == nil && rs[0].Topic != s.topic {
+		err = fmt.Errorf("%w: stream %s sequence %d: subject %s belongs to topic %q, not %q", ErrMalformed, s.stream, streamSeq(m), m.Subject(), rs[0].Topic, s.topic)
+	}
+	if err == nil && s.c.o.verifier != nil {
+		err = s.verify(ctx, s.c.o.verifier, m)
+	}
+	if err != nil {
+		if s.group != "" {
+			_ = m.Term()
+		}
+		return err
+	}
+	s.queue = rs
+	return nil
 }
 
 // stuckGrace is how long after Next's context ends nextMsg waits for
@@ -411,6 +422,9 @@ func (s *Subscription) gap(ctx context.Context, r *Record) (copied bool, err err
 // before r's (or r's, a copy). It reads the stream only when this member's
 // own latest record of the partition is not that offset.
 func (s *Subscription) groupGap(ctx context.Context, r *Record) error {
+	if !r.first {
+		return nil // the record before it is in its message
+	}
 	mine, ok := s.mine[r.Partition]
 	ok = ok && mine.seq < r.seq
 	if ok && mine.offset+1 >= r.Offset {
@@ -429,11 +443,12 @@ func (s *Subscription) groupGap(ctx context.Context, r *Record) error {
 		if m == nil {
 			return nil // nothing left before it to compare with
 		}
-		prev, err := layout.Record(m.Subject, m.Header, m.Data)
+		rs, err := layout.Records(m.Subject, m.Header, m.Data)
 		if err != nil {
 			seq = m.Sequence // not a record: no member was delivered it
 			continue
 		}
+		prev := rs[len(rs)-1]
 		if prev.Offset+1 >= r.Offset || !s.floor.admits(r.Partition, prev.Offset, prev.TimestampUnixNano) {
 			return nil
 		}
@@ -453,11 +468,14 @@ type delivered struct {
 	offset, seq uint64
 }
 
-// verify checks the message's record with v; a failure wraps ErrUnverified.
+// verify checks the message's records with v; a failure wraps
+// ErrUnverified.
 func (s *Subscription) verify(ctx context.Context, v RecordVerifier, m jetstream.Msg) error {
-	sr, err := layout.Record(m.Subject(), m.Headers(), m.Data())
-	if err == nil {
-		err = v.VerifyRecord(ctx, sr)
+	srs, err := layout.Records(m.Subject(), m.Headers(), m.Data())
+	for _, sr := range srs {
+		if err = v.VerifyRecord(ctx, sr); err != nil {
+			break
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w: stream %s sequence %d (%s): %v", ErrUnverified, s.stream, streamSeq(m), m.Subject(), err)
@@ -467,9 +485,9 @@ func (s *Subscription) verify(ctx context.Context, v RecordVerifier, m jetstream
 
 // deliver records r as returned by Next.
 func (s *Subscription) deliver(r *Record) *Record {
-	if r.msg != nil {
+	if r.run != nil {
 		s.last = r // acked by the next call, or Close
-		if d, ok := s.mine[r.Partition]; !ok || r.seq > d.seq {
+		if d, ok := s.mine[r.Partition]; !ok || r.seq > d.seq || (r.seq == d.seq && r.Offset > d.offset) {
 			s.mine[r.Partition] = delivered{offset: r.Offset, seq: r.seq}
 		}
 	}
@@ -543,9 +561,16 @@ func (s *Subscription) Close() error {
 	// fetches nobody listens to any more; a nak while one is still listed
 	// sends the record to the back of the redelivery queue.
 	s.iter.Drain()
+	// A message some of whose records Next has not returned goes back
+	// whole: the group gets its returned records again too, as after a
+	// member's crash.
 	var ahead []jetstream.Msg
-	if s.pending != nil {
-		ahead = append(ahead, s.pending.msg) // held back behind an error
+	var back *run
+	for _, r := range append([]*Record{s.pending}, s.queue...) { // held back behind an error, or not yet returned
+		if r != nil && r.run != back {
+			back = r.run
+			ahead = append(ahead, back.msg)
+		}
 	}
 	for {
 		m, err := s.iter.Next(jetstream.NextMaxWait(time.Second))

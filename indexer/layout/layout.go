@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -57,7 +59,16 @@ const (
 	// batch's Kafka base sequence; absent on records of other producers.
 	HeaderKafkaProducer = "Byzlog-Kafka-Producer-Id"
 	HeaderKafkaEpoch    = "Byzlog-Kafka-Epoch"
+	// HeaderRecords marks a run message: its payload is a RecordRun of
+	// this many records (decimal), the first at HeaderOffset. A message
+	// without it carries one record, as above.
+	HeaderRecords = "Byzlog-Records"
 )
+
+// MaxRunBytes bounds the payload of a run message the Encoder makes: the
+// records of a run stop before the one that would pass it (a run holds at
+// least one record, however large).
+const MaxRunBytes = 64 << 10
 
 // Subject is the subject of topic's partition: byzlog.<topic>.<partition>.
 // A topic name's dots stay dots, so byzlog.orders.eu.* reads as expected.
@@ -179,16 +190,143 @@ func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
 	return m
 }
 
+// Run makes one run message of records, which must be consecutive records
+// of one partition committed by one block, in offset order: a RecordRun
+// payload with HeaderRecords, HeaderOffset and HeaderHeight. Split chooses
+// runs that fit MaxRunBytes.
+func (e *Encoder) Run(records []*byzlogv1.StoredRecord) (*nats.Msg, error) {
+	first := records[0]
+	if e.subject == "" || first.Topic != e.topic || first.Partition != e.partition {
+		e.topic, e.partition, e.subject = first.Topic, first.Partition, Subject(first.Topic, first.Partition)
+	}
+	size := 0
+	for _, r := range records {
+		size += runEntrySize(r)
+	}
+	data := make([]byte, 0, size)
+	for _, r := range records {
+		data = protowire.AppendTag(data, runRecordsField, protowire.BytesType)
+		data = protowire.AppendVarint(data, uint64(proto.Size(r)))
+		var err error
+		if data, err = marshalOpts.MarshalAppend(data, r); err != nil {
+			return nil, fmt.Errorf("encode record %s/%d@%d: %w", r.Topic, r.Partition, r.Offset, err)
+		}
+	}
+	m := &nats.Msg{Subject: e.subject, Header: make(nats.Header, 4), Data: data}
+	m.Header[HeaderRecords] = []string{strconv.Itoa(len(records))}
+	m.Header[HeaderOffset] = []string{strconv.FormatUint(first.Offset, 10)}
+	m.Header[HeaderHeight] = e.height.get(first.Height, formatInt64)
+	return m, nil
+}
+
+// Split is how many of records, from the first, the next run message
+// takes: at most max records (at least 1), and no more than fit
+// MaxRunBytes, but always one.
+func Split(records []*byzlogv1.StoredRecord, max int) int {
+	size := 0
+	for i, r := range records {
+		if i == max {
+			return i
+		}
+		size += runEntrySize(r)
+		if i > 0 && size > MaxRunBytes {
+			return i
+		}
+	}
+	return len(records)
+}
+
+// runRecordsField is RecordRun's field number of records.
+const runRecordsField = 1
+
+var marshalOpts = proto.MarshalOptions{Deterministic: true}
+
+// runEntrySize is r's size in a RecordRun: the field's tag, length and
+// the record.
+func runEntrySize(r *byzlogv1.StoredRecord) int {
+	n := proto.Size(r)
+	return protowire.SizeTag(runRecordsField) + protowire.SizeBytes(n)
+}
+
 func formatTime(unixNano int64) string {
 	return time.Unix(0, unixNano).UTC().Format(time.RFC3339Nano)
 }
 
 // Record decodes a record message (subject, headers, payload) back into the
 // stored record, as far as a message carries it. A message that is not a
-// byzlog record gets an error naming what is wrong.
+// byzlog record gets an error naming what is wrong. It reads one-record
+// messages; Records reads runs too.
 func Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord, error) {
 	var d Decoder
 	return d.Record(subject, h, data)
+}
+
+// Records decodes a message into the records it carries: one for a
+// one-record message, a run's for a run message. A message that is not a
+// byzlog record or run gets an error naming what is wrong.
+func Records(subject string, h nats.Header, data []byte) ([]*byzlogv1.StoredRecord, error) {
+	var d Decoder
+	return d.Records(subject, h, data)
+}
+
+// Records decodes one message, as the package's Records does.
+func (d *Decoder) Records(subject string, h nats.Header, data []byte) ([]*byzlogv1.StoredRecord, error) {
+	n := h.Values(HeaderRecords)
+	if len(n) == 0 {
+		r, err := d.Record(subject, h, data)
+		if err != nil {
+			return nil, err
+		}
+		return []*byzlogv1.StoredRecord{r}, nil
+	}
+	if err := d.setSubject(subject); err != nil {
+		return nil, err
+	}
+	count, err := strconv.ParseUint(n[0], 10, 32)
+	if err != nil || count == 0 {
+		return nil, fmt.Errorf("message on %s: header %s = %q: want a positive count", subject, HeaderRecords, n[0])
+	}
+	first, err := strconv.ParseUint(h.Get(HeaderOffset), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderOffset, h.Get(HeaderOffset), err)
+	}
+	if count > uint64(len(data)) { // every record takes at least a byte
+		return nil, fmt.Errorf("message on %s: header %s says %d records in a %d-byte payload", subject, HeaderRecords, count, len(data))
+	}
+	var run byzlogv1.RecordRun
+	if err := proto.Unmarshal(data, &run); err != nil {
+		return nil, fmt.Errorf("message on %s: payload is not a RecordRun: %v", subject, err)
+	}
+	if uint64(len(run.Records)) != count {
+		return nil, fmt.Errorf("message on %s: header %s says %d records, the payload holds %d", subject, HeaderRecords, count, len(run.Records))
+	}
+	for i, r := range run.Records {
+		want := first + uint64(i)
+		if want < first {
+			return nil, fmt.Errorf("message on %s: offsets from %d pass 2^64", subject, first)
+		}
+		if r.Topic != d.topic || r.Partition != d.partition || r.Offset != want {
+			return nil, fmt.Errorf("message on %s: record %d of the run is %q/%d@%d, want %q/%d@%d", subject, i, r.Topic, r.Partition, r.Offset, d.topic, d.partition, want)
+		}
+		if i > 0 && r.Height != run.Records[0].Height {
+			return nil, fmt.Errorf("message on %s: record %d of the run has height %d, the first %d (a run is one block's)", subject, i, r.Height, run.Records[0].Height)
+		}
+	}
+	return run.Records, nil
+}
+
+// setSubject parses subject into d's topic and partition, unless it is the
+// subject parsed last.
+func (d *Decoder) setSubject(subject string) error {
+	if d.subject != "" && subject == d.subject {
+		return nil
+	}
+	topic, partition, err := ParseSubject(subject)
+	if err != nil {
+		return err
+	}
+	d.subject, d.topic, d.partition = subject, topic, partition
+	return nil
 }
 
 // Decoder decodes messages as Record does, remembering the values that
@@ -236,12 +374,11 @@ func parseTime(s string) (int64, error) {
 
 // Record decodes one message, as the package's Record does.
 func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.StoredRecord, error) {
-	if d.subject == "" || subject != d.subject {
-		topic, partition, err := ParseSubject(subject)
-		if err != nil {
-			return nil, err
-		}
-		d.subject, d.topic, d.partition = subject, topic, partition
+	if err := d.setSubject(subject); err != nil {
+		return nil, err
+	}
+	if n := h.Values(HeaderRecords); len(n) > 0 {
+		return nil, fmt.Errorf("message on %s: a run of %s records, not one record", subject, n[0])
 	}
 	r := &byzlogv1.StoredRecord{Topic: d.topic, Partition: d.partition, Value: data}
 	var err error

@@ -264,3 +264,171 @@ func benchmarkDecode(b *testing.B, decode func(string, nats.Header, []byte) (*by
 		}
 	}
 }
+
+// runOf is n consecutive records of t/3 from offset first, one block's.
+func runOf(first uint64, n, valueSize int) []*byzlogv1.StoredRecord {
+	var rs []*byzlogv1.StoredRecord
+	for i := range n {
+		rs = append(rs, &byzlogv1.StoredRecord{Topic: "t.x", Partition: 3, Offset: first + uint64(i), Height: 12, TimestampUnixNano: 1_700_000_000_000_000_001,
+			CreateTimeUnixNano: int64(i), Key: []byte{byte(i)}, Value: bytes.Repeat([]byte{'v'}, valueSize), ProducerKey: make([]byte, 32), Sequence: uint64(i / 3),
+			Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte{1}}}})
+	}
+	return rs
+}
+
+func TestRunRoundTrip(t *testing.T) {
+	rs := runOf(40, 5, 100)
+	var e layout.Encoder
+	m, err := e.Run(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Subject != layout.Subject("t.x", 3) || m.Header.Get(layout.HeaderRecords) != "5" || m.Header.Get(layout.HeaderOffset) != "40" || m.Header.Get(layout.HeaderHeight) != "12" {
+		t.Fatalf("run message %s %v", m.Subject, m.Header)
+	}
+	back, err := layout.Records(m.Subject, m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != len(rs) {
+		t.Fatalf("%d records back, want %d", len(back), len(rs))
+	}
+	for i := range rs {
+		if !proto.Equal(back[i], rs[i]) {
+			t.Errorf("record %d: %v, want %v", i, back[i], rs[i])
+		}
+	}
+	if _, err := layout.Record(m.Subject, m.Header, m.Data); err == nil || !strings.Contains(err.Error(), "a run of 5 records") {
+		t.Errorf("Record of a run message: %v, want an error saying it is a run", err)
+	}
+	// A one-record message reads as a one-record run.
+	one := layout.Message(rs[0])
+	got, err := layout.Records(one.Subject, one.Header, one.Data)
+	if err != nil || len(got) != 1 || got[0].Offset != 40 {
+		t.Fatalf("Records of a one-record message: %v, %v", got, err)
+	}
+}
+
+// TestRunRefusesWhatIsNotARun: what the subject, headers and payload must
+// agree on, each broken once.
+func TestRunRefusesWhatIsNotARun(t *testing.T) {
+	rs := runOf(7, 3, 10)
+	var e layout.Encoder
+	good, err := e.Run(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := runOf(7, 3, 10)
+	gap[2].Offset = 10
+	otherTopic := runOf(7, 3, 10)
+	otherTopic[1].Topic = "u"
+	twoBlocks := runOf(7, 3, 10)
+	twoBlocks[2].Height = 13
+	encode := func(rs []*byzlogv1.StoredRecord) []byte {
+		b, err := proto.Marshal(&byzlogv1.RecordRun{Records: rs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name, count, offset string
+		data                []byte
+		want                string
+	}{
+		{"count zero", "0", "7", good.Data, "want a positive count"},
+		{"count not a number", "x", "7", good.Data, "want a positive count"},
+		{"count too high", "4", "7", good.Data, "the payload holds 3"},
+		{"count past the payload", "1000", "7", good.Data[:20], "records in a 20-byte payload"},
+		{"first offset wrong", "3", "8", good.Data, "want \"t.x\"/3@8"},
+		{"offset not a number", "3", "", good.Data, "Byzlog-Offset"},
+		{"not protobuf", "3", "7", []byte{0xff, 0xff, 0xff}, "not a RecordRun"},
+		{"a gap inside", "3", "7", encode(gap), "record 2 of the run"},
+		{"another topic inside", "3", "7", encode(otherTopic), "record 1 of the run"},
+		{"two blocks", "3", "7", encode(twoBlocks), "a run is one block's"},
+	} {
+		h := nats.Header{}
+		h.Set(layout.HeaderRecords, c.count)
+		h.Set(layout.HeaderOffset, c.offset)
+		_, err := layout.Records(good.Subject, h, c.data)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestSplit(t *testing.T) {
+	for _, c := range []struct {
+		n, valueSize, max, want int
+	}{
+		{10, 100, 256, 10},
+		{300, 100, 256, 256},
+		{300, 100, 1, 1},
+		{100, 1024, 256, 59},            // 64 KiB of 1 KiB records and their fields
+		{3, layout.MaxRunBytes, 256, 1}, // one record past the bound still goes
+	} {
+		rs := runOf(0, c.n, c.valueSize)
+		got := layout.Split(rs, c.max)
+		if got != c.want {
+			t.Errorf("Split of %d records of %d B, at most %d: %d, want %d", c.n, c.valueSize, c.max, got, c.want)
+		}
+		var e layout.Encoder
+		m, err := e.Run(rs[:got])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got > 1 && len(m.Data) > layout.MaxRunBytes {
+			t.Errorf("a run of %d records is %d bytes, past MaxRunBytes", got, len(m.Data))
+		}
+	}
+}
+
+// FuzzRecords decodes arbitrary run messages: an error or records that
+// each say the subject's topic and partition and follow on from the
+// header's offset, never a panic.
+func FuzzRecords(f *testing.F) {
+	var e layout.Encoder
+	m, err := e.Run(runOf(5, 3, 20))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(m.Subject, "3", "5", m.Data)
+	f.Add(m.Subject, "1", "18446744073709551615", m.Data[:len(m.Data)/3])
+	f.Fuzz(func(t *testing.T, subject, count, offset string, data []byte) {
+		h := nats.Header{}
+		h.Set(layout.HeaderRecords, count)
+		h.Set(layout.HeaderOffset, offset)
+		rs, err := layout.Records(subject, h, data)
+		if err != nil {
+			return
+		}
+		topic, p, err := layout.ParseSubject(subject)
+		if err != nil {
+			t.Fatalf("records from subject %q, which does not parse: %v", subject, err)
+		}
+		for i, r := range rs {
+			if r.Topic != topic || r.Partition != p || r.Offset != rs[0].Offset+uint64(i) || fmt.Sprint(rs[0].Offset) != offset {
+				t.Fatalf("record %d: %s/%d@%d from subject %q offset %q", i, r.Topic, r.Partition, r.Offset, subject, offset)
+			}
+		}
+	})
+}
+
+// BenchmarkRun: 256 records of 100 B into one run message and back, per
+// record.
+func BenchmarkRun(b *testing.B) {
+	rs := runOf(0, 256, 100)
+	var e layout.Encoder
+	var d layout.Decoder
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := e.Run(rs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := d.Records(m.Subject, m.Header, m.Data); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rs)), "ns/record")
+}

@@ -332,7 +332,7 @@ func TestBenchIndexer(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	stored := func() uint64 { return streamMsgs(ctx, js, topic) }
+	stored := func() uint64 { return streamRecords(ctx, js, topic) }
 	start := time.Now()
 	startIndexer(t, n, natsURL, "bench", base+860)
 	for stored() < total && time.Since(start) < 5*time.Minute {

@@ -99,10 +99,10 @@ func TestPruning(t *testing.T) {
 	}
 	want := p.seq
 	deadline := time.Now().Add(2 * time.Minute)
-	for streamMsgs(ctx, js, "log") < want && time.Now().Before(deadline) {
+	for streamRecords(ctx, js, "log") < want && time.Now().Before(deadline) {
 		time.Sleep(500 * time.Millisecond)
 	}
-	if got := streamMsgs(ctx, js, "log"); got != want {
+	if got := streamRecords(ctx, js, "log"); got != want {
 		t.Fatalf("the stream holds %d records after the indexer came back, %d were written", got, want)
 	}
 	logBytes, err := os.ReadFile(ix.log)

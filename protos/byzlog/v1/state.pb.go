@@ -175,6 +175,56 @@ func (x *StoredRecord) GetKafkaEpoch() int32 {
 	return 0
 }
 
+// RecordRun is the payload of a NATS message that carries several records
+// (the indexer's --records-per-message above 1): consecutive records of the
+// partition the message's subject names, all committed by one block, in
+// offset order, each with the topic and partition the subject names. The
+// message's headers Byzlog-Offset and Byzlog-Records give the first offset
+// and the count.
+type RecordRun struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*StoredRecord        `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordRun) Reset() {
+	*x = RecordRun{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRun) ProtoMessage() {}
+
+func (x *RecordRun) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRun.ProtoReflect.Descriptor instead.
+func (*RecordRun) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RecordRun) GetRecords() []*StoredRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 // ChunkedValue is the value of a record larger than the chain takes in one
 // record, as the Kafka face writes it: the value is split into chunk records
 // earlier in the same partition, each with the header "byzlog.chunk" and
@@ -193,7 +243,7 @@ type ChunkedValue struct {
 
 func (x *ChunkedValue) Reset() {
 	*x = ChunkedValue{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	mi := &file_byzlog_v1_state_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -205,7 +255,7 @@ func (x *ChunkedValue) String() string {
 func (*ChunkedValue) ProtoMessage() {}
 
 func (x *ChunkedValue) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	mi := &file_byzlog_v1_state_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -218,7 +268,7 @@ func (x *ChunkedValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkedValue.ProtoReflect.Descriptor instead.
 func (*ChunkedValue) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ChunkedValue) GetSize() uint64 {
@@ -273,7 +323,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[2]
+	mi := &file_byzlog_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +335,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[2]
+	mi := &file_byzlog_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +348,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Limits) GetMaxRecordBytes() uint32 {
@@ -407,7 +457,7 @@ type ChainParams struct {
 
 func (x *ChainParams) Reset() {
 	*x = ChainParams{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[3]
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +469,7 @@ func (x *ChainParams) String() string {
 func (*ChainParams) ProtoMessage() {}
 
 func (x *ChainParams) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[3]
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +482,7 @@ func (x *ChainParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChainParams.ProtoReflect.Descriptor instead.
 func (*ChainParams) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ChainParams) GetChainId() string {
@@ -491,7 +541,7 @@ type AdminSet struct {
 
 func (x *AdminSet) Reset() {
 	*x = AdminSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +553,7 @@ func (x *AdminSet) String() string {
 func (*AdminSet) ProtoMessage() {}
 
 func (x *AdminSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +566,7 @@ func (x *AdminSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminSet.ProtoReflect.Descriptor instead.
 func (*AdminSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AdminSet) GetAdmins() [][]byte {
@@ -550,7 +600,7 @@ type Rules struct {
 
 func (x *Rules) Reset() {
 	*x = Rules{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +612,7 @@ func (x *Rules) String() string {
 func (*Rules) ProtoMessage() {}
 
 func (x *Rules) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +625,7 @@ func (x *Rules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rules.ProtoReflect.Descriptor instead.
 func (*Rules) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Rules) GetVersion() uint64 {
@@ -618,7 +668,7 @@ type IndexerSet struct {
 
 func (x *IndexerSet) Reset() {
 	*x = IndexerSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -630,7 +680,7 @@ func (x *IndexerSet) String() string {
 func (*IndexerSet) ProtoMessage() {}
 
 func (x *IndexerSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -643,7 +693,7 @@ func (x *IndexerSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerSet.ProtoReflect.Descriptor instead.
 func (*IndexerSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IndexerSet) GetIndexers() []*Indexer {
@@ -670,7 +720,7 @@ type Indexer struct {
 
 func (x *Indexer) Reset() {
 	*x = Indexer{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +732,7 @@ func (x *Indexer) String() string {
 func (*Indexer) ProtoMessage() {}
 
 func (x *Indexer) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +745,7 @@ func (x *Indexer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Indexer.ProtoReflect.Descriptor instead.
 func (*Indexer) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Indexer) GetPubKey() []byte {
@@ -756,7 +806,7 @@ type Pruning struct {
 
 func (x *Pruning) Reset() {
 	*x = Pruning{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +818,7 @@ func (x *Pruning) String() string {
 func (*Pruning) ProtoMessage() {}
 
 func (x *Pruning) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +831,7 @@ func (x *Pruning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pruning.ProtoReflect.Descriptor instead.
 func (*Pruning) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Pruning) GetHeight() int64 {
@@ -841,7 +891,7 @@ type ValidatorSet struct {
 
 func (x *ValidatorSet) Reset() {
 	*x = ValidatorSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +903,7 @@ func (x *ValidatorSet) String() string {
 func (*ValidatorSet) ProtoMessage() {}
 
 func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +916,7 @@ func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatorSet.ProtoReflect.Descriptor instead.
 func (*ValidatorSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ValidatorSet) GetValidators() []*Validator {
@@ -894,7 +944,7 @@ type Validator struct {
 
 func (x *Validator) Reset() {
 	*x = Validator{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +956,7 @@ func (x *Validator) String() string {
 func (*Validator) ProtoMessage() {}
 
 func (x *Validator) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +969,7 @@ func (x *Validator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Validator.ProtoReflect.Descriptor instead.
 func (*Validator) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Validator) GetPubKey() []byte {
@@ -948,7 +998,7 @@ type TopicState struct {
 
 func (x *TopicState) Reset() {
 	*x = TopicState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1010,7 @@ func (x *TopicState) String() string {
 func (*TopicState) ProtoMessage() {}
 
 func (x *TopicState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1023,7 @@ func (x *TopicState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicState.ProtoReflect.Descriptor instead.
 func (*TopicState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TopicState) GetName() string {
@@ -1012,7 +1062,7 @@ type PartitionState struct {
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1074,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1087,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PartitionState) GetLogStartOffset() uint64 {
@@ -1074,7 +1124,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1136,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1149,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ProducerState) GetNextSequence() uint64 {
@@ -1131,7 +1181,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1193,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1206,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchRef) GetBaseOffset() uint64 {
@@ -1199,7 +1249,7 @@ type GroupOffset struct {
 
 func (x *GroupOffset) Reset() {
 	*x = GroupOffset{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1261,7 @@ func (x *GroupOffset) String() string {
 func (*GroupOffset) ProtoMessage() {}
 
 func (x *GroupOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1274,7 @@ func (x *GroupOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffset.ProtoReflect.Descriptor instead.
 func (*GroupOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GroupOffset) GetOffset() uint64 {
@@ -1277,7 +1327,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1339,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1352,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchResult) GetTopic() string {
@@ -1401,7 +1451,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1463,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1476,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TxOutcome) GetBatches() []*BatchResult {
@@ -1449,7 +1499,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1511,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1524,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PartitionInfo) GetPartition() uint32 {
@@ -1518,7 +1568,7 @@ type TopicInfo struct {
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1580,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1593,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TopicInfo) GetName() string {
@@ -1586,7 +1636,7 @@ type AppState struct {
 
 func (x *AppState) Reset() {
 	*x = AppState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1598,7 +1648,7 @@ func (x *AppState) String() string {
 func (*AppState) ProtoMessage() {}
 
 func (x *AppState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1611,7 +1661,7 @@ func (x *AppState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppState.ProtoReflect.Descriptor instead.
 func (*AppState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AppState) GetHeight() int64 {
@@ -1645,7 +1695,7 @@ type TopicList struct {
 
 func (x *TopicList) Reset() {
 	*x = TopicList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1707,7 @@ func (x *TopicList) String() string {
 func (*TopicList) ProtoMessage() {}
 
 func (x *TopicList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1720,7 @@ func (x *TopicList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicList.ProtoReflect.Descriptor instead.
 func (*TopicList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TopicList) GetTopics() []*TopicInfo {
@@ -1690,7 +1740,7 @@ type TopicRequest struct {
 
 func (x *TopicRequest) Reset() {
 	*x = TopicRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1752,7 @@ func (x *TopicRequest) String() string {
 func (*TopicRequest) ProtoMessage() {}
 
 func (x *TopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1765,7 @@ func (x *TopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicRequest.ProtoReflect.Descriptor instead.
 func (*TopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TopicRequest) GetName() string {
@@ -1743,7 +1793,7 @@ type RecordsRequest struct {
 
 func (x *RecordsRequest) Reset() {
 	*x = RecordsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1805,7 @@ func (x *RecordsRequest) String() string {
 func (*RecordsRequest) ProtoMessage() {}
 
 func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1818,7 @@ func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsRequest.ProtoReflect.Descriptor instead.
 func (*RecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RecordsRequest) GetTopic() string {
@@ -1818,7 +1868,7 @@ type RecordsResponse struct {
 
 func (x *RecordsResponse) Reset() {
 	*x = RecordsResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1880,7 @@ func (x *RecordsResponse) String() string {
 func (*RecordsResponse) ProtoMessage() {}
 
 func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1893,7 @@ func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsResponse.ProtoReflect.Descriptor instead.
 func (*RecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecordsResponse) GetRecords() [][]byte {
@@ -1877,7 +1927,7 @@ type GroupRequest struct {
 
 func (x *GroupRequest) Reset() {
 	*x = GroupRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1939,7 @@ func (x *GroupRequest) String() string {
 func (*GroupRequest) ProtoMessage() {}
 
 func (x *GroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +1952,7 @@ func (x *GroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRequest.ProtoReflect.Descriptor instead.
 func (*GroupRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GroupRequest) GetGroup() string {
@@ -1923,7 +1973,7 @@ type GroupOffsets struct {
 
 func (x *GroupOffsets) Reset() {
 	*x = GroupOffsets{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +1985,7 @@ func (x *GroupOffsets) String() string {
 func (*GroupOffsets) ProtoMessage() {}
 
 func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +1998,7 @@ func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffsets.ProtoReflect.Descriptor instead.
 func (*GroupOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GroupOffsets) GetGroup() string {
@@ -1986,7 +2036,7 @@ type ProducerRequest struct {
 
 func (x *ProducerRequest) Reset() {
 	*x = ProducerRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2048,7 @@ func (x *ProducerRequest) String() string {
 func (*ProducerRequest) ProtoMessage() {}
 
 func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2061,7 @@ func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRequest.ProtoReflect.Descriptor instead.
 func (*ProducerRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ProducerRequest) GetProducerKey() []byte {
@@ -2053,7 +2103,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2115,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2128,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NonceRequest) GetKey() []byte {
@@ -2112,7 +2162,7 @@ type NonceResponse struct {
 
 func (x *NonceResponse) Reset() {
 	*x = NonceResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2174,7 @@ func (x *NonceResponse) String() string {
 func (*NonceResponse) ProtoMessage() {}
 
 func (x *NonceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2187,7 @@ func (x *NonceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceResponse.ProtoReflect.Descriptor instead.
 func (*NonceResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *NonceResponse) GetNextNonce() uint64 {
@@ -2210,7 +2260,7 @@ type ResultProof struct {
 
 func (x *ResultProof) Reset() {
 	*x = ResultProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2272,7 @@ func (x *ResultProof) String() string {
 func (*ResultProof) ProtoMessage() {}
 
 func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2285,7 @@ func (x *ResultProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
 func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ResultProof) GetTxResult() []byte {
@@ -2302,7 +2352,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2364,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2377,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -2381,7 +2431,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2393,7 +2443,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2406,7 +2456,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -2458,7 +2508,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2520,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2533,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -2520,7 +2570,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2582,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2595,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -2568,7 +2618,7 @@ type BundlesRequest struct {
 
 func (x *BundlesRequest) Reset() {
 	*x = BundlesRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2630,7 @@ func (x *BundlesRequest) String() string {
 func (*BundlesRequest) ProtoMessage() {}
 
 func (x *BundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2643,7 @@ func (x *BundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundlesRequest.ProtoReflect.Descriptor instead.
 func (*BundlesRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BundlesRequest) GetHashes() [][]byte {
@@ -2616,7 +2666,7 @@ type Bundles struct {
 
 func (x *Bundles) Reset() {
 	*x = Bundles{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2678,7 @@ func (x *Bundles) String() string {
 func (*Bundles) ProtoMessage() {}
 
 func (x *Bundles) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2691,7 @@ func (x *Bundles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundles.ProtoReflect.Descriptor instead.
 func (*Bundles) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Bundles) GetBundles() [][]byte {
@@ -2662,7 +2712,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2724,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2737,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2732,7 +2782,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2744,7 +2794,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2757,7 +2807,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2831,7 +2881,7 @@ type StateRoot struct {
 
 func (x *StateRoot) Reset() {
 	*x = StateRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2893,7 @@ func (x *StateRoot) String() string {
 func (*StateRoot) ProtoMessage() {}
 
 func (x *StateRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2906,7 @@ func (x *StateRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
 func (*StateRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StateRoot) GetHeight() int64 {
@@ -2903,7 +2953,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +2965,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +2978,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{40}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotMeta) GetState() *StateRoot {
@@ -2986,7 +3036,7 @@ type SnapshotBlock struct {
 
 func (x *SnapshotBlock) Reset() {
 	*x = SnapshotBlock{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[41]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3048,7 @@ func (x *SnapshotBlock) String() string {
 func (*SnapshotBlock) ProtoMessage() {}
 
 func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[41]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3061,7 @@ func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
 func (*SnapshotBlock) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{41}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotBlock) GetHeight() int64 {
@@ -3047,7 +3097,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[42]
+	mi := &file_byzlog_v1_state_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3109,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[42]
+	mi := &file_byzlog_v1_state_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3122,7 @@ func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkedValue_Chunk.ProtoReflect.Descriptor instead.
 func (*ChunkedValue_Chunk) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1, 0}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2, 0}
 }
 
 func (x *ChunkedValue_Chunk) GetOffset() uint64 {
@@ -3116,7 +3166,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x06height\x18\v \x01(\x03R\x06height\x12*\n" +
 	"\x11kafka_producer_id\x18\f \x01(\x03R\x0fkafkaProducerId\x12\x1f\n" +
 	"\vkafka_epoch\x18\r \x01(\x05R\n" +
-	"kafkaEpoch\"\xa6\x01\n" +
+	"kafkaEpoch\">\n" +
+	"\tRecordRun\x121\n" +
+	"\arecords\x18\x01 \x03(\v2\x17.byzlog.v1.StoredRecordR\arecords\"\xa6\x01\n" +
 	"\fChunkedValue\x12\x12\n" +
 	"\x04size\x18\x01 \x01(\x04R\x04size\x125\n" +
 	"\x06chunks\x18\x02 \x03(\v2\x1d.byzlog.v1.ChunkedValue.ChunkR\x06chunks\x1aK\n" +
@@ -3356,85 +3408,87 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
-	(*ChunkedValue)(nil),       // 1: byzlog.v1.ChunkedValue
-	(*Limits)(nil),             // 2: byzlog.v1.Limits
-	(*ChainParams)(nil),        // 3: byzlog.v1.ChainParams
-	(*AdminSet)(nil),           // 4: byzlog.v1.AdminSet
-	(*Rules)(nil),              // 5: byzlog.v1.Rules
-	(*IndexerSet)(nil),         // 6: byzlog.v1.IndexerSet
-	(*Indexer)(nil),            // 7: byzlog.v1.Indexer
-	(*Pruning)(nil),            // 8: byzlog.v1.Pruning
-	(*ValidatorSet)(nil),       // 9: byzlog.v1.ValidatorSet
-	(*Validator)(nil),          // 10: byzlog.v1.Validator
-	(*TopicState)(nil),         // 11: byzlog.v1.TopicState
-	(*PartitionState)(nil),     // 12: byzlog.v1.PartitionState
-	(*ProducerState)(nil),      // 13: byzlog.v1.ProducerState
-	(*BatchRef)(nil),           // 14: byzlog.v1.BatchRef
-	(*GroupOffset)(nil),        // 15: byzlog.v1.GroupOffset
-	(*BatchResult)(nil),        // 16: byzlog.v1.BatchResult
-	(*TxOutcome)(nil),          // 17: byzlog.v1.TxOutcome
-	(*PartitionInfo)(nil),      // 18: byzlog.v1.PartitionInfo
-	(*TopicInfo)(nil),          // 19: byzlog.v1.TopicInfo
-	(*AppState)(nil),           // 20: byzlog.v1.AppState
-	(*TopicList)(nil),          // 21: byzlog.v1.TopicList
-	(*TopicRequest)(nil),       // 22: byzlog.v1.TopicRequest
-	(*RecordsRequest)(nil),     // 23: byzlog.v1.RecordsRequest
-	(*RecordsResponse)(nil),    // 24: byzlog.v1.RecordsResponse
-	(*GroupRequest)(nil),       // 25: byzlog.v1.GroupRequest
-	(*GroupOffsets)(nil),       // 26: byzlog.v1.GroupOffsets
-	(*ProducerRequest)(nil),    // 27: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),       // 28: byzlog.v1.NonceRequest
-	(*NonceResponse)(nil),      // 29: byzlog.v1.NonceResponse
-	(*ResultProof)(nil),        // 30: byzlog.v1.ResultProof
-	(*BlockDigest)(nil),        // 31: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),      // 32: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),        // 33: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),      // 34: byzlog.v1.DigestRequest
-	(*BundlesRequest)(nil),     // 35: byzlog.v1.BundlesRequest
-	(*Bundles)(nil),            // 36: byzlog.v1.Bundles
-	(*ProofRequest)(nil),       // 37: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),        // 38: byzlog.v1.RecordProof
-	(*StateRoot)(nil),          // 39: byzlog.v1.StateRoot
-	(*SnapshotMeta)(nil),       // 40: byzlog.v1.SnapshotMeta
-	(*SnapshotBlock)(nil),      // 41: byzlog.v1.SnapshotBlock
-	(*ChunkedValue_Chunk)(nil), // 42: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 43: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 44: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 45: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 46: byzlog.v1.PartitionOffset
+	(*RecordRun)(nil),          // 1: byzlog.v1.RecordRun
+	(*ChunkedValue)(nil),       // 2: byzlog.v1.ChunkedValue
+	(*Limits)(nil),             // 3: byzlog.v1.Limits
+	(*ChainParams)(nil),        // 4: byzlog.v1.ChainParams
+	(*AdminSet)(nil),           // 5: byzlog.v1.AdminSet
+	(*Rules)(nil),              // 6: byzlog.v1.Rules
+	(*IndexerSet)(nil),         // 7: byzlog.v1.IndexerSet
+	(*Indexer)(nil),            // 8: byzlog.v1.Indexer
+	(*Pruning)(nil),            // 9: byzlog.v1.Pruning
+	(*ValidatorSet)(nil),       // 10: byzlog.v1.ValidatorSet
+	(*Validator)(nil),          // 11: byzlog.v1.Validator
+	(*TopicState)(nil),         // 12: byzlog.v1.TopicState
+	(*PartitionState)(nil),     // 13: byzlog.v1.PartitionState
+	(*ProducerState)(nil),      // 14: byzlog.v1.ProducerState
+	(*BatchRef)(nil),           // 15: byzlog.v1.BatchRef
+	(*GroupOffset)(nil),        // 16: byzlog.v1.GroupOffset
+	(*BatchResult)(nil),        // 17: byzlog.v1.BatchResult
+	(*TxOutcome)(nil),          // 18: byzlog.v1.TxOutcome
+	(*PartitionInfo)(nil),      // 19: byzlog.v1.PartitionInfo
+	(*TopicInfo)(nil),          // 20: byzlog.v1.TopicInfo
+	(*AppState)(nil),           // 21: byzlog.v1.AppState
+	(*TopicList)(nil),          // 22: byzlog.v1.TopicList
+	(*TopicRequest)(nil),       // 23: byzlog.v1.TopicRequest
+	(*RecordsRequest)(nil),     // 24: byzlog.v1.RecordsRequest
+	(*RecordsResponse)(nil),    // 25: byzlog.v1.RecordsResponse
+	(*GroupRequest)(nil),       // 26: byzlog.v1.GroupRequest
+	(*GroupOffsets)(nil),       // 27: byzlog.v1.GroupOffsets
+	(*ProducerRequest)(nil),    // 28: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),       // 29: byzlog.v1.NonceRequest
+	(*NonceResponse)(nil),      // 30: byzlog.v1.NonceResponse
+	(*ResultProof)(nil),        // 31: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),        // 32: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),      // 33: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),        // 34: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),      // 35: byzlog.v1.DigestRequest
+	(*BundlesRequest)(nil),     // 36: byzlog.v1.BundlesRequest
+	(*Bundles)(nil),            // 37: byzlog.v1.Bundles
+	(*ProofRequest)(nil),       // 38: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 39: byzlog.v1.RecordProof
+	(*StateRoot)(nil),          // 40: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 41: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 42: byzlog.v1.SnapshotBlock
+	(*ChunkedValue_Chunk)(nil), // 43: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 44: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 45: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 46: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 47: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	43, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	42, // 1: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
-	2,  // 2: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	7,  // 3: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
-	7,  // 4: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
-	7,  // 5: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
-	10, // 6: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	44, // 7: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	45, // 8: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
-	16, // 9: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	44, // 10: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	18, // 11: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
-	3,  // 12: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	19, // 13: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	46, // 14: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	45, // 15: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	30, // 16: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	32, // 17: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	33, // 18: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	32, // 19: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	33, // 20: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	39, // 21: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	33, // 22: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	44, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	0,  // 1: byzlog.v1.RecordRun.records:type_name -> byzlog.v1.StoredRecord
+	43, // 2: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	3,  // 3: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
+	8,  // 4: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
+	8,  // 5: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
+	8,  // 6: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
+	11, // 7: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
+	45, // 8: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	46, // 9: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	17, // 10: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	45, // 11: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	19, // 12: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	4,  // 13: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
+	20, // 14: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	47, // 15: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	46, // 16: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	31, // 17: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	33, // 18: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	34, // 19: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	33, // 20: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	34, // 21: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	40, // 22: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	34, // 23: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -3449,7 +3503,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
