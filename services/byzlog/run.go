@@ -198,7 +198,7 @@ Try, in another terminal:
   bin/byzlog topic create orders --partitions 3 --admin-key %s/admin.key --gateway %s
   seq 1 1000 | bin/byzlog produce orders --gateway %s
   bin/byzlog consume orders --count 1000 --nats %s
-  bin/nats sub 'byzlog.orders.*' --server %s --user consumer --password "$(cat %s)"%s
+  bin/nats sub 'byzlog.orders.*' --server %s --user consumer --password "$(cat %s)"%s --headers-only
 %s
 Ctrl-C stops everything.
 `, c.Validators, svc.Gateways, c.Dir, strings.Join(gws, ", "), gatewaySecurity(n, svc), kafkaLine(n, svc), svc.NATSURL(), svc.MonitorPort(), svc.IndexerAddr(),

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/byzlog/byzlog/indexer/layout"
 )
 
 // runProc is a `byzlog run` the test started.
@@ -94,7 +96,8 @@ func pidsUnder(t *testing.T, dir string) []int {
 
 // TestRunWholeSystem is the quick start's first command: `byzlog run`
 // brings up validators, NATS, a gateway and the indexer; records produced
-// with `byzlog produce` appear in `nats sub 'byzlog.>'`; a second run on
+// with `byzlog produce` appear in `nats sub 'byzlog.orders.*'` (as runs,
+// by their headers) and `byzlog consume`; a second run on
 // the same directory is refused; Ctrl-C stops every process it started;
 // running it again resumes the same data.
 func TestRunWholeSystem(t *testing.T) {
@@ -133,7 +136,9 @@ func TestRunWholeSystem(t *testing.T) {
 	}
 	natsAuth := []string{"--server", natsURL, "--user", "consumer", "--password", strings.TrimSpace(string(pw)), "--tlsca", filepath.Join(dir, "tls", "ca.pem")}
 	waitStream(ctx, t, natsAuth, "byzlog-orders")
-	sub := exec.CommandContext(ctx, filepath.Join(binDir(t), "nats"), append([]string{"sub", "byzlog.orders.*", "--count", "5", "--raw"}, natsAuth...)...)
+	subCtx, stopSub := context.WithCancel(ctx)
+	defer stopSub()
+	sub := exec.CommandContext(subCtx, filepath.Join(binDir(t), "nats"), append([]string{"sub", "byzlog.orders.*", "--headers-only"}, natsAuth...)...)
 	subOut, err := sub.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -143,20 +148,35 @@ func TestRunWholeSystem(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // subscribed before the records commit
 	bin("byzlog", "one\ntwo\nthree\nfour\nfive\n", "produce", "orders", "--gateway", gw, "--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
-	got := map[string]bool{}
+	// The indexer publishes runs of records (--records-per-message): the
+	// headers say how many a message carries.
+	records, msgs := 0, 0
+	var lines []string
 	sc := bufio.NewScanner(subOut)
-	for sc.Scan() && len(got) < 5 {
-		if l := strings.TrimSpace(sc.Text()); l != "" {
-			got[l] = true
+	for records < 5 && sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		lines = append(lines, l)
+		if v, ok := strings.CutPrefix(l, layout.HeaderRecords+": "); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("nats sub: %q", l)
+			}
+			records += n
+			msgs++
 		}
 	}
+	stopSub()
 	_ = sub.Wait()
+	if records != 5 {
+		t.Fatalf("nats sub 'byzlog.orders.*' saw %d records in runs, want 5:\n%s", records, strings.Join(lines, "\n"))
+	}
+	t.Logf("the 5 records produced with byzlog produce appeared in nats sub, in %d run messages", msgs)
+	consumed := bin("byzlog", "", "consume", "orders", "--count", "5", "--nats", natsURL, "--nats-user", "consumer", "--nats-password-file", filepath.Join(dir, "nats", "consumer.password"), "--nats-tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--timeout", "30s")
 	for _, v := range []string{"one", "two", "three", "four", "five"} {
-		if !got[v] {
-			t.Fatalf("nats sub 'byzlog.orders.*' saw %v, not %q", got, v)
+		if !strings.Contains(consumed, " "+v+"\n") {
+			t.Fatalf("byzlog consume printed\n%s\nwithout %q", consumed, v)
 		}
 	}
-	t.Log("records produced with byzlog produce appeared in nats sub")
 	checkKafkaFace(ctx, t, dir, fmt.Sprintf("127.0.0.1:%d", base+870), natsURL, bin)
 
 	// A topic with readers: its reader consumes it with its key; the
