@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/layout"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
@@ -36,13 +37,18 @@ type Config struct {
 	StartHeight int64
 	// Replicas is the JetStream replica count of the streams it creates.
 	Replicas int
-	// MaxPending bounds records published and not yet acknowledged.
+	// MaxPending bounds the messages published and not yet acknowledged,
+	// in acknowledgements awaited at once: MaxPending/128, each vouching for
+	// up to 128 messages.
 	MaxPending int
 	// RecordsPerMessage is how many of a block's consecutive records of a
-	// partition one NATS message carries at most (a layout.RecordRun, up
-	// to layout.MaxRunBytes). 1 publishes each record as its own message,
-	// its fields in headers, which any NATS client reads without byzlog's
-	// protos; above 1, a reader needs them (the consumer SDK reads both).
+	// partition one NATS message carries at most (a RecordRun, up to
+	// layout.MaxRunBytes) in the topic streams this indexer makes. 1
+	// publishes each record as its own message, its fields in headers,
+	// which any NATS client reads without byzlog's protos; above 1, a
+	// reader needs them (the consumer SDK reads both). A stream keeps the
+	// format it was made with (its metadata layout.FormatMetadata), which
+	// every indexer follows.
 	RecordsPerMessage int
 	// PollInterval is how often nodes are asked for new blocks.
 	PollInterval time.Duration
@@ -141,8 +147,8 @@ func Default() Config {
 // DefaultRecordsPerMessage is RecordsPerMessage's default, and
 // MaxRecordsPerMessage its bound.
 const (
-	DefaultRecordsPerMessage = 256
-	MaxRecordsPerMessage     = 4096
+	DefaultRecordsPerMessage = layout.DefaultRunRecords
+	MaxRecordsPerMessage     = layout.MaxRunRecords
 )
 
 // Validate says which field is wrong and why.

@@ -40,6 +40,7 @@ type publisher struct {
 	kv      jetstream.KeyValue
 	streams map[string]jetstream.Stream
 	held    map[string]*held // topic -> what its stream holds
+	formats map[string]int   // topic stream -> records a message, as its metadata says
 	blocks  jetstream.Stream
 	blockAt *held // what the blocks stream holds
 	// blockNext is the first height whose BlockInfo to publish, as of
@@ -80,7 +81,7 @@ func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, e
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, log: zerolog.Nop()}
+	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: zerolog.Nop()}
 	if err := p.ensureCursorBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -140,6 +141,7 @@ func (p *publisher) saveCursor(ctx context.Context, c savedCursor) error {
 func (p *publisher) reset() {
 	clear(p.held)
 	clear(p.streams)
+	clear(p.formats)
 	p.blocks, p.blockAt = nil, nil
 	p.blockNext = 0
 }
@@ -165,9 +167,8 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 		Name: name, Description: desc, Subjects: []string{subject},
 		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, Duplicates: duplicateWindow,
 	}
-	topic := name != layout.BlocksStream
-	if topic {
-		sc.Metadata = map[string]string{formatKey: p.format()}
+	if name != layout.BlocksStream {
+		sc.Metadata = map[string]string{layout.FormatMetadata: p.format()}
 	}
 	if c != nil {
 		l := topicLimits(c, sc.Duplicates)
@@ -190,9 +191,6 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 		// Created before (perhaps by another indexer, perhaps re-configured
 		// by an operator): its limits are the topic's, the rest is as it is.
 		st, err = p.js.Stream(ctx, name)
-		if err == nil && topic {
-			st, err = p.ensureFormat(ctx, st)
-		}
 		if err == nil && c != nil {
 			st, err = p.limit(ctx, st, c)
 		}
@@ -201,59 +199,6 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 		return nil, fmt.Errorf("stream %s for %s: %w", name, subject, err)
 	}
 	return st, nil
-}
-
-// formatKey is the metadata key of a topic's stream that says how its
-// records are cut into messages (format).
-const formatKey = "byzlog_message_format"
-
-// format is how this indexer cuts a block's records of a partition into
-// messages: "record" (a message each), or "run", RecordsPerMessage and
-// layout.MaxRunBytes. Exactly once needs every indexer of a stream to cut
-// alike: a message expects the stream sequence before it, and that
-// sequence stands for the same records only if every indexer's messages
-// hold the same records. A message refused for another indexer's, followed
-// by one accepted because another indexer's messages happened to end at
-// its expected sequence, would store records twice or skip some.
-func (p *publisher) format() string {
-	if p.cfg.RecordsPerMessage == 1 {
-		return "record"
-	}
-	return fmt.Sprintf("run %d %d", p.cfg.RecordsPerMessage, layout.MaxRunBytes)
-}
-
-// ensureFormat writes this indexer's format into st's metadata when it
-// has none (made by an older indexer, or by hand), and refuses a stream
-// another format is written into.
-func (p *publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jetstream.Stream, error) {
-	sc := st.CachedInfo().Config
-	if _, ok := sc.Metadata[formatKey]; ok {
-		return st, p.checkFormat(sc)
-	}
-	sc.Metadata = maps.Clone(sc.Metadata)
-	if sc.Metadata == nil {
-		sc.Metadata = map[string]string{}
-	}
-	sc.Metadata[formatKey] = p.format()
-	up, err := p.js.UpdateStream(ctx, sc)
-	if err != nil {
-		return nil, fmt.Errorf("write %s %q into the metadata of stream %s: %w", formatKey, p.format(), sc.Name, err)
-	}
-	return up, nil
-}
-
-// checkFormat refuses a topic's stream whose metadata does not say this
-// indexer's format.
-func (p *publisher) checkFormat(sc jetstream.StreamConfig) error {
-	got, ok := sc.Metadata[formatKey]
-	if !ok {
-		return fmt.Errorf("stream %s has no %s in its metadata, which this indexer wrote when it opened it: someone made it again or changed it", sc.Name, formatKey)
-	}
-	if got != p.format() {
-		return fmt.Errorf("stream %s holds records cut into messages as %q (its metadata %s), this indexer cuts them as %q (--records-per-message %d): every indexer publishing a stream must cut alike, or exactly once fails between them. Give them the same --records-per-message; to change it, stop every indexer of this NATS, remove %s from the stream's metadata, and start them with the new value",
-			sc.Name, got, formatKey, p.format(), p.cfg.RecordsPerMessage, formatKey)
-	}
-	return nil
 }
 
 // stream is topic's stream. Made here, the stream was not seen made by
@@ -277,8 +222,75 @@ func (p *publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.T
 	if err != nil {
 		return nil, err
 	}
+	st, n, err := p.ensureFormat(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	p.streams[topic] = st
+	p.formats[st.CachedInfo().Config.Name] = n
 	return st, nil
+}
+
+// Message formats. Exactly once needs every indexer of a stream to cut its
+// records into messages alike: a message expects the stream sequence
+// before it, and that sequence stands for the same records only if every
+// indexer's messages hold the same records. Otherwise a message refused
+// for another indexer's, followed by one accepted because the other's
+// messages happened to end at the sequence it expects, would store
+// records twice or skip some. So the stream says how its records are cut
+// (its metadata layout.FormatMetadata), and every indexer cuts as it says:
+// runs are cut greedily from where the stream ends, so given the format,
+// the stream's state and the chain decide every message.
+
+// format is the format this indexer gives the streams it makes.
+func (p *publisher) format() string {
+	if p.cfg.RecordsPerMessage == 1 {
+		return layout.FormatRecord
+	}
+	return layout.RunFormat(p.cfg.RecordsPerMessage)
+}
+
+// ensureFormat returns the records a message of st carries at most, as
+// its metadata says. A stream without one is given one: FormatRecord when
+// it holds messages (an indexer older than runs wrote them), else this
+// indexer's. What the stream says after that is what counts (another
+// indexer may have written it at the same time).
+func (p *publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jetstream.Stream, int, error) {
+	info := st.CachedInfo()
+	if _, ok := info.Config.Metadata[layout.FormatMetadata]; !ok {
+		sc := info.Config
+		sc.Metadata = maps.Clone(sc.Metadata)
+		if sc.Metadata == nil {
+			sc.Metadata = map[string]string{}
+		}
+		sc.Metadata[layout.FormatMetadata] = p.format()
+		if info.State.Msgs > 0 {
+			sc.Metadata[layout.FormatMetadata] = layout.FormatRecord
+		}
+		if _, err := p.js.UpdateStream(ctx, sc); err != nil {
+			return nil, 0, fmt.Errorf("write %s %q into the metadata of stream %s: %w", layout.FormatMetadata, sc.Metadata[layout.FormatMetadata], sc.Name, err)
+		}
+		var err error
+		if st, err = p.js.Stream(ctx, sc.Name); err != nil {
+			return nil, 0, fmt.Errorf("stream %s: %w", sc.Name, err)
+		}
+		info = st.CachedInfo()
+	}
+	n, err := layout.ParseFormat(info.Config.Metadata[layout.FormatMetadata])
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream %s's metadata %s: %w; set it to one, or remove it to have the indexer choose", info.Config.Name, layout.FormatMetadata, err)
+	}
+	return st, n, nil
+}
+
+// checkFormat refuses a topic's stream whose format is no longer the one
+// the publisher cuts by: someone changed it since the publisher read it.
+func (p *publisher) checkFormat(sc jetstream.StreamConfig) error {
+	f := sc.Metadata[layout.FormatMetadata]
+	if n, err := layout.ParseFormat(f); err != nil || n != p.formats[sc.Name] {
+		return fmt.Errorf("stream %s's message format (metadata %s) is now %q, and this indexer cut %d records a message until now: it reads the streams again", sc.Name, layout.FormatMetadata, f, p.formats[sc.Name])
+	}
+	return nil
 }
 
 // dropStream deletes topic's stream and forgets what was published to it.
@@ -289,6 +301,7 @@ func (p *publisher) dropStream(ctx context.Context, topic string) error {
 	}
 	delete(p.streams, topic)
 	delete(p.held, topic)
+	delete(p.formats, layout.StreamName(topic))
 	return nil
 }
 
@@ -533,6 +546,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 			continue
 		}
 		h := p.held[root.Topic]
+		perMessage := p.formats[layout.StreamName(root.Topic)]
 		next := h.next[root.Partition]
 		rest := part.Records
 		for len(rest) > 0 && rest[0].Offset < next {
@@ -540,7 +554,7 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 			rest = rest[1:]
 		}
 		for len(rest) > 0 {
-			msg, n, err := p.message(rest)
+			msg, n, err := p.message(rest, perMessage)
 			if err != nil {
 				return nil, err
 			}
@@ -577,12 +591,12 @@ func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstr
 
 // message is the next message of records, consecutive records of one
 // partition in one block, and how many of them it carries: a run of up to
-// RecordsPerMessage, or the first alone when that is 1.
-func (p *publisher) message(records []*byzlogv1.StoredRecord) (*nats.Msg, int, error) {
-	if p.cfg.RecordsPerMessage == 1 {
+// perMessage (its stream's format), or the first alone when that is 1.
+func (p *publisher) message(records []*byzlogv1.StoredRecord, perMessage int) (*nats.Msg, int, error) {
+	if perMessage <= 1 {
 		return p.enc.Message(records[0]), 1, nil
 	}
-	n := layout.Split(records, p.cfg.RecordsPerMessage)
+	n := layout.Split(records, perMessage)
 	msg, err := p.enc.Run(records[:n])
 	return msg, n, err
 }
@@ -727,7 +741,7 @@ func (p *publisher) sync(ctx context.Context, st jetstream.Stream, h *held, read
 		if name != layout.BlocksStream {
 			// Read with the sequence, so that the messages this indexer
 			// publishes as of it follow messages cut alike.
-			if err := p.checkFormat(st.CachedInfo().Config); err != nil {
+			if err := p.checkFormat(st.CachedInfo().Config); err != nil { // lastSeq read it
 				return err
 			}
 		}

@@ -854,19 +854,15 @@ func TestRunsCarryABlocksRecords(t *testing.T) {
 	}
 }
 
-// TestIndexersMustCutAlike: a message's expected sequence stands for the
+// TestTheStreamSaysHowToCut: a message's expected sequence stands for the
 // same records only if every indexer of a stream cuts records into
-// messages alike, so an indexer refuses a stream another format is
-// written into, and writes its own into a stream without one.
-func TestIndexersMustCutAlike(t *testing.T) {
+// messages alike, so the stream says how (its metadata), and every indexer
+// cuts as it says, whatever its own --records-per-message.
+func TestTheStreamSaysHowToCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	nc := startNATS(t)
 	js, _ := jetstream.New(nc)
-	// Made by an older indexer: no format in its metadata.
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: layout.StreamName("t"), Subjects: []string{layout.TopicSubjects("t")}}); err != nil {
-		t.Fatal(err)
-	}
 	publisherOf := func(per int) *publisher {
 		cfg := Default()
 		cfg.ChainID, cfg.RecordsPerMessage = "c", per
@@ -876,29 +872,87 @@ func TestIndexersMustCutAlike(t *testing.T) {
 		}
 		return p
 	}
+	publish := func(p *publisher, b *Block) {
+		t.Helper()
+		p.reset()
+		futs, err := p.publish(ctx, b, newMetrics())
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, futs)
+	}
+	format := func(topic string) string {
+		st, err := js.Stream(ctx, layout.StreamName(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.Metadata[layout.FormatMetadata]
+	}
 	runs, ones := publisherOf(DefaultRecordsPerMessage), publisherOf(1)
-	futs, err := runs.publish(ctx, testBlock(1, 0, 5, time.Now()), newMetrics())
-	if err != nil {
+
+	// Made by the one that cuts runs: the other cuts runs there too.
+	publish(runs, testBlock(1, 0, 5, time.Now()))
+	if got := format("t"); got != "run/v1 256 65536" {
+		t.Fatalf("format of a stream made with runs: %q", got)
+	}
+	publish(ones, testBlock(2, 5, 5, time.Now()))
+	publish(runs, testBlock(3, 10, 5, time.Now()))
+	checkDense(t, js, "t", 0, 15)
+	if n := subjectMessages(t, js, "t", 0); n != 3 {
+		t.Errorf("t/0 holds 3 blocks' records in %d messages, want 3 runs", n)
+	}
+
+	// Made by an older indexer, with a message per record and no format:
+	// it is given "record", and runs are not cut there.
+	old := testBlock(4, 0, 5, time.Now())
+	for _, part := range old.Appended.Partitions {
+		for _, r := range part.Records {
+			r.Topic = "u"
+		}
+	}
+	for i := range old.Appended.Partitions {
+		old.Appended.Partitions[i].Root.Topic = "u"
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: layout.StreamName("u"), Subjects: []string{layout.TopicSubjects("u")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitAll(t, futs)
+	var enc layout.Encoder
+	for _, r := range old.Appended.Partitions[0].Records[:2] {
+		if _, err := js.PublishMsg(ctx, enc.Message(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(runs, old)
+	if got := format("u"); got != layout.FormatRecord {
+		t.Fatalf("format given a stream an older indexer wrote: %q, want %q", got, layout.FormatRecord)
+	}
+	checkDense(t, js, "u", 0, 5)
+	if n := subjectMessages(t, js, "u", 0); n != 5 {
+		t.Errorf("u/0 holds 5 records in %d messages, want one each", n)
+	}
+
+	// A format changed under a publisher stops it until it reads the
+	// streams again; one it does not know stops it with an error naming it.
+	publish(runs, testBlock(5, 15, 5, time.Now()))
 	st, err := js.Stream(ctx, layout.StreamName("t"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.CachedInfo().Config.Metadata[formatKey]; got != "run 256 65536" {
-		t.Fatalf("stream metadata %s = %q after the first publish, want %q", formatKey, got, "run 256 65536")
-	}
-	_, err = ones.publish(ctx, testBlock(2, 5, 5, time.Now()), newMetrics())
-	if err == nil || !strings.Contains(err.Error(), `holds records cut into messages as "run 256 65536"`) || !strings.Contains(err.Error(), `cuts them as "record" (--records-per-message 1)`) {
-		t.Fatalf("an indexer cutting otherwise: %v, want it refused naming both formats", err)
-	}
-	// The one that cuts alike goes on.
-	runs.reset()
-	futs, err = runs.publish(ctx, testBlock(2, 5, 5, time.Now()), newMetrics())
-	if err != nil {
+	sc := st.CachedInfo().Config
+	sc.Metadata[layout.FormatMetadata] = layout.FormatRecord
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	waitAll(t, futs)
-	checkDense(t, js, "t", 0, 10)
+	runs.held["t"].sent = false // as after a conflict: it reads the stream again
+	if _, err := runs.publish(ctx, testBlock(6, 20, 5, time.Now()), newMetrics()); err == nil || !strings.Contains(err.Error(), `is now "record", and this indexer cut 256 records a message`) {
+		t.Fatalf("publish after the format changed: %v, want it refused", err)
+	}
+	sc.Metadata[layout.FormatMetadata] = "run/v9 3 3"
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	runs.reset()
+	if _, err := runs.publish(ctx, testBlock(6, 20, 5, time.Now()), newMetrics()); err == nil || !strings.Contains(err.Error(), `message format "run/v9 3 3" is none this byzlog writes`) {
+		t.Fatalf("publish to a stream of an unknown format: %v, want an error naming it", err)
+	}
 }

@@ -117,6 +117,7 @@ type subOptions struct {
 	maxAckPending int
 	ackWait       time.Duration
 	buffer        int
+	bufferSet     bool
 	startSet      int // how many start options were given
 }
 
@@ -219,9 +220,13 @@ func WithGroup(name string) SubscribeOption { return func(o *subOptions) { o.gro
 // arrives after later ones. Fixed when the group's consumer is created.
 func WithMaxAckPending(n int) SubscribeOption { return func(o *subOptions) { o.maxAckPending = n } }
 
-// WithAckWait is how long a group waits for a delivered record's ack before
-// giving it to a member again (default 30 s, 1 s to 1 h). Fixed when the
-// group's consumer is created.
+// WithAckWait is how long a group waits for a delivered message's ack
+// before giving it to a member again (default 30 s, 1 s to 1 h). Fixed when
+// the group's consumer is created. A run is acknowledged with its last
+// record; while its member works through it, Next tells JetStream the run
+// is in progress with its first record and whenever a quarter of the wait
+// has passed since, so a member loses a run only when it takes the whole
+// wait over one record.
 func WithAckWait(d time.Duration) SubscribeOption { return func(o *subOptions) { o.ackWait = d } }
 
 // DefaultBuffer is how many messages a subscription fetches ahead of Next
@@ -236,10 +241,18 @@ func WithAckWait(d time.Duration) SubscribeOption { return func(o *subOptions) {
 // partition for the same reason.
 const DefaultBuffer = 256
 
+// RecordBuffer is the default buffer for a stream with a message per
+// record (its metadata says so, or says nothing: an indexer older than
+// runs wrote it).
+const RecordBuffer = 4096
+
 // WithBuffer bounds the messages fetched ahead of Next (default
-// DefaultBuffer, 1 to 10,000): fetches are batched up to this size and
-// paused while it is full.
-func WithBuffer(n int) SubscribeOption { return func(o *subOptions) { o.buffer = n } }
+// DefaultBuffer, or RecordBuffer for a stream with a message per record;
+// 1 to 10,000): fetches are batched up to this size and paused while it
+// is full.
+func WithBuffer(n int) SubscribeOption {
+	return func(o *subOptions) { o.buffer, o.bufferSet = n, true }
+}
 
 // gatewayCreds is the WithGateway connection's transport: TLS unless
 // WithGatewayInsecure.

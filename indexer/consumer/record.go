@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // Record is one record of the log, as the indexer published it.
@@ -30,10 +31,11 @@ type Record struct {
 	Producer ed25519.PublicKey
 	Sequence uint64
 
-	seq   uint64 // its message's stream sequence
-	first bool   // the first record of its message
-	run   *run   // group mode: its message, acknowledged once all its records are
-	acked atomic.Bool
+	seq    uint64                 // its message's stream sequence
+	first  bool                   // the first record of its message
+	run    *run                   // group mode: its message, acknowledged once all its records are
+	stored *byzlogv1.StoredRecord // verify mode: the record as decoded, to verify
+	acked  atomic.Bool
 }
 
 // run is a group member's message and how many of its records are not
@@ -41,6 +43,9 @@ type Record struct {
 type run struct {
 	msg  jetstream.Msg
 	left atomic.Int64
+	// touched is when the group last heard of it from this member: it
+	// was read, or reported in progress (Next's goroutine only).
+	touched time.Time
 }
 
 // Header is one application header of a record.
@@ -72,7 +77,7 @@ func (r *Record) Ack() error {
 // Decoder per subscription, as messages in a row share most headers),
 // acknowledged through one run in a group; an error names the message and
 // what is wrong with it, wrapped in ErrMalformed.
-func decode(d *layout.Decoder, stream string, m jetstream.Msg, group bool) ([]*Record, error) {
+func decode(d *layout.Decoder, stream string, m jetstream.Msg, group, keep bool) ([]*Record, error) {
 	srs, err := d.Records(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
 		return nil, fmt.Errorf("%w: stream %s sequence %d: %v", ErrMalformed, stream, streamSeq(m), err)
@@ -80,7 +85,7 @@ func decode(d *layout.Decoder, stream string, m jetstream.Msg, group bool) ([]*R
 	seq := streamSeq(m)
 	var rn *run
 	if group {
-		rn = &run{msg: m}
+		rn = &run{msg: m, touched: time.Now()}
 		rn.left.Store(int64(len(srs)))
 	}
 	out := make([]*Record, len(srs))
@@ -91,6 +96,9 @@ func decode(d *layout.Decoder, stream string, m jetstream.Msg, group bool) ([]*R
 			Timestamp: time.Unix(0, sr.TimestampUnixNano).UTC(), CreateTime: time.Unix(0, sr.CreateTimeUnixNano).UTC(),
 			Producer: ed25519.PublicKey(sr.ProducerKey), Sequence: sr.Sequence,
 			seq: seq, first: i == 0, run: rn,
+		}
+		if keep {
+			r.stored = sr
 		}
 		for _, h := range sr.Headers {
 			r.Headers = append(r.Headers, Header{Key: h.Key, Value: h.Value})

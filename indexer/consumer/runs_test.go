@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -146,5 +147,88 @@ func TestRunsGroupGaps(t *testing.T) {
 	s := e.subscribe(e.consumer(), "t", consumer.WithGroup("g"), consumer.WithPartitions(0))
 	if got, want := drain(t, s), "0@0 0@1 0@2 gap 3-4 0@5 0@6 malformed 0@7 0@8"; got != want {
 		t.Errorf("Next = %s, want %s", got, want)
+	}
+}
+
+// TestRunsLongRunStaysWithItsMember: a member working through a run for
+// longer than the ack wait keeps it (Next reports it in progress), so no
+// other member gets it meanwhile.
+func TestRunsLongRunStaysWithItsMember(t *testing.T) {
+	e := newEnv(t)
+	e.stream("t", false)
+	e.publishRun("t", 0, 0, 6, 1)
+	opts := []consumer.SubscribeOption{consumer.WithGroup("g"), consumer.WithAckWait(time.Second)}
+	a := e.subscribe(e.consumer(), "t", opts...)
+	if r := read(t, a, 1)[0]; r.Offset != 0 {
+		t.Fatalf("first member's first record is %s", desc(r))
+	}
+	b := e.subscribe(e.consumer(), "t", opts...)
+	got := make(chan string, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3500*time.Millisecond)
+		defer cancel()
+		r, err := b.Next(ctx)
+		got <- fmt.Sprint(desc(r), " ", err)
+	}()
+	for i := 1; i < 6; i++ {
+		time.Sleep(500 * time.Millisecond) // 2.5 s in all, past the 1 s ack wait
+		if r := read(t, a, 1)[0]; r.Offset != uint64(i) {
+			t.Fatalf("first member's record %d is %s", i, desc(r))
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; !strings.Contains(g, context.DeadlineExceeded.Error()) {
+		t.Fatalf("second member got %s while the first worked through the run, want nothing", g)
+	}
+}
+
+// refuseOffset is a RecordVerifier that refuses one offset and counts what
+// it is asked.
+type refuseOffset struct {
+	bad   uint64
+	asked []uint64
+}
+
+func (v *refuseOffset) VerifyRecord(_ context.Context, r *byzlogv1.StoredRecord) error {
+	v.asked = append(v.asked, r.Offset)
+	if r.Offset == v.bad {
+		return errors.New("no proof")
+	}
+	return nil
+}
+
+// TestRunsVerifyEachRecord: verify mode checks a run's records one by one,
+// from the start position on, and refuses only the one that fails.
+func TestRunsVerifyEachRecord(t *testing.T) {
+	e := newEnv(t)
+	e.stream("t", false)
+	e.publishRun("t", 0, 0, 5, 1)
+	v := &refuseOffset{bad: 2}
+	s := e.subscribe(e.consumer(consumer.WithVerifier(v)), "t")
+	var out []string
+	for range 6 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		r, err := s.Next(ctx)
+		cancel()
+		switch {
+		case errors.Is(err, consumer.ErrUnverified):
+			out = append(out, "unverified")
+		case errors.Is(err, consumer.ErrGap):
+			out = append(out, "gap")
+		case err != nil:
+			t.Fatal(err)
+		default:
+			out = append(out, desc(r))
+		}
+	}
+	if got, want := strings.Join(out, " "), "0@0 0@1 unverified gap 0@3 0@4"; got != want {
+		t.Errorf("Next = %s, want %s", got, want)
+	}
+	v2 := &refuseOffset{bad: 100}
+	s2 := e.subscribe(e.consumer(consumer.WithVerifier(v2)), "t", consumer.FromOffset(3))
+	if got := desc(read(t, s2, 2)...); got != "0@3 0@4" || !reflect.DeepEqual(v2.asked, []uint64{3, 4}) {
+		t.Errorf("from offset 3: read %s, verified %v; want 0@3 0@4, verified [3 4]", got, v2.asked)
 	}
 }

@@ -26,10 +26,12 @@ type Subscription struct {
 	topic  string
 	group  string
 	stream string
-	st     jetstream.Stream
-	floor  floor
-	cons   jetstream.Consumer
-	iter   jetstream.MessagesContext
+	// ackWait is the group's: runs are reported in progress (deliver).
+	ackWait time.Duration
+	st      jetstream.Stream
+	floor   floor
+	cons    jetstream.Consumer
+	iter    jetstream.MessagesContext
 
 	closing context.Context // done once Close starts
 	stop    context.CancelFunc
@@ -79,7 +81,7 @@ func (c *Consumer) Subscribe(ctx context.Context, topic string, opts ...Subscrib
 			filters = append(filters, layout.Subject(topic, p))
 		}
 	}
-	s := &Subscription{c: c, topic: topic, group: o.group, stream: name, st: st, positions: map[uint32]uint64{}, mine: map[uint32]delivered{}}
+	s := &Subscription{c: c, topic: topic, group: o.group, stream: name, st: st, ackWait: o.ackWait, positions: map[uint32]uint64{}, mine: map[uint32]delivered{}}
 	s.closing, s.stop = context.WithCancel(context.Background())
 	if o.group == "" {
 		err = s.ordered(ctx, st, parts, filters, o)
@@ -90,7 +92,11 @@ func (c *Consumer) Subscribe(ctx context.Context, topic string, opts ...Subscrib
 		s.stop()
 		return nil, err
 	}
-	s.iter, err = s.cons.Messages(jetstream.PullMaxMessages(o.buffer))
+	buffer := o.buffer
+	if f := st.CachedInfo().Config.Metadata[layout.FormatMetadata]; !o.bufferSet && (f == "" || f == layout.FormatRecord) {
+		buffer = RecordBuffer
+	}
+	s.iter, err = s.cons.Messages(jetstream.PullMaxMessages(buffer))
 	if err != nil {
 		s.stop()
 		return nil, fmt.Errorf("start reading stream %s: %w", name, err)
@@ -315,6 +321,12 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 			}
 			continue
 		}
+		if v := s.c.o.verifier; v != nil {
+			if err := s.verify(ctx, v, r); err != nil {
+				_ = r.Ack() // done for the group too: no member should deliver it
+				return nil, err
+			}
+		}
 		copied, err := s.gap(ctx, r)
 		if copied {
 			continue
@@ -327,10 +339,9 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 	}
 }
 
-// read reads the next message into the queue: its records, decoded and
-// verified. A message that is not one of the topic's records, or fails
-// verification, is an error (terminated in a group: no member should get
-// it again).
+// read reads the next message into the queue: its records, decoded. A
+// message that is not one of the topic's records is an error (terminated
+// in a group: no member should get it again).
 func (s *Subscription) read(ctx context.Context) error {
 	m, err := s.nextMsg(ctx)
 	if errors.Is(err, errStuck) {
@@ -346,12 +357,9 @@ func (s *Subscription) read(ctx context.Context) error {
 		}
 		return fmt.Errorf("read stream %s: %w", s.stream, err)
 	}
-	rs, err := decode(&s.dec, s.stream, m, s.group != "")
+	rs, err := decode(&s.dec, s.stream, m, s.group != "", s.c.o.verifier != nil)
 	if err == nil && rs[0].Topic != s.topic {
 		err = fmt.Errorf("%w: stream %s sequence %d: subject %s belongs to topic %q, not %q", ErrMalformed, s.stream, streamSeq(m), m.Subject(), rs[0].Topic, s.topic)
-	}
-	if err == nil && s.c.o.verifier != nil {
-		err = s.verify(ctx, s.c.o.verifier, m)
 	}
 	if err != nil {
 		if s.group != "" {
@@ -468,17 +476,10 @@ type delivered struct {
 	offset, seq uint64
 }
 
-// verify checks the message's records with v; a failure wraps
-// ErrUnverified.
-func (s *Subscription) verify(ctx context.Context, v RecordVerifier, m jetstream.Msg) error {
-	srs, err := layout.Records(m.Subject(), m.Headers(), m.Data())
-	for _, sr := range srs {
-		if err = v.VerifyRecord(ctx, sr); err != nil {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("%w: stream %s sequence %d (%s): %v", ErrUnverified, s.stream, streamSeq(m), m.Subject(), err)
+// verify checks r with v; a failure wraps ErrUnverified.
+func (s *Subscription) verify(ctx context.Context, v RecordVerifier, r *Record) error {
+	if err := v.VerifyRecord(ctx, r.stored); err != nil {
+		return fmt.Errorf("%w: stream %s sequence %d (%s): %v", ErrUnverified, s.stream, r.seq, layout.Subject(r.Topic, r.Partition), err)
 	}
 	return nil
 }
@@ -487,6 +488,13 @@ func (s *Subscription) verify(ctx context.Context, v RecordVerifier, m jetstream
 func (s *Subscription) deliver(r *Record) *Record {
 	if r.run != nil {
 		s.last = r // acked by the next call, or Close
+		// A run's ack wait started when it was fetched, perhaps a while
+		// ago: it starts again with the run's first record, and every
+		// quarter of the wait after, while the member works through it.
+		if now := time.Now(); r.run.left.Load() > 1 && (r.first || now.Sub(r.run.touched) > s.ackWait/4) {
+			_ = r.run.msg.InProgress()
+			r.run.touched = now
+		}
 		if d, ok := s.mine[r.Partition]; !ok || r.seq > d.seq || (r.seq == d.seq && r.Offset > d.offset) {
 			s.mine[r.Partition] = delivered{offset: r.Offset, seq: r.seq}
 		}

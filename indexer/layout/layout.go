@@ -1,8 +1,11 @@
 // Package layout is the contract between byzlog's indexer and its
 // consumers: which JetStream stream and subject a record goes to, and how
-// a stored record maps to a NATS message (value as the payload, everything
-// else in headers). It is pure; the indexer encodes with it and the consumer SDK decodes with it,
-// and any NATS client can read the same headers.
+// stored records map to NATS messages: a run of a block's consecutive
+// records of a partition as one message (a byzlog.v1.RecordRun payload,
+// its count and first offset in headers), or one record as a message
+// (value as the payload, everything else in headers). It is pure; the
+// indexer encodes with it and the consumer SDK decodes with it, and any
+// NATS client can read the same headers and protos.
 package layout
 
 import (
@@ -69,6 +72,41 @@ const (
 // records of a run stop before the one that would pass it (a run holds at
 // least one record, however large).
 const MaxRunBytes = 64 << 10
+
+// MaxRunRecords bounds the records of a run, as the Encoder is given them
+// and as a Decoder takes them.
+const MaxRunRecords = 4096
+
+// FormatMetadata is the metadata key of a topic's stream that says how its
+// records are cut into messages: FormatRecord, or a run format (RunFormat).
+// Every indexer of a stream cuts as it says.
+const FormatMetadata = "byzlog_message_format"
+
+// FormatRecord is the format of a stream with a message per record.
+const FormatRecord = "record"
+
+// RunFormat is the format of a stream whose messages are runs of up to
+// perMessage records cut by Split (version 1 of the cut, MaxRunBytes).
+func RunFormat(perMessage int) string {
+	return fmt.Sprintf("run/v1 %d %d", perMessage, MaxRunBytes)
+}
+
+// ParseFormat is the records a message of format f carries at most: 1 for
+// FormatRecord, a run format's count for one this package cuts.
+func ParseFormat(f string) (int, error) {
+	if f == FormatRecord {
+		return 1, nil
+	}
+	var n, size int
+	if _, err := fmt.Sscanf(f, "run/v1 %d %d", &n, &size); err != nil || f != RunFormat(n) || n < 2 || n > MaxRunRecords || size != MaxRunBytes {
+		return 0, fmt.Errorf("message format %q is none this byzlog writes (%q, or %q with 2 to %d records)", f, FormatRecord, RunFormat(DefaultRunRecords), MaxRunRecords)
+	}
+	return n, nil
+}
+
+// DefaultRunRecords is how many records a run carries at most unless the
+// indexer is told otherwise.
+const DefaultRunRecords = 256
 
 // Subject is the subject of topic's partition: byzlog.<topic>.<partition>.
 // A topic name's dots stay dots, so byzlog.orders.eu.* reads as expected.
@@ -290,29 +328,52 @@ func (d *Decoder) Records(subject string, h nats.Header, data []byte) ([]*byzlog
 	if err != nil {
 		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderOffset, h.Get(HeaderOffset), err)
 	}
-	if count > uint64(len(data)) { // every record takes at least a byte
-		return nil, fmt.Errorf("message on %s: header %s says %d records in a %d-byte payload", subject, HeaderRecords, count, len(data))
+	if count > MaxRunRecords || count > uint64(len(data)) { // every record takes at least a byte
+		return nil, fmt.Errorf("message on %s: header %s says %d records in a %d-byte payload (at most %d a run)", subject, HeaderRecords, count, len(data), MaxRunRecords)
 	}
-	var run byzlogv1.RecordRun
-	if err := proto.Unmarshal(data, &run); err != nil {
-		return nil, fmt.Errorf("message on %s: payload is not a RecordRun: %v", subject, err)
+	height, err := strconv.ParseInt(h.Get(HeaderHeight), 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderHeight, h.Get(HeaderHeight), err)
 	}
-	if uint64(len(run.Records)) != count {
-		return nil, fmt.Errorf("message on %s: header %s says %d records, the payload holds %d", subject, HeaderRecords, count, len(run.Records))
-	}
-	for i, r := range run.Records {
+	// The payload is walked field by field and each record decoded alone,
+	// up to the count, so a payload of many tiny entries costs no more than
+	// the count says.
+	records := make([]*byzlogv1.StoredRecord, 0, count)
+	for rest := data; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 || num != runRecordsField || typ != protowire.BytesType {
+			return nil, fmt.Errorf("message on %s: payload is not a RecordRun: a field other than records at byte %d", subject, len(data)-len(rest))
+		}
+		rest = rest[n:]
+		b, n := protowire.ConsumeBytes(rest)
+		if n < 0 {
+			return nil, fmt.Errorf("message on %s: payload is not a RecordRun: a truncated record at byte %d", subject, len(data)-len(rest))
+		}
+		rest = rest[n:]
+		i := len(records)
+		if uint64(i) == count {
+			return nil, fmt.Errorf("message on %s: header %s says %d records, the payload holds more", subject, HeaderRecords, count)
+		}
 		want := first + uint64(i)
 		if want < first {
 			return nil, fmt.Errorf("message on %s: offsets from %d pass 2^64", subject, first)
 		}
+		r := &byzlogv1.StoredRecord{}
+		if err := proto.Unmarshal(b, r); err != nil {
+			return nil, fmt.Errorf("message on %s: record %d of the run is not a StoredRecord: %v", subject, i, err)
+		}
 		if r.Topic != d.topic || r.Partition != d.partition || r.Offset != want {
 			return nil, fmt.Errorf("message on %s: record %d of the run is %q/%d@%d, want %q/%d@%d", subject, i, r.Topic, r.Partition, r.Offset, d.topic, d.partition, want)
 		}
-		if i > 0 && r.Height != run.Records[0].Height {
-			return nil, fmt.Errorf("message on %s: record %d of the run has height %d, the first %d (a run is one block's)", subject, i, r.Height, run.Records[0].Height)
+		if r.Height != height {
+			return nil, fmt.Errorf("message on %s: record %d of the run has height %d, header %s says %d (a run is one block's)", subject, i, r.Height, HeaderHeight, height)
 		}
+		records = append(records, r)
 	}
-	return run.Records, nil
+	if uint64(len(records)) != count {
+		return nil, fmt.Errorf("message on %s: header %s says %d records, the payload holds %d", subject, HeaderRecords, count, len(records))
+	}
+	return records, nil
 }
 
 // setSubject parses subject into d's topic and partition, unless it is the

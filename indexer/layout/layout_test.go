@@ -331,11 +331,18 @@ func TestRunRefusesWhatIsNotARun(t *testing.T) {
 		}
 		return b
 	}
+	tiny := bytes.Repeat([]byte{0x0a, 0x00}, 1000) // a thousand empty entries
+	other := append([]byte{0x12, 0x00}, good.Data...)
 	for _, c := range []struct {
 		name, count, offset string
 		data                []byte
 		want                string
 	}{
+		{"count past the bound", "5000", "7", bytes.Repeat(good.Data, 100), "at most 4096 a run"},
+		{"empty entries", "3", "7", tiny, "record 0 of the run is \"\"/0@0"},
+		{"entries past the count", "2", "7", good.Data, "the payload holds more"},
+		{"another field", "3", "7", other, "a field other than records"},
+		{"truncated", "3", "7", good.Data[:len(good.Data)-1], "not a StoredRecord"},
 		{"count zero", "0", "7", good.Data, "want a positive count"},
 		{"count not a number", "x", "7", good.Data, "want a positive count"},
 		{"count too high", "4", "7", good.Data, "the payload holds 3"},
@@ -347,9 +354,13 @@ func TestRunRefusesWhatIsNotARun(t *testing.T) {
 		{"another topic inside", "3", "7", encode(otherTopic), "record 1 of the run"},
 		{"two blocks", "3", "7", encode(twoBlocks), "a run is one block's"},
 	} {
+		if c.name == "truncated" {
+			c.want = "truncated record" // the last entry's length passes the payload
+		}
 		h := nats.Header{}
 		h.Set(layout.HeaderRecords, c.count)
 		h.Set(layout.HeaderOffset, c.offset)
+		h.Set(layout.HeaderHeight, "12")
 		_, err := layout.Records(good.Subject, h, c.data)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
@@ -392,12 +403,14 @@ func FuzzRecords(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(m.Subject, "3", "5", m.Data)
-	f.Add(m.Subject, "1", "18446744073709551615", m.Data[:len(m.Data)/3])
-	f.Fuzz(func(t *testing.T, subject, count, offset string, data []byte) {
+	f.Add(m.Subject, "3", "5", "12", m.Data)
+	f.Add(m.Subject, "1", "18446744073709551615", "12", m.Data[:len(m.Data)/3])
+	f.Add(m.Subject, "1000", "5", "12", bytes.Repeat([]byte{0x0a, 0x00}, 1000))
+	f.Fuzz(func(t *testing.T, subject, count, offset, height string, data []byte) {
 		h := nats.Header{}
 		h.Set(layout.HeaderRecords, count)
 		h.Set(layout.HeaderOffset, offset)
+		h.Set(layout.HeaderHeight, height)
 		rs, err := layout.Records(subject, h, data)
 		if err != nil {
 			return
@@ -407,7 +420,7 @@ func FuzzRecords(f *testing.F) {
 			t.Fatalf("records from subject %q, which does not parse: %v", subject, err)
 		}
 		for i, r := range rs {
-			if r.Topic != topic || r.Partition != p || r.Offset != rs[0].Offset+uint64(i) || fmt.Sprint(rs[0].Offset) != offset {
+			if r.Topic != topic || r.Partition != p || r.Offset != rs[0].Offset+uint64(i) || fmt.Sprint(rs[0].Offset) != offset || fmt.Sprint(r.Height) != height || fmt.Sprint(len(rs)) != count {
 				t.Fatalf("record %d: %s/%d@%d from subject %q offset %q", i, r.Topic, r.Partition, r.Offset, subject, offset)
 			}
 		}
@@ -431,4 +444,27 @@ func BenchmarkRun(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(rs)), "ns/record")
+}
+
+func TestFormats(t *testing.T) {
+	for _, c := range []struct {
+		format string
+		want   int
+	}{
+		{layout.FormatRecord, 1},
+		{layout.RunFormat(256), 256},
+		{"run/v1 2 65536", 2},
+		{"run/v1 1 65536", 0},
+		{"run/v1 4097 65536", 0},
+		{"run/v1 256 1024", 0},
+		{"run/v2 256 65536", 0},
+		{"run/v1 0256 65536", 0},
+		{"run 256 65536", 0},
+		{"", 0},
+	} {
+		n, err := layout.ParseFormat(c.format)
+		if n != c.want || (err == nil) != (c.want > 0) {
+			t.Errorf("ParseFormat(%q) = %d, %v; want %d", c.format, n, err, c.want)
+		}
+	}
 }
