@@ -129,7 +129,7 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.Int64Var(&o.ix.StartHeight, "start-height", o.ix.StartHeight, "first height to publish when there is no cursor")
 	f.IntVar(&o.ix.Replicas, "replicas", o.ix.Replicas, "JetStream replicas of the streams it creates")
 	f.DurationVar(&o.ix.TrustingPeriod, "trusting-period", o.ix.TrustingPeriod, "light client trusting period")
-	f.IntVar(&o.ix.MaxPending, "max-pending", o.ix.MaxPending, "records published and not yet acknowledged")
+	f.IntVar(&o.ix.MaxPending, "max-pending", o.ix.MaxPending, "messages published and not yet acknowledged, counted in acknowledgements awaited at once (one per 128 messages to a stream)")
 	f.IntVar(&o.ix.RecordsPerMessage, "records-per-message", o.ix.RecordsPerMessage, "in the topic streams it makes: a block's consecutive records of a partition that one NATS message carries at most (a byzlog.v1.RecordRun of up to 64 KiB; the consumer SDK reads it); 1: a message per record, its fields in headers, for NATS clients without byzlog's protos. A stream keeps the format it was made with (metadata byzlog_message_format), and every indexer cuts as it says")
 	f.StringVar(&o.progressKey, "progress-key", "", "key file of this indexer's registration on the chain: report progress so pruning nodes keep the blocks it has not published; empty: no reports")
 	f.DurationVar(&o.ix.ProgressInterval, "progress-interval", o.ix.ProgressInterval, "how often progress is reported")
