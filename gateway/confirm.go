@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/byzlog/byzlog/gateway/nodes"
@@ -29,11 +31,11 @@ func (g *Gateway) quorum() int { return quorum(g.pool.Len()) }
 // that cannot serve h (one that joined by state sync or prunes has no old
 // blocks, or it is down) is passed over for the next.
 func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*chain.Block, error) {
-	first, err := readBlock(ctx, n, h)
+	first, err := g.readBlock(ctx, n, h)
 	others := g.pool.Others(n)
 	for err != nil && len(others) > 0 {
 		n, others = others[0], others[1:]
-		first, err = readBlock(ctx, n, h)
+		first, err = g.readBlock(ctx, n, h)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("no node serves block %d (the last asked: %w)", h, err)
@@ -50,7 +52,7 @@ func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*
 			digest, err = headerDigest(ctx, m, h) // all agree so far: a header and results do
 		} else {
 			var b *chain.Block
-			if b, err = readBlock(ctx, m, h); err == nil {
+			if b, err = g.readBlock(ctx, m, h); err == nil {
 				digest = b.Digest()
 				if full[digest] == nil {
 					full[digest] = b
@@ -66,7 +68,7 @@ func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*
 		}
 		b := full[digest]
 		if b == nil { // agreed on by headers only: take the block from m
-			if b, err = readBlock(ctx, m, h); err != nil || b.Digest() != digest {
+			if b, err = g.readBlock(ctx, m, h); err != nil || b.Digest() != digest {
 				continue
 			}
 		}
@@ -79,13 +81,26 @@ func (g *Gateway) confirmedBlock(ctx context.Context, n *nodes.Node, h int64) (*
 	return nil, fmt.Errorf("block %d: fewer than %d nodes agree on its hash and results (%d accounts)", h, need, len(votes))
 }
 
-// readBlock reads block h and its results from n (chain.ReadBlock).
-func readBlock(ctx context.Context, n *nodes.Node, h int64) (*chain.Block, error) {
-	b, _, err := chain.ReadBlock(ctx, n.Client, h)
+// readBlock reads block h and its results from n (chain.ReadBlockLocal),
+// its bundles that are transactions this gateway has pending taken from
+// them, not from n.
+func (g *Gateway) readBlock(ctx context.Context, n *nodes.Node, h int64) (*chain.Block, error) {
+	b, _, err := chain.ReadBlockLocal(ctx, n.Client, h, g.pendingBytes)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", n.Addr, err)
 	}
 	return b, nil
+}
+
+// pendingBytes is the pending transaction whose hash is sum, or nil: the
+// tracker keeps each transaction by the hash of its bytes.
+func (g *Gateway) pendingBytes(sum [sha256.Size]byte) []byte {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if p := g.txs.pending[hex.EncodeToString(sum[:])]; p != nil {
+		return p.tx
+	}
+	return nil
 }
 
 // headerDigest is block h's chain.Digest from m's header and results:

@@ -2,6 +2,7 @@ package chain
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -61,6 +62,21 @@ type BlockSource interface {
 // KindResults) and is empty when it did not answer, or does not hold a
 // bundle the block references.
 func ReadBlock(ctx context.Context, src BlockSource, h int64) (b *Block, kind string, err error) {
+	return ReadBlockLocal(ctx, src, h, nil)
+}
+
+// Local gives the bundle whose SHA-256 is sum when the reader holds it
+// already, or nil. What it gives is used as it is, unhashed: it must only
+// give bytes it knows hash to sum (a gateway's own pending transactions,
+// kept by their hash).
+type Local func(sum [sha256.Size]byte) []byte
+
+// ReadBlockLocal is ReadBlock, taking the bundles local holds from it and
+// reading only the others from src: a gateway reads back every block its
+// transactions commit in, and fetching its own bundles from a node doubled
+// what the nodes served (and the gateway decoded, and hashed). local may
+// be nil.
+func ReadBlockLocal(ctx context.Context, src BlockSource, h int64, local Local) (b *Block, kind string, err error) {
 	rb, err := src.Block(ctx, &h)
 	if err != nil {
 		return nil, "", fmt.Errorf("block %d: %w", h, err)
@@ -86,7 +102,7 @@ func ReadBlock(ctx context.Context, src BlockSource, h int64) (b *Block, kind st
 		return nil, KindResults, fmt.Errorf("block %d: %d txs but %d results", h, len(rb.Block.Txs), n)
 	}
 	b = NewBlock(rb.Block, rr.TxsResults)
-	if b.Block, kind, err = resolveBundles(ctx, src, rb.Block); err != nil {
+	if b.Block, kind, err = resolveBundles(ctx, src, rb.Block, local); err != nil {
 		return nil, kind, err
 	}
 	return b, "", nil

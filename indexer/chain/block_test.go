@@ -220,6 +220,41 @@ func TestReadBlockResolvesBundles(t *testing.T) {
 	}
 }
 
+// TestReadBlockTakesLocalBundles: the bundles a reader holds itself (a
+// gateway's pending transactions) are taken from it and never asked of the
+// node; the block reads the same as with every bundle fetched.
+func TestReadBlockTakesLocalBundles(t *testing.T) {
+	blk, resolved, bs, results, _, _ := withRefs(6) // references at 1, 3 and 5
+	mine := map[[sha256.Size]byte][]byte{sha256.Sum256(bs[1]): bs[1], sha256.Sum256(bs[5]): bs[5]}
+	local := func(sum [sha256.Size]byte) []byte { return mine[sum] }
+	node := holding(bs, func(i int) bool { return i == 3 })
+	src := source{blk: blk, results: results, node: node}
+	if _, _, err := ReadBlock(context.Background(), src, 7); err == nil {
+		t.Fatal("ReadBlock from a node that lacks bundles 1 and 5 succeeded")
+	}
+	node.queries, node.asked = 0, 0
+	b, kind, err := ReadBlockLocal(context.Background(), src, 7, local)
+	if err != nil {
+		t.Fatalf("ReadBlockLocal = %q, %v", kind, err)
+	}
+	if node.queries != 1 || node.asked != 1 {
+		t.Errorf("the node was asked %d hashes in %d queries, want 1 in 1 (bundle 3)", node.asked, node.queries)
+	}
+	for i := range resolved {
+		if !bytes.Equal(b.Block.Txs[i], resolved[i]) {
+			t.Errorf("tx %d = %.20q, want %.20q", i, b.Block.Txs[i], resolved[i])
+		}
+	}
+	if want := NewBlock(blk, results).Digest(); b.Digest() != want {
+		t.Errorf("Digest = %s, want the committed block's %s", b.Digest(), want)
+	}
+	mine[sha256.Sum256(bs[3])] = bs[3]
+	node.queries = 0
+	if _, _, err := ReadBlockLocal(context.Background(), src, 7, local); err != nil || node.queries != 0 {
+		t.Errorf("ReadBlockLocal holding every bundle = %v after %d queries; want none", err, node.queries)
+	}
+}
+
 func TestReadBlockBundleFailures(t *testing.T) {
 	blk, _, bs, results, _, _ := withRefs(6)
 	corrupt := holding(bs, all)

@@ -142,32 +142,45 @@ func decodeBundles(value []byte, hashes [][sha256.Size]byte) ([][]byte, error) {
 // unchanged (its transactions stay the ones its data hash names). A block
 // without references comes back as it is. kind is KindBlock when q served
 // wrong data, empty when it did not answer or does not hold a bundle.
-func resolveBundles(ctx context.Context, q Querier, blk *cmttypes.Block) (resolved *cmttypes.Block, kind string, err error) {
-	var at []int
-	var hashes [][sha256.Size]byte
-	for i, tx := range blk.Txs {
-		if sum, ok := wire.BundleRef(tx); ok {
-			at = append(at, i)
-			hashes = append(hashes, sum)
-		}
-	}
-	if len(at) == 0 {
-		return blk, "", nil
-	}
-	bundles, err := FetchBundles(ctx, q, hashes)
-	if err != nil {
-		if errors.Is(err, ErrBundleAnswer) {
-			kind = KindBlock
-		}
-		return nil, kind, fmt.Errorf("bundles of block %d: %w", blk.Height, err)
-	}
+// The bundles local gives (it may be nil) are not asked of q.
+func resolveBundles(ctx context.Context, q Querier, blk *cmttypes.Block, local Local) (resolved *cmttypes.Block, kind string, err error) {
 	txs := make(cmttypes.Txs, len(blk.Txs))
 	copy(txs, blk.Txs)
-	for j, i := range at {
-		if bundles[j] == nil {
-			return nil, "", fmt.Errorf("block %d tx %d references bundle %X, which the node does not hold", blk.Height, i, hashes[j])
+	var at []int
+	var hashes [][sha256.Size]byte
+	refs := 0
+	for i, tx := range blk.Txs {
+		sum, ok := wire.BundleRef(tx)
+		if !ok {
+			continue
 		}
-		txs[i] = bundles[j]
+		refs++
+		if local != nil {
+			if b := local(sum); b != nil {
+				txs[i] = b
+				continue
+			}
+		}
+		at = append(at, i)
+		hashes = append(hashes, sum)
+	}
+	if refs == 0 {
+		return blk, "", nil
+	}
+	if len(at) > 0 {
+		bundles, err := FetchBundles(ctx, q, hashes)
+		if err != nil {
+			if errors.Is(err, ErrBundleAnswer) {
+				kind = KindBlock
+			}
+			return nil, kind, fmt.Errorf("bundles of block %d: %w", blk.Height, err)
+		}
+		for j, i := range at {
+			if bundles[j] == nil {
+				return nil, "", fmt.Errorf("block %d tx %d references bundle %X, which the node does not hold", blk.Height, i, hashes[j])
+			}
+			txs[i] = bundles[j]
+		}
 	}
 	// Field by field: a Block holds a mutex, and a new Data no cached hash.
 	return &cmttypes.Block{Header: blk.Header, Data: cmttypes.Data{Txs: txs}, Evidence: blk.Evidence, LastCommit: blk.LastCommit}, "", nil

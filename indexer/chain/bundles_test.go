@@ -30,6 +30,7 @@ type bundleNode struct {
 	answer  *abci.ResponseQuery
 	err     error
 	queries int
+	asked   int // hashes, over every query
 }
 
 func (n *bundleNode) ABCIQuery(_ context.Context, path string, data cmtbytes.HexBytes) (*ctypes.ResultABCIQuery, error) {
@@ -50,6 +51,7 @@ func (n *bundleNode) ABCIQuery(_ context.Context, path string, data cmtbytes.Hex
 	if err := proto.Unmarshal(data, &req); err != nil {
 		return refuse("bad request: %v", err)
 	}
+	n.asked += len(req.Hashes)
 	if len(req.Hashes) > wire.MaxBundlesPerQuery {
 		return refuse("%d hashes, more than %d", len(req.Hashes), wire.MaxBundlesPerQuery)
 	}
