@@ -3,9 +3,11 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -30,10 +32,12 @@ type topicCache struct {
 	// topic is looked up once more.
 	missWait time.Duration
 
-	mu      sync.Mutex
-	fetched time.Time
-	topics  map[string]*byzlogv1.TopicConfig
-	limits  *byzlogv1.Limits
+	flight     singleflight.Group // refreshes, by generation
+	mu         sync.Mutex
+	generation uint64 // counts expire calls
+	fetched    time.Time
+	topics     map[string]*byzlogv1.TopicConfig
+	limits     *byzlogv1.Limits
 }
 
 // check says whether topic/partition exists, refreshing the cache when it
@@ -54,6 +58,7 @@ func (c *topicCache) refreshable() bool {
 func (c *topicCache) expire() {
 	c.mu.Lock()
 	c.fetched = time.Time{}
+	c.generation++
 	c.mu.Unlock()
 }
 
@@ -73,7 +78,35 @@ func (c *topicCache) chainLimits(ctx context.Context) (*byzlogv1.Limits, error) 
 	return c.limits, nil
 }
 
+// refreshTimeout bounds one refresh, which every check waiting on it
+// shares.
+const refreshTimeout = 10 * time.Second
+
+// refresh reads the topics and limits again. The checks that find the
+// cache stale at once share one read (each read asks every node twice):
+// at closed-loop load, every produce request in flight when the TTL ran
+// out refreshed on its own, 11 reads where one would do. Its context is
+// not any one caller's: one giving up does not fail the others. A check
+// after expire does not join a read begun before it.
 func (c *topicCache) refresh(ctx context.Context) error {
+	c.mu.Lock()
+	key := strconv.FormatUint(c.generation, 10)
+	c.mu.Unlock()
+	ch := c.flight.DoChan(key, func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
+		defer cancel()
+		return nil, c.read(fctx)
+	})
+	select {
+	case r := <-ch:
+		return r.Err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// read is one refresh.
+func (c *topicCache) read(ctx context.Context) error {
 	var list byzlogv1.TopicList
 	if err := c.q.Query(ctx, wire.PathTopics, nil, &list); err != nil {
 		return err
