@@ -167,7 +167,7 @@ func run(ctx context.Context, o options) error {
 			log.Error().Err(err).Msg("close")
 		}
 	}()
-	log.Info().Str("listen", o.serve.Listen).Str("transport", o.serve.Transport).Str("data_dir", o.dataDir).Int("bundle_peers", len(o.app.Peers)).Msg("serving ABCI")
+	log.Info().Str("listen", o.serve.Listen).Str("transport", o.serve.Transport).Str("data_dir", o.dataDir).Int("bundle_peers", len(o.app.Peers)).Int("malloc_arena_max", mallocArenaCap()).Msg("serving ABCI")
 	if err := app.Serve(ctx, o.serve, a); err != nil {
 		return err
 	}
