@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -65,12 +66,12 @@ func (c *topicCache) expire() {
 // chainLimits are the chain's limits, refreshed when stale.
 func (c *topicCache) chainLimits(ctx context.Context) (*byzlogv1.Limits, error) {
 	c.mu.Lock()
-	l, age := c.limits, time.Since(c.fetched)
+	l, seen := c.limits, c.fetched
 	c.mu.Unlock()
-	if l != nil && age <= c.ttl {
+	if l != nil && time.Since(seen) <= c.ttl {
 		return l, nil
 	}
-	if err := c.refresh(ctx); err != nil {
+	if err := c.refresh(ctx, seen); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -82,31 +83,42 @@ func (c *topicCache) chainLimits(ctx context.Context) (*byzlogv1.Limits, error) 
 // shares.
 const refreshTimeout = 10 * time.Second
 
-// refresh reads the topics and limits again. The checks that find the
-// cache stale at once share one read (each read asks every node twice):
-// at closed-loop load, every produce request in flight when the TTL ran
-// out refreshed on its own, 11 reads where one would do. Its context is
-// not any one caller's: one giving up does not fail the others. A check
-// after expire does not join a read begun before it.
-func (c *topicCache) refresh(ctx context.Context) error {
+// refresh reads the topics and limits again, unless a read has finished
+// since the caller saw the cache fetched at seen. The checks that find the
+// cache stale at once share one read (each read asks every node twice): at
+// closed-loop load, every produce request in flight when the TTL ran out
+// refreshed on its own, 11 reads where one would do. Its context is not
+// any one caller's: one giving up does not fail the others. A check after
+// expire does not join a read begun before it, and such an older read,
+// finishing late, does not overwrite what the cache holds.
+func (c *topicCache) refresh(ctx context.Context, seen time.Time) error {
 	c.mu.Lock()
-	key := strconv.FormatUint(c.generation, 10)
+	if !c.fetched.Equal(seen) {
+		c.mu.Unlock()
+		return nil // read since the caller looked
+	}
+	gen := c.generation
 	c.mu.Unlock()
-	ch := c.flight.DoChan(key, func() (any, error) {
+	ch := c.flight.DoChan(strconv.FormatUint(gen, 10), func() (any, error) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refreshTimeout)
 		defer cancel()
-		return nil, c.read(fctx)
+		return nil, c.read(fctx, gen)
 	})
 	select {
 	case r := <-ch:
+		if r.Err != nil && ctx.Err() == nil && (errors.Is(r.Err, context.DeadlineExceeded) || errors.Is(r.Err, context.Canceled)) {
+			// The shared read's own bound, not this caller's: nothing was written.
+			return errorf(ErrUnavailable, "reading topic metadata from the nodes took over %s; retry", refreshTimeout)
+		}
 		return r.Err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// read is one refresh.
-func (c *topicCache) read(ctx context.Context) error {
+// read is one refresh, begun at generation gen: what it reads is kept only
+// if no expire came since.
+func (c *topicCache) read(ctx context.Context, gen uint64) error {
 	var list byzlogv1.TopicList
 	if err := c.q.Query(ctx, wire.PathTopics, nil, &list); err != nil {
 		return err
@@ -122,7 +134,9 @@ func (c *topicCache) read(ctx context.Context) error {
 		}
 	}
 	c.mu.Lock()
-	c.topics, c.limits, c.fetched = m, st.GetParams().GetLimits(), time.Now()
+	if gen == c.generation {
+		c.topics, c.limits, c.fetched = m, st.GetParams().GetLimits(), time.Now()
+	}
 	c.mu.Unlock()
 	return nil
 }
@@ -130,10 +144,10 @@ func (c *topicCache) read(ctx context.Context) error {
 func (c *topicCache) checkOnce(ctx context.Context, topic string, partition uint32, retried bool) (*byzlogv1.TopicConfig, *byzlogv1.Limits, error) {
 	c.mu.Lock()
 	cfg, ok := c.topics[topic]
-	age := time.Since(c.fetched)
+	seen := c.fetched
 	c.mu.Unlock()
-	if age > c.ttl || (!ok && age > c.missRefresh) {
-		if err := c.refresh(ctx); err != nil {
+	if age := time.Since(seen); age > c.ttl || (!ok && age > c.missRefresh) {
+		if err := c.refresh(ctx, seen); err != nil {
 			return nil, nil, err
 		}
 		c.mu.Lock()

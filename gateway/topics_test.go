@@ -90,3 +90,70 @@ func TestTopicCacheRefreshesOnce(t *testing.T) {
 		t.Errorf("check after expire = %v after %d reads of /topics, want a second read", err, q.count(wire.PathTopics))
 	}
 }
+
+// orderedQuerier answers its first /topics read only once first is
+// closed, with topic "old"; every later one at once, with "old" and
+// "new".
+type orderedQuerier struct {
+	mu    sync.Mutex
+	reads int
+	first chan struct{}
+}
+
+func (q *orderedQuerier) Query(ctx context.Context, path string, _, resp proto.Message) error {
+	switch path {
+	case wire.PathTopics:
+		q.mu.Lock()
+		q.reads++
+		n := q.reads
+		q.mu.Unlock()
+		list := &byzlogv1.TopicList{Topics: []*byzlogv1.TopicInfo{{Name: "old", Config: &byzlogv1.TopicConfig{Partitions: 1}}}}
+		if n == 1 {
+			<-q.first
+		} else {
+			list.Topics = append(list.Topics, &byzlogv1.TopicInfo{Name: "new", Config: &byzlogv1.TopicConfig{Partitions: 1}})
+		}
+		proto.Merge(resp, list)
+	case wire.PathState:
+		proto.Merge(resp, &byzlogv1.AppState{Params: &byzlogv1.ChainParams{Limits: &byzlogv1.Limits{}}})
+	}
+	return nil
+}
+
+// TestTopicCacheKeepsTheNewerRead: a read begun before expire that
+// finishes after the read begun after it does not put the older topics
+// back.
+func TestTopicCacheKeepsTheNewerRead(t *testing.T) {
+	q := &orderedQuerier{first: make(chan struct{})}
+	c := &topicCache{q: q, ttl: time.Hour, missRefresh: time.Hour, missWait: time.Millisecond}
+	older := make(chan error, 1)
+	go func() {
+		_, _, err := c.check(context.Background(), "old", 0)
+		older <- err
+	}()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		n := q.reads
+		q.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first read never started")
+		}
+	}
+	c.expire()
+	if _, _, err := c.check(context.Background(), "new", 0); err != nil {
+		t.Fatalf("check of the topic the newer read holds: %v", err)
+	}
+	close(q.first)
+	if err := <-older; err != nil {
+		t.Fatalf("the check waiting on the older read: %v", err)
+	}
+	c.mu.Lock()
+	_, kept := c.topics["new"]
+	c.mu.Unlock()
+	if !kept {
+		t.Error("the read begun before expire, finishing last, put the older topics back")
+	}
+}

@@ -144,17 +144,18 @@ func decodeBundles(value []byte, hashes [][sha256.Size]byte) ([][]byte, error) {
 // wrong data, empty when it did not answer or does not hold a bundle.
 // The bundles local gives (it may be nil) are not asked of q.
 func resolveBundles(ctx context.Context, q Querier, blk *cmttypes.Block, local Local) (resolved *cmttypes.Block, kind string, err error) {
-	txs := make(cmttypes.Txs, len(blk.Txs))
-	copy(txs, blk.Txs)
+	var txs cmttypes.Txs // a copy, made at the first reference
 	var at []int
 	var hashes [][sha256.Size]byte
-	refs := 0
 	for i, tx := range blk.Txs {
 		sum, ok := wire.BundleRef(tx)
 		if !ok {
 			continue
 		}
-		refs++
+		if txs == nil {
+			txs = make(cmttypes.Txs, len(blk.Txs))
+			copy(txs, blk.Txs)
+		}
 		if local != nil {
 			if b := local(sum); b != nil {
 				txs[i] = b
@@ -164,7 +165,7 @@ func resolveBundles(ctx context.Context, q Querier, blk *cmttypes.Block, local L
 		at = append(at, i)
 		hashes = append(hashes, sum)
 	}
-	if refs == 0 {
+	if txs == nil {
 		return blk, "", nil
 	}
 	if len(at) > 0 {
