@@ -65,9 +65,6 @@ static int byzlogArenas(void) {
 #endif
 }
 
-// byzlogEnvChoseArenas is byzlogEnvChose, for the test.
-static int byzlogEnvChoseArenas(void) { return byzlogEnvChose(); }
-
 // byzlogTouch mallocs and frees on the calling thread, which gives the
 // thread an arena if it had none.
 static void byzlogTouch(void) {
@@ -95,7 +92,7 @@ func mallocArenas() int { return int(C.byzlogArenas()) }
 
 // mallocEnvChose reports whether MALLOC_ARENA_MAX or GLIBC_TUNABLES set
 // the arena limit, so the cap was left to them.
-func mallocEnvChose() bool { return C.byzlogEnvChoseArenas() != 0 }
+func mallocEnvChose() bool { return C.byzlogEnvChose() != 0 }
 
 // mallocOnThisThread mallocs once on the calling OS thread.
 func mallocOnThisThread() { C.byzlogTouch() }
