@@ -20,6 +20,11 @@ type Config struct {
 	// the first reachable one as primary and every other as a witness, so
 	// at least two are needed.
 	Nodes []string
+	// NodeData are the nodes' data services (byzlog-app --data-listen),
+	// one per node of Nodes in the same order, in the same forms: the
+	// bundles blocks reference are read there, without JSON-RPC's base64.
+	// Empty: everything is read over the RPC.
+	NodeData []string
 	// Link says how to reach the nodes' RPC.
 	Link NodeLink
 	// ChainID is the chain to follow (from genesis).
@@ -198,6 +203,12 @@ func (c Config) Validate() error {
 		if a.Reload == nil {
 			return errors.New("NATS authz: no way to reload the server (Reload is nil)")
 		}
+	}
+	if len(c.NodeData) > 0 && len(c.NodeData) != len(c.Nodes) {
+		return fmt.Errorf("node_data: %d given for %d nodes; give one per node, in the order of nodes, or none", len(c.NodeData), len(c.Nodes))
+	}
+	if _, err := c.Link.urls(c.NodeData); err != nil {
+		return fmt.Errorf("node_data: %w", err)
 	}
 	_, err := c.Link.urls(c.Nodes)
 	return err

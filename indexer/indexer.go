@@ -36,7 +36,7 @@ func New(cfg Config, nc *nats.Conn, log zerolog.Logger) (*Indexer, error) {
 	if nc.Opts.ReconnectBufSize >= 0 {
 		return nil, errNATSBuffers
 	}
-	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.Link, cfg.MaxResponseBytes)
+	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.NodeData, cfg.Link, cfg.MaxResponseBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -42,12 +42,13 @@ type node struct {
 // NewNodes connects to CometBFT RPC addresses (host:port or a URL) over
 // link, with responses bounded by DefaultMaxResponseBytes.
 func NewNodes(chainID string, addrs []string, link NodeLink) ([]provider.Provider, []*node, error) {
-	return newNodes(chainID, addrs, link, DefaultMaxResponseBytes)
+	return newNodes(chainID, addrs, nil, link, DefaultMaxResponseBytes)
 }
 
 // newNodes connects to the nodes (rpcnode: a response body over
-// maxResponse bytes fails its call, and each call has 10 s).
-func newNodes(chainID string, addrs []string, link NodeLink, maxResponse int64) ([]provider.Provider, []*node, error) {
+// maxResponse bytes fails its call, and each call has 10 s), and to their
+// data services when data (one per address, or none) names them.
+func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse int64) ([]provider.Provider, []*node, error) {
 	urls, err := link.urls(addrs)
 	if err != nil {
 		return nil, nil, err
@@ -56,7 +57,11 @@ func newNodes(chainID string, addrs []string, link NodeLink, maxResponse int64) 
 	var nodes []*node
 	for i, a := range addrs {
 		u := urls[i]
-		c, err := rpcnode.New(u, rpcnode.Options{TLS: link.TLS, Timeout: 10 * time.Second, MaxResponseBytes: maxResponse})
+		o := rpcnode.Options{TLS: link.TLS, Timeout: 10 * time.Second, MaxResponseBytes: maxResponse, InsecureData: link.Insecure}
+		if len(data) > 0 {
+			o.Data = data[i]
+		}
+		c, err := rpcnode.New(u, o)
 		if err != nil {
 			return nil, nil, fmt.Errorf("node %s: %w", a, err)
 		}

@@ -31,6 +31,11 @@ type Config struct {
 	// TLS checks https nodes' certificates (their CA); nil uses the
 	// system's roots.
 	TLS *tls.Config
+	// DataAddrs are the nodes' data services (byzlog-app --data-listen),
+	// one per address of Addrs in the same order, in the same forms:
+	// queries and submissions go there, without JSON-RPC's base64 and
+	// hex. Empty: everything goes over the RPC.
+	DataAddrs []string
 	// Insecure allows plaintext RPC to nodes beyond loopback.
 	Insecure bool
 	// HealthInterval is how often every node's status is read.
@@ -78,6 +83,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("nodes: hex_submit_max_bytes (%d) must be between 0 and 64 MiB", c.HexSubmitMaxBytes)
 	case c.MaxResponseBytes < wire.MinReaderResponseBytes:
 		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least %d (8 MiB): a block's bundles are read in answers of up to 3 MiB, ~4 MiB in JSON", c.MaxResponseBytes, wire.MinReaderResponseBytes)
+	}
+	if len(c.DataAddrs) > 0 && len(c.DataAddrs) != len(c.Addrs) {
+		return fmt.Errorf("nodes: data_addrs: %d given for %d nodes; give one per node, in the order of addrs, or none", len(c.DataAddrs), len(c.Addrs))
+	}
+	for _, a := range c.DataAddrs {
+		if _, err := tlsconf.NodeURL(a, c.Insecure); err != nil {
+			return fmt.Errorf("nodes: data_addrs: %w", err)
+		}
 	}
 	for _, a := range c.Addrs {
 		if _, err := tlsconf.NodeURL(a, true); err != nil {
@@ -164,12 +177,16 @@ func New(cfg Config, log zerolog.Logger) (*Pool, error) {
 	}
 	p := &Pool{cfg: cfg, log: log}
 	submit := newSubmitClient(cfg.TLS)
-	for _, a := range cfg.Addrs {
+	for i, a := range cfg.Addrs {
 		u, err := tlsconf.NodeURL(a, cfg.Insecure)
 		if err != nil {
 			return nil, err
 		}
-		c, err := rpcnode.New(u, rpcnode.Options{TLS: cfg.TLS, MaxResponseBytes: cfg.MaxResponseBytes})
+		o := rpcnode.Options{TLS: cfg.TLS, MaxResponseBytes: cfg.MaxResponseBytes, InsecureData: cfg.Insecure}
+		if len(cfg.DataAddrs) > 0 {
+			o.Data = cfg.DataAddrs[i]
+		}
+		c, err := rpcnode.New(u, o)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", a, err)
 		}

@@ -42,7 +42,12 @@ const maxBroadcastResponse = 4 << 20
 // and base64, which measured as a fifth of a node's CPU under load. A
 // larger one goes as JSON-RPC (base64 is 1.33x, hex 2x): a form body over
 // the node's limit would not fail, it would be read as an empty tx.
+// With the node's data service (Config.DataAddrs), every transaction goes
+// there as it is (rpcnode.Client.Submit).
 func (n *Node) BroadcastTxSync(ctx context.Context, tx []byte) (*ctypes.ResultBroadcastTx, error) {
+	if n.Client.HasData() {
+		return n.Client.Submit(ctx, tx)
+	}
 	if len(tx) == 0 || len(tx) > n.hexMax {
 		return n.Client.BroadcastTxSync(ctx, tx)
 	}

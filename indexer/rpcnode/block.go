@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"time"
 
 	cmtjson "github.com/cometbft/cometbft/libs/json"
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
@@ -25,8 +26,10 @@ import (
 // gateway's, which read every block and use only its header and txs.
 type Client struct {
 	*rpchttp.HTTP
-	hc  *http.Client
-	url string
+	hc      *http.Client
+	url     string
+	data    *dataClient // nil: queries and submissions go over the RPC
+	timeout time.Duration
 }
 
 // Block reads block height (nil: the latest) with only its header and

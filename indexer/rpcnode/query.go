@@ -21,7 +21,17 @@ import (
 // stepping through a value's base64 byte by byte several times over,
 // 18 MB/s on these machines, and a block's bundles (/bundles) are megabytes
 // of value.
+//
+// With a data service (Options.Data), the query is asked there instead.
 func (c *Client) ABCIQuery(ctx context.Context, path string, data cmtbytes.HexBytes) (*ctypes.ResultABCIQuery, error) {
+	if c.data != nil {
+		if c.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			defer cancel()
+		}
+		return c.data.query(ctx, path, data)
+	}
 	p, err := json.Marshal(path)
 	if err != nil {
 		return nil, err

@@ -28,8 +28,15 @@ type Options struct {
 	TLS *tls.Config
 	// Timeout bounds each call; 0 leaves calls to their contexts.
 	Timeout time.Duration
-	// MaxResponseBytes bounds every response body (LimitTransport).
+	// MaxResponseBytes bounds every response body (LimitTransport), and
+	// every answer of the data service.
 	MaxResponseBytes int64
+	// Data is the address of the node's data service (byzlog-app
+	// --data-listen), in a form tlsconf.NodeURL takes; https:// is checked
+	// against TLS. Empty: none, queries and submissions go over the RPC.
+	Data string
+	// InsecureData allows a plaintext Data address beyond loopback.
+	InsecureData bool
 }
 
 // New returns the RPC client for the node at url (an http(s):// URL, as
@@ -52,7 +59,13 @@ func New(url string, o Options) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{HTTP: c, hc: hc, url: post}, nil
+	out := &Client{HTTP: c, hc: hc, url: post, timeout: o.Timeout}
+	if o.Data != "" {
+		if out.data, err = dialData(o.Data, o.TLS, o.InsecureData, o.MaxResponseBytes); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // idleConnsPerNode is how many idle connections to one node are kept for

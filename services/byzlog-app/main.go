@@ -30,6 +30,7 @@ func main() {
 type options struct {
 	daemon.Options
 	serve     app.ServeConfig
+	data      dataOptions
 	app       app.Config
 	peers     peerOptions
 	dataDir   string
@@ -44,6 +45,9 @@ func defaultOptions() options {
 // Validate says which setting is wrong.
 func (o options) Validate() error {
 	if err := o.serve.Validate(); err != nil {
+		return err
+	}
+	if err := o.data.validate(); err != nil {
 		return err
 	}
 	if err := o.app.Validate(); err != nil {
@@ -125,6 +129,7 @@ func (o *options) addFlags(f *pflag.FlagSet) {
 	f.Int64Var(&mp.ReadyHeights, "mempool-ready-heights", mp.ReadyHeights, "blocks a ready transaction may wait to be proposed before it is dropped")
 	f.Int64Var(&mp.WaitingHeights, "mempool-waiting-heights", mp.WaitingHeights, "blocks a waiting transaction may wait for its predecessor before it is dropped")
 	o.peers.addFlags(f, &o.app)
+	o.data.addFlags(f)
 	f.IntVar(&o.gcPercent, "gc-percent", o.gcPercent, "Go GC target (as GOGC, which overrides it): 400 trades ~5x the live heap for less GC work per block")
 	o.Options.AddFlags(f)
 }
@@ -167,8 +172,28 @@ func run(ctx context.Context, o options) error {
 			log.Error().Err(err).Msg("close")
 		}
 	}()
-	log.Info().Str("listen", o.serve.Listen).Str("transport", o.serve.Transport).Str("data_dir", o.dataDir).Int("bundle_peers", len(o.app.Peers)).Int("malloc_arena_max", mallocArenaCap()).Msg("serving ABCI")
-	if err := app.Serve(ctx, o.serve, a); err != nil {
+	dc, err := o.data.config()
+	if err != nil {
+		return err
+	}
+	log.Info().Str("listen", o.serve.Listen).Str("transport", o.serve.Transport).Str("data_dir", o.dataDir).Int("bundle_peers", len(o.app.Peers)).
+		Str("data_listen", dc.Listen).Bool("data_tls", dc.TLS != nil).Int("malloc_arena_max", mallocArenaCap()).Msg("serving ABCI")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dataErr := make(chan error, 1)
+	go func() {
+		err := app.ServeData(ctx, dc, a)
+		if err != nil {
+			cancel() // a data service that fails stops the app: it was asked for
+		}
+		dataErr <- err
+	}()
+	err = app.Serve(ctx, o.serve, a)
+	cancel()
+	if derr := <-dataErr; err == nil {
+		err = derr
+	}
+	if err != nil {
 		return err
 	}
 	log.Info().Msg("stopped")

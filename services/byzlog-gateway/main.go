@@ -41,6 +41,7 @@ type options struct {
 	listen     string // host:port of the gRPC API
 	httpListen string // host:port of the HTTP face; empty: none
 	nodes      string
+	nodeData   string
 	tlsFiles   tlsconf.Files
 	insecure   bool
 	link       nodelink.Flags
@@ -96,6 +97,9 @@ func newCommand() *cobra.Command {
 			if o.gw.Nodes.Addrs, err = nodelink.ParseNodes(o.nodes, l.Insecure); err != nil {
 				return fmt.Errorf("--nodes: %w", err)
 			}
+			if o.gw.Nodes.DataAddrs, err = nodelink.ParseNodeData(o.nodeData, len(o.gw.Nodes.Addrs), l.Insecure); err != nil {
+				return fmt.Errorf("--node-data: %w", err)
+			}
 			o.gw.Nodes.TLS, o.gw.Nodes.Insecure = l.TLS, l.Insecure
 			var serverTLS *tls.Config
 			if !o.insecure {
@@ -114,6 +118,7 @@ func newCommand() *cobra.Command {
 func (o *options) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.listen, "listen", o.listen, "host:port of the gRPC API")
 	f.StringVar(&o.nodes, "nodes", o.nodes, nodelink.NodesHelp)
+	f.StringVar(&o.nodeData, "node-data", "", nodelink.NodeDataHelp)
 	o.link.Add(f, nodelink.Flags{})
 	f.StringVar(&o.tlsFiles.Cert, "tls-cert", "", "PEM certificate (chain) the gRPC and HTTP faces serve TLS with")
 	f.StringVar(&o.tlsFiles.Key, "tls-key", "", "PEM private key of --tls-cert")
@@ -180,7 +185,7 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 	wg.Add(2)
 	go func() { defer wg.Done(); g.Run(ctx) }()
 	go func() { defer wg.Done(); gateway.WatchHealth(ctx, g, hs) }()
-	log.Info().Str("listen", o.listen).Strs("nodes", o.gw.Nodes.Addrs).Str("chain_id", g.ChainID()).Bool("tls", serverTLS != nil).Bool("mutual_tls", serverTLS != nil && serverTLS.ClientCAs != nil).Msg("serving")
+	log.Info().Str("listen", o.listen).Strs("nodes", o.gw.Nodes.Addrs).Int("node_data", len(o.gw.Nodes.DataAddrs)).Str("chain_id", g.ChainID()).Bool("tls", serverTLS != nil).Bool("mutual_tls", serverTLS != nil && serverTLS.ClientCAs != nil).Msg("serving")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

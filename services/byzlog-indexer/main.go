@@ -42,6 +42,7 @@ type options struct {
 	daemon.Options
 	ix                                  indexer.Config
 	nodes, genesis, natsURL, httpListen string
+	nodeData                            string
 	chainID, trustHash                  string
 	trustHeight                         int64
 	maxLag                              int64 // blocks behind the chain /readyz tolerates
@@ -115,6 +116,7 @@ func newCommand() *cobra.Command {
 
 func (o *options) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&o.nodes, "nodes", o.nodes, nodelink.NodesHelp+"; at least two")
+	f.StringVar(&o.nodeData, "node-data", "", nodelink.NodeDataHelp)
 	f.StringVar(&o.genesis, "genesis", "", "genesis.json: chain id and the validators the root of trust is checked against")
 	f.StringVar(&o.chainID, "chain-id", "", "chain id, with --trust-height and --trust-hash instead of --genesis")
 	f.Int64Var(&o.trustHeight, "trust-height", 0, "height of a header you trust")
@@ -175,6 +177,9 @@ func (o *options) trustRoot(ctx context.Context, flagSet *pflag.FlagSet, nc *nat
 	}
 	if o.ix.Nodes, err = nodelink.ParseNodes(o.nodes, o.ix.Link.Insecure); err != nil {
 		return fmt.Errorf("--nodes: %w", err)
+	}
+	if o.ix.NodeData, err = nodelink.ParseNodeData(o.nodeData, len(o.ix.Nodes), o.ix.Link.Insecure); err != nil {
+		return fmt.Errorf("--node-data: %w", err)
 	}
 	if o.genesis == "" {
 		h, err := hex.DecodeString(o.trustHash)
@@ -266,7 +271,7 @@ func run(ctx context.Context, o options, flagSet *pflag.FlagSet) error {
 		}
 		defer stopHTTP()
 	}
-	log.Info().Strs("nodes", cfg.Nodes).Str("chain_id", cfg.ChainID).Int64("trust_height", cfg.Trust.Height).
+	log.Info().Strs("nodes", cfg.Nodes).Int("node_data", len(cfg.NodeData)).Str("chain_id", cfg.ChainID).Int64("trust_height", cfg.Trust.Height).
 		Str("trust_hash", hex.EncodeToString(cfg.Trust.Hash)).Str("nats", o.natsURL).Msg("indexing")
 	err = ix.Run(ctx)
 	log.Info().Msg("stopped")

@@ -133,7 +133,7 @@ func (c Config) Validate() error {
 	if c.Validators < 1 || c.Validators > 50 {
 		return fmt.Errorf("validators (%d): must be between 1 and 50", c.Validators)
 	}
-	if c.BasePort < 1024 || c.BasePort+100*(c.Validators-1)+2 > 65535 {
+	if c.BasePort < 1024 || c.BasePort+100*(c.Validators-1)+3 > 65535 {
 		return fmt.Errorf("base_port (%d): with %d validators the ports must fit in 1024..65535", c.BasePort, c.Validators)
 	}
 	if c.PeerProxies && c.Validators > 10 {
@@ -191,6 +191,19 @@ func (c Config) Validate() error {
 func (c Config) P2PPort(i int) int  { return c.BasePort + 100*i }
 func (c Config) RPCPort(i int) int  { return c.BasePort + 100*i + 1 }
 func (c Config) ABCIPort(i int) int { return c.BasePort + 100*i + 2 }
+
+// DataPort is where node i's app serves the node data service.
+func (c Config) DataPort(i int) int { return c.BasePort + 100*i + 3 }
+
+// DataAddr is node i's data service for clients (--node-data): https
+// with the RPC's certificate, or plaintext with InsecureRPC.
+func (c Config) DataAddr(i int) string {
+	scheme := "https"
+	if c.InsecureRPC {
+		scheme = "http"
+	}
+	return fmt.Sprintf("%s://127.0.0.1:%d", scheme, c.DataPort(i))
+}
 
 // PeerProxyPort is where node i reaches node j with PeerProxies.
 func (c Config) PeerProxyPort(i, j int) int { return c.BasePort + 1000 + 10*i + j }

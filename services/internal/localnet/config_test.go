@@ -209,3 +209,61 @@ func TestAppPeerArgs(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeDataArgs: every app serves its data service, and the gateways
+// and the indexer are given each node's, in the order of their --nodes;
+// none where a proxy stands for a node's RPC, or with a built-in app.
+func TestNodeDataArgs(t *testing.T) {
+	c := validConfig(t)
+	for _, tt := range []struct {
+		name     string
+		change   func(*Config, *Services)
+		wantData bool
+		scheme   string
+	}{
+		{"tls", func(*Config, *Services) {}, true, "https"},
+		{"insecure rpc", func(c *Config, _ *Services) { c.InsecureRPC = true }, true, "http"},
+		{"a proxied node", func(_ *Config, s *Services) { s.ProxiedRPC = map[int]int{2: 30000} }, false, ""},
+		{"built-in app", func(c *Config, _ *Services) { c.Transport = "kvstore" }, false, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, s := c, DefaultServices()
+			tt.change(&c, &s)
+			n := &Net{cfg: c}
+			if !c.Builtin() {
+				args := n.app(1).args
+				listen, _ := flagValue(args, "--data-listen")
+				if want := fmt.Sprintf("127.0.0.1:%d", c.DataPort(1)); listen != want {
+					t.Errorf("app(1) --data-listen = %q, want %q", listen, want)
+				}
+				if cert, ok := flagValue(args, "--data-tls-cert"); ok != !c.InsecureRPC || (ok && cert != filepath.Join(c.Dir, "tls", "node.pem")) {
+					t.Errorf("app(1) --data-tls-cert = %q (given: %v), want the node's certificate unless the RPC is plaintext", cert, ok)
+				}
+			}
+			for name, args := range map[string][]string{"gateway1": n.gatewayProc(s, 1).args, "indexer": n.indexerProc(s).args} {
+				nodes, _ := flagValue(args, "--nodes")
+				data, ok := flagValue(args, "--node-data")
+				if ok != tt.wantData {
+					t.Fatalf("%s --node-data = %q (given: %v), want given: %v", name, data, ok, tt.wantData)
+				}
+				if !ok {
+					continue
+				}
+				rpcs, datas := strings.Split(nodes, ","), strings.Split(data, ",")
+				if len(rpcs) != len(datas) {
+					t.Fatalf("%s: %d --nodes, %d --node-data", name, len(rpcs), len(datas))
+				}
+				for k := range rpcs {
+					var i int
+					if _, err := fmt.Sscanf(rpcs[k][strings.LastIndex(rpcs[k], ":")+1:], "%d", &i); err != nil {
+						t.Fatal(err)
+					}
+					node := (i - c.BasePort - 1) / 100
+					if want := c.DataAddr(node); datas[k] != want || !strings.HasPrefix(want, tt.scheme+"://") {
+						t.Errorf("%s --node-data[%d] = %q for --nodes[%d] %q, want %q", name, k, datas[k], k, rpcs[k], want)
+					}
+				}
+			}
+		})
+	}
+}

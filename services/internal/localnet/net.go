@@ -106,6 +106,11 @@ func (n *Net) app(i int) proc {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.PprofPort+i))
 	}
 	args = append(args, n.peerArgs(i)...)
+	args = append(args, "--data-listen", fmt.Sprintf("127.0.0.1:%d", n.cfg.DataPort(i)))
+	if !n.cfg.InsecureRPC {
+		f := n.cfg.tls().Party(nodeParty)
+		args = append(args, "--data-tls-cert", f.Cert, "--data-tls-key", f.Key)
+	}
 	return proc{
 		name: AppName(i), bin: n.cfg.App,
 		args:    args,

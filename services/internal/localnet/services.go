@@ -169,7 +169,8 @@ type Services struct {
 	GatewaysOnly bool
 	// ProxiedRPC maps a node to the loopback port of a proxy in front of
 	// its RPC (a tampering one, in chaos runs): the gateways and the
-	// indexer reach that node through it.
+	// indexer reach that node through it, and no node's data service
+	// (which would go around the proxy).
 	ProxiedRPC map[int]int
 	// Insecure serves the gateways and NATS in plaintext. By default they
 	// serve TLS with certificates of the network's CA (Net.TLS), which
@@ -250,6 +251,22 @@ func (s Services) rpcURL(c Config, i int) string {
 	return c.RPCAddr(i)
 }
 
+// nodeDataArgs are the gateway's and indexer's --node-data for nodes
+// (their indexes, in the order of --nodes): the apps' data services. None
+// for CometBFT's built-in apps, and none when a node's RPC is proxied: a
+// tampering proxy stands for the node, and the data service would go
+// around it.
+func (n *Net) nodeDataArgs(s Services, nodes []int) []string {
+	if n.cfg.Builtin() || len(s.ProxiedRPC) > 0 {
+		return nil
+	}
+	addrs := make([]string, len(nodes))
+	for k, i := range nodes {
+		addrs[k] = n.cfg.DataAddr(i)
+	}
+	return []string{"--node-data", strings.Join(addrs, ",")}
+}
+
 // nodeLinkArgs are the gateway's and indexer's flags for the nodes' RPC.
 func (n *Net) nodeLinkArgs() []string {
 	if n.cfg.InsecureRPC {
@@ -273,12 +290,15 @@ func (n *Net) natsProc(s Services) proc {
 func (n *Net) gatewayProc(s Services, g int) proc {
 	dir := filepath.Join(n.cfg.Dir, fmt.Sprintf("gateway%d", g))
 	var rpcs []string
+	var order []int
 	for i := 0; i < n.cfg.Validators; i++ {
-		rpcs = append(rpcs, s.rpcURL(n.cfg, (g+i)%n.cfg.Validators)) // spread the gateways over the nodes
+		order = append(order, (g+i)%n.cfg.Validators) // spread the gateways over the nodes
+		rpcs = append(rpcs, s.rpcURL(n.cfg, order[i]))
 	}
 	args := append([]string{"--listen", s.GatewayAddr(g), "--http-listen", s.GatewayHTTP(g),
 		"--nodes", strings.Join(rpcs, ","), "--log-format", "json",
 		"--hex-submit-max-bytes", strconv.Itoa((RPCMaxBodyBytes - 16) / 2)}, n.nodeLinkArgs()...)
+	args = append(args, n.nodeDataArgs(s, order)...)
 	args = append(args, n.kafkaArgs(s, g)...)
 	if s.PprofPort != 0 {
 		args = append(args, "--pprof-listen", fmt.Sprintf("127.0.0.1:%d", s.PprofPort+g))
@@ -316,12 +336,15 @@ func (n *Net) indexerProc(s Services) proc {
 	dir := filepath.Join(n.cfg.Dir, "indexer")
 	genesis := filepath.Join(n.cfg.home(0), "config", "genesis.json")
 	var rpcs []string
+	var order []int
 	for i := 0; i < n.cfg.Validators; i++ {
 		rpcs = append(rpcs, s.rpcURL(n.cfg, i))
+		order = append(order, i)
 	}
 	args := append([]string{"--genesis", genesis, "--nodes", strings.Join(rpcs, ","), "--nats", s.NATSURL(),
 		"--nats-user", NATSIndexerUser, "--nats-password-file", n.NATSPasswordFile(NATSIndexerUser), "--nats-authz", n.NATSAuthzPath(),
 		"--http-listen", s.IndexerAddr(), "--log-format", "json"}, n.nodeLinkArgs()...)
+	args = append(args, n.nodeDataArgs(s, order)...)
 	if !s.Insecure {
 		args = append(args, "--nats-tls-ca", n.TLS().CA())
 	}

@@ -78,6 +78,22 @@ func ParseNodes(list string, insecure bool) ([]string, error) {
 	return addrs, nil
 }
 
+// NodeDataHelp is the help of every --node-data flag.
+const NodeDataHelp = "comma-separated addresses of the nodes' data services (byzlog-app --data-listen), one per --nodes entry in the same order, in the same forms: queries, bundles and submissions go there instead of through JSON-RPC's base64 and hex (much less CPU for the nodes); empty: all over the nodes' RPC"
+
+// ParseNodeData reads --node-data as ParseNodes reads --nodes, and checks
+// there is one address per node (n) or none.
+func ParseNodeData(list string, n int, insecure bool) ([]string, error) {
+	addrs, err := ParseNodes(list, insecure)
+	if err != nil {
+		return nil, err
+	}
+	if len(addrs) > 0 && len(addrs) != n {
+		return nil, fmt.Errorf("%d addresses for %d nodes: give one per --nodes entry, in the same order, or none", len(addrs), n)
+	}
+	return addrs, nil
+}
+
 // TrustGenesis is the root of trust a genesis file gives: it reads the
 // file at path, reaches addrs through link and takes the chain's first
 // header, which the genesis validators must have signed. On a new chain
