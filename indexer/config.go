@@ -10,6 +10,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/rpcnode"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
@@ -204,10 +205,7 @@ func (c Config) Validate() error {
 			return errors.New("NATS authz: no way to reload the server (Reload is nil)")
 		}
 	}
-	if len(c.NodeData) > 0 && len(c.NodeData) != len(c.Nodes) {
-		return fmt.Errorf("node_data: %d given for %d nodes; give one per node, in the order of nodes, or none", len(c.NodeData), len(c.Nodes))
-	}
-	if _, err := c.Link.urls(c.NodeData); err != nil {
+	if err := rpcnode.CheckDataAddrs(c.NodeData, len(c.Nodes), c.Link.Insecure); err != nil {
 		return fmt.Errorf("node_data: %w", err)
 	}
 	_, err := c.Link.urls(c.Nodes)

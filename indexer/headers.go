@@ -33,7 +33,7 @@ func NewHeaders(chainID string, nodes []string, link NodeLink, trust Trust, log 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	_, ns, err := newNodes(chainID, nodes, nil, link, cfg.MaxResponseBytes)
+	_, ns, err := newNodes(chainID, nodes, nil, link, cfg.MaxResponseBytes, log)
 	if err != nil {
 		return nil, err
 	}

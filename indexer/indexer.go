@@ -36,7 +36,7 @@ func New(cfg Config, nc *nats.Conn, log zerolog.Logger) (*Indexer, error) {
 	if nc.Opts.ReconnectBufSize >= 0 {
 		return nil, errNATSBuffers
 	}
-	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.NodeData, cfg.Link, cfg.MaxResponseBytes)
+	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.NodeData, cfg.Link, cfg.MaxResponseBytes, log)
 	if err != nil {
 		return nil, err
 	}

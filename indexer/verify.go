@@ -42,13 +42,13 @@ type node struct {
 // NewNodes connects to CometBFT RPC addresses (host:port or a URL) over
 // link, with responses bounded by DefaultMaxResponseBytes.
 func NewNodes(chainID string, addrs []string, link NodeLink) ([]provider.Provider, []*node, error) {
-	return newNodes(chainID, addrs, nil, link, DefaultMaxResponseBytes)
+	return newNodes(chainID, addrs, nil, link, DefaultMaxResponseBytes, zerolog.Nop())
 }
 
 // newNodes connects to the nodes (rpcnode: a response body over
 // maxResponse bytes fails its call, and each call has 10 s), and to their
 // data services when data (one per address, or none) names them.
-func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse int64) ([]provider.Provider, []*node, error) {
+func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse int64, log zerolog.Logger) ([]provider.Provider, []*node, error) {
 	urls, err := link.urls(addrs)
 	if err != nil {
 		return nil, nil, err
@@ -60,6 +60,9 @@ func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse i
 		o := rpcnode.Options{TLS: link.TLS, Timeout: 10 * time.Second, MaxResponseBytes: maxResponse, InsecureData: link.Insecure}
 		if len(data) > 0 {
 			o.Data = data[i]
+			o.OnDataError = func(err error) {
+				log.Warn().Err(err).Str("node", a).Msg("node data service failed; using the node's RPC for a while")
+			}
 		}
 		c, err := rpcnode.New(u, o)
 		if err != nil {

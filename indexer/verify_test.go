@@ -29,7 +29,7 @@ func TestNodesLimitResponses(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	_, nodes, err := newNodes("c", []string{srv.URL}, nil, NodeLink{}, 1<<20)
+	_, nodes, err := newNodes("c", []string{srv.URL}, nil, NodeLink{}, 1<<20, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestEarlyAccountThatDoesNotCheck(t *testing.T) {
 		defer srv.Close()
 		urls[i] = srv.URL
 	}
-	_, nodes, err := newNodes("c", urls, nil, NodeLink{}, 1<<20)
+	_, nodes, err := newNodes("c", urls, nil, NodeLink{}, 1<<20, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,13 +32,23 @@ import (
 
 // Bounds of the data service. A request is at most one transaction; an
 // answer at most what abci_query answers (a /bundles answer is up to
-// wire.MaxBundlesBytes, 3 MiB), within the readers' own bound.
+// wire.MaxBundlesBytes, 3 MiB), within the readers' own bound. gRPC holds
+// a request's whole message while it arrives, so connections and calls
+// are few (at most 1,024 requests of at most 2 MiB at once), and a
+// connection lives at most maxDataConnAge (and its grace): a client that
+// holds calls open cannot keep its slots. A gateway or an indexer keeps
+// one connection to a node.
 const (
 	maxDataRecvBytes      = wire.MaxTxBytes + 4<<10
 	maxDataSendBytes      = wire.MinReaderResponseBytes
-	maxDataConns          = 256
-	maxDataStreamsPerConn = 64
+	maxDataConns          = 64
+	maxDataStreamsPerConn = 16
+	maxDataConnAge        = 2 * time.Minute
+	maxDataConnAgeGrace   = 30 * time.Second
 )
+
+// DefaultDataMaxTxBytes is CometBFT's default mempool.max_tx_bytes.
+const DefaultDataMaxTxBytes = 4 << 20
 
 // DataConfig says where to serve the node data service.
 type DataConfig struct {
@@ -49,12 +59,21 @@ type DataConfig struct {
 	TLS *tls.Config
 	// Insecure allows plaintext beyond loopback.
 	Insecure bool
+	// MaxTxBytes refuses a larger submission, as the node's RPC does
+	// above its mempool.max_tx_bytes: a peer's mempool would refuse it
+	// (and may drop the connection that gossips it). 0 is
+	// DefaultDataMaxTxBytes; the app's own limit (wire.MaxTxBytes) holds
+	// either way.
+	MaxTxBytes int
 }
 
 // Validate says what is wrong with c.
 func (c DataConfig) Validate() error {
 	if c.Listen == "" {
 		return nil
+	}
+	if c.MaxTxBytes < 0 {
+		return fmt.Errorf("data max tx bytes (%d) must not be negative", c.MaxTxBytes)
 	}
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
@@ -79,7 +98,7 @@ func ServeData(ctx context.Context, c DataConfig, a *App) error {
 	if err != nil {
 		return fmt.Errorf("listen for the node data service on %s: %w", c.Listen, err)
 	}
-	srv := newDataServer(c.TLS, a)
+	srv := newDataServer(c, a)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(netutil.LimitListener(ln, maxDataConns)) }()
 	select {
@@ -104,27 +123,33 @@ func ServeData(ctx context.Context, c DataConfig, a *App) error {
 // newDataServer is the bounded gRPC server of the data service: messages,
 // calls per connection (and connections, by the listener), handshake time,
 // keepalive pings and idle connections.
-func newDataServer(tlsCfg *tls.Config, a *App) *grpc.Server {
+func newDataServer(c DataConfig, a *App) *grpc.Server {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(maxDataRecvBytes),
 		grpc.MaxSendMsgSize(maxDataSendBytes),
 		grpc.MaxConcurrentStreams(maxDataStreamsPerConn),
 		grpc.ConnectionTimeout(10 * time.Second),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: 5 * time.Minute,
+			MaxConnectionAge: maxDataConnAge, MaxConnectionAgeGrace: maxDataConnAgeGrace}),
 	}
-	if tlsCfg != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	if c.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.TLS)))
+	}
+	maxTx := c.MaxTxBytes
+	if maxTx == 0 {
+		maxTx = DefaultDataMaxTxBytes
 	}
 	srv := grpc.NewServer(opts...)
-	byzlogv1.RegisterNodeDataServer(srv, dataService{a: a})
+	byzlogv1.RegisterNodeDataServer(srv, dataService{a: a, maxTx: maxTx})
 	return srv
 }
 
 // dataService answers from the app's own ABCI calls.
 type dataService struct {
 	byzlogv1.UnimplementedNodeDataServer
-	a *App
+	a     *App
+	maxTx int
 }
 
 func (s dataService) Query(ctx context.Context, req *byzlogv1.NodeQueryRequest) (*byzlogv1.NodeQueryResponse, error) {
@@ -138,6 +163,10 @@ func (s dataService) Query(ctx context.Context, req *byzlogv1.NodeQueryRequest) 
 func (s dataService) Submit(ctx context.Context, req *byzlogv1.NodeSubmitRequest) (*byzlogv1.NodeSubmitResponse, error) {
 	if len(req.Tx) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "submit: an empty transaction")
+	}
+	if len(req.Tx) > s.maxTx {
+		return &byzlogv1.NodeSubmitResponse{Code: uint32(wire.CodeTxTooLarge), Codespace: wire.Codespace,
+			Log: fmt.Sprintf("transaction is %d bytes, this node's mempool takes at most %d (byzlog-app --data-max-tx-bytes, as its node's mempool.max_tx_bytes)", len(req.Tx), s.maxTx)}, nil
 	}
 	r, err := s.a.CheckTx(ctx, &abci.RequestCheckTx{Tx: req.Tx})
 	if err != nil {

@@ -23,12 +23,13 @@ import (
 
 // serveData serves a's data service in plaintext on loopback until the
 // test ends, and returns a client of it.
-func serveData(t *testing.T, a *app.App) byzlogv1.NodeDataClient {
+func serveData(t *testing.T, a *app.App, c app.DataConfig) byzlogv1.NodeDataClient {
 	t.Helper()
 	listen := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	c.Listen = listen
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- app.ServeData(ctx, app.DataConfig{Listen: listen}, a) }()
+	go func() { served <- app.ServeData(ctx, c, a) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -55,7 +56,7 @@ func serveData(t *testing.T, a *app.App) byzlogv1.NodeDataClient {
 func TestServeData(t *testing.T) {
 	a := open(t, t.TempDir())
 	defer a.Close()
-	c := serveData(t, a)
+	c := serveData(t, a, app.DataConfig{MaxTxBytes: 1 << 20})
 	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -119,6 +120,14 @@ func TestServeData(t *testing.T) {
 	if _, err := c.Submit(cctx, &byzlogv1.NodeSubmitRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Submit(nothing) = %v, want InvalidArgument", err)
 	}
+	// Over what the node's mempool takes: refused as its RPC would.
+	large, err := c.Submit(cctx, &byzlogv1.NodeSubmitRequest{Tx: make([]byte, 1<<20+1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wire.Code(large.Code) != wire.CodeTxTooLarge || !strings.Contains(large.Log, "--data-max-tx-bytes") {
+		t.Errorf("Submit(1 MiB + 1) = code %d %q, want %s naming --data-max-tx-bytes", large.Code, large.Log, wire.CodeTxTooLarge)
+	}
 	// Over the largest transaction plus framing: refused unread.
 	big := &byzlogv1.NodeSubmitRequest{Tx: make([]byte, wire.MaxTxBytes+8<<10)}
 	if _, err := c.Submit(cctx, big); status.Code(err) != codes.ResourceExhausted {
@@ -141,6 +150,7 @@ func TestDataConfigValidate(t *testing.T) {
 		{app.DataConfig{Listen: ":26659"}, false},
 		{app.DataConfig{Listen: "10.0.0.5:26659", TLS: &tls.Config{}}, true},
 		{app.DataConfig{Listen: "10.0.0.5:26659", Insecure: true}, true},
+		{app.DataConfig{Listen: "127.0.0.1:26659", MaxTxBytes: -1}, false},
 	} {
 		if err := c.cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("%+v.Validate() = %v, want ok=%v", c.cfg, err, c.ok)

@@ -84,13 +84,8 @@ func (c Config) Validate() error {
 	case c.MaxResponseBytes < wire.MinReaderResponseBytes:
 		return fmt.Errorf("nodes: max_response_bytes (%d) must be at least %d (8 MiB): a block's bundles are read in answers of up to 3 MiB, ~4 MiB in JSON", c.MaxResponseBytes, wire.MinReaderResponseBytes)
 	}
-	if len(c.DataAddrs) > 0 && len(c.DataAddrs) != len(c.Addrs) {
-		return fmt.Errorf("nodes: data_addrs: %d given for %d nodes; give one per node, in the order of addrs, or none", len(c.DataAddrs), len(c.Addrs))
-	}
-	for _, a := range c.DataAddrs {
-		if _, err := tlsconf.NodeURL(a, c.Insecure); err != nil {
-			return fmt.Errorf("nodes: data_addrs: %w", err)
-		}
+	if err := rpcnode.CheckDataAddrs(c.DataAddrs, len(c.Addrs), c.Insecure); err != nil {
+		return fmt.Errorf("nodes: data_addrs: %w", err)
 	}
 	for _, a := range c.Addrs {
 		if _, err := tlsconf.NodeURL(a, true); err != nil {
@@ -185,6 +180,9 @@ func New(cfg Config, log zerolog.Logger) (*Pool, error) {
 		o := rpcnode.Options{TLS: cfg.TLS, MaxResponseBytes: cfg.MaxResponseBytes, InsecureData: cfg.Insecure}
 		if len(cfg.DataAddrs) > 0 {
 			o.Data = cfg.DataAddrs[i]
+			o.OnDataError = func(err error) {
+				log.Warn().Err(err).Str("node", a).Msg("node data service failed; using the node's RPC for a while")
+			}
 		}
 		c, err := rpcnode.New(u, o)
 		if err != nil {

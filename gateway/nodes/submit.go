@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -42,11 +43,17 @@ const maxBroadcastResponse = 4 << 20
 // and base64, which measured as a fifth of a node's CPU under load. A
 // larger one goes as JSON-RPC (base64 is 1.33x, hex 2x): a form body over
 // the node's limit would not fail, it would be read as an empty tx.
-// With the node's data service (Config.DataAddrs), every transaction goes
-// there as it is (rpcnode.Client.Submit).
+// With the node's data service (Config.DataAddrs), a transaction to a
+// healthy node goes there as it is (rpcnode.Client.Submit), and over the
+// RPC when that fails. Not to a node that is not healthy: CometBFT's
+// broadcast_tx_sync refuses while the node catches up, which the app alone
+// does not know.
 func (n *Node) BroadcastTxSync(ctx context.Context, tx []byte) (*ctypes.ResultBroadcastTx, error) {
-	if n.Client.HasData() {
-		return n.Client.Submit(ctx, tx)
+	if n.Client.HasData() && n.snapshot().Healthy {
+		res, err := n.Client.Submit(ctx, tx)
+		if !errors.Is(err, rpcnode.ErrNoData) || ctx.Err() != nil {
+			return res, err
+		}
 	}
 	if len(tx) == 0 || len(tx) > n.hexMax {
 		return n.Client.BroadcastTxSync(ctx, tx)

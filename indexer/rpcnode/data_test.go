@@ -3,6 +3,7 @@ package rpcnode_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
@@ -60,7 +61,17 @@ func serveDataNode(t *testing.T, d *dataNode) (addr string, local tlsconf.Local)
 	byzlogv1.RegisterNodeDataServer(srv, d)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
+	servers = append(servers, srv)
 	return ln.Addr().String(), local
+}
+
+// servers are the data services serveDataNode started; stopAll stops the
+// last one.
+var servers []*grpc.Server
+
+func stopAll(t *testing.T) {
+	t.Helper()
+	servers[len(servers)-1].Stop()
 }
 
 // TestDataService: with a data service, queries and submissions go there
@@ -74,7 +85,9 @@ func TestDataService(t *testing.T) {
 		t.Fatal(err)
 	}
 	const maxResponse = 1 << 20
-	c, err := rpcnode.New("http://127.0.0.1:1", rpcnode.Options{TLS: clientTLS, Timeout: 10 * time.Second, MaxResponseBytes: maxResponse, Data: "https://" + addr})
+	var heard []error
+	c, err := rpcnode.New("http://127.0.0.1:1", rpcnode.Options{TLS: clientTLS, Timeout: 10 * time.Second, MaxResponseBytes: maxResponse,
+		Data: "https://" + addr, OnDataError: func(err error) { heard = append(heard, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,15 +113,40 @@ func TestDataService(t *testing.T) {
 		t.Errorf("Submit = code %d %q hash %X (service got %q), want the service's answer and the tx's hash", sub.Code, sub.Log, sub.Hash, d.txs)
 	}
 
-	// A lying node's answer over the bound fails its call, unread.
-	d.value = make([]byte, maxResponse+1)
-	if _, err := c.ABCIQuery(ctx, wire.PathTopics, nil); err == nil || !strings.Contains(err.Error(), "ResourceExhausted") {
-		t.Errorf("ABCIQuery of a %d-byte answer = %v, want ResourceExhausted", len(d.value), err)
-	}
-	// And a bundle it serves is checked against its hash, as over the RPC.
+	// A bundle it serves is checked against its hash, as over the RPC.
 	d.value = []byte{0x0a, 0x03, 'b', 'a', 'd'} // Bundles{bundles: ["bad"]}
 	if _, err := chain.FetchBundles(ctx, c, [][sha256.Size]byte{sha256.Sum256([]byte("good"))}); err == nil || !strings.Contains(err.Error(), "hashes to") {
 		t.Errorf("FetchBundles of a wrong bundle = %v, want its hash refused", err)
+	}
+	// A lying node's answer over the bound fails its call, unread, and
+	// the query goes to the RPC (dead here).
+	d.value = make([]byte, maxResponse+1)
+	if _, err := c.ABCIQuery(ctx, wire.PathTopics, nil); err == nil || !strings.Contains(err.Error(), "abci_query") {
+		t.Errorf("ABCIQuery of a %d-byte answer = %v, want it asked of the RPC", len(d.value), err)
+	}
+	if len(heard) != 1 || !strings.Contains(heard[0].Error(), "ResourceExhausted") {
+		t.Errorf("the data service's failures heard: %v, want one ResourceExhausted", heard)
+	}
+
+	// A data service that fails sends the client to the RPC for a while:
+	// the next submission is not even tried there.
+	heard = nil
+	stopped, _ := serveDataNode(t, &dataNode{})
+	b, err := rpcnode.New("http://127.0.0.1:1", rpcnode.Options{TLS: clientTLS, Timeout: 5 * time.Second, MaxResponseBytes: maxResponse,
+		Data: "https://" + stopped, OnDataError: func(err error) { heard = append(heard, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	stopAll(t)
+	if _, err := b.Submit(ctx, tx); !errors.Is(err, rpcnode.ErrNoData) || len(heard) != 1 {
+		t.Fatalf("Submit to a stopped data service = %v (heard %d), want ErrNoData, heard once", err, len(heard))
+	}
+	if _, err := b.Submit(ctx, tx); !errors.Is(err, rpcnode.ErrNoData) || len(heard) != 1 {
+		t.Errorf("Submit again = %v (heard %d), want ErrNoData at once", err, len(heard))
+	}
+	if _, err := b.ABCIQuery(ctx, wire.PathTopics, nil); err == nil || !strings.Contains(err.Error(), "abci_query") {
+		t.Errorf("ABCIQuery with the data service down = %v, want the RPC's error (abci_query)", err)
 	}
 
 	// Another CA's client does not take the service's certificate.
@@ -120,13 +158,15 @@ func TestDataService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := rpcnode.New("http://127.0.0.1:1", rpcnode.Options{TLS: otherTLS, Timeout: 5 * time.Second, MaxResponseBytes: maxResponse, Data: "https://" + addr})
+	heard = nil
+	o, err := rpcnode.New("http://127.0.0.1:1", rpcnode.Options{TLS: otherTLS, Timeout: 5 * time.Second, MaxResponseBytes: maxResponse,
+		Data: "https://" + addr, OnDataError: func(err error) { heard = append(heard, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	if _, err := o.ABCIQuery(ctx, wire.PathTopics, nil); err == nil || !strings.Contains(err.Error(), "certificate") {
-		t.Errorf("ABCIQuery with another CA = %v, want a certificate error", err)
+	if _, err := o.ABCIQuery(ctx, wire.PathTopics, nil); err == nil || len(heard) != 1 || !strings.Contains(heard[0].Error(), "certificate") {
+		t.Errorf("ABCIQuery with another CA = %v, heard %v; want a certificate error from the data service", err, heard)
 	}
 	// Plaintext beyond loopback only when allowed.
 	if _, err := rpcnode.New("http://127.0.0.1:1", rpcnode.Options{MaxResponseBytes: maxResponse, Data: "10.0.0.5:26659"}); err == nil {
@@ -144,5 +184,27 @@ func TestDataService(t *testing.T) {
 	}
 	if _, err := n.Submit(ctx, tx); err != rpcnode.ErrNoData || n.HasData() {
 		t.Errorf("Submit without a data service = %v (HasData %v), want ErrNoData", err, n.HasData())
+	}
+}
+
+func TestCheckDataAddrs(t *testing.T) {
+	for _, tt := range []struct {
+		addrs []string
+		n     int
+		ok    bool
+	}{
+		{nil, 4, true},
+		{[]string{"https://127.0.0.1:1", "https://127.0.0.1:2"}, 2, true},
+		{[]string{"127.0.0.1:1", "http://127.0.0.1:2"}, 2, true},
+		{[]string{"https://127.0.0.1:1"}, 2, false},                // one missing
+		{[]string{"https://127.0.0.1:1", "127.0.0.1:1"}, 2, false}, // one node twice
+		{[]string{"https://node.example"}, 1, false},               // no port
+		{[]string{"https://node.example:26659/data"}, 1, false},    // a path
+		{[]string{"http://10.0.0.5:26659"}, 1, false},              // plaintext beyond loopback
+		{[]string{"https://10.0.0.5:26659", "https://10.0.0.6:26659"}, 2, true},
+	} {
+		if err := rpcnode.CheckDataAddrs(tt.addrs, tt.n, false); (err == nil) != tt.ok {
+			t.Errorf("CheckDataAddrs(%q, %d) = %v, want ok=%v", tt.addrs, tt.n, err, tt.ok)
+		}
 	}
 }

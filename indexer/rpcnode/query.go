@@ -22,15 +22,21 @@ import (
 // 18 MB/s on these machines, and a block's bundles (/bundles) are megabytes
 // of value.
 //
-// With a data service (Options.Data), the query is asked there instead.
+// With a data service (Options.Data), the query is asked there instead;
+// when that fails, over the RPC (and the RPC for dataRetry after).
 func (c *Client) ABCIQuery(ctx context.Context, path string, data cmtbytes.HexBytes) (*ctypes.ResultABCIQuery, error) {
-	if c.data != nil {
+	if c.data.up() {
+		dctx := ctx
 		if c.timeout > 0 {
 			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, c.timeout)
+			dctx, cancel = context.WithTimeout(ctx, c.timeout)
 			defer cancel()
 		}
-		return c.data.query(ctx, path, data)
+		res, err := c.data.query(dctx, path, data)
+		if err == nil || ctx.Err() != nil {
+			return res, err
+		}
+		c.data.failed(dctx, err) // and ask the RPC
 	}
 	p, err := json.Marshal(path)
 	if err != nil {

@@ -37,6 +37,9 @@ type Options struct {
 	Data string
 	// InsecureData allows a plaintext Data address beyond loopback.
 	InsecureData bool
+	// OnDataError, when set, hears of each failed call to the data
+	// service, after which the RPC is used for a while.
+	OnDataError func(error)
 }
 
 // New returns the RPC client for the node at url (an http(s):// URL, as
@@ -64,6 +67,7 @@ func New(url string, o Options) (*Client, error) {
 		if out.data, err = dialData(o.Data, o.TLS, o.InsecureData, o.MaxResponseBytes); err != nil {
 			return nil, err
 		}
+		out.data.onError = o.OnDataError
 	}
 	return out, nil
 }

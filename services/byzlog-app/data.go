@@ -13,15 +13,17 @@ import (
 
 // dataOptions are the node data service's flags (app.ServeData).
 type dataOptions struct {
-	listen    string
-	cert, key string
-	insecure  bool
+	listen     string
+	cert, key  string
+	insecure   bool
+	maxTxBytes int
 }
 
 func (d *dataOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&d.listen, "data-listen", "", "host:port of the node data service: gateways submit bundles and gateways and indexers read the bundles blocks reference there (their --node-data), without the node's JSON-RPC; empty: not served")
 	f.StringVar(&d.cert, "data-tls-cert", "", "PEM certificate (chain) the data service serves TLS with (the node's RPC certificate will do)")
 	f.StringVar(&d.key, "data-tls-key", "", "PEM private key of --data-tls-cert")
+	f.IntVar(&d.maxTxBytes, "data-max-tx-bytes", app.DefaultDataMaxTxBytes, "refuse a larger submission to the data service: set it to the node's [mempool] max_tx_bytes, as broadcast_tx_sync refuses above it (its peers' mempools would refuse the transaction)")
 	f.BoolVar(&d.insecure, "data-insecure", false, "allow the data service in plaintext beyond loopback: anyone on the path reads every record")
 }
 
@@ -32,7 +34,7 @@ func (d dataOptions) validate() error {
 	if d.cert != "" && d.listen == "" {
 		return errors.New("--data-tls-cert without --data-listen: say where to serve the data service")
 	}
-	c := app.DataConfig{Listen: d.listen, Insecure: d.insecure}
+	c := app.DataConfig{Listen: d.listen, Insecure: d.insecure, MaxTxBytes: d.maxTxBytes}
 	if d.cert != "" {
 		c.TLS = &tls.Config{} // its files are read by config
 	}
@@ -44,7 +46,7 @@ func (d dataOptions) validate() error {
 
 // config reads the certificate files.
 func (d dataOptions) config() (app.DataConfig, error) {
-	c := app.DataConfig{Listen: d.listen, Insecure: d.insecure}
+	c := app.DataConfig{Listen: d.listen, Insecure: d.insecure, MaxTxBytes: d.maxTxBytes}
 	if d.cert != "" {
 		var err error
 		if c.TLS, err = (tlsconf.Files{Cert: d.cert, Key: d.key}).Server(); err != nil {

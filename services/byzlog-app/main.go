@@ -84,7 +84,13 @@ as a reference to it, its SHA-256; the bundle itself travels by mempool gossip.
 A validator that lacks one a block references (it arrived late, or the node
 restarted or is catching up) fetches it from the other nodes in --peer-rpc,
 over https checked against --peer-tls-ca. Every answer is checked against its
-hash, so any node of the chain will do.`
+hash, so any node of the chain will do.
+
+With --data-listen the app also serves the node data service (gRPC, TLS with
+--data-tls-cert): gateways submit bundles and gateways and indexers read the
+bundles blocks reference there (their --node-data), as broadcast_tx_sync and
+abci_query would but without JSON-RPC's hex and base64, which cost the node
+more CPU than anything else it serves under load.`
 
 func newCommand() *cobra.Command {
 	o := defaultOptions()

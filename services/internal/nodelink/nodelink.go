@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/indexer"
+	"github.com/byzlog/byzlog/indexer/rpcnode"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 )
 
@@ -82,14 +83,14 @@ func ParseNodes(list string, insecure bool) ([]string, error) {
 const NodeDataHelp = "comma-separated addresses of the nodes' data services (byzlog-app --data-listen), one per --nodes entry in the same order, in the same forms: queries, bundles and submissions go there instead of through JSON-RPC's base64 and hex (much less CPU for the nodes); empty: all over the nodes' RPC"
 
 // ParseNodeData reads --node-data as ParseNodes reads --nodes, and checks
-// there is one address per node (n) or none.
+// them (rpcnode.CheckDataAddrs): one per node (n) or none, no two alike.
 func ParseNodeData(list string, n int, insecure bool) ([]string, error) {
 	addrs, err := ParseNodes(list, insecure)
 	if err != nil {
 		return nil, err
 	}
-	if len(addrs) > 0 && len(addrs) != n {
-		return nil, fmt.Errorf("%d addresses for %d nodes: give one per --nodes entry, in the same order, or none", len(addrs), n)
+	if err := rpcnode.CheckDataAddrs(addrs, n, insecure); err != nil {
+		return nil, err
 	}
 	return addrs, nil
 }
