@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -98,26 +97,7 @@ func ServeData(ctx context.Context, c DataConfig, a *App) error {
 	if err != nil {
 		return fmt.Errorf("listen for the node data service on %s: %w", c.Listen, err)
 	}
-	srv := newDataServer(c, a)
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(netutil.LimitListener(ln, maxDataConns)) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve the node data service on %s: %w", c.Listen, err)
-	case <-ctx.Done():
-	}
-	done := make(chan struct{})
-	go func() { srv.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(2 * time.Second):
-		srv.Stop()
-		<-done
-	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("serve the node data service on %s: %w", c.Listen, err)
-	}
-	return nil
+	return serveGRPCUntil(ctx, newDataServer(c, a), netutil.LimitListener(ln, maxDataConns), "the node data service on "+c.Listen)
 }
 
 // newDataServer is the bounded gRPC server of the data service: messages,

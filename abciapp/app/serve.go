@@ -112,15 +112,21 @@ func serveGRPC(ctx context.Context, addr string, application abci.Application) e
 	}
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(maxGRPCMessageBytes), grpc.MaxSendMsgSize(maxGRPCMessageBytes))
 	abci.RegisterABCIServer(srv, grpcShim{application})
+	return serveGRPCUntil(ctx, srv, ln, "ABCI over gRPC on "+addr)
+}
+
+// serveGRPCUntil serves srv on ln until ctx is done, then stops it: calls
+// in flight get a moment to finish (clients such as CometBFT's hold their
+// connections open forever), and the rest are cut. what names the service
+// in errors.
+func serveGRPCUntil(ctx context.Context, srv *grpc.Server, ln net.Listener, what string) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("serve ABCI over gRPC on %s: %w", addr, err)
+		return fmt.Errorf("serve %s: %w", what, err)
 	case <-ctx.Done():
 	}
-	// CometBFT holds its connections open forever: give in-flight calls a
-	// moment, then cut the rest.
 	done := make(chan struct{})
 	go func() { srv.GracefulStop(); close(done) }()
 	select {
@@ -130,7 +136,7 @@ func serveGRPC(ctx context.Context, addr string, application abci.Application) e
 		<-done
 	}
 	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return fmt.Errorf("serve ABCI over gRPC on %s: %w", addr, err)
+		return fmt.Errorf("serve %s: %w", what, err)
 	}
 	return nil
 }
