@@ -438,15 +438,16 @@ func (a *App) ProcessProposal(ctx context.Context, req *abci.RequestProcessPropo
 		return nil, fmt.Errorf("process proposal %d: %w", req.Height, err)
 	}
 	var res *resolved
+	var committed [][]byte // with references resolved: the block as committed
 	if refs {
 		if res, err = a.resolve(ctx, req.Height, req.Txs, time.Now().Add(a.refuseAfter)); err != nil {
 			return reject(err, "rejecting a proposal whose bundles this node cannot get")
 		}
-		txs = res.txs
+		txs, committed = res.txs, req.Txs
 	}
 	// Records are kept: FinalizeBlock takes them from the cache if this
 	// proposal is decided.
-	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: txs, Checked: a.checked.check(params, pool, req.Height, txs, true)}
+	b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Txs: txs, Checked: a.checked.check(params, pool, req.Height, txs, committed, true)}
 	if refs {
 		if err := refsName(req.Txs, b.Checked); err != nil {
 			return reject(err, "rejecting a proposal with a reference to what a block may not reference")
@@ -483,6 +484,7 @@ func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock)
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	}
 	txs, r := req.Txs, &resolved{}
+	var committed [][]byte // with references resolved: the block as committed
 	if refs, err := a.refsOn(req.Height); err != nil {
 		return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 	} else if refs {
@@ -491,12 +493,12 @@ func (a *App) FinalizeBlock(ctx context.Context, req *abci.RequestFinalizeBlock)
 		if r, err = a.resolve(ctx, req.Height, req.Txs, time.Time{}); err != nil {
 			return nil, fmt.Errorf("finalize block %d: %w", req.Height, err)
 		}
-		txs = r.txs
+		txs, committed = r.txs, req.Txs
 	}
 	// Decoding, signatures and decompression need no state: done before
 	// the write lock, so CheckTx and queries are held up only by execution;
 	// done once, by ProcessProposal, if this node saw the proposal.
-	checked := a.checked.check(params, pool, req.Height, txs, false)
+	checked := a.checked.check(params, pool, req.Height, txs, committed, false)
 	defer a.checked.done(req.Height)
 	var root *byzlogv1.StateRoot
 	if h, due := core.StateRootDue(params.Limits, req.Height); due {

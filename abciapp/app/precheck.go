@@ -8,6 +8,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/mempool"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // maxPrecheckedCost bounds what the prechecked cache holds: the inflated
@@ -45,8 +46,12 @@ type prechecked struct {
 // check prechecks the transactions of a block at height, records kept,
 // taking what the cache holds for that height and params, then what pool
 // admitted; with keep, what it computes is cached for a later call at the
-// same height.
-func (p *prechecked) check(params *byzlogv1.ChainParams, pool *mempool.Pool, height int64, txs [][]byte, keep bool) []*core.Checked {
+// same height. committed, when not nil, is the block as committed and txs
+// the same with its references resolved (rules version 3; nil before, when
+// a reference is just a malformed transaction): a resolved bundle's
+// SHA-256 is its reference, which every resolved bundle was checked
+// against or kept by (App.local, fetch), so it is not hashed again.
+func (p *prechecked) check(params *byzlogv1.ChainParams, pool *mempool.Pool, height int64, txs, committed [][]byte, keep bool) []*core.Checked {
 	out := make([]*core.Checked, len(txs))
 	sums := make([][sha256.Size]byte, len(txs))
 	p.mu.Lock()
@@ -55,8 +60,12 @@ func (p *prechecked) check(params *byzlogv1.ChainParams, pool *mempool.Pool, hei
 	}
 	var missing int
 	for i, tx := range txs {
-		sums[i] = sha256.Sum256(tx)
-		if c, ok := p.byHash[sums[i]]; ok {
+		if ref, ok := refOf(committed, i); ok {
+			sums[i] = ref
+		} else {
+			sums[i] = sha256.Sum256(tx)
+		}
+		if c, ok := p.byHash[sums[i]]; ok && bytes.Equal(c.Tx, tx) {
 			out[i] = c
 			p.hits++
 			continue
@@ -130,4 +139,12 @@ func admitted(pool *mempool.Pool, sum [sha256.Size]byte, tx []byte) *core.Checke
 		return c
 	}
 	return nil
+}
+
+// refOf is the reference committed[i] is, if it is one.
+func refOf(committed [][]byte, i int) ([sha256.Size]byte, bool) {
+	if i >= len(committed) {
+		return [sha256.Size]byte{}, false
+	}
+	return wire.BundleRef(committed[i])
 }
