@@ -105,15 +105,19 @@ func DataHost(addr string, insecureOK bool) (host, scheme string, err error) {
 }
 
 // CheckDataAddrs checks the data services given for n nodes, in the
-// order of their RPC addresses: one each or none, each in a form DataHost
-// takes, no two the same (one node answering for two would count twice
-// where f+1 nodes must agree).
+// order of their RPC addresses: one entry each or none, each in a form
+// DataHost takes or empty (that node is reached over its RPC alone), no
+// two the same (one node answering for two would count twice where f+1
+// nodes must agree).
 func CheckDataAddrs(addrs []string, n int, insecureOK bool) error {
 	if len(addrs) > 0 && len(addrs) != n {
-		return fmt.Errorf("%d data services for %d nodes: give one per node, in the order of the nodes, or none", len(addrs), n)
+		return fmt.Errorf("%d data services for %d nodes: give one entry per node (empty for a node without one), in the order of the nodes, or none", len(addrs), n)
 	}
 	seen := map[string]bool{}
 	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
 		host, _, err := DataHost(a, insecureOK)
 		if err != nil {
 			return err

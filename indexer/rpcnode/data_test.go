@@ -202,6 +202,8 @@ func TestCheckDataAddrs(t *testing.T) {
 		{[]string{"https://node.example:26659/data"}, 1, false},    // a path
 		{[]string{"http://10.0.0.5:26659"}, 1, false},              // plaintext beyond loopback
 		{[]string{"https://10.0.0.5:26659", "https://10.0.0.6:26659"}, 2, true},
+		{[]string{"", "https://10.0.0.6:26659"}, 2, true}, // the first node over its RPC alone
+		{[]string{"", ""}, 2, true},
 	} {
 		if err := rpcnode.CheckDataAddrs(tt.addrs, tt.n, false); (err == nil) != tt.ok {
 			t.Errorf("CheckDataAddrs(%q, %d) = %v, want ok=%v", tt.addrs, tt.n, err, tt.ok)

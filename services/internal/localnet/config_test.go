@@ -212,7 +212,8 @@ func TestAppPeerArgs(t *testing.T) {
 
 // TestNodeDataArgs: every app serves its data service, and the gateways
 // and the indexer are given each node's, in the order of their --nodes;
-// none where a proxy stands for a node's RPC, or with a built-in app.
+// an empty entry where a proxy stands for a node's RPC, none with a
+// built-in app.
 func TestNodeDataArgs(t *testing.T) {
 	c := validConfig(t)
 	for _, tt := range []struct {
@@ -223,7 +224,7 @@ func TestNodeDataArgs(t *testing.T) {
 	}{
 		{"tls", func(*Config, *Services) {}, true, "https"},
 		{"insecure rpc", func(c *Config, _ *Services) { c.InsecureRPC = true }, true, "http"},
-		{"a proxied node", func(_ *Config, s *Services) { s.ProxiedRPC = map[int]int{2: 30000} }, false, ""},
+		{"a proxied node", func(_ *Config, s *Services) { s.ProxiedRPC = map[int]int{2: 30000} }, true, "https"},
 		{"built-in app", func(c *Config, _ *Services) { c.Transport = "kvstore" }, false, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -259,6 +260,12 @@ func TestNodeDataArgs(t *testing.T) {
 						t.Fatal(err)
 					}
 					node := (i - c.BasePort - 1) / 100
+					if i == 30000 { // node 2's proxy
+						if datas[k] != "" {
+							t.Errorf("%s --node-data[%d] = %q for the node behind a proxy, want empty", name, k, datas[k])
+						}
+						continue
+					}
 					if want := c.DataAddr(node); datas[k] != want || !strings.HasPrefix(want, tt.scheme+"://") {
 						t.Errorf("%s --node-data[%d] = %q for --nodes[%d] %q, want %q", name, k, datas[k], k, rpcs[k], want)
 					}

@@ -169,8 +169,8 @@ type Services struct {
 	GatewaysOnly bool
 	// ProxiedRPC maps a node to the loopback port of a proxy in front of
 	// its RPC (a tampering one, in chaos runs): the gateways and the
-	// indexer reach that node through it, and no node's data service
-	// (which would go around the proxy).
+	// indexer reach that node through it, and not through its data
+	// service (which would go around the proxy).
 	ProxiedRPC map[int]int
 	// Insecure serves the gateways and NATS in plaintext. By default they
 	// serve TLS with certificates of the network's CA (Net.TLS), which
@@ -253,16 +253,18 @@ func (s Services) rpcURL(c Config, i int) string {
 
 // nodeDataArgs are the gateway's and indexer's --node-data for nodes
 // (their indexes, in the order of --nodes): the apps' data services. None
-// for CometBFT's built-in apps, and none when a node's RPC is proxied: a
-// tampering proxy stands for the node, and the data service would go
-// around it.
+// for CometBFT's built-in apps; an empty entry for a node whose RPC is
+// proxied: a tampering proxy stands for that node, and its data service
+// would go around it.
 func (n *Net) nodeDataArgs(s Services, nodes []int) []string {
-	if n.cfg.Builtin() || len(s.ProxiedRPC) > 0 {
+	if n.cfg.Builtin() {
 		return nil
 	}
 	addrs := make([]string, len(nodes))
 	for k, i := range nodes {
-		addrs[k] = n.cfg.DataAddr(i)
+		if _, proxied := s.ProxiedRPC[i]; !proxied {
+			addrs[k] = n.cfg.DataAddr(i)
+		}
 	}
 	return []string{"--node-data", strings.Join(addrs, ",")}
 }

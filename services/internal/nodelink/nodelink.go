@@ -80,14 +80,19 @@ func ParseNodes(list string, insecure bool) ([]string, error) {
 }
 
 // NodeDataHelp is the help of every --node-data flag.
-const NodeDataHelp = "comma-separated addresses of the nodes' data services (byzlog-app --data-listen), one per --nodes entry in the same order, in the same forms: queries, bundles and submissions go there instead of through JSON-RPC's base64 and hex (much less CPU for the nodes); empty: all over the nodes' RPC"
+const NodeDataHelp = "comma-separated addresses of the nodes' data services (byzlog-app --data-listen), one per --nodes entry in the same order (empty for a node without one), in the same forms: queries, bundles and submissions go there instead of through JSON-RPC's base64 and hex (much less CPU for the nodes); empty: all over the nodes' RPC"
 
-// ParseNodeData reads --node-data as ParseNodes reads --nodes, and checks
-// them (rpcnode.CheckDataAddrs): one per node (n) or none, no two alike.
+// ParseNodeData reads --node-data: one entry per node (n), in the order
+// of --nodes, an empty one for a node reached over its RPC alone, or none
+// at all; checked by rpcnode.CheckDataAddrs.
 func ParseNodeData(list string, n int, insecure bool) ([]string, error) {
-	addrs, err := ParseNodes(list, insecure)
-	if err != nil {
-		return nil, err
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	// Positional: an empty entry is a node without a data service.
+	addrs := strings.Split(list, ",")
+	for i := range addrs {
+		addrs[i] = strings.TrimSpace(addrs[i])
 	}
 	if err := rpcnode.CheckDataAddrs(addrs, n, insecure); err != nil {
 		return nil, err

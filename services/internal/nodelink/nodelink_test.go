@@ -30,3 +30,26 @@ func TestParseNodes(t *testing.T) {
 		}
 	}
 }
+
+func TestParseNodeData(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		n    int
+		want []string // nil with ok: none given
+		ok   bool
+	}{
+		{"", 3, nil, true},
+		{"  ", 3, nil, true},
+		{"https://127.0.0.1:1, https://127.0.0.1:2", 2, []string{"https://127.0.0.1:1", "https://127.0.0.1:2"}, true},
+		// Positional: the first node is reached over its RPC alone.
+		{",https://127.0.0.1:2", 2, []string{"", "https://127.0.0.1:2"}, true},
+		{"https://127.0.0.1:1", 2, nil, false},                       // one short
+		{"https://127.0.0.1:1,https://127.0.0.1:1", 2, nil, false},   // one node twice
+		{"http://10.0.0.5:26659,https://127.0.0.1:2", 2, nil, false}, // plaintext beyond loopback
+	} {
+		got, err := ParseNodeData(tc.list, tc.n, false)
+		if (err == nil) != tc.ok || (tc.ok && !slices.Equal(got, tc.want)) {
+			t.Errorf("ParseNodeData(%q, %d) = %q, %v; want %q, ok=%v", tc.list, tc.n, got, err, tc.want, tc.ok)
+		}
+	}
+}
