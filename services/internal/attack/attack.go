@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,6 +48,11 @@ type Env struct {
 	// always stops with its context).
 	Nodes []string
 	RPC   *http.Client
+	// Data are the same validators' node data services (byzlog-app
+	// --data-listen), in the order of Nodes: attackers reach them as
+	// anyone on the network may. closeData closes their connections.
+	Data      []byzlogv1.NodeDataClient
+	closeData func()
 	// Gateways are the gateways' gRPC addresses, GatewayHTTP their HTTP ones.
 	Gateways, GatewayHTTP []string
 	// TLS is how a client reaches the gateways (the network's CA); nil:
@@ -102,7 +108,7 @@ var Baseline = Attack{Name: "none", Doc: "no attack: the honest load alone, the 
 
 // Attacks lists every attack, in the order `byzlog attack` runs them.
 var Attacks = []Attack{
-	{Name: "crash-input", Doc: "broadcast_tx_sync to every node a correctly signed batch for topic \"\\x01\"×59+\"a\"×6 (its rejection message, cut at 256 bytes, once split a UTF-8 \"…\" and the app panicked), then a malformed corpus: random bytes, truncated and bit-flipped transactions, valid envelopes around garbage bodies, topic names that break messages",
+	{Name: "crash-input", Doc: "broadcast_tx_sync to every node a correctly signed batch for topic \"\\x01\"×59+\"a\"×6 (its rejection message, cut at 256 bytes, once split a UTF-8 \"…\" and the app panicked), then a malformed corpus: random bytes, truncated and bit-flipped transactions, valid envelopes around garbage bodies, topic names that break messages, to every node's RPC and its app's data service (Submit, and Query of every path with the corpus as data)",
 		Run: crashInput},
 	{Name: "mempool-flood", Doc: "fresh keys send transactions that can never commit: bundles of 64 batches with sequences 1..64 ahead, offset commits with nonces 1..64 ahead and ~4 KiB of metadata per offset (as many offsets as an RPC body holds), topic creations from non-admins with future nonces; up to 3 MiB/s over all nodes",
 		Run: mempoolFlood},
@@ -174,7 +180,7 @@ func flood(ctx context.Context, env *Env, t *Tally, p *pacer, workers, max int, 
 					if !p.wait(ctx, len(tx)) {
 						return
 					}
-					refusal, err := broadcastTxSync(ctx, env.RPC, rpc, tx)
+					refusal, err := env.submit(ctx, rpc, tx)
 					if ctx.Err() != nil {
 						t.count(len(tx), "", errAttackEnded)
 						return
@@ -190,6 +196,60 @@ func flood(ctx context.Context, env *Env, t *Tally, p *pacer, workers, max int, 
 }
 
 func (env *Env) roundRobin(i int) []string { return []string{env.Nodes[i%len(env.Nodes)]} }
+
+// dataPrefix marks a flood target that is a node's data service (Env.Data,
+// by index), not its RPC.
+const dataPrefix = "data:"
+
+// everyPath sends what it is given to every node's RPC and data service
+// in turn: broadcast_tx_sync, then Submit and Query.
+func (env *Env) everyPath(i int) []string {
+	n := len(env.Nodes) * (1 + 2*min(len(env.Data), 1))
+	k := i % n
+	if k < len(env.Nodes) {
+		return []string{env.Nodes[k]}
+	}
+	return []string{fmt.Sprintf("%s%d", dataPrefix, k-len(env.Nodes))}
+}
+
+// submit sends tx to target: a node's RPC (broadcast_tx_sync), or a data
+// service (dataPrefix and an index: Submit for the first len(Data), then
+// Query of each query path in turn with tx as its data).
+func (env *Env) submit(ctx context.Context, target string, tx []byte) (refusal string, err error) {
+	k, ok := strings.CutPrefix(target, dataPrefix)
+	if !ok {
+		return broadcastTxSync(ctx, env.RPC, target, tx)
+	}
+	i, err := strconv.Atoi(k)
+	if err != nil || len(env.Data) == 0 {
+		return "", fmt.Errorf("data target %q: no such data service", target)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if i < len(env.Data) {
+		r, err := env.Data[i].Submit(cctx, &byzlogv1.NodeSubmitRequest{Tx: tx})
+		if err != nil {
+			return "", fmt.Errorf("data service Submit: %w", err)
+		}
+		if r.Code != 0 {
+			return fmt.Sprintf("code %d: %s", r.Code, r.Log), nil
+		}
+		return "", nil
+	}
+	sel := i
+	if len(tx) > 0 {
+		sel += int(tx[0] ^ tx[len(tx)-1])
+	}
+	path := wire.QueryPaths[sel%len(wire.QueryPaths)]
+	r, err := env.Data[i%len(env.Data)].Query(cctx, &byzlogv1.NodeQueryRequest{Path: path, Data: tx})
+	if err != nil {
+		return "", fmt.Errorf("data service Query %s: %w", path, err)
+	}
+	if r.Code != 0 {
+		return fmt.Sprintf("code %d: %s", r.Code, r.Log), nil
+	}
+	return "", nil
+}
 
 func crashInput(ctx context.Context, env *Env, t *Tally) error {
 	rng := rand.New(rand.NewPCG(env.Seed, 1))
@@ -207,7 +267,7 @@ func crashInput(ctx context.Context, env *Env, t *Tally) error {
 		if i%(len(corpus)+1) == 0 {
 			return env.Nodes // the crash input goes to every node
 		}
-		return env.roundRobin(i)
+		return env.everyPath(i)
 	})
 }
 

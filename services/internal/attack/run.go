@@ -14,9 +14,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/natsauth"
+	"github.com/byzlog/byzlog/indexer/rpcnode"
 	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
@@ -96,6 +100,9 @@ func Run(ctx context.Context, c *chaos.Cluster, attacks []Attack, cfg Config, pr
 		return nil, err
 	}
 	env, err := newEnv(c, reader)
+	if env.closeData != nil {
+		defer env.closeData()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +188,9 @@ func newEnv(c *chaos.Cluster, reader ed25519.PrivateKey) (Env, error) {
 		return env, err
 	}
 	if env.TLS, err = c.Net.ClientTLS(c.Services); err != nil {
+		return env, err
+	}
+	if err := dataEnv(c, &env); err != nil {
 		return env, err
 	}
 	env.NATSURL = c.Services.NATSURL()
@@ -365,6 +375,40 @@ func reset(ctx context.Context, c *chaos.Cluster) error {
 		if err := c.Net.Start(ctx, c.Services, name); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// dataEnv dials every validator's node data service as the cluster's
+// gateways do (the nodes' link: their CA, or plaintext when the RPC is).
+func dataEnv(c *chaos.Cluster, env *Env) error {
+	var conns []*grpc.ClientConn
+	env.closeData = func() {
+		for _, conn := range conns {
+			_ = conn.Close()
+		}
+	}
+	link, err := c.Net.NodeLink()
+	if err != nil {
+		return err
+	}
+	cfg := c.Net.Config()
+	for i := 0; i < cfg.Validators; i++ {
+		host, scheme, err := rpcnode.DataHost(cfg.DataAddr(i), false)
+		if err != nil {
+			return err
+		}
+		creds := insecure.NewCredentials()
+		if scheme == "https" && link.TLS != nil {
+			creds = credentials.NewTLS(link.TLS.Clone())
+		}
+		conn, err := grpc.NewClient("passthrough:///"+host, grpc.WithTransportCredentials(creds),
+			grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20), grpc.MaxCallRecvMsgSize(16<<20)))
+		if err != nil {
+			return fmt.Errorf("node %d's data service: %w", i, err)
+		}
+		conns = append(conns, conn)
+		env.Data = append(env.Data, byzlogv1.NewNodeDataClient(conn))
 	}
 	return nil
 }
