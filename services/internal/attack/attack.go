@@ -26,6 +26,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,6 +54,7 @@ type Env struct {
 	// anyone on the network may. closeData closes their connections.
 	Data      []byzlogv1.NodeDataClient
 	closeData func()
+	queries   *atomic.Uint64 // Query calls made, which choose their paths in turn
 	// Gateways are the gateways' gRPC addresses, GatewayHTTP their HTTP ones.
 	Gateways, GatewayHTTP []string
 	// TLS is how a client reaches the gateways (the network's CA); nil:
@@ -214,7 +216,7 @@ func (env *Env) everyPath(i int) []string {
 
 // submit sends tx to target: a node's RPC (broadcast_tx_sync), or a data
 // service (dataPrefix and an index: Submit for the first len(Data), then
-// Query of each query path in turn with tx as its data).
+// Query with tx as its data, of each query path in turn).
 func (env *Env) submit(ctx context.Context, target string, tx []byte) (refusal string, err error) {
 	k, ok := strings.CutPrefix(target, dataPrefix)
 	if !ok {
@@ -236,11 +238,11 @@ func (env *Env) submit(ctx context.Context, target string, tx []byte) (refusal s
 		}
 		return "", nil
 	}
-	sel := i
-	if len(tx) > 0 {
-		sel += int(tx[0] ^ tx[len(tx)-1])
+	var turn uint64
+	if env.queries != nil {
+		turn = env.queries.Add(1)
 	}
-	path := wire.QueryPaths[sel%len(wire.QueryPaths)]
+	path := wire.QueryPaths[turn%uint64(len(wire.QueryPaths))]
 	r, err := env.Data[i%len(env.Data)].Query(cctx, &byzlogv1.NodeQueryRequest{Path: path, Data: tx})
 	if err != nil {
 		return "", fmt.Errorf("data service Query %s: %w", path, err)
@@ -248,7 +250,8 @@ func (env *Env) submit(ctx context.Context, target string, tx []byte) (refusal s
 	if r.Code != 0 {
 		return fmt.Sprintf("code %d: %s", r.Code, r.Log), nil
 	}
-	return "", nil
+	// Answered, which takes nothing in: not counted as accepted.
+	return "answered query " + path + " (a read: nothing taken in)", nil
 }
 
 func crashInput(ctx context.Context, env *Env, t *Tally) error {
@@ -267,7 +270,9 @@ func crashInput(ctx context.Context, env *Env, t *Tally) error {
 		if i%(len(corpus)+1) == 0 {
 			return env.Nodes // the crash input goes to every node
 		}
-		return env.everyPath(i)
+		// Shifted by the round: every entry reaches every path in turn,
+		// whatever the corpus's length.
+		return env.everyPath(i + i/(len(corpus)+1))
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -392,6 +393,7 @@ func dataEnv(c *chaos.Cluster, env *Env) error {
 	if err != nil {
 		return err
 	}
+	env.queries = new(atomic.Uint64)
 	cfg := c.Net.Config()
 	for i := 0; i < cfg.Validators; i++ {
 		host, scheme, err := rpcnode.DataHost(cfg.DataAddr(i), false)
