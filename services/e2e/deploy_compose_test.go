@@ -31,6 +31,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/byzlog/byzlog/indexer/natsauth"
+	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
 type composeNetwork struct {
@@ -544,6 +545,7 @@ func (d *deployment) checkGenerated(t *testing.T, dir string, n int, chainID str
 			{"[mempool] type", cfg.Mempool.Type, "app"},
 			{"[mempool] reap_interval", cfg.Mempool.ReapInterval, 25 * time.Millisecond},
 			{"[consensus] timeout_propose", cfg.Consensus.TimeoutPropose, 10 * time.Second},
+			{"[consensus] peer_gossip_sleep_duration", cfg.Consensus.PeerGossipSleepDuration, localnet.PeerGossipSleep},
 			{"[p2p] pex", cfg.P2P.PexReactor, false},
 			{"[p2p] laddr", cfg.P2P.ListenAddress, fmt.Sprintf("tcp://0.0.0.0:%d", p2pPort)},
 		} {

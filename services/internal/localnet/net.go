@@ -705,8 +705,17 @@ func (c Config) nodeConfig(i int, ids []p2p.ID) *cmtcfg.Config {
 	}
 	cfg.Consensus.TimeoutCommit = time.Duration(c.TimeoutCommit)
 	cfg.Consensus.TimeoutPropose = 10 * time.Second // 3 s causes extra rounds with large blocks
+	cfg.Consensus.PeerGossipSleepDuration = PeerGossipSleep
 	return cfg
 }
+
+// PeerGossipSleep is the nodes' consensus.peer_gossip_sleep_duration: how
+// long a node's gossip routine for a peer sleeps when it has no vote or
+// block part to send. Votes reach peers only when that routine next wakes,
+// so CometBFT's 100 ms default adds up to 100 ms to each of a height's
+// proposal, prevote and precommit steps: measured on 4 validators on
+// loopback, 500 ms empty blocks with timeout_commit 300 ms.
+const PeerGossipSleep = 10 * time.Millisecond
 
 // MempoolType is the nodes' mempool.type: the app's own mempool.
 const MempoolType = "app"
