@@ -87,6 +87,11 @@ type Waits struct {
 	// GapWait is how long a batch whose sequence is ahead (within
 	// CheckTx's lookahead) waits for the batches before it.
 	GapWait time.Duration
+	// LightWait is how long a request for a light block a height or two
+	// above the newest one a node has reported waits for it to commit: a
+	// receipt's proof needs the header after its block, which every
+	// producer asks for as soon as it has the receipt.
+	LightWait time.Duration
 }
 
 // HTTPConfig bounds the HTTP/JSON face (HTTPHandler, NewHTTPServer).
@@ -182,7 +187,7 @@ func DefaultWaits() Waits {
 		QueryRounds: 6, QueryRetry: 150 * time.Millisecond,
 		CatchUpTimeout: 2 * time.Second, CatchUpCallTimeout: time.Second, CatchUpPoll: 50 * time.Millisecond,
 		TopicMissRefresh: 200 * time.Millisecond, TopicMissWait: time.Second,
-		GapWait: time.Second,
+		GapWait: time.Second, LightWait: 2 * time.Second,
 	}
 }
 
@@ -233,6 +238,7 @@ func (w Waits) validate() error {
 		{"lookup_timeout", w.LookupTimeout}, {"query_retry", w.QueryRetry}, {"catch_up_timeout", w.CatchUpTimeout},
 		{"catch_up_call_timeout", w.CatchUpCallTimeout}, {"catch_up_poll", w.CatchUpPoll},
 		{"topic_miss_refresh", w.TopicMissRefresh}, {"topic_miss_wait", w.TopicMissWait}, {"gap_wait", w.GapWait},
+		{"light_wait", w.LightWait},
 	} {
 		if d.v <= 0 {
 			return fmt.Errorf("waits.%s (%s) must be positive", d.name, d.v)

@@ -327,6 +327,7 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 		return err
 	}
 	top := st.SyncInfo.LatestBlockHeight
+	g.tip.set(top)
 	for {
 		agreed := g.pool.Height()
 		g.mu.Lock()

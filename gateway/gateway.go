@@ -42,7 +42,8 @@ type Gateway struct {
 	seqs   map[seqKey]*seqState // what the gateway knows of producers' sequences
 	dups   dupBlocks            // confirmed blocks that duplicate answers named
 
-	lights lightCache // light blocks f+1 nodes agreed on (lightblock.go)
+	lights lightCache  // light blocks f+1 nodes agreed on (lightblock.go)
+	tip    heightWatch // the newest height a node reported (followOnce)
 }
 
 // New returns a gateway over the nodes in cfg. Run starts it.

@@ -24,13 +24,19 @@ import (
 // and then served from a cache of the last lightCacheHeights heights; one
 // node's word is not cached, so a liar cannot make every client's
 // verification fail for as long as the cache holds its answer. The client
-// still checks the light block against what it trusts.
+// still checks the light block against what it trusts. A height up to
+// lightWaitAhead above the newest one a node has reported is waited for,
+// up to Waits.LightWait, so the header a fresh receipt needs is served as
+// soon as its block commits rather than when the client next asks.
 func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.LightBlock, error) {
 	if height < 0 {
 		return nil, errorf(ErrInvalid, "height %d: want 0 (the latest) or a height", height)
 	}
 	if height == 0 {
 		height = g.pool.Height()
+	}
+	if g.lights.cached(height) == nil {
+		g.tip.waitFor(ctx, height, lightWaitAhead, g.cfg.Waits.LightWait)
 	}
 	return g.lights.get(ctx, height, g.metrics, func(ctx context.Context) (*cmttypes.LightBlock, error) {
 		first := g.pool.Pick()
@@ -41,6 +47,70 @@ func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.Light
 		}
 		return agreedLightBlock(ctx, g.pool.ChainID(), height, g.quorum(), sources)
 	})
+}
+
+// lightWaitAhead is how far above the newest height a node reported a
+// light block request waits (Waits.LightWait) rather than being answered
+// OutOfRange at once: a receipt at the newest height needs the next one.
+const lightWaitAhead = 2
+
+// heightWatch is the newest height a node has reported committed, and
+// wakes whoever waits for a height to arrive.
+type heightWatch struct {
+	mu     sync.Mutex
+	height int64
+	moved  chan struct{} // closed when height rises; nil: nobody waits
+}
+
+// set raises the height to h (never lowers it) and wakes the waiters.
+func (w *heightWatch) set(h int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h <= w.height {
+		return
+	}
+	w.height = h
+	if w.moved != nil {
+		close(w.moved)
+		w.moved = nil
+	}
+}
+
+// waitFor returns once the height reaches h, ctx is done or d has passed,
+// and at once when h is more than ahead above the height or no height is
+// known yet. It reports whether the height reached h. A node that reports
+// a height it has not reached only ends a wait early: what is waited for is
+// still read from f+1 nodes.
+func (w *heightWatch) waitFor(ctx context.Context, h, ahead int64, d time.Duration) bool {
+	var timer *time.Timer
+	for {
+		w.mu.Lock()
+		cur := w.height
+		if cur >= h {
+			w.mu.Unlock()
+			return true
+		}
+		if cur == 0 || h > cur+ahead {
+			w.mu.Unlock()
+			return false
+		}
+		if w.moved == nil {
+			w.moved = make(chan struct{})
+		}
+		moved := w.moved
+		w.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		}
+		select {
+		case <-moved:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // lightCacheHeights bounds the light blocks a gateway keeps: receipts are

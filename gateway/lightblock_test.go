@@ -152,3 +152,53 @@ func TestLightCacheReadsOnce(t *testing.T) {
 		t.Fatalf("cache of %d heights (5 kept: %v); want %d, the newest", len(c.blocks), c.cached(5) != nil, lightCacheHeights)
 	}
 }
+
+// TestHeightWatch: a wait for the next height or the one after ends when a
+// node reports it, and only then; one further ahead, or before any height
+// is known, is not waited for, and a wait ends with its timeout or its
+// context.
+func TestHeightWatch(t *testing.T) {
+	ctx := context.Background()
+	var w heightWatch
+	if w.waitFor(ctx, 5, lightWaitAhead, time.Hour) {
+		t.Fatal("waited for height 5 with no height known")
+	}
+	w.set(10)
+	w.set(7) // never lowers
+	for _, tc := range []struct {
+		h    int64
+		want bool
+	}{{9, true}, {10, true}, {13, false}} {
+		start := time.Now()
+		if got := w.waitFor(ctx, tc.h, lightWaitAhead, time.Hour); got != tc.want {
+			t.Errorf("waitFor(%d) at height 10 = %v, want %v", tc.h, got, tc.want)
+		}
+		if time.Since(start) > time.Second {
+			t.Errorf("waitFor(%d) at height 10 waited %s, want an answer at once", tc.h, time.Since(start))
+		}
+	}
+	if w.waitFor(ctx, 12, lightWaitAhead, 20*time.Millisecond) {
+		t.Error("waitFor(12) reached with the height at 10")
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if w.waitFor(cctx, 11, lightWaitAhead, time.Hour) {
+		t.Error("waitFor(11) reached with its context done")
+	}
+
+	var wg sync.WaitGroup
+	got := make([]bool, 3)
+	for i := range got {
+		wg.Go(func() { got[i] = w.waitFor(ctx, 12, lightWaitAhead, time.Hour) })
+	}
+	time.Sleep(20 * time.Millisecond)
+	w.set(11) // wakes them; not yet there
+	time.Sleep(20 * time.Millisecond)
+	w.set(12)
+	wg.Wait()
+	for i, ok := range got {
+		if !ok {
+			t.Errorf("waiter %d: height 12 reported, wait ended unreached", i)
+		}
+	}
+}
