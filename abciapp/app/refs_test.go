@@ -198,6 +198,44 @@ func TestReferencesNeedRulesVersion3(t *testing.T) {
 	}
 }
 
+// TestReferenceBeforeRulesVersion3IsItsOwnTransaction: before rules
+// version 3 a reference that reaches a decided block (only more than f
+// faulty validators could get one there) is a malformed transaction under
+// its own hash, not the bundle it names: the bundle stays in the mempool
+// and /tx places the reference, not the bundle.
+func TestReferenceBeforeRulesVersion3IsItsOwnTransaction(t *testing.T) {
+	a := open(t, t.TempDir())
+	defer a.Close()
+	big := producerTx(t, "big", 0, byzlogv1.Codec_CODEC_NONE, &byzlogv1.Record{Value: bytes.Repeat([]byte("v"), 6000)})
+	ref := wire.NewBundleRef(sha256.Sum256(big))
+	if res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: big}); err != nil || res.Code != 0 {
+		t.Fatalf("CheckTx = %v, %v", res, err)
+	}
+	res, err := a.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: 1, Txs: [][]byte{ref}})
+	if err != nil || len(res.TxResults) != 1 || wire.Code(res.TxResults[0].Code) != wire.CodeMalformedTx {
+		t.Fatalf("FinalizeBlock(a reference at rules 1) = %v, %v; want one malformed_tx result", res, err)
+	}
+	commit(t, a)
+	tx := func(b []byte) *abci.ResponseQuery {
+		sum := sha256.Sum256(b)
+		q, err := a.Query(ctx, &abci.RequestQuery{Path: wire.PathTx, Data: sum[:]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	if q := tx(ref); q.Code != 0 || q.Height != 1 || q.Index != 0 {
+		t.Errorf("/tx of the reference = code %d, height %d, index %d; want height 1, index 0", q.Code, q.Height, q.Index)
+	}
+	if q := tx(big); wire.Code(q.Code) != wire.CodeNotFound {
+		t.Errorf("/tx of the bundle = code %d, height %d: the bundle never committed", q.Code, q.Height)
+	}
+	prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Height: 2, MaxTxBytes: 1 << 20})
+	if err != nil || len(prep.Txs) != 1 || !bytes.Equal(prep.Txs[0], big) {
+		t.Fatalf("PrepareProposal after the reference = %d txs, %v; want the bundle still pending", len(prep.Txs), err)
+	}
+}
+
 // /bundles refuses what it cannot answer, and a proposal referencing more
 // bytes than a block may hold is refused before they are fetched.
 func TestBundlesQueryBounds(t *testing.T) {
