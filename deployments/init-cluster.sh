@@ -18,7 +18,8 @@ NATS's configuration, accounts and users' passwords. It runs `cometbft
 testnet`, then sets what byzlog needs, as `byzlog localnet` does: abci = "grpc",
 proxy_app = "127.0.0.1:ABCI_PORT" (host:port, no tcp:// with gRPC),
 [mempool] recheck = false, type = "app", reap_interval = 25ms, [tx_index] indexer = "null"
-(byzlog-app answers gateways' lookups itself), timeout_propose = 10s, persistent peers with PEX
+(byzlog-app answers gateways' lookups itself), timeout_propose = 10s,
+peer_gossip_sleep_duration = 10ms, persistent peers with PEX
 off, p2p rates of 100 MiB/s, RPC over TLS (rpc.tls_cert_file), and genesis
 block.max_bytes under the 4 MiB cap of CometBFT's gRPC ABCI client. On an output
 that is already complete it does nothing; it never overwrites a validator key.

@@ -176,10 +176,10 @@ func Default() Config {
 
 // DefaultWaits returns 500 ms between start checks, 10 s per submission,
 // 5 s per round of following blocks and per lookup, 6 query rounds 150 ms
-// apart (a block is ~0.5 s), 2 s for a node to catch up (1 s per call,
+// apart (a block is ~0.35-0.6 s), 2 s for a node to catch up (1 s per call,
 // every 50 ms), 200 ms between refreshes for unknown topics and 1 s for a
-// new topic to show, and 1 s for the batches before one ahead of its
-// sequence.
+// new topic to show, 1 s for the batches before one ahead of its
+// sequence, and 2 s for the light block of the next height.
 func DefaultWaits() Waits {
 	return Waits{
 		StartRetry: 500 * time.Millisecond, BroadcastTimeout: 10 * time.Second,

@@ -327,7 +327,7 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 		return err
 	}
 	top := st.SyncInfo.LatestBlockHeight
-	g.tip.set(top)
+	g.tip.report(n.Addr, top)
 	for {
 		agreed := g.pool.Height()
 		g.mu.Lock()

@@ -43,7 +43,7 @@ type Gateway struct {
 	dups   dupBlocks            // confirmed blocks that duplicate answers named
 
 	lights lightCache  // light blocks f+1 nodes agreed on (lightblock.go)
-	tip    heightWatch // the newest height a node reported (followOnce)
+	tip    heightWatch // the height f+1 nodes reported (followOnce)
 }
 
 // New returns a gateway over the nodes in cfg. Run starts it.
@@ -62,6 +62,7 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 		txs:      newTracker(cfg.CommitTimeout, cfg.PendingTimeout),
 		usage:    map[string]*usage{},
 		seqs:     map[seqKey]*seqState{},
+		tip:      heightWatch{need: quorum(pool.Len())},
 	}
 	g.metrics = newMetrics(g)
 	g.queries = &queryRouter{pool: pool, waits: cfg.Waits, disagreements: g.metrics.disagreements}

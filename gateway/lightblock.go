@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,9 +27,10 @@ import (
 // node's word is not cached, so a liar cannot make every client's
 // verification fail for as long as the cache holds its answer. The client
 // still checks the light block against what it trusts. A height up to
-// lightWaitAhead above the newest one a node has reported is waited for,
-// up to Waits.LightWait, so the header a fresh receipt needs is served as
-// soon as its block commits rather than when the client next asks.
+// lightWaitAhead above the one f+1 nodes have reported is waited for, up
+// to Waits.LightWait, so the header a fresh receipt needs is served once
+// f+1 nodes report its block (the block follower asks one node each
+// poll_interval) rather than when the client next asks.
 func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.LightBlock, error) {
 	if height < 0 {
 		return nil, errorf(ErrInvalid, "height %d: want 0 (the latest) or a height", height)
@@ -37,6 +40,9 @@ func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.Light
 	}
 	if g.lights.cached(height) == nil {
 		g.tip.waitFor(ctx, height, lightWaitAhead, g.cfg.Waits.LightWait)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 	}
 	return g.lights.get(ctx, height, g.metrics, func(ctx context.Context) (*cmttypes.LightBlock, error) {
 		first := g.pool.Pick()
@@ -49,27 +55,49 @@ func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.Light
 	})
 }
 
-// lightWaitAhead is how far above the newest height a node reported a
+// lightWaitAhead is how far above the height f+1 nodes have reported a
 // light block request waits (Waits.LightWait) rather than being answered
 // OutOfRange at once: a receipt at the newest height needs the next one.
 const lightWaitAhead = 2
 
-// heightWatch is the newest height a node has reported committed, and
-// wakes whoever waits for a height to arrive.
+// maxLightWaiters bounds the light block requests waiting at once; past
+// it a request is answered at once (OutOfRange if its height is not there),
+// as every request was before the wait, so clients cannot pin goroutines
+// and timers without limit.
+const maxLightWaiters = 4096
+
+// heightWatch is the height f+1 nodes have reported committed (each
+// node's last report, as the gateway's block follower asks them in turn),
+// and wakes whoever waits for a height to arrive. One node reporting a
+// height it has not reached moves nothing: at least one of f+1 is honest.
 type heightWatch struct {
-	mu     sync.Mutex
-	height int64
-	moved  chan struct{} // closed when height rises; nil: nobody waits
+	mu      sync.Mutex
+	need    int              // f+1
+	reports map[string]int64 // by node: the last height it reported
+	height  int64            // the need-th highest report, never lowered
+	moved   chan struct{}    // closed when height rises; nil: nobody waits
+	waiting int              // requests waiting, at most maxLightWaiters
 }
 
-// set raises the height to h (never lowers it) and wakes the waiters.
-func (w *heightWatch) set(h int64) {
+// report records that node said it has committed h, raises the height to
+// what need nodes' last reports reach, and wakes the waiters if it rose.
+func (w *heightWatch) report(node string, h int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if h <= w.height {
+	if w.reports == nil {
+		w.reports = map[string]int64{}
+	}
+	w.reports[node] = h
+	if len(w.reports) < max(w.need, 1) {
 		return
 	}
-	w.height = h
+	hs := slices.Collect(maps.Values(w.reports))
+	slices.Sort(hs)
+	agreed := hs[len(hs)-max(w.need, 1)]
+	if agreed <= w.height {
+		return
+	}
+	w.height = agreed
 	if w.moved != nil {
 		close(w.moved)
 		w.moved = nil
@@ -77,11 +105,22 @@ func (w *heightWatch) set(h int64) {
 }
 
 // waitFor returns once the height reaches h, ctx is done or d has passed,
-// and at once when h is more than ahead above the height or no height is
-// known yet. It reports whether the height reached h. A node that reports
-// a height it has not reached only ends a wait early: what is waited for is
-// still read from f+1 nodes.
+// and at once when h is more than ahead above the height, no height is
+// known yet or maxLightWaiters already wait. It reports whether the height
+// reached h.
 func (w *heightWatch) waitFor(ctx context.Context, h, ahead int64, d time.Duration) bool {
+	w.mu.Lock()
+	if w.waiting >= maxLightWaiters {
+		w.mu.Unlock()
+		return false
+	}
+	w.waiting++
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.waiting--
+		w.mu.Unlock()
+	}()
 	var timer *time.Timer
 	for {
 		w.mu.Lock()

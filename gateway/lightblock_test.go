@@ -153,24 +153,32 @@ func TestLightCacheReadsOnce(t *testing.T) {
 	}
 }
 
-// TestHeightWatch: a wait for the next height or the one after ends when a
-// node reports it, and only then; one further ahead, or before any height
-// is known, is not waited for, and a wait ends with its timeout or its
-// context.
+// TestHeightWatch: the height is what f+1 nodes report, whatever one
+// node claims; a wait for the next height or the one after ends when f+1
+// nodes report it, and only then; one further ahead, or before any height
+// is agreed, is not waited for; a wait ends with its timeout or its
+// context, and past maxLightWaiters nobody waits.
 func TestHeightWatch(t *testing.T) {
 	ctx := context.Background()
-	var w heightWatch
-	if w.waitFor(ctx, 5, lightWaitAhead, time.Hour) {
-		t.Fatal("waited for height 5 with no height known")
+	const wait = 2 * time.Second // a hung wait fails the checks below
+	w := heightWatch{need: 2}
+	w.report("a", 10)
+	if w.waitFor(ctx, 11, lightWaitAhead, wait) {
+		t.Fatal("waited for height 11 with one node's report alone")
 	}
-	w.set(10)
-	w.set(7) // never lowers
+	w.report("liar", 1<<62)
+	w.report("b", 7)
+	if w.height != 10 {
+		t.Fatalf("height %d after reports 10, 7 and a liar's 1<<62; want 10 (two nodes' word)", w.height)
+	}
+	w.report("b", 10)
+	w.report("a", 9) // a report lower than before lowers nothing
 	for _, tc := range []struct {
 		h    int64
 		want bool
 	}{{9, true}, {10, true}, {13, false}} {
 		start := time.Now()
-		if got := w.waitFor(ctx, tc.h, lightWaitAhead, time.Hour); got != tc.want {
+		if got := w.waitFor(ctx, tc.h, lightWaitAhead, wait); got != tc.want {
 			t.Errorf("waitFor(%d) at height 10 = %v, want %v", tc.h, got, tc.want)
 		}
 		if time.Since(start) > time.Second {
@@ -182,23 +190,37 @@ func TestHeightWatch(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if w.waitFor(cctx, 11, lightWaitAhead, time.Hour) {
+	if w.waitFor(cctx, 11, lightWaitAhead, wait) {
 		t.Error("waitFor(11) reached with its context done")
 	}
 
 	var wg sync.WaitGroup
+	var done atomic.Int64
 	got := make([]bool, 3)
 	for i := range got {
-		wg.Go(func() { got[i] = w.waitFor(ctx, 12, lightWaitAhead, time.Hour) })
+		wg.Go(func() {
+			got[i] = w.waitFor(ctx, 12, lightWaitAhead, wait)
+			done.Add(1)
+		})
 	}
 	time.Sleep(20 * time.Millisecond)
-	w.set(11) // wakes them; not yet there
+	w.report("liar", 12)
+	w.report("a", 11) // the height moves to 11 and wakes them; not yet there
 	time.Sleep(20 * time.Millisecond)
-	w.set(12)
+	if n := done.Load(); n != 0 {
+		t.Fatalf("%d waits for height 12 ended with f+1 nodes at 11", n)
+	}
+	w.report("b", 12)
 	wg.Wait()
 	for i, ok := range got {
 		if !ok {
-			t.Errorf("waiter %d: height 12 reported, wait ended unreached", i)
+			t.Errorf("waiter %d: height 12 reported by f+1 nodes, wait ended unreached", i)
 		}
+	}
+
+	w.waiting = maxLightWaiters
+	start := time.Now()
+	if w.waitFor(ctx, 13, lightWaitAhead, wait) || time.Since(start) > time.Second {
+		t.Errorf("with %d requests waiting, another waited %s; want an answer at once", maxLightWaiters, time.Since(start))
 	}
 }
