@@ -224,3 +224,42 @@ func TestHeightWatch(t *testing.T) {
 		t.Errorf("with %d requests waiting, another waited %s; want an answer at once", maxLightWaiters, time.Since(start))
 	}
 }
+
+// TestLightBlockWaitsForTheNextHeight: a request for the height after the
+// chain's newest is held until the gateway's block follower sees it, not
+// answered at once and not held for the whole wait. (The test chain serves
+// no commits, so the answer itself is an error; when it comes is the test.)
+func TestLightBlockWaitsForTheNextHeight(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	for range 3 {
+		if err := c.makeBlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := startGateway(t, c, func(cfg *Config) { cfg.Waits.LightWait = 5 * time.Second })
+	deadline := time.Now().Add(5 * time.Second)
+	for !g.tip.waitFor(context.Background(), 3, 0, time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the gateway's block follower reported no height 3 in 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	const stalled = 300 * time.Millisecond
+	made := make(chan error, 1)
+	go func() {
+		time.Sleep(stalled)
+		made <- c.makeBlock()
+	}()
+	start := time.Now()
+	_, err := g.LightBlock(context.Background(), 4)
+	took := time.Since(start)
+	if err := <-made; err != nil {
+		t.Fatal(err)
+	}
+	if took < stalled-50*time.Millisecond {
+		t.Errorf("LightBlock(4) answered after %s (%v), with the chain at 3: want it held until block 4", took, err)
+	}
+	if took > 3*time.Second {
+		t.Errorf("LightBlock(4) answered after %s: want it released once block 4 commits, not at the end of the wait", took)
+	}
+}
