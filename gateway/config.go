@@ -88,7 +88,7 @@ type Waits struct {
 	// CheckTx's lookahead) waits for the batches before it.
 	GapWait time.Duration
 	// LightWait is how long a request for a light block a height or two
-	// above the newest one a node has reported waits for it to commit: a
+	// above the one f+1 nodes have reported waits for them to report it: a
 	// receipt's proof needs the header after its block, which every
 	// producer asks for as soon as it has the receipt.
 	LightWait time.Duration

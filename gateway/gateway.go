@@ -62,7 +62,7 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 		txs:      newTracker(cfg.CommitTimeout, cfg.PendingTimeout),
 		usage:    map[string]*usage{},
 		seqs:     map[seqKey]*seqState{},
-		tip:      heightWatch{need: quorum(pool.Len())},
+		tip:      heightWatch{nodes: pool.Len()},
 	}
 	g.metrics = newMetrics(g)
 	g.queries = &queryRouter{pool: pool, waits: cfg.Waits, disagreements: g.metrics.disagreements}

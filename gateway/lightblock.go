@@ -72,15 +72,15 @@ const maxLightWaiters = 4096
 // height it has not reached moves nothing: at least one of f+1 is honest.
 type heightWatch struct {
 	mu      sync.Mutex
-	need    int              // f+1
+	nodes   int              // how many the gateway has; f+1 of them must agree
 	reports map[string]int64 // by node: the last height it reported
-	height  int64            // the need-th highest report, never lowered
+	height  int64            // nodes.AgreedHeight of the reports, never lowered
 	moved   chan struct{}    // closed when height rises; nil: nobody waits
 	waiting int              // requests waiting, at most maxLightWaiters
 }
 
 // report records that node said it has committed h, raises the height to
-// what need nodes' last reports reach, and wakes the waiters if it rose.
+// what f+1 nodes' last reports reach, and wakes the waiters if it rose.
 func (w *heightWatch) report(node string, h int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -88,12 +88,10 @@ func (w *heightWatch) report(node string, h int64) {
 		w.reports = map[string]int64{}
 	}
 	w.reports[node] = h
-	if len(w.reports) < max(w.need, 1) {
+	if len(w.reports) < quorum(w.nodes) {
 		return
 	}
-	hs := slices.Collect(maps.Values(w.reports))
-	slices.Sort(hs)
-	agreed := hs[len(hs)-max(w.need, 1)]
+	agreed := nodes.AgreedHeight(slices.Collect(maps.Values(w.reports)), w.nodes)
 	if agreed <= w.height {
 		return
 	}

@@ -161,7 +161,7 @@ func TestLightCacheReadsOnce(t *testing.T) {
 func TestHeightWatch(t *testing.T) {
 	ctx := context.Background()
 	const wait = 2 * time.Second // a hung wait fails the checks below
-	w := heightWatch{need: 2}
+	w := heightWatch{nodes: 4}   // f+1 = 2
 	w.report("a", 10)
 	if w.waitFor(ctx, 11, lightWaitAhead, wait) {
 		t.Fatal("waited for height 11 with one node's report alone")

@@ -21,8 +21,8 @@ func TestAgreedHeight(t *testing.T) {
 		{[]int64{5, 9, 9, 9, 9, 9, 1 << 40}, 7, 9}, // f = 2: two liars
 		{[]int64{5, 9, 9, 9, 9, 1 << 40, 1 << 40}, 7, 9},
 	} {
-		if got := agreedHeight(tc.heights, tc.n); got != tc.want {
-			t.Errorf("agreedHeight(%v, %d nodes) = %d, want %d", tc.heights, tc.n, got, tc.want)
+		if got := AgreedHeight(tc.heights, tc.n); got != tc.want {
+			t.Errorf("AgreedHeight(%v, %d nodes) = %d, want %d", tc.heights, tc.n, got, tc.want)
 		}
 	}
 }

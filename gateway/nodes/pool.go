@@ -136,14 +136,14 @@ type Pool struct {
 
 	mu      sync.Mutex
 	chainID string
-	agreed  int64 // agreedHeight at the last check
+	agreed  int64 // AgreedHeight at the last check
 }
 
-// agreedHeight is the height at least f+1 of n nodes reported (f = (n-1)/3):
+// AgreedHeight is the height at least f+1 of n nodes reported (f = (n-1)/3):
 // the (f+1)-th highest of heights. One lying node (up to f) cannot raise it,
 // so it cannot mark honest nodes as lagging and draw the traffic to itself;
 // with fewer answers than f+1 it is the lowest answer.
-func agreedHeight(heights []int64, n int) int64 {
+func AgreedHeight(heights []int64, n int) int64 {
 	if len(heights) == 0 {
 		return 0
 	}
@@ -158,7 +158,7 @@ func agreedHeight(heights []int64, n int) int64 {
 }
 
 // Height is the height f+1 nodes had reached at the last check
-// (agreedHeight).
+// (AgreedHeight).
 func (p *Pool) Height() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -239,7 +239,7 @@ func (p *Pool) Check(ctx context.Context) error {
 			heights = append(heights, s.height)
 		}
 	}
-	top := agreedHeight(heights, len(p.nodes))
+	top := AgreedHeight(heights, len(p.nodes))
 	p.mu.Lock()
 	p.agreed = top
 	p.mu.Unlock()
