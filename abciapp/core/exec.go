@@ -40,6 +40,21 @@ type executor struct {
 	// appended collects the records appended in this block per partition,
 	// for the records root; keyed by recordPrefix, hashed in key order.
 	appended map[string]*appendedRun
+	// rules is the rules version of the block, read once it is needed (0:
+	// not yet).
+	rules uint64
+}
+
+// rulesVersion is the rules version the block executes under.
+func (ex *executor) rulesVersion() (uint64, error) {
+	if ex.rules == 0 {
+		v, err := RulesAt(ex.base, ex.b.Height)
+		if err != nil {
+			return 0, err
+		}
+		ex.rules = v
+	}
+	return ex.rules, nil
 }
 
 // appendedRun is the records one block appended to one partition.
@@ -222,12 +237,26 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	} else if len(records) != int(cb.count) {
 		return nil, nil, fmt.Errorf("batch %s/%d sequence %d was prechecked without its records; execute needs Precheck with keepRecords", body.Topic, body.Partition, body.Sequence)
 	}
+	first := len(run.leaves)
 	for _, rec := range records {
 		stored := marshal(storedRecord(body, part.NextOffset, rec, sb.ProducerKey, ex.b.Height, ex.b.TimeUnixNano))
-		o.put(CFRecords, recordKey(body.Topic, body.Partition, part.NextOffset), stored)
 		run.leaves = append(run.leaves, stored)
 		part.NextOffset++
 		part.SizeBytes += uint64(len(stored))
+	}
+	if len(records) > 0 {
+		rules, err := ex.rulesVersion()
+		if err != nil {
+			return nil, nil, err
+		}
+		put := func(last uint64, v []byte) { o.put(CFRecords, recordKey(body.Topic, body.Partition, last), v) }
+		if rules >= RunsRulesVersion {
+			appendRuns(br.BaseOffset, run.leaves[first:], put)
+		} else {
+			for i, stored := range run.leaves[first:] {
+				put(br.BaseOffset+uint64(i), stored)
+			}
+		}
 	}
 	o.put(CFMeta, pk, marshal(&part))
 	o.put(CFProducers, pkey, marshal(&byzlogv1.ProducerState{NextSequence: body.Sequence + wire.Span(body), KafkaEpoch: body.Kafka.GetEpoch()}))

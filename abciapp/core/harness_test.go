@@ -88,7 +88,7 @@ func newChain(t testing.TB, genesis string) *testChain {
 	t.Helper()
 	admin := wire.NewSigner(key("admin"), chainID)
 	if genesis == "" {
-		genesis = fmt.Sprintf(`{"admins": [%q]}`, hex.EncodeToString(admin.PublicKey()))
+		genesis = fmt.Sprintf(`{"admins": [%q], "rules_version": %d}`, hex.EncodeToString(admin.PublicKey()), core.MaxRulesVersion)
 	}
 	params, topics, err := core.ParseGenesis(chainID, []byte(genesis))
 	if err != nil {

@@ -34,10 +34,22 @@ func partitionItem(p *byzlogv1.PartitionRoot) []byte {
 }
 
 // proveRecord builds the proof of one stored record from its block's digest.
-func proveRecord(r Reader, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, Result, error) {
-	raw, err := r.Get(CFRecords, recordKey(req.Topic, req.Partition, req.Offset))
-	if err != nil {
+func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, Result, error) {
+	var ps byzlogv1.PartitionState
+	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {
 		return nil, Result{}, err
+	}
+	var raw []byte
+	if req.Offset >= ps.LogStartOffset {
+		err := scanRecords(s, req.Topic, req.Partition, req.Offset, func(o uint64, v []byte) bool {
+			if o == req.Offset {
+				raw = bytes.Clone(v)
+			}
+			return false
+		})
+		if err != nil {
+			return nil, Result{}, err
+		}
 	}
 	if raw == nil {
 		return nil, reject(wire.CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, or deleted by retention)", req.Topic, req.Partition, req.Offset), nil
@@ -47,7 +59,7 @@ func proveRecord(r Reader, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, R
 		return nil, Result{}, fmt.Errorf("decode record: %w", err)
 	}
 	var d byzlogv1.BlockDigest
-	ok, err := getProto(r, CFMeta, digestKey(rec.Height), &d)
+	ok, err := getProto(s, CFMeta, digestKey(rec.Height), &d)
 	if err != nil {
 		return nil, Result{}, err
 	}
@@ -66,14 +78,26 @@ func proveRecord(r Reader, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, R
 		return nil, Result{}, fmt.Errorf("digest of height %d does not cover %s/%d offset %d", rec.Height, req.Topic, req.Partition, req.Offset)
 	}
 	part := d.Partitions[pi]
-	leaves := make([][]byte, part.Count)
-	for i := range leaves {
-		if leaves[i], err = r.Get(CFRecords, recordKey(part.Topic, part.Partition, part.FirstOffset+uint64(i))); err != nil {
-			return nil, Result{}, err
+	// Below the log start offset a run may still hold records retention
+	// deleted: the answer goes by the start, as it would with a key a
+	// record.
+	gone := reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d can no longer be proven: retention deleted records of its block", req.Offset, req.Topic, req.Partition)
+	if part.FirstOffset < ps.LogStartOffset {
+		return nil, gone, nil
+	}
+	leaves := make([][]byte, 0, part.Count)
+	err = scanRecords(s, part.Topic, part.Partition, part.FirstOffset, func(o uint64, v []byte) bool {
+		if o != part.FirstOffset+uint64(len(leaves)) {
+			return false
 		}
-		if leaves[i] == nil {
-			return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d can no longer be proven: retention deleted records of its block", req.Offset, req.Topic, req.Partition), nil
-		}
+		leaves = append(leaves, bytes.Clone(v))
+		return len(leaves) < int(part.Count)
+	})
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if len(leaves) != int(part.Count) {
+		return nil, gone, nil
 	}
 	ri := int(req.Offset - part.FirstOffset)
 	return &byzlogv1.RecordProof{

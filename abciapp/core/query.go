@@ -230,7 +230,7 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	}
 	resp := &byzlogv1.RecordsResponse{LogStartOffset: ps.LogStartOffset, NextOffset: ps.NextOffset}
 	size := 0
-	err = s.Scan(CFRecords, recordKey(req.Topic, req.Partition, req.Offset), prefixEnd(recordPrefix(req.Topic, req.Partition)), func(_, v []byte) bool {
+	err = scanRecords(s, req.Topic, req.Partition, req.Offset, func(_ uint64, v []byte) bool {
 		if len(resp.Records) > 0 && size+len(v) > maxBytes {
 			return false
 		}

@@ -67,7 +67,12 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 	// along the log, so the walk stops at the first record to keep.
 	newStart, size := ps.LogStartOffset, ps.SizeBytes
 	var decodeErr error
-	err := s.Scan(CFRecords, recordKey(t.Name, p, ps.LogStartOffset), recordKey(t.Name, p, limit), func(_, v []byte) bool {
+	// Offset by offset, however the records are stored (one a key or in
+	// runs): what retention deletes is a rule, the same on every layout.
+	err := scanRecords(s, t.Name, p, ps.LogStartOffset, func(offset uint64, v []byte) bool {
+		if offset >= limit {
+			return false
+		}
 		overBytes := t.Config.RetentionBytes > 0 && size > uint64(t.Config.RetentionBytes)
 		var r byzlogv1.StoredRecord
 		if decodeErr = proto.Unmarshal(v, &r); decodeErr != nil {
@@ -76,7 +81,7 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 		if r.TimestampUnixNano >= cutoff && !overBytes {
 			return false
 		}
-		newStart = r.Offset + 1
+		newStart = offset + 1
 		size -= uint64(len(v))
 		return true
 	})

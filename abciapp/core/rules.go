@@ -21,7 +21,10 @@ import (
 // Version 3 lets blocks carry references to large bundles instead of the
 // bundles (byzlogv1.Tx.bundle_ref): the app resolves them before core sees
 // the block, so core executes the same transactions either way, and a
-// reference in a block of an earlier version is malformed. A new chain
+// reference in a block of an earlier version is malformed. Version 4
+// stores a batch's records in runs, many under one key (runs.go): the same
+// records, results and proofs, but another layout of the store, which the
+// state root covers, so all validators must switch at one height. A new chain
 // may start at any version this build knows (genesis rules_version).
 //
 // The version is the app's, not CometBFT's: Info's app_version, which
@@ -29,7 +32,11 @@ import (
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 3
+const MaxRulesVersion uint64 = 4
+
+// RunsRulesVersion is the first rules version that stores records in runs
+// (runs.go) instead of one a key.
+const RunsRulesVersion uint64 = 4
 
 // RefsRulesVersion is the first rules version whose blocks may reference
 // bundles (byzlogv1.Tx.bundle_ref) instead of carrying them.

@@ -473,7 +473,8 @@ func TestGenesis(t *testing.T) {
 		{`{"topics": [{"name": "t", "partitions": 0}]}`, "partitions (0)"},
 		{`{"topics": [{"name": "t", "partitions": 1}, {"name": "t", "partitions": 1}]}`, "listed twice"},
 		{`{"rules_version": 3}`, ""},
-		{`{"rules_version": 4}`, "knows versions 1 to 3"},
+		{`{"rules_version": 4}`, ""},
+		{`{"rules_version": 5}`, "knows versions 1 to 4"},
 	}
 	for _, tt := range tests {
 		_, _, err := core.ParseGenesis(chainID, []byte(tt.appState))
