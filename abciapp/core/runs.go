@@ -86,7 +86,9 @@ func decodeRun(v []byte, fn func(i int, rec []byte) bool) (n int, err error) {
 		return 1, nil
 	}
 	count, k := binary.Uvarint(v[1:])
-	if k <= 0 || count < 2 || count > uint64(len(v)) {
+	// Each record takes at least 2 bytes (its length and one byte): a
+	// count past that is corrupt, and allocates nothing.
+	if k <= 0 || count < 2 || count > uint64(len(v)-1-k)/2 {
 		return 0, fmt.Errorf("record run of %d bytes: bad record count", len(v))
 	}
 	// Check the framing before calling fn: a caller never sees part of a
@@ -122,7 +124,7 @@ func runLen(v []byte) (int, error) {
 		return 1, nil
 	}
 	count, k := binary.Uvarint(v[1:])
-	if k <= 0 || count < 2 || count > uint64(len(v)) {
+	if k <= 0 || count < 2 || count > uint64(len(v)-1-k)/2 {
 		return 0, fmt.Errorf("record run of %d bytes: bad record count", len(v))
 	}
 	return int(count), nil

@@ -235,3 +235,30 @@ func TestRunsAcrossTheUpgrade(t *testing.T) {
 		t.Fatalf("%d record keys left after retention deleted every record", n)
 	}
 }
+
+// TestProofOfACraftedTopicName: a proof query for a topic name no topic
+// can have (NUL bytes make its key range reach another topic's records)
+// is refused as a bad query, never an error: an error from a query stops
+// a node whose app is served over the socket transport.
+func TestProofOfACraftedTopicName(t *testing.T) {
+	c := chainAt(t, core.MaxRulesVersion)
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	p := wire.NewSigner(key("p"), chainID)
+	c.must(bundle(t, batch(t, p, "t", 0, 0, sized("a", 5, 50))))
+	c.must(bundle(t, batch(t, p, "t", 0, 1, sized("b", 1, 50))))
+	for _, name := range []string{"t\x00\x00\x00\x00\x00", "t\x00", "", "no such topic"} {
+		for _, offset := range []uint64{0, 1, 5, 1 << 40} {
+			req, _ := proto.Marshal(&byzlogv1.ProofRequest{Topic: name, Offset: offset})
+			_, r, err := core.Query(c.store, c.state, wire.PathProof, req)
+			if err != nil {
+				t.Fatalf("proof of %q@%d: error %v, want a refusal", name, offset, err)
+			}
+			if r.OK() {
+				t.Fatalf("proof of %q@%d succeeded", name, offset)
+			}
+		}
+	}
+	if _, code := c.proofOf("t", 1, 0); code != wire.CodeUnknownPartition {
+		t.Fatalf("proof of a partition past the topic's: %s, want %s", code, wire.CodeUnknownPartition)
+	}
+}

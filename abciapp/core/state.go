@@ -126,6 +126,9 @@ func (o *overlay) run(prefix []byte) *recordRun {
 	return r
 }
 
+// Get reads a key as written. For CFRecords that is a stored value, one
+// record or a run of them (runs.go): nothing reads records appended in
+// the block it is executing, and a reader that would must go by runs.
 func (o *overlay) Get(cf CF, key []byte) ([]byte, error) {
 	if cf == CFRecords {
 		if r, ok := o.runs[string(runPrefix(key))]; ok {
