@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	abci "github.com/cometbft/cometbft/abci/types"
@@ -12,9 +13,32 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/app"
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/abciapp/store"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
+
+// readLog is every stored record of t/0, as the records query pages them.
+func readLog(t *testing.T, a *app.App) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for {
+		req, _ := proto.Marshal(&byzlogv1.RecordsRequest{Topic: "t", Offset: uint64(len(out))})
+		q, err := a.Query(ctx, &abci.RequestQuery{Path: wire.PathRecords, Data: req})
+		if err != nil || q.Code != 0 {
+			t.Fatalf("records from %d: %v %s", len(out), err, q.GetLog())
+		}
+		var resp byzlogv1.RecordsResponse
+		if err := proto.Unmarshal(q.Value, &resp); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, resp.Records...)
+		if len(resp.Records) == 0 || uint64(len(out)) >= resp.NextOffset {
+			return out
+		}
+	}
+}
 
 // openRootsApp opens an app on dir with snapshots in dir/snapshots, on a
 // chain that hashes its state every 16 blocks.
@@ -39,7 +63,9 @@ func openRootsAppWith(t *testing.T, dir, limitsJSON string) *app.App {
 		t.Fatal(err)
 	}
 	if info(t, a).LastBlockHeight == 0 {
-		genesis := fmt.Sprintf(`{"topics": [{"name": "t", "partitions": 1}], "limits": %s}`, limitsJSON)
+		// The newest rules: the state root hashes the store's layout,
+		// records in runs from rules version 4.
+		genesis := fmt.Sprintf(`{"topics": [{"name": "t", "partitions": 1}], "limits": %s, "rules_version": %d}`, limitsJSON, core.MaxRulesVersion)
 		if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: []byte(genesis)}); err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +135,15 @@ func TestStateSync(t *testing.T) {
 	defer a.Close()
 	var hash40 []byte
 	for h := int64(1); h <= 40; h++ {
-		hash40 = finalize(t, a, h, validTx(t, uint64(h-1)))
+		tx := validTx(t, uint64(h-1))
+		if h%4 == 0 { // batches that the store keeps in several runs
+			recs := make([]*byzlogv1.Record, 60)
+			for i := range recs {
+				recs[i] = &byzlogv1.Record{Value: bytes.Repeat([]byte{byte(h), byte(i)}, 1000)}
+			}
+			tx = producerTx(t, "producer", uint64(h-1), byzlogv1.Codec_CODEC_NONE, recs...)
+		}
+		hash40 = finalize(t, a, h, tx)
 		commit(t, a)
 	}
 	list, err := a.ListSnapshots(ctx, &abci.RequestListSnapshots{})
@@ -170,6 +204,9 @@ func TestStateSync(t *testing.T) {
 	}
 	if got := info(t, b); got.LastBlockHeight != 40 || !bytes.Equal(got.LastBlockAppHash, hash40) {
 		t.Fatalf("restored app at height %d hash %X, want 40 %X", got.LastBlockHeight, got.LastBlockAppHash, hash40)
+	}
+	if ra, rb := readLog(t, a), readLog(t, b); len(ra) != 30+10*60 || !slices.EqualFunc(ra, rb, bytes.Equal) {
+		t.Fatalf("the restored app reads back %d records, the source %d (want 630, the same)", len(rb), len(ra))
 	}
 	for h := int64(41); h <= 50; h++ {
 		tx := validTx(t, uint64(h-1))

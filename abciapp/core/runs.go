@@ -52,7 +52,8 @@ func appendRuns(first uint64, records [][]byte, put func(last uint64, value []by
 	}
 }
 
-// encodeRun is the stored value of a run of records.
+// encodeRun is the stored value of a run of records. Each records[i] is
+// made a slice of it, so that the block holds the records' bytes once.
 func encodeRun(records [][]byte) []byte {
 	if len(records) == 1 {
 		return records[0]
@@ -64,9 +65,10 @@ func encodeRun(records [][]byte) []byte {
 	out := make([]byte, 0, size)
 	out = append(out, runMarker)
 	out = binary.AppendUvarint(out, uint64(len(records)))
-	for _, r := range records {
+	for i, r := range records {
 		out = binary.AppendUvarint(out, uint64(len(r)))
-		out = append(out, r...)
+		out = append(out, r...) // within cap: no copy moves what came before
+		records[i] = out[len(out)-len(r) : len(out) : len(out)]
 	}
 	return out
 }

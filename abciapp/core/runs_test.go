@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -260,5 +261,56 @@ func TestProofOfACraftedTopicName(t *testing.T) {
 	}
 	if _, code := c.proofOf("t", 1, 0); code != wire.CodeUnknownPartition {
 		t.Fatalf("proof of a partition past the topic's: %s, want %s", code, wire.CodeUnknownPartition)
+	}
+}
+
+// TestRetentionStopsInsideARun: retention deletes at most
+// MaxRetentionDeletes records of a partition a block, and that bound
+// falls inside a run; both layouts delete the same records block by
+// block, and read the same log.
+func TestRetentionStopsInsideARun(t *testing.T) {
+	chains := []*testChain{chainAt(t, 3), chainAt(t, 4)}
+	p := wire.NewSigner(key("p"), chainID)
+	for _, c := range chains {
+		c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, RetentionMs: 3_000})
+		// One block: its records are all as old, and retention takes
+		// them MaxRetentionDeletes at a time.
+		var txs [][]byte
+		for seq := range uint64(3) {
+			txs = append(txs, bundle(t, batch(t, p, "t", 0, seq, sized(fmt.Sprint(seq), 9_000, 30))))
+		}
+		for _, r := range c.step(txs...).Results {
+			if !r.OK() {
+				t.Fatalf("batch: %s %s", r.Code, r.Log)
+			}
+		}
+	}
+	if k3, k4 := chains[0].recordKeys(), chains[1].recordKeys(); k3 != 27_000 || k4 > 27_000/100 {
+		t.Fatalf("record keys: %d and %d, want 27,000 a key a record and runs of hundreds", k3, k4)
+	}
+	var starts []uint64
+	for range 6 {
+		for _, c := range chains {
+			c.step()
+		}
+		i3, i4 := chains[0].partition("t", 0), chains[1].partition("t", 0)
+		if !proto.Equal(i3, i4) {
+			t.Fatalf("partition under rules 3 %v, under rules 4 %v", i3, i4)
+		}
+		if got, want := values(chains[1].readAll("t", 0)), values(chains[0].readAll("t", 0)); got != want {
+			t.Fatalf("log from %d reads back differently under rules 4", i3.LogStartOffset)
+		}
+		starts = append(starts, i3.LogStartOffset)
+	}
+	if !slices.Contains(starts, core.MaxRetentionDeletes) || !slices.Contains(starts, 2*core.MaxRetentionDeletes) || starts[len(starts)-1] != 27_000 {
+		t.Fatalf("log start offsets %v: want retention to take several blocks", starts)
+	}
+	for i := 1; i < len(starts); i++ {
+		if d := starts[i] - starts[i-1]; d > core.MaxRetentionDeletes {
+			t.Fatalf("retention deleted %d records in one block, past MaxRetentionDeletes", d)
+		}
+	}
+	if n := chains[1].recordKeys(); n != 0 {
+		t.Fatalf("%d record keys left under rules 4 after retention deleted every record", n)
 	}
 }
