@@ -102,6 +102,12 @@ func newChain(t testing.TB, genesis string) *testChain {
 // block executes and commits a block of txs, returning their results.
 func (c *testChain) block(txs ...[]byte) []core.Result {
 	c.t.Helper()
+	return c.step(txs...).Results
+}
+
+// step executes a block of txs on c and commits it, returning the outcome.
+func (c *testChain) step(txs ...[]byte) core.Outcome {
+	c.t.Helper()
 	c.time += 1_000_000_000
 	out, err := core.Execute(c.store, c.state, core.Block{Height: c.state.Height + 1, TimeUnixNano: c.time, Txs: txs})
 	if err != nil {
@@ -109,7 +115,7 @@ func (c *testChain) block(txs ...[]byte) []core.Result {
 	}
 	c.store.apply(out.Changes)
 	c.state = out.State
-	return out.Results
+	return out
 }
 
 // must executes a block of one tx that must succeed.

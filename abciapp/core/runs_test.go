@@ -32,19 +32,6 @@ func sized(tag string, n, size int) []*byzlogv1.Record {
 	return out
 }
 
-// step executes a block on c and commits it, returning the outcome.
-func (c *testChain) step(txs ...[]byte) core.Outcome {
-	c.t.Helper()
-	c.time += 1_000_000_000
-	out, err := core.Execute(c.store, c.state, core.Block{Height: c.state.Height + 1, TimeUnixNano: c.time, Txs: txs})
-	if err != nil {
-		c.t.Fatalf("Execute(block %d) = %v", c.state.Height+1, err)
-	}
-	c.store.apply(out.Changes)
-	c.state = out.State
-	return out
-}
-
 // recordKeys counts the keys of CFRecords.
 func (c *testChain) recordKeys() int {
 	n := 0
