@@ -406,11 +406,17 @@ func (r *runner) produce(ctx context.Context, i int, p *client.Producer) {
 	})
 	answered := make(chan struct{})
 	go func() { inner.Wait(); close(answered) }()
-	select { // every record answered, or the run interrupted
+	select { // every record answered, the run interrupted, or no answer for long
 	case <-answered:
 	case <-ctx.Done():
+	case <-time.After(time.Until(r.end) + answerGrace):
 	}
 }
+
+// answerGrace is how long after the end of a run the producers wait for
+// their records' answers before the run reports without them (a record
+// never answered is not committed in the figures).
+const answerGrace = time.Minute
 
 // paced calls send with producer i's records (its sequence, value and
 // key) until the end of the run, at its share of the offered rate (closed
@@ -422,6 +428,10 @@ func (r *runner) paced(ctx context.Context, i int, send func(seq uint64, value, 
 		interval = time.Duration(float64(time.Second) * float64(r.cfg.Producers) / r.cfg.Rate)
 	}
 	sem := make(chan struct{}, r.cfg.InFlight)
+	// A system that stops answering holds every slot: waiting for one
+	// ends with the run, or when it is interrupted.
+	end := time.NewTimer(time.Until(r.end))
+	defer end.Stop()
 	next := time.Now()
 	for seq := uint64(0); time.Now().Before(r.end) && ctx.Err() == nil; seq++ {
 		if interval > 0 {
@@ -430,7 +440,13 @@ func (r *runner) paced(ctx context.Context, i int, send func(seq uint64, value, 
 			}
 			next = next.Add(interval)
 		}
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-end.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 		var key []byte
 		if r.cfg.Keys > 0 {
 			key = []byte(fmt.Sprintf("key-%d", (uint64(i)*7919+seq)%uint64(r.cfg.Keys)))

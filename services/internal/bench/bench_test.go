@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -128,5 +129,45 @@ func TestReadBeforeReceipt(t *testing.T) {
 	r.record(time.Unix(1500, 0), time.Unix(1501, 0), "0000000000000002", nil)
 	if len(r.readFirst) != 0 || len(r.sentAt) != 1 {
 		t.Fatalf("readFirst %v, sentAt %v; want none, and only the unread record's receipt", r.readFirst, r.sentAt)
+	}
+}
+
+// TestPacedStopsWithoutAnswers: a system that never answers holds every
+// in-flight slot; the producer loop must still stop at the end of the run
+// and when the run is interrupted (it waited for a free slot forever, and
+// Ctrl-C did not stop the benchmark).
+func TestPacedStopsWithoutAnswers(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		end    time.Duration
+		cancel bool
+	}{{"the run ends", 300 * time.Millisecond, false}, {"interrupted", time.Hour, true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Default()
+			cfg.InFlight = 2
+			r := &runner{cfg: cfg}
+			r.measureFrom = time.Now()
+			r.end = r.measureFrom.Add(tt.end)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			sent := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				r.paced(ctx, 0, func(uint64, []byte, []byte, func()) { sent++ }) // never released
+			}()
+			if tt.cancel {
+				time.Sleep(100 * time.Millisecond)
+				cancel()
+			}
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("paced still waits for a free slot")
+			}
+			if sent != cfg.InFlight {
+				t.Errorf("sent %d records, want the %d slots filled", sent, cfg.InFlight)
+			}
+		})
 	}
 }
