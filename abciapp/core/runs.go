@@ -75,28 +75,42 @@ func encodeRun(records [][]byte) []byte {
 
 var errEmptyRecord = errors.New("empty stored value")
 
+// runHeader is how many records a stored value holds and, for a run of
+// more than one, the framed records after its count (nil for a record on
+// its own). The count is checked against the value's size, not each
+// record's framing.
+func runHeader(v []byte) (count int, body []byte, err error) {
+	if len(v) == 0 {
+		return 0, nil, errEmptyRecord
+	}
+	if v[0] != runMarker {
+		return 1, nil, nil
+	}
+	n, k := binary.Uvarint(v[1:])
+	// Each record takes at least 2 bytes (its length and one byte): a
+	// count past that is corrupt, and allocates nothing.
+	if k <= 0 || n < 2 || n > uint64(len(v)-1-k)/2 {
+		return 0, nil, fmt.Errorf("record run of %d bytes: bad record count", len(v))
+	}
+	return int(n), v[1+k:], nil
+}
+
 // decodeRun calls fn with each stored record of a stored value, in
 // offset order, and i its index, until fn returns false; n is the number
 // of records the value holds. The slices alias v. A malformed value is an
 // error and calls fn for none of its records.
 func decodeRun(v []byte, fn func(i int, rec []byte) bool) (n int, err error) {
-	if len(v) == 0 {
-		return 0, errEmptyRecord
+	count, rest, err := runHeader(v)
+	if err != nil {
+		return 0, err
 	}
-	if v[0] != runMarker {
+	if rest == nil {
 		fn(0, v)
 		return 1, nil
-	}
-	count, k := binary.Uvarint(v[1:])
-	// Each record takes at least 2 bytes (its length and one byte): a
-	// count past that is corrupt, and allocates nothing.
-	if k <= 0 || count < 2 || count > uint64(len(v)-1-k)/2 {
-		return 0, fmt.Errorf("record run of %d bytes: bad record count", len(v))
 	}
 	// Check the framing before calling fn: a caller never sees part of a
 	// malformed run.
 	recs := make([][]byte, 0, count)
-	rest := v[1+k:]
 	for range count {
 		l, k := binary.Uvarint(rest)
 		if k <= 0 || l == 0 || l > uint64(len(rest)-k) {
@@ -119,17 +133,8 @@ func decodeRun(v []byte, fn func(i int, rec []byte) bool) (n int, err error) {
 // runLen is the number of records a stored value holds, without checking
 // each one's framing.
 func runLen(v []byte) (int, error) {
-	if len(v) == 0 {
-		return 0, errEmptyRecord
-	}
-	if v[0] != runMarker {
-		return 1, nil
-	}
-	count, k := binary.Uvarint(v[1:])
-	if k <= 0 || count < 2 || count > uint64(len(v)-1-k)/2 {
-		return 0, fmt.Errorf("record run of %d bytes: bad record count", len(v))
-	}
-	return int(count), nil
+	n, _, err := runHeader(v)
+	return n, err
 }
 
 // scanRecords calls fn with each stored record of topic-partition p from
