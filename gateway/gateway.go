@@ -138,10 +138,39 @@ func (g *Gateway) Health() ([]nodes.Health, int64) { return g.pool.Health() }
 
 // Produce submits one signed batch and waits for the requested ack.
 func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (rc *byzlogv1.Receipt, err error) {
-	defer func(start time.Time) { g.metrics.answered(ack, start, rc, err) }(time.Now())
+	s, err := g.Submit(ctx, batch, ack)
+	if err != nil {
+		return nil, err
+	}
+	return s.Wait(ctx)
+}
+
+// Submitted is a batch the gateway has admitted: its sequence is reserved
+// after the producer's committed and pending ones (or it follows the same
+// batch already pending) and it is queued for a bundle. Batches of one
+// producer stream submitted one after another reach the chain in that
+// order; Wait gives the answer.
+type Submitted struct {
+	g     *Gateway
+	r     *request
+	ack   byzlogv1.Ack
+	start time.Time
+}
+
+// Submit admits one signed batch and returns once its place is fixed,
+// without waiting for the ack: a caller that must keep several batches of
+// one stream in order submits them one at a time and waits for them
+// together.
+func (g *Gateway) Submit(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (s *Submitted, err error) {
+	start := time.Now()
 	if ack == byzlogv1.Ack_ACK_UNSPECIFIED {
 		ack = byzlogv1.Ack_ACK_COMMIT
 	}
+	defer func() {
+		if err != nil {
+			g.metrics.answered(ack, start, nil, err)
+		}
+	}()
 	shutdown := errorf(ErrUnavailable, "gateway shutting down; retry with another gateway (same sequence)")
 	if g.stopped.Load() {
 		return nil, shutdown
@@ -173,11 +202,19 @@ func (g *Gateway) Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack 
 			return nil, err
 		}
 	}
-	if ack == byzlogv1.Ack_ACK_NONE {
-		return r.receipt(ack), nil
+	return &Submitted{g: g, r: r, ack: ack, start: start}, nil
+}
+
+// Wait returns the batch's answer at the ack it was submitted with (at
+// once for ACK_NONE). A context that ends first returns its error; the
+// batch stays submitted.
+func (s *Submitted) Wait(ctx context.Context) (rc *byzlogv1.Receipt, err error) {
+	defer func() { s.g.metrics.answered(s.ack, s.start, rc, err) }()
+	if s.ack == byzlogv1.Ack_ACK_NONE {
+		return s.r.receipt(s.ack), nil
 	}
 	select {
-	case a := <-r.done:
+	case a := <-s.r.done:
 		return a.receipt, a.err
 	case <-ctx.Done():
 		return nil, ctx.Err()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything byzlog's build and tests need, skipping what is present:
-# Debian packages (RocksDB headers, protoc, kcat, a C compiler for cgo) and the pinned
+# Debian packages (RocksDB headers, protoc, kcat and librdkafka's Python client, a C compiler for cgo) and the pinned
 # Go tools, built into $BIN. Versions come from the Makefile (one place);
 # a tool is rebuilt only when its pinned version changes.
 set -euo pipefail
@@ -18,7 +18,7 @@ fi
 
 # Debian packages.
 missing=()
-for pkg in librocksdb-dev protobuf-compiler jq tcpdump kcat; do
+for pkg in librocksdb-dev protobuf-compiler jq tcpdump kcat python3-confluent-kafka; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
 done
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)

@@ -13,6 +13,9 @@ import (
 type Backend interface {
 	ChainID() string
 	Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error)
+	// Submit returns once the batch's place among its producer's batches
+	// is fixed; the result's Wait gives the answer.
+	Submit(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*gateway.Submitted, error)
 	NextSequence(ctx context.Context, key ed25519.PublicKey, topic string, partition uint32) (uint64, error)
 	Topics(ctx context.Context) ([]*byzlogv1.TopicInfo, error)
 	Records(ctx context.Context, req *byzlogv1.RecordsRequest) (*byzlogv1.RecordsResponse, error)

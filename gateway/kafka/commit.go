@@ -95,7 +95,16 @@ func (c *conn) coordinates(ctx context.Context, group string) bool {
 	return c.s.coordinator(ctx, group).NodeID == c.s.cfg.NodeID
 }
 
-func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
+// maxOffsetMetadata is the chain's bound on a committed offset's metadata,
+// and Kafka's offset.metadata.max.bytes default: a partition's commit with
+// more is answered OFFSET_METADATA_TOO_LARGE and left out, as Kafka does.
+const maxOffsetMetadata = 4096
+
+// offsetCommit starts a commit: it returns once the commit holds its
+// nonce and a node's mempool has it (or it failed), so the connection's
+// next commit takes a later nonce and the chain applies them in the order
+// the client sent them; the answerer waits for the block.
+func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) answerer {
 	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
 	code := func() *kerr.Error {
 		if !c.coordinates(ctx, r.Group) {
@@ -109,7 +118,7 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 	// Partitions the chain does not have are answered at once, as Kafka
 	// does, and left out of the commit: a commit the chain would refuse
 	// could hold the key's next nonce until it timed out.
-	unknown := map[string]bool{}
+	unknown, tooLarge := map[string]bool{}, map[string]bool{}
 	var offsets []*byzlogv1.PartitionOffset
 	for _, t := range r.Topics {
 		n, _ := c.s.topics.partitions(ctx, t.Topic)
@@ -121,36 +130,68 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) km
 			switch {
 			case p.Partition < 0 || uint32(p.Partition) >= n:
 				unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)] = true
+			case len(meta) > maxOffsetMetadata:
+				tooLarge[fmt.Sprintf("%s/%d", t.Topic, p.Partition)] = true
 			case p.Offset >= 0:
 				offsets = append(offsets, &byzlogv1.PartitionOffset{Topic: t.Topic, Partition: uint32(p.Partition), Offset: uint64(p.Offset), Metadata: meta})
 			}
 		}
 	}
+	result := make(chan error, 1)
 	if code == nil && len(offsets) > 0 {
-		if err := c.s.commitOffsets(ctx, c.principal.Key, r.Group, offsets); err != nil {
+		inMempool := make(chan struct{})
+		var once sync.Once
+		c.commits.Add(1)
+		go func() {
+			defer c.commits.Done()
+			result <- c.s.commitOffsets(ctx, c.principal.Key, r.Group, offsets, func() { once.Do(func() { close(inMempool) }) })
+		}()
+		select {
+		case <-inMempool:
+		case err := <-result:
+			result <- err
+		}
+	} else {
+		result <- nil
+	}
+	return func(ctx context.Context) (kmsg.Response, error) {
+		var err error
+		select {
+		case err = <-result:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil && code == nil {
 			c.log.Info().Err(err).Str("group", r.Group).Msg("kafka offset commit failed")
 			code = commitError(err)
 		}
-	}
-	for _, t := range r.Topics {
-		rt := kmsg.NewOffsetCommitResponseTopic()
-		rt.Topic = t.Topic
-		for _, p := range t.Partitions {
-			rp := kmsg.NewOffsetCommitResponseTopicPartition()
-			rp.Partition = p.Partition
-			switch {
-			case code != nil:
-				rp.ErrorCode = code.Code
-			case unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
-				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		for _, t := range r.Topics {
+			rt := kmsg.NewOffsetCommitResponseTopic()
+			rt.Topic = t.Topic
+			for _, p := range t.Partitions {
+				rp := kmsg.NewOffsetCommitResponseTopicPartition()
+				rp.Partition = p.Partition
+				switch {
+				case code != nil:
+					rp.ErrorCode = code.Code
+				case unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
+					rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				case tooLarge[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
+					rp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+				}
+				rt.Partitions = append(rt.Partitions, rp)
 			}
-			rt.Partitions = append(rt.Partitions, rp)
+			resp.Topics = append(resp.Topics, rt)
 		}
-		resp.Topics = append(resp.Topics, rt)
+		return resp, nil
 	}
-	return resp
 }
 
+// commitError is the OffsetCommit error of a failed commit: the specific
+// ones for what the client must change, else retriable ones librdkafka,
+// franz-go and the Java client retry after looking up the coordinator:
+// COORDINATOR_NOT_AVAILABLE when the chain refused it (nothing written),
+// REQUEST_TIMED_OUT when the outcome is open.
 func commitError(err error) *kerr.Error {
 	var re *gateway.RejectedError
 	if errors.As(err, &re) {
@@ -162,9 +203,9 @@ func commitError(err error) *kerr.Error {
 		case wire.CodeUnknownTopic, wire.CodeUnknownPartition:
 			return kerr.UnknownTopicOrPartition
 		}
-		return kerr.OffsetMetadataTooLarge
+		return kerr.CoordinatorNotAvailable
 	}
-	return kerr.CoordinatorNotAvailable // retriable: the chain did not take it now
+	return kerr.RequestTimedOut
 }
 
 func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg.Response {
@@ -278,15 +319,19 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 	return err
 }
 
-// commitOffsets commits a group's offsets signed with key.
-func (s *Server) commitOffsets(ctx context.Context, key ed25519.PrivateKey, group string, offsets []*byzlogv1.PartitionOffset) error {
+// commitOffsets commits a group's offsets signed with key; inMempool is
+// called once a node's mempool has the commit.
+func (s *Server) commitOffsets(ctx context.Context, key ed25519.PrivateKey, group string, offsets []*byzlogv1.PartitionOffset, inMempool func()) error {
 	signer := wire.NewSigner(key, s.b.ChainID())
 	return s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64, accepted func()) error {
 		tx, err := signer.CommitOffsets(nonce, group, true, offsets...)
 		if err != nil {
 			return fmt.Errorf("sign offset commit: %w", err)
 		}
-		_, err = s.b.CommitOffsets(ctx, tx, accepted)
+		_, err = s.b.CommitOffsets(ctx, tx, func() {
+			accepted()
+			inMempool()
+		})
 		return err
 	})
 }

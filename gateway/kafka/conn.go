@@ -8,15 +8,18 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// conn is one client connection. Requests are read in order and may be
-// handled concurrently; their responses are written in request order, as
-// a Kafka broker does.
+// conn is one client connection. Requests are read in order and each is
+// started before the next is read (start: what must happen in request
+// order, such as placing a Produce's batches or an OffsetCommit's nonce);
+// then they finish concurrently, and their responses are written in
+// request order, as a Kafka broker does.
 type conn struct {
 	s   *Server
 	nc  net.Conn
@@ -29,6 +32,10 @@ type conn struct {
 	// rawSASL: a SaslHandshake v0 chose the mechanism, so the frames that
 	// follow are bare SASL messages until the exchange ends.
 	rawSASL bool
+	// commits counts the connection's offset commits not yet answered: an
+	// OffsetFetch starts once those sent before it are done, so it sees
+	// them. Only read's goroutine adds to it.
+	commits sync.WaitGroup
 }
 
 // pending is a request whose response is owed, in order.
@@ -158,21 +165,22 @@ func (c *conn) read(ctx context.Context, out chan<- *pending) error {
 			c.s.buffered.Release(p.size)
 			return ctx.Err()
 		}
+		rest := c.start(ctx, req)
 		if isAuthKey(p.key) || c.principal == nil {
 			// Authentication changes what later requests may do: finish it
 			// before reading on.
-			c.finish(ctx, p, req)
+			c.finish(ctx, p, rest)
 			continue
 		}
-		go c.finish(ctx, p, req)
+		go c.finish(ctx, p, rest)
 	}
 }
 
 func isAuthKey(key int16) bool { return key == 18 || key == 17 || key == 36 }
 
-func (c *conn) finish(ctx context.Context, p *pending, req kmsg.Request) {
+func (c *conn) finish(ctx context.Context, p *pending, rest answerer) {
 	defer close(p.done)
-	p.resp, p.fatal = c.handle(ctx, req)
+	p.resp, p.fatal = rest(ctx)
 	if r, ok := p.resp.(*kmsg.SASLAuthenticateResponse); ok && r.ErrorCode != 0 {
 		p.closeAfter = true
 	}

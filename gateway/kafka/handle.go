@@ -8,6 +8,42 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// answerer finishes a started request: it waits for what the request
+// set going and returns the response.
+type answerer func(ctx context.Context) (kmsg.Response, error)
+
+// answered is an answerer of a response already made.
+func answered(resp kmsg.Response, err error) answerer {
+	return func(context.Context) (kmsg.Response, error) { return resp, err }
+}
+
+// start runs the part of req that must happen in the connection's request
+// order, on the reading goroutine, and returns the rest, which may run
+// concurrently with later requests:
+//   - Produce: every batch is placed in its partition (produce.go);
+//   - OffsetCommit: the commit has its nonce and is in a node's mempool
+//     (commit.go), so a member's commits apply in the order it sent them;
+//   - OffsetFetch: the connection's earlier commits are answered, so it
+//     reads what they wrote;
+//   - CreateTopics and DeleteTopics: done whole, as they are rare and a
+//     later request may depend on them.
+//
+// Other requests only read, or wait on others (JoinGroup waits for the
+// group's members): they start at once.
+func (c *conn) start(ctx context.Context, req kmsg.Request) answerer {
+	switch r := req.(type) {
+	case *kmsg.ProduceRequest:
+		return c.produce(ctx, r)
+	case *kmsg.OffsetCommitRequest:
+		return c.offsetCommit(ctx, r)
+	case *kmsg.OffsetFetchRequest:
+		c.commits.Wait()
+	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest:
+		return answered(c.handle(ctx, req))
+	}
+	return func(ctx context.Context) (kmsg.Response, error) { return c.handle(ctx, req) }
+}
+
 // handle answers one request. A nil response writes nothing (acks=0); an
 // error closes the connection, as a broker does on a protocol violation.
 func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
@@ -22,16 +58,12 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.saslAuthenticate(r)
 	case *kmsg.MetadataRequest:
 		return c.metadata(ctx, r), nil
-	case *kmsg.ProduceRequest:
-		return c.produce(ctx, r), nil
 	case *kmsg.FetchRequest:
 		return c.fetch(ctx, r), nil
 	case *kmsg.ListOffsetsRequest:
 		return c.listOffsets(ctx, r), nil
 	case *kmsg.FindCoordinatorRequest:
 		return c.findCoordinator(ctx, r), nil
-	case *kmsg.OffsetCommitRequest:
-		return c.offsetCommit(ctx, r), nil
 	case *kmsg.OffsetFetchRequest:
 		return c.offsetFetch(ctx, r), nil
 	case *kmsg.CreateTopicsRequest:

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/kafka/batch"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
@@ -17,17 +18,28 @@ import (
 // at once; the rest wait for a slot.
 const maxProducePartitions = 16
 
-// produce writes every partition's batches and answers each partition:
-// acks=0 nothing, acks=1 once the batches passed CheckTx, acks=all
-// (-1) once they are committed in a block.
-func (c *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Response {
+// Ordering. A connection's Produce requests are submitted in request order
+// (conn.read runs produce's ordered part before it reads the next
+// request): every batch of a request is admitted by the gateway, its place
+// in its partition fixed, before any batch of the next request is signed.
+// So batches of one connection for one partition reach the chain in the
+// order the client sent them, however many requests it has in flight, as
+// on a Kafka broker. Waiting for the answers is not ordered: the requests
+// in flight wait for their blocks together, and their answers are written
+// in request order (conn.write).
+
+// produce submits every partition's batches, in order, and returns what
+// waits for their answers: acks=0 nothing, acks=1 once the batches passed
+// CheckTx, acks=all (-1) once they are committed in a block.
+func (c *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) answerer {
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	ack, ackErr := produceAck(r.Acks)
 	if ackErr == nil && r.TransactionID != nil {
-		ackErr = fmt.Errorf("transactional id %q: byzlog has no Kafka transactions; produce without one", *r.TransactionID)
+		ackErr = fmt.Errorf("transactional id %q: byzlog has no Kafka transactions yet; produce without transactional.id", *r.TransactionID)
 	}
 	slots := make(chan struct{}, maxProducePartitions)
 	var wg sync.WaitGroup
+	var writes []*partitionWrite
 	for _, rt := range r.Topics {
 		t := kmsg.NewProduceResponseTopic()
 		t.Topic = rt.Topic
@@ -43,20 +55,27 @@ func (c *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) kmsg.Respons
 				}
 				continue
 			}
+			w := &partitionWrite{out: out}
+			writes = append(writes, w)
 			slots <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() { <-slots; wg.Done() }()
-				c.producePartition(ctx, rt.Topic, rp, ack, out)
-			}()
+			wg.Go(func() {
+				defer func() { <-slots }()
+				c.submitPartition(ctx, rt.Topic, rp, ack, w)
+			})
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	wg.Wait()
-	if r.Acks == 0 {
-		return nil
+	wg.Wait() // every batch of this request is placed before the next request's
+	return func(ctx context.Context) (kmsg.Response, error) {
+		for _, w := range writes {
+			wg.Go(func() { w.wait(ctx, ack) })
+		}
+		wg.Wait()
+		if r.Acks == 0 {
+			return nil, nil
+		}
+		return resp, nil
 	}
-	return resp
 }
 
 func produceAck(acks int16) (byzlogv1.Ack, error) {
@@ -77,34 +96,80 @@ func setProduceError(out *kmsg.ProduceResponseTopicPartition, code *kerr.Error, 
 	out.BaseOffset = -1
 }
 
-// producePartition writes one partition's batches in order, each as one
-// byzlog batch signed with the connection's key.
-func (c *conn) producePartition(ctx context.Context, topic string, rp kmsg.ProduceRequestTopicPartition, ack byzlogv1.Ack, out *kmsg.ProduceResponseTopicPartition) {
-	out.BaseOffset, out.LogAppendTime, out.LogStartOffset = -1, -1, -1
-	fail := func(err error) { setProduceError(out, kafkaError(err), err) }
+// partitionWrite is one partition's part of a Produce request: its
+// batches as submitted, in order, and the answer it builds.
+type partitionWrite struct {
+	out        *kmsg.ProduceResponseTopicPartition
+	where      string // "topic T partition P", for messages
+	idempotent bool
+	submitted  []submittedBatch
+	// err is the failure that stopped the submitting: the batches before
+	// it were submitted, none after it.
+	err error
+}
+
+// submittedBatch is one batch the gateway admitted, and what to do once
+// its answer is known.
+type submittedBatch struct {
+	s        *gateway.Submitted
+	answered func(ok bool) // nil: nothing to do
+}
+
+// submitPartition decodes one partition's batches and submits each, in
+// order, as a byzlog batch signed with the connection's key.
+func (c *conn) submitPartition(ctx context.Context, topic string, rp kmsg.ProduceRequestTopicPartition, ack byzlogv1.Ack, w *partitionWrite) {
+	w.out.BaseOffset, w.out.LogAppendTime, w.out.LogStartOffset = -1, -1, -1
+	w.where = fmt.Sprintf("topic %s partition %d", wire.Quote(topic), rp.Partition)
 	n, err := c.s.topics.partitions(ctx, topic)
 	if err != nil {
-		fail(err)
+		w.err = err
 		return
 	}
 	if rp.Partition < 0 || uint32(rp.Partition) >= n {
-		setProduceError(out, kerr.UnknownTopicOrPartition, fmt.Errorf("topic %s has no partition %d (it has %d)", wire.Quote(topic), rp.Partition, n))
+		w.err = fmt.Errorf("%w: topic %s has no partition %d (it has %d)", errUnknownPartition, wire.Quote(topic), rp.Partition, n)
 		return
 	}
 	batches, err := c.decode(ctx, rp.Records)
 	if err != nil {
-		fail(fmt.Errorf("topic %s partition %d: %w", wire.Quote(topic), rp.Partition, err))
+		w.err = fmt.Errorf("%s: %w", w.where, err)
 		return
 	}
 	for i, b := range batches {
-		rc, err := c.writeBatch(ctx, topic, uint32(rp.Partition), b, ack)
+		w.idempotent = w.idempotent || b.ProducerID != -1
+		sb, err := c.submitBatch(ctx, topic, uint32(rp.Partition), b, ack)
 		if err != nil {
-			fail(fmt.Errorf("topic %s partition %d batch %d: %w", wire.Quote(topic), rp.Partition, i, err))
+			w.err = fmt.Errorf("%s batch %d: %w", w.where, i, err)
 			return
 		}
-		if i == 0 && ack == byzlogv1.Ack_ACK_COMMIT {
-			out.BaseOffset = int64(rc.GetBaseOffset())
+		w.submitted = append(w.submitted, sb)
+	}
+}
+
+// wait waits for every batch of the partition, in order (each must
+// settle its sequence), and writes the answer: the first batch's base
+// offset, or the first failure.
+func (w *partitionWrite) wait(ctx context.Context, ack byzlogv1.Ack) {
+	var first error
+	for i, sb := range w.submitted {
+		rc, err := sb.s.Wait(ctx)
+		if sb.answered != nil {
+			sb.answered(err == nil)
 		}
+		switch {
+		case err != nil && first == nil:
+			first = fmt.Errorf("%s batch %d: %w", w.where, i, err)
+		case err == nil && i == 0 && ack == byzlogv1.Ack_ACK_COMMIT:
+			w.out.BaseOffset = int64(rc.GetBaseOffset())
+		}
+	}
+	if first == nil {
+		// An earlier batch of the partition may have been written and a
+		// later one not: the partition's answer is the failure, as one
+		// batch a partition is what clients send.
+		first = w.err
+	}
+	if first != nil {
+		setProduceError(w.out, writeError(first, w.idempotent), first)
 	}
 }
 
@@ -161,12 +226,14 @@ func signedCodecOf(n int) byzlogv1.Codec {
 	return byzlogv1.Codec_CODEC_NONE
 }
 
-// writeBatch signs one Kafka batch as a byzlog batch under the next
-// sequence of the connection's key, and submits it.
-func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b batch.Batch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
+// submitBatch signs one Kafka batch as a byzlog batch and submits it:
+// under the producer's own id, epoch and sequence for an idempotent
+// producer, else under the next sequence the face keeps for the
+// connection's key in the partition.
+func (c *conn) submitBatch(ctx context.Context, topic string, partition uint32, b batch.Batch, ack byzlogv1.Ack) (submittedBatch, error) {
 	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
 	if err := c.chunkLarge(ctx, signer, topic, partition, &b); err != nil {
-		return nil, err
+		return submittedBatch{}, err
 	}
 	records := make([]*byzlogv1.Record, len(b.Records))
 	for i, r := range b.Records {
@@ -178,36 +245,36 @@ func (c *conn) writeBatch(ctx context.Context, topic string, partition uint32, b
 	}
 	codec := signedCodec(b)
 	if b.ProducerID != -1 {
-		return c.writeIdempotent(ctx, signer, topic, partition, b, codec, records, ack)
+		return c.submitIdempotent(ctx, signer, topic, partition, b, codec, records, ack)
 	}
 	pub := signer.PublicKey()
-	seq, release, err := c.s.seqs.take(ctx, pub, topic, partition)
+	seq, release, answered, err := c.s.seqs.take(ctx, pub, topic, partition)
 	if err != nil {
-		return nil, err
+		return submittedBatch{}, err
 	}
 	var sb *byzlogv1.SignedBatch
 	if err = c.work(ctx, func() error {
 		sb, err = signer.Batch(topic, partition, seq, codec, records)
 		return err
 	}); err != nil {
-		release(false)
-		return nil, fmt.Errorf("sign batch: %w", err)
+		release(false, false)
+		return submittedBatch{}, fmt.Errorf("sign batch: %w", err)
 	}
-	release(true)
-	rc, err := c.s.b.Produce(ctx, sb, ack)
+	s, err := c.s.b.Submit(ctx, sb, ack)
 	if err != nil {
-		c.s.seqs.failed(pub, topic, partition)
-		return nil, err
+		release(false, true)
+		return submittedBatch{}, err
 	}
-	return rc, nil
+	release(true, false)
+	return submittedBatch{s: s, answered: answered}, nil
 }
 
-// writeIdempotent signs an idempotent producer's batch under its Kafka
+// submitIdempotent signs an idempotent producer's batch under its Kafka
 // producer id, epoch and sequence, which the chain checks: no sequence of
 // this gateway's is involved, so a retry through any gateway is the same.
-func (c *conn) writeIdempotent(ctx context.Context, signer *wire.Signer, topic string, partition uint32, b batch.Batch, codec byzlogv1.Codec, records []*byzlogv1.Record, ack byzlogv1.Ack) (*byzlogv1.Receipt, error) {
+func (c *conn) submitIdempotent(ctx context.Context, signer *wire.Signer, topic string, partition uint32, b batch.Batch, codec byzlogv1.Codec, records []*byzlogv1.Record, ack byzlogv1.Ack) (submittedBatch, error) {
 	if b.ProducerID < 1 || b.ProducerEpoch < 0 || b.BaseSequence < 0 {
-		return nil, fmt.Errorf("%w: producer id %d epoch %d sequence %d: byzlog's producer ids are 1 or more (from InitProducerId), with an epoch and a sequence of 0 or more",
+		return submittedBatch{}, fmt.Errorf("%w: producer id %d epoch %d sequence %d: byzlog's producer ids are 1 or more (from InitProducerId), with an epoch and a sequence of 0 or more",
 			errUnknownProducer, b.ProducerID, b.ProducerEpoch, b.BaseSequence)
 	}
 	var sb *byzlogv1.SignedBatch
@@ -216,7 +283,11 @@ func (c *conn) writeIdempotent(ctx context.Context, signer *wire.Signer, topic s
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sign batch: %w", err)
+		return submittedBatch{}, fmt.Errorf("sign batch: %w", err)
 	}
-	return c.s.b.Produce(ctx, sb, ack)
+	s, err := c.s.b.Submit(ctx, sb, ack)
+	if err != nil {
+		return submittedBatch{}, err
+	}
+	return submittedBatch{s: s}, nil
 }

@@ -26,6 +26,9 @@ func (noBackend) ChainID() string { return "test" }
 func (noBackend) Produce(context.Context, *byzlogv1.SignedBatch, byzlogv1.Ack) (*byzlogv1.Receipt, error) {
 	return nil, errNo
 }
+func (noBackend) Submit(context.Context, *byzlogv1.SignedBatch, byzlogv1.Ack) (*gateway.Submitted, error) {
+	return nil, errNo
+}
 func (noBackend) NextSequence(context.Context, ed25519.PublicKey, string, uint32) (uint64, error) {
 	return 0, errNo
 }

@@ -1,5 +1,7 @@
 package wire
 
+import "slices"
+
 // Code is the result code of one transaction, as CometBFT reports it in
 // CheckTx and in the block results. Zero is success; every other code means
 // the transaction changed nothing. Codes are part of the wire contract: never
@@ -163,4 +165,15 @@ func (c Code) String() string {
 		return s
 	}
 	return "unknown_code"
+}
+
+// Codes lists every code this version defines, in numeric order: tables
+// that map codes (the Kafka face's error map) test that they cover them.
+func Codes() []Code {
+	out := make([]Code, 0, len(codeNames))
+	for c := range codeNames {
+		out = append(out, c)
+	}
+	slices.Sort(out)
+	return out
 }
