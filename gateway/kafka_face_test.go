@@ -381,3 +381,33 @@ func TestKafkaFaceCommitUnknownTopic(t *testing.T) {
 		t.Fatalf("the group's committed offsets = %v, %v; want k/0", off, err)
 	}
 }
+
+// TestKafkaFaceTopicID: Metadata v10+ carries a topic id, the same from
+// every gateway, and not Kafka's null id (librdkafka 2.x keeps a topic's
+// old partitions while the id stays the same).
+func TestKafkaFaceTopicID(t *testing.T) {
+	gs := gateway.StartTestGateways(t, 2, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 3}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var ids [][16]byte
+	for _, g := range gs {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(serveKafkaFace(t, g, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		req := kmsg.NewPtrMetadataRequest()
+		req.Topics = []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr("k")}}
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+			t.Fatalf("metadata of k: %+v", resp.Topics)
+		}
+		ids = append(ids, resp.Topics[0].TopicID)
+	}
+	if ids[0] == ([16]byte{}) || ids[0] != ids[1] {
+		t.Errorf("topic ids of k from two gateways: %x, %x; want one id, not zero", ids[0], ids[1])
+	}
+}

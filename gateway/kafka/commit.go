@@ -81,8 +81,10 @@ func (p *peers) alive(ctx context.Context, b Broker) bool {
 func (c *conn) findCoordinator(ctx context.Context, r *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	if r.CoordinatorType != 0 {
-		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-		resp.ErrorMessage = kmsg.StringPtr("byzlog has no Kafka transactions: only group coordinators")
+		// Not retriable: a transactional producer stops at once with the
+		// message instead of retrying until its timeout.
+		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		resp.ErrorMessage = kmsg.StringPtr("byzlog has no Kafka transactions yet: produce without transactional.id (idempotent producers are served)")
 		return resp
 	}
 	b := c.s.coordinator(ctx, r.CoordinatorKey)

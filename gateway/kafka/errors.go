@@ -119,6 +119,8 @@ func writeError(err error, idempotent bool) *kerr.Error {
 	switch {
 	case errors.Is(err, errUnknownPartition):
 		return kerr.UnknownTopicOrPartition
+	case errors.Is(err, errInvalidTopic):
+		return kerr.InvalidTopicException
 	case errors.Is(err, errUnknownProducer):
 		return kerr.UnknownProducerID
 	case errors.As(err, &re):
@@ -149,6 +151,7 @@ func writeError(err error, idempotent bool) *kerr.Error {
 var (
 	errUnknownPartition = errors.New("unknown topic or partition")
 	errUnknownProducer  = errors.New("unknown producer id")
+	errInvalidTopic     = errors.New("invalid topic name")
 )
 
 // message is what the client reads with the code.

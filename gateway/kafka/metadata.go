@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // topicCache holds the topic list for TopicsTTL, so Metadata and Produce
@@ -105,11 +108,16 @@ func (c *conn) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Respo
 		switch {
 		case name == offsetsTopic && ti == nil:
 			mt.IsInternal, mt.Partitions = true, c.s.partitionsMetadata(1)
+		case wire.CheckTopicName(name) != nil:
+			// Refused at once: a client would wait for an unknown topic
+			// to appear.
+			mt.ErrorCode = kerr.InvalidTopicException.Code
 		case err != nil:
 			mt.ErrorCode = kerr.LeaderNotAvailable.Code
 		case ti == nil:
 			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
 		default:
+			mt.TopicID = topicID(chain, ti)
 			mt.Partitions = c.s.partitionsMetadata(ti.GetConfig().GetPartitions())
 		}
 		resp.Topics = append(resp.Topics, mt)
@@ -131,4 +139,20 @@ func (s *Server) partitionsMetadata(n uint32) []kmsg.MetadataResponseTopicPartit
 		out[p] = mp
 	}
 	return out
+}
+
+// topicID is the Kafka topic id of one incarnation of a topic: a hash of
+// the chain, the name and the height that created it, so every gateway
+// answers the same id for it, and a topic deleted and created again gets
+// a new one (librdkafka forgets partitions only when the id changes).
+// Never all zero: Kafka's null id.
+func topicID(chain string, ti *byzlogv1.TopicInfo) [16]byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "byzlog.topic-id\x00%s\x00%s\x00%d", chain, ti.GetName(), ti.GetCreatedHeight())
+	var id [16]byte
+	copy(id[:], h.Sum(nil))
+	if id == ([16]byte{}) {
+		id[15] = 1
+	}
+	return id
 }

@@ -120,6 +120,10 @@ type submittedBatch struct {
 func (c *conn) submitPartition(ctx context.Context, topic string, rp kmsg.ProduceRequestTopicPartition, ack byzlogv1.Ack, w *partitionWrite) {
 	w.out.BaseOffset, w.out.LogAppendTime, w.out.LogStartOffset = -1, -1, -1
 	w.where = fmt.Sprintf("topic %s partition %d", wire.Quote(topic), rp.Partition)
+	if err := wire.CheckTopicName(topic); err != nil {
+		w.err = fmt.Errorf("%w: %w", errInvalidTopic, err)
+		return
+	}
 	n, err := c.s.topics.partitions(ctx, topic)
 	if err != nil {
 		w.err = err
