@@ -70,7 +70,7 @@ func newTestChain(t *testing.T, topics ...*byzlogv1.TopicState) *testChain {
 	t.Helper()
 	c := &testChain{chainID: testChainID, store: &memStore{m: map[string][]byte{}}, cache: map[string]bool{},
 		index: map[string][2]int64{}, broadcasts: map[string]int{}, seenMsg: "tx already exists in cache"}
-	params := &byzlogv1.ChainParams{ChainId: c.chainID, Limits: wire.DefaultLimits()}
+	params := &byzlogv1.ChainParams{ChainId: c.chainID, Limits: wire.DefaultLimits(), RulesVersion: core.MaxRulesVersion}
 	c.store.apply(core.InitChain(params, topics))
 	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
 	t.Cleanup(c.srv.Close)

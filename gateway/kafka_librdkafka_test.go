@@ -177,3 +177,47 @@ func TestKafkaFaceRefusalsLibrdkafka(t *testing.T) {
 		t.Errorf("init_transactions: %+v, want a fatal TRANSACTIONAL_ID_AUTHORIZATION_FAILED within 10 s", e)
 	}
 }
+
+// TestKafkaFaceNullsLibrdkafka: librdkafka's empty key, value and header
+// value come back empty and its null ones null (librdkafka tests 0070 and
+// 0073: the chain stored empty as null before rules version 5), and a
+// commit past the log end is taken and read back (0099: it was refused
+// with OFFSET_METADATA_TOO_LARGE).
+func TestKafkaFaceNullsLibrdkafka(t *testing.T) {
+	addr, _ := startKafkaFace(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	type record struct {
+		Key     *string      `json:"key"`
+		Value   *string      `json:"value"`
+		Headers [][2]*string `json:"headers"`
+	}
+	var res struct {
+		Read        []record `json:"read"`
+		Errors      []string `json:"errors"`
+		CommitError *string  `json:"commit_error"`
+		Committed   int64    `json:"committed"`
+	}
+	librdkafka(ctx, t, &res, "nulls.py", addr, "k", "1", "nulls")
+	show := func(s *string) string {
+		if s == nil {
+			return "null"
+		}
+		return strconv.Quote(*s)
+	}
+	var got []string
+	for _, r := range res.Read {
+		line := show(r.Key) + " " + show(r.Value)
+		for _, h := range r.Headers {
+			line += " " + show(h[0]) + "=" + show(h[1])
+		}
+		got = append(got, line)
+	}
+	want := []string{`"" "" "e"="" "n"=null`, `null null`, `"k" "v" "h"="x"`}
+	if fmt.Sprint(got) != fmt.Sprint(want) || len(res.Errors) > 0 {
+		t.Errorf("read back %q (errors %v), want %q", got, res.Errors, want)
+	}
+	if res.CommitError != nil || res.Committed != 1000 {
+		t.Errorf("commit of offset 1000 past the end: error %v, committed %d; want none and 1000", show(res.CommitError), res.Committed)
+	}
+}

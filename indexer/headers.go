@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -94,24 +93,6 @@ func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) er
 	return fmt.Errorf("verify %s/%d@%d: no node served a proof that checks: %w", r.Topic, r.Partition, r.Offset, errors.Join(errs...))
 }
 
-// sameRecord compares two records as NATS carries them (an empty and a
-// missing header value are the same there).
-func sameRecord(a, b *byzlogv1.StoredRecord) bool {
-	if len(a.Headers) != len(b.Headers) {
-		return false
-	}
-	for i := range a.Headers {
-		if a.Headers[i].Key != b.Headers[i].Key || !bytes.Equal(a.Headers[i].Value, b.Headers[i].Value) {
-			return false
-		}
-	}
-	x, y := proto.Clone(a).(*byzlogv1.StoredRecord), proto.Clone(b).(*byzlogv1.StoredRecord)
-	x.Headers, y.Headers = nil, nil
-	if len(x.Key) == 0 && len(y.Key) == 0 {
-		x.Key, y.Key = nil, nil
-	}
-	if len(x.Value) == 0 && len(y.Value) == 0 {
-		x.Value, y.Value = nil, nil
-	}
-	return proto.Equal(x, y)
-}
+// sameRecord compares two records as NATS carries them: everything,
+// null against empty included (the layout keeps the difference).
+func sameRecord(a, b *byzlogv1.StoredRecord) bool { return proto.Equal(a, b) }

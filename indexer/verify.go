@@ -226,9 +226,12 @@ type account struct {
 	b      *chain.Block
 	app    core.Appended
 	appErr error // building the records, reported only if the block checks
-	d      *byzlogv1.BlockDigest
-	kind   string
-	err    error
+	// rebuild builds the records again under the rules before
+	// core.KafkaRulesVersion (see check).
+	rebuild func() (core.Appended, error)
+	d       *byzlogv1.BlockDigest
+	kind    string
+	err     error
 }
 
 // read reads block h, its results and its digest from n, checks the block
@@ -256,7 +259,10 @@ func (v *verifier) read(ctx context.Context, n *node, lb *cmttypes.LightBlock) *
 		results[i] = core.TxResult{Code: r.Code, Data: r.Data}
 	}
 	a := &account{b: b}
-	a.app, a.appErr = core.BlockRecords(h, lb.Time.UnixNano(), txs, results)
+	a.app, a.appErr = core.BlockRecords(h, lb.Time.UnixNano(), txs, results, core.MaxRulesVersion)
+	a.rebuild = func() (core.Appended, error) {
+		return core.BlockRecords(h, lb.Time.UnixNano(), txs, results, core.KafkaRulesVersion-1)
+	}
 	req, _ := proto.Marshal(&byzlogv1.DigestRequest{Height: h})
 	q, err := n.rpc.ABCIQuery(cctx, wire.PathDigest, req)
 	if err != nil {
@@ -288,7 +294,16 @@ func (v *verifier) check(a *account, lb, next *cmttypes.LightBlock) (*Block, str
 		return nil, "records", a.appErr
 	}
 	if err := core.CheckDigest(a.app, a.d, h, lb.AppHash, next.AppHash); err != nil {
-		return nil, "digest", err
+		// The indexer does not know the rules version of the height: a
+		// block of a chain before core.KafkaRulesVersion stored empty keys
+		// and values as null. Both builds are the block's own signed
+		// transactions read two ways, and the app hash confirms one at
+		// most; they differ only where a record holds something empty.
+		old, oldErr := a.rebuild()
+		if oldErr != nil || core.CheckDigest(old, a.d, h, lb.AppHash, next.AppHash) != nil {
+			return nil, "digest", err
+		}
+		a.app = old
 	}
 	return &Block{Height: h, Time: lb.Time, Hash: lb.Hash(), AppHash: next.AppHash, Appended: a.app}, "", nil
 }

@@ -64,12 +64,16 @@ func (a Appended) RecordsRoot() []byte {
 // transactions and their results, byte for byte as Execute stored them. It
 // trusts neither: a result that does not match its transaction is an error.
 // It is pure; the indexer runs it on a block whose transactions and results
-// it has checked against headers verified by the light client.
-func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) (Appended, error) {
+// it has checked against headers verified by the light client. rules is the
+// rules version the block executed under, as far as it changes the stored
+// bytes: before KafkaRulesVersion an empty key, value or header value is
+// stored null (a reader that does not know the version builds both and
+// keeps the one the app hash confirms: CheckDigest).
+func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult, rules uint64) (Appended, error) {
 	if len(txs) != len(results) {
 		return Appended{}, fmt.Errorf("block %d has %d transactions and %d results", height, len(txs), len(results))
 	}
-	b := blockAppends{height: height, timeUnixNano: timeUnixNano, runs: map[string]*AppendedPartition{}}
+	b := blockAppends{height: height, timeUnixNano: timeUnixNano, rules: rules, runs: map[string]*AppendedPartition{}}
 	for i, tx := range txs {
 		if results[i].Code != uint32(wire.CodeOK) {
 			continue // rejected as a whole: nothing appended
@@ -88,6 +92,7 @@ func BlockRecords(height, timeUnixNano int64, txs [][]byte, results []TxResult) 
 // blockAppends gathers what a block's committed transactions appended.
 type blockAppends struct {
 	height, timeUnixNano int64
+	rules                uint64
 	runs                 map[string]*AppendedPartition // by topic, NUL, partition
 	changes              []TopicChange
 }
@@ -147,7 +152,7 @@ func (b *blockAppends) batch(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult)
 		return fmt.Errorf("%s/%d base offset %d, the block's previous batch ended before %d", br.Topic, br.Partition, br.BaseOffset, next)
 	}
 	for k, r := range recs {
-		run.Records = append(run.Records, storedRecord(body, br.BaseOffset+uint64(k), r, sb.ProducerKey, b.height, b.timeUnixNano))
+		run.Records = append(run.Records, storedRecord(body, br.BaseOffset+uint64(k), r, sb.ProducerKey, b.height, b.timeUnixNano, b.rules))
 	}
 	return nil
 }
@@ -176,11 +181,11 @@ func (b *blockAppends) appended() Appended {
 // storedRecord is a record as the log stores it at offset, written by
 // Execute and rebuilt by BlockRecords: the one place its fields are set, so
 // the two stay byte-identical.
-func storedRecord(body *byzlogv1.BatchBody, offset uint64, r *byzlogv1.Record, producer []byte, height, timeUnixNano int64) *byzlogv1.StoredRecord {
+func storedRecord(body *byzlogv1.BatchBody, offset uint64, r *byzlogv1.Record, producer []byte, height, timeUnixNano int64, rules uint64) *byzlogv1.StoredRecord {
 	return &byzlogv1.StoredRecord{
 		Topic: body.Topic, Partition: body.Partition, Offset: offset,
 		TimestampUnixNano: timeUnixNano, CreateTimeUnixNano: r.CreateTimeUnixNano,
-		Key: r.Key, Value: r.Value, Headers: copyHeaders(r.Headers),
+		Key: stored(r.Key, rules), Value: stored(r.Value, rules), Headers: copyHeaders(r.Headers, rules),
 		ProducerKey: producer, Sequence: body.Sequence, Height: height,
 		KafkaProducerId: body.Kafka.GetProducerId(), KafkaEpoch: body.Kafka.GetEpoch(),
 	}

@@ -3,6 +3,8 @@ package core_test
 import (
 	"bytes"
 	"crypto/ed25519"
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -49,7 +51,7 @@ func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 	}
 	h := c.state.Height + 1
 	tm, results, d, prev, appHash := committedBlock(t, c, txs...)
-	a, err := core.BlockRecords(h, tm, txs, results)
+	a, err := core.BlockRecords(h, tm, txs, results, core.MaxRulesVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +110,7 @@ func TestBlockRecordsRebuildsWhatWasStored(t *testing.T) {
 			rs2 := append([]core.TxResult(nil), results...)
 			d2 := proto.Clone(d).(*byzlogv1.BlockDigest)
 			txs2, rs2 = tc.fn(txs2, rs2, d2)
-			a2, err := core.BlockRecords(h, tm, txs2, rs2)
+			a2, err := core.BlockRecords(h, tm, txs2, rs2, core.MaxRulesVersion)
 			if err == nil {
 				err = core.CheckDigest(a2, d2, h, prev, appHash)
 			}
@@ -128,7 +130,7 @@ func FuzzBlockRecords(f *testing.F) {
 	out, _ := proto.Marshal(&byzlogv1.TxOutcome{Batches: []*byzlogv1.BatchResult{{Topic: "t", RecordCount: 1}}})
 	f.Add(tx, out)
 	f.Fuzz(func(t *testing.T, tx, data []byte) {
-		a, err := core.BlockRecords(1, 1, [][]byte{tx, tx}, []core.TxResult{{Data: data}, {Data: data}})
+		a, err := core.BlockRecords(1, 1, [][]byte{tx, tx}, []core.TxResult{{Data: data}, {Data: data}}, core.MaxRulesVersion)
 		if err != nil {
 			return
 		}
@@ -143,4 +145,62 @@ func FuzzBlockRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEmptyIsNotNull: from rules version 5 an empty key, value or header
+// value is stored empty and a missing one null, as Kafka keeps them (length
+// 0 against -1); before, both are stored null, byte for byte as a build
+// without presence stored them. BlockRecords rebuilds each under its own
+// rules, and the other rules' bytes fail CheckDigest.
+func TestEmptyIsNotNull(t *testing.T) {
+	recs := []*byzlogv1.Record{
+		{Key: []byte{}, Value: []byte{}, Headers: []*byzlogv1.RecordHeader{{Key: "e", Value: []byte{}}, {Key: "n"}}},
+		{Key: nil, Value: nil},
+		{Key: []byte("k"), Value: []byte("v"), Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte("x")}}},
+	}
+	for _, rules := range []uint64{4, 5} {
+		admin := wire.NewSigner(key("admin"), chainID)
+		c := newChain(t, fmt.Sprintf(`{"admins": [%q], "rules_version": %d}`, hex.EncodeToString(admin.PublicKey()), rules))
+		c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+		txs := [][]byte{bundle(t, batch(t, wire.NewSigner(key("p"), chainID), "t", 0, 0, recs))}
+		h := c.state.Height + 1
+		tm, results, d, prev, appHash := committedBlock(t, c, txs...)
+		var got byzlogv1.RecordsResponse
+		c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t"}, &got)
+		if len(got.Records) != 3 {
+			t.Fatalf("rules %d: %d records stored, want 3", rules, len(got.Records))
+		}
+		var r [3]byzlogv1.StoredRecord
+		for i := range r {
+			if err := proto.Unmarshal(got.Records[i], &r[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		keep := rules >= core.KafkaRulesVersion
+		for _, c := range []struct {
+			what      string
+			val       []byte
+			wantEmpty bool
+		}{
+			{"empty key", r[0].Key, keep}, {"empty value", r[0].Value, keep}, {"empty header value", r[0].Headers[0].Value, keep},
+			{"null header value", r[0].Headers[1].Value, false}, {"null key", r[1].Key, false}, {"null value", r[1].Value, false},
+		} {
+			if isEmpty := c.val != nil && len(c.val) == 0; isEmpty != c.wantEmpty || len(c.val) != 0 {
+				t.Errorf("rules %d: %s stored as %#v, want empty %v (else null)", rules, c.what, c.val, c.wantEmpty)
+			}
+		}
+		if string(r[2].Key) != "k" || string(r[2].Value) != "v" || string(r[2].Headers[0].Value) != "x" {
+			t.Errorf("rules %d: record 2 = %v", rules, &r[2])
+		}
+		for _, as := range []uint64{4, 5} {
+			a, err := core.BlockRecords(h, tm, txs, results, as)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = core.CheckDigest(a, d, h, prev, appHash)
+			if (err == nil) != (as == rules) {
+				t.Errorf("block of rules %d rebuilt as rules %d: CheckDigest = %v, want an error only for the other rules", rules, as, err)
+			}
+		}
+	}
 }

@@ -238,17 +238,19 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return nil, nil, fmt.Errorf("batch %s/%d sequence %d was prechecked without its records; execute needs Precheck with keepRecords", body.Topic, body.Partition, body.Sequence)
 	}
 	first := len(run.leaves)
+	var rules uint64
+	if len(records) > 0 {
+		if rules, err = ex.rulesVersion(); err != nil {
+			return nil, nil, err
+		}
+	}
 	for _, rec := range records {
-		stored := marshal(storedRecord(body, part.NextOffset, rec, sb.ProducerKey, ex.b.Height, ex.b.TimeUnixNano))
+		stored := marshal(storedRecord(body, part.NextOffset, rec, sb.ProducerKey, ex.b.Height, ex.b.TimeUnixNano, rules))
 		run.leaves = append(run.leaves, stored)
 		part.NextOffset++
 		part.SizeBytes += uint64(len(stored))
 	}
 	if len(records) > 0 {
-		rules, err := ex.rulesVersion()
-		if err != nil {
-			return nil, nil, err
-		}
 		put := func(last uint64, v []byte) { o.put(CFRecords, recordKey(body.Topic, body.Partition, last), v) }
 		if rules >= RunsRulesVersion {
 			appendRuns(br.BaseOffset, run.leaves[first:], put)
@@ -385,15 +387,27 @@ func resultSize(r Result) int64 {
 
 // copyHeaders keeps only the fields byzlog knows, so that unknown fields
 // cannot carry bytes past max_record_bytes into the log.
-func copyHeaders(hs []*byzlogv1.RecordHeader) []*byzlogv1.RecordHeader {
+// copyHeaders copies a record's headers as rules stores them (empty
+// values as null before KafkaRulesVersion).
+func copyHeaders(hs []*byzlogv1.RecordHeader, rules uint64) []*byzlogv1.RecordHeader {
 	if len(hs) == 0 {
 		return nil
 	}
 	out := make([]*byzlogv1.RecordHeader, len(hs))
 	for i, h := range hs {
-		out[i] = &byzlogv1.RecordHeader{Key: h.Key, Value: h.Value}
+		out[i] = &byzlogv1.RecordHeader{Key: h.Key, Value: stored(h.Value, rules)}
 	}
 	return out
+}
+
+// stored is a key, value or header value as rules stores it: before
+// KafkaRulesVersion an empty one is null, as the chain could not tell them
+// apart; from it on, as sent.
+func stored(b []byte, rules uint64) []byte {
+	if len(b) == 0 && rules < KafkaRulesVersion {
+		return nil
+	}
+	return b
 }
 
 func recordSize(r *byzlogv1.Record) uint64 {
@@ -618,6 +632,10 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 	if owner == nil {
 		o.put(CFMeta, groupKey(body.Group), req.ConsumerKey)
 	}
+	rules, err := ex.rulesVersion()
+	if err != nil {
+		return Result{}, err
+	}
 	seen := map[string]bool{}
 	for i, po := range body.Offsets {
 		k := offsetKey(body.Group, po.Topic, po.Partition)
@@ -642,7 +660,7 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		if _, err := getProto(o, CFMeta, partitionKey(po.Topic, po.Partition), &part); err != nil {
 			return Result{}, err
 		}
-		if po.Offset > part.NextOffset {
+		if po.Offset > part.NextOffset && rules < KafkaRulesVersion {
 			return reject(wire.CodeOffsetBeyondEnd, "offsets[%d]: offset %d is past %s/%d's end (%d)", i, po.Offset, po.Topic, po.Partition, part.NextOffset), nil
 		}
 		var have byzlogv1.GroupOffset

@@ -24,15 +24,25 @@ import (
 // reference in a block of an earlier version is malformed. Version 4
 // stores a batch's records in runs, many under one key (runs.go): the same
 // records, results and proofs, but another layout of the store, which the
-// state root covers, so all validators must switch at one height. A new chain
-// may start at any version this build knows (genesis rules_version).
+// state root covers, so all validators must switch at one height. Version 5
+// keeps Kafka's difference between null and empty: a record's key, value or
+// header value sent present and empty is stored empty (before, as null,
+// which is all a proto3 field without presence could say), and an offset
+// commit may name any offset, past the log end too, as Kafka's does (before,
+// offset_beyond_end). A new chain may start at any version this build knows
+// (genesis rules_version).
 //
 // The version is the app's, not CometBFT's: Info's app_version, which
 // CometBFT writes into headers, stays 1 (changing it needs every node's
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 4
+const MaxRulesVersion uint64 = 5
+
+// KafkaRulesVersion is the first rules version that stores empty keys,
+// values and header values as empty, not null, and takes offset commits
+// past the log end.
+const KafkaRulesVersion uint64 = 5
 
 // RunsRulesVersion is the first rules version that stores records in runs
 // (runs.go) instead of one a key.

@@ -365,7 +365,6 @@ func TestCommitOffsetsRules(t *testing.T) {
 		{"another key", commit(bob, 0, "g", false, at(4)), wire.CodeNotGroupOwner},
 		{"replayed nonce", commit(alice, 0, "g", false, at(4)), wire.CodeBadNonce},
 		{"backwards", commit(alice, 1, "g", false, at(2)), wire.CodeOffsetBackwards},
-		{"beyond end", commit(alice, 1, "g", false, at(6)), wire.CodeOffsetBeyondEnd},
 		{"unknown topic", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "nope"}), wire.CodeUnknownTopic},
 		{"unknown partition", commit(alice, 1, "g", false, &byzlogv1.PartitionOffset{Topic: "t", Partition: 2}), wire.CodeUnknownPartition},
 		{"listed twice", commit(alice, 1, "g", false, at(4), at(5)), wire.CodeMalformedTx},
@@ -384,6 +383,32 @@ func TestCommitOffsetsRules(t *testing.T) {
 	c.query(wire.PathGroup, &byzlogv1.GroupRequest{Group: "g"}, &g)
 	if !bytes.Equal(g.OwnerKey, alice.PublicKey()) || len(g.Offsets) != 2 || g.Offsets[0].Offset != 1 || g.Offsets[1].Partition != 1 {
 		t.Errorf("group g = %v, want alice's offsets 1 (p0) and 0 (p1)", &g)
+	}
+}
+
+// TestCommitPastTheEnd: from rules version 5 a commit may name any offset,
+// past the log end too (Kafka's coordinator takes any; the consumer's
+// position is its own); before, it is offset_beyond_end.
+func TestCommitPastTheEnd(t *testing.T) {
+	for _, tc := range []struct {
+		rules uint64
+		want  wire.Code
+	}{{4, wire.CodeOffsetBeyondEnd}, {5, wire.CodeOK}} {
+		admin := wire.NewSigner(key("admin"), chainID)
+		c := newChain(t, fmt.Sprintf(`{"admins": [%q], "rules_version": %d}`, hex.EncodeToString(admin.PublicKey()), tc.rules))
+		c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+		c.must(bundle(t, batch(t, wire.NewSigner(key("p"), chainID), "t", 0, 0, records("a", "b"))))
+		co, err := wire.NewSigner(key("alice"), chainID).CommitOffsets(0, "g", true, &byzlogv1.PartitionOffset{Topic: "t", Offset: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := wire.OffsetsTx(co)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := c.block(tx)[0]; r.Code != tc.want {
+			t.Errorf("rules %d: a commit of offset 1000 in a log of 2 = %s %q, want %s", tc.rules, r.Code, r.Log, tc.want)
+		}
 	}
 }
 
@@ -474,7 +499,8 @@ func TestGenesis(t *testing.T) {
 		{`{"topics": [{"name": "t", "partitions": 1}, {"name": "t", "partitions": 1}]}`, "listed twice"},
 		{`{"rules_version": 3}`, ""},
 		{`{"rules_version": 4}`, ""},
-		{`{"rules_version": 5}`, "knows versions 1 to 4"},
+		{`{"rules_version": 5}`, ""},
+		{`{"rules_version": 6}`, "knows versions 1 to 5"},
 	}
 	for _, tt := range tests {
 		_, _, err := core.ParseGenesis(chainID, []byte(tt.appState))

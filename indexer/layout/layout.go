@@ -62,6 +62,12 @@ const (
 	// batch's Kafka base sequence; absent on records of other producers.
 	HeaderKafkaProducer = "Byzlog-Kafka-Producer-Id"
 	HeaderKafkaEpoch    = "Byzlog-Kafka-Epoch"
+	// HeaderEmpty names, one a value, what of a one-record message is
+	// present and empty rather than null: "key", "value", or "header:I" for
+	// the record's I-th header (from 0). Without it an empty value payload,
+	// a missing key header and an empty header value are null, as every
+	// record of a chain before rules version 5 is.
+	HeaderEmpty = "Byzlog-Empty"
 	// HeaderRecords marks a run message: its payload is a RecordRun of
 	// this many records (decimal), the first at HeaderOffset. A message
 	// without it carries one record, as above.
@@ -208,8 +214,14 @@ func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
 	h := m.Header
 	h.Set(HeaderOffset, strconv.FormatUint(r.Offset, 10))
 	h[HeaderHeight] = e.height.get(r.Height, formatInt64)
-	if r.Key != nil {
+	switch {
+	case len(r.Key) > 0:
 		h.Set(HeaderKey, base64.StdEncoding.EncodeToString(r.Key))
+	case r.Key != nil:
+		h.Add(HeaderEmpty, "key")
+	}
+	if r.Value != nil && len(r.Value) == 0 {
+		h.Add(HeaderEmpty, "value")
 	}
 	if e.producerHex == nil || !bytes.Equal(r.ProducerKey, e.producer) {
 		e.producer, e.producerHex = bytes.Clone(r.ProducerKey), []string{hex.EncodeToString(r.ProducerKey)}
@@ -222,8 +234,11 @@ func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
 		h.Set(HeaderKafkaProducer, strconv.FormatInt(r.KafkaProducerId, 10))
 		h.Set(HeaderKafkaEpoch, strconv.FormatInt(int64(r.KafkaEpoch), 10))
 	}
-	for _, rh := range r.Headers {
+	for i, rh := range r.Headers {
 		h.Add(HeaderRecordHeader, base64.StdEncoding.EncodeToString([]byte(rh.Key))+":"+base64.StdEncoding.EncodeToString(rh.Value))
+		if rh.Value != nil && len(rh.Value) == 0 {
+			h.Add(HeaderEmpty, "header:"+strconv.Itoa(i))
+		}
 	}
 	return m
 }
@@ -441,7 +456,11 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 	if n := h.Values(HeaderRecords); len(n) > 0 {
 		return nil, fmt.Errorf("message on %s: a run of %s records, not one record", subject, n[0])
 	}
-	r := &byzlogv1.StoredRecord{Topic: d.topic, Partition: d.partition, Value: data}
+	empty := map[string]bool{}
+	for _, v := range h.Values(HeaderEmpty) {
+		empty[v] = true
+	}
+	r := &byzlogv1.StoredRecord{Topic: d.topic, Partition: d.partition, Value: emptyOrNull(data, empty["value"])}
 	var err error
 	if r.Offset, err = strconv.ParseUint(h.Get(HeaderOffset), 10, 64); err != nil {
 		return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderOffset, h.Get(HeaderOffset), err)
@@ -454,6 +473,7 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 			return nil, fmt.Errorf("message on %s: header %s is not base64: %v", subject, HeaderKey, err)
 		}
 	}
+	r.Key = emptyOrNull(r.Key, empty["key"])
 	key, err := d.producer.get(h.Get(HeaderProducer), hex.DecodeString)
 	if err != nil {
 		return nil, fmt.Errorf("message on %s: header %s is not hex: %v", subject, HeaderProducer, err)
@@ -481,16 +501,28 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 		}
 		r.KafkaEpoch = int32(e)
 	}
-	for _, v := range h.Values(HeaderRecordHeader) {
+	for i, v := range h.Values(HeaderRecordHeader) {
 		k, val, ok := strings.Cut(v, ":")
 		kb, err1 := base64.StdEncoding.DecodeString(k)
 		vb, err2 := base64.StdEncoding.DecodeString(val)
 		if !ok || err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("message on %s: header %s = %q: want base64(key):base64(value)", subject, HeaderRecordHeader, v)
 		}
-		r.Headers = append(r.Headers, &byzlogv1.RecordHeader{Key: string(kb), Value: vb})
+		r.Headers = append(r.Headers, &byzlogv1.RecordHeader{Key: string(kb), Value: emptyOrNull(vb, empty["header:"+strconv.Itoa(i)])})
 	}
 	return r, nil
+}
+
+// emptyOrNull is b, with nothing in it read as empty (non-nil) if the
+// message says so (HeaderEmpty), else as null.
+func emptyOrNull(b []byte, empty bool) []byte {
+	switch {
+	case len(b) > 0:
+		return b
+	case empty:
+		return []byte{}
+	}
+	return nil
 }
 
 // ParseSubject splits a record subject into topic and partition.

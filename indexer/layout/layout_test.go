@@ -468,3 +468,46 @@ func TestFormats(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyIsNotNull: a one-record message keeps a null key, value or
+// header value apart from an empty one (HeaderEmpty), and a run carries
+// them as the StoredRecord does; a message without the marker (every
+// message of a chain before rules version 5) reads empty as null.
+func TestEmptyIsNotNull(t *testing.T) {
+	base := func() *byzlogv1.StoredRecord {
+		return &byzlogv1.StoredRecord{Topic: "t", Partition: 1, Offset: 7, Height: 3, ProducerKey: make([]byte, 32)}
+	}
+	empty := base()
+	empty.Key, empty.Value = []byte{}, []byte{}
+	empty.Headers = []*byzlogv1.RecordHeader{{Key: "e", Value: []byte{}}, {Key: "n"}, {Key: "v", Value: []byte("x")}}
+	null := base()
+	null.Headers = []*byzlogv1.RecordHeader{{Key: "n"}}
+	for name, r := range map[string]*byzlogv1.StoredRecord{"empty": empty, "null": null} {
+		m := layout.Message(r)
+		got, err := layout.Record(m.Subject, m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, r) {
+			t.Errorf("%s: one-record message read back as %v, want %v", name, got, r)
+		}
+		var e layout.Encoder
+		run, err := e.Run([]*byzlogv1.StoredRecord{r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := layout.Records(run.Subject, run.Header, run.Data)
+		if err != nil || len(recs) != 1 || !proto.Equal(recs[0], r) {
+			t.Errorf("%s: run read back as %v (%v), want %v", name, recs, err, r)
+		}
+	}
+	m := layout.Message(empty)
+	m.Header.Del(layout.HeaderEmpty)
+	got, err := layout.Record(m.Subject, m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Key != nil || got.Value != nil || got.Headers[0].Value != nil {
+		t.Errorf("a message without %s read key %#v, value %#v, header value %#v; want all null", layout.HeaderEmpty, got.Key, got.Value, got.Headers[0].Value)
+	}
+}

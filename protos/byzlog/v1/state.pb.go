@@ -37,10 +37,12 @@ type StoredRecord struct {
 	// Log-append time: the time of the block that committed the record.
 	TimestampUnixNano int64 `protobuf:"varint,4,opt,name=timestamp_unix_nano,json=timestampUnixNano,proto3" json:"timestamp_unix_nano,omitempty"`
 	// The producer's create time, as it signed it.
-	CreateTimeUnixNano int64           `protobuf:"varint,5,opt,name=create_time_unix_nano,json=createTimeUnixNano,proto3" json:"create_time_unix_nano,omitempty"`
-	Key                []byte          `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
-	Value              []byte          `protobuf:"bytes,7,opt,name=value,proto3" json:"value,omitempty"`
-	Headers            []*RecordHeader `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty"`
+	CreateTimeUnixNano int64 `protobuf:"varint,5,opt,name=create_time_unix_nano,json=createTimeUnixNano,proto3" json:"create_time_unix_nano,omitempty"`
+	// Null (absent) or a value, empty included (rules version 5 on; before,
+	// an empty key or value is stored as null), as Record.
+	Key     []byte          `protobuf:"bytes,6,opt,name=key,proto3,oneof" json:"key,omitempty"`
+	Value   []byte          `protobuf:"bytes,7,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	Headers []*RecordHeader `protobuf:"bytes,8,rep,name=headers,proto3" json:"headers,omitempty"`
 	// Who signed the batch, and its sequence.
 	ProducerKey []byte `protobuf:"bytes,9,opt,name=producer_key,json=producerKey,proto3" json:"producer_key,omitempty"`
 	Sequence    uint64 `protobuf:"varint,10,opt,name=sequence,proto3" json:"sequence,omitempty"`
@@ -3150,15 +3152,15 @@ var File_byzlog_v1_state_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xbc\x03\n" +
+	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xd8\x03\n" +
 	"\fStoredRecord\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12.\n" +
 	"\x13timestamp_unix_nano\x18\x04 \x01(\x03R\x11timestampUnixNano\x121\n" +
-	"\x15create_time_unix_nano\x18\x05 \x01(\x03R\x12createTimeUnixNano\x12\x10\n" +
-	"\x03key\x18\x06 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\a \x01(\fR\x05value\x121\n" +
+	"\x15create_time_unix_nano\x18\x05 \x01(\x03R\x12createTimeUnixNano\x12\x15\n" +
+	"\x03key\x18\x06 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x19\n" +
+	"\x05value\x18\a \x01(\fH\x01R\x05value\x88\x01\x01\x121\n" +
 	"\aheaders\x18\b \x03(\v2\x17.byzlog.v1.RecordHeaderR\aheaders\x12!\n" +
 	"\fproducer_key\x18\t \x01(\fR\vproducerKey\x12\x1a\n" +
 	"\bsequence\x18\n" +
@@ -3166,7 +3168,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x06height\x18\v \x01(\x03R\x06height\x12*\n" +
 	"\x11kafka_producer_id\x18\f \x01(\x03R\x0fkafkaProducerId\x12\x1f\n" +
 	"\vkafka_epoch\x18\r \x01(\x05R\n" +
-	"kafkaEpoch\">\n" +
+	"kafkaEpochB\x06\n" +
+	"\x04_keyB\b\n" +
+	"\x06_value\">\n" +
 	"\tRecordRun\x121\n" +
 	"\arecords\x18\x01 \x03(\v2\x17.byzlog.v1.StoredRecordR\arecords\"\xa6\x01\n" +
 	"\fChunkedValue\x12\x12\n" +
@@ -3497,6 +3501,7 @@ func file_byzlog_v1_state_proto_init() {
 		return
 	}
 	file_byzlog_v1_tx_proto_init()
+	file_byzlog_v1_state_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -554,11 +554,14 @@ func (x *RecordSet) GetRecords() []*Record {
 	return nil
 }
 
-// Record is one log entry as the producer wrote it.
+// Record is one log entry as the producer wrote it. key and value keep
+// presence, as Kafka does: absent is null (Kafka's length -1, a tombstone's
+// value), present and empty is an empty key or value (length 0). A chain
+// before rules version 5 stores an empty one as null.
 type Record struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	Key     []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value   []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Key     []byte                 `protobuf:"bytes,1,opt,name=key,proto3,oneof" json:"key,omitempty"`
+	Value   []byte                 `protobuf:"bytes,2,opt,name=value,proto3,oneof" json:"value,omitempty"`
 	Headers []*RecordHeader        `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
 	// The producer's create time, in Unix nanoseconds. The log-append time is
 	// the block time and is assigned by the state machine.
@@ -625,11 +628,13 @@ func (x *Record) GetCreateTimeUnixNano() int64 {
 	return 0
 }
 
-// RecordHeader is one application header of a record, as in Kafka.
+// RecordHeader is one application header of a record, as in Kafka. value
+// keeps presence: absent is null, present and empty is empty (rules
+// version 5 on; before, empty is stored as null).
 type RecordHeader struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3,oneof" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1863,15 +1868,18 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12!\n" +
 	"\frecord_count\x18\x03 \x01(\rR\vrecordCount\"8\n" +
 	"\tRecordSet\x12+\n" +
-	"\arecords\x18\x01 \x03(\v2\x11.byzlog.v1.RecordR\arecords\"\x96\x01\n" +
-	"\x06Record\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\x121\n" +
+	"\arecords\x18\x01 \x03(\v2\x11.byzlog.v1.RecordR\arecords\"\xb2\x01\n" +
+	"\x06Record\x12\x15\n" +
+	"\x03key\x18\x01 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\fH\x01R\x05value\x88\x01\x01\x121\n" +
 	"\aheaders\x18\x03 \x03(\v2\x17.byzlog.v1.RecordHeaderR\aheaders\x121\n" +
-	"\x15create_time_unix_nano\x18\x04 \x01(\x03R\x12createTimeUnixNano\"6\n" +
+	"\x15create_time_unix_nano\x18\x04 \x01(\x03R\x12createTimeUnixNanoB\x06\n" +
+	"\x04_keyB\b\n" +
+	"\x06_value\"E\n" +
 	"\fRecordHeader\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xea\x01\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
+	"\x05value\x18\x02 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
+	"\x06_value\"\xea\x01\n" +
 	"\vTopicConfig\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -2037,6 +2045,8 @@ func file_byzlog_v1_tx_proto_init() {
 		(*Tx_IndexerProgress)(nil),
 		(*Tx_BundleRef)(nil),
 	}
+	file_byzlog_v1_tx_proto_msgTypes[6].OneofWrappers = []any{}
+	file_byzlog_v1_tx_proto_msgTypes[7].OneofWrappers = []any{}
 	file_byzlog_v1_tx_proto_msgTypes[11].OneofWrappers = []any{
 		(*AdminBody_CreateTopic)(nil),
 		(*AdminBody_UpdateTopic)(nil),
