@@ -204,3 +204,62 @@ func TestEmptyIsNotNull(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyAcrossTheUpgrade: a chain at rules version 4 switches to 5 at an
+// agreed height. Records with an empty key and value written before it read
+// back null, the same records after it empty, in one log, and both are
+// proven; a commit past the end is refused before and taken after.
+func TestEmptyAcrossTheUpgrade(t *testing.T) {
+	c := chainAt(t, 4)
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1})
+	p := wire.NewSigner(key("p"), chainID)
+	alice := wire.NewSigner(key("alice"), chainID)
+	empties := func(seq uint64) []byte {
+		return bundle(t, batch(t, p, "t", 0, seq, []*byzlogv1.Record{{Key: []byte{}, Value: []byte{}, Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte{}}}}}))
+	}
+	pastEnd := func(nonce uint64) wire.Code {
+		co, err := alice.CommitOffsets(nonce, "g", true, &byzlogv1.PartitionOffset{Topic: "t", Offset: 99})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := wire.OffsetsTx(co)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.block(tx)[0].Code
+	}
+	c.must(empties(0))
+	before := c.state.AppHash
+	if code := pastEnd(0); code != wire.CodeOffsetBeyondEnd {
+		t.Fatalf("rules 4: a commit past the end = %s, want offset_beyond_end", code)
+	}
+	at := c.state.Height + 1 + wire.MinUpgradeLead
+	c.must(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.ScheduleUpgrade{RulesVersion: core.KafkaRulesVersion, Height: at}))
+	for c.state.Height+1 < at {
+		c.step()
+	}
+	c.must(empties(1))
+	after := c.state.AppHash
+	if code := pastEnd(0); code != wire.CodeOK { // the refused commit used no nonce
+		t.Fatalf("rules 5: a commit past the end = %s, want ok", code)
+	}
+	all := c.readAll("t", 0)
+	if len(all) != 2 {
+		t.Fatalf("read back %d records, want 2", len(all))
+	}
+	for i, want := range []bool{false, true} {
+		r := all[i]
+		if got := r.Key != nil && r.Value != nil && r.Headers[0].Value != nil; got != want {
+			t.Errorf("record %d (rules %d) read back key %#v value %#v header %#v, want empty %v (else null)", i, 4+i, r.Key, r.Value, r.Headers[0].Value, want)
+		}
+	}
+	for i, appHash := range [][]byte{before, after} {
+		proof, code := c.proofOf("t", 0, uint64(i))
+		if code != wire.CodeOK {
+			t.Fatalf("proof of offset %d: %s", i, code)
+		}
+		if _, err := core.VerifyRecord(proof, appHash); err != nil {
+			t.Errorf("proof of offset %d: %v", i, err)
+		}
+	}
+}

@@ -33,7 +33,10 @@ import (
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
-// Record is one record to produce.
+// Record is one record to produce. A nil Key, Value or header value is
+// null (Kafka's -1, a tombstone's value), an empty non-nil one is empty:
+// the chain keeps the difference (rules version 5 on) and consumers read
+// back what was sent.
 type Record struct {
 	Topic   string
 	Key     []byte

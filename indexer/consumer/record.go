@@ -19,7 +19,10 @@ type Record struct {
 	Offset    uint64
 	// Height is the block that committed the record.
 	Height  int64
-	Key     []byte // nil when the record has none
+	// Key, Value and a header's Value are nil when null (Kafka's -1, a
+	// tombstone's value) and empty, not nil, when the producer sent them
+	// empty (from rules version 5; a chain before stored empty as null).
+	Key     []byte
 	Value   []byte
 	Headers []Header
 	// Timestamp is the log-append time: the committing block's time.
