@@ -18,7 +18,7 @@ type Record struct {
 	Partition uint32
 	Offset    uint64
 	// Height is the block that committed the record.
-	Height  int64
+	Height int64
 	// Key, Value and a header's Value are nil when null (Kafka's -1, a
 	// tombstone's value) and empty, not nil, when the producer sent them
 	// empty (from rules version 5; a chain before stored empty as null).
