@@ -92,6 +92,12 @@ kafka-compat: build ## franz-go's whole kgo test suite against a gateway's Kafka
 	@mkdir -p $(dir $(KAFKA_COMPAT_OUT))
 	BYZLOG_BIN=$(BIN) BYZLOG_KGO_RUN=. BYZLOG_KGO_RESULTS=$(abspath $(KAFKA_COMPAT_OUT)) go test -tags e2e -count=1 -timeout 50m -v -run TestKafkaCompat github.com/byzlog/byzlog/services/e2e
 
+KAFKA_PROBE_RUNS ?= 10
+
+.PHONY: kafka-probes
+kafka-probes: build ## librdkafka at its defaults (scripts/kafka-probes) against a gateway's Kafka face on a fresh network, KAFKA_PROBE_RUNS (10) times: 4,000 records stored in the order sent, 50 asynchronous commits read back as 50 (make test runs it once)
+	BYZLOG_BIN=$(BIN) BYZLOG_KAFKA_PROBE_RUNS=$(KAFKA_PROBE_RUNS) go test -tags e2e -count=1 -timeout 60m -v -run '^TestKafkaProbes$$' github.com/byzlog/byzlog/services/e2e
+
 .PHONY: fuzz
 fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
 	@set -e; for dir in $$(grep -rl --include='*_test.go' '^func Fuzz' abciapp gateway indexer protos services | xargs -n1 dirname | sort -u); do \

@@ -23,14 +23,14 @@ import (
 // modules whatever python3 comes first on PATH.
 const debianPython = "/usr/bin/python3"
 
-// librdkafka runs one of testdata/librdkafka's probes and decodes the JSON
+// librdkafka runs one of scripts/kafka-probes' probes and decodes the JSON
 // line it prints into out.
 func librdkafka(ctx context.Context, t *testing.T, out any, script string, args ...string) {
 	t.Helper()
 	if err := exec.Command(debianPython, "-c", "import confluent_kafka").Run(); err != nil {
 		t.Fatalf("%s cannot import confluent_kafka (make deps installs python3-confluent-kafka): %v", debianPython, err)
 	}
-	cmd := exec.CommandContext(ctx, debianPython, append([]string{"testdata/librdkafka/" + script}, args...)...)
+	cmd := exec.CommandContext(ctx, debianPython, append([]string{"../scripts/kafka-probes/" + script}, args...)...)
 	stdout, err := cmd.Output()
 	if err != nil {
 		stderr := ""

@@ -260,7 +260,12 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 // taken the transaction (or it failed), not until it commits: the chain
 // lets nonces run ahead in the mempool, so a key's commits follow each
 // other into blocks instead of one a block. After a failed request the
-// nonce is read from the chain again.
+// nonce is read from the chain again, but only once every transaction of
+// the key still in flight has its answer: the chain's next nonce does not
+// count those in a mempool, so a read before they settle hands out a nonce
+// one of them holds, and every later request fails on it (pending), until
+// the in-flight ones time out. (Seen: a key that also signed an admin
+// request elsewhere; one refused commit made the 24 after it time out.)
 type nonces struct {
 	b Backend
 
@@ -272,6 +277,10 @@ type nonceStream struct {
 	mu    sync.Mutex
 	known bool
 	next  uint64
+	// inflight counts transactions in a mempool and not yet answered;
+	// idle is closed (and replaced) when it drops to 0.
+	inflight int
+	idle     chan struct{}
 }
 
 // use runs submit with key's next nonce; submit calls accepted once the
@@ -280,12 +289,23 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 	q.mu.Lock()
 	s := q.keys[string(key)]
 	if s == nil {
-		s = &nonceStream{}
+		s = &nonceStream{idle: make(chan struct{})}
 		q.keys[string(key)] = s
 	}
 	q.mu.Unlock()
 	s.mu.Lock()
-	if !s.known {
+	for !s.known {
+		if s.inflight > 0 {
+			idle := s.idle
+			s.mu.Unlock()
+			select {
+			case <-idle:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			s.mu.Lock()
+			continue
+		}
 		n, err := q.b.Nonce(ctx, key)
 		if err != nil {
 			s.mu.Unlock()
@@ -300,6 +320,7 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 		once.Do(func() {
 			early = true
 			s.next = nonce + 1
+			s.inflight++
 			s.mu.Unlock()
 		})
 	}
@@ -312,10 +333,17 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 		}
 		s.mu.Unlock()
 	})
-	if err != nil && early {
-		// Requests after it may hold later nonces: read the chain again.
+	if early {
 		s.mu.Lock()
-		s.known = false
+		if err != nil {
+			// Requests after it may hold later nonces: read the chain
+			// again once they are answered.
+			s.known = false
+		}
+		if s.inflight--; s.inflight == 0 {
+			close(s.idle)
+			s.idle = make(chan struct{})
+		}
 		s.mu.Unlock()
 	}
 	return err

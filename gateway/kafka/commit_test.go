@@ -69,3 +69,58 @@ func TestNoncesPipeline(t *testing.T) {
 		t.Fatalf("after a failure: nonce %d (err %v) with %d chain reads, want 7 read again (2 reads)", third, err, b.reads)
 	}
 }
+
+// TestNoncesRereadAfterInFlight: after a failure the stream reads the
+// chain's next nonce only once the key's transactions still in a mempool
+// are answered. Read earlier, the chain's nonce is one a pending
+// transaction holds: every request after it failed as pending, and the
+// in-flight ones timed out (24 of 50 asynchronous commits, e2e).
+func TestNoncesRereadAfterInFlight(t *testing.T) {
+	b := &nonceBackend{next: 7}
+	q := &nonces{b: b, keys: map[string]*nonceStream{}}
+	key := ed25519.PublicKey(make([]byte, ed25519.PublicKeySize))
+	ctx := context.Background()
+	type flight struct {
+		block chan error
+		done  chan error
+	}
+	send := func(want uint64) flight {
+		f := flight{block: make(chan error), done: make(chan error, 1)}
+		inMempool := make(chan struct{})
+		go func() {
+			f.done <- q.use(ctx, key, func(nonce uint64, accepted func()) error {
+				if nonce != want {
+					t.Errorf("nonce = %d, want %d", nonce, want)
+				}
+				accepted()
+				close(inMempool)
+				return <-f.block
+			})
+		}()
+		<-inMempool
+		return f
+	}
+	a, c := send(7), send(8)
+	a.block <- errors.New("bad_nonce: another signer used 7")
+	<-a.done
+	third := make(chan uint64, 1)
+	go func() {
+		_ = q.use(ctx, key, func(nonce uint64, _ func()) error { third <- nonce; return nil })
+	}()
+	select {
+	case n := <-third:
+		t.Fatalf("a request took nonce %d while nonce 8 was still in flight", n)
+	case <-time.After(200 * time.Millisecond):
+	}
+	b.next = 9 // 8 commits
+	c.block <- nil
+	<-c.done
+	select {
+	case n := <-third:
+		if n != 9 || b.reads != 2 {
+			t.Fatalf("after the in-flight commit: nonce %d with %d chain reads, want 9 read again (2 reads)", n, b.reads)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request still waits after every in-flight commit was answered")
+	}
+}

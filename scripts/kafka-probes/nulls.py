@@ -4,9 +4,13 @@ values, reads them back, and commits an offset past the partition's end.
 Prints one JSON line: each record as read (None stays null, b"" is "").
 Usage: nulls.py BOOTSTRAP TOPIC PARTITION GROUP"""
 import json
+import os
 import sys
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+# Extra librdkafka properties (security, say), as a JSON object.
+extra = json.loads(os.environ.get("KAFKA_CONFIG", "{}"))
 
 bootstrap, topic, partition, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 sent = [
@@ -14,7 +18,7 @@ sent = [
     {"key": None, "value": None, "headers": None},
     {"key": b"k", "value": b"v", "headers": [("h", b"x")]},
 ]
-p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", **extra})
 errors = []
 for r in sent:
     p.produce(topic, key=r["key"], value=r["value"], headers=r["headers"], partition=partition,
@@ -27,7 +31,7 @@ def show(b):
 
 
 c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-              "broker.address.family": "v4"})
+              "broker.address.family": "v4", **extra})
 c.assign([TopicPartition(topic, partition, 0)])
 read = []
 while len(read) < len(sent):

@@ -5,14 +5,18 @@ follow each other while earlier ones wait for their block. Prints one JSON
 line: how many were delivered and the delivery errors.
 Usage: order.py BOOTSTRAP TOPIC PARTITION N [SECONDS]"""
 import json
+import os
 import sys
 import time
 
 from confluent_kafka import Producer
 
+# Extra librdkafka properties (security, say), as a JSON object.
+extra = json.loads(os.environ.get("KAFKA_CONFIG", "{}"))
+
 bootstrap, topic, partition, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 spread = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
-p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", **extra})
 delivered, errors = 0, []
 
 

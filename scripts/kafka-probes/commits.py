@@ -4,9 +4,13 @@ reads the committed offset back, from itself and from a fresh consumer of
 the group. Prints one JSON line.
 Usage: commits.py BOOTSTRAP TOPIC PARTITION N GROUP"""
 import json
+import os
 import sys
 
 from confluent_kafka import Consumer, TopicPartition
+
+# Extra librdkafka properties (security, say), as a JSON object.
+extra = json.loads(os.environ.get("KAFKA_CONFIG", "{}"))
 
 bootstrap, topic, partition, n, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 done, errors, order = [], [], []
@@ -23,7 +27,7 @@ def on_commit(err, partitions):
 
 
 conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-        "broker.address.family": "v4", "on_commit": on_commit}
+        "broker.address.family": "v4", "on_commit": on_commit, **extra}
 c = Consumer(conf)
 c.assign([TopicPartition(topic, partition, 0)])
 read = 0

@@ -4,22 +4,26 @@ no Kafka transactions yet). Prints one JSON line: each error and the
 seconds it took.
 Usage: refusals.py BOOTSTRAP [INIT_TIMEOUT_SECONDS]"""
 import json
+import os
 import sys
 import time
 
 from confluent_kafka import KafkaException, Producer
 
+# Extra librdkafka properties (security, say), as a JSON object.
+extra = json.loads(os.environ.get("KAFKA_CONFIG", "{}"))
+
 bootstrap = sys.argv[1]
 out = {}
 
-p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+p = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", **extra})
 errors = []
 start = time.monotonic()
 p.produce("not a topic!", value=b"x", on_delivery=lambda err, msg: errors.append(err))
 p.flush(60)
 out["invalid_topic"] = {"error": errors[0].name() if errors and errors[0] else None, "seconds": time.monotonic() - start}
 
-t = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "transactional.id": "probe"})
+t = Producer({"bootstrap.servers": bootstrap, "broker.address.family": "v4", "transactional.id": "probe", **extra})
 start = time.monotonic()
 err = None
 try:
