@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Model-checks scripts/model/byzlog.pml with spin: every property check must
+# Model-checks scripts/model/byzlog.pml (and kafkaface.pml, the Kafka face's
+# order on a connection) with spin: every property check must
 # pass and every sanity mutation must give a counterexample (so the model
 # can't silently become vacuous). Prints one table; exits non-zero on any
 # unexpected result. Run by `make model` (and so by `make test`).
@@ -11,7 +12,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-model="$here/byzlog.pml"
+model="$here/byzlog.pml" # a check names another model in its sixth field
 MEMLIM_MB="${MODEL_MEMLIM_MB:-1024}"   # per pan run
 DEPTH="${MODEL_DEPTH:-20000}"          # the deepest check reaches ~1,300
 
@@ -29,7 +30,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # name | expected (pass or cex) | spin -D defines | LTL claim ("-" = safety:
-# assertions and invalid end states) | what it checks
+# assertions and invalid end states) | what it checks [| model file, default
+# byzlog.pml]
 checks=(
   "safety/byzantine-replica|pass|-DFAULT_BYZ -DTLS|-|consistency, sequentiality, authenticity, integrity, replay-freedom, non-omission, confidentiality, no deadlock"
   "safety/crash-restart|pass|-DFAULT_CRASH -DTLS|-|fault tolerance (acked records survive crash+replay), consistency, no deadlock"
@@ -46,17 +48,21 @@ checks=(
   "design/refs crash-restart|pass|-DFAULT_CRASH -DTLS -DREFS|-|blocks of references: a replica restarting fetches what it lacks"
   "design/refs live (byzantine)|pass|-DFAULT_BYZ -DTLS -DLIVE -DREFS|live|blocks of references: every batch still committed or rejected"
   "mutation/refs vote without data|cex|-DFAULT_BYZ -DTLS -DREFS -DMUT_NODA|-|ProcessProposal accepts without the bundles: a decided block nobody correct holds"
+  "kafka-face/order|pass|-|-|a connection's acknowledged writes stored in the order sent, any refusals|kafkaface.pml"
+  "mutation/kafka-face race|cex|-DMUT_RACE|-|requests started on goroutines race for sequences: reordered|kafkaface.pml"
+  "mutation/kafka-face reread|cex|-DMUT_REREAD|-|the next sequence read while later batches are in flight: reordered|kafkaface.pml"
 )
 
-# run_check DEFINES CLAIM EXPECT: prints "errors|states|seconds|first error line"
+# run_check DEFINES CLAIM EXPECT MODEL: prints "errors|states|seconds|first error line"
 run_check() {
-  local defines="$1" claim="$2" expect="$3" dir
+  local defines="$1" claim="$2" expect="$3" file="$4" dir
+  [[ "$defines" == "-" ]] && defines=""
   dir="$(mktemp -d "$work/run.XXXXXX")"
-  cp "$model" "$dir/byzlog.pml"
+  cp "$file" "$dir/model.pml"
   (
     cd "$dir"
     # shellcheck disable=SC2086 # defines are separate words on purpose
-    spin -a $defines byzlog.pml >spin.log 2>&1 || { echo "spin -a $defines failed:" >&2; cat spin.log >&2; exit 1; }
+    spin -a $defines model.pml >spin.log 2>&1 || { echo "spin -a $defines failed:" >&2; cat spin.log >&2; exit 1; }
     # A mutation stops at its first counterexample: compiling fast beats
     # running fast there. A property check explores everything: optimise.
     local opt=-O2
@@ -89,9 +95,11 @@ start=$SECONDS
 unexpected=0
 rows=()
 for c in "${checks[@]}"; do
-  IFS='|' read -r name expect defines claim what <<<"$c"
+  IFS='|' read -r name expect defines claim what file <<<"$c"
+  file="$here/${file:-byzlog.pml}"
+  [[ -f "$file" ]] || { echo "model: $file is missing" >&2; exit 2; }
   t0=$SECONDS
-  if ! res="$(run_check "$defines" "$claim" "$expect")"; then
+  if ! res="$(run_check "$defines" "$claim" "$expect" "$file")"; then
     rows+=("$name|$expect|ERROR (see above)|-|-|$what")
     unexpected=$((unexpected + 1))
     continue
