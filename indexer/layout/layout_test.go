@@ -106,9 +106,10 @@ func FuzzRecord(f *testing.F) {
 			Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte("v")}}})
 	}
 	m := msg()
-	f.Add(m.Subject, m.Header.Get(layout.HeaderOffset), m.Header.Get(layout.HeaderKey), m.Header.Get(layout.HeaderTimestamp), m.Header.Values(layout.HeaderRecordHeader)[0])
-	f.Fuzz(func(t *testing.T, subject, offset, key, ts, rh string) {
+	f.Add(m.Subject, m.Header.Get(layout.HeaderOffset), m.Header.Get(layout.HeaderKey), m.Header.Get(layout.HeaderTimestamp), m.Header.Values(layout.HeaderRecordHeader)[0], "header:0")
+	f.Fuzz(func(t *testing.T, subject, offset, key, ts, rh, empty string) {
 		h := msg().Header
+		h.Set(layout.HeaderEmpty, empty)
 		h.Set(layout.HeaderOffset, offset)
 		h.Set(layout.HeaderKey, key)
 		h.Set(layout.HeaderTimestamp, ts)
