@@ -255,32 +255,16 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 	return resp
 }
 
-// nonces hands out each key's admin and offset-commit nonces. A request
-// holds its key's stream from taking the nonce until a node's mempool has
-// taken the transaction (or it failed), not until it commits: the chain
-// lets nonces run ahead in the mempool, so a key's commits follow each
-// other into blocks instead of one a block. After a failed request the
-// nonce is read from the chain again, but only once every transaction of
-// the key still in flight has its answer: the chain's next nonce does not
-// count those in a mempool, so a read before they settle hands out a nonce
-// one of them holds, and every later request fails on it (pending), until
-// the in-flight ones time out. (Seen: a key that also signed an admin
-// request elsewhere; one refused commit made the 24 after it time out.)
+// nonces hands out each key's admin and offset-commit nonces, a counter a
+// key. A request holds its key's counter from taking the nonce until a
+// node's mempool has taken the transaction (or it failed), not until it
+// commits: the chain lets nonces run ahead in the mempool, so a key's
+// commits follow each other into blocks instead of one a block.
 type nonces struct {
 	b Backend
 
 	mu   sync.Mutex
-	keys map[string]*nonceStream
-}
-
-type nonceStream struct {
-	mu    sync.Mutex
-	known bool
-	next  uint64
-	// inflight counts transactions in a mempool and not yet answered;
-	// idle is closed (and replaced) when it drops to 0.
-	inflight int
-	idle     chan struct{}
+	keys map[string]*counter
 }
 
 // use runs submit with key's next nonce; submit calls accepted once the
@@ -289,62 +273,28 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 	q.mu.Lock()
 	s := q.keys[string(key)]
 	if s == nil {
-		s = &nonceStream{idle: make(chan struct{})}
+		s = newCounter()
 		q.keys[string(key)] = s
 	}
 	q.mu.Unlock()
-	s.mu.Lock()
-	for !s.known {
-		if s.inflight > 0 {
-			idle := s.idle
-			s.mu.Unlock()
-			select {
-			case <-idle:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			s.mu.Lock()
-			continue
-		}
-		n, err := q.b.Nonce(ctx, key)
-		if err != nil {
-			s.mu.Unlock()
-			return err
-		}
-		s.next, s.known = n, true
+	nonce, release, answered, err := s.take(ctx, func(ctx context.Context) (uint64, error) { return q.b.Nonce(ctx, key) })
+	if err != nil {
+		return err
 	}
-	nonce := s.next
 	var once sync.Once
-	early := false
-	accepted := func() {
-		once.Do(func() {
-			early = true
-			s.next = nonce + 1
-			s.inflight++
-			s.mu.Unlock()
-		})
-	}
-	err := submit(nonce, accepted)
-	once.Do(func() { // not accepted: the stream is still held
-		if err == nil {
-			s.next = nonce + 1
+	inMempool := false
+	accepted := func() { once.Do(func() { inMempool = true; release(true, false) }) }
+	err = submit(nonce, accepted)
+	once.Do(func() { // not accepted: the counter is still held
+		if err == nil { // committed without a word from the mempool
+			release(true, false)
+			inMempool = true
 		} else {
-			s.known = false
+			release(false, true)
 		}
-		s.mu.Unlock()
 	})
-	if early {
-		s.mu.Lock()
-		if err != nil {
-			// Requests after it may hold later nonces: read the chain
-			// again once they are answered.
-			s.known = false
-		}
-		if s.inflight--; s.inflight == 0 {
-			close(s.idle)
-			s.idle = make(chan struct{})
-		}
-		s.mu.Unlock()
+	if inMempool {
+		answered(err == nil)
 	}
 	return err
 }

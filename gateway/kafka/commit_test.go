@@ -26,7 +26,7 @@ func (b *nonceBackend) Nonce(context.Context, ed25519.PublicKey) (uint64, error)
 // stream read the chain again.
 func TestNoncesPipeline(t *testing.T) {
 	b := &nonceBackend{next: 7}
-	q := &nonces{b: b, keys: map[string]*nonceStream{}}
+	q := &nonces{b: b, keys: map[string]*counter{}}
 	key := ed25519.PublicKey(make([]byte, ed25519.PublicKeySize))
 	ctx := context.Background()
 
@@ -77,7 +77,7 @@ func TestNoncesPipeline(t *testing.T) {
 // in-flight ones timed out (24 of 50 asynchronous commits, e2e).
 func TestNoncesRereadAfterInFlight(t *testing.T) {
 	b := &nonceBackend{next: 7}
-	q := &nonces{b: b, keys: map[string]*nonceStream{}}
+	q := &nonces{b: b, keys: map[string]*counter{}}
 	key := ed25519.PublicKey(make([]byte, ed25519.PublicKeySize))
 	ctx := context.Background()
 	type flight struct {

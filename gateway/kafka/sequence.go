@@ -7,54 +7,35 @@ import (
 	"sync"
 )
 
-// sequencer hands out byzlog batch sequences to the batches the face signs
-// for one key in one partition (a plain Kafka producer's batches carry no
-// sequence of their own). It starts from the chain's next sequence (as f+1
-// nodes agree on it) and counts on. After a batch fails it asks the chain
-// again, but only once every batch of the stream still in flight has its
-// answer: a batch signed before that could take the failed batch's
-// sequence and land before batches the client sent earlier.
-type sequencer struct {
-	b Backend
-
-	mu      sync.Mutex
-	streams map[string]*seqStream
-}
-
-type seqStream struct {
+// counter is a stream of numbers the face hands out for one key: a plain
+// Kafka producer's batch sequences in one partition (sequencer), or a key's
+// admin and offset-commit nonces (nonces). It starts from the chain's next
+// number (as f+1 nodes agree on it) and counts on. A number is held from
+// take until the gateway has placed what carries it (release), so numbers
+// reach the chain in the order they were taken. After a failure it reads
+// the chain again, but only once every number still in flight has its
+// answer: the chain's next number does not count those pending, so a read
+// before they settle hands out a number one of them holds, and what takes
+// it lands before what was sent earlier, or fails on it (the nonces did:
+// one refused commit made the 24 after it time out, e2e). The model:
+// scripts/model/kafkaface.pml (MUT_REREAD).
+type counter struct {
 	mu    sync.Mutex
 	known bool
 	next  uint64
-	// inflight counts the batches submitted and not yet answered; idle is
-	// closed (and replaced) when it drops to 0.
+	// inflight counts numbers released in use and not yet answered; idle
+	// is closed (and replaced) when it drops to 0.
 	inflight int
 	idle     chan struct{}
 }
 
-func newSequencer(b Backend) *sequencer {
-	return &sequencer{b: b, streams: map[string]*seqStream{}}
-}
+func newCounter() *counter { return &counter{idle: make(chan struct{})} }
 
-func (q *sequencer) stream(key ed25519.PublicKey, topic string, partition uint32) *seqStream {
-	id := fmt.Sprintf("%x/%s/%d", []byte(key), topic, partition)
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	s := q.streams[id]
-	if s == nil {
-		s = &seqStream{idle: make(chan struct{})}
-		q.streams[id] = s
-	}
-	return s
-}
-
-// take returns the next sequence and holds the stream until release:
-// sign with it and submit, then release. Holding the stream until the
-// gateway has admitted the batch keeps a key's batches of one partition in
-// the order they were taken. release(true) counts the batch in flight, and
-// its answered must then be called once with the outcome; release(false)
-// gives the sequence back (stale: a failure, read the chain again).
-func (q *sequencer) take(ctx context.Context, key ed25519.PublicKey, topic string, partition uint32) (seq uint64, release func(used, stale bool), answered func(ok bool), err error) {
-	s := q.stream(key, topic, partition)
+// take returns the next number and holds the counter until release:
+// release(true, _) counts the number in flight, and answered must then be
+// called once with its outcome; release(false, stale) gives it back (stale:
+// a failure, read the chain again).
+func (s *counter) take(ctx context.Context, read func(context.Context) (uint64, error)) (n uint64, release func(used, stale bool), answered func(ok bool), err error) {
 	s.mu.Lock()
 	for !s.known {
 		if s.inflight > 0 {
@@ -68,14 +49,14 @@ func (q *sequencer) take(ctx context.Context, key ed25519.PublicKey, topic strin
 			s.mu.Lock()
 			continue
 		}
-		next, err := q.b.NextSequence(ctx, key, topic, partition)
+		next, err := read(ctx)
 		if err != nil {
 			s.mu.Unlock()
 			return 0, nil, nil, err
 		}
 		s.next, s.known = next, true
 	}
-	seq = s.next
+	n = s.next
 	release = func(used, stale bool) {
 		if used {
 			s.next++
@@ -100,5 +81,33 @@ func (q *sequencer) take(ctx context.Context, key ed25519.PublicKey, topic strin
 			}
 		})
 	}
-	return seq, release, answered, nil
+	return n, release, answered, nil
+}
+
+// sequencer hands out byzlog batch sequences to the batches the face signs
+// for one key in one partition (a plain Kafka producer's batches carry no
+// sequence of their own), a counter a stream.
+type sequencer struct {
+	b Backend
+
+	mu      sync.Mutex
+	streams map[string]*counter
+}
+
+func newSequencer(b Backend) *sequencer {
+	return &sequencer{b: b, streams: map[string]*counter{}}
+}
+
+// take returns the next sequence of key's stream in the partition, as
+// counter.take.
+func (q *sequencer) take(ctx context.Context, key ed25519.PublicKey, topic string, partition uint32) (uint64, func(used, stale bool), func(ok bool), error) {
+	id := fmt.Sprintf("%x/%s/%d", []byte(key), topic, partition)
+	q.mu.Lock()
+	s := q.streams[id]
+	if s == nil {
+		s = newCounter()
+		q.streams[id] = s
+	}
+	q.mu.Unlock()
+	return s.take(ctx, func(ctx context.Context) (uint64, error) { return q.b.NextSequence(ctx, key, topic, partition) })
 }

@@ -48,7 +48,7 @@ func New(cfg Config, b Backend, log zerolog.Logger) (*Server, error) {
 		seqs:     newSequencer(b),
 		groups:   newGroups(),
 		peers:    &peers{seen: map[int32]peerSeen{}},
-		nonces:   &nonces{b: b, keys: map[string]*nonceStream{}},
+		nonces:   &nonces{b: b, keys: map[string]*counter{}},
 	}, nil
 }
 
