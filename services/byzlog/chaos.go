@@ -41,7 +41,7 @@ peer proxies BASE+1000..1033.`
 func newChaosCommand() *cobra.Command {
 	o := &chaosOptions{nemeses: []string{"all"}, basePort: 28656,
 		phase: chaos.Phase{Duration: 3 * time.Minute, Hold: 8 * time.Second, Gap: 6 * time.Second, Settle: 90 * time.Second, Seed: 1},
-		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, Rate: 400, InFlight: 2000}}
+		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, KafkaProducers: 4, KafkaMembers: 2, Rate: 400, InFlight: 2000}}
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Run byzlog under faults and check the history for lost, duplicated, reordered or forged records",
@@ -74,23 +74,31 @@ func chaosHelp() string {
 	}
 	return `Start a 4-validator localnet with NATS, 2 gateways and the indexer, then run
 each nemesis in --nemeses in turn, each on a fresh topic for --duration:
-producers (the SDK, through both gateways) write unique values at --rate,
-consumers (the consumer SDK, through NATS) read every partition from its
-start, and the nemesis injects a fault every --gap, holds it for --hold and
-heals it. After the last heal the run waits (up to --settle each) for the
-producers' outcomes, for every validator to catch up and for the consumers to
-reach the log's end, reads every validator's log back, and checks the
-history for Jepsen's anomalies:
+producers (the SDK and franz-go Kafka producers, idempotent and plain, through
+both gateways) write unique values at --rate in all, consumers (the consumer
+SDK through NATS, and the members of a Kafka consumer group through the
+gateways' Kafka faces, committing offsets asynchronously) read every
+partition from its start, and the nemesis injects a fault every --gap, holds
+it for --hold and heals it. After the last heal the run waits (up to --settle
+each) for the producers' outcomes, for every validator to catch up and for
+the consumers to reach the log's end, reads the group's committed offsets and
+every validator's log back, and checks the history for Jepsen's anomalies:
 
   lost                  acknowledged, held by no validator and seen by no
                         consumer (split by where: prefix, middle, postfix)
   unseen                acknowledged and in the log, never delivered to a consumer
-  duplicate             one value at two offsets (unknown outcomes included)
+  duplicate             one value at two offsets (unknown outcomes included;
+                        a plain Kafka producer's retried send may be twice)
   inconsistent-offsets  one offset with two values across validators and
                         consumers, or a receipt naming another offset
   nonmonotonic-poll     a consumer going back within a partition
   poll-skip             a consumer skipping offsets the log holds
-  nonmonotonic-send     a producer's later record at an earlier offset
+  nonmonotonic-send     a producer's later record at an earlier offset (a
+                        plain Kafka producer's retried send excepted)
+  offset-regression     the group's committed offset, read during the run or
+                        at the end, below one whose commit was acknowledged
+                        before the read, with no commit of the offset read
+                        that may have been applied after it
   forged                a record no producer sent, or under another key
   app-hash-divergence   nodes (or a node's app) disagreeing on an app hash
   replica-divergence    a validator's own log with a hole, a late start or a
@@ -128,10 +136,13 @@ func (o *chaosOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.phase.Hold, "hold", o.phase.Hold, "how long each fault lasts")
 	f.DurationVar(&o.phase.Gap, "gap", o.phase.Gap, "time between a heal and the next fault")
 	f.DurationVar(&o.phase.Settle, "settle", o.phase.Settle, "bound of each wait after the faults (outcomes, catch-up, consumers)")
+	f.DurationVar(&o.phase.KafkaSettle, "kafka-settle", 0, "bound of the wait for the Kafka producers' outcomes after the load (0: --settle); a send unanswered then is of unknown outcome")
 	f.Uint64Var(&o.phase.Seed, "seed", o.phase.Seed, "seed of the nemeses' random choices")
-	f.IntVar(&o.load.Producers, "producers", o.load.Producers, "producers, each with its own key")
+	f.IntVar(&o.load.Producers, "producers", o.load.Producers, "SDK producers, each with its own key")
 	f.IntVar(&o.load.Consumers, "consumers", o.load.Consumers, "consumers reading every partition through NATS")
-	f.IntVar(&o.load.Rate, "rate", o.load.Rate, "records/s offered over all producers")
+	f.IntVar(&o.load.KafkaProducers, "kafka-producers", o.load.KafkaProducers, "franz-go producers through the gateways' Kafka faces, idempotent and plain in turn (the Kafka-only nemeses' producers)")
+	f.IntVar(&o.load.KafkaMembers, "kafka-members", o.load.KafkaMembers, "members of the Kafka consumer group, committing asynchronously")
+	f.IntVar(&o.load.Rate, "rate", o.load.Rate, "records/s offered over all producers (SDK and Kafka)")
 	f.IntVar(&o.load.InFlight, "in-flight", o.load.InFlight, "unresolved records per producer before it waits")
 	f.Uint32Var(&o.load.Partitions, "partitions", o.load.Partitions, "partitions of each phase's topic")
 	f.IntVar(&o.basePort, "base-port", o.basePort, "first port of the run's processes (see above)")
@@ -157,9 +168,12 @@ func (o *chaosOptions) validate() error {
 		return fmt.Errorf("--hold %s and --gap %s must be positive", o.phase.Hold, o.phase.Gap)
 	case o.phase.Settle < 10*time.Second:
 		return fmt.Errorf("--settle %s: want at least 10s (a restarted node needs a few to catch up)", o.phase.Settle)
-	case o.load.Producers < 1 || o.load.Consumers < 0 || o.load.Rate < o.load.Producers:
-		return fmt.Errorf("--producers %d, --consumers %d, --rate %d: want a producer or more, no negative consumers and a rate of at least 1 record/s per producer",
-			o.load.Producers, o.load.Consumers, o.load.Rate)
+	case o.phase.KafkaSettle < 0 || o.phase.KafkaSettle > o.phase.Settle:
+		return fmt.Errorf("--kafka-settle %s: want 0 (--settle) up to --settle %s", o.phase.KafkaSettle, o.phase.Settle)
+	case o.load.Producers < 0 || o.load.KafkaProducers < 0 || o.load.Producers+o.load.KafkaProducers < 1 ||
+		o.load.Consumers < 0 || o.load.KafkaMembers < 0 || o.load.Rate < o.load.Producers+o.load.KafkaProducers:
+		return fmt.Errorf("--producers %d, --kafka-producers %d, --consumers %d, --kafka-members %d, --rate %d: want a producer or more, no negative count and a rate of at least 1 record/s per producer",
+			o.load.Producers, o.load.KafkaProducers, o.load.Consumers, o.load.KafkaMembers, o.load.Rate)
 	case o.load.InFlight < 1:
 		return fmt.Errorf("--in-flight %d: want at least 1", o.load.InFlight)
 	case o.load.Partitions < 1 || o.load.Partitions > 64:
@@ -174,6 +188,9 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 	for _, n := range nemeses {
 		if _, serr := os.Stat(findBinary(binDir(), "byzlog-app-failpoints")); n.NeedsFailpoints && serr != nil {
 			return fmt.Errorf("nemesis %s needs byzlog-app-failpoints next to byzlog (build it with `go build -tags failpoints -o bin/byzlog-app-failpoints ./services/byzlog-app`, or run `make chaos`): %v", n.Name, serr)
+		}
+		if n.Kafka && o.load.KafkaProducers < 1 {
+			return fmt.Errorf("nemesis %s runs Kafka clients alone: --kafka-producers %d, want 1 or more", n.Name, o.load.KafkaProducers)
 		}
 	}
 	disks := false
@@ -195,7 +212,10 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 		}
 		fmt.Fprintf(progress, "[%d/%d] %s for %s: %s\n", i+1, len(nemeses), nem.Name, o.phase.Duration, nem.Doc)
 		w := o.load
-		w.Topic, w.Kafka = fmt.Sprintf("chaos-%d-%s", i, nem.Name), nem.Kafka
+		if nem.Kafka {
+			w = w.KafkaOnly()
+		}
+		w.Topic = fmt.Sprintf("chaos-%d-%s", i, nem.Name)
 		ph := o.phase
 		ph.Nemesis, ph.Seed = nem, o.phase.Seed+uint64(i)
 		row, perr := chaos.RunPhase(ctx, c, w, ph, progress)

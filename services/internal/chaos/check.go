@@ -1,10 +1,12 @@
 // Package chaos runs byzlog under faults and checks what it did. A workload
-// of producers (the SDK, through gateways) and consumers (the consumer SDK,
-// through NATS) records a history — every send with its outcome, every
-// record a consumer polled, every record each validator holds at the end —
-// while a nemesis crashes, pauses and restarts the cluster's processes.
-// Check then looks for the anomalies Jepsen reports for Kafka-like logs.
-// The checker is pure: it reads a History and returns a Report.
+// of producers (the SDK and Kafka clients, through gateways) and consumers
+// (the consumer SDK through NATS, a Kafka consumer group) records a history
+// — every send with its outcome, every record a consumer polled, every
+// offset the group committed and read back, every record each validator
+// holds at the end — while a nemesis crashes, pauses and restarts the
+// cluster's processes. Check then looks for the anomalies Jepsen reports
+// for Kafka-like logs. The checker is pure: it reads a History and returns
+// a Report.
 package chaos
 
 import (
@@ -15,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Outcome is what a producer learned about one send.
@@ -38,6 +41,46 @@ type Send struct {
 	Partition uint32 // Acked: from the receipt
 	Offset    uint64 // Acked: from the receipt
 	Err       string // Unknown: what the producer saw
+	// Plain: a Kafka producer without idempotence (enable.idempotence
+	// false), which Kafka lets write a batch it sent again twice, and out
+	// of order with the batches it sent after it.
+	Plain bool
+	// Retried: the producer saw a failure (an answer carrying an error, a
+	// connection broken with requests unanswered) while this send was
+	// unresolved, so it may have sent it more than once. A send not
+	// retried was written by its one attempt, if at all.
+	Retried bool
+}
+
+// Commit is one partition's offset in an OffsetCommit request a Kafka
+// consumer-group member sent (a request carries every partition the member
+// commits; each is one Commit).
+type Commit struct {
+	Member string
+	// Seq orders the member's requests as they went on its connection to
+	// Broker, the group's coordinator then.
+	Seq       int
+	Broker    int32
+	Partition uint32
+	Offset    int64
+	// Sent is when the request was issued, Done when its answer or error
+	// came (zero: neither did).
+	Sent, Done time.Time
+	// Acked: answered without error for this partition.
+	Acked bool
+	// Failure: the member saw a failure (an error answer, a connection
+	// that ended) while this commit was unresolved: its place in the
+	// connection's order is not known.
+	Failure bool
+}
+
+// OffsetRead is the group's committed offsets as an OffsetFetch answered
+// them, issued at Start and answered at End: sampled during the run, and
+// once at the end (Final) after every member stopped.
+type OffsetRead struct {
+	Start, End time.Time
+	Offsets    map[uint32]int64 // partition -> committed offset; -1: none
+	Final      bool
 }
 
 // Observation is one record someone read: a consumer's poll (Seq orders
@@ -70,6 +113,10 @@ type History struct {
 	Evidence []string
 	// Heights is how many blocks the phase committed.
 	Heights int
+	// Commits and OffsetReads are the Kafka consumer group's offset
+	// commits and the reads of its committed offsets.
+	Commits     []Commit
+	OffsetReads []OffsetRead
 }
 
 // Anomaly names, as Jepsen's Kafka checker calls them (plus app-hash
@@ -85,6 +132,7 @@ const (
 	NonmonotonicPoll    = "nonmonotonic-poll"
 	PollSkip            = "poll-skip"
 	NonmonotonicSend    = "nonmonotonic-send"
+	OffsetRegression    = "offset-regression"
 	Forged              = "forged"
 	AppHashDivergence   = "app-hash-divergence"
 	ReplicaDivergence   = "replica-divergence"
@@ -93,7 +141,7 @@ const (
 
 // Categories lists every anomaly, in report order. lost is the sum of its
 // three parts.
-var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, Forged, AppHashDivergence, ReplicaDivergence, DoubleSign}
+var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, OffsetRegression, Forged, AppHashDivergence, ReplicaDivergence, DoubleSign}
 
 // Report is the checker's verdict.
 type Report struct {
@@ -103,6 +151,9 @@ type Report struct {
 	Of     map[string]int
 	// Examples holds up to three descriptions per anomaly.
 	Examples map[string][]string
+	// RetryDuplicates counts the values at more than one offset that Kafka
+	// allows: a plain producer's sends that were retried.
+	RetryDuplicates int
 }
 
 // Safe reports whether no anomaly was found.
@@ -164,6 +215,7 @@ func Check(h History) Report {
 	checkAcked(&r, h, x)
 	checkSendOrder(&r, h)
 	checkPolls(&r, h, x)
+	checkOffsets(&r, h)
 	checkAppHashes(&r, h)
 	checkReplicas(&r, h)
 	r.Of[DoubleSign] = h.Heights
@@ -273,10 +325,18 @@ func checkPlaces(r *Report, x *index) {
 }
 
 // checkDuplicates finds one value at several places (an unknown send
-// too: it may appear, but once).
+// too: it may appear, but once). A plain Kafka producer's send that was
+// retried, or whose outcome is unknown, may appear more than once: Kafka
+// writes a batch again when the answer to its first attempt was lost.
 func checkDuplicates(r *Report, x *index) {
 	r.Of[Duplicate] = len(x.values)
 	for _, v := range x.values {
+		if s := x.sent[v]; s != nil && s.Plain && (s.Retried || s.Outcome == Unknown) {
+			if len(x.where[v]) > 1 {
+				r.RetryDuplicates++
+			}
+			continue
+		}
 		if len(x.where[v]) > 1 {
 			var ps []string
 			for p := range x.where[v] {
@@ -363,8 +423,15 @@ func checkAcked(r *Report, h History, x *index) {
 	}
 }
 
-// checkSendOrder finds a producer's acknowledged records, in the order it
-// sent them, at decreasing offsets of one partition (nonmonotonic-send).
+// checkSendOrder finds a producer's acknowledged record at an offset of a
+// partition at or past that of a record it sent later (nonmonotonic-send):
+// each record is compared with the lowest acknowledged offset of the
+// producer's later records in the partition. A plain Kafka producer's
+// retried send is not held to it: with several requests in flight, Kafka
+// writes a batch retried after a failure behind the batches sent after it.
+// Its sends that were not retried are: each went in its one request, after
+// the requests of the sends before it on the same connection, and a broker
+// writes a connection's requests in order.
 func checkSendOrder(r *Report, h History) {
 	type stream struct {
 		producer  int
@@ -385,10 +452,15 @@ func checkSendOrder(r *Report, h History) {
 	for _, k := range streams {
 		ss := bySender[k]
 		sort.Slice(ss, func(i, j int) bool { return ss[i].Index < ss[j].Index })
-		for i := 1; i < len(ss); i++ {
-			if ss[i].Offset <= ss[i-1].Offset {
+		var lowest *Send // of the sends after i, the one at the lowest offset
+		for i := len(ss) - 1; i >= 0; i-- {
+			s := ss[i]
+			if lowest != nil && s.Offset >= lowest.Offset && !(s.Plain && s.Retried) {
 				r.add(NonmonotonicSend, "producer %d sent %q before %q, but they are at %d@%d and %d@%d",
-					k.producer, ss[i-1].Value, ss[i].Value, k.partition, ss[i-1].Offset, k.partition, ss[i].Offset)
+					k.producer, s.Value, lowest.Value, k.partition, s.Offset, k.partition, lowest.Offset)
+			}
+			if lowest == nil || s.Offset < lowest.Offset {
+				lowest = s
 			}
 		}
 	}
@@ -433,6 +505,77 @@ func checkPolls(r *Report, h History, x *index) {
 		}
 	}
 	r.Of[NonmonotonicPoll], r.Of[PollSkip] = npolls, npolls
+}
+
+// checkOffsets finds offset regressions: a read of the group's committed
+// offset of a partition below the offset of a commit acknowledged before
+// the read began, when no commit of the offset read may have been applied
+// after that one. The committed offset is the last commit applied, and a
+// commit is applied between its sending and its answer; of two commits, d
+// may be applied after c unless d was answered before c was sent, or both
+// went, in that order, on one member's connection to one coordinator with
+// no failure while either was unresolved (a broker applies a connection's
+// requests in order). So a lower offset read is Kafka's only when some
+// commit of exactly that offset may have followed every higher one
+// acknowledged before the read: a later commit (another member's after a
+// rebalance), a concurrent one, or one whose order a failure left open.
+// A read of none (-1) after an acknowledged commit is a regression too.
+func checkOffsets(r *Report, h History) {
+	byPartition := map[uint32][]*Commit{}
+	for i := range h.Commits {
+		c := &h.Commits[i]
+		byPartition[c.Partition] = append(byPartition[c.Partition], c)
+	}
+	for _, rd := range h.OffsetReads {
+		when := "sampled"
+		if rd.Final {
+			when = "at the end"
+		}
+		for _, p := range slices.Sorted(maps.Keys(rd.Offsets)) {
+			r.Of[OffsetRegression]++
+			v := rd.Offsets[p]
+			var above []*Commit // acknowledged before the read, above v
+			var sources []*Commit
+			for _, c := range byPartition[p] {
+				if c.Acked && c.Offset > v && !c.Done.IsZero() && c.Done.Before(rd.Start) {
+					above = append(above, c)
+				}
+				if c.Offset == v && c.Sent.Before(rd.End) {
+					sources = append(sources, c)
+				}
+			}
+			if len(above) == 0 {
+				continue
+			}
+			if slices.ContainsFunc(sources, func(d *Commit) bool {
+				return !slices.ContainsFunc(above, func(c *Commit) bool { return !mayFollow(d, c) })
+			}) {
+				continue
+			}
+			top := slices.MaxFunc(above, func(a, b *Commit) int { return cmp.Compare(a.Offset, b.Offset) })
+			why := "no commit of it was sent before the read ended"
+			if len(sources) > 0 {
+				d := sources[0]
+				c := above[slices.IndexFunc(above, func(c *Commit) bool { return !mayFollow(d, c) })]
+				why = fmt.Sprintf("each of its %d commits was applied before one of those (%s #%d before %s #%d)", len(sources), d.Member, d.Seq, c.Member, c.Seq)
+			}
+			r.add(OffsetRegression, "partition %d: the group's committed offset read %s is %d, below %d, which %s committed (#%d) and saw acknowledged before the read; %s",
+				p, when, v, top.Offset, top.Member, top.Seq, why)
+		}
+	}
+}
+
+// mayFollow reports whether commit d may have been applied after commit c.
+func mayFollow(d, c *Commit) bool {
+	switch {
+	case d == c:
+		return false
+	case d.Acked && !d.Done.IsZero() && d.Done.Before(c.Sent):
+		return false // answered before c was sent
+	case d.Member == c.Member && d.Broker == c.Broker && d.Seq < c.Seq && !d.Failure && !c.Failure:
+		return false // before c on one connection
+	}
+	return true
 }
 
 // checkAppHashes finds heights at which nodes report different app hashes.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // clean is a history with no anomaly: producer 0 writes a0..a3 to
@@ -49,6 +50,67 @@ func drop(h History, bad func(Observation) bool) History {
 		}
 	}
 	h.Observations = keep
+	return h
+}
+
+// plain makes producer 0 a plain Kafka producer, its sends named retried.
+func plain(h History, retried ...string) History {
+	for i, s := range h.Sends {
+		if s.Producer == 0 {
+			h.Sends[i].Plain = true
+			h.Sends[i].Retried = strings.Contains(" "+strings.Join(retried, " ")+" ", " "+s.Value+" ")
+		}
+	}
+	return h
+}
+
+// putAt puts value v at p@o in every validator's log (and, when polled, in
+// consumer0's deliveries), in place of what was there.
+func putAt(h History, p uint32, o uint64, v string, polled bool) History {
+	found := map[string]bool{}
+	for i, ob := range h.Observations {
+		if ob.Partition == p && ob.Offset == o {
+			h.Observations[i].Value = v
+			found[ob.Observer] = true
+		}
+	}
+	for _, node := range []string{"node0", "node1"} {
+		if !found[node] {
+			h.Observations = append(h.Observations, Observation{Observer: node, Partition: p, Offset: o, Value: v, Producer: "aaaa"})
+		}
+	}
+	if polled && !found["consumer0"] {
+		h.Observations = append(h.Observations, Observation{Observer: "consumer0", Poll: true, Seq: 100 + int(o), Partition: p, Offset: o, Value: v, Producer: "aaaa"})
+	}
+	return h
+}
+
+// reorder gives producer 0's sends (a0..a3) the offsets at, and moves
+// their records there.
+func reorder(h History, at ...uint64) History {
+	for i, o := range at {
+		h.Sends[i].Offset = o
+		h = putAt(h, 0, o, fmt.Sprintf("a%d", i), true)
+	}
+	return h
+}
+
+// t0 is the commits' clock: at(s) is s seconds in.
+var t0 = time.Unix(1_000_000, 0)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+// commit is member m's request #seq committing partition 0 at offset,
+// sent at sent and answered at done (acknowledged unless failed).
+func commit(m string, seq int, offset int64, sent, done float64, failed bool) Commit {
+	return Commit{Member: m, Seq: seq, Broker: 1, Partition: 0, Offset: offset, Sent: at(sent), Done: at(done), Acked: !failed, Failure: failed}
+}
+
+// group adds commits and one read of partition 0's committed offset over
+// from..to (final: at the end).
+func group(h History, read int64, from, to float64, final bool, cs ...Commit) History {
+	h.Commits = cs
+	h.OffsetReads = []OffsetRead{{Start: at(from), End: at(to), Offsets: map[uint32]int64{0: read, 1: -1}, Final: final}}
 	return h
 }
 
@@ -165,6 +227,65 @@ func TestCheckFindsExactlyEachAnomaly(t *testing.T) {
 		{"clean: a validator behind the other is not diverging", func(h History) History {
 			return drop(h, func(o Observation) bool { return o.Observer == "node1" && (o.Value == "a3" || o.Value == "b2") })
 		}, nil, ""},
+		{"clean: a plain producer's retried send written twice", func(h History) History {
+			return putAt(plain(h, "a2"), 0, 4, "a2", true)
+		}, nil, ""},
+		{"duplicate: a plain producer's send acknowledged on its one attempt, written twice", func(h History) History {
+			return putAt(plain(h, "a1"), 0, 4, "a2", true)
+		}, map[string]int{Duplicate: 1}, `"a2" at 0@2, 0@4`},
+		{"clean: a plain producer's send of unknown outcome written twice", func(h History) History {
+			h.Sends[6].Plain = true
+			for _, node := range []string{"node0", "node1"} {
+				h.Observations = append(h.Observations, Observation{Observer: node, Partition: 1, Offset: 3, Value: "b2", Producer: "bbbb"})
+			}
+			return h
+		}, nil, ""},
+		{"nonmonotonic send: a plain producer's sends on their one attempt, out of order", func(h History) History {
+			return reorder(plain(h), 0, 2, 1, 3)
+		}, map[string]int{NonmonotonicSend: 1}, `producer 0 sent "a1" before "a2", but they are at 0@2 and 0@1`},
+		{"clean: a plain producer's retried send behind one sent after it", func(h History) History {
+			return reorder(plain(h, "a1"), 0, 2, 1, 3)
+		}, nil, ""},
+		{"nonmonotonic send: the later send's retry does not excuse the earlier one's order", func(h History) History {
+			return reorder(plain(h, "a2"), 0, 2, 1, 3)
+		}, map[string]int{NonmonotonicSend: 1}, `producer 0 sent "a1" before "a2"`},
+		{"nonmonotonic send: a send on its one attempt past a later one, a retried send between them", func(h History) History {
+			return reorder(plain(h, "a2"), 0, 2, 3, 1)
+		}, map[string]int{NonmonotonicSend: 1}, `producer 0 sent "a1" before "a3", but they are at 0@2 and 0@1`},
+		{"clean: the committed offset read at the end is the highest acknowledged", func(h History) History {
+			return group(h, 40, 5, 5.1, true, commit("member0", 1, 20, 0, 1, false), commit("member0", 2, 40, 0.1, 1.1, false))
+		}, nil, ""},
+		{"offset regression: two commits in flight on one connection applied out of order", func(h History) History {
+			return group(h, 20, 5, 5.1, true, commit("member0", 1, 20, 0, 1, false), commit("member0", 2, 40, 0.1, 1.1, false))
+		}, map[string]int{OffsetRegression: 1}, "partition 0: the group's committed offset read at the end is 20, below 40, which member0 committed (#2)"},
+		{"clean: a failure while two commits were in flight leaves their order open", func(h History) History {
+			c := commit("member0", 2, 40, 0.1, 1.1, false)
+			c.Failure = true
+			return group(h, 20, 5, 5.1, true, commit("member0", 1, 20, 0, 1, false), c)
+		}, nil, ""},
+		{"clean: a commit that failed may land after a later one", func(h History) History {
+			c := commit("member0", 2, 40, 0.1, 1.1, false)
+			c.Failure = true
+			return group(h, 20, 5, 5.1, true, commit("member0", 1, 20, 0, 0.5, true), c)
+		}, nil, ""},
+		{"clean: another member's concurrent commit of a lower offset may land last", func(h History) History {
+			return group(h, 20, 5, 5.1, true, commit("member0", 1, 40, 0, 1, false), commit("member1", 1, 20, 0.5, 1.5, false))
+		}, nil, ""},
+		{"clean: another member's later commit of a lower offset (after a rebalance)", func(h History) History {
+			return group(h, 20, 5, 5.1, true, commit("member0", 1, 40, 0, 1, false), commit("member1", 1, 20, 2, 3, false))
+		}, nil, ""},
+		{"offset regression: another member's commit answered before the higher one was sent", func(h History) History {
+			return group(h, 20, 5, 5.1, true, commit("member1", 1, 20, 0, 0.5, false), commit("member0", 1, 40, 1, 2, false))
+		}, map[string]int{OffsetRegression: 1}, "member1 #1 before member0 #1"},
+		{"offset regression: a sampled read below an acknowledged commit", func(h History) History {
+			return group(h, 20, 2, 2.1, false, commit("member0", 1, 20, 0, 0.5, false), commit("member0", 2, 40, 0.6, 1, false))
+		}, map[string]int{OffsetRegression: 1}, "read sampled is 20, below 40"},
+		{"clean: a read issued before the higher commit was acknowledged", func(h History) History {
+			return group(h, 20, 0.8, 1.2, false, commit("member0", 1, 20, 0, 0.5, false), commit("member0", 2, 40, 0.6, 1, false))
+		}, nil, ""},
+		{"offset regression: no committed offset read after an acknowledged commit", func(h History) History {
+			return group(h, -1, 5, 5.1, true, commit("member0", 1, 40, 0, 1, false))
+		}, map[string]int{OffsetRegression: 1}, "is -1, below 40, which member0 committed (#1) and saw acknowledged before the read; no commit of it was sent"},
 		{"app-hash divergence at one height", func(h History) History {
 			h.AppHashes[2] = map[string]string{"node0": "h2", "node1": "h2-evil"}
 			return h
@@ -191,6 +312,15 @@ func TestCheckFindsExactlyEachAnomaly(t *testing.T) {
 				t.Errorf("sends/acked/unknown = %d/%d/%d, want 8/6/2", r.Sends, r.Acked, r.Unknown)
 			}
 		})
+	}
+}
+
+// TestCheckRetryDuplicates: the duplicates Kafka allows a plain producer
+// are counted apart, as no anomaly.
+func TestCheckRetryDuplicates(t *testing.T) {
+	r := Check(putAt(plain(clean(), "a2", "a3"), 0, 4, "a2", true))
+	if r.RetryDuplicates != 1 || !r.Safe() {
+		t.Errorf("Check(a plain a2 retried, written twice) = %d retry duplicates, Safe() %v; want 1, true\n%s", r.RetryDuplicates, r.Safe(), r.Summary())
 	}
 }
 

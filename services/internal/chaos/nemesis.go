@@ -91,8 +91,8 @@ type Nemesis struct {
 	// Open names the issue a nemesis still finds anomalies for: "all"
 	// leaves it out until that is fixed; it runs when named.
 	Open string
-	// Kafka: the phase's workload is franz-go's, through the gateways'
-	// Kafka faces (Workload.Kafka).
+	// Kafka: the phase's workload is franz-go's alone, through the
+	// gateways' Kafka faces (Workload.KafkaOnly).
 	Kafka  bool
 	Inject func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
 }
@@ -253,7 +253,7 @@ var Nemeses = []Nemesis{
 		},
 	},
 	{
-		Name: "kafka-kill", Doc: "Kafka clients (franz-go idempotent producers and a consumer group, through the gateways' Kafka faces) in place of the SDK and NATS: kill -9 a gateway and a validator together, each in turn; restart both",
+		Name: "kafka-kill", Doc: "Kafka clients alone (franz-go idempotent and plain producers and a consumer group committing asynchronously, through the gateways' Kafka faces), without the SDK and NATS: kill -9 a gateway and a validator together, each in turn; restart both",
 		Kafka: true,
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			gw := localnet.GatewayName(round % c.Services.Gateways)

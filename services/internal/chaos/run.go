@@ -28,6 +28,21 @@ type Phase struct {
 	// Settle bounds each wait after the faults: producers' outcomes, the
 	// cluster catching up, consumers reaching the log's end.
 	Settle time.Duration
+	// KafkaSettle bounds the wait for the Kafka producers' outcomes after
+	// the load (0: Settle); a send unanswered then is of unknown outcome.
+	// The SDK's producers fail over to the other gateway within seconds; a
+	// Kafka producer waits for its partition's gateway, which sends a
+	// bundle a killed validator dropped again after its commit_timeout
+	// (20 s) and answers it failed after its pending_timeout (30 s).
+	KafkaSettle time.Duration
+}
+
+// kafkaSettle is KafkaSettle, or Settle when it is 0.
+func (ph Phase) kafkaSettle() time.Duration {
+	if ph.KafkaSettle > 0 {
+		return ph.KafkaSettle
+	}
+	return ph.Settle
 }
 
 // Row is one phase's result.
@@ -100,7 +115,7 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 
 	cctx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
-	consumers, redelivered := startConsumers(cctx, c, w, rec)
+	consumers, group := startConsumers(cctx, c, w, rec)
 	load := runLoad(ctx, c, w, ph, rec, &row, progress)
 	checkHealed(ctx, c, ph, &row)
 
@@ -108,9 +123,17 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	// log read back: the log only grows, so the read-back holds whatever
 	// a consumer was delivered (a send of unknown outcome may still commit
 	// late; read first, it would look like a record no validator holds).
+	// The group's committed offsets are read once its members stopped and
+	// their commits were answered.
 	awaitConsumers(ctx, c, w, rec, ph.Settle)
 	stopConsumers()
 	consumers.Wait()
+	var groupNotes []string
+	if group != nil {
+		var errs []string
+		groupNotes, errs = group.finish(ctx, c, w, rec, ph.Settle)
+		row.Errors = append(row.Errors, errs...)
+	}
 	readBackAll(ctx, c, w, rec, &row)
 
 	endHeight := maxCommittedAll(ctx, c)
@@ -124,13 +147,13 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	row.Report = Check(rec.h)
-	load.measure(&row, rec, w.Consumers > 0)
+	load.measure(&row, rec, w.consumers() > 0)
 	for k, v := range rec.errs {
 		row.ConsumerErrors[k] = v
 	}
-	row.Notes = c.notes
-	if redelivered != nil {
-		row.Notes = append(row.Notes, fmt.Sprintf("the consumer group was delivered %d records again after rebalances (at least once, as Kafka groups are)", redelivered()))
+	row.Notes = append(c.notes, groupNotes...)
+	if w.KafkaProducers > 0 {
+		row.Notes = append(row.Notes, kafkaSendNote(w, rec, row.Report.RetryDuplicates))
 	}
 	row.SendErrors = map[string]int{}
 	for _, snd := range rec.h.Sends {
@@ -142,12 +165,13 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 }
 
 // startConsumers starts the workload's consumers, each reading every
-// partition from its start until ctx ends; the group is done when all
-// have stopped.
-func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) (*sync.WaitGroup, func() int) {
+// partition from its start until ctx ends, and its Kafka consumer group
+// (nil: none); they are done when the wait group is.
+func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) (*sync.WaitGroup, *kafkaGroup) {
 	var consumers sync.WaitGroup
-	if w.Kafka {
-		return &consumers, consumeKafka(ctx, c, w, rec, &consumers)
+	var group *kafkaGroup
+	if w.KafkaMembers > 0 {
+		group = consumeKafka(ctx, c, w, rec, &consumers)
 	}
 	for i := 0; i < w.Consumers; i++ {
 		name := fmt.Sprintf("consumer%d", i)
@@ -159,7 +183,7 @@ func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) 
 			go func() { defer consumers.Done(); consume(ctx, c, w, name, p, rec, &seq, &mu) }()
 		}
 	}
-	return &consumers, nil
+	return &consumers, group
 }
 
 // loadTimes is when the load ran and when the nemesis last healed (zero:
@@ -175,16 +199,18 @@ func runLoad(ctx context.Context, c *Cluster, w Workload, ph Phase, rec *recorde
 	lctx, stopLoad := context.WithTimeout(ctx, ph.Duration)
 	defer stopLoad()
 	var producers sync.WaitGroup
-	prodErrs := make(chan error, w.Producers)
-	for i := 0; i < w.Producers; i++ {
+	prodErrs := make(chan error, w.producers())
+	for i := 0; i < w.producers(); i++ {
 		producers.Add(1)
 		go func() {
 			defer producers.Done()
-			run := produce
-			if w.Kafka {
-				run = produceKafka
+			var err error
+			if i < w.Producers {
+				err = produce(lctx, c, w, i, ph.Nemesis.Name, rec, ph.Settle)
+			} else {
+				err = produceKafka(lctx, c, w, i, ph, rec)
 			}
-			if err := run(lctx, c, w, i, ph.Nemesis.Name, rec, ph.Settle); err != nil {
+			if err != nil {
 				prodErrs <- err
 			}
 		}()
@@ -255,7 +281,7 @@ func awaitConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder, 
 		}
 	}
 	deadline := time.Now().Add(settle)
-	for w.Consumers > 0 && !caughtUp(rec, logEnd) && time.Now().Before(deadline) {
+	for w.consumers() > 0 && !caughtUp(rec, logEnd) && time.Now().Before(deadline) {
 		sleep(ctx, 250*time.Millisecond)
 	}
 }
@@ -305,6 +331,35 @@ func (t loadTimes) measure(row *Row, rec *recorder, consumers bool) {
 			row.Recovery = max(row.Recovery, polled)
 		}
 	}
+}
+
+// kafkaSendNote sums up the Kafka producers' sends: how many of the plain
+// producers' were acknowledged on their one attempt (held to the
+// idempotent producers' rules), how many were retried, the most Produce
+// requests in flight on one connection, and the duplicates Kafka allows.
+// It reads rec with its lock held.
+func kafkaSendNote(w Workload, rec *recorder, retryDuplicates int) string {
+	type tally struct{ sends, acked, once, retried int }
+	kinds := map[bool]*tally{false: {}, true: {}}
+	for _, s := range rec.h.Sends {
+		if s.Producer < w.Producers {
+			continue // an SDK producer's
+		}
+		t := kinds[s.Plain]
+		t.sends++
+		if s.Retried {
+			t.retried++
+		}
+		if s.Outcome == Acked {
+			t.acked++
+			if !s.Retried {
+				t.once++
+			}
+		}
+	}
+	p, i := kinds[true], kinds[false]
+	return fmt.Sprintf("Kafka producers: plain %d sends, %d acknowledged, %d of them on their one attempt (held to order and once), %d retried; idempotent %d sends, %d acknowledged, %d retried; up to %d Produce requests in flight on one connection (plain), %d (idempotent); failures seen: %s; %d values written twice by a plain producer's retry (Kafka allows it)",
+		p.sends, p.acked, p.once, p.retried, i.sends, i.acked, i.retried, rec.kafkaMaxInFlight[true], rec.kafkaMaxInFlight[false], countsOf(rec.kafkaFailures), retryDuplicates)
 }
 
 // allNodes lists every validator's index.

@@ -25,15 +25,40 @@ import (
 type Workload struct {
 	Topic      string
 	Partitions uint32
-	Producers  int
-	Consumers  int
-	// Rate is the records per second offered over all producers; InFlight
-	// bounds each producer's unresolved records (past it, it waits).
+	// Producers are the SDK's, through the gateways' gRPC faces;
+	// Consumers read every partition through NATS (the consumer SDK).
+	Producers int
+	Consumers int
+	// KafkaProducers are franz-go producers through the gateways' Kafka
+	// faces, idempotent and plain in turn; KafkaMembers are the members of
+	// one consumer group that commit asynchronously (kafka.go).
+	KafkaProducers int
+	KafkaMembers   int
+	// Rate is the records per second offered over all producers, SDK and
+	// Kafka; InFlight bounds each producer's unresolved records (past it,
+	// it waits).
 	Rate     int
 	InFlight int
-	// Kafka: the producers and consumers are franz-go clients through the
-	// gateways' Kafka faces (see kafka.go), not the SDK and NATS.
-	Kafka bool
+}
+
+// KafkaOnly is w with Kafka clients alone: no SDK producer, no NATS
+// consumer.
+func (w Workload) KafkaOnly() Workload {
+	w.Producers, w.Consumers = 0, 0
+	return w
+}
+
+// producers counts the SDK and Kafka producers.
+func (w Workload) producers() int { return w.Producers + w.KafkaProducers }
+
+// consumers counts the observers that must get every record: the NATS
+// consumers and the consumer group.
+func (w Workload) consumers() int {
+	n := w.Consumers
+	if w.KafkaMembers > 0 {
+		n++
+	}
+	return n
 }
 
 // recorder collects a phase's history as it happens.
@@ -44,10 +69,39 @@ type recorder struct {
 	ackWaits  []time.Duration // produce→receipt of each acknowledged send
 	pollTimes []time.Time
 	errs      map[string]int // consumer errors by kind
+	// kafkaMaxInFlight is the most Produce requests seen in flight on one
+	// connection of a plain (true) and an idempotent (false) producer;
+	// kafkaFailures counts the failures the Kafka producers saw, by kind.
+	kafkaMaxInFlight map[bool]int
+	kafkaFailures    map[string]int
 }
 
 func newRecorder() *recorder {
-	return &recorder{h: History{ProducerKeys: map[int]string{}, AppHashes: map[int64]map[string]string{}}, errs: map[string]int{}}
+	return &recorder{h: History{ProducerKeys: map[int]string{}, AppHashes: map[int64]map[string]string{}}, errs: map[string]int{},
+		kafkaMaxInFlight: map[bool]int{}, kafkaFailures: map[string]int{}}
+}
+
+func (r *recorder) commit(c Commit) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Commits = append(r.h.Commits, c)
+}
+
+func (r *recorder) offsetRead(o OffsetRead) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.OffsetReads = append(r.h.OffsetReads, o)
+}
+
+// kafkaWatched adds what a Kafka producer's watch saw.
+func (r *recorder) kafkaWatched(plain bool, w *produceWatch) {
+	kinds := w.failureKinds()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kafkaMaxInFlight[plain] = max(r.kafkaMaxInFlight[plain], int(w.maxInFlight.Load()))
+	for k, n := range kinds {
+		r.kafkaFailures[k] += n
+	}
 }
 
 func (r *recorder) send(s Send, sent, at time.Time) {
@@ -135,7 +189,7 @@ func produce(ctx context.Context, c *Cluster, w Workload, id int, phase string, 
 // unresolved: each send calls release once its outcome is recorded.
 func paced(ctx context.Context, w Workload, send func(i int, release func())) {
 	slots := make(chan struct{}, w.InFlight)
-	interval := time.Duration(float64(time.Second) * float64(w.Producers) / float64(w.Rate))
+	interval := time.Duration(float64(time.Second) * float64(w.producers()) / float64(w.Rate))
 	next := time.Now()
 	for i := 0; ctx.Err() == nil; i++ {
 		if d := time.Until(next); d > 0 {
