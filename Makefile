@@ -140,7 +140,7 @@ chaos: build failpoints-app ## every nemesis for CHAOS_DURATION (3m) each under 
 
 .PHONY: chaos-smoke
 chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis, 2 faults each (~7 min)
-	$(BIN)/byzlog chaos --duration 12s --hold 3s --gap 2s --settle 120s --kafka-settle 15s $(CHAOS_ARGS)
+	$(BIN)/byzlog chaos --duration 12s --hold 3s --gap 2s --settle 120s --kafka-settle 45s $(CHAOS_ARGS)
 
 .PHONY: attack
 attack: build ## the no-attack phase, then every Byzantine-client attack for ATTACK_DURATION (60s) each under honest load: table in $(ATTACK_OUT), exit 1 if a row has a crash, an anomaly or < 0.8x honest throughput (~20 min)
