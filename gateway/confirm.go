@@ -8,7 +8,7 @@ import (
 	"fmt"
 
 	"github.com/byzlog/byzlog/gateway/nodes"
-	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/protos/chain"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 
 	"github.com/byzlog/byzlog/gateway/nodes"
-	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 

@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/byzlog/byzlog/abciapp v0.0.0-00010101000000-000000000000
-	github.com/byzlog/byzlog/indexer v0.0.0
 	github.com/byzlog/byzlog/protos v0.0.0
 	github.com/cometbft/cometbft v0.40.0
 	github.com/golang/snappy v1.0.0
@@ -80,12 +79,12 @@ require (
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace (
 	github.com/byzlog/byzlog/abciapp => ../abciapp
-	github.com/byzlog/byzlog/indexer => ../indexer
 	github.com/byzlog/byzlog/protos => ../protos
 	// CometBFT's build list pulls grocksdb >= v1.8.14, which does not build
 	// against Debian's RocksDB 7.8.3; v1.7.15 does.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
-	"github.com/byzlog/byzlog/indexer/rpcnode"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // Config is an indexer's settings. Default fills every field but the

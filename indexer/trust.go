@@ -6,7 +6,7 @@ import (
 	"github.com/cometbft/cometbft/light/provider"
 	cmttypes "github.com/cometbft/cometbft/types"
 
-	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/protos/chain"
 )
 
 // Trust is a light client root of trust: the hash of the header at Height.

@@ -15,8 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/indexer/chain"
-	"github.com/byzlog/byzlog/indexer/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
-	"github.com/byzlog/byzlog/indexer/chain"
-	"github.com/byzlog/byzlog/indexer/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 )
 
 // TestNodesLimitResponses: the indexer's node clients are rpcnode's, with

@@ -7,7 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/byzlog/byzlog/indexer/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 )
 
 // TestRPCResponseSizeLimit: the pool's node clients (rpcnode) and its

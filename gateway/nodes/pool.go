@@ -19,8 +19,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/byzlog/byzlog/indexer/rpcnode"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // Config says which nodes to use and how to judge them.

@@ -15,7 +15,7 @@ import (
 	ctypes "github.com/cometbft/cometbft/rpc/core/types"
 	rpctypes "github.com/cometbft/cometbft/rpc/jsonrpc/types"
 
-	"github.com/byzlog/byzlog/indexer/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 )
 
 // formOverhead is "tx=0x" and slack, beyond the hex digits of a form body.

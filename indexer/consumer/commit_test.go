@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/indexer/chain"
+	"github.com/byzlog/byzlog/protos/chain"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
-	"github.com/byzlog/byzlog/indexer/chain"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/abciapp/app"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // dataOptions are the node data service's flags (app.ServeData).

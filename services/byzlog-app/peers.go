@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/abciapp/app"
-	"github.com/byzlog/byzlog/indexer/chain"
-	"github.com/byzlog/byzlog/indexer/rpcnode"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 

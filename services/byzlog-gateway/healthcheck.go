@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // newHealthcheckCommand is the images' health check of the HTTP face over

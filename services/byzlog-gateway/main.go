@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/byzlog/byzlog/gateway"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	"github.com/byzlog/byzlog/services/internal/daemon"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
 )

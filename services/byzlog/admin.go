@@ -19,6 +19,7 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
@@ -30,14 +31,14 @@ const adminTimeout = 60 * time.Second
 // other admins to cosign.
 type signing struct {
 	keys     []string
-	trust    trustFlags
+	trust    gatewaylink.Trust
 	signOnly string
 }
 
 func (s *signing) add(f *pflag.FlagSet) {
 	f.StringArrayVar(&s.keys, "admin-key", nil, "admin key file (the localnet's is DIR/admin.key); repeat to sign with several admins, for operations that need the admin set's threshold")
 	f.StringVar(&s.signOnly, "sign-only", "", "write the signed request to this file instead of submitting it, for other admins to cosign (byzlog admin cosign) and one to submit (byzlog admin submit)")
-	s.trust.add(f)
+	s.trust.Add(f)
 }
 
 // admin connects an admin client with the first key as the signer and the
@@ -60,12 +61,12 @@ func (s *signing) admin(cmd *cobra.Command, tf *topicFlags) (*client.Admin, erro
 // connect opens an admin client on the gateway of tf with the root of
 // trust of tr; key may be nil for one that only reads or submits requests
 // signed elsewhere.
-func connect(cmd *cobra.Command, tf *topicFlags, tr *trustFlags, key ed25519.PrivateKey, opts ...client.Option) (*client.Admin, error) {
-	trust, err := tr.trust(cmd.Flags())
+func connect(cmd *cobra.Command, tf *topicFlags, tr *gatewaylink.Trust, key ed25519.PrivateKey, opts ...client.Option) (*client.Admin, error) {
+	trust, err := tr.Root(cmd.Flags())
 	if err != nil {
 		return nil, err
 	}
-	transport, err := tf.tlsf.producerOption(cmd.Flags())
+	transport, err := tf.tlsf.ProducerOption(cmd.Flags())
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +146,7 @@ A validator is named by its ed25519 consensus public key: base64 (the "value" of
 or the path of either JSON file.`,
 	}
 	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.add(cmd.PersistentFlags())
+	tf.tlsf.Add(cmd.PersistentFlags())
 
 	var power int64 = 10
 	var s signing
@@ -179,7 +180,7 @@ or the path of either JSON file.`,
 	}
 	rs.add(remove.Flags())
 
-	var lt trustFlags
+	var lt gatewaylink.Trust
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the validators of the latest block, from a light block verified from the root of trust",
@@ -205,7 +206,7 @@ or the path of either JSON file.`,
 			return w.Flush()
 		},
 	}
-	lt.add(list.Flags())
+	lt.Add(list.Flags())
 	cmd.AddCommand(add, remove, list)
 	return cmd
 }
@@ -250,7 +251,7 @@ any of them (or anyone) runs "byzlog admin submit FILE". The request commits onl
 within its expiry (120 blocks after it was signed): sign it again after that.`,
 	}
 	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.add(cmd.PersistentFlags())
+	tf.tlsf.Add(cmd.PersistentFlags())
 
 	var admins []string
 	var threshold uint32
@@ -296,7 +297,7 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 	us.add(upgrade.Flags())
 
 	var keyPath string
-	var ct trustFlags
+	var ct gatewaylink.Trust
 	cosign := &cobra.Command{
 		Use:   "cosign FILE",
 		Short: "Add an admin's signature to a request written with --sign-only (shows what it does first)",
@@ -306,7 +307,7 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 			if err != nil {
 				return fmt.Errorf("--admin-key: %w", err)
 			}
-			trust, err := ct.trust(cmd.Flags())
+			trust, err := ct.Root(cmd.Flags())
 			if err != nil {
 				return err
 			}
@@ -330,9 +331,9 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 	}
 	cosign.Flags().StringVar(&keyPath, "admin-key", "", "the cosigning admin's key file")
 	_ = cosign.MarkFlagRequired("admin-key")
-	ct.add(cosign.Flags())
+	ct.Add(cosign.Flags())
 
-	var st trustFlags
+	var st gatewaylink.Trust
 	submit := &cobra.Command{
 		Use:   "submit FILE",
 		Short: "Submit a request written with --sign-only and cosigned, and wait for its commit",
@@ -361,7 +362,7 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 			return nil
 		},
 	}
-	st.add(submit.Flags())
+	st.Add(submit.Flags())
 	cmd.AddCommand(setAdmins, upgrade, cosign, submit)
 	return cmd
 }

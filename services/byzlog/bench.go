@@ -19,6 +19,7 @@ import (
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/internal/bench"
+	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
@@ -39,8 +40,8 @@ type benchOptions struct {
 	js         bench.JetStreamConfig
 	kvPort     int
 	txSize     int
-	tf         trustFlags
-	tlsf       tlsFlags
+	tf         gatewaylink.Trust
+	tlsf       gatewaylink.TLS
 	natsf      natsconn.Flags
 }
 
@@ -121,8 +122,8 @@ func (o *benchOptions) addFlags(f *pflag.FlagSet) {
 	f.BoolVar(&o.js.SyncAlways, "sync-always", false, "with --baseline jetstream: fsync every write")
 	f.IntVar(&o.js.Servers, "servers", o.js.Servers, "with --baseline jetstream: servers (and stream replicas)")
 	f.IntVar(&o.js.BasePort, "jetstream-port", o.js.BasePort, "with --baseline jetstream: first client port (cluster ports +100)")
-	o.tf.add(f)
-	o.tlsf.add(f)
+	o.tf.Add(f)
+	o.tlsf.Add(f)
 	o.natsf.Add(f, natsconn.Flags{User: "consumer"})
 }
 
@@ -181,15 +182,15 @@ func (o *benchOptions) run(ctx context.Context, cmd *cobra.Command) error {
 // and validates it; it returns the receipts' trust, which creating the
 // topic needs too.
 func (o *benchOptions) configure(f *pflag.FlagSet) (client.Trust, error) {
-	a, err := parseAcks(o.acks)
+	a, err := gatewaylink.ParseAcks(o.acks)
 	if err != nil {
 		return client.Trust{}, err
 	}
 	if !f.Changed("genesis") {
-		o.tf.genesis = filepath.Join(o.dir, "node0", "config", "genesis.json")
+		o.tf.Genesis = filepath.Join(o.dir, "node0", "config", "genesis.json")
 	}
 	if !f.Changed("tls-ca") {
-		o.tlsf.files.CA = filepath.Join(o.dir, "tls", "ca.pem")
+		o.tlsf.Files.CA = filepath.Join(o.dir, "tls", "ca.pem")
 	}
 	if !f.Changed("nats-password-file") {
 		o.natsf.PasswordFile = filepath.Join(o.dir, "nats", "consumer.password")
@@ -197,12 +198,12 @@ func (o *benchOptions) configure(f *pflag.FlagSet) (client.Trust, error) {
 	if !f.Changed("nats-tls-ca") {
 		o.natsf.CA = filepath.Join(o.dir, "tls", "ca.pem")
 	}
-	o.natsf.Insecure = o.tlsf.insecure
-	trust, err := o.tf.trust(f)
+	o.natsf.Insecure = o.tlsf.Insecure
+	trust, err := o.tf.Root(f)
 	if err != nil {
 		return client.Trust{}, err
 	}
-	transport, err := o.tlsf.producerOption(f)
+	transport, err := o.tlsf.ProducerOption(f)
 	if err != nil {
 		return client.Trust{}, err
 	}
@@ -219,13 +220,13 @@ func (o *benchOptions) configure(f *pflag.FlagSet) (client.Trust, error) {
 }
 
 // ensureTopic creates topic unless it exists.
-func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, adminKey, dir string, trust client.Trust, tlsf *tlsFlags) error {
-	c, err := tlsf.config(cmd.Flags())
+func ensureTopic(cmd *cobra.Command, gateway, topic string, partitions uint32, adminKey, dir string, trust client.Trust, tlsf *gatewaylink.TLS) error {
+	c, err := tlsf.Config(cmd.Flags())
 	if err != nil {
 		return err
 	}
-	transport, _ := tlsf.producerOption(cmd.Flags())
-	gw, closeFn, err := dial(gateway, c)
+	transport, _ := tlsf.ProducerOption(cmd.Flags())
+	gw, closeFn, err := gatewaylink.Dial(gateway, c)
 	if err != nil {
 		return err
 	}
@@ -326,7 +327,7 @@ func runKVStoreBaseline(ctx context.Context, cmd *cobra.Command, app string, bas
 	defer os.RemoveAll(dir)
 	net := localnet.Default()
 	net.Dir, net.BasePort = dir, basePort
-	net.CometBFT, net.App = findBinary(binDir(), "cometbft"), findBinary(binDir(), "byzlog-app")
+	net.CometBFT, net.App = localnet.FindBinary(localnet.BinDir(), "cometbft"), localnet.FindBinary(localnet.BinDir(), "byzlog-app")
 	line := localnet.StatusLine(cmd.ErrOrStderr())
 	res, err := bench.RunKVStore(ctx, bench.KVStoreConfig{Net: net, App: app, TxSize: txSize, Senders: cfg.Producers, RecordSize: cfg.RecordSize, Warmup: cfg.Warmup, Duration: cfg.Duration},
 		func(p bench.Progress) {
@@ -375,7 +376,7 @@ func finishBaseline(cmd *cobra.Command, res bench.Result, out string) error {
 
 // runJetStreamBaseline runs the JetStream baseline with the load's shape.
 func runJetStreamBaseline(ctx context.Context, cmd *cobra.Command, js bench.JetStreamConfig, cfg bench.Config, out string) error {
-	js.NATSServer = findBinary(binDir(), "nats-server")
+	js.NATSServer = localnet.FindBinary(localnet.BinDir(), "nats-server")
 	js.Publishers, js.MaxPending, js.RecordSize, js.Warmup, js.Duration = cfg.Producers, cfg.InFlight, cfg.RecordSize, cfg.Warmup, cfg.Duration
 	dir, err := os.MkdirTemp("", "byzlog-bench-jetstream-")
 	if err != nil {

@@ -417,14 +417,14 @@ func startSuiteCluster(ctx context.Context, o suiteOptions, row byzlogRow, dir s
 	cfg.Dir, cfg.BasePort, cfg.Transport, cfg.Validators, cfg.ChainID = filepath.Join(dir, "cluster"), o.basePort, row.transport, row.validators, "byzlog-bench"
 	cfg.TimeoutCommit = localnet.Duration(o.timeoutCommit)
 	cfg.InsecureRPC = row.plaintext
-	bin := binDir()
-	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
+	bin := localnet.BinDir()
+	cfg.CometBFT, cfg.App = localnet.FindBinary(bin, "cometbft"), localnet.FindBinary(bin, "byzlog-app")
 	n, err := localnet.Open(cfg)
 	if err != nil {
 		return nil, cfg, localnet.Services{}, err
 	}
 	svc := localnet.Services{NATSPort: o.basePort + 800, Gateways: 1, GatewayPort: o.basePort + 810, IndexerPort: o.basePort + 830,
-		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer")}
+		NATS: localnet.FindBinary(bin, "nats-server"), Gateway: localnet.FindBinary(bin, "byzlog-gateway"), Indexer: localnet.FindBinary(bin, "byzlog-indexer")}
 	svc.GatewaysOnly = row.writeOnly
 	svc.Insecure = row.plaintext
 	if row.kafka {
@@ -438,7 +438,7 @@ func startSuiteCluster(ctx context.Context, o suiteOptions, row byzlogRow, dir s
 			return nil, cfg, svc, err
 		}
 	}
-	if err := startCluster(ctx, n, svc, io.Discard); err != nil {
+	if err := localnet.StartAll(ctx, n, svc, io.Discard); err != nil {
 		return nil, cfg, svc, err
 	}
 	return n, cfg, svc, nil
@@ -566,7 +566,7 @@ func suiteBuiltin(ctx context.Context, o suiteOptions, app string, txSize int, l
 	defer os.RemoveAll(dir)
 	net := localnet.Default()
 	net.Dir, net.BasePort, net.TimeoutCommit = dir, o.basePort, localnet.Duration(o.timeoutCommit)
-	net.CometBFT, net.App = findBinary(binDir(), "cometbft"), findBinary(binDir(), "byzlog-app")
+	net.CometBFT, net.App = localnet.FindBinary(localnet.BinDir(), "cometbft"), localnet.FindBinary(localnet.BinDir(), "byzlog-app")
 	prog, done := rowProgress(progress, tag)
 	defer done()
 	return bench.RunKVStore(ctx, bench.KVStoreConfig{Net: net, App: app, TxSize: txSize, Senders: load.Producers,
@@ -581,7 +581,7 @@ func suiteJetStream(ctx context.Context, o suiteOptions, syncAlways bool, load b
 	}
 	defer os.RemoveAll(dir)
 	js := bench.DefaultJetStream()
-	js.NATSServer, js.Dir, js.BasePort, js.SyncAlways = findBinary(binDir(), "nats-server"), dir, o.basePort+860, syncAlways
+	js.NATSServer, js.Dir, js.BasePort, js.SyncAlways = localnet.FindBinary(localnet.BinDir(), "nats-server"), dir, o.basePort+860, syncAlways
 	js.Publishers, js.MaxPending, js.RecordSize, js.Warmup, js.Duration = load.Producers, load.InFlight, load.RecordSize, load.Warmup, load.Duration
 	prog, done := rowProgress(progress, tag)
 	defer done()

@@ -186,7 +186,7 @@ func (o *chaosOptions) validate() error {
 
 func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out, progress io.Writer) (err error) {
 	for _, n := range nemeses {
-		if _, serr := os.Stat(findBinary(binDir(), "byzlog-app-failpoints")); n.NeedsFailpoints && serr != nil {
+		if _, serr := os.Stat(localnet.FindBinary(localnet.BinDir(), "byzlog-app-failpoints")); n.NeedsFailpoints && serr != nil {
 			return fmt.Errorf("nemesis %s needs byzlog-app-failpoints next to byzlog (build it with `go build -tags failpoints -o bin/byzlog-app-failpoints ./services/byzlog-app`, or run `make chaos`): %v", n.Name, serr)
 		}
 		if n.Kafka && o.load.KafkaProducers < 1 {
@@ -275,7 +275,7 @@ type clusterOptions struct {
 }
 
 func startTestCluster(ctx context.Context, name string, basePort int, co clusterOptions, progress io.Writer) (tc *testCluster, err error) {
-	bin := binDir()
+	bin := localnet.BinDir()
 	dir, err := os.MkdirTemp("", "byzlog-"+name+"-")
 	if err != nil {
 		return nil, err
@@ -288,7 +288,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, co cluster
 	}()
 	cfg := localnet.Default()
 	cfg.Dir, cfg.BasePort, cfg.ChainID = filepath.Join(dir, "cluster"), basePort, "byzlog-"+name
-	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
+	cfg.CometBFT, cfg.App = localnet.FindBinary(bin, "cometbft"), localnet.FindBinary(bin, "byzlog-app")
 	cfg.PeerProxies = true // validators reach each other through Links, which partitions cut
 	n, err := localnet.Open(cfg)
 	if err != nil {
@@ -298,7 +298,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, co cluster
 		return tc, err
 	}
 	svc := localnet.Services{NATSPort: basePort + 800, Gateways: 2, GatewayPort: basePort + 810, IndexerPort: basePort + 830,
-		NATS: findBinary(bin, "nats-server"), Gateway: findBinary(bin, "byzlog-gateway"), Indexer: findBinary(bin, "byzlog-indexer"),
+		NATS: localnet.FindBinary(bin, "nats-server"), Gateway: localnet.FindBinary(bin, "byzlog-gateway"), Indexer: localnet.FindBinary(bin, "byzlog-indexer"),
 		KafkaPort: basePort + 850, ProxiedRPC: map[int]int{0: basePort + 870}, MutualTLS: true, NATSLazySync: co.natsLazySync}
 	// gateway0 and the indexer reach node0 through a proxy that lies on
 	// demand (tamper-rpc, huge-rpc); it tells the truth otherwise.
@@ -326,7 +326,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, co cluster
 	if tc.gwProxy, err = tamper.StartGateway(fmt.Sprintf("127.0.0.1:%d", basePort+875), svc.GatewayAddr(0), serveTLS, dialTLS); err != nil {
 		return tc, err
 	}
-	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: findBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy, GatewayProxy: tc.gwProxy}
+	tc.c = &chaos.Cluster{Net: n, Services: svc, FailpointApp: localnet.FindBinary(bin, "byzlog-app-failpoints"), Links: tc.links, Tamper: tc.proxy, GatewayProxy: tc.gwProxy}
 	if co.disks {
 		if err := n.Create(ctx); err != nil {
 			return tc, err
@@ -336,7 +336,7 @@ func startTestCluster(ctx context.Context, name string, basePort int, co cluster
 		}
 	}
 	fmt.Fprintf(progress, "starting a 4-validator localnet, NATS, 2 gateways and the indexer in %s\n", dir)
-	if err := startCluster(ctx, n, svc, progress); err != nil {
+	if err := localnet.StartAll(ctx, n, svc, progress); err != nil {
 		return tc, err
 	}
 	if tc.c.AdminKey, err = n.AdminKey(); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/consumer"
+	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
@@ -43,8 +44,8 @@ type consumeOptions struct {
 	gateway       string
 	timeout       time.Duration
 	verify        bool
-	tf            trustFlags
-	tlsf          tlsFlags
+	tf            gatewaylink.Trust
+	tlsf          gatewaylink.TLS
 	natsf         natsconn.Flags
 	nodes         string
 	link          nodelink.Flags
@@ -124,15 +125,15 @@ func (o *consumeOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.count, "count", 0, "stop after this many records (0: no limit)")
 	f.BoolVar(&o.asJSON, "json", false, "print one JSON object per record")
 	f.StringVar(&o.natsURL, "nats", o.natsURL, "NATS server URL")
-	o.natsf.Add(f, natsconn.Flags{User: "consumer", PasswordFile: localnetNATSPassword, CA: localnetCA})
+	o.natsf.Add(f, natsconn.Flags{User: "consumer", PasswordFile: gatewaylink.LocalnetNATSPassword, CA: gatewaylink.LocalnetCA})
 	o.natsf.AddKeyFile(f)
 	f.StringVar(&o.gateway, "gateway", o.gateway, "gateway address (host:port), for committed offsets and commits")
 	f.DurationVar(&o.timeout, "timeout", 0, "stop after this long without a new record (0: wait forever)")
 	f.BoolVar(&o.verify, "verify", false, "prove each record against light-client verified headers before printing it")
-	o.tf.add(f)
-	o.tlsf.add(f)
+	o.tf.Add(f)
+	o.tlsf.Add(f)
 	f.StringVar(&o.nodes, "nodes", o.nodes, "with --verify: "+nodelink.NodesHelp+"; at least two")
-	o.link.Add(f, nodelink.Flags{CA: localnetCA})
+	o.link.Add(f, nodelink.Flags{CA: gatewaylink.LocalnetCA})
 }
 
 // run subscribes to topic as o says, prints its records until one
@@ -211,7 +212,7 @@ func (o *consumeOptions) clientOptions(cmd *cobra.Command) ([]consumer.Option, e
 	// nothing needs none.
 	startsElsewhere := o.fromBeginning || f.Changed("offset") || f.Changed("since")
 	if o.group != "" && (o.keyPath != "" || !startsElsewhere) {
-		transport, err := o.tlsf.consumerOption(f)
+		transport, err := o.tlsf.ConsumerOption(f)
 		if err != nil {
 			return nil, err
 		}
@@ -222,7 +223,7 @@ func (o *consumeOptions) clientOptions(cmd *cobra.Command) ([]consumer.Option, e
 		if err != nil {
 			return nil, fmt.Errorf("--key-file: %w", err)
 		}
-		trust, err := o.tf.trust(f)
+		trust, err := o.tf.Root(f)
 		if err != nil {
 			return nil, err
 		}
@@ -233,13 +234,13 @@ func (o *consumeOptions) clientOptions(cmd *cobra.Command) ([]consumer.Option, e
 		if err != nil {
 			return nil, err
 		}
-		h, err := headersFrom(cmd.Context(), o.tf.genesis, o.nodes, l)
+		h, err := headersFrom(cmd.Context(), o.tf.Genesis, o.nodes, l)
 		if err != nil {
 			return nil, err
 		}
 		copts = append(copts, consumer.WithVerifier(h))
 	}
-	o.natsf.Insecure = o.tlsf.insecure
+	o.natsf.Insecure = o.tlsf.Insecure
 	natsOpts, err := o.natsf.Options(f)
 	if err != nil {
 		return nil, err

@@ -52,15 +52,15 @@ directory is removed on PASS unless --keep; on FAIL it stays, with the logs.`,
 				return err
 			}
 			cfg.Dir, cfg.InsecureRPC = filepath.Join(dir, "cluster"), svc.Insecure
-			n, err := openNet(cmd, cfg)
+			n, err := localnet.OpenChecked(cmd.Flags(), cfg)
 			if err != nil {
 				return err
 			}
-			bin := binDir()
-			svc.NATS, svc.Gateway, svc.Indexer = findBinary(bin, "nats-server"), findBinary(bin, "byzlog-gateway"), findBinary(bin, "byzlog-indexer")
+			bin := localnet.BinDir()
+			svc.NATS, svc.Gateway, svc.Indexer = localnet.FindBinary(bin, "nats-server"), localnet.FindBinary(bin, "byzlog-gateway"), localnet.FindBinary(bin, "byzlog-indexer")
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			t0 := time.Now()
-			if err := startCluster(ctx, n, svc, errOut); err != nil {
+			if err := localnet.StartAll(ctx, n, svc, errOut); err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "cluster up in %s: 4 validators, NATS, gateway, indexer (in %s)\n", time.Since(t0).Round(100*time.Millisecond), dir)
@@ -83,7 +83,7 @@ directory is removed on PASS unless --keep; on FAIL it stays, with the logs.`,
 	f := cmd.Flags()
 	f.IntVar(&records, "records", records, "how many records to produce and check")
 	f.BoolVar(&keep, "keep", keep, "keep the cluster's directory after a PASS")
-	addServiceTLSFlags(f, &svc)
+	localnet.AddServiceTLSFlags(f, &svc)
 	return cmd
 }
 

@@ -12,10 +12,11 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/indexer/rpcnode"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	"github.com/byzlog/byzlog/protos/wire"
+	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
 )
@@ -38,7 +39,7 @@ An indexer is named by its ed25519 public key in hex, or by the path of its key
 file (byzlog keygen), whose public half is taken.`,
 	}
 	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.add(cmd.PersistentFlags())
+	tf.tlsf.Add(cmd.PersistentFlags())
 
 	var name string
 	var s signing
@@ -140,7 +141,7 @@ CometBFT and what holds it back), and prints both.`,
 		},
 	}
 	list.Flags().StringVar(&nodes, "nodes", nodes, nodelink.NodesHelp)
-	link.Add(list.Flags(), nodelink.Flags{CA: localnetCA})
+	link.Add(list.Flags(), nodelink.Flags{CA: gatewaylink.LocalnetCA})
 	cmd.AddCommand(register, unregister, list)
 	return cmd
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,19 +43,19 @@ that is already running is an error. A new network's genesis lists one admin key
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.TimeoutCommit = localnet.Duration(timeoutCommit)
-			bin := binDir()
+			bin := localnet.BinDir()
 			if cfg.CometBFT == "" {
-				cfg.CometBFT = findBinary(bin, "cometbft")
+				cfg.CometBFT = localnet.FindBinary(bin, "cometbft")
 			}
 			if cfg.App == "" {
-				cfg.App = findBinary(bin, "byzlog-app")
+				cfg.App = localnet.FindBinary(bin, "byzlog-app")
 			}
 			n, err := localnet.Open(*cfg)
 			if err != nil {
 				return err
 			}
 			if n.Existing() {
-				if err := checkShape(cmd, *cfg, n.Config()); err != nil {
+				if err := localnet.CheckShape(cmd.Flags(), *cfg, n.Config()); err != nil {
 					return err
 				}
 			}
@@ -94,33 +92,6 @@ that is already running is an error. A new network's genesis lists one admin key
 	f.StringVar(&cfg.App, "app", "", "byzlog-app binary (default: next to byzlog, else on PATH)")
 	f.DurationVar(&wait, "wait", wait, "how long to wait for every node to reach height 3")
 	return cmd
-}
-
-// checkShape refuses flags that would change an existing network's shape.
-func checkShape(cmd *cobra.Command, want, have localnet.Config) error {
-	mismatch := func(flag string, w, h any) error {
-		return fmt.Errorf("--%s %v: the network in %s was created with %v; remove the directory to start afresh", flag, w, have.Dir, h)
-	}
-	f := cmd.Flags()
-	switch {
-	case f.Changed("validators") && want.Validators != have.Validators:
-		return mismatch("validators", want.Validators, have.Validators)
-	case f.Changed("base-port") && want.BasePort != have.BasePort:
-		return mismatch("base-port", want.BasePort, have.BasePort)
-	case f.Changed("transport") && want.Transport != have.Transport:
-		return mismatch("transport", want.Transport, have.Transport)
-	case f.Changed("snapshot-interval") && want.SnapshotInterval != have.SnapshotInterval:
-		return mismatch("snapshot-interval", want.SnapshotInterval, have.SnapshotInterval)
-	case f.Changed("retain-blocks") && want.RetainBlocks != have.RetainBlocks:
-		return mismatch("retain-blocks", want.RetainBlocks, have.RetainBlocks)
-	case f.Changed("admins") && want.Admins != have.Admins:
-		return mismatch("admins", want.Admins, have.Admins)
-	case f.Changed("admin-threshold") && want.AdminThreshold != have.AdminThreshold:
-		return mismatch("admin-threshold", want.AdminThreshold, have.AdminThreshold)
-	case f.Changed("timeout-commit") && want.TimeoutCommit != have.TimeoutCommit:
-		return mismatch("timeout-commit", time.Duration(want.TimeoutCommit), time.Duration(have.TimeoutCommit))
-	}
-	return nil
 }
 
 func newLocalnetDownCommand(cfg *localnet.Config) *cobra.Command {
@@ -238,27 +209,4 @@ func pidText(pid int) string {
 		return "stopped"
 	}
 	return fmt.Sprintf("pid %d", pid)
-}
-
-// binDir is the folder of the running byzlog binary: `make build` puts
-// cometbft and byzlog-app beside it.
-func binDir() string {
-	exe, err := os.Executable()
-	if err != nil {
-		return ""
-	}
-	return filepath.Dir(exe)
-}
-
-func findBinary(dir, name string) string {
-	if dir != "" {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() {
-			return p
-		}
-	}
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	return name
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
@@ -65,14 +66,14 @@ func readersText(readers [][]byte) string {
 // gateway is and how to reach it.
 type topicFlags struct {
 	gateway string
-	tlsf    tlsFlags
+	tlsf    gatewaylink.TLS
 }
 
 func newTopicCommand() *cobra.Command {
 	tf := &topicFlags{gateway: defaultGateway}
 	cmd := &cobra.Command{Use: "topic", Short: "Create, list, describe and delete topics"}
 	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.add(cmd.PersistentFlags())
+	tf.tlsf.Add(cmd.PersistentFlags())
 	cmd.AddCommand(newTopicCreateCommand(tf), newTopicListCommand(tf), newTopicDescribeCommand(tf), newTopicDeleteCommand(tf))
 	return cmd
 }
@@ -80,7 +81,7 @@ func newTopicCommand() *cobra.Command {
 // topicCreateOptions are topic create's own flags.
 type topicCreateOptions struct {
 	adminKey         string
-	trust            trustFlags
+	trust            gatewaylink.Trust
 	cfg              *byzlogv1.TopicConfig
 	allowed, readers []string
 }
@@ -103,7 +104,7 @@ func newTopicCreateCommand(tf *topicFlags) *cobra.Command {
 	f.Int64Var(&o.cfg.RetentionBytes, "retention-bytes", 0, "keep at most this many bytes per partition (0: no limit)")
 	f.StringSliceVar(&o.allowed, "allowed-producer", nil, "public key (hex) allowed to produce; repeat for more (none: any key)")
 	f.StringSliceVar(&o.readers, "reader", nil, "public key (hex) allowed to consume, as a NATS nkey user (byzlog consume --nats-key-file); repeat for more (none: every consumer the cluster admits)")
-	o.trust.add(f)
+	o.trust.Add(f)
 	_ = create.MarkFlagRequired("admin-key")
 	return create
 }
@@ -121,11 +122,11 @@ func (o *topicCreateOptions) run(cmd *cobra.Command, tf *topicFlags, name string
 	if cfg.Readers, err = publicKeys("reader", o.readers); err != nil {
 		return err
 	}
-	trust, err := o.trust.trust(cmd.Flags())
+	trust, err := o.trust.Root(cmd.Flags())
 	if err != nil {
 		return err
 	}
-	transport, err := tf.tlsf.producerOption(cmd.Flags())
+	transport, err := tf.tlsf.ProducerOption(cmd.Flags())
 	if err != nil {
 		return err
 	}
@@ -146,11 +147,11 @@ func (o *topicCreateOptions) run(cmd *cobra.Command, tf *topicFlags, name string
 
 // dialGateway connects to the topic commands' gateway.
 func (tf *topicFlags) dialGateway(cmd *cobra.Command) (byzlogv1.GatewayClient, func(), error) {
-	tc, err := tf.tlsf.config(cmd.Flags())
+	tc, err := tf.tlsf.Config(cmd.Flags())
 	if err != nil {
 		return nil, nil, err
 	}
-	return dial(tf.gateway, tc)
+	return gatewaylink.Dial(tf.gateway, tc)
 }
 
 func newTopicListCommand(tf *topicFlags) *cobra.Command {
@@ -223,8 +224,8 @@ type produceOptions struct {
 	partition int64
 	verbose   bool
 	zstd      bool
-	tf        trustFlags
-	tlsf      tlsFlags
+	tf        gatewaylink.Trust
+	tlsf      gatewaylink.TLS
 }
 
 const produceHelp = `Produce records to TOPIC through a gateway. With --value one record is sent;
@@ -260,15 +261,15 @@ func newProduceCommand() *cobra.Command {
 	f.Int64Var(&o.partition, "partition", -1, "pin every record to this partition (default: the partitioner chooses)")
 	f.BoolVar(&o.verbose, "verbose", false, "print every record's receipt")
 	f.BoolVar(&o.zstd, "zstd", false, "compress batches with zstd")
-	o.tf.add(f)
-	o.tlsf.add(f)
+	o.tf.Add(f)
+	o.tlsf.Add(f)
 	return cmd
 }
 
 // run sends the records (--value, or stdin's lines) to topic, waits for
 // every receipt and reports them.
 func (o *produceOptions) run(cmd *cobra.Command, topic string) error {
-	ack, err := parseAcks(o.acks)
+	ack, err := gatewaylink.ParseAcks(o.acks)
 	if err != nil {
 		return err
 	}
@@ -315,11 +316,11 @@ func (o *produceOptions) run(cmd *cobra.Command, topic string) error {
 
 // producer starts the SDK producer o's flags describe.
 func (o *produceOptions) producer(cmd *cobra.Command, ack byzlogv1.Ack) (*client.Producer, error) {
-	trust, err := o.tf.trust(cmd.Flags())
+	trust, err := o.tf.Root(cmd.Flags())
 	if err != nil {
 		return nil, err
 	}
-	transport, err := o.tlsf.producerOption(cmd.Flags())
+	transport, err := o.tlsf.ProducerOption(cmd.Flags())
 	if err != nil {
 		return nil, err
 	}
@@ -389,13 +390,4 @@ func readLines(r io.Reader, parseKey bool, key string, send func(k, v []byte)) e
 		return fmt.Errorf("read stdin line %d: %w", line+1, err)
 	}
 	return nil
-}
-
-// parseAcks reads an --acks value.
-func parseAcks(s string) (byzlogv1.Ack, error) {
-	ack, ok := map[string]byzlogv1.Ack{"none": byzlogv1.Ack_ACK_NONE, "mempool": byzlogv1.Ack_ACK_MEMPOOL, "commit": byzlogv1.Ack_ACK_COMMIT}[s]
-	if !ok {
-		return 0, fmt.Errorf("--acks %q: want none, mempool or commit", s)
-	}
-	return ack, nil
 }

@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,9 +14,9 @@ import (
 
 	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 
@@ -45,14 +43,14 @@ Ports: node i p2p/RPC/ABCI BASE+100i/+1/+2 (BASE 26656), NATS 4222 (monitoring
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			cfg.InsecureRPC = svc.Insecure
-			n, err := openNet(cmd, cfg)
+			n, err := localnet.OpenChecked(cmd.Flags(), cfg)
 			if err != nil {
 				return err
 			}
-			bin := binDir()
-			svc.NATS, svc.Gateway, svc.Indexer = findBinary(bin, "nats-server"), findBinary(bin, "byzlog-gateway"), findBinary(bin, "byzlog-indexer")
+			bin := localnet.BinDir()
+			svc.NATS, svc.Gateway, svc.Indexer = localnet.FindBinary(bin, "nats-server"), localnet.FindBinary(bin, "byzlog-gateway"), localnet.FindBinary(bin, "byzlog-indexer")
 			errOut := cmd.ErrOrStderr()
-			if err := startCluster(ctx, n, svc, errOut); err != nil {
+			if err := localnet.StartAll(ctx, n, svc, errOut); err != nil {
 				return err
 			}
 			printBanner(cmd.OutOrStdout(), n, svc)
@@ -71,71 +69,8 @@ Ports: node i p2p/RPC/ABCI BASE+100i/+1/+2 (BASE 26656), NATS 4222 (monitoring
 	f.IntVar(&svc.KafkaPort, "kafka-port", svc.KafkaPort, "gateway 0's Kafka port (SASL users in DIR/kafka); gateway g uses PORT+g; 0: no Kafka face")
 	f.IntVar(&svc.NATSPort, "nats-port", svc.NATSPort, "NATS client port (monitoring: 8222 + the difference from 4222)")
 	f.IntVar(&svc.IndexerPort, "indexer-port", svc.IndexerPort, "indexer HTTP port (/metrics, /healthz, /readyz)")
-	addServiceTLSFlags(f, &svc)
+	localnet.AddServiceTLSFlags(f, &svc)
 	return cmd
-}
-
-// openNet opens (or prepares to create) the validator network in cfg.Dir
-// with the binaries next to byzlog.
-func openNet(cmd *cobra.Command, cfg localnet.Config) (*localnet.Net, error) {
-	bin := binDir()
-	cfg.CometBFT, cfg.App = findBinary(bin, "cometbft"), findBinary(bin, "byzlog-app")
-	n, err := localnet.Open(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if n.Existing() {
-		if err := checkShape(cmd, cfg, n.Config()); err != nil {
-			return nil, err
-		}
-	}
-	return n, nil
-}
-
-// startCluster brings the validators and the services up and waits until
-// the indexer (if it runs) is ready; on failure it stops what it started.
-func startCluster(ctx context.Context, n *localnet.Net, svc localnet.Services, progress io.Writer) error {
-	if err := n.Up(ctx, progress); err != nil {
-		if errors.Is(err, localnet.ErrRunning) {
-			return fmt.Errorf("%w\n(is another `byzlog run` using %s? stop it with Ctrl-C there, or run `byzlog localnet down --dir %s`)", err, n.Config().Dir, n.Config().Dir)
-		}
-		return err
-	}
-	if err := n.StartServices(ctx, svc, progress); err != nil {
-		_ = n.Down(io.Discard)
-		return err
-	}
-	if svc.GatewaysOnly {
-		return nil
-	}
-	line := localnet.StatusLine(progress)
-	start := time.Now()
-	for {
-		ready, text := indexerReady(ctx, svc)
-		if ready {
-			line("indexer ready: "+text, true)
-			return nil
-		}
-		if time.Since(start) > 2*time.Minute || ctx.Err() != nil {
-			line("", true)
-			_ = n.Down(progress)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("the indexer was not ready within 2 minutes (%s); see %s/indexer/indexer.log", text, n.Config().Dir)
-		}
-		line(fmt.Sprintf("waiting for the indexer to catch up: %s (%s)", text, time.Since(start).Round(time.Second)), false)
-		select {
-		case <-time.After(250 * time.Millisecond):
-		case <-ctx.Done():
-		}
-	}
-}
-
-// addServiceTLSFlags adds how the localnet's gateways speak to clients.
-func addServiceTLSFlags(f *pflag.FlagSet, svc *localnet.Services) {
-	f.BoolVar(&svc.Insecure, "insecure", false, "plaintext everywhere: the gateways, the nodes' RPC and NATS (default: TLS with certificates of the network's CA, DIR/tls/ca.pem; a network keeps the choice it was created with)")
-	f.BoolVar(&svc.MutualTLS, "mutual-tls", false, "make the gateways require a client certificate of the network's CA (DIR/tls/client.pem)")
 }
 
 // gatewaySecurity says how the gateways serve, for the banner.
@@ -163,20 +98,6 @@ func natsCAFlag(n *localnet.Net, svc localnet.Services) string {
 		return ""
 	}
 	return " --tlsca " + n.TLS().CA()
-}
-
-// indexerReady asks the indexer's /readyz.
-func indexerReady(ctx context.Context, svc localnet.Services) (bool, string) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+svc.IndexerAddr()+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	return resp.StatusCode == http.StatusOK, strings.TrimSpace(string(b))
 }
 
 func printBanner(w io.Writer, n *localnet.Net, svc localnet.Services) {
@@ -252,7 +173,7 @@ func watch(ctx context.Context, w io.Writer, n *localnet.Net, svc localnet.Servi
 	var gw byzlogv1.GatewayClient
 	if err == nil {
 		var closeGW func()
-		if gw, closeGW, err = dial(svc.GatewayAddr(0), c); err == nil {
+		if gw, closeGW, err = gatewaylink.Dial(svc.GatewayAddr(0), c); err == nil {
 			defer closeGW()
 		}
 	}
@@ -293,7 +214,7 @@ func clusterStatus(ctx context.Context, n *localnet.Net, svc localnet.Services, 
 		}
 	}
 	indexed := "?"
-	if _, text := indexerReady(ctx, svc); strings.HasPrefix(text, "published ") {
+	if _, text := localnet.IndexerReady(ctx, svc); strings.HasPrefix(text, "published ") {
 		indexed = strings.Fields(text)[1]
 	}
 	return fmt.Sprintf("%s  height %d · %s records committed · indexed through height %s",

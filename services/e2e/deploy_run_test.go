@@ -26,7 +26,7 @@ import (
 
 	"github.com/byzlog/byzlog/indexer/layout"
 	"github.com/byzlog/byzlog/indexer/natsauth"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 

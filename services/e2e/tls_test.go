@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/byzlog/byzlog/gateway/client"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // TestCaptureSeesNoRecords is issue 15's capture test: tcpdump records

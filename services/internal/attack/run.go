@@ -21,8 +21,8 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/natsauth"
-	"github.com/byzlog/byzlog/indexer/rpcnode"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/chaos"

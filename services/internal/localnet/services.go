@@ -16,7 +16,7 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // The network's TLS parties: the gateways share one certificate, NATS has

@@ -17,8 +17,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/byzlog/byzlog/indexer"
-	"github.com/byzlog/byzlog/indexer/rpcnode"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // Flags are the node link's settings.

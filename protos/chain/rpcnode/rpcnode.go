@@ -19,7 +19,7 @@ import (
 	rpchttp "github.com/cometbft/cometbft/rpc/client/http"
 	jsonrpcclient "github.com/cometbft/cometbft/rpc/jsonrpc/client"
 
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // Options shape a node's client.

@@ -1,4 +1,4 @@
-package main
+package gatewaylink
 
 import (
 	"errors"
@@ -9,31 +9,33 @@ import (
 	"github.com/byzlog/byzlog/gateway/client"
 )
 
-// localnetGenesis is the genesis of `make run`'s localnet: the default
+// LocalnetGenesis is the genesis of `make run`'s localnet: the default
 // root of trust, so the quick start verifies receipts without a flag.
-const localnetGenesis = "run/localnet/node0/config/genesis.json"
+const LocalnetGenesis = "run/localnet/node0/config/genesis.json"
 
-// trustFlags are the client's root of trust: it never learns the chain
+// Trust are the client's root of trust: it never learns the chain
 // from a gateway.
-type trustFlags struct {
-	genesis     string
+type Trust struct {
+	Genesis     string
 	chainID     string
 	trustHeight int64
 	trustHash   string
 	noVerify    bool
 }
 
-func (t *trustFlags) add(f *pflag.FlagSet) {
-	t.genesis = localnetGenesis
-	f.StringVar(&t.genesis, "genesis", t.genesis, "the chain's genesis.json: the chain id and the root of trust receipts are verified from")
+// Add adds --genesis (defaulting to the localnet's), --chain-id,
+// --trust-height, --trust-hash and --no-verify.
+func (t *Trust) Add(f *pflag.FlagSet) {
+	t.Genesis = LocalnetGenesis
+	f.StringVar(&t.Genesis, "genesis", t.Genesis, "the chain's genesis.json: the chain id and the root of trust receipts are verified from")
 	f.StringVar(&t.chainID, "chain-id", "", "with --trust-height and --trust-hash, or with --no-verify: the chain id (instead of --genesis)")
 	f.Int64Var(&t.trustHeight, "trust-height", 0, "root of trust: a header's height (with --trust-hash and --chain-id, instead of --genesis)")
 	f.StringVar(&t.trustHash, "trust-hash", "", "root of trust: the hex hash of the header at --trust-height")
 	f.BoolVar(&t.noVerify, "no-verify", false, "take receipts on the gateway's word, unverified (a lying gateway can acknowledge dropped records); the chain id still comes from --genesis or --chain-id")
 }
 
-// trust builds the client's Trust from the flags.
-func (t *trustFlags) trust(f *pflag.FlagSet) (client.Trust, error) {
+// Root builds the client's Trust from the flags.
+func (t *Trust) Root(f *pflag.FlagSet) (client.Trust, error) {
 	byHash := t.trustHeight != 0 || t.trustHash != ""
 	switch {
 	case byHash && f.Changed("genesis"):
@@ -52,7 +54,7 @@ func (t *trustFlags) trust(f *pflag.FlagSet) (client.Trust, error) {
 	case t.noVerify && t.chainID != "" && !f.Changed("genesis"):
 		return client.TrustGateway(t.chainID), nil
 	}
-	tr, err := client.TrustGenesis(t.genesis)
+	tr, err := client.TrustGenesis(t.Genesis)
 	if err != nil {
 		return client.Trust{}, fmt.Errorf("--genesis: %w (give the chain's genesis.json, or --chain-id with --trust-height and --trust-hash)", err)
 	}

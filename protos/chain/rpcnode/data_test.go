@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/byzlog/byzlog/indexer/chain"
-	"github.com/byzlog/byzlog/indexer/rpcnode"
-	"github.com/byzlog/byzlog/indexer/tlsconf"
+	"github.com/byzlog/byzlog/protos/chain"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
