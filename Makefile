@@ -16,8 +16,11 @@ NATSCLI_VERSION            := v0.5.0
 GRPCURL_VERSION            := v1.9.4
 export COMETBFT_VERSION PROTOC_GEN_GO_VERSION PROTOC_GEN_GO_GRPC_VERSION NATS_SERVER_VERSION NATSCLI_VERSION GRPCURL_VERSION BIN
 
+# The product: what the Dockerfile ships. The lab (byzlog-lab: bench, chaos,
+# attack, demo) is a module of its own and is never shipped.
 COMMANDS := byzlog byzlog-app byzlog-gateway byzlog-indexer
-MODULES := protos abciapp gateway indexer services
+LAB := byzlog-lab
+MODULES := protos abciapp gateway indexer services services/lab
 DEMO_RECORDS ?= 10000
 LOCALNET_DIR ?= run/localnet
 UNIT_TIMEOUT ?= 10m
@@ -45,8 +48,8 @@ deps: ## install apt packages and pinned Go tools into ./bin (skips what is pres
 	@scripts/deps.sh
 
 .PHONY: build
-build: deps ## build byzlog's binaries into ./bin
-	@scripts/progress.sh "build: $(COMMANDS)" go build -o $(BIN)/ $(addprefix github.com/byzlog/byzlog/services/,$(COMMANDS))
+build: deps ## build byzlog's binaries and the lab's into ./bin
+	@scripts/progress.sh "build: $(COMMANDS) $(LAB)" go build -o $(BIN)/ $(addprefix github.com/byzlog/byzlog/services/,$(COMMANDS)) github.com/byzlog/byzlog/services/lab/$(LAB)
 
 .PHONY: proto
 proto: deps ## regenerate the Go code of protos/
@@ -62,7 +65,7 @@ lint: deps ## gofmt, go vet over the workspace, every module tidy and building o
 	if [ -n "$$unformatted" ]; then echo "lint: gofmt would change:"; echo "$$unformatted"; exit 1; fi
 	go vet -tags e2e work
 	go vet -tags failpoints github.com/byzlog/byzlog/abciapp/...
-	go vet -tags e2e,bench github.com/byzlog/byzlog/services/e2e
+	go vet -tags e2e,bench github.com/byzlog/byzlog/services/lab/e2e
 	@for m in $(MODULES); do \
 	  (cd $$m && GOWORK=off go mod tidy -diff >/dev/null) || { echo "lint: $$m/go.mod or go.sum is not tidy: run (cd $$m && GOWORK=off go mod tidy)"; exit 1; }; \
 	  (cd $$m && GOWORK=off go build ./...) || { echo "lint: $$m does not build on its own (GOWORK=off)"; exit 1; }; \
@@ -90,13 +93,13 @@ KAFKA_COMPAT_OUT ?= run/kafka-compat.txt
 .PHONY: kafka-compat
 kafka-compat: build ## franz-go's whole kgo test suite against a gateway's Kafka face (make test runs a subset): which tests pass, in $(KAFKA_COMPAT_OUT) and the output beside it (~35 min)
 	@mkdir -p $(dir $(KAFKA_COMPAT_OUT))
-	BYZLOG_BIN=$(BIN) BYZLOG_KGO_RUN=. BYZLOG_KGO_RESULTS=$(abspath $(KAFKA_COMPAT_OUT)) go test -tags e2e -count=1 -timeout 50m -v -run TestKafkaCompat github.com/byzlog/byzlog/services/e2e
+	BYZLOG_BIN=$(BIN) BYZLOG_KGO_RUN=. BYZLOG_KGO_RESULTS=$(abspath $(KAFKA_COMPAT_OUT)) go test -tags e2e -count=1 -timeout 50m -v -run TestKafkaCompat github.com/byzlog/byzlog/services/lab/e2e
 
 KAFKA_PROBE_RUNS ?= 10
 
 .PHONY: kafka-probes
 kafka-probes: build ## librdkafka at its defaults (scripts/kafka-probes) against a gateway's Kafka face on a fresh network, KAFKA_PROBE_RUNS (10) times: 4,000 records stored in the order sent, 50 asynchronous commits read back as 50 (make test runs it once)
-	BYZLOG_BIN=$(BIN) BYZLOG_KAFKA_PROBE_RUNS=$(KAFKA_PROBE_RUNS) go test -tags e2e -count=1 -timeout 60m -v -run '^TestKafkaProbes$$' github.com/byzlog/byzlog/services/e2e
+	BYZLOG_BIN=$(BIN) BYZLOG_KAFKA_PROBE_RUNS=$(KAFKA_PROBE_RUNS) go test -tags e2e -count=1 -timeout 60m -v -run '^TestKafkaProbes$$' github.com/byzlog/byzlog/services/lab/e2e
 
 .PHONY: fuzz
 fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
@@ -108,15 +111,15 @@ fuzz: deps ## run every fuzz target for FUZZTIME each (default 30s)
 
 .PHONY: bench
 bench: build ## byzlog beside stock CometBFT (kvstore, noop) and JetStream, 100 B and 1 KiB: table, ratios, chart and JSON in $(BENCH_OUT), ~16 min (BENCH_ARGS=--scaling, --profile)
-	$(BIN)/byzlog bench suite --out $(BENCH_OUT) $(BENCH_ARGS)
+	$(BIN)/byzlog-lab bench suite --out $(BENCH_OUT) $(BENCH_ARGS)
 
 .PHONY: bench-smoke
 bench-smoke: build ## the suite's 1-minute variant (every system, 100 B, 3 s each; make test runs it as an e2e test)
-	$(BIN)/byzlog bench suite --smoke --out $(BENCH_OUT) $(BENCH_ARGS)
+	$(BIN)/byzlog-lab bench suite --smoke --out $(BENCH_OUT) $(BENCH_ARGS)
 
 .PHONY: bench-soak
 bench-soak: build ## byzlog for SOAK_DURATION (10m) open loop at SOAK_RATE records/s (70% of a measured peak), the topic retaining 4 MiB a partition: CPU per process, and figures and every RSS minute by minute
-	$(BIN)/byzlog bench suite --systems byzlog --record-sizes 100 --warmup 30s --duration $(SOAK_DURATION) --rate $(SOAK_RATE) --retention-bytes 4194304 --window 1m --out $(BENCH_OUT)/soak $(BENCH_ARGS)
+	$(BIN)/byzlog-lab bench suite --systems byzlog --record-sizes 100 --warmup 30s --duration $(SOAK_DURATION) --rate $(SOAK_RATE) --retention-bytes 4194304 --window 1m --out $(BENCH_OUT)/soak $(BENCH_ARGS)
 
 .PHONY: bench-core
 bench-core: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns/record, allocs/record)
@@ -124,31 +127,31 @@ bench-core: deps ## Go benchmarks of the state machine on RocksDB (records/s, ns
 
 .PHONY: bench-gateway
 bench-gateway: build ## via-gateway records/s and receipt latency vs one-record txs, and a linger/bundle-size sweep (BYZLOG_BENCH_SECONDS, default 20)
-	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchGateway github.com/byzlog/byzlog/services/e2e
+	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchGateway github.com/byzlog/byzlog/services/lab/e2e
 
 .PHONY: bench-join
 bench-join: build ## time for a wiped validator to reach the tip by replay from genesis and by state sync, at BYZLOG_JOIN_BLOCKS (1000,20000) blocks of history, then each node's stores before and after pruning to BYZLOG_JOIN_RETAIN (1000) blocks (1 h 46 min for the default here; e2e TestStateSyncJoin and chaos statesync-one are the short variants)
-	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 4h -v -run TestBenchJoin github.com/byzlog/byzlog/services/e2e
+	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 4h -v -run TestBenchJoin github.com/byzlog/byzlog/services/lab/e2e
 
 .PHONY: bench-indexer
 bench-indexer: build ## commit→subscriber latency and the indexer's catch-up publish rate (BYZLOG_BENCH_SECONDS, default 20)
-	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchIndexer github.com/byzlog/byzlog/services/e2e
+	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchIndexer github.com/byzlog/byzlog/services/lab/e2e
 
 .PHONY: chaos
 chaos: build failpoints-app ## every nemesis for CHAOS_DURATION (3m) each under load, history checked: table in $(CHAOS_OUT), exit 1 on any anomaly (~45 min)
-	$(BIN)/byzlog chaos --duration $(CHAOS_DURATION) --out $(CHAOS_OUT) $(CHAOS_ARGS)
+	$(BIN)/byzlog-lab chaos --duration $(CHAOS_DURATION) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 .PHONY: chaos-smoke
 chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis, 2 faults each (~7 min)
-	$(BIN)/byzlog chaos --duration 12s --hold 3s --gap 2s --settle 120s --kafka-settle 45s $(CHAOS_ARGS)
+	$(BIN)/byzlog-lab chaos --duration 12s --hold 3s --gap 2s --settle 120s --kafka-settle 45s $(CHAOS_ARGS)
 
 .PHONY: attack
 attack: build ## the no-attack phase, then every Byzantine-client attack for ATTACK_DURATION (60s) each under honest load: table in $(ATTACK_OUT), exit 1 if a row has a crash, an anomaly or < 0.8x honest throughput (~20 min)
-	$(BIN)/byzlog attack --duration $(ATTACK_DURATION) --out $(ATTACK_OUT) $(ATTACK_ARGS)
+	$(BIN)/byzlog-lab attack --duration $(ATTACK_DURATION) --out $(ATTACK_OUT) $(ATTACK_ARGS)
 
 .PHONY: attack-smoke
 attack-smoke: build ## the short attack run make test runs: 10 s per row (~5 min)
-	$(BIN)/byzlog attack --duration 10s --settle 30s $(ATTACK_ARGS)
+	$(BIN)/byzlog-lab attack --duration 10s --settle 30s $(ATTACK_ARGS)
 
 .PHONY: model
 model: ## model-check the protocol with spin (scripts/model): every property passes, every sanity mutation fails; installs spin if missing
@@ -174,7 +177,7 @@ run: deps build ## run the whole system (4 validators, NATS, gateway, indexer) i
 
 .PHONY: demo
 demo: deps build ## a self-checking tour on a fresh cluster: produce DEMO_RECORDS (10000), consume through NATS, verify, print figures
-	$(BIN)/byzlog demo --records $(DEMO_RECORDS)
+	$(BIN)/byzlog-lab demo --records $(DEMO_RECORDS)
 
 .PHONY: localnet
 localnet: build ## start a 4-validator localnet in $(LOCALNET_DIR) (resumes an existing one)
@@ -191,5 +194,5 @@ localnet-down: ## stop the localnet (its data stays)
 .PHONY: clean
 clean: ## stop the localnet, remove built binaries and run data (keeps installed tools)
 	@if [ -x $(BIN)/byzlog ] && [ -f $(LOCALNET_DIR)/localnet.json ]; then $(BIN)/byzlog localnet down --dir $(LOCALNET_DIR); fi
-	rm -f $(addprefix $(BIN)/,$(COMMANDS)) $(BIN)/byzlog-app-failpoints
+	rm -f $(addprefix $(BIN)/,$(COMMANDS) $(LAB)) $(BIN)/byzlog-app-failpoints
 	rm -rf run

@@ -31,7 +31,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "$(dirname "$0")/progress.sh" "deps: apt-get install" $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The FUSE device, for the power-loss file system (services/internal/powerfs):
+# The FUSE device, for the power-loss file system (services/lab/powerfs):
 # a container may have the kernel's FUSE without the device node.
 if [ ! -e /dev/fuse ] && [ "$(id -u)" = 0 ]; then
   modprobe fuse 2>/dev/null || true

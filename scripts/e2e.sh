@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e.sh: byzlog's end-to-end tests (go test -tags e2e ./services/e2e), in
+# e2e.sh: byzlog's end-to-end tests (go test -tags e2e ./services/lab/e2e), in
 # less wall time than one after another. Most of them wait on blocks and
 # leave the cores half idle, so they run as two shards side by side, each
 # test of a shard in turn, each shard on its own port range
@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BYZLOG_BIN:?BYZLOG_BIN must name the directory of the built binaries}"
 timeout=${E2E_TIMEOUT:-25m}
-pkg=github.com/byzlog/byzlog/services/e2e
+pkg=github.com/byzlog/byzlog/services/lab/e2e
 gotest=(go test -tags e2e -count=1 -timeout "$timeout" -v "$pkg")
 
 if [ -n "${E2E_RUN:-}" ]; then

@@ -24,9 +24,13 @@ render() {
   section byzlog-app "$BIN/byzlog-app"
   section byzlog-gateway "$BIN/byzlog-gateway"
   section byzlog-indexer "$BIN/byzlog-indexer"
-  for sub in "run" "demo" "bench" "bench suite" "chaos" "attack" "localnet up" "localnet rebuild" "node check" "topic create" "topic delete" "validator add" "validator remove" "validator list" "admin set-admins" "admin schedule-upgrade" "admin cosign" "admin submit" "indexer register" "indexer unregister" "indexer list" "produce" "consume" "keygen" "certs"; do
+  for sub in "run" "localnet up" "localnet rebuild" "node check" "topic create" "topic delete" "validator add" "validator remove" "validator list" "admin set-admins" "admin schedule-upgrade" "admin cosign" "admin submit" "indexer register" "indexer unregister" "indexer list" "produce" "consume" "keygen" "certs"; do
     # shellcheck disable=SC2086
     section "byzlog $sub" "$BIN/byzlog" $sub
+  done
+  for sub in "demo" "bench" "bench suite" "chaos" "attack"; do
+    # shellcheck disable=SC2086
+    section "byzlog-lab $sub" "$BIN/byzlog-lab" $sub
   done
   echo "$end"
 }

@@ -132,7 +132,7 @@ func readRequest(path string) (*byzlogv1.AdminRequest, error) {
 }
 
 func newValidatorCommand() *cobra.Command {
-	tf := &topicFlags{gateway: defaultGateway}
+	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{
 		Use:   "validator",
 		Short: "Add, remove and list validators (admin-signed, the admin set's threshold)",
@@ -236,7 +236,7 @@ func validatorKey(s string) ([]byte, error) {
 }
 
 func newAdminCommand() *cobra.Command {
-	tf := &topicFlags{gateway: defaultGateway}
+	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{
 		Use:   "admin",
 		Short: "Change the admin set; cosign and submit requests signed with --sign-only",

@@ -27,8 +27,6 @@ import (
 	"github.com/byzlog/byzlog/services/internal/nodelink"
 )
 
-const defaultNATS = "nats://127.0.0.1:4222"
-
 // consumeOptions are the consume command's flags.
 type consumeOptions struct {
 	partitions    []uint
@@ -98,7 +96,7 @@ missing from a partition (reported on stderr as it goes), it exits 1. A
 summary goes to stderr.`
 
 func newConsumeCommand() *cobra.Command {
-	o := &consumeOptions{commitEvery: 1000, natsURL: defaultNATS, gateway: defaultGateway,
+	o := &consumeOptions{commitEvery: 1000, natsURL: natsconn.LocalnetURL, gateway: gatewaylink.LocalnetGateway,
 		nodes: localnetNodes}
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",

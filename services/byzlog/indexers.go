@@ -25,7 +25,7 @@ import (
 const localnetNodes = "https://127.0.0.1:26657,https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957"
 
 func newIndexerCommand() *cobra.Command {
-	tf := &topicFlags{gateway: defaultGateway}
+	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{
 		Use:   "indexer",
 		Short: "Register indexers, so that pruning nodes keep the blocks they have not published",

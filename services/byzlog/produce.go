@@ -19,8 +19,6 @@ import (
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
-const defaultGateway = "127.0.0.1:7070"
-
 func newKeygenCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "keygen FILE",
@@ -70,7 +68,7 @@ type topicFlags struct {
 }
 
 func newTopicCommand() *cobra.Command {
-	tf := &topicFlags{gateway: defaultGateway}
+	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{Use: "topic", Short: "Create, list, describe and delete topics"}
 	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
 	tf.tlsf.Add(cmd.PersistentFlags())
@@ -241,7 +239,7 @@ the producer's light client verified from --genesis (or --trust-height and
 --no-verify takes receipts on the gateway's word.`
 
 func newProduceCommand() *cobra.Command {
-	o := &produceOptions{gateways: []string{defaultGateway}, acks: "commit", partition: -1}
+	o := &produceOptions{gateways: []string{gatewaylink.LocalnetGateway}, acks: "commit", partition: -1}
 	cmd := &cobra.Command{
 		Use:   "produce TOPIC",
 		Short: "Produce records: --value for one, else one record per line of stdin",

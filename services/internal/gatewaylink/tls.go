@@ -14,6 +14,10 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
+// LocalnetGateway is the first gateway of `make run`'s localnet: the default
+// --gateway.
+const LocalnetGateway = "127.0.0.1:7070"
+
 // LocalnetCA is the CA of `make run`'s localnet: the default the gateway's
 // certificate is checked against, so the quick start speaks TLS without a
 // flag.

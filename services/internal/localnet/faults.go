@@ -16,7 +16,7 @@ import (
 	"github.com/cometbft/cometbft/p2p"
 )
 
-// Process-level faults for tests and `byzlog chaos`: each acts on one named
+// Process-level faults for tests and `byzlog-lab chaos`: each acts on one named
 // process of this network, found by its PID file and checked to be ours
 // (pid plus its marking argument), so nothing else is ever signalled.
 

@@ -17,6 +17,9 @@ import (
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
+// LocalnetURL is the NATS of `make run`'s localnet: the default --nats.
+const LocalnetURL = "nats://127.0.0.1:4222"
+
 // Flags are a NATS client's credentials and TLS.
 type Flags struct {
 	// User and PasswordFile: NATS user/password authentication (empty

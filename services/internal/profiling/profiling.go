@@ -1,6 +1,6 @@
 // Package profiling serves Go's runtime profiles (net/http/pprof) on an
 // address of their own, for the binaries' --pprof-listen flag: never on a
-// public API port, off unless asked for. `byzlog bench suite --profile`
+// public API port, off unless asked for. `byzlog-lab bench suite --profile`
 // collects from it.
 package profiling
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/byzlog/byzlog/services/internal/attack"
-	"github.com/byzlog/byzlog/services/internal/chaos"
+	"github.com/byzlog/byzlog/services/lab/attack"
+	"github.com/byzlog/byzlog/services/lab/chaos"
 )
 
 type attackOptions struct {
@@ -32,7 +32,7 @@ func newAttackCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "attack",
 		Short: "Run Byzantine clients against byzlog and check that no process dies, no record goes wrong and honest throughput holds",
-		Long: `Start the cluster byzlog chaos uses (4 validators, NATS, 2 gateways, the
+		Long: `Start the cluster byzlog-lab chaos uses (4 validators, NATS, 2 gateways, the
 indexer, a lying RPC proxy in front of node0), then run a no-attack phase and
 one phase per attack in --attacks, each on a fresh topic for --duration:
 honest producers (the SDK, through both gateways) write at --rate, consumers

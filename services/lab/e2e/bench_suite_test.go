@@ -11,21 +11,21 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/byzlog/byzlog/services/internal/bench"
+	"github.com/byzlog/byzlog/services/lab/bench"
 )
 
-// TestBenchSuiteSmoke runs `byzlog bench suite --smoke --profile`: every
+// TestBenchSuiteSmoke runs `byzlog-lab bench suite --smoke --profile`: every
 // system (byzlog over gRPC and socket, with JSON+zstd, stock kvstore and
 // noop, JetStream with and without fsync) for 3 s on this machine. It
 // checks that each produced figures, that the table, chart and profiles
 // were written, and that no process of the suite outlived it.
 func TestBenchSuiteSmoke(t *testing.T) {
 	out := t.TempDir()
-	cmd := exec.Command(filepath.Join(binDir(t), "byzlog"), "bench", "suite", "--smoke", "--profile",
+	cmd := exec.Command(filepath.Join(binDir(t), "byzlog-lab"), "bench", "suite", "--smoke", "--profile",
 		"--base-port", strconv.Itoa(basePort(t)+9000), "--out", out)
 	b, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("byzlog bench suite --smoke: %v\n%s", err, b)
+		t.Fatalf("byzlog-lab bench suite --smoke: %v\n%s", err, b)
 	}
 	var s bench.Suite
 	raw, err := os.ReadFile(filepath.Join(out, "suite.json"))

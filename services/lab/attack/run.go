@@ -25,7 +25,7 @@ import (
 	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
-	"github.com/byzlog/byzlog/services/internal/chaos"
+	"github.com/byzlog/byzlog/services/lab/chaos"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 )
 

@@ -4,7 +4,7 @@
 // reading the records back through NATS to time the whole path. It reports
 // committed records/s and MB/s, receipt and end-to-end latency
 // percentiles, errors by code, and the CPU time and peak RSS of the
-// cluster's processes. It reads no flags; `byzlog bench` wires it.
+// cluster's processes. It reads no flags; `byzlog-lab bench` wires it.
 package bench
 
 import (

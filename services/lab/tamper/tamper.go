@@ -41,7 +41,7 @@ type Proxy struct {
 }
 
 // Modes are the lies a Proxy tells in chaos runs; "" tells none. Huge is
-// an attack's (byzlog attack), not a chaos nemesis's, and is not listed.
+// an attack's (byzlog-lab attack), not a chaos nemesis's, and is not listed.
 var Modes = []string{Header, Tx, Results, Withhold}
 
 // LiarModes are the lies of the lying-node nemesis (issue 14): a node that

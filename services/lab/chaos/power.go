@@ -14,7 +14,7 @@ import (
 
 	"github.com/byzlog/byzlog/indexer/layout"
 	"github.com/byzlog/byzlog/services/internal/localnet"
-	"github.com/byzlog/byzlog/services/internal/powerfs"
+	"github.com/byzlog/byzlog/services/lab/powerfs"
 )
 
 // Disks are the cluster's power-loss file systems (powerfs), by what they

@@ -16,7 +16,7 @@ import (
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
-	"github.com/byzlog/byzlog/services/internal/chaos"
+	"github.com/byzlog/byzlog/services/lab/chaos"
 )
 
 const chain = "byzlog-test"

@@ -60,7 +60,7 @@ func (s Suite) SVG() []byte {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&sb, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(&sb, `<text x="10" y="20" font-size="15" font-weight="bold">byzlog bench suite, %s</text>`+"\n", html.EscapeString(s.Started.UTC().Format("2006-01-02 15:04 UTC")))
+	fmt.Fprintf(&sb, `<text x="10" y="20" font-size="15" font-weight="bold">byzlog-lab bench suite, %s</text>`+"\n", html.EscapeString(s.Started.UTC().Format("2006-01-02 15:04 UTC")))
 	x2 := left + panelW + gap
 	fmt.Fprintf(&sb, `<text x="%d" y="44" font-weight="bold">committed records/s</text>`+"\n", left)
 	fmt.Fprintf(&sb, `<text x="%d" y="44" font-weight="bold">p99 latency to acknowledgement, ms</text>`+"\n", x2)

@@ -69,7 +69,7 @@ func (v *violations) last() string {
 func connectWatching(env *Env, name string) (*nats.Conn, *violations, error) {
 	v := &violations{}
 	v.reset()
-	nc, err := nats.Connect(env.NATSURL, append([]nats.Option{nats.Name("byzlog attack " + name),
+	nc, err := nats.Connect(env.NATSURL, append([]nats.Option{nats.Name("byzlog-lab attack " + name),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) {
 				v.v.Store(err.Error())

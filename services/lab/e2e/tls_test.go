@@ -19,7 +19,7 @@ import (
 )
 
 // TestCaptureSeesNoRecords is issue 15's capture test: tcpdump records
-// all TCP traffic on loopback while `byzlog demo` produces its records
+// all TCP traffic on loopback while `byzlog-lab demo` produces its records
 // ("demo-N") and reads them back, and no record value may be in the
 // capture. Every hop crosses loopback: producers to the gateway, the
 // gateway and the indexer to the nodes' RPC, the indexer and consumers to
@@ -56,9 +56,9 @@ func TestCaptureSeesNoRecords(t *testing.T) {
 		if insecure {
 			args = append(args, "--insecure")
 		}
-		out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), args...).CombinedOutput()
+		out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog-lab"), args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "PASS") {
-			t.Fatalf("byzlog %s: %v\n%s", strings.Join(args, " "), err, out)
+			t.Fatalf("byzlog-lab %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		stopDump()
 		b, err := os.ReadFile(pcap)

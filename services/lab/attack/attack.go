@@ -37,7 +37,7 @@ import (
 	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
-	"github.com/byzlog/byzlog/services/internal/tamper"
+	"github.com/byzlog/byzlog/services/lab/tamper"
 )
 
 // Env is what an attacker may reach: the cluster's front doors on
@@ -108,7 +108,7 @@ type Attack struct {
 var Baseline = Attack{Name: "none", Doc: "no attack: the honest load alone, the baseline of every ratio",
 	Run: func(ctx context.Context, _ *Env, _ *Tally) error { <-ctx.Done(); return nil }}
 
-// Attacks lists every attack, in the order `byzlog attack` runs them.
+// Attacks lists every attack, in the order `byzlog-lab attack` runs them.
 var Attacks = []Attack{
 	{Name: "crash-input", Doc: "broadcast_tx_sync to every node a correctly signed batch for topic \"\\x01\"×59+\"a\"×6 (its rejection message, cut at 256 bytes, once split a UTF-8 \"…\" and the app panicked), then a malformed corpus: random bytes, truncated and bit-flipped transactions, valid envelopes around garbage bodies, topic names that break messages, to every node's RPC and its app's data service (Submit, and Query of every path with the corpus as data)",
 		Run: crashInput},

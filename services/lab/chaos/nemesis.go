@@ -15,7 +15,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/services/internal/localnet"
-	"github.com/byzlog/byzlog/services/internal/tamper"
+	"github.com/byzlog/byzlog/services/lab/tamper"
 )
 
 // Cluster is the running system a nemesis acts on: a localnet, its
@@ -97,7 +97,7 @@ type Nemesis struct {
 	Inject func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
 }
 
-// Nemeses lists every nemesis, in the order `byzlog chaos` runs them.
+// Nemeses lists every nemesis, in the order `byzlog-lab chaos` runs them.
 var Nemeses = []Nemesis{
 	{
 		Name: "kill-node", Doc: "kill -9 a validator's cometbft and byzlog-app together, one validator at a time in turn; restart both",

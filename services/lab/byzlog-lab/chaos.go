@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/byzlog/byzlog/services/internal/chaos"
 	"github.com/byzlog/byzlog/services/internal/localnet"
-	"github.com/byzlog/byzlog/services/internal/tamper"
+	"github.com/byzlog/byzlog/services/lab/chaos"
+	"github.com/byzlog/byzlog/services/lab/tamper"
 )
 
 type chaosOptions struct {
@@ -249,7 +249,7 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 	return nil
 }
 
-// testCluster is the cluster `byzlog chaos` and `byzlog attack` run on: a
+// testCluster is the cluster `byzlog-lab chaos` and `byzlog-lab attack` run on: a
 // 4-validator localnet whose validators reach each other through loopback
 // proxies (partitions cut them), NATS, 2 gateways and the indexer, and a
 // lying RPC proxy in front of node0 for gateway0 and the indexer. With

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/byzlog/byzlog/services/internal/powerfs"
+	"github.com/byzlog/byzlog/services/lab/powerfs"
 )
 
 // mount serves a fresh backing directory until the test ends.

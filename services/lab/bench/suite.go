@@ -76,7 +76,7 @@ type Row struct {
 	Err        string  `json:"error,omitempty"`
 }
 
-// Suite is a whole `byzlog bench suite` run.
+// Suite is a whole `byzlog-lab bench suite` run.
 type Suite struct {
 	Started  time.Time     `json:"started"`
 	Host     string        `json:"host"`
@@ -170,7 +170,7 @@ func (s Suite) WriteTable(w io.Writer) {
 		}
 		return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
 	}
-	fmt.Fprintf(w, "byzlog bench suite, %s, %s warm-up + %s measured per row, %s\n",
+	fmt.Fprintf(w, "byzlog-lab bench suite, %s, %s warm-up + %s measured per row, %s\n",
 		s.Started.UTC().Format("2006-01-02 15:04 UTC"), s.Warmup, s.Duration, s.Host)
 	for _, size := range s.RecordSizes() {
 		fmt.Fprintf(w, "\n%d B records\n", size)

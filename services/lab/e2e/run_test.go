@@ -208,9 +208,9 @@ func TestRunWholeSystem(t *testing.T) {
 		t.Logf("a key payroll does not list is refused: %s", firstLine(errors.New(strings.TrimSpace(out))))
 	}
 
-	// byzlog bench loads the running cluster and reports on every process.
+	// byzlog-lab bench loads the running cluster and reports on every process.
 	result := filepath.Join(t.TempDir(), "bench.json")
-	bin("byzlog", "", "bench", "--dir", dir, "--gateway", gw, "--nats", natsURL, "--warmup", "1s", "--duration", "2s",
+	bin("byzlog-lab", "", "bench", "--dir", dir, "--gateway", gw, "--nats", natsURL, "--warmup", "1s", "--duration", "2s",
 		"--producers", "2", "--out", result)
 	var res struct {
 		Committed int64 `json:"committed_records"`
@@ -220,9 +220,9 @@ func TestRunWholeSystem(t *testing.T) {
 		} `json:"processes"`
 	}
 	if b, err := os.ReadFile(result); err != nil || json.Unmarshal(b, &res) != nil || res.Committed == 0 || len(res.Processes) != 11 {
-		t.Fatalf("byzlog bench result: %v %+v", err, res)
+		t.Fatalf("byzlog-lab bench result: %v %+v", err, res)
 	}
-	t.Logf("byzlog bench: %d records committed in 2 s, %d processes measured", res.Committed, len(res.Processes))
+	t.Logf("byzlog-lab bench: %d records committed in 2 s, %d processes measured", res.Committed, len(res.Processes))
 
 	// Ctrl-C: every process it started is gone.
 	if !run.stop() {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
-	"github.com/byzlog/byzlog/services/internal/tamper"
+	"github.com/byzlog/byzlog/services/lab/tamper"
 )
 
 // liar is a gateway test double in front of a real gateway that drops,

@@ -21,7 +21,7 @@ import (
 	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/indexer/layout"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
-	"github.com/byzlog/byzlog/services/internal/tamper"
+	"github.com/byzlog/byzlog/services/lab/tamper"
 )
 
 // TestIndexerRefusesTamperedData puts a lying proxy in front of the node

@@ -21,11 +21,11 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
-	"github.com/byzlog/byzlog/services/internal/bench"
 	"github.com/byzlog/byzlog/services/internal/localnet"
+	"github.com/byzlog/byzlog/services/lab/bench"
 )
 
-// suiteOptions is what `byzlog bench suite` was asked for.
+// suiteOptions is what `byzlog-lab bench suite` was asked for.
 type suiteOptions struct {
 	out         string
 	systems     []string

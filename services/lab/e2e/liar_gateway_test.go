@@ -15,7 +15,7 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
-	"github.com/byzlog/byzlog/services/internal/tamper"
+	"github.com/byzlog/byzlog/services/lab/tamper"
 )
 
 // TestLyingGatewayIsCaught is issue 14's fourth finding from the producer's

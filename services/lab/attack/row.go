@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/byzlog/byzlog/services/internal/chaos"
+	"github.com/byzlog/byzlog/services/lab/chaos"
 )
 
 // Row is one attack's result.

@@ -18,11 +18,11 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
-	"github.com/byzlog/byzlog/services/internal/bench"
 	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
+	"github.com/byzlog/byzlog/services/lab/bench"
 )
 
 // benchOptions are the bench command's flags.
@@ -79,7 +79,7 @@ app and --tx-size random bytes per transaction (a gateway bundle's size): the
 consensus engine's ceiling, a record counting as --record-size of its bytes.`
 
 func newBenchCommand() *cobra.Command {
-	o := &benchOptions{cfg: bench.Default(), gateways: []string{defaultGateway}, natsURL: defaultNATS, acks: "commit",
+	o := &benchOptions{cfg: bench.Default(), gateways: []string{gatewaylink.LocalnetGateway}, natsURL: natsconn.LocalnetURL, acks: "commit",
 		dir: localnet.Default().Dir, partitions: 8, js: bench.DefaultJetStream(), kvPort: 30656, txSize: 256 << 10}
 	cmd := &cobra.Command{
 		Use:   "bench",
