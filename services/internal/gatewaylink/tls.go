@@ -10,8 +10,8 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/consumer"
-	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
 // LocalnetGateway is the first gateway of `make run`'s localnet: the default

@@ -21,12 +21,12 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/indexer/natsauth"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 	"github.com/byzlog/byzlog/protos/chain/tlsconf"
-	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
-	"github.com/byzlog/byzlog/services/lab/chaos"
 	"github.com/byzlog/byzlog/services/internal/localnet"
+	"github.com/byzlog/byzlog/services/lab/chaos"
 )
 
 // Config is one attack run's shape.
