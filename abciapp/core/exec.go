@@ -192,15 +192,14 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 		return proto.Clone(cb.early).(*byzlogv1.BatchResult), nil, nil
 	}
 	sb, body := cb.sb, cb.body
-	topic, err := loadTopic(o, body.Topic)
-	if err != nil {
+	topic, code, missing, err := topicPartition(o, body.Topic, body.Partition)
+	switch {
+	case err != nil:
 		return nil, nil, err
-	}
-	if topic == nil {
-		return failBatch(body, wire.CodeUnknownTopic, "topic %s does not exist; create it first", wire.Quote(body.Topic)), nil, nil
-	}
-	if body.Partition >= topic.Config.Partitions {
-		return failBatch(body, wire.CodeUnknownPartition, "topic %q has partitions 0..%d", body.Topic, topic.Config.Partitions-1), nil, nil
+	case code == wire.CodeUnknownTopic:
+		return failBatch(body, code, "%s; create it first", missing), nil, nil
+	case topic == nil:
+		return failBatch(body, code, "%s", missing), nil, nil
 	}
 	if !allowed(topic.Config, sb.ProducerKey) {
 		return failBatch(body, wire.CodeNotAllowed, "producer key %x is not in topic %q's allowed_producers", sb.ProducerKey, body.Topic), nil, nil
@@ -646,15 +645,12 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		if len(po.Metadata) > maxOffsetMetadata {
 			return reject(wire.CodeMalformedTx, "offsets[%d]: metadata is %d bytes, at most %d", i, len(po.Metadata), maxOffsetMetadata), nil
 		}
-		topic, err := loadTopic(o, po.Topic)
+		topic, code, missing, err := topicPartition(o, po.Topic, po.Partition)
 		if err != nil {
 			return Result{}, err
 		}
 		if topic == nil {
-			return reject(wire.CodeUnknownTopic, "offsets[%d]: topic %s does not exist", i, wire.Quote(po.Topic)), nil
-		}
-		if po.Partition >= topic.Config.Partitions {
-			return reject(wire.CodeUnknownPartition, "offsets[%d]: topic %q has partitions 0..%d", i, po.Topic, topic.Config.Partitions-1), nil
+			return reject(code, "offsets[%d]: %s", i, missing), nil
 		}
 		var part byzlogv1.PartitionState
 		if _, err := getProto(o, CFMeta, partitionKey(po.Topic, po.Partition), &part); err != nil {
@@ -674,6 +670,23 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		o.put(CFOffsets, k, marshal(&byzlogv1.GroupOffset{Offset: po.Offset, Metadata: po.Metadata, Height: ex.b.Height}))
 	}
 	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"count", strconv.Itoa(len(body.Offsets))}}}}}, nil
+}
+
+// topicPartition loads a topic and checks that partition is one of its
+// partitions: a batch, an offset commit, a proof and a records query all ask
+// it. When either is missing, code says which and missing says so in words
+// (the caller adds its own context); the topic is nil then.
+func topicPartition(r Reader, name string, partition uint32) (t *byzlogv1.TopicState, code wire.Code, missing string, err error) {
+	t, err = loadTopic(r, name)
+	switch {
+	case err != nil:
+		return nil, 0, "", err
+	case t == nil:
+		return nil, wire.CodeUnknownTopic, "topic " + wire.Quote(name) + " does not exist", nil
+	case partition >= t.Config.Partitions:
+		return nil, wire.CodeUnknownPartition, fmt.Sprintf("topic %q has partitions 0..%d", name, t.Config.Partitions-1), nil
+	}
+	return t, wire.CodeOK, "", nil
 }
 
 func loadTopic(r Reader, name string) (*byzlogv1.TopicState, error) {

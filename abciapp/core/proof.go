@@ -37,15 +37,12 @@ func partitionItem(p *byzlogv1.PartitionRoot) []byte {
 func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, Result, error) {
 	// The topic first: a name no topic has (NUL bytes in it) would make
 	// the record scan below reach another topic's keys.
-	t, err := loadTopic(s, req.Topic)
+	t, code, missing, err := topicPartition(s, req.Topic, req.Partition)
 	if err != nil {
 		return nil, Result{}, err
 	}
 	if t == nil {
-		return nil, reject(wire.CodeUnknownTopic, "topic %q does not exist", req.Topic), nil
-	}
-	if req.Partition >= t.Config.Partitions {
-		return nil, reject(wire.CodeUnknownPartition, "topic %q has partitions 0..%d", req.Topic, t.Config.Partitions-1), nil
+		return nil, reject(code, "%s", missing), nil
 	}
 	var ps byzlogv1.PartitionState
 	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {

@@ -198,15 +198,12 @@ func topicInfo(r Reader, t *byzlogv1.TopicState) (*byzlogv1.TopicInfo, error) {
 }
 
 func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, error) {
-	t, err := loadTopic(s, req.Topic)
+	t, code, missing, err := topicPartition(s, req.Topic, req.Partition)
 	if err != nil {
 		return nil, Result{}, err
 	}
 	if t == nil {
-		return nil, reject(wire.CodeUnknownTopic, "topic %q does not exist", req.Topic), nil
-	}
-	if req.Partition >= t.Config.Partitions {
-		return nil, reject(wire.CodeUnknownPartition, "topic %q has partitions 0..%d", req.Topic, t.Config.Partitions-1), nil
+		return nil, reject(code, "%s", missing), nil
 	}
 	maxRecords, maxBytes := int(req.MaxRecords), int(req.MaxBytes)
 	if maxRecords == 0 || maxRecords > wire.DefaultQueryRecords {

@@ -41,6 +41,31 @@ func (s *signing) add(f *pflag.FlagSet) {
 	s.trust.Add(f)
 }
 
+// signed makes c an admin-signed command: request builds the operation from
+// the arguments and says what was done, for the output line. The signing
+// flags are added here; c's own flags are the caller's.
+func signed(tf *topicFlags, c *cobra.Command, request func(args []string) (op proto.Message, done string, err error)) *cobra.Command {
+	var s signing
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		op, done, err := request(args)
+		if err != nil {
+			return err
+		}
+		return s.apply(cmd, tf, op, done)
+	}
+	s.add(c.Flags())
+	return c
+}
+
+// gatewayGroup adds --gateway and the TLS flags to a group of commands
+// that talk to one gateway, and returns where they land.
+func gatewayGroup(cmd *cobra.Command) *topicFlags {
+	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
+	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
+	tf.tlsf.Add(cmd.PersistentFlags())
+	return tf
+}
+
 // admin connects an admin client with the first key as the signer and the
 // others as cosigners.
 func (s *signing) admin(cmd *cobra.Command, tf *topicFlags) (*client.Admin, error) {
@@ -132,7 +157,6 @@ func readRequest(path string) (*byzlogv1.AdminRequest, error) {
 }
 
 func newValidatorCommand() *cobra.Command {
-	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{
 		Use:   "validator",
 		Short: "Add, remove and list validators (admin-signed, the admin set's threshold)",
@@ -145,40 +169,27 @@ A validator is named by its ed25519 consensus public key: base64 (the "value" of
 "pub_key" in its priv_validator_key.json, or of "cometbft show-validator"), hex,
 or the path of either JSON file.`,
 	}
-	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.Add(cmd.PersistentFlags())
+	tf := gatewayGroup(cmd)
 
 	var power int64 = 10
-	var s signing
-	add := &cobra.Command{
+	add := signed(tf, &cobra.Command{
 		Use:   "add KEY",
 		Short: "Add a validator with --power (a validator already in the set gets that power)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			pk, err := validatorKey(args[0])
-			if err != nil {
-				return err
-			}
-			return s.apply(cmd, tf, &byzlogv1.SetValidator{PubKey: pk, Power: power}, fmt.Sprintf("validator %s set to power %d", args[0], power))
-		},
-	}
+	}, func(args []string) (proto.Message, string, error) {
+		pk, err := validatorKey(args[0])
+		return &byzlogv1.SetValidator{PubKey: pk, Power: power}, fmt.Sprintf("validator %s set to power %d", args[0], power), err
+	})
 	add.Flags().Int64Var(&power, "power", power, "voting power")
-	s.add(add.Flags())
 
-	var rs signing
-	remove := &cobra.Command{
+	remove := signed(tf, &cobra.Command{
 		Use:   "remove KEY",
 		Short: "Remove a validator",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			pk, err := validatorKey(args[0])
-			if err != nil {
-				return err
-			}
-			return rs.apply(cmd, tf, &byzlogv1.SetValidator{PubKey: pk}, fmt.Sprintf("validator %s removed", args[0]))
-		},
-	}
-	rs.add(remove.Flags())
+	}, func(args []string) (proto.Message, string, error) {
+		pk, err := validatorKey(args[0])
+		return &byzlogv1.SetValidator{PubKey: pk}, fmt.Sprintf("validator %s removed", args[0]), err
+	})
 
 	var lt gatewaylink.Trust
 	list := &cobra.Command{
@@ -236,7 +247,6 @@ func validatorKey(s string) ([]byte, error) {
 }
 
 func newAdminCommand() *cobra.Command {
-	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{
 		Use:   "admin",
 		Short: "Change the admin set; cosign and submit requests signed with --sign-only",
@@ -250,32 +260,24 @@ command with --sign-only FILE, each other runs "byzlog admin cosign FILE", and
 any of them (or anyone) runs "byzlog admin submit FILE". The request commits only
 within its expiry (120 blocks after it was signed): sign it again after that.`,
 	}
-	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.Add(cmd.PersistentFlags())
+	tf := gatewayGroup(cmd)
 
 	var admins []string
 	var threshold uint32
-	var s signing
-	setAdmins := &cobra.Command{
+	setAdmins := signed(tf, &cobra.Command{
 		Use:   "set-admins",
 		Short: "Replace the admin set with --admin keys and --threshold",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			keys, err := publicKeys("admin", admins)
-			if err != nil {
-				return err
-			}
-			return s.apply(cmd, tf, &byzlogv1.SetAdmins{Admins: keys, Threshold: threshold}, fmt.Sprintf("admin set replaced: %d keys, threshold %d", len(keys), threshold))
-		},
-	}
+	}, func([]string) (proto.Message, string, error) {
+		keys, err := publicKeys("admin", admins)
+		return &byzlogv1.SetAdmins{Admins: keys, Threshold: threshold}, fmt.Sprintf("admin set replaced: %d keys, threshold %d", len(keys), threshold), err
+	})
 	setAdmins.Flags().StringSliceVar(&admins, "admin", nil, "public key (hex) of an admin of the new set; repeat for each")
 	setAdmins.Flags().Uint32Var(&threshold, "threshold", 1, "how many admins must sign a dangerous operation")
-	s.add(setAdmins.Flags())
 
 	var version uint64
 	var height int64
-	var us signing
-	upgrade := &cobra.Command{
+	upgrade := signed(tf, &cobra.Command{
 		Use:   "schedule-upgrade --rules-version N --height H",
 		Short: "Schedule the switch to rules version N at height H (--rules-version 0 cancels)",
 		Long: `Schedules the switch to a new version of the state machine's rules at height H,
@@ -284,17 +286,15 @@ a build that knows the version before H: it runs the old rules until H. A build
 that does not know the version stops at H instead of executing the block
 differently. --rules-version 0 cancels a scheduled upgrade.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			done := fmt.Sprintf("rules version %d scheduled at height %d", version, height)
-			if version == 0 {
-				done = "scheduled upgrade cancelled"
-			}
-			return us.apply(cmd, tf, &byzlogv1.ScheduleUpgrade{RulesVersion: version, Height: height}, done)
-		},
-	}
+	}, func([]string) (proto.Message, string, error) {
+		done := fmt.Sprintf("rules version %d scheduled at height %d", version, height)
+		if version == 0 {
+			done = "scheduled upgrade cancelled"
+		}
+		return &byzlogv1.ScheduleUpgrade{RulesVersion: version, Height: height}, done, nil
+	})
 	upgrade.Flags().Uint64Var(&version, "rules-version", 0, "the rules version to switch to (0: cancel the scheduled one)")
 	upgrade.Flags().Int64Var(&height, "height", 0, "the first height that runs it")
-	us.add(upgrade.Flags())
 
 	var keyPath string
 	var ct gatewaylink.Trust
@@ -368,15 +368,11 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 }
 
 func newTopicDeleteCommand(tf *topicFlags) *cobra.Command {
-	var s signing
-	del := &cobra.Command{
+	return signed(tf, &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a topic and its records (the admin set's threshold of admin keys)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return s.apply(cmd, tf, &byzlogv1.DeleteTopic{Name: args[0]}, fmt.Sprintf("deleted topic %s", args[0]))
-		},
-	}
-	s.add(del.Flags())
-	return del
+	}, func(args []string) (proto.Message, string, error) {
+		return &byzlogv1.DeleteTopic{Name: args[0]}, fmt.Sprintf("deleted topic %s", args[0]), nil
+	})
 }

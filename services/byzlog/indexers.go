@@ -25,7 +25,6 @@ import (
 const localnetNodes = "https://127.0.0.1:26657,https://127.0.0.1:26757,https://127.0.0.1:26857,https://127.0.0.1:26957"
 
 func newIndexerCommand() *cobra.Command {
-	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{
 		Use:   "indexer",
 		Short: "Register indexers, so that pruning nodes keep the blocks they have not published",
@@ -38,41 +37,28 @@ not published, needs the admin set's threshold.
 An indexer is named by its ed25519 public key in hex, or by the path of its key
 file (byzlog keygen), whose public half is taken.`,
 	}
-	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.Add(cmd.PersistentFlags())
+	tf := gatewayGroup(cmd)
 
 	var name string
-	var s signing
-	register := &cobra.Command{
+	register := signed(tf, &cobra.Command{
 		Use:   "register KEY --name NAME",
 		Short: "Register an indexer",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			pk, err := indexerKey(args[0])
-			if err != nil {
-				return err
-			}
-			return s.apply(cmd, tf, &byzlogv1.SetIndexer{PubKey: pk, Name: name}, fmt.Sprintf("indexer %s registered as %q", hex.EncodeToString(pk), name))
-		},
-	}
+	}, func(args []string) (proto.Message, string, error) {
+		pk, err := indexerKey(args[0])
+		return &byzlogv1.SetIndexer{PubKey: pk, Name: name}, fmt.Sprintf("indexer %s registered as %q", hex.EncodeToString(pk), name), err
+	})
 	register.Flags().StringVar(&name, "name", "", "the name reports show: 1 to 64 of a-z, A-Z, 0-9, '-' and '_'")
 	_ = register.MarkFlagRequired("name")
-	s.add(register.Flags())
 
-	var us signing
-	unregister := &cobra.Command{
+	unregister := signed(tf, &cobra.Command{
 		Use:   "unregister KEY",
 		Short: "Unregister an indexer (the admin set's threshold)",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			pk, err := indexerKey(args[0])
-			if err != nil {
-				return err
-			}
-			return us.apply(cmd, tf, &byzlogv1.SetIndexer{PubKey: pk, Remove: true}, fmt.Sprintf("indexer %s unregistered", hex.EncodeToString(pk)))
-		},
-	}
-	us.add(unregister.Flags())
+	}, func(args []string) (proto.Message, string, error) {
+		pk, err := indexerKey(args[0])
+		return &byzlogv1.SetIndexer{PubKey: pk, Remove: true}, fmt.Sprintf("indexer %s unregistered", hex.EncodeToString(pk)), err
+	})
 
 	nodes := localnetNodes
 	var link nodelink.Flags

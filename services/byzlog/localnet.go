@@ -100,12 +100,9 @@ func newLocalnetDownCommand(cfg *localnet.Config) *cobra.Command {
 		Short: "Stop every process of the network (data stays in --dir)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := localnet.Open(*cfg)
+			n, err := openExisting(*cfg)
 			if err != nil {
 				return err
-			}
-			if !n.Existing() {
-				return fmt.Errorf("no network in %s", n.Config().Dir)
 			}
 			if len(n.Running()) == 0 {
 				fmt.Fprintf(cmd.OutOrStdout(), "nothing running in %s\n", n.Config().Dir)
@@ -126,12 +123,9 @@ func newLocalnetStatusCommand(cfg *localnet.Config) *cobra.Command {
 		Short: "Print every node's processes, height and app hash",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := localnet.Open(*cfg)
+			n, err := openExisting(*cfg)
 			if err != nil {
 				return err
-			}
-			if !n.Existing() {
-				return fmt.Errorf("no network in %s", n.Config().Dir)
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "NODE\tCOMETBFT\tAPP\tHEIGHT\tAPP HASH\tNOTE")
@@ -167,12 +161,9 @@ until the node has caught up. The other validators must be running.`,
 			if err != nil || i < 0 {
 				return fmt.Errorf("node %q: want a validator number such as 2 (or node2)", args[0])
 			}
-			n, err := localnet.Open(*cfg)
+			n, err := openExisting(*cfg)
 			if err != nil {
 				return err
-			}
-			if !n.Existing() {
-				return fmt.Errorf("no network in %s", n.Config().Dir)
 			}
 			if i >= n.Config().Validators {
 				return fmt.Errorf("node %d: the network in %s has validators 0 to %d", i, n.Config().Dir, n.Config().Validators-1)
@@ -202,6 +193,18 @@ until the node has caught up. The other validators must be running.`,
 	}
 	cmd.Flags().DurationVar(&wait, "wait", wait, "how long to wait for the rebuilt node to catch up")
 	return cmd
+}
+
+// openExisting opens the network in cfg.Dir, which must have been created.
+func openExisting(cfg localnet.Config) (*localnet.Net, error) {
+	n, err := localnet.Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !n.Existing() {
+		return nil, fmt.Errorf("no network in %s", n.Config().Dir)
+	}
+	return n, nil
 }
 
 func pidText(pid int) string {

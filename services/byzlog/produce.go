@@ -68,10 +68,8 @@ type topicFlags struct {
 }
 
 func newTopicCommand() *cobra.Command {
-	tf := &topicFlags{gateway: gatewaylink.LocalnetGateway}
 	cmd := &cobra.Command{Use: "topic", Short: "Create, list, describe and delete topics"}
-	cmd.PersistentFlags().StringVar(&tf.gateway, "gateway", tf.gateway, "gateway address (host:port)")
-	tf.tlsf.Add(cmd.PersistentFlags())
+	tf := gatewayGroup(cmd)
 	cmd.AddCommand(newTopicCreateCommand(tf), newTopicListCommand(tf), newTopicDescribeCommand(tf), newTopicDeleteCommand(tf))
 	return cmd
 }
