@@ -62,7 +62,7 @@ func serveKafkaFace(t *testing.T, g *gateway.Gateway, edit func(*kafka.Config)) 
 	if edit != nil {
 		edit(&cfg)
 	}
-	srv, err := kafka.New(cfg, g, zerolog.Nop())
+	srv, err := kafka.New(cfg, kafka.Over(g), zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic,
 		// Kafka's max.message.bytes may pass the chain's record bound: the
 		// topic then keeps the chain's, and the face writes larger records
 		// in chunks (chunks.go).
-		l, err := c.s.b.Limits(ctx)
+		l, err := c.s.b.Reads.Limits(ctx)
 		if err != nil {
 			return kafkaError(err), err
 		}
@@ -142,7 +142,7 @@ func (c *conn) admin(ctx context.Context, op proto.Message) error {
 		if err != nil {
 			return fmt.Errorf("sign admin request: %w", err)
 		}
-		_, err = c.s.b.Admin(ctx, req, accepted)
+		_, err = c.s.b.Admin.Admin(ctx, req, accepted)
 		return err
 	})
 	c.s.topics.expire()

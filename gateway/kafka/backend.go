@@ -9,29 +9,64 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-// Backend is what the face needs of the gateway; *gateway.Gateway is one.
-type Backend interface {
-	ChainID() string
-	Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error)
+// Backend is what the face needs of the gateway, in four small parts a
+// request kind each uses: Over(g) makes one of a *gateway.Gateway.
+type Backend struct {
+	// ChainID is the chain the face signs for (the gateway learns it from
+	// its nodes, so it is asked each time).
+	ChainID func() string
+	Log     Log
+	Reads   Reads
+	Groups  Groups
+	Admin   Admin
+}
+
+// Over is the Backend of a gateway: every part is g.
+func Over(g *gateway.Gateway) Backend {
+	return Backend{ChainID: g.ChainID, Log: g, Reads: g, Groups: g, Admin: g}
+}
+
+// Log appends batches (Produce and the large-record chunks).
+type Log interface {
 	// Submit returns once the batch's place among its producer's batches
 	// is fixed; the result's Wait gives the answer.
 	Submit(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*gateway.Submitted, error)
+	Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error)
 	NextSequence(ctx context.Context, key ed25519.PublicKey, topic string, partition uint32) (uint64, error)
+}
+
+// Reads answers what the chain holds (Metadata, Fetch, ListOffsets).
+type Reads interface {
 	Topics(ctx context.Context) ([]*byzlogv1.TopicInfo, error)
 	Records(ctx context.Context, req *byzlogv1.RecordsRequest) (*byzlogv1.RecordsResponse, error)
 	// Limits are the chain's limits.
 	Limits(ctx context.Context) (*byzlogv1.Limits, error)
 	// Height is the highest block a healthy node has.
 	Height() int64
+}
+
+// Groups reads and commits consumer-group offsets.
+type Groups interface {
 	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)
 	Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, error)
-	// CommitOffsets and Admin wait for the commit; accepted (may be nil)
-	// is called when a node's mempool has taken the transaction.
+	// CommitOffsets waits for the commit; accepted (may be nil) is called
+	// when a node's mempool has taken the transaction.
 	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (gateway.Committed, error)
+}
+
+// Admin submits admin requests (CreateTopics, DeleteTopics) and waits for
+// the commit; accepted (may be nil) is called when a node's mempool has
+// taken the transaction.
+type Admin interface {
 	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (gateway.Committed, error)
 }
 
-var _ Backend = (*gateway.Gateway)(nil)
+var (
+	_ Log    = (*gateway.Gateway)(nil)
+	_ Reads  = (*gateway.Gateway)(nil)
+	_ Groups = (*gateway.Gateway)(nil)
+	_ Admin  = (*gateway.Gateway)(nil)
+)
 
 // Principal is who a connection acts as: the key that signs its batches.
 type Principal struct {

@@ -92,7 +92,7 @@ func (c *conn) chunkLarge(ctx context.Context, signer *wire.Signer, topic string
 	if err != nil {
 		return err
 	}
-	l, err := c.s.b.Limits(ctx)
+	l, err := c.s.b.Reads.Limits(ctx)
 	if err != nil {
 		return err
 	}
@@ -143,7 +143,7 @@ func (c *conn) writeChunks(ctx context.Context, signer *wire.Signer, topic strin
 			})
 			if err == nil {
 				var rc *byzlogv1.Receipt
-				if rc, err = c.s.b.Produce(ctx, sb, byzlogv1.Ack_ACK_COMMIT); err == nil {
+				if rc, err = c.s.b.Log.Produce(ctx, sb, byzlogv1.Ack_ACK_COMMIT); err == nil {
 					m.Chunks[j].Offset = rc.GetBaseOffset()
 				}
 			}
@@ -236,7 +236,7 @@ func (c *conn) chunkValue(ctx context.Context, topic string, partition uint32, r
 	for j, ch := range m.Chunks {
 		part := have[ch.Offset]
 		if part == nil {
-			rr, err := c.s.b.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: ch.Offset, MaxBytes: 1})
+			rr, err := c.s.b.Reads.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: ch.Offset, MaxBytes: 1})
 			if err != nil {
 				return nil, fmt.Errorf("chunk %d at offset %d: %w", j, ch.Offset, err)
 			}

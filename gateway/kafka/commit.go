@@ -217,7 +217,7 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 		return resp
 	}
 	committed := map[string]*byzlogv1.PartitionOffset{}
-	g, err := c.s.b.Group(ctx, r.Group)
+	g, err := c.s.b.Groups.Group(ctx, r.Group)
 	var re *gateway.RejectedError
 	switch {
 	case errors.As(err, &re) && re.Code == wire.CodeNotFound:
@@ -261,7 +261,7 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 // commits: the chain lets nonces run ahead in the mempool, so a key's
 // commits follow each other into blocks instead of one a block.
 type nonces struct {
-	b Backend
+	b Groups
 
 	mu   sync.Mutex
 	keys map[string]*counter
@@ -308,7 +308,7 @@ func (s *Server) commitOffsets(ctx context.Context, key ed25519.PrivateKey, grou
 		if err != nil {
 			return fmt.Errorf("sign offset commit: %w", err)
 		}
-		_, err = s.b.CommitOffsets(ctx, tx, func() {
+		_, err = s.b.Groups.CommitOffsets(ctx, tx, func() {
 			accepted()
 			inMempool()
 		})

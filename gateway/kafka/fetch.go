@@ -33,13 +33,13 @@ func (c *conn) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
 		maxBytes = min(maxBytes, int(r.MaxBytes))
 	}
 	for {
-		height := c.s.b.Height()
+		height := c.s.b.Reads.Height()
 		resp, size := c.fetchOnce(ctx, r, maxBytes)
 		if size >= int(r.MinBytes) || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return resp
 		}
 		// Nothing new until another block commits.
-		for c.s.b.Height() == height && time.Now().Before(deadline) {
+		for c.s.b.Reads.Height() == height && time.Now().Before(deadline) {
 			select {
 			case <-time.After(c.s.cfg.FetchPoll):
 			case <-ctx.Done():
@@ -84,7 +84,7 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 		out.ErrorCode = kerr.OffsetOutOfRange.Code
 		return
 	}
-	rr, err := c.s.b.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: uint32(rp.Partition), Offset: uint64(rp.FetchOffset), MaxBytes: uint32(room)})
+	rr, err := c.s.b.Reads.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: uint32(rp.Partition), Offset: uint64(rp.FetchOffset), MaxBytes: uint32(room)})
 	if err != nil {
 		out.ErrorCode = kafkaError(err).Code
 		if out.ErrorCode == kerr.InvalidRecord.Code {
@@ -132,7 +132,7 @@ func (c *conn) wholeFirstBatch(ctx context.Context, topic string, partition uint
 		if last.Offset+1 >= end || (first != nil && !sameBatch(first, last)) {
 			return recs, nil
 		}
-		rr, err := c.s.b.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: last.Offset + 1, MaxBytes: wire.MaxQueryBytes})
+		rr, err := c.s.b.Reads.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: partition, Offset: last.Offset + 1, MaxBytes: wire.MaxQueryBytes})
 		if err != nil {
 			c.log.Debug().Err(err).Str("topic", topic).Uint32("partition", partition).Msg("kafka fetch: reading the rest of a batch failed")
 			return recs, nil

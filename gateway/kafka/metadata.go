@@ -18,7 +18,7 @@ import (
 // topicCache holds the topic list for TopicsTTL, so Metadata and Produce
 // cost no query each.
 type topicCache struct {
-	b   Backend
+	b   Reads
 	ttl time.Duration
 
 	mu      sync.Mutex

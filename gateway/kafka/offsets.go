@@ -87,7 +87,7 @@ type recordAt struct {
 // asked again at its start).
 func (c *conn) recordAt(ctx context.Context, topic string, partition int32, offset uint64) (recordAt, error) {
 	req := &byzlogv1.RecordsRequest{Topic: topic, Partition: uint32(partition), Offset: offset, MaxRecords: 1}
-	rr, err := c.s.b.Records(ctx, req)
+	rr, err := c.s.b.Reads.Records(ctx, req)
 	if err != nil && offset == 0 && kafkaError(err) == kerr.OffsetOutOfRange {
 		// Below the log start: read the bounds from the topic instead.
 		info, ierr := c.partitionInfo(ctx, topic, partition)
@@ -95,7 +95,7 @@ func (c *conn) recordAt(ctx context.Context, topic string, partition int32, offs
 			return recordAt{}, ierr
 		}
 		req.Offset = info.LogStartOffset
-		rr, err = c.s.b.Records(ctx, req)
+		rr, err = c.s.b.Reads.Records(ctx, req)
 	}
 	if err != nil {
 		return recordAt{}, err

@@ -264,7 +264,7 @@ func (c *conn) submitBatch(ctx context.Context, topic string, partition uint32, 
 		release(false, false)
 		return submittedBatch{}, fmt.Errorf("sign batch: %w", err)
 	}
-	s, err := c.s.b.Submit(ctx, sb, ack)
+	s, err := c.s.b.Log.Submit(ctx, sb, ack)
 	if err != nil {
 		release(false, true)
 		return submittedBatch{}, err
@@ -289,7 +289,7 @@ func (c *conn) submitIdempotent(ctx context.Context, signer *wire.Signer, topic 
 	if err != nil {
 		return submittedBatch{}, fmt.Errorf("sign batch: %w", err)
 	}
-	s, err := c.s.b.Submit(ctx, sb, ack)
+	s, err := c.s.b.Log.Submit(ctx, sb, ack)
 	if err != nil {
 		return submittedBatch{}, err
 	}

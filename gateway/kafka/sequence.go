@@ -88,13 +88,13 @@ func (s *counter) take(ctx context.Context, read func(context.Context) (uint64, 
 // for one key in one partition (a plain Kafka producer's batches carry no
 // sequence of their own), a counter a stream.
 type sequencer struct {
-	b Backend
+	b Log
 
 	mu      sync.Mutex
 	streams map[string]*counter
 }
 
-func newSequencer(b Backend) *sequencer {
+func newSequencer(b Log) *sequencer {
 	return &sequencer{b: b, streams: map[string]*counter{}}
 }
 

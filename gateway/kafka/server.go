@@ -44,11 +44,11 @@ func New(cfg Config, b Backend, log zerolog.Logger) (*Server, error) {
 		buffered: semaphore.NewWeighted(cfg.MaxBufferedBytes),
 		perIP:    map[string]int{},
 		workers:  make(chan struct{}, cfg.MaxWorkers),
-		topics:   &topicCache{b: b, ttl: cfg.TopicsTTL},
-		seqs:     newSequencer(b),
+		topics:   &topicCache{b: b.Reads, ttl: cfg.TopicsTTL},
+		seqs:     newSequencer(b.Log),
 		groups:   newGroups(),
 		peers:    &peers{seen: map[int32]peerSeen{}},
-		nonces:   &nonces{b: b, keys: map[string]*counter{}},
+		nonces:   &nonces{b: b.Groups, keys: map[string]*counter{}},
 	}, nil
 }
 

@@ -22,7 +22,6 @@ type noBackend struct{}
 
 var errNo = errors.New("no backend")
 
-func (noBackend) ChainID() string { return "test" }
 func (noBackend) Produce(context.Context, *byzlogv1.SignedBatch, byzlogv1.Ack) (*byzlogv1.Receipt, error) {
 	return nil, errNo
 }
@@ -60,7 +59,7 @@ func serve(t *testing.T, edit func(*Config)) string {
 	if edit != nil {
 		edit(&cfg)
 	}
-	s, err := New(cfg, noBackend{}, zerolog.Nop())
+	s, err := New(cfg, Backend{ChainID: func() string { return "test" }, Log: noBackend{}, Reads: noBackend{}, Groups: noBackend{}, Admin: noBackend{}}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,7 +102,7 @@ func parseBrokers(s string) ([]kafka.Broker, error) {
 // serveKafka runs the face until ctx is done; the returned wait blocks
 // until it has stopped.
 func serveKafka(ctx context.Context, cfg kafka.Config, g *gateway.Gateway, log zerolog.Logger) (func() error, error) {
-	srv, err := kafka.New(cfg, g, log)
+	srv, err := kafka.New(cfg, kafka.Over(g), log)
 	if err != nil {
 		return nil, err
 	}
