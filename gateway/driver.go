@@ -10,8 +10,8 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 
 	"github.com/byzlog/byzlog/gateway/nodes"
-	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain"
 )
 
 // A node's CheckTx answer is one node's word. When it says a batch is a

@@ -6,7 +6,7 @@ import (
 	"github.com/cometbft/cometbft/light/provider"
 	cmttypes "github.com/cometbft/cometbft/types"
 
-	"github.com/byzlog/byzlog/protos/chain"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 )
 
 // Trust is a light client root of trust: the hash of the header at Height.
@@ -20,7 +20,7 @@ type Trust struct {
 // validators. Each provider is asked in turn; one that serves a header the
 // genesis validators did not sign is skipped, with the reason kept.
 func TrustGenesis(ctx context.Context, gen *cmttypes.GenesisDoc, providers []provider.Provider) (Trust, error) {
-	r, err := chain.Root{ChainID: gen.ChainID, Genesis: gen}.Resolve(ctx, providers)
+	r, err := receipt.Root{ChainID: gen.ChainID, Genesis: gen}.Resolve(ctx, providers)
 	if err != nil {
 		return Trust{}, err
 	}

@@ -15,9 +15,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
-	"github.com/byzlog/byzlog/protos/chain"
-	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain"
+	"github.com/byzlog/byzlog/protos/chain/lightclient"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
+	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -76,7 +78,7 @@ func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse i
 }
 
 // verifier hands out verified blocks by height: headers from the light
-// client (chain.Headers, every node a primary in turn and the others
+// client (lightclient.Headers, every node a primary in turn and the others
 // witnesses), block data round-robin from the nodes, skipping a node whose
 // data does not match the verified headers.
 type verifier struct {
@@ -84,7 +86,7 @@ type verifier struct {
 	log     zerolog.Logger
 	m       *Metrics
 	nodes   []*node
-	headers *chain.Headers
+	headers *lightclient.Headers
 	lastTip int64
 }
 
@@ -93,8 +95,8 @@ func newVerifier(cfg Config, nodes []*node, m *Metrics, log zerolog.Logger) *ver
 	for i, n := range nodes {
 		provs[i] = n.prov
 	}
-	h, err := chain.NewHeaders(chain.Config{
-		Root:           chain.Root{ChainID: cfg.ChainID, Height: cfg.Trust.Height, Hash: cfg.Trust.Hash},
+	h, err := lightclient.NewHeaders(lightclient.Config{
+		Root:           receipt.Root{ChainID: cfg.ChainID, Height: cfg.Trust.Height, Hash: cfg.Trust.Hash},
 		TrustingPeriod: cfg.TrustingPeriod, Sequential: true, CrossCheck: true, Log: log, Errors: m.lightErrors,
 	}, provs...)
 	if err != nil {

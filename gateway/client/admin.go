@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -30,7 +30,7 @@ type Admin struct {
 	key       ed25519.PrivateKey
 	cosigners []ed25519.PrivateKey
 	trust     Trust
-	verify    *chain.Verifier // nil: commits are taken on the gateway's word
+	verify    *receipt.Verifier // nil: commits are taken on the gateway's word
 }
 
 // adminWait bounds how long the admin client waits for a header to appear.
@@ -58,7 +58,7 @@ func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust, opts ...Optio
 		return nil, fmt.Errorf("gateway %s: %w", gateway, err)
 	}
 	gw := byzlogv1.NewGatewayClient(c)
-	v, err := chain.NewVerifier(trust, []byzlogv1.GatewayClient{gw}, adminWait)
+	v, err := receipt.NewVerifier(trust, []byzlogv1.GatewayClient{gw}, adminWait)
 	if err != nil {
 		_ = c.Close()
 		return nil, err
@@ -73,10 +73,10 @@ func (a *Admin) Gateway() byzlogv1.GatewayClient { return a.gw }
 func (a *Admin) Close() error { return a.conn.Close() }
 
 // AdminExpiryBlocks is how many blocks past the chain's height an admin
-// request stays valid (chain.ExpiryBlocks). With verification on, the
+// request stays valid (receipt.ExpiryBlocks). With verification on, the
 // height is one whose header the admin's light client verified, so a
 // gateway cannot stretch the window.
-const AdminExpiryBlocks = chain.ExpiryBlocks
+const AdminExpiryBlocks = receipt.ExpiryBlocks
 
 // CreateTopic creates a topic and returns the height that committed it.
 func (a *Admin) CreateTopic(ctx context.Context, name string, cfg *byzlogv1.TopicConfig) (int64, error) {
@@ -141,7 +141,7 @@ func (a *Admin) do(ctx context.Context, op proto.Message) (int64, error) {
 // keys. The request may be cosigned elsewhere (Cosign) and then submitted.
 func (a *Admin) Sign(ctx context.Context, op proto.Message) (*byzlogv1.AdminRequest, error) {
 	s := wire.NewSigner(a.key, a.trust.ChainID())
-	expiry, err := chain.Expiry(ctx, a.gw, a.verify, a.trust.ChainID())
+	expiry, err := receipt.Expiry(ctx, a.gw, a.verify, a.trust.ChainID())
 	if err != nil {
 		return nil, err
 	}

@@ -28,8 +28,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -103,7 +103,7 @@ type Producer struct {
 	gws     []byzlogv1.GatewayClient
 	signer  *wire.Signer
 	chainID string
-	verify  *chain.Verifier // nil: receipts are taken on the gateway's word
+	verify  *receipt.Verifier // nil: receipts are taken on the gateway's word
 	next    atomic.Uint64
 	// verifying bounds the receipts being checked at once; each holds its
 	// batch's records until it is resolved.
@@ -195,7 +195,7 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 		p.closeConns()
 		return nil, err
 	}
-	v, err := chain.NewVerifier(o.trust, p.gws, o.requestTimeout)
+	v, err := receipt.NewVerifier(o.trust, p.gws, o.requestTimeout)
 	if err != nil {
 		p.closeConns()
 		return nil, err

@@ -7,37 +7,37 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Trust is what a client believes about the chain without asking a
-// gateway (chain.Trust): the chain it signs for and, unless it is
+// gateway (receipt.Trust): the chain it signs for and, unless it is
 // TrustGateway, the root of trust its receipts are checked from.
-type Trust = chain.Trust
+type Trust = receipt.Trust
 
 // TrustGenesis trusts the chain of a genesis file: receipts are checked
 // against headers verified from the first header its validators signed.
-func TrustGenesis(path string) (Trust, error) { return chain.TrustGenesis(path) }
+func TrustGenesis(path string) (Trust, error) { return receipt.TrustGenesis(path) }
 
 // TrustHeader trusts the chain from a header the operator checked: its
 // height and hash (hex, as CometBFT's RPC prints it).
 func TrustHeader(chainID string, height int64, hash string) (Trust, error) {
-	return chain.TrustHeader(chainID, height, hash)
+	return receipt.TrustHeader(chainID, height, hash)
 }
 
 // TrustGateway signs for chainID and takes receipts on the gateway's word
-// (see chain.TrustGateway): use it only with a gateway you run yourself.
-func TrustGateway(chainID string) Trust { return chain.TrustGateway(chainID) }
+// (see receipt.TrustGateway): use it only with a gateway you run yourself.
+func TrustGateway(chainID string) Trust { return receipt.TrustGateway(chainID) }
 
 // ErrUnverified means a gateway's receipt did not check against the chain;
 // the records may or may not have been written, and are not acknowledged.
-var ErrUnverified = chain.ErrUnverified
+var ErrUnverified = receipt.ErrUnverified
 
 // checkBatch checks a produce receipt for the signed batch of n records and
 // returns where the chain says it landed.
-func checkBatch(ctx context.Context, v *chain.Verifier, sb *byzlogv1.SignedBatch, body *byzlogv1.BatchBody, n int, rc *byzlogv1.Receipt) (*byzlogv1.BatchResult, error) {
+func checkBatch(ctx context.Context, v *receipt.Verifier, sb *byzlogv1.SignedBatch, body *byzlogv1.BatchBody, n int, rc *byzlogv1.Receipt) (*byzlogv1.BatchResult, error) {
 	data, code, err := v.Result(ctx, rc.GetHeight(), rc.GetTxIndex(), rc.GetProof())
 	if err != nil {
 		return nil, err

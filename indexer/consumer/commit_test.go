@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/protos/chain"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 )
 
 // fakeGateway answers the consumer's gateway calls from memory, with the
@@ -140,7 +140,7 @@ func TestCommit(t *testing.T) {
 	e.fill("t", 2, 0, 10)
 	gw, addr := startGateway(t)
 	_, key, _ := ed25519.GenerateKey(nil)
-	c := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure(), consumer.WithKey(key), consumer.WithTrust(chain.TrustGateway("test-chain")))
+	c := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure(), consumer.WithKey(key), consumer.WithTrust(receipt.TrustGateway("test-chain")))
 	s := e.subscribe(c, "t", consumer.WithGroup("g"))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -183,7 +183,7 @@ func TestCommit(t *testing.T) {
 
 	// The group belongs to the key that first committed.
 	_, other, _ := ed25519.GenerateKey(nil)
-	c2 := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure(), consumer.WithKey(other), consumer.WithTrust(chain.TrustGateway("test-chain")))
+	c2 := e.consumer(consumer.WithGateway(addr), consumer.WithGatewayInsecure(), consumer.WithKey(other), consumer.WithTrust(receipt.TrustGateway("test-chain")))
 	if _, err := c2.Commit(ctx, "g", consumer.Offset{Topic: "t", Partition: 0, Offset: 8}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Commit with another key = %v, want PermissionDenied", err)
 	}

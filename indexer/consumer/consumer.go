@@ -38,8 +38,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/byzlog/byzlog/protos/chain"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -74,7 +74,7 @@ type Consumer struct {
 	gwConn   *grpc.ClientConn
 
 	mu     sync.Mutex
-	verify *chain.Verifier // built at the first commit; nil: not verified
+	verify *receipt.Verifier // built at the first commit; nil: not verified
 }
 
 // New returns a Consumer on an existing NATS connection, which it does not
@@ -211,7 +211,7 @@ func (c *Consumer) commit(ctx context.Context, group string, build func(context.
 		for i, o := range offsets {
 			pos[i] = &byzlogv1.PartitionOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Metadata: o.Metadata}
 		}
-		expiry, err := chain.Expiry(ctx, c.gw, v, c.o.trust.ChainID())
+		expiry, err := receipt.Expiry(ctx, c.gw, v, c.o.trust.ChainID())
 		if err != nil {
 			return 0, fmt.Errorf("commit offsets of group %q: %w", group, err)
 		}
@@ -261,13 +261,13 @@ func isCode(err error, c wire.Code) bool {
 }
 
 // verifier returns the commit verifier, built on first use.
-func (c *Consumer) verifier() (*chain.Verifier, error) {
+func (c *Consumer) verifier() (*receipt.Verifier, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.verify != nil || !c.o.trust.Verifies() {
 		return c.verify, nil
 	}
-	v, err := chain.NewVerifier(c.o.trust, []byzlogv1.GatewayClient{c.gw}, 30*time.Second)
+	v, err := receipt.NewVerifier(c.o.trust, []byzlogv1.GatewayClient{c.gw}, 30*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("byzlog consumer: %w", err)
 	}

@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
-	"github.com/byzlog/byzlog/protos/chain"
-	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
+	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -27,7 +27,7 @@ type options struct {
 	commitTry int
 	retryWait time.Duration
 	verifier  RecordVerifier
-	trust     chain.Trust
+	trust     receipt.Trust
 	// gatewayTLS and gatewayInsecure: the WithGateway transport.
 	gatewayTLS      *tls.Config
 	gatewayInsecure bool
@@ -46,11 +46,11 @@ func (o options) validate() error {
 }
 
 // WithTrust sets the chain offset commits are signed for and, unless it
-// is chain.TrustGateway, the root of trust each commit is verified from:
+// is receipt.TrustGateway, the root of trust each commit is verified from:
 // the commit's transaction and its result must be in a block whose header
 // the consumer's light client verified, so a gateway cannot answer a
 // commit it dropped. Committing needs it; reading records does not.
-func WithTrust(t chain.Trust) Option { return func(o *options) { o.trust = t } }
+func WithTrust(t receipt.Trust) Option { return func(o *options) { o.trust = t } }
 
 // WithGateway sets the byzlog gateway (host:port) that Commit,
 // GroupOffsets and FromCommitted talk to, over TLS (WithGatewayTLS; the

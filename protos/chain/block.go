@@ -1,3 +1,13 @@
+// Package chain reads committed blocks from CometBFT nodes, for the
+// gateway, the indexer and the nodes themselves: a block and its results
+// checked against each other (ReadBlock), and the bundles a block
+// references checked against their hashes (FetchBundles). It takes
+// CometBFT's RPC types, as CometBFT's and rpcnode's clients answer them.
+//
+// Those types bring CometBFT's node configuration and a database with them
+// (cometbft/rpc/core/types imports p2p and config, which import
+// cometbft-db): no SDK may import this package. What an SDK checks, it
+// checks with package receipt, which this package builds the proofs with.
 package chain
 
 import (
@@ -12,6 +22,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 )
 
 // The one reader of committed blocks. A node's block and results are read
@@ -40,10 +51,11 @@ type Block struct {
 	// version 3) is replaced by the bundle it names, whose SHA-256 it is
 	// (ReadBlock). Its Data then no longer hashes to its header's
 	// DataHash, which names Committed.
-	Block   *cmttypes.Block
-	Results []*abci.ExecTxResult
-	proofs  *Results // over the committed transactions
-	hash    []byte
+	Block     *cmttypes.Block
+	Results   []*abci.ExecTxResult
+	committed cmttypes.Txs     // as in the block: Committed
+	proofs    *receipt.Results // over the committed transactions
+	hash      []byte
 }
 
 // BlockSource serves blocks, their results and the bundles they
@@ -128,13 +140,13 @@ func checkTxs(b *cmttypes.Block) error {
 func NewBlock(blk *cmttypes.Block, results []*abci.ExecTxResult) *Block {
 	// The header's own hash: Block.Hash is nil for a block without its
 	// last commit, which rpcnode.DecodeBlock does not read.
-	return &Block{Block: blk, Results: results, proofs: NewResults(blk.Txs, results), hash: blk.Header.Hash()}
+	return &Block{Block: blk, Results: results, committed: blk.Txs, proofs: receipt.NewResults(blk.Txs, results), hash: blk.Header.Hash()}
 }
 
 // Committed is the block's transactions as committed, which its header's
 // data hash and the transaction paths of Prove are over: Block.Txs, but
 // with each bundle reference as it is in the block.
-func (b *Block) Committed() cmttypes.Txs { return b.proofs.txs }
+func (b *Block) Committed() cmttypes.Txs { return b.committed }
 
 // Height is the block's height.
 func (b *Block) Height() int64 { return b.Block.Height }
@@ -184,7 +196,7 @@ func (b *Block) CheckHeader(lb *cmttypes.LightBlock) (kind string, err error) {
 }
 
 // Prove returns the proof of tx i's result, batch naming the receipt's
-// batch in it; withTx adds the tx's inclusion path (Results.Prove).
+// batch in it; withTx adds the tx's inclusion path (receipt.Results.Prove).
 func (b *Block) Prove(i int, batch uint32, withTx bool) *byzlogv1.ResultProof {
 	return b.proofs.Prove(i, batch, withTx)
 }

@@ -15,6 +15,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -48,13 +49,18 @@ func (s source) BlockResults(_ context.Context, h *int64) (*ctypes.ResultBlockRe
 // committed makes block 7 with n txs, its results, and the verified
 // headers of 7 and 8 that commit to them.
 func committed(n int) (*cmttypes.Block, []*abci.ExecTxResult, *cmttypes.LightBlock, *cmttypes.LightBlock) {
-	txs, r, _, _ := block(n)
+	txs := make(cmttypes.Txs, n)
+	results := make([]*abci.ExecTxResult, n)
+	for i := range n {
+		txs[i] = fmt.Appendf(nil, "tx %d", i)
+		results[i] = &abci.ExecTxResult{Code: uint32(i % 2), Data: fmt.Appendf(nil, "data %d", i), Log: "not hashed", GasUsed: int64(i)}
+	}
 	blk := cmttypes.MakeBlock(7, txs, &cmttypes.Commit{}, nil)
 	blk.ChainID, blk.ProposerAddress = "test-chain", make([]byte, 20)
 	blk.ValidatorsHash = cmttypes.Txs{[]byte("validators")}.Hash() // a header without one has no hash
 	lb := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &blk.Header}}
-	next := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: 8, LastResultsHash: r.Hash()}}}
-	return blk, r.results, lb, next
+	next := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: 8, LastResultsHash: cmttypes.NewResults(results).Hash()}}}
+	return blk, results, lb, next
 }
 
 func TestReadBlockChecks(t *testing.T) {
@@ -207,7 +213,7 @@ func TestReadBlockResolvesBundles(t *testing.T) {
 		if !proto.Equal(got, want) {
 			t.Errorf("Prove(%d) = %v, want %v", i, got, want)
 		}
-		if err := CheckTx(lb.Header, uint32(i), committedTxs[i], got); err != nil {
+		if err := receipt.CheckTx(lb.Header, uint32(i), committedTxs[i], got); err != nil {
 			t.Errorf("CheckTx(%d) of the committed tx: %v", i, err)
 		}
 	}

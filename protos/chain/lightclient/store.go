@@ -1,4 +1,4 @@
-package chain
+package lightclient
 
 import (
 	dbm "github.com/cometbft/cometbft-db"

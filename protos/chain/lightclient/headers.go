@@ -1,4 +1,4 @@
-package chain
+package lightclient
 
 import (
 	"context"
@@ -14,11 +14,13 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 )
 
 // Config configures Headers.
 type Config struct {
-	Root Root
+	Root receipt.Root
 	// TrustingPeriod bounds how old a trusted header may be (CometBFT's
 	// light client refuses to verify from one older; default 168h).
 	TrustingPeriod time.Duration
@@ -40,10 +42,6 @@ type Config struct {
 	Errors prometheus.Counter
 }
 
-// DefaultTrustingPeriod is CometBFT's usual two thirds of a three-week
-// unbonding period, rounded to a week.
-const DefaultTrustingPeriod = 168 * time.Hour
-
 // Headers verifies headers with CometBFT's light client from a root of
 // trust. The first provider is the primary, every one in turn taking its
 // place when the client gives up on it; with Config.CrossCheck the others
@@ -55,9 +53,9 @@ type Headers struct {
 	mu      sync.Mutex
 	store   store.Store
 	lc      *light.Client
-	root    Root // resolved: a height and hash
-	trusted bool // the store holds headers verified from the root
-	next    int  // the primary of the next client built
+	root    receipt.Root // resolved: a height and hash
+	trusted bool         // the store holds headers verified from the root
+	next    int          // the primary of the next client built
 }
 
 // NewHeaders verifies headers served by providers (at least one).
@@ -69,7 +67,7 @@ func NewHeaders(cfg Config, providers ...provider.Provider) (*Headers, error) {
 		return nil, errors.New("verify headers: no source of light blocks")
 	}
 	if cfg.TrustingPeriod == 0 {
-		cfg.TrustingPeriod = DefaultTrustingPeriod
+		cfg.TrustingPeriod = receipt.DefaultTrustingPeriod
 	}
 	if cfg.Errors == nil {
 		cfg.Errors = prometheus.NewCounter(prometheus.CounterOpts{Name: "unused"})
@@ -136,7 +134,7 @@ func (h *Headers) client(ctx context.Context) (*light.Client, error) {
 		opts := []light.Option{
 			light.PruningSize(1000), light.MaxRetryAttempts(2),
 			// A lagging witness costs 2×drift + lag of waiting: keep it short.
-			light.MaxClockDrift(5 * time.Second), light.MaxBlockLag(2 * time.Second),
+			light.MaxClockDrift(receipt.MaxClockDrift), light.MaxBlockLag(2 * time.Second),
 			light.Logger(lightLogger{log: h.cfg.Log, errors: h.cfg.Errors}),
 		}
 		if h.cfg.Sequential {

@@ -1,4 +1,4 @@
-package chain
+package receipt
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/cometbft/cometbft/light/provider"
 	cmttypes "github.com/cometbft/cometbft/types"
-	"github.com/rs/zerolog"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
@@ -48,7 +47,7 @@ func TrustHeader(chainID string, height int64, hash string) (Trust, error) {
 // TrustGateway signs for chainID and takes receipts on the gateway's
 // word: nothing is verified, so a lying gateway can acknowledge records it
 // dropped. It saves one block of latency per receipt (the header that
-// proves a block's results is the next one) and the light client's work;
+// proves a block's results is the next one) and verifying headers;
 // use it only with a gateway you run yourself.
 func TrustGateway(chainID string) Trust {
 	return Trust{root: Root{ChainID: chainID}}
@@ -74,15 +73,24 @@ func (t Trust) Validate(who string) error {
 // written; the receipt proves nothing, so they are not acknowledged.
 var ErrUnverified = errors.New("receipt not verified against the chain")
 
-// Verifier checks receipts against headers a light client verified
-// through the gateways (which relay them and need not be trusted).
+// Verifier checks receipts against headers verified through the gateways
+// (which relay them and need not be trusted).
 type Verifier struct {
-	headers *Headers
+	headers verifiedHeaders
 	wait    time.Duration // how long a header may take to appear
 }
 
-// NewVerifier checks receipts through gws (the first is the light
-// client's primary, the others take over when it fails); wait bounds how
+// verifiedHeaders is what a Verifier checks receipts against: headers
+// verified from a root of trust (headerVerifier).
+type verifiedHeaders interface {
+	// Verify returns the header at height, verified.
+	Verify(ctx context.Context, height int64) (*cmttypes.LightBlock, error)
+	// Root is the height of the root of trust; 0 while not known.
+	Root() int64
+}
+
+// NewVerifier checks receipts through gws (the first is asked for
+// headers, the others take over in turn when it fails); wait bounds how
 // long a header may take to appear. It returns nil for a Trust that does
 // not verify.
 func NewVerifier(t Trust, gws []byzlogv1.GatewayClient, wait time.Duration) (*Verifier, error) {
@@ -93,7 +101,7 @@ func NewVerifier(t Trust, gws []byzlogv1.GatewayClient, wait time.Duration) (*Ve
 	for i, gw := range gws {
 		provs[i] = &gatewayProvider{gw: gw, chainID: t.root.ChainID, name: fmt.Sprintf("gateway %d", i), wait: wait}
 	}
-	h, err := NewHeaders(Config{Root: t.root, Log: zerolog.Nop()}, provs...)
+	h, err := newHeaderVerifier(t.root, provs)
 	if err != nil {
 		return nil, err
 	}

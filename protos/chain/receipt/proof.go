@@ -1,10 +1,4 @@
-// Package chain checks what others say about a byzlog chain: headers with
-// CometBFT's light client from a root of trust the caller configures, and
-// transactions and their results against those headers by Merkle proofs.
-// It trusts no node and no gateway: whoever relays the data, the checks are
-// signatures and hashes. The gateway builds proofs with Results; the
-// producer and admin SDKs, the consumer SDK and the indexer check them.
-package chain
+package receipt
 
 import (
 	"crypto/sha256"
