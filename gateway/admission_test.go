@@ -369,12 +369,11 @@ func TestProducerStateIsLearned(t *testing.T) {
 	c := newTestChain(t, testTopics()...)
 	runChain(t, c)
 	g := startGateway(t, c, nil)
-	s := &Service{g: g}
 	p := newTestProducer("learner")
 	ctx := context.Background()
-	ps, err := s.GetProducerState(ctx, &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: "t", Partition: 0})
-	if err != nil || ps.GetNextSequence() != 0 {
-		t.Fatalf("GetProducerState = %v, %v; want next sequence 0", ps, err)
+	next, err := g.ProducerState(ctx, &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: "t", Partition: 0})
+	if err != nil || next != 0 {
+		t.Fatalf("ProducerState = %v, %v; want next sequence 0", next, err)
 	}
 	if _, err := g.Produce(ctx, p.batch(t, "t", 0, "v"), byzlogv1.Ack_ACK_COMMIT); err != nil {
 		t.Fatalf("Produce(seq 0): %v", err)

@@ -17,9 +17,9 @@ import (
 // The gateway's core returns typed errors: a *RejectedError for what the
 // state machine refused, an *Error of one of the kinds below for the
 // gateway's own answers, or a context's error. This file alone maps them
-// to gRPC codes (grpcStatus), for the service boundary (service.go, and
-// through it http.go). Both types also carry GRPCStatus, so a gRPC server
-// or status.Code reads them as they are.
+// to gRPC codes (GRPCStatus), for the faces (grpcface, and through it
+// httpface). Both types also carry GRPCStatus, so a gRPC server or
+// status.Code reads them as they are.
 
 // The kinds of Error, for errors.Is.
 var (
@@ -156,10 +156,10 @@ func grpcCode(c wire.Code) codes.Code {
 	return codes.InvalidArgument
 }
 
-// grpcStatus is err as the gRPC status a client gets: typed errors by
+// GRPCStatus is err as the gRPC status a client gets: typed errors by
 // their kind or result code, a context's error as CANCELLED or
 // DEADLINE_EXCEEDED, anything else as status.Convert makes it.
-func grpcStatus(err error) *status.Status {
+func GRPCStatus(err error) *status.Status {
 	var ge *Error
 	var re *RejectedError
 	switch {
@@ -173,13 +173,13 @@ func grpcStatus(err error) *status.Status {
 	return status.Convert(err)
 }
 
-// grpcError is err as a gRPC status error (nil stays nil).
-func grpcError(err error) error {
+// GRPCError is err as a gRPC status error (nil stays nil).
+func GRPCError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return grpcStatus(err).Err()
+	return GRPCStatus(err).Err()
 }
 
 // outcomeLabel names err for the batches metric: its gRPC code.
-func outcomeLabel(err error) string { return grpcStatus(err).Code().String() }
+func outcomeLabel(err error) string { return GRPCStatus(err).Code().String() }

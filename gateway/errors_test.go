@@ -43,9 +43,9 @@ func TestGRPCStatus(t *testing.T) {
 		{status.Error(codes.PermissionDenied, "as it was"), codes.PermissionDenied, "as it was", 0},
 		{errors.New("something else"), codes.Unknown, "something else", 0},
 	} {
-		st := grpcStatus(tc.err)
+		st := GRPCStatus(tc.err)
 		if st.Code() != tc.code || !strings.Contains(st.Message(), tc.msg) {
-			t.Errorf("grpcStatus(%v) = %s %q, want %s mentioning %q", tc.err, st.Code(), st.Message(), tc.code, tc.msg)
+			t.Errorf("GRPCStatus(%v) = %s %q, want %s mentioning %q", tc.err, st.Code(), st.Message(), tc.code, tc.msg)
 		}
 		var hint time.Duration
 		for _, d := range st.Details() {
@@ -54,14 +54,14 @@ func TestGRPCStatus(t *testing.T) {
 			}
 		}
 		if hint != tc.retryHint {
-			t.Errorf("grpcStatus(%v) retry hint = %s, want %s", tc.err, hint, tc.retryHint)
+			t.Errorf("GRPCStatus(%v) retry hint = %s, want %s", tc.err, hint, tc.retryHint)
 		}
 		if got := status.Code(tc.err); got != tc.code && tc.code != codes.Canceled && tc.code != codes.DeadlineExceeded {
 			t.Errorf("status.Code(%v) = %s, want %s (GRPCStatus)", tc.err, got, tc.code)
 		}
 	}
-	if grpcError(nil) != nil {
-		t.Errorf("grpcError(nil) != nil")
+	if GRPCError(nil) != nil {
+		t.Errorf("GRPCError(nil) != nil")
 	}
 }
 

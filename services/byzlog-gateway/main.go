@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/grpcface"
+	"github.com/byzlog/byzlog/gateway/httpface"
 	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	"github.com/byzlog/byzlog/services/internal/daemon"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
@@ -164,7 +166,7 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 	if serverTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
 	}
-	srv, hs := gateway.NewGRPCServer(g, opts...)
+	srv, hs := grpcface.NewServer(grpcface.Over(g), g.Config().GRPC, opts...)
 	waitKafka := func() error { return nil }
 	if o.kafka.cfg.Listen != "" {
 		kcfg, err := o.kafka.config(serverTLS)
@@ -177,14 +179,14 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 	}
 	stopHTTP := func() {}
 	if o.httpListen != "" {
-		if stopHTTP, err = daemon.ServeHTTP(o.httpListen, serverTLS, gateway.NewHTTPServer(o.gw.HTTP, httpFace(g))); err != nil {
+		if stopHTTP, err = daemon.ServeHTTP(o.httpListen, serverTLS, httpface.NewServer(o.gw.HTTP, httpFace(g))); err != nil {
 			return fmt.Errorf("listen for metrics on %s: %w", o.httpListen, err)
 		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); g.Run(ctx) }()
-	go func() { defer wg.Done(); gateway.WatchHealth(ctx, g, hs) }()
+	go func() { defer wg.Done(); grpcface.WatchHealth(ctx, g, g.Config().GRPC.HealthInterval, hs) }()
 	log.Info().Str("listen", o.listen).Strs("nodes", o.gw.Nodes.Addrs).Int("node_data", len(o.gw.Nodes.DataAddrs)).Str("chain_id", g.ChainID()).Bool("tls", serverTLS != nil).Bool("mutual_tls", serverTLS != nil && serverTLS.ClientCAs != nil).Msg("serving")
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -215,7 +217,7 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 // /healthz (200 while a CometBFT node is healthy).
 func httpFace(g *gateway.Gateway) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", gateway.HTTPHandler(g))
+	mux.Handle("/v1/", httpface.Handler(grpcface.NewService(grpcface.Over(g)), g.Config().HTTP))
 	mux.Handle("/metrics", daemon.MetricsHandler(g.Metrics().Collectors()...))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if _, top := g.Health(); top == 0 {

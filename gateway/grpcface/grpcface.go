@@ -1,7 +1,11 @@
-package gateway
+// Package grpcface is the gateway's gRPC face: the byzlog.v1.Gateway
+// service, the standard health service and reflection, over the produce
+// pipeline (package gateway) through the small interfaces below, which it
+// owns. It turns the pipeline's errors into gRPC statuses and decides
+// nothing itself: no admission, no signing, no chain reads of its own.
+package grpcface
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,6 +20,11 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	cmttypes "github.com/cometbft/cometbft/types"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/nodes"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -24,21 +33,56 @@ import (
 // it the gateway stops reading the stream, which pushes back on the client.
 const maxStreamInFlight = 1024
 
-// Service is the gRPC face of a Gateway.
+// Writer takes batches, admin requests and offset commits to the chain.
+type Writer interface {
+	Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error)
+	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (gateway.Committed, error)
+	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (gateway.Committed, error)
+}
+
+// Reader answers from committed state, as f+1 nodes agree.
+type Reader interface {
+	Query(ctx context.Context, path string, req, resp proto.Message) error
+	Topics(ctx context.Context) ([]*byzlogv1.TopicInfo, error)
+	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)
+	ProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (uint64, error)
+	NonceProof(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error)
+}
+
+// Chain reports the nodes and relays light blocks.
+type Chain interface {
+	ChainID() string
+	Health() ([]nodes.Health, int64)
+	LightBlock(ctx context.Context, height int64) (*cmttypes.LightBlock, error)
+}
+
+// Backend is what the face needs of the gateway; Over(g) makes one.
+type Backend struct {
+	Writer
+	Reader
+	Chain
+}
+
+// Over is the Backend of a gateway: every part is g.
+func Over(g *gateway.Gateway) Backend { return Backend{Writer: g, Reader: g, Chain: g} }
+
+// Service is the gRPC face of a gateway.
 type Service struct {
 	byzlogv1.UnimplementedGatewayServer
-	g *Gateway
+	g Backend
 }
+
+// NewService is the service over b (the HTTP face serves it too).
+func NewService(b Backend) *Service { return &Service{g: b} }
 
 var _ byzlogv1.GatewayServer = (*Service)(nil)
 
-// NewGRPCServer returns a gRPC server with the gateway service, the standard
+// NewServer returns a gRPC server with the gateway service, the standard
 // health service (SERVING while a CometBFT node is healthy) and reflection.
-// It is bounded by Config.GRPC (message size, calls per connection,
-// keepalive enforcement, idle connections, handshake time); opts come after
-// and may override them.
-func NewGRPCServer(g *Gateway, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	c := g.cfg.GRPC
+// It is bounded by c (message size, calls per connection, keepalive
+// enforcement, idle connections, handshake time); opts come after and may
+// override them.
+func NewServer(b Backend, c gateway.GRPCConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	bounds := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
@@ -48,16 +92,16 @@ func NewGRPCServer(g *Gateway, opts ...grpc.ServerOption) (*grpc.Server, *health
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: c.MaxConnectionIdle, Time: c.KeepaliveTime, Timeout: c.KeepaliveTimeout}),
 	}
 	srv := grpc.NewServer(append(bounds, opts...)...)
-	byzlogv1.RegisterGatewayServer(srv, &Service{g: g})
+	byzlogv1.RegisterGatewayServer(srv, NewService(b))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
 	reflection.Register(srv)
 	return srv, hs
 }
 
-// WatchHealth keeps the gRPC health status in step with the nodes until ctx
-// is done.
-func WatchHealth(ctx context.Context, g *Gateway, hs *health.Server) {
+// WatchHealth keeps the gRPC health status in step with the nodes, looking
+// every interval, until ctx is done.
+func WatchHealth(ctx context.Context, g Chain, every time.Duration, hs *health.Server) {
 	set := func() {
 		st := healthpb.HealthCheckResponse_NOT_SERVING
 		if _, top := g.Health(); top > 0 {
@@ -66,7 +110,7 @@ func WatchHealth(ctx context.Context, g *Gateway, hs *health.Server) {
 		hs.SetServingStatus("", st)
 		hs.SetServingStatus(byzlogv1.Gateway_ServiceDesc.ServiceName, st)
 	}
-	t := time.NewTicker(g.cfg.GRPC.HealthInterval)
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		set()
@@ -83,7 +127,7 @@ func WatchHealth(ctx context.Context, g *Gateway, hs *health.Server) {
 func (s *Service) Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzlogv1.ProduceResponse, error) {
 	rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	return &byzlogv1.ProduceResponse{RequestId: req.GetRequestId(), Receipt: rc}, nil
 }
@@ -121,7 +165,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 			resp := &byzlogv1.ProduceResponse{RequestId: req.GetRequestId()}
 			rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
 			if err != nil {
-				st := grpcStatus(err)
+				st := gateway.GRPCStatus(err)
 				resp.ErrorCode, resp.ErrorMessage = uint32(st.Code()), st.Message()
 			} else {
 				resp.Receipt = rc
@@ -139,7 +183,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
 	c, err := s.g.Admin(ctx, req, nil)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	return &byzlogv1.AdminResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
@@ -149,7 +193,7 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
 	c, err := s.g.CommitOffsets(ctx, req, nil)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	return &byzlogv1.CommitOffsetsResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
@@ -158,7 +202,7 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
 	g, err := s.g.Group(ctx, req.GetGroup())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	return g, nil
 }
@@ -167,7 +211,7 @@ func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupReques
 func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
 	topics, err := s.g.Topics(ctx)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	return &byzlogv1.ListTopicsResponse{Topics: topics}, nil
 }
@@ -176,7 +220,7 @@ func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest)
 func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
 	var info byzlogv1.TopicInfo
 	if err := s.g.Query(ctx, wire.PathTopic, &byzlogv1.TopicRequest{Name: req.GetName()}, &info); err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	return &byzlogv1.DescribeTopicResponse{Topic: &info}, nil
 }
@@ -185,9 +229,9 @@ func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopic
 // agree on, not one node's word. A producer starts from it, and a liar's low
 // value would have it re-sign used sequences.
 func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
-	next, _, err := s.g.agreedNextSequence(ctx, req, s.g.seenHeight(), "client")
+	next, err := s.g.ProducerState(ctx, req)
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	return &byzlogv1.ProducerState{NextSequence: next}, nil
 }
@@ -197,28 +241,11 @@ func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRe
 // client that signs only nonces shown used up to the one before signs no
 // future nonce for a gateway to keep back.
 func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
-	var n byzlogv1.NonceResponse
-	if err := s.g.Query(ctx, wire.PathNonce, req, &n); err != nil {
-		return nil, grpcError(err)
-	}
-	if n.NextNonce == 0 || n.UsedHeight <= 0 {
-		return &n, nil
-	}
-	d, err := s.g.dups.get(ctx, s.g, n.UsedHeight)
+	n, err := s.g.NonceProof(ctx, req)
 	if err != nil {
-		if _, lerr := s.g.LightBlock(ctx, n.UsedHeight); errors.Is(lerr, ErrPruned) {
-			n.UsedPruned = true
-			return &n, nil
-		}
-		return nil, status.Errorf(codes.Unavailable, "read block %d, which used nonce %d: %v", n.UsedHeight, n.NextNonce-1, err)
+		return nil, gateway.GRPCError(err)
 	}
-	for i, tx := range d.Block.Txs {
-		if key, nonce, ok := wire.NonceUse(tx); ok && bytes.Equal(key, req.Key) && nonce == n.NextNonce-1 {
-			n.UsedTx, n.UsedTxIndex, n.UsedProof = tx, uint32(i), d.Prove(i, 0, true)
-			return &n, nil
-		}
-	}
-	return nil, status.Errorf(codes.Internal, "block %d holds no transaction of this key with nonce %d, which the nodes say it used", n.UsedHeight, n.NextNonce-1)
+	return n, nil
 }
 
 // Health reports the nodes and the chain.
@@ -235,7 +262,7 @@ func (s *Service) Health(context.Context, *byzlogv1.HealthRequest) (*byzlogv1.He
 func (s *Service) GetLightBlock(ctx context.Context, req *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
 	lb, err := s.g.LightBlock(ctx, req.GetHeight())
 	if err != nil {
-		return nil, grpcError(err)
+		return nil, gateway.GRPCError(err)
 	}
 	pb, err := lb.ToProto()
 	if err != nil {

@@ -1,4 +1,8 @@
-package gateway
+// Package httpface is the gateway's HTTP/JSON face, for clients without
+// gRPC: a few of the gRPC service's calls (grpcface.Service) with the
+// protobuf messages in canonical JSON, their errors as HTTP statuses, and
+// every cost bounded before work is done. It decides nothing itself.
+package httpface
 
 import (
 	"errors"
@@ -14,10 +18,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/grpcface"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-// HTTPHandler is the HTTP/JSON face of the gateway, for clients without
+// Handler is the HTTP/JSON face of the gateway, for clients without
 // gRPC. Bodies are the protobuf messages in their canonical JSON form
 // (bytes in base64):
 //
@@ -29,15 +35,13 @@ import (
 // Errors answer with the HTTP status of their gRPC code and
 // {"code": "...", "message": "..."}.
 //
-// Costs are bounded before work is done (Config.HTTP): at most
+// Costs are bounded before work is done (cfg): at most
 // MaxConcurrent requests are served at once (past it, 429 with
 // Retry-After), a body over MaxBodyBytes gets 413, and each request must
 // arrive within ReadTimeout and be answered within WriteTimeout, set per
 // request so they hold whatever http.Server serves the handler (use
-// NewHTTPServer for the header and idle bounds).
-func HTTPHandler(g *Gateway) http.Handler {
-	s := &Service{g: g}
-	cfg := g.cfg.HTTP
+// NewServer for the header and idle bounds).
+func Handler(s *grpcface.Service, cfg gateway.HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/produce", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))
@@ -68,9 +72,9 @@ func HTTPHandler(g *Gateway) http.Handler {
 	return limitHTTP(cfg, mux)
 }
 
-// NewHTTPServer returns an http.Server for h with cfg's timeouts and
+// NewServer returns an http.Server for h with cfg's timeouts and
 // header bound.
-func NewHTTPServer(cfg HTTPConfig, h http.Handler) *http.Server {
+func NewServer(cfg gateway.HTTPConfig, h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -83,7 +87,7 @@ func NewHTTPServer(cfg HTTPConfig, h http.Handler) *http.Server {
 
 // limitHTTP serves at most cfg.MaxConcurrent requests at once and gives
 // each its read and write deadlines.
-func limitHTTP(cfg HTTPConfig, next http.Handler) http.Handler {
+func limitHTTP(cfg gateway.HTTPConfig, next http.Handler) http.Handler {
 	slots := make(chan struct{}, cfg.MaxConcurrent)
 	retryAfter := strconv.Itoa(1)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +111,7 @@ func limitHTTP(cfg HTTPConfig, next http.Handler) http.Handler {
 
 // writeBodyError answers a request whose body could not be read: too
 // large (413), too slow (408), or broken.
-func writeBodyError(w http.ResponseWriter, err error, cfg HTTPConfig) {
+func writeBodyError(w http.ResponseWriter, err error, cfg gateway.HTTPConfig) {
 	var tooLarge *http.MaxBytesError
 	var ne net.Error
 	code, msg := http.StatusBadRequest, fmt.Sprintf("request body unreadable: %v", err)

@@ -1,4 +1,4 @@
-package gateway
+package gateway_test
 
 import (
 	"context"
@@ -12,16 +12,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/grpcface"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // serviceClient serves a gateway over c on loopback and returns a client
 // of it: the service's argument checks and error mapping as a client
 // sees them, over the wire.
-func serviceClient(t *testing.T, c *testChain) byzlogv1.GatewayClient {
+func serviceClient(t *testing.T, c *gateway.TestChain) byzlogv1.GatewayClient {
 	t.Helper()
-	g := startGateway(t, c, func(cfg *Config) { cfg.Waits.TopicMissWait = 10 * time.Millisecond })
-	srv, _ := NewGRPCServer(g)
+	g := gateway.StartGatewayOn(t, c, func(cfg *gateway.Config) { cfg.Waits.TopicMissWait = 10 * time.Millisecond })
+	srv, _ := grpcface.NewServer(grpcface.Over(g), g.Config().GRPC)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -37,11 +39,11 @@ func serviceClient(t *testing.T, c *testChain) byzlogv1.GatewayClient {
 }
 
 func TestService(t *testing.T) {
-	c := newTestChain(t, testTopics()...)
-	runChain(t, c)
+	c := gateway.NewTestChain(t, gateway.StartTopics()...)
+	gateway.RunTestChain(t, c)
 	gc := serviceClient(t, c)
-	p, stranger := newTestProducer("service"), newTestProducer("stranger")
-	badSig := p.batch(t, "t", 0, "v")
+	p, stranger := gateway.NewTestProducer("service"), gateway.NewTestProducer("stranger")
+	badSig := p.OneRecord(t, "t", 0, "v")
 	badSig.Signature[0] ^= 1
 	offsets, err := p.CommitOffsets(0, "group", false, &byzlogv1.PartitionOffset{Topic: "t", Partition: 0, Offset: 0})
 	if err != nil {
@@ -63,7 +65,7 @@ func TestService(t *testing.T) {
 		msg  string
 	}{
 		{"produce", func(ctx context.Context) error {
-			resp, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{RequestId: 7, Batch: p.batch(t, "t", 0, "v")})
+			resp, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{RequestId: 7, Batch: p.OneRecord(t, "t", 0, "v")})
 			if err == nil && (resp.RequestId != 7 || resp.Receipt.GetAck() != byzlogv1.Ack_ACK_COMMIT) {
 				return status.Errorf(codes.Unknown, "response %v: want request id 7 and a commit receipt (ack unspecified means commit)", resp)
 			}
@@ -78,17 +80,17 @@ func TestService(t *testing.T) {
 			return err
 		}, codes.InvalidArgument, "signature"},
 		{"produce to an unknown topic", func(ctx context.Context) error {
-			_, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{Batch: p.batch(t, "nope", 0, "v")})
+			_, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{Batch: p.OneRecord(t, "nope", 0, "v")})
 			return err
 		}, codes.NotFound, "does not exist"},
 		{"produce a gap", func(ctx context.Context) error {
-			_, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{Batch: p.batch(t, "t", 1000, "v")})
+			_, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{Batch: p.OneRecord(t, "t", 1000, "v")})
 			return err
 		}, codes.FailedPrecondition, "expected sequence 1"},
 		{"produce, cancelled", func(context.Context) error {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
-			_, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{Batch: p.batch(t, "t", 1, "v")})
+			_, err := gc.Produce(ctx, &byzlogv1.ProduceRequest{Batch: p.OneRecord(t, "t", 1, "v")})
 			return err
 		}, codes.Canceled, ""},
 		{"admin by a key that is not the admin", func(ctx context.Context) error {
@@ -145,7 +147,7 @@ func TestService(t *testing.T) {
 		}, codes.Unavailable, "no node served"},
 		{"health", func(ctx context.Context) error {
 			resp, err := gc.Health(ctx, &byzlogv1.HealthRequest{})
-			if err == nil && (resp.ChainId != testChainID || len(resp.Nodes) != 1 || !resp.Nodes[0].Healthy) {
+			if err == nil && (resp.ChainId != gateway.TestChainID || len(resp.Nodes) != 1 || !resp.Nodes[0].Healthy) {
 				return status.Errorf(codes.Unknown, "health %v: want the chain and one healthy node", resp)
 			}
 			return err
@@ -166,8 +168,8 @@ func TestService(t *testing.T) {
 // error travels in the answer (its code and message), not as the
 // stream's end.
 func TestServiceProduceStream(t *testing.T) {
-	c := newTestChain(t, testTopics()...)
-	runChain(t, c)
+	c := gateway.NewTestChain(t, gateway.StartTopics()...)
+	gateway.RunTestChain(t, c)
 	gc := serviceClient(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -175,11 +177,11 @@ func TestServiceProduceStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newTestProducer("stream")
+	p := gateway.NewTestProducer("stream")
 	reqs := []*byzlogv1.ProduceRequest{
-		{RequestId: 1, Batch: p.batch(t, "t", 0, "v")},
+		{RequestId: 1, Batch: p.OneRecord(t, "t", 0, "v")},
 		{RequestId: 2},
-		{RequestId: 3, Batch: p.batch(t, "nope", 0, "v")},
+		{RequestId: 3, Batch: p.OneRecord(t, "nope", 0, "v")},
 	}
 	for _, r := range reqs {
 		if err := stream.Send(r); err != nil {

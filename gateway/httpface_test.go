@@ -1,4 +1,4 @@
-package gateway
+package gateway_test
 
 import (
 	"bufio"
@@ -15,14 +15,17 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/grpcface"
+	"github.com/byzlog/byzlog/gateway/httpface"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-// httpGateway serves HTTPHandler over a gateway on c, with edit applied.
-func httpGateway(t *testing.T, c *testChain, edit func(*HTTPConfig)) (*Gateway, *httptest.Server) {
+// httpGateway serves the HTTP face over a gateway on c, with edit applied.
+func httpGateway(t *testing.T, c *gateway.TestChain, edit func(*gateway.HTTPConfig)) (*gateway.Gateway, *httptest.Server) {
 	t.Helper()
-	g := startGateway(t, c, func(cfg *Config) { edit(&cfg.HTTP) })
-	srv := httptest.NewServer(HTTPHandler(g))
+	g := gateway.StartGatewayOn(t, c, func(cfg *gateway.Config) { edit(&cfg.HTTP) })
+	srv := httptest.NewServer(httpface.Handler(grpcface.NewService(grpcface.Over(g)), g.Config().HTTP))
 	t.Cleanup(srv.Close)
 	return g, srv
 }
@@ -30,11 +33,11 @@ func httpGateway(t *testing.T, c *testChain, edit func(*HTTPConfig)) (*Gateway, 
 // TestHTTPConcurrencyLimit: past http.max_concurrent requests at once, a
 // request is refused at once with 429 and Retry-After, not queued.
 func TestHTTPConcurrencyLimit(t *testing.T) {
-	c := newTestChain(t, testTopics()...)
-	c.freeze(true) // a produce with ack commit waits
-	runChain(t, c)
-	_, srv := httpGateway(t, c, func(h *HTTPConfig) { h.MaxConcurrent = 1 })
-	body, err := protojson.Marshal(&byzlogv1.ProduceRequest{Batch: newTestProducer("http").batch(t, "t", 0, "v"), Ack: byzlogv1.Ack_ACK_COMMIT})
+	c := gateway.NewTestChain(t, gateway.StartTopics()...)
+	c.Freeze(true) // a produce with ack commit waits
+	gateway.RunTestChain(t, c)
+	_, srv := httpGateway(t, c, func(h *gateway.HTTPConfig) { h.MaxConcurrent = 1 })
+	body, err := protojson.Marshal(&byzlogv1.ProduceRequest{Batch: gateway.NewTestProducer("http").OneRecord(t, "t", 0, "v"), Ack: byzlogv1.Ack_ACK_COMMIT})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +51,7 @@ func TestHTTPConcurrencyLimit(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	if !waitFor(2*time.Second, func() bool { return c.mempoolLen() == 1 }) {
+	if !gateway.WaitFor(2*time.Second, func() bool { return c.MempoolLen() == 1 }) {
 		t.Fatal("the first request never reached the node")
 	}
 	start := time.Now()
@@ -64,7 +67,7 @@ func TestHTTPConcurrencyLimit(t *testing.T) {
 	}
 	cancel()
 	<-held
-	if !waitFor(2*time.Second, func() bool {
+	if !gateway.WaitFor(2*time.Second, func() bool {
 		resp, err := http.Get(srv.URL + "/v1/topics")
 		if err != nil {
 			return false
@@ -79,9 +82,9 @@ func TestHTTPConcurrencyLimit(t *testing.T) {
 // TestHTTPBodyLimit: a body over http.max_body_bytes gets 413 and a
 // message naming the limit.
 func TestHTTPBodyLimit(t *testing.T) {
-	c := newTestChain(t, testTopics()...)
-	runChain(t, c)
-	_, srv := httpGateway(t, c, func(h *HTTPConfig) { h.MaxBodyBytes = 1 << 10 })
+	c := gateway.NewTestChain(t, gateway.StartTopics()...)
+	gateway.RunTestChain(t, c)
+	_, srv := httpGateway(t, c, func(h *gateway.HTTPConfig) { h.MaxBodyBytes = 1 << 10 })
 	for _, tc := range []struct {
 		size int
 		want int
@@ -104,9 +107,9 @@ func TestHTTPBodyLimit(t *testing.T) {
 // TestHTTPSlowBody: a client that sends its headers and then trickles (or
 // withholds) the body is cut off after http.read_timeout.
 func TestHTTPSlowBody(t *testing.T) {
-	c := newTestChain(t, testTopics()...)
-	runChain(t, c)
-	_, srv := httpGateway(t, c, func(h *HTTPConfig) { h.ReadTimeout = 300 * time.Millisecond })
+	c := gateway.NewTestChain(t, gateway.StartTopics()...)
+	gateway.RunTestChain(t, c)
+	_, srv := httpGateway(t, c, func(h *gateway.HTTPConfig) { h.ReadTimeout = 300 * time.Millisecond })
 	conn, err := net.Dial("tcp", strings.TrimPrefix(srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -126,10 +129,10 @@ func TestHTTPSlowBody(t *testing.T) {
 }
 
 func TestNewHTTPServerBounds(t *testing.T) {
-	cfg := Default().HTTP
-	s := NewHTTPServer(cfg, http.NotFoundHandler())
+	cfg := gateway.Default().HTTP
+	s := httpface.NewServer(cfg, http.NotFoundHandler())
 	if s.ReadHeaderTimeout != cfg.ReadHeaderTimeout || s.ReadTimeout != cfg.ReadTimeout || s.WriteTimeout != cfg.WriteTimeout ||
 		s.IdleTimeout != cfg.IdleTimeout || s.MaxHeaderBytes != cfg.MaxHeaderBytes {
-		t.Errorf("NewHTTPServer(%+v) = %+v; want every bound set", cfg, s)
+		t.Errorf("httpface.NewServer(%+v) = %+v; want every bound set", cfg, s)
 	}
 }
