@@ -23,8 +23,8 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/nodes"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -36,8 +36,8 @@ const maxStreamInFlight = 1024
 // Writer takes batches, admin requests and offset commits to the chain.
 type Writer interface {
 	Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error)
-	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (gateway.Committed, error)
-	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (gateway.Committed, error)
+	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (pipeline.Committed, error)
+	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (pipeline.Committed, error)
 }
 
 // Reader answers from committed state, as f+1 nodes agree.
@@ -64,7 +64,7 @@ type Backend struct {
 }
 
 // Over is the Backend of a gateway: every part is g.
-func Over(g *gateway.Gateway) Backend { return Backend{Writer: g, Reader: g, Chain: g} }
+func Over(g *pipeline.Gateway) Backend { return Backend{Writer: g, Reader: g, Chain: g} }
 
 // Service is the gRPC face of a gateway.
 type Service struct {
@@ -82,7 +82,7 @@ var _ byzlogv1.GatewayServer = (*Service)(nil)
 // It is bounded by c (message size, calls per connection, keepalive
 // enforcement, idle connections, handshake time); opts come after and may
 // override them.
-func NewServer(b Backend, c gateway.GRPCConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+func NewServer(b Backend, c pipeline.GRPCConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	bounds := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.MaxRecvMsgBytes),
 		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams),
@@ -127,7 +127,7 @@ func WatchHealth(ctx context.Context, g Chain, every time.Duration, hs *health.S
 func (s *Service) Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzlogv1.ProduceResponse, error) {
 	rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return &byzlogv1.ProduceResponse{RequestId: req.GetRequestId(), Receipt: rc}, nil
 }
@@ -165,7 +165,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 			resp := &byzlogv1.ProduceResponse{RequestId: req.GetRequestId()}
 			rc, err := s.g.Produce(ctx, req.GetBatch(), req.GetAck())
 			if err != nil {
-				st := gateway.GRPCStatus(err)
+				st := pipeline.GRPCStatus(err)
 				resp.ErrorCode, resp.ErrorMessage = uint32(st.Code()), st.Message()
 			} else {
 				resp.Receipt = rc
@@ -183,7 +183,7 @@ func (s *Service) ProduceStream(stream byzlogv1.Gateway_ProduceStreamServer) err
 func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlogv1.AdminResponse, error) {
 	c, err := s.g.Admin(ctx, req, nil)
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return &byzlogv1.AdminResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
@@ -193,7 +193,7 @@ func (s *Service) Admin(ctx context.Context, req *byzlogv1.AdminRequest) (*byzlo
 func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets) (*byzlogv1.CommitOffsetsResponse, error) {
 	c, err := s.g.CommitOffsets(ctx, req, nil)
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return &byzlogv1.CommitOffsetsResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
@@ -202,7 +202,7 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error) {
 	g, err := s.g.Group(ctx, req.GetGroup())
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return g, nil
 }
@@ -211,7 +211,7 @@ func (s *Service) GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupReques
 func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error) {
 	topics, err := s.g.Topics(ctx)
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return &byzlogv1.ListTopicsResponse{Topics: topics}, nil
 }
@@ -220,7 +220,7 @@ func (s *Service) ListTopics(ctx context.Context, _ *byzlogv1.ListTopicsRequest)
 func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error) {
 	var info byzlogv1.TopicInfo
 	if err := s.g.Query(ctx, wire.PathTopic, &byzlogv1.TopicRequest{Name: req.GetName()}, &info); err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return &byzlogv1.DescribeTopicResponse{Topic: &info}, nil
 }
@@ -231,7 +231,7 @@ func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopic
 func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
 	next, err := s.g.ProducerState(ctx, req)
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return &byzlogv1.ProducerState{NextSequence: next}, nil
 }
@@ -243,7 +243,7 @@ func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRe
 func (s *Service) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
 	n, err := s.g.NonceProof(ctx, req)
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	return n, nil
 }
@@ -262,7 +262,7 @@ func (s *Service) Health(context.Context, *byzlogv1.HealthRequest) (*byzlogv1.He
 func (s *Service) GetLightBlock(ctx context.Context, req *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
 	lb, err := s.g.LightBlock(ctx, req.GetHeight())
 	if err != nil {
-		return nil, gateway.GRPCError(err)
+		return nil, pipeline.GRPCError(err)
 	}
 	pb, err := lb.ToProto()
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/grpcface"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -41,7 +41,7 @@ import (
 // arrive within ReadTimeout and be answered within WriteTimeout, set per
 // request so they hold whatever http.Server serves the handler (use
 // NewServer for the header and idle bounds).
-func Handler(s *grpcface.Service, cfg gateway.HTTPConfig) http.Handler {
+func Handler(s *grpcface.Service, cfg pipeline.HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/produce", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))
@@ -74,7 +74,7 @@ func Handler(s *grpcface.Service, cfg gateway.HTTPConfig) http.Handler {
 
 // NewServer returns an http.Server for h with cfg's timeouts and
 // header bound.
-func NewServer(cfg gateway.HTTPConfig, h http.Handler) *http.Server {
+func NewServer(cfg pipeline.HTTPConfig, h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -87,7 +87,7 @@ func NewServer(cfg gateway.HTTPConfig, h http.Handler) *http.Server {
 
 // limitHTTP serves at most cfg.MaxConcurrent requests at once and gives
 // each its read and write deadlines.
-func limitHTTP(cfg gateway.HTTPConfig, next http.Handler) http.Handler {
+func limitHTTP(cfg pipeline.HTTPConfig, next http.Handler) http.Handler {
 	slots := make(chan struct{}, cfg.MaxConcurrent)
 	retryAfter := strconv.Itoa(1)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -111,7 +111,7 @@ func limitHTTP(cfg gateway.HTTPConfig, next http.Handler) http.Handler {
 
 // writeBodyError answers a request whose body could not be read: too
 // large (413), too slow (408), or broken.
-func writeBodyError(w http.ResponseWriter, err error, cfg gateway.HTTPConfig) {
+func writeBodyError(w http.ResponseWriter, err error, cfg pipeline.HTTPConfig) {
 	var tooLarge *http.MaxBytesError
 	var ne net.Error
 	code, msg := http.StatusBadRequest, fmt.Sprintf("request body unreadable: %v", err)

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -150,7 +150,7 @@ func (c *conn) admin(ctx context.Context, op proto.Message) error {
 }
 
 func adminError(err error) *kerr.Error {
-	var re *gateway.RejectedError
+	var re *pipeline.RejectedError
 	if errors.As(err, &re) {
 		switch re.Code {
 		case wire.CodeTopicExists:

@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/ed25519"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/kafka/sasl"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
 // Backend is what the face needs of the gateway, in four small parts a
-// request kind each uses: Over(g) makes one of a *gateway.Gateway.
+// request kind each uses: Over(g) makes one of a *pipeline.Gateway.
 type Backend struct {
 	// ChainID is the chain the face signs for (the gateway learns it from
 	// its nodes, so it is asked each time).
@@ -22,7 +22,7 @@ type Backend struct {
 }
 
 // Over is the Backend of a gateway: every part is g.
-func Over(g *gateway.Gateway) Backend {
+func Over(g *pipeline.Gateway) Backend {
 	return Backend{ChainID: g.ChainID, Log: g, Reads: g, Groups: g, Admin: g}
 }
 
@@ -30,7 +30,7 @@ func Over(g *gateway.Gateway) Backend {
 type Log interface {
 	// Submit returns once the batch's place among its producer's batches
 	// is fixed; the result's Wait gives the answer.
-	Submit(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*gateway.Submitted, error)
+	Submit(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*pipeline.Submitted, error)
 	Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error)
 	NextSequence(ctx context.Context, key ed25519.PublicKey, topic string, partition uint32) (uint64, error)
 }
@@ -51,21 +51,21 @@ type Groups interface {
 	Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, error)
 	// CommitOffsets waits for the commit; accepted (may be nil) is called
 	// when a node's mempool has taken the transaction.
-	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (gateway.Committed, error)
+	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (pipeline.Committed, error)
 }
 
 // Admin submits admin requests (CreateTopics, DeleteTopics) and waits for
 // the commit; accepted (may be nil) is called when a node's mempool has
 // taken the transaction.
 type Admin interface {
-	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (gateway.Committed, error)
+	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (pipeline.Committed, error)
 }
 
 var (
-	_ Log    = (*gateway.Gateway)(nil)
-	_ Reads  = (*gateway.Gateway)(nil)
-	_ Groups = (*gateway.Gateway)(nil)
-	_ Admin  = (*gateway.Gateway)(nil)
+	_ Log    = (*pipeline.Gateway)(nil)
+	_ Reads  = (*pipeline.Gateway)(nil)
+	_ Groups = (*pipeline.Gateway)(nil)
+	_ Admin  = (*pipeline.Gateway)(nil)
 )
 
 // Principal is who a connection acts as: the key that signs its batches.

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -195,7 +195,7 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) an
 // COORDINATOR_NOT_AVAILABLE when the chain refused it (nothing written),
 // REQUEST_TIMED_OUT when the outcome is open.
 func commitError(err error) *kerr.Error {
-	var re *gateway.RejectedError
+	var re *pipeline.RejectedError
 	if errors.As(err, &re) {
 		switch re.Code {
 		case wire.CodeNotGroupOwner:
@@ -218,7 +218,7 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 	}
 	committed := map[string]*byzlogv1.PartitionOffset{}
 	g, err := c.s.b.Groups.Group(ctx, r.Group)
-	var re *gateway.RejectedError
+	var re *pipeline.RejectedError
 	switch {
 	case errors.As(err, &re) && re.Code == wire.CodeNotFound:
 	case err != nil:

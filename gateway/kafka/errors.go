@@ -5,8 +5,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/kafka/batch"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -115,7 +115,7 @@ func kafkaError(err error) *kerr.Error { return writeError(err, false) }
 // acts on: retriable ones for what may pass on a retry, fatal ones for
 // what must be fixed. The message goes along where the version carries one.
 func writeError(err error, idempotent bool) *kerr.Error {
-	var re *gateway.RejectedError
+	var re *pipeline.RejectedError
 	switch {
 	case errors.Is(err, errUnknownPartition):
 		return kerr.UnknownTopicOrPartition
@@ -133,17 +133,17 @@ func writeError(err error, idempotent bool) *kerr.Error {
 		return kerr.MessageTooLarge
 	case errors.Is(err, batch.ErrInvalidRecord), errors.Is(err, errReservedHeader):
 		return kerr.InvalidRecord
-	case errors.Is(err, gateway.ErrBusy), errors.Is(err, gateway.ErrUnavailable), errors.Is(err, gateway.ErrConflict):
+	case errors.Is(err, pipeline.ErrBusy), errors.Is(err, pipeline.ErrUnavailable), errors.Is(err, pipeline.ErrConflict):
 		// Nothing of the batch was written, or the chain holds it under
 		// its sequence: a retry is safe.
 		return kerr.NotEnoughReplicas
-	case errors.Is(err, gateway.ErrInvalid):
+	case errors.Is(err, pipeline.ErrInvalid):
 		// The face's own request to the gateway was wrong: its fault, so
 		// it may pass on a retry (after a restart with a fix), never a
 		// verdict on the records.
 		return kerr.NotEnoughReplicas
 	}
-	// gateway.ErrNotCommitted, gateway.ErrInternal, a context's end, and
+	// pipeline.ErrNotCommitted, pipeline.ErrInternal, a context's end, and
 	// anything this map does not know: the outcome is open.
 	return kerr.RequestTimedOut
 }

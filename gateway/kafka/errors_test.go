@@ -8,8 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/kafka/batch"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -101,17 +101,17 @@ func TestWriteError(t *testing.T) {
 		err  error
 		want *kerr.Error
 	}{
-		{fmt.Errorf("x: %w", gateway.ErrNotCommitted), kerr.RequestTimedOut},
+		{fmt.Errorf("x: %w", pipeline.ErrNotCommitted), kerr.RequestTimedOut},
 		{context.DeadlineExceeded, kerr.RequestTimedOut},
 		{context.Canceled, kerr.RequestTimedOut},
-		{fmt.Errorf("x: %w", gateway.ErrInternal), kerr.RequestTimedOut},
+		{fmt.Errorf("x: %w", pipeline.ErrInternal), kerr.RequestTimedOut},
 		{errors.New("something new"), kerr.RequestTimedOut},
-		{fmt.Errorf("x: %w", gateway.ErrBusy), kerr.NotEnoughReplicas},
-		{fmt.Errorf("x: %w", gateway.ErrUnavailable), kerr.NotEnoughReplicas},
-		{fmt.Errorf("x: %w", gateway.ErrConflict), kerr.NotEnoughReplicas},
-		{fmt.Errorf("x: %w", gateway.ErrInvalid), kerr.NotEnoughReplicas},
-		{&gateway.RejectedError{Code: wire.CodeRecordTooLarge}, kerr.MessageTooLarge},
-		{&gateway.RejectedError{Code: 4242}, kerr.NotEnoughReplicas},
+		{fmt.Errorf("x: %w", pipeline.ErrBusy), kerr.NotEnoughReplicas},
+		{fmt.Errorf("x: %w", pipeline.ErrUnavailable), kerr.NotEnoughReplicas},
+		{fmt.Errorf("x: %w", pipeline.ErrConflict), kerr.NotEnoughReplicas},
+		{fmt.Errorf("x: %w", pipeline.ErrInvalid), kerr.NotEnoughReplicas},
+		{&pipeline.RejectedError{Code: wire.CodeRecordTooLarge}, kerr.MessageTooLarge},
+		{&pipeline.RejectedError{Code: 4242}, kerr.NotEnoughReplicas},
 		{fmt.Errorf("x: %w", batch.ErrCorrupt), kerr.CorruptMessage},
 		{fmt.Errorf("x: %w", batch.ErrInvalidRecord), kerr.InvalidRecord},
 		{fmt.Errorf("x: %w", errUnknownPartition), kerr.UnknownTopicOrPartition},

@@ -8,8 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/kafka/batch"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -111,7 +111,7 @@ type partitionWrite struct {
 // submittedBatch is one batch the gateway admitted, and what to do once
 // its answer is known.
 type submittedBatch struct {
-	s        *gateway.Submitted
+	s        *pipeline.Submitted
 	answered func(ok bool) // nil: nothing to do
 }
 

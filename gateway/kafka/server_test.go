@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/byzlog/byzlog/gateway"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -25,7 +25,7 @@ var errNo = errors.New("no backend")
 func (noBackend) Produce(context.Context, *byzlogv1.SignedBatch, byzlogv1.Ack) (*byzlogv1.Receipt, error) {
 	return nil, errNo
 }
-func (noBackend) Submit(context.Context, *byzlogv1.SignedBatch, byzlogv1.Ack) (*gateway.Submitted, error) {
+func (noBackend) Submit(context.Context, *byzlogv1.SignedBatch, byzlogv1.Ack) (*pipeline.Submitted, error) {
 	return nil, errNo
 }
 func (noBackend) NextSequence(context.Context, ed25519.PublicKey, string, uint32) (uint64, error) {
@@ -39,11 +39,11 @@ func (noBackend) Limits(context.Context) (*byzlogv1.Limits, error)              
 func (noBackend) Height() int64                                                 { return 1 }
 func (noBackend) Group(context.Context, string) (*byzlogv1.GroupOffsets, error) { return nil, errNo }
 func (noBackend) Nonce(context.Context, ed25519.PublicKey) (uint64, error)      { return 0, errNo }
-func (noBackend) CommitOffsets(context.Context, *byzlogv1.CommitOffsets, func()) (gateway.Committed, error) {
-	return gateway.Committed{}, errNo
+func (noBackend) CommitOffsets(context.Context, *byzlogv1.CommitOffsets, func()) (pipeline.Committed, error) {
+	return pipeline.Committed{}, errNo
 }
-func (noBackend) Admin(context.Context, *byzlogv1.AdminRequest, func()) (gateway.Committed, error) {
-	return gateway.Committed{}, errNo
+func (noBackend) Admin(context.Context, *byzlogv1.AdminRequest, func()) (pipeline.Committed, error) {
+	return pipeline.Committed{}, errNo
 }
 
 // serve runs a face that needs SASL (any mechanism fails) until the test ends.

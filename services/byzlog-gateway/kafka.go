@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/kafka"
 	"github.com/byzlog/byzlog/gateway/kafka/sasl"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
 
@@ -101,7 +101,7 @@ func parseBrokers(s string) ([]kafka.Broker, error) {
 
 // serveKafka runs the face until ctx is done; the returned wait blocks
 // until it has stopped.
-func serveKafka(ctx context.Context, cfg kafka.Config, g *gateway.Gateway, log zerolog.Logger) (func() error, error) {
+func serveKafka(ctx context.Context, cfg kafka.Config, g *pipeline.Gateway, log zerolog.Logger) (func() error, error) {
 	srv, err := kafka.New(cfg, kafka.Over(g), log)
 	if err != nil {
 		return nil, err

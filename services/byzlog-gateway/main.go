@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/byzlog/byzlog/gateway"
 	"github.com/byzlog/byzlog/gateway/grpcface"
 	"github.com/byzlog/byzlog/gateway/httpface"
+	"github.com/byzlog/byzlog/gateway/pipeline"
 	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 	"github.com/byzlog/byzlog/services/internal/daemon"
 	"github.com/byzlog/byzlog/services/internal/nodelink"
@@ -39,7 +39,7 @@ func main() {
 // options are byzlog-gateway's settings, one flag each.
 type options struct {
 	daemon.Options
-	gw         gateway.Config
+	gw         pipeline.Config
 	listen     string // host:port of the gRPC API
 	httpListen string // host:port of the HTTP face; empty: none
 	nodes      string
@@ -51,7 +51,7 @@ type options struct {
 }
 
 func defaultOptions() options {
-	return options{Options: daemon.Default(), gw: gateway.Default(), listen: "127.0.0.1:7070", httpListen: "127.0.0.1:7071",
+	return options{Options: daemon.Default(), gw: pipeline.Default(), listen: "127.0.0.1:7070", httpListen: "127.0.0.1:7071",
 		nodes: "http://127.0.0.1:26657", kafka: defaultKafkaOptions()}
 }
 
@@ -149,7 +149,7 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 		return err
 	}
 	defer stopProfiles()
-	g, err := gateway.New(o.gw, log)
+	g, err := pipeline.New(o.gw, log)
 	if err != nil {
 		return err
 	}
@@ -215,7 +215,7 @@ func run(ctx context.Context, o options, serverTLS *tls.Config) error {
 
 // httpFace is the gateway's HTTP endpoint: the JSON API, /metrics and
 // /healthz (200 while a CometBFT node is healthy).
-func httpFace(g *gateway.Gateway) http.Handler {
+func httpFace(g *pipeline.Gateway) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", httpface.Handler(grpcface.NewService(grpcface.Over(g)), g.Config().HTTP))
 	mux.Handle("/metrics", daemon.MetricsHandler(g.Metrics().Collectors()...))
