@@ -2,40 +2,21 @@ package indexer
 
 import (
 	"crypto/ed25519"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/byzlog/byzlog/protos/wire"
 	"time"
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
-	"github.com/byzlog/byzlog/protos/chain/rpcnode"
-	"github.com/byzlog/byzlog/protos/chain/tlsconf"
+	"github.com/byzlog/byzlog/indexer/verify"
 )
 
 // Config is an indexer's settings. Default fills every field but the
 // chain's; Validate names the field that is wrong.
 type Config struct {
-	// Nodes are the CometBFT RPC addresses to follow; the light client uses
-	// the first reachable one as primary and every other as a witness, so
-	// at least two are needed.
-	Nodes []string
-	// NodeData are the nodes' data services (byzlog-app --data-listen),
-	// one per node of Nodes in the same order, in the same forms: the
-	// bundles blocks reference are read there, without JSON-RPC's base64.
-	// Empty: everything is read over the RPC.
-	NodeData []string
-	// Link says how to reach the nodes' RPC.
-	Link NodeLink
-	// ChainID is the chain to follow (from genesis).
-	ChainID string
-	// Trust is the root of trust: a header hash at a height, taken from
-	// genesis by TrustGenesis or configured by the operator.
-	Trust Trust
-	// TrustingPeriod bounds how old a trusted header may be (CometBFT's
-	// light client rule); past it the indexer needs a new root.
-	TrustingPeriod time.Duration
+	// Config is what verifying the blocks needs: the nodes, the chain and
+	// its root of trust.
+	verify.Config
 	// ID names this indexer's cursor; two indexers with distinct ids may run
 	// side by side on the same NATS.
 	ID string
@@ -60,10 +41,6 @@ type Config struct {
 	PollInterval time.Duration
 	// CursorInterval is how often the cursor is saved.
 	CursorInterval time.Duration
-	// MaxResponseBytes bounds every RPC response body read from a node
-	// (blocks and their results are the largest honest ones), so a lying
-	// node cannot make the indexer read a huge one.
-	MaxResponseBytes int64
 	// Authz, when set, keeps NATS's read permissions following the
 	// topics' readers (see Authz); nil leaves NATS's accounts alone.
 	Authz *Authz
@@ -94,31 +71,6 @@ type Config struct {
 	ProgressInterval, ProgressDelay time.Duration
 }
 
-// NodeLink says how to reach CometBFT nodes' RPC: https with certificates
-// checked against TLS (the nodes' CA; nil: the system's roots), plaintext
-// only on loopback unless Insecure.
-type NodeLink struct {
-	TLS      *tls.Config
-	Insecure bool
-}
-
-// urls checks addrs and returns them as URLs (tlsconf.NodeURL).
-func (l NodeLink) urls(addrs []string) ([]string, error) {
-	out := make([]string, len(addrs))
-	for i, a := range addrs {
-		u, err := tlsconf.NodeURL(a, l.Insecure)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = u
-	}
-	return out, nil
-}
-
-// DefaultMaxResponseBytes is 16 MiB: four times the 4 MiB block limit, room
-// for a block or its results in JSON.
-const DefaultMaxResponseBytes = 16 << 20
-
 // Default returns the defaults: 168 h trusting period, id "indexer",
 // start at height 1, 1 replica, 10 min duplicate window, 8192 pending
 // publishes, up to 256 records a message, 100 ms polling, cursor saved every second, RPC responses up
@@ -128,7 +80,7 @@ const DefaultMaxResponseBytes = 16 << 20
 // as it was 3 min before (no key: no reports).
 func Default() Config {
 	return Config{
-		TrustingPeriod:    168 * time.Hour,
+		Config:            verify.Default(),
 		ID:                "indexer",
 		StartHeight:       1,
 		Replicas:          1,
@@ -137,9 +89,8 @@ func Default() Config {
 		PollInterval:      100 * time.Millisecond,
 		CursorInterval:    time.Second,
 
-		MaxResponseBytes: DefaultMaxResponseBytes,
-		GenesisWait:      time.Minute,
-		NATSTimeout:      10 * time.Second,
+		GenesisWait: time.Minute,
+		NATSTimeout: 10 * time.Second,
 
 		PublishAckTimeout: 30 * time.Second,
 		RetryBackoff:      100 * time.Millisecond,
@@ -159,15 +110,10 @@ const (
 
 // Validate says which field is wrong and why.
 func (c Config) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case len(c.Nodes) < 2:
-		return fmt.Errorf("nodes: %d given; the light client needs a primary and at least one witness", len(c.Nodes))
-	case c.ChainID == "":
-		return errors.New("chain_id is empty; take it from genesis")
-	case c.Trust.Height < 1 || len(c.Trust.Hash) != 32:
-		return fmt.Errorf("trust root: height %d, hash of %d bytes; want a height ≥ 1 and a 32-byte header hash", c.Trust.Height, len(c.Trust.Hash))
-	case c.TrustingPeriod < time.Minute:
-		return fmt.Errorf("trusting_period (%s) must be at least 1m", c.TrustingPeriod)
 	case !validID(c.ID):
 		return fmt.Errorf("id %q: use 1 to 64 of a-z, A-Z, 0-9, '-' and '_'", c.ID)
 	case c.StartHeight < 1:
@@ -180,8 +126,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("records_per_message (%d) must be between 1 (a message per record) and %d", c.RecordsPerMessage, MaxRecordsPerMessage)
 	case c.PollInterval <= 0 || c.CursorInterval <= 0:
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
-	case c.MaxResponseBytes < wire.MinReaderResponseBytes:
-		return fmt.Errorf("max_response_bytes (%d) must be at least %d (8 MiB): a block's bundles are read in answers of up to 3 MiB, ~4 MiB in JSON", c.MaxResponseBytes, wire.MinReaderResponseBytes)
 	case c.GenesisWait < 0:
 		return fmt.Errorf("genesis_wait (%s) must not be negative", c.GenesisWait)
 	case c.NATSTimeout <= 0:
@@ -205,11 +149,7 @@ func (c Config) Validate() error {
 			return errors.New("NATS authz: no way to reload the server (Reload is nil)")
 		}
 	}
-	if err := rpcnode.CheckDataAddrs(c.NodeData, len(c.Nodes), c.Link.Insecure); err != nil {
-		return fmt.Errorf("node_data: %w", err)
-	}
-	_, err := c.Link.urls(c.Nodes)
-	return err
+	return nil
 }
 
 func validID(s string) bool {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -19,7 +20,7 @@ type Indexer struct {
 	log   zerolog.Logger
 	m     *Metrics
 	nc    *nats.Conn
-	v     *verifier
+	v     *verify.Verifier
 	acked atomic.Int64 // last height fully acknowledged by JetStream
 	tip   atomic.Int64
 	// ends is each partition's end as far as JetStream acknowledged (at
@@ -36,12 +37,12 @@ func New(cfg Config, nc *nats.Conn, log zerolog.Logger) (*Indexer, error) {
 	if nc.Opts.ReconnectBufSize >= 0 {
 		return nil, errNATSBuffers
 	}
-	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.NodeData, cfg.Link, cfg.MaxResponseBytes, log)
+	nodes, err := verify.Connect(cfg.Config, log)
 	if err != nil {
 		return nil, err
 	}
 	m := newMetrics()
-	return &Indexer{cfg: cfg, log: log, m: m, nc: nc, v: newVerifier(cfg, nodes, m, log)}, nil
+	return &Indexer{cfg: cfg, log: log, m: m, nc: nc, v: verify.New(cfg.Config, nodes, m.verify(), log)}, nil
 }
 
 // errNATSBuffers refuses a connection that keeps publishes made while it

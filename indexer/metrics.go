@@ -1,6 +1,9 @@
 package indexer
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/byzlog/byzlog/indexer/verify"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the indexer's Prometheus collectors.
 type Metrics struct {
@@ -58,6 +61,11 @@ func newMetrics() *Metrics {
 		lightErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_light_client_errors_total",
 			Help: "Errors the light client reported: a primary that sent an invalid header and was replaced, a witness that disagreed or failed."}),
 	}
+}
+
+// verify is the verifier's share of the counters.
+func (m *Metrics) verify() verify.Metrics {
+	return verify.Metrics{Failures: m.verifyFailures, LightErrors: m.lightErrors}
 }
 
 // Collectors lists the collectors to register.

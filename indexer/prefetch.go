@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/byzlog/byzlog/indexer/verify"
 	cmttypes "github.com/cometbft/cometbft/types"
 )
 
@@ -23,7 +24,7 @@ const prefetchBlocks = 4
 type fetching struct {
 	height int64
 	done   chan struct{}
-	b      *Block
+	b      *verify.Block
 	err    error
 	times  stageTimes
 }
@@ -67,22 +68,22 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 	var tip int64
 	var known *cmttypes.LightBlock // the last header verified: block h's, once h-1 is done
 	for ; ; h++ {
-		var early *reading
+		var early *verify.Reading
 		for h >= tip { // block h needs header h+1
-			t, err := i.v.tip(ctx)
+			t, err := i.v.Tip(ctx)
 			if err != nil {
 				send(failed(h, err))
 				return
 			}
 			tip = t
-			i.tip.Store(i.v.lastTip)
-			i.m.tip.Set(float64(i.v.lastTip))
-			i.m.lag.Set(float64(i.v.lastTip - i.acked.Load()))
+			i.tip.Store(i.v.LastTip())
+			i.m.tip.Set(float64(i.v.LastTip()))
+			i.m.lag.Set(float64(i.v.LastTip() - i.acked.Load()))
 			if h < tip {
 				break
 			}
 			if h == tip && early == nil && known != nil && known.Height == h {
-				early = i.v.readEarly(ctx, known, &fetches)
+				early = i.v.ReadEarly(ctx, known, &fetches)
 			}
 			select {
 			case <-time.After(i.cfg.PollInterval):
@@ -90,7 +91,7 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 				return
 			}
 		}
-		lb, next, err := i.v.headerPair(ctx, h)
+		lb, next, err := i.v.HeaderPair(ctx, h)
 		if err != nil {
 			send(failed(h, err))
 			return
@@ -101,7 +102,7 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 		go func() {
 			defer fetches.Done()
 			defer close(f.done)
-			f.b, f.err = i.v.data(ctx, lb, next, early)
+			f.b, f.err = i.v.Data(ctx, lb, next, early)
 			f.times.fetched = time.Now()
 		}()
 		if !send(f) {

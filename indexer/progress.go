@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -81,11 +82,11 @@ func (i *Indexer) reportProgress(ctx context.Context, kv jetstream.KeyValue) {
 // report saves the signed root at h and sends the report of h to the
 // first node that takes it.
 func (i *Indexer) report(ctx context.Context, signer *wire.Signer, kv jetstream.KeyValue, h int64) error {
-	lb, err := i.v.header(ctx, h)
+	lb, err := i.v.Header(ctx, h)
 	if err != nil {
 		return err
 	}
-	if err := saveRoot(ctx, kv, i.cfg, Trust{Height: h, Hash: lb.Hash()}); err != nil {
+	if err := saveRoot(ctx, kv, i.cfg, verify.Trust{Height: h, Hash: lb.Hash()}); err != nil {
 		return fmt.Errorf("save the root of trust: %w", err)
 	}
 	tx, err := signer.ProgressTx(h)
@@ -93,21 +94,21 @@ func (i *Indexer) report(ctx context.Context, signer *wire.Signer, kv jetstream.
 		return err
 	}
 	var errs []error
-	for _, n := range i.v.nodes {
-		res, err := n.rpc.BroadcastTxSync(ctx, tx)
+	for _, n := range i.v.Nodes() {
+		res, err := n.RPC.BroadcastTxSync(ctx, tx)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+			errs = append(errs, fmt.Errorf("%s: %w", n.Addr, err))
 			continue
 		case res.Code == uint32(wire.CodeBadProgress):
 			// The chain has a later report (an earlier run's): nothing to do.
-			i.log.Debug().Str("node", n.addr).Str("log", res.Log).Msg("progress reported already")
+			i.log.Debug().Str("node", n.Addr).Str("log", res.Log).Msg("progress reported already")
 		case res.Code != 0:
 			// A refusal is the same on every honest node: say it and stop.
-			return fmt.Errorf("%s refused the report: %s: %s", n.addr, wire.Code(res.Code), res.Log)
+			return fmt.Errorf("%s refused the report: %s: %s", n.Addr, wire.Code(res.Code), res.Log)
 		}
 		i.m.progress.Set(float64(h))
-		i.log.Debug().Int64("published_height", h).Str("node", n.addr).Msg("progress reported")
+		i.log.Debug().Int64("published_height", h).Str("node", n.Addr).Msg("progress reported")
 		return nil
 	}
 	return errors.Join(errs...)
@@ -123,11 +124,11 @@ type savedRoot struct {
 
 func rootKey(chainID, id string) string { return "root." + chainID + "." + id }
 
-func rootBody(chainID string, t Trust) []byte {
+func rootBody(chainID string, t verify.Trust) []byte {
 	return []byte("byzlog indexer root\x00" + chainID + "\x00" + strconv.FormatInt(t.Height, 10) + "\x00" + hex.EncodeToString(t.Hash))
 }
 
-func saveRoot(ctx context.Context, kv jetstream.KeyValue, cfg Config, t Trust) error {
+func saveRoot(ctx context.Context, kv jetstream.KeyValue, cfg Config, t verify.Trust) error {
 	sig := ed25519.Sign(cfg.ProgressKey, rootBody(cfg.ChainID, t))
 	b, err := json.Marshal(savedRoot{ChainID: cfg.ChainID, Height: t.Height, Hash: hex.EncodeToString(t.Hash), Signature: hex.EncodeToString(sig)})
 	if err != nil {
@@ -141,34 +142,34 @@ func saveRoot(ctx context.Context, kv jetstream.KeyValue, cfg Config, t Trust) e
 // progress report, checked against key (its progress key's public half):
 // NATS holds it, and a NATS that lies cannot forge one. ok is false when
 // there is none.
-func SavedRoot(ctx context.Context, nc *nats.Conn, chainID, id string, key ed25519.PublicKey) (t Trust, ok bool, err error) {
+func SavedRoot(ctx context.Context, nc *nats.Conn, chainID, id string, key ed25519.PublicKey) (t verify.Trust, ok bool, err error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return Trust{}, false, err
+		return verify.Trust{}, false, err
 	}
 	kv, err := js.KeyValue(ctx, layout.CursorBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return Trust{}, false, nil
+		return verify.Trust{}, false, nil
 	}
 	if err != nil {
-		return Trust{}, false, fmt.Errorf("cursor bucket %s: %w", layout.CursorBucket, err)
+		return verify.Trust{}, false, fmt.Errorf("cursor bucket %s: %w", layout.CursorBucket, err)
 	}
 	e, err := kv.Get(ctx, rootKey(chainID, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Trust{}, false, nil
+		return verify.Trust{}, false, nil
 	}
 	if err != nil {
-		return Trust{}, false, fmt.Errorf("read %s: %w", rootKey(chainID, id), err)
+		return verify.Trust{}, false, fmt.Errorf("read %s: %w", rootKey(chainID, id), err)
 	}
 	var r savedRoot
 	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return Trust{}, false, fmt.Errorf("%s holds %.64q: %v", rootKey(chainID, id), e.Value(), err)
+		return verify.Trust{}, false, fmt.Errorf("%s holds %.64q: %v", rootKey(chainID, id), e.Value(), err)
 	}
 	hash, herr := hex.DecodeString(r.Hash)
 	sig, serr := hex.DecodeString(r.Signature)
-	t = Trust{Height: r.Height, Hash: hash}
+	t = verify.Trust{Height: r.Height, Hash: hash}
 	if herr != nil || serr != nil || len(hash) != 32 || r.ChainID != chainID || r.Height < 1 || !wire.Verify(key, rootBody(chainID, t), sig) {
-		return Trust{}, false, fmt.Errorf("%s is not a root of chain %s signed by the progress key %x: someone with write access to NATS changed it; delete it to start from genesis", rootKey(chainID, id), chainID, key)
+		return verify.Trust{}, false, fmt.Errorf("%s is not a root of chain %s signed by the progress key %x: someone with write access to NATS changed it; delete it to start from genesis", rootKey(chainID, id), chainID, key)
 	}
 	return t, true, nil
 }

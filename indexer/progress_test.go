@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 )
 
 // TestSavedRoot: the root saved with a progress report reads back only
@@ -32,7 +33,7 @@ func TestSavedRoot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Trust{Height: 42, Hash: make([]byte, 32)}
+	want := verify.Trust{Height: 42, Hash: make([]byte, 32)}
 	want.Hash[0] = 7
 	if err := saveRoot(ctx, kv, cfg, want); err != nil {
 		t.Fatal(err)

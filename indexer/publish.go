@@ -18,6 +18,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -348,7 +349,7 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 		}
 		r = rs[end-1-first]
 	}
-	if want := part.Records[r.Offset-root.FirstOffset]; !sameRecord(r, want) {
+	if want := part.Records[r.Offset-root.FirstOffset]; !layout.SameRecord(r, want) {
 		return 0, false, foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
 	}
 	return r.Offset + 1, ahead, nil
@@ -497,7 +498,7 @@ func lacks(stream, subject, missing string, seq uint64, found string) error {
 // chain's first block also brings genesis's topics, which no block
 // creates: an indexer that publishes it keeps their configs as it keeps
 // those of topics a block creates.
-func (p *publisher) topicChanges(b *Block) []core.TopicChange {
+func (p *publisher) topicChanges(b *verify.Block) []core.TopicChange {
 	if b.Height != 1 || len(p.cfg.GenesisTopics) == 0 {
 		return b.Appended.Topics
 	}
@@ -506,7 +507,7 @@ func (p *publisher) topicChanges(b *Block) []core.TopicChange {
 
 // publish sends block b's records and BlockInfo asynchronously and returns
 // the futures of their acknowledgements. It counts what it published.
-func (p *publisher) publish(ctx context.Context, b *Block, m *Metrics) ([]jetstream.PubAckFuture, error) {
+func (p *publisher) publish(ctx context.Context, b *verify.Block, m *Metrics) ([]jetstream.PubAckFuture, error) {
 	if err := p.ensureBlocks(ctx); err != nil {
 		return nil, err
 	}

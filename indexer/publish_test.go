@@ -18,6 +18,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -49,7 +50,7 @@ func startServer(t *testing.T) *server.Server {
 }
 
 // testBlock appends n records to t/0 and t/1 starting at offset first.
-func testBlock(h int64, first uint64, n int, when time.Time) *Block {
+func testBlock(h int64, first uint64, n int, when time.Time) *verify.Block {
 	var a core.Appended
 	for p := uint32(0); p < 2; p++ {
 		part := core.AppendedPartition{Root: core.PartitionRoot{Topic: "t", Partition: p, FirstOffset: first, Count: uint32(n)}}
@@ -59,7 +60,7 @@ func testBlock(h int64, first uint64, n int, when time.Time) *Block {
 		}
 		a.Partitions = append(a.Partitions, part)
 	}
-	return &Block{Height: h, Time: when, Hash: make([]byte, 32), AppHash: make([]byte, 32), Appended: a}
+	return &verify.Block{Height: h, Time: when, Hash: make([]byte, 32), AppHash: make([]byte, 32), Appended: a}
 }
 
 func waitAll(t *testing.T, futs []jetstream.PubAckFuture) {
@@ -224,7 +225,7 @@ func TestPublishExactlyOnce(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	good := Default()
-	good.Nodes, good.ChainID, good.Trust = []string{"https://a:1", "127.0.0.1:1"}, "c", Trust{Height: 1, Hash: make([]byte, 32)}
+	good.Nodes, good.ChainID, good.Trust = []string{"https://a:1", "127.0.0.1:1"}, "c", verify.Trust{Height: 1, Hash: make([]byte, 32)}
 	if err := good.Validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
@@ -235,7 +236,7 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"one node", func(c *Config) { c.Nodes = c.Nodes[:1] }, "witness"},
 		{"no chain", func(c *Config) { c.ChainID = "" }, "chain_id"},
-		{"no trust", func(c *Config) { c.Trust = Trust{} }, "trust root"},
+		{"no trust", func(c *Config) { c.Trust = verify.Trust{} }, "trust root"},
 		{"bad id", func(c *Config) { c.ID = "a.b" }, "id"},
 		{"replicas", func(c *Config) { c.Replicas = 7 }, "replicas"},
 		{"start", func(c *Config) { c.StartHeight = 0 }, "start_height"},
@@ -329,10 +330,10 @@ func TestPublishersRacing(t *testing.T) {
 	defer cancel()
 	const blocks, per, parts = 60, 7, 3
 	now := time.Now()
-	chain := make([]*Block, blocks+1)
+	chain := make([]*verify.Block, blocks+1)
 	var ends [parts]uint64
 	for h := int64(1); h <= blocks; h++ {
-		b := &Block{Height: h, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32)}
+		b := &verify.Block{Height: h, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32)}
 		for p := uint32(0); p < parts; p++ {
 			if (h+int64(p))%3 == 0 && h > 1 {
 				continue // p has no records in this block
@@ -455,7 +456,7 @@ func TestTopicStreamsFollowCreateAndDelete(t *testing.T) {
 	}
 	js, _ := jetstream.New(nc)
 	now := time.Now()
-	publish := func(b *Block) {
+	publish := func(b *verify.Block) {
 		t.Helper()
 		futs, err := p.publish(ctx, b, m)
 		if err != nil {
@@ -463,14 +464,14 @@ func TestTopicStreamsFollowCreateAndDelete(t *testing.T) {
 		}
 		waitAll(t, futs)
 	}
-	empty := &Block{Height: 1, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32),
+	empty := &verify.Block{Height: 1, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32),
 		Appended: core.Appended{Topics: []core.TopicChange{{Name: "t"}}}}
 	publish(empty)
 	if _, err := js.Stream(ctx, layout.StreamName("t")); err != nil {
 		t.Fatalf("no stream for a topic just created: %v", err)
 	}
 	publish(testBlock(2, 0, 5, now))
-	recreate := &Block{Height: 3, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32),
+	recreate := &verify.Block{Height: 3, Time: now, Hash: make([]byte, 32), AppHash: make([]byte, 32),
 		Appended: core.Appended{Topics: []core.TopicChange{{Name: "t", Deleted: true}, {Name: "t"}}}}
 	publish(recreate)
 	publish(testBlock(4, 0, 3, now)) // offsets 0..2 of the new topic
@@ -729,7 +730,7 @@ func TestOneAckVouchesForAll(t *testing.T) {
 // refusingStream is a publisher whose topic "t" stream refuses messages
 // over 2 KiB (max_msg_size, as an operator may set it), and block 1 of
 // 300 records in each of two partitions, the 201st of which is 4 KiB.
-func refusingStream(ctx context.Context, t *testing.T) (*publisher, *Block) {
+func refusingStream(ctx context.Context, t *testing.T) (*publisher, *verify.Block) {
 	t.Helper()
 	p := startPublisherWith(ctx, t, 1) // the 201st record's own message is refused
 
@@ -872,7 +873,7 @@ func TestTheStreamSaysHowToCut(t *testing.T) {
 		}
 		return p
 	}
-	publish := func(p *publisher, b *Block) {
+	publish := func(p *publisher, b *verify.Block) {
 		t.Helper()
 		p.reset()
 		futs, err := p.publish(ctx, b, newMetrics())

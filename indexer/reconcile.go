@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -70,7 +71,7 @@ func splitPartKey(k string) (string, uint32, bool) {
 
 // blockEnds is what block b moves: each partition's end after it, and the
 // topics it deletes.
-func blockEnds(b *Block) (map[string]partEnd, []string) {
+func blockEnds(b *verify.Block) (map[string]partEnd, []string) {
 	ends := map[string]partEnd{}
 	for _, part := range b.Appended.Partitions {
 		r := part.Root

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 )
 
 // TestRewindToWhatTheStreamsHold: a stream that lost the tail of what
@@ -158,7 +159,7 @@ func TestLostCursorBucketIsMadeAgain(t *testing.T) {
 func TestNewRefusesAReconnectBuffer(t *testing.T) {
 	s := startServer(t)
 	cfg := Default()
-	cfg.Nodes, cfg.ChainID, cfg.Trust = []string{"https://a:1", "https://b:1"}, "c", Trust{Height: 1, Hash: make([]byte, 32)}
+	cfg.Nodes, cfg.ChainID, cfg.Trust = []string{"https://a:1", "https://b:1"}, "c", verify.Trust{Height: 1, Hash: make([]byte, 32)}
 	for _, tc := range []struct {
 		name string
 		opts []nats.Option

@@ -15,6 +15,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
@@ -57,8 +58,8 @@ func TestTopicLimits(t *testing.T) {
 }
 
 // topicBlock is block h with the topic changes and records given.
-func topicBlock(h int64, when time.Time, changes []core.TopicChange, parts ...core.AppendedPartition) *Block {
-	return &Block{Height: h, Time: when, Hash: make([]byte, 32), AppHash: make([]byte, 32),
+func topicBlock(h int64, when time.Time, changes []core.TopicChange, parts ...core.AppendedPartition) *verify.Block {
+	return &verify.Block{Height: h, Time: when, Hash: make([]byte, 32), AppHash: make([]byte, 32),
 		Appended: core.Appended{Topics: changes, Partitions: parts}}
 }
 
@@ -77,7 +78,7 @@ func create(name string, c *byzlogv1.TopicConfig) core.TopicChange {
 }
 
 // publishAll publishes blocks through p and waits for their acks.
-func publishAll(ctx context.Context, t *testing.T, p *publisher, blocks ...*Block) {
+func publishAll(ctx context.Context, t *testing.T, p *publisher, blocks ...*verify.Block) {
 	t.Helper()
 	for _, b := range blocks {
 		futs, err := p.publish(ctx, b, newMetrics())
@@ -276,7 +277,7 @@ func TestFullStreamDropsItsOldest(t *testing.T) {
 	now := time.Now()
 	// 4,000 bytes: ten or so records of 10 B (~370 B each in the stream).
 	c := &byzlogv1.TopicConfig{Partitions: 1, RetentionBytes: 1000}
-	blocks := []*Block{topicBlock(1, now, []core.TopicChange{create("t", c)})}
+	blocks := []*verify.Block{topicBlock(1, now, []core.TopicChange{create("t", c)})}
 	for h := int64(2); h <= 4; h++ {
 		blocks = append(blocks, topicBlock(h, now, nil, records("t", 0, uint64(h-2)*10, 10, 10, h, now)))
 	}
@@ -393,7 +394,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 	}
 	js, _ := jetstream.New(nc)
 	ends := map[string]partEnd{}
-	publish := func(b *Block) {
+	publish := func(b *verify.Block) {
 		t.Helper()
 		publishAll(ctx, t, p, b)
 		e, deleted := blockEnds(b)

@@ -72,7 +72,7 @@ func WithGatewayInsecure() Option { return func(o *options) { o.gatewayInsecure 
 func WithGatewayClient(c byzlogv1.GatewayClient) Option { return func(o *options) { o.gwClient = c } }
 
 // RecordVerifier checks a record against the chain before Next returns it;
-// *indexer.Headers is one (light-client verified headers and per-record
+// *verify.Headers is one (light-client verified headers and per-record
 // Merkle proofs).
 type RecordVerifier interface {
 	VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) error

@@ -567,3 +567,7 @@ type PartitionCount struct {
 	FirstOffset uint64 `json:"first_offset"`
 	Count       uint32 `json:"count"`
 }
+
+// SameRecord compares two records as NATS carries them: everything, null
+// against empty included (the layout keeps the difference).
+func SameRecord(a, b *byzlogv1.StoredRecord) bool { return proto.Equal(a, b) }

@@ -24,6 +24,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/natsauth"
+	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/byzlog/byzlog/services/internal/daemon"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
@@ -186,7 +187,7 @@ func (o *options) trustRoot(ctx context.Context, flagSet *pflag.FlagSet, nc *nat
 		if err != nil {
 			return fmt.Errorf("--trust-hash: %w", err)
 		}
-		o.ix.ChainID, o.ix.Trust = o.chainID, indexer.Trust{Height: o.trustHeight, Hash: h}
+		o.ix.ChainID, o.ix.Trust = o.chainID, verify.Trust{Height: o.trustHeight, Hash: h}
 		return nil
 	}
 	gen, err := cmttypes.GenesisDocFromFile(o.genesis)

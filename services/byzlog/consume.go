@@ -19,8 +19,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/consumer"
+	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 	"github.com/byzlog/byzlog/services/internal/natsconn"
@@ -447,7 +447,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 
 // headersFrom starts a light client for --verify from a genesis file,
 // through the nodes of nodeList.
-func headersFrom(ctx context.Context, genesisPath, nodeList string, link indexer.NodeLink) (*indexer.Headers, error) {
+func headersFrom(ctx context.Context, genesisPath, nodeList string, link verify.NodeLink) (*verify.Headers, error) {
 	addrs, err := nodelink.ParseNodes(nodeList, link.Insecure)
 	if err != nil {
 		return nil, fmt.Errorf("--nodes: %w", err)
@@ -456,7 +456,7 @@ func headersFrom(ctx context.Context, genesisPath, nodeList string, link indexer
 	if err != nil {
 		return nil, fmt.Errorf("--verify: %w", err)
 	}
-	h, err := indexer.NewHeaders(gen.ChainID, addrs, link, trust, zerolog.Nop())
+	h, err := verify.NewHeaders(gen.ChainID, addrs, link, trust, zerolog.Nop())
 	if err != nil {
 		return nil, fmt.Errorf("--verify: %w", err)
 	}

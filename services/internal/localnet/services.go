@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/byzlog/byzlog/gateway/client"
-	"github.com/byzlog/byzlog/indexer"
+	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
 
@@ -38,15 +38,15 @@ func (c Config) tls() tlsconf.Local { return tlsconf.Local{Dir: filepath.Join(c.
 
 // NodeLink is how clients reach the nodes' RPC: https checked against the
 // network's CA, or plaintext with InsecureRPC.
-func (n *Net) NodeLink() (indexer.NodeLink, error) {
+func (n *Net) NodeLink() (verify.NodeLink, error) {
 	if n.cfg.InsecureRPC {
-		return indexer.NodeLink{}, nil
+		return verify.NodeLink{}, nil
 	}
 	if err := n.ensureTLS(); err != nil {
-		return indexer.NodeLink{}, err
+		return verify.NodeLink{}, err
 	}
 	c, err := tlsconf.Files{CA: n.TLS().CA()}.Client()
-	return indexer.NodeLink{TLS: c}, err
+	return verify.NodeLink{TLS: c}, err
 }
 
 // NodeServerTLS is the TLS configuration the nodes' RPC serves with, for

@@ -16,7 +16,7 @@ import (
 	cmttypes "github.com/cometbft/cometbft/types"
 	"github.com/spf13/pflag"
 
-	"github.com/byzlog/byzlog/indexer"
+	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 	"github.com/byzlog/byzlog/protos/chain/tlsconf"
 )
@@ -38,11 +38,11 @@ func (f *Flags) Add(fs *pflag.FlagSet, d Flags) {
 	fs.BoolVar(&f.Insecure, "insecure-nodes", d.Insecure, "allow plaintext RPC (http://) to nodes beyond loopback: anyone on the path reads every record")
 }
 
-// Link is the indexer.NodeLink the flags say. A default CA that does not
+// Link is the verify.NodeLink the flags say. A default CA that does not
 // exist is left out (an https node then fails against the system's
 // roots, saying so); one given on the command line must exist.
-func (f Flags) Link(fs *pflag.FlagSet) (indexer.NodeLink, error) {
-	l := indexer.NodeLink{Insecure: f.Insecure}
+func (f Flags) Link(fs *pflag.FlagSet) (verify.NodeLink, error) {
+	l := verify.NodeLink{Insecure: f.Insecure}
 	if f.CA == "" {
 		return l, nil
 	}
@@ -105,18 +105,18 @@ func ParseNodeData(list string, n int, insecure bool) ([]string, error) {
 // header, which the genesis validators must have signed. On a new chain
 // the first block may take a moment: it retries for up to wait (0: tries
 // once). Errors name the setting at fault: genesis or nodes.
-func TrustGenesis(ctx context.Context, path string, addrs []string, link indexer.NodeLink, wait time.Duration) (*cmttypes.GenesisDoc, indexer.Trust, error) {
+func TrustGenesis(ctx context.Context, path string, addrs []string, link verify.NodeLink, wait time.Duration) (*cmttypes.GenesisDoc, verify.Trust, error) {
 	gen, err := cmttypes.GenesisDocFromFile(path)
 	if err != nil {
-		return nil, indexer.Trust{}, fmt.Errorf("genesis: %w", err)
+		return nil, verify.Trust{}, fmt.Errorf("genesis: %w", err)
 	}
-	provs, _, err := indexer.NewNodes(gen.ChainID, addrs, link)
+	provs, _, err := verify.NewNodes(gen.ChainID, addrs, link)
 	if err != nil {
-		return nil, indexer.Trust{}, fmt.Errorf("nodes: %w", err)
+		return nil, verify.Trust{}, fmt.Errorf("nodes: %w", err)
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		trust, err := indexer.TrustGenesis(ctx, gen, provs)
+		trust, err := verify.TrustGenesis(ctx, gen, provs)
 		if err == nil || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return gen, trust, err
 		}

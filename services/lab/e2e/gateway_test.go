@@ -28,7 +28,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/failpoint"
 	"github.com/byzlog/byzlog/gateway/client"
-	"github.com/byzlog/byzlog/indexer"
+	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/chain"
 	"github.com/byzlog/byzlog/protos/wire"
@@ -80,7 +80,7 @@ func nodeFlags(n *localnet.Net, rpcs []string) []string {
 }
 
 // nodeLink is how a test's clients reach n's nodes.
-func nodeLink(t *testing.T, n *localnet.Net) indexer.NodeLink {
+func nodeLink(t *testing.T, n *localnet.Net) verify.NodeLink {
 	t.Helper()
 	l, err := n.NodeLink()
 	if err != nil {

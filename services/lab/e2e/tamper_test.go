@@ -17,9 +17,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/gateway/client"
-	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/consumer"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/services/lab/tamper"
 )
@@ -168,15 +168,15 @@ func TestIndexerRefusesTamperedData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	provs, _, err := indexer.NewNodes(gen.ChainID, rpcs, nodeLink(t, n))
+	provs, _, err := verify.NewNodes(gen.ChainID, rpcs, nodeLink(t, n))
 	if err != nil {
 		t.Fatal(err)
 	}
-	trust, err := indexer.TrustGenesis(ctx, gen, provs)
+	trust, err := verify.TrustGenesis(ctx, gen, provs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	headers, err := indexer.NewHeaders(gen.ChainID, rpcs, nodeLink(t, n), trust, zerolog.Nop())
+	headers, err := verify.NewHeaders(gen.ChainID, rpcs, nodeLink(t, n), trust, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}

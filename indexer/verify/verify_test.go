@@ -1,4 +1,4 @@
-package indexer
+package verify
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestNodesLimitResponses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodes[0].rpc.Status(context.Background()); !errors.Is(err, rpcnode.ErrResponseTooLarge) && (err == nil || !strings.Contains(err.Error(), "max_response_bytes")) {
+	if _, err := nodes[0].RPC.Status(context.Background()); !errors.Is(err, rpcnode.ErrResponseTooLarge) && (err == nil || !strings.Contains(err.Error(), "max_response_bytes")) {
 		t.Fatalf("Status from a node answering 3 MiB = %v, want an error naming max_response_bytes", err)
 	}
 }
@@ -57,17 +57,17 @@ func TestEarlyAccountThatDoesNotCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newMetrics()
-	v := &verifier{cfg: Default(), log: zerolog.Nop(), m: m, nodes: nodes}
+	m := unregistered()
+	v := &Verifier{cfg: Default(), log: zerolog.Nop(), m: m, nodes: nodes}
 	lb := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: 5}}}
 	next := &cmttypes.LightBlock{SignedHeader: &cmttypes.SignedHeader{Header: &cmttypes.Header{Height: 6}}}
-	early := &reading{n: nodes[1], done: make(chan struct{}), account: &account{kind: chain.KindBlock, err: errors.New("forged transactions")}}
+	early := &Reading{n: nodes[1], done: make(chan struct{}), account: &account{kind: chain.KindBlock, err: errors.New("forged transactions")}}
 	close(early.done)
-	_, err = v.data(context.Background(), lb, next, early)
+	_, err = v.Data(context.Background(), lb, next, early)
 	if err == nil || !strings.Contains(err.Error(), "forged transactions") {
 		t.Fatalf("data = %v, want an error naming the early account's lie", err)
 	}
-	if got := testutil.ToFloat64(m.verifyFailures.WithLabelValues(chain.KindBlock)); got != 1 {
+	if got := testutil.ToFloat64(m.Failures.WithLabelValues(chain.KindBlock)); got != 1 {
 		t.Errorf("block verification failures: %v, want 1 (the early account)", got)
 	}
 	for i := range asked {

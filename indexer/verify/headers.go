@@ -1,4 +1,4 @@
-package indexer
+package verify
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/layout"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -21,7 +22,7 @@ import (
 // verify mode uses it. Safe for concurrent use.
 type Headers struct {
 	mu sync.Mutex
-	v  *verifier
+	v  *Verifier
 }
 
 // NewHeaders follows the chain chainID through nodes (at least two: a
@@ -36,7 +37,7 @@ func NewHeaders(chainID string, nodes []string, link NodeLink, trust Trust, log 
 	if err != nil {
 		return nil, err
 	}
-	return &Headers{v: newVerifier(cfg, ns, newMetrics(), log)}, nil
+	return &Headers{v: New(cfg, ns, unregistered(), log)}, nil
 }
 
 // AppHashAfter is the app hash after block height, from the verified
@@ -44,7 +45,7 @@ func NewHeaders(chainID string, nodes []string, link NodeLink, trust Trust, log 
 func (h *Headers) AppHashAfter(ctx context.Context, height int64) ([]byte, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	lb, err := h.v.header(ctx, height+1)
+	lb, err := h.v.Header(ctx, height+1)
 	if err != nil {
 		return nil, err
 	}
@@ -62,18 +63,18 @@ func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) er
 	var errs []error
 	for i := range h.v.nodes {
 		n := h.v.nodes[i]
-		q, err := n.rpc.ABCIQuery(ctx, wire.PathProof, req)
+		q, err := n.RPC.ABCIQuery(ctx, wire.PathProof, req)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+			errs = append(errs, fmt.Errorf("%s: %w", n.Addr, err))
 			continue
 		}
 		if q.Response.Code != 0 {
-			errs = append(errs, fmt.Errorf("%s: %s", n.addr, q.Response.Log))
+			errs = append(errs, fmt.Errorf("%s: %s", n.Addr, q.Response.Log))
 			continue
 		}
 		var p byzlogv1.RecordProof
 		if err := proto.Unmarshal(q.Response.Value, &p); err != nil {
-			errs = append(errs, fmt.Errorf("%s: proof does not decode: %w", n.addr, err))
+			errs = append(errs, fmt.Errorf("%s: proof does not decode: %w", n.Addr, err))
 			continue
 		}
 		appHash, err := h.AppHashAfter(ctx, p.Height)
@@ -82,17 +83,13 @@ func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) er
 		}
 		proven, err := core.VerifyRecord(&p, appHash)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+			errs = append(errs, fmt.Errorf("%s: %w", n.Addr, err))
 			continue // a node lying about the proof; another may not
 		}
-		if !sameRecord(proven, r) {
+		if !layout.SameRecord(proven, r) {
 			return fmt.Errorf("%w: %s/%d@%d (height %d)", ErrForged, r.Topic, r.Partition, r.Offset, proven.Height)
 		}
 		return nil
 	}
 	return fmt.Errorf("verify %s/%d@%d: no node served a proof that checks: %w", r.Topic, r.Partition, r.Offset, errors.Join(errs...))
 }
-
-// sameRecord compares two records as NATS carries them: everything,
-// null against empty included (the layout keeps the difference).
-func sameRecord(a, b *byzlogv1.StoredRecord) bool { return proto.Equal(a, b) }

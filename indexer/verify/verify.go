@@ -1,4 +1,4 @@
-package indexer
+package verify
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"github.com/byzlog/byzlog/protos/chain/receipt"
 	"github.com/byzlog/byzlog/protos/chain/rpcnode"
 	"github.com/byzlog/byzlog/protos/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Block is one committed block, checked against headers the light client
@@ -35,28 +36,34 @@ type Block struct {
 }
 
 // node is one CometBFT node: an RPC client for data and a light provider.
-type node struct {
-	addr string
-	rpc  *rpcnode.Client
+type Node struct {
+	Addr string
+	RPC  *rpcnode.Client
 	prov provider.Provider
 }
 
 // NewNodes connects to CometBFT RPC addresses (host:port or a URL) over
 // link, with responses bounded by DefaultMaxResponseBytes.
-func NewNodes(chainID string, addrs []string, link NodeLink) ([]provider.Provider, []*node, error) {
+func NewNodes(chainID string, addrs []string, link NodeLink) ([]provider.Provider, []*Node, error) {
 	return newNodes(chainID, addrs, nil, link, DefaultMaxResponseBytes, zerolog.Nop())
+}
+
+// Connect connects to cfg's nodes and their data services.
+func Connect(cfg Config, log zerolog.Logger) ([]*Node, error) {
+	_, nodes, err := newNodes(cfg.ChainID, cfg.Nodes, cfg.NodeData, cfg.Link, cfg.MaxResponseBytes, log)
+	return nodes, err
 }
 
 // newNodes connects to the nodes (rpcnode: a response body over
 // maxResponse bytes fails its call, and each call has 10 s), and to their
 // data services when data (one per address, or none) names them.
-func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse int64, log zerolog.Logger) ([]provider.Provider, []*node, error) {
+func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse int64, log zerolog.Logger) ([]provider.Provider, []*Node, error) {
 	urls, err := link.urls(addrs)
 	if err != nil {
 		return nil, nil, err
 	}
 	var provs []provider.Provider
-	var nodes []*node
+	var nodes []*Node
 	for i, a := range addrs {
 		u := urls[i]
 		o := rpcnode.Options{TLS: link.TLS, Timeout: 10 * time.Second, MaxResponseBytes: maxResponse, InsecureData: link.Insecure}
@@ -72,57 +79,82 @@ func newNodes(chainID string, addrs, data []string, link NodeLink, maxResponse i
 		}
 		p := lighthttp.NewWithClient(chainID, c)
 		provs = append(provs, p)
-		nodes = append(nodes, &node{addr: a, rpc: c, prov: p})
+		nodes = append(nodes, &Node{Addr: a, RPC: c, prov: p})
 	}
 	return provs, nodes, nil
 }
 
-// verifier hands out verified blocks by height: headers from the light
+// Verifier hands out verified blocks by height: headers from the light
 // client (lightclient.Headers, every node a primary in turn and the others
 // witnesses), block data round-robin from the nodes, skipping a node whose
 // data does not match the verified headers.
-type verifier struct {
+type Verifier struct {
 	cfg     Config
 	log     zerolog.Logger
-	m       *Metrics
-	nodes   []*node
+	m       Metrics
+	nodes   []*Node
 	headers *lightclient.Headers
 	lastTip int64
 }
 
-func newVerifier(cfg Config, nodes []*node, m *Metrics, log zerolog.Logger) *verifier {
+// Metrics are the verifier's counters, registered by its owner.
+type Metrics struct {
+	// Failures counts blocks a node served that did not match the
+	// verified headers, by the check that caught it.
+	Failures *prometheus.CounterVec
+	// LightErrors counts the light client's errors and dropped providers.
+	LightErrors prometheus.Counter
+}
+
+// unregistered is Metrics that nobody reads (a Headers of the SDK's).
+func unregistered() Metrics {
+	return Metrics{
+		Failures:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: "unused"}, []string{"check"}),
+		LightErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "unused"}),
+	}
+}
+
+// New verifies cfg's chain from its root of trust through nodes (cfg is
+// validated: New panics on a root the light client refuses).
+func New(cfg Config, nodes []*Node, m Metrics, log zerolog.Logger) *Verifier {
 	provs := make([]provider.Provider, len(nodes))
 	for i, n := range nodes {
 		provs[i] = n.prov
 	}
 	h, err := lightclient.NewHeaders(lightclient.Config{
 		Root:           receipt.Root{ChainID: cfg.ChainID, Height: cfg.Trust.Height, Hash: cfg.Trust.Hash},
-		TrustingPeriod: cfg.TrustingPeriod, Sequential: true, CrossCheck: true, Log: log, Errors: m.lightErrors,
+		TrustingPeriod: cfg.TrustingPeriod, Sequential: true, CrossCheck: true, Log: log, Errors: m.LightErrors,
 	}, provs...)
 	if err != nil {
 		// Config.Validate checked the root and the nodes.
 		panic(fmt.Sprintf("indexer: light client of a validated config: %v", err))
 	}
-	return &verifier{cfg: cfg, log: log, m: m, nodes: nodes, headers: h}
+	return &Verifier{cfg: cfg, log: log, m: m, nodes: nodes, headers: h}
 }
 
-// header verifies the header at h with the light client.
-func (v *verifier) header(ctx context.Context, h int64) (*cmttypes.LightBlock, error) {
+// Nodes are the nodes it reads from.
+func (v *Verifier) Nodes() []*Node { return v.nodes }
+
+// LastTip is the chain height Tip last found (0 before it has).
+func (v *Verifier) LastTip() int64 { return v.lastTip }
+
+// Header verifies the header at h with the light client.
+func (v *Verifier) Header(ctx context.Context, h int64) (*cmttypes.LightBlock, error) {
 	lb, err := v.headers.Verify(ctx, h)
 	if err != nil {
-		v.m.verifyFailures.WithLabelValues("header").Inc()
+		v.m.Failures.WithLabelValues("header").Inc()
 		return nil, err
 	}
 	return lb, nil
 }
 
-// tip is the highest height every healthy node has committed. The light
+// Tip is the highest height every healthy node has committed. The light
 // client compares each header with every witness, and a witness without
 // the height stalls it (CometBFT waits 2×clock drift + block lag for it),
 // so the indexer asks only for heights all of them have. A node more than
 // two blocks below the quorum's height (2f+1 nodes) is not waited for: it
 // is catching up or lying, and the light client drops it.
-func (v *verifier) tip(ctx context.Context) (int64, error) {
+func (v *Verifier) Tip(ctx context.Context) (int64, error) {
 	// The nodes are asked at once: one after another, each poll waited
 	// for every busy node in turn before the indexer saw a new block.
 	all := make([]int64, len(v.nodes))
@@ -132,7 +164,7 @@ func (v *verifier) tip(ctx context.Context) (int64, error) {
 			all[i] = -1
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
-			if st, err := n.rpc.Status(cctx); err == nil {
+			if st, err := n.RPC.Status(cctx); err == nil {
 				all[i] = st.SyncInfo.LatestBlockHeight
 			}
 		})
@@ -159,35 +191,35 @@ func (v *verifier) tip(ctx context.Context) (int64, error) {
 	return tip, nil
 }
 
-// headerPair verifies headers h and h+1, in order: the light client is
+// HeaderPair verifies headers h and h+1, in order: the light client is
 // sequential, so one goroutine at a time calls it.
-func (v *verifier) headerPair(ctx context.Context, h int64) (lb, next *cmttypes.LightBlock, err error) {
-	if lb, err = v.header(ctx, h); err != nil {
+func (v *Verifier) HeaderPair(ctx context.Context, h int64) (lb, next *cmttypes.LightBlock, err error) {
+	if lb, err = v.Header(ctx, h); err != nil {
 		return nil, nil, err
 	}
-	if next, err = v.header(ctx, h+1); err != nil {
+	if next, err = v.Header(ctx, h+1); err != nil {
 		return nil, nil, err
 	}
 	return lb, next, nil
 }
 
-// data fetches the block lb names, its results and digest, and checks
+// Data fetches the block lb names, its results and digest, and checks
 // them against the verified headers lb and next (one above). It takes
 // early's account first, if one was read (readEarly), and asks the nodes
 // in turn, starting with the one the height picks (so blocks fetched at
 // once spread over the nodes), until one serves data that checks. It is
 // safe to call from several goroutines.
-func (v *verifier) data(ctx context.Context, lb, next *cmttypes.LightBlock, early *reading) (*Block, error) {
+func (v *Verifier) Data(ctx context.Context, lb, next *cmttypes.LightBlock, early *Reading) (*Block, error) {
 	h := lb.Height
 	var errs []error
-	tried := func(n *node, kind string, err error) {
+	tried := func(n *Node, kind string, err error) {
 		if kind != "" {
-			v.m.verifyFailures.WithLabelValues(kind).Inc()
-			v.log.Warn().Str("node", n.addr).Int64("height", h).Str("check", kind).Err(err).Msg("node served data that does not match the verified headers; asking another")
+			v.m.Failures.WithLabelValues(kind).Inc()
+			v.log.Warn().Str("node", n.Addr).Int64("height", h).Str("check", kind).Err(err).Msg("node served data that does not match the verified headers; asking another")
 		}
-		errs = append(errs, fmt.Errorf("%s: %w", n.addr, err))
+		errs = append(errs, fmt.Errorf("%s: %w", n.Addr, err))
 	}
-	var wrong *node // the node whose early account did not check
+	var wrong *Node // the node whose early account did not check
 	if early != nil {
 		select {
 		case <-early.done:
@@ -241,11 +273,11 @@ type account struct {
 // building them costs (inflating batches) is bounded by the chain's limits
 // on its own transactions, not by whatever a node sends. The results are
 // checked against the next header later (check).
-func (v *verifier) read(ctx context.Context, n *node, lb *cmttypes.LightBlock) *account {
+func (v *Verifier) read(ctx context.Context, n *Node, lb *cmttypes.LightBlock) *account {
 	h := lb.Height
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	b, kind, err := chain.ReadBlock(cctx, n.rpc, h)
+	b, kind, err := chain.ReadBlock(cctx, n.RPC, h)
 	if err != nil {
 		return &account{kind: kind, err: err}
 	}
@@ -266,7 +298,7 @@ func (v *verifier) read(ctx context.Context, n *node, lb *cmttypes.LightBlock) *
 		return core.BlockRecords(h, lb.Time.UnixNano(), txs, results, core.KafkaRulesVersion-1)
 	}
 	req, _ := proto.Marshal(&byzlogv1.DigestRequest{Height: h})
-	q, err := n.rpc.ABCIQuery(cctx, wire.PathDigest, req)
+	q, err := n.RPC.ABCIQuery(cctx, wire.PathDigest, req)
 	if err != nil {
 		return &account{err: err}
 	}
@@ -284,7 +316,7 @@ func (v *verifier) read(ctx context.Context, n *node, lb *cmttypes.LightBlock) *
 // check checks a node's account against the verified headers of its
 // height and the next. kind names the failed check when the node's data is
 // wrong (empty when the node just did not answer).
-func (v *verifier) check(a *account, lb, next *cmttypes.LightBlock) (*Block, string, error) {
+func (v *Verifier) check(a *account, lb, next *cmttypes.LightBlock) (*Block, string, error) {
 	if a.err != nil {
 		return nil, a.kind, a.err
 	}
@@ -310,21 +342,21 @@ func (v *verifier) check(a *account, lb, next *cmttypes.LightBlock) (*Block, str
 	return &Block{Height: h, Time: lb.Time, Hash: lb.Hash(), AppHash: next.AppHash, Appended: a.app}, "", nil
 }
 
-// reading is a node's account of a block being read before its headers
+// Reading is a node's account of a block being read before its headers
 // are verified: done closes when account is set.
-type reading struct {
-	n       *node
+type Reading struct {
+	n       *Node
 	done    chan struct{}
 	account *account
 }
 
-// readEarly starts reading block lb.Height, whose header the light client
+// ReadEarly starts reading block lb.Height, whose header the light client
 // verified, from the node the height picks, as soon as the block is
 // committed: its results and app hash are signed only in the next header, a
 // block interval later, and the read (the block is the bulk of the bytes)
 // need not wait for it. Only data then checks the results against it.
-func (v *verifier) readEarly(ctx context.Context, lb *cmttypes.LightBlock, wg *sync.WaitGroup) *reading {
-	r := &reading{n: v.nodes[int(lb.Height%int64(len(v.nodes)))], done: make(chan struct{})}
+func (v *Verifier) ReadEarly(ctx context.Context, lb *cmttypes.LightBlock, wg *sync.WaitGroup) *Reading {
+	r := &Reading{n: v.nodes[int(lb.Height%int64(len(v.nodes)))], done: make(chan struct{})}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
