@@ -8,6 +8,7 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/publish"
 	"github.com/byzlog/byzlog/indexer/verify"
 )
 
@@ -43,7 +44,7 @@ type Config struct {
 	CursorInterval time.Duration
 	// Authz, when set, keeps NATS's read permissions following the
 	// topics' readers (see Authz); nil leaves NATS's accounts alone.
-	Authz *Authz
+	Authz *publish.Authz
 	// GenesisTopics are the topics genesis creates, whose read access no
 	// block shows (core.ParseGenesis of the genesis app_state).
 	GenesisTopics []core.TopicChange
@@ -79,26 +80,33 @@ type Config struct {
 // to 5 s, 2 s to save the cursor on stop, progress reported every 10 s
 // as it was 3 min before (no key: no reports).
 func Default() Config {
+	pub := publish.Default()
 	return Config{
 		Config:            verify.Default(),
-		ID:                "indexer",
+		ID:                pub.ID,
 		StartHeight:       1,
-		Replicas:          1,
-		MaxPending:        8192,
-		RecordsPerMessage: DefaultRecordsPerMessage,
+		Replicas:          pub.Replicas,
+		MaxPending:        pub.MaxPending,
+		RecordsPerMessage: pub.RecordsPerMessage,
 		PollInterval:      100 * time.Millisecond,
 		CursorInterval:    time.Second,
 
 		GenesisWait: time.Minute,
 		NATSTimeout: 10 * time.Second,
 
-		PublishAckTimeout: 30 * time.Second,
+		PublishAckTimeout: pub.PublishAckTimeout,
 		RetryBackoff:      100 * time.Millisecond,
 		MaxRetryBackoff:   5 * time.Second,
 		StopSaveTimeout:   2 * time.Second,
 		ProgressInterval:  10 * time.Second,
 		ProgressDelay:     3 * time.Minute,
 	}
+}
+
+// publishing is the part of c the publisher takes.
+func (c Config) publishing() publish.Config {
+	return publish.Config{ChainID: c.ChainID, ID: c.ID, Replicas: c.Replicas, MaxPending: c.MaxPending, RecordsPerMessage: c.RecordsPerMessage,
+		PublishAckTimeout: c.PublishAckTimeout, GenesisTopics: c.GenesisTopics, Authz: c.Authz}
 }
 
 // DefaultRecordsPerMessage is RecordsPerMessage's default, and

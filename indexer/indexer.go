@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/byzlog/byzlog/indexer/publish"
+	"github.com/byzlog/byzlog/indexer/reconcile"
 	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,7 +28,7 @@ type Indexer struct {
 	// ends is each partition's end as far as JetStream acknowledged (at
 	// acked): what the streams must hold (reconcile.go). Only the running
 	// follow's acknowledge goroutine, or Run between follows, touches it.
-	ends map[string]partEnd
+	ends map[string]reconcile.End
 }
 
 // New checks cfg and prepares an indexer publishing through nc.
@@ -62,16 +64,15 @@ func (i *Indexer) Progress() (published, chain int64) { return i.acked.Load(), i
 // logged and retried from the last acknowledged height; it returns only
 // when ctx is done, or at once when the cursor cannot be read at start.
 func (i *Indexer) Run(ctx context.Context) error {
-	pub, err := newPublisher(ctx, i.nc, i.cfg)
+	pub, err := publish.New(ctx, i.nc, i.cfg.publishing(), i.log)
 	if err != nil {
 		return err
 	}
-	pub.log = i.log
-	acc, err := newAccess(ctx, pub.kv, i.cfg, i.log)
+	acc, err := publish.NewAccess(ctx, pub.KV(), i.cfg.publishing(), i.log)
 	if err != nil {
 		return err
 	}
-	c, err := pub.cursor(ctx)
+	c, err := pub.Cursor(ctx)
 	if err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 	i.acked.Store(h)
 	i.ends = c.Ends
 	if i.ends == nil {
-		i.ends = map[string]partEnd{}
+		i.ends = map[string]reconcile.End{}
 	}
 	i.log.Info().Int64("cursor", h).Int("partitions", len(i.ends)).Str("id", i.cfg.ID).Msg("indexer starting after its cursor")
 	if i.cfg.ProgressKey != nil {
@@ -90,7 +91,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 		reports := make(chan struct{})
 		go func() {
 			defer close(reports)
-			i.reportProgress(rctx, pub.kv)
+			i.reportProgress(rctx, pub.KV())
 		}()
 		defer func() { stopReports(); <-reports }()
 	}
@@ -121,17 +122,17 @@ func (i *Indexer) Run(ctx context.Context) error {
 // (send). So after a conflict that acknowledged nothing, the next block
 // asks an acknowledgement of every message: a refusal of its own then
 // surfaces as the failure it is, backed off and logged with its cause.
-func (i *Indexer) afterFollow(err error, progressed bool, backoff time.Duration, pub *publisher) (wait, next time.Duration) {
+func (i *Indexer) afterFollow(err error, progressed bool, backoff time.Duration, pub *publish.Publisher) (wait, next time.Duration) {
 	if progressed {
 		backoff = i.cfg.RetryBackoff
 	}
 	resume := i.acked.Load()
-	if errors.Is(err, errOtherWriter) {
+	if errors.Is(err, publish.ErrOtherWriter) {
 		i.m.conflicts.Inc()
 		if !progressed {
-			pub.ackAllThrough = resume + 1
+			pub.AckAllThrough = resume + 1
 		}
-		i.log.Info().Err(err).Int64("resume_after", resume).Bool("ack_every_message", pub.ackAllThrough > resume).Msg("a stream holds what another indexer published; reading the streams again")
+		i.log.Info().Err(err).Int64("resume_after", resume).Bool("ack_every_message", pub.AckAllThrough > resume).Msg("a stream holds what another indexer published; reading the streams again")
 		return i.cfg.RetryBackoff, backoff
 	}
 	i.log.Warn().Err(err).Int64("resume_after", resume).Dur("backoff", backoff).Msg("indexing interrupted; resuming from the last acknowledged height")
@@ -153,9 +154,9 @@ func (i *Indexer) observe(t stageTimes) {
 // all that JetStream acknowledged, if one holds less (its server lost what
 // it had not synced): those blocks are published again, and what the
 // streams hold is skipped as ever.
-func (i *Indexer) reconcile(ctx context.Context, pub *publisher) error {
+func (i *Indexer) reconcile(ctx context.Context, pub *publish.Publisher) error {
 	acked := i.acked.Load()
-	from, why, err := pub.rewind(ctx, i.ends, acked)
+	from, why, err := reconcile.Rewind(ctx, pub.JetStream(), i.ends, acked)
 	if err != nil {
 		return err
 	}
@@ -167,30 +168,23 @@ func (i *Indexer) reconcile(ctx context.Context, pub *publisher) error {
 	return nil
 }
 
-// wrongLastSequence reports whether err is JetStream refusing a message
-// whose expected last sequence the stream was not at.
-func wrongLastSequence(err error) bool {
-	var api *jetstream.APIError
-	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
-}
-
 // inflight is a published block whose acknowledgements are outstanding.
 type inflight struct {
 	height  int64
 	times   stageTimes
 	futs    []jetstream.PubAckFuture
-	ends    map[string]partEnd // partitions' ends after the block
-	deleted []string           // topics it deleted
+	ends    map[string]reconcile.End // partitions' ends after the block
+	deleted []string                 // topics it deleted
 }
 
 // follow publishes blocks from the last acknowledged height on, until an
 // error: heights are followed by number, so nothing is skipped.
-func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error {
+func (i *Indexer) follow(ctx context.Context, pub *publish.Publisher, acc *publish.Access) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	pub.reset()
+	pub.Reset()
 	reconnects := i.nc.Stats().Reconnects
-	if err := pub.ensureCursorBucket(ctx); err != nil {
+	if err := pub.EnsureCursorBucket(ctx); err != nil {
 		return err
 	}
 	if err := i.reconcile(ctx, pub); err != nil {
@@ -242,14 +236,14 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 			return f.err
 		}
 		b := f.b
-		if err := acc.apply(ctx, b.Appended.Topics); err != nil {
+		if err := acc.Apply(ctx, b.Appended.Topics); err != nil {
 			return err
 		}
-		futs, err := pub.publish(ctx, b, i.m)
+		futs, err := pub.Publish(ctx, b, i.m.publish())
 		if err != nil {
 			return err
 		}
-		ends, deleted := blockEnds(b)
+		ends, deleted := reconcile.BlockEnds(b)
 		f.times.sent = time.Now()
 		select {
 		case pipe <- inflight{f.height, f.times, futs, ends, deleted}:
@@ -263,7 +257,7 @@ func (i *Indexer) follow(ctx context.Context, pub *publisher, acc *access) error
 // acknowledge waits for each block's acknowledgements in height order,
 // advances the acknowledged height and saves the cursor now and then. A
 // publish JetStream refuses cancels following, which resumes from there.
-func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFunc, pipe <-chan inflight, pub *publisher) {
+func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFunc, pipe <-chan inflight, pub *publish.Publisher) {
 	saved := i.acked.Load()
 	last := time.Now()
 	save := func(ctx context.Context) {
@@ -271,7 +265,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 		if h == saved {
 			return
 		}
-		if err := pub.saveCursor(ctx, savedCursor{Height: h, Ends: i.ends}); err != nil {
+		if err := pub.SaveCursor(ctx, reconcile.Cursor{Height: h, Ends: i.ends}); err != nil {
 			i.log.Warn().Err(err).Int64("height", h).Msg("could not save the cursor; will try again")
 			return
 		}
@@ -287,8 +281,8 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 			select {
 			case <-fut.Ok():
 			case err := <-fut.Err():
-				if wrongLastSequence(err) {
-					cancel(fmt.Errorf("%w: JetStream refused a message of height %d: %w", errOtherWriter, f.height, err))
+				if publish.WrongLastSequence(err) {
+					cancel(fmt.Errorf("%w: JetStream refused a message of height %d: %w", publish.ErrOtherWriter, f.height, err))
 				} else {
 					i.m.publishErrors.Inc()
 					cancel(fmt.Errorf("JetStream did not store a message of height %d: %w", f.height, err))
@@ -302,7 +296,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 				return
 			}
 		}
-		advance(i.ends, f.ends, f.deleted)
+		reconcile.Advance(i.ends, f.ends, f.deleted)
 		i.acked.Store(f.height)
 		i.observe(f.times)
 		i.m.height.Set(float64(f.height))

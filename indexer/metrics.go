@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"github.com/byzlog/byzlog/indexer/publish"
 	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -66,6 +67,11 @@ func newMetrics() *Metrics {
 // verify is the verifier's share of the counters.
 func (m *Metrics) verify() verify.Metrics {
 	return verify.Metrics{Failures: m.verifyFailures, LightErrors: m.lightErrors}
+}
+
+// publish is the publisher's share of the counters.
+func (m *Metrics) publish() publish.Metrics {
+	return publish.Metrics{Records: m.records, Skipped: m.skipped}
 }
 
 // Collectors lists the collectors to register.

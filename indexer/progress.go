@@ -25,7 +25,7 @@ import (
 // finds every block it needs when it comes back. The height reported is the
 // one JetStream acknowledged ProgressDelay ago, not the newest: a NATS
 // server that loses its power loses what it had not synced yet, and the
-// indexer publishes those blocks again from the chain (reconcile.go), so
+// indexer publishes those blocks again from the chain (package reconcile), so
 // they must still be there.
 //
 // With each report the indexer also keeps the header it reported, signed

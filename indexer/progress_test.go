@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/byzlog/byzlog/indexer/internal/natstest"
 	"github.com/byzlog/byzlog/indexer/layout"
 	"github.com/byzlog/byzlog/indexer/verify"
 )
@@ -18,7 +19,7 @@ import (
 // caught.
 func TestSavedRoot(t *testing.T) {
 	ctx := context.Background()
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	key := ed25519.NewKeyFromSeed(make([]byte, 32))
 	cfg := Default()
 	cfg.ChainID, cfg.ProgressKey = "c", key

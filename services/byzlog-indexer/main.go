@@ -24,6 +24,7 @@ import (
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer"
 	"github.com/byzlog/byzlog/indexer/natsauth"
+	"github.com/byzlog/byzlog/indexer/publish"
 	"github.com/byzlog/byzlog/indexer/verify"
 	"github.com/byzlog/byzlog/services/internal/daemon"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
@@ -160,7 +161,7 @@ func authz(cfg *indexer.Config, path, url string, natsOpts []nats.Option, nc *na
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s as the reloader %q (--nats-authz): %w", url, spec.Reloader.Name, err)
 	}
-	cfg.Authz = &indexer.Authz{Spec: spec, Reload: func(ctx context.Context) error {
+	cfg.Authz = &publish.Authz{Spec: spec, Reload: func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, cfg.NATSTimeout)
 		defer cancel()
 		return natsauth.Reload(ctx, sys, nc.ConnectedServerId())

@@ -1,18 +1,17 @@
-package indexer
+package publish
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/byzlog/byzlog/indexer/internal/natstest"
 	"github.com/byzlog/byzlog/indexer/layout"
-	"github.com/byzlog/byzlog/indexer/verify"
+	"github.com/byzlog/byzlog/indexer/reconcile"
 )
 
 // TestRewindToWhatTheStreamsHold: a stream that lost the tail of what
@@ -21,32 +20,32 @@ import (
 // last record it holds, and publishing again restores it, each record
 // once; a subject that lost everything goes back to its first block.
 func TestRewindToWhatTheStreamsHold(t *testing.T) {
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	ctx := context.Background()
 	cfg := Default()
 	cfg.RecordsPerMessage = 1 // a message per record, dropped one by one
 	cfg.ChainID = "c"
-	m := newMetrics()
-	p, err := newPublisher(ctx, nc, cfg)
+	m := testMetrics()
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Minute)
-	ends := map[string]partEnd{}
+	ends := map[string]reconcile.End{}
 	for h := int64(1); h <= 3; h++ {
 		b := testBlock(h, uint64(h-1)*5, 5, old)
-		futs, err := p.publish(ctx, b, m)
+		futs, err := p.Publish(ctx, b, m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		waitAll(t, futs)
-		e, deleted := blockEnds(b)
-		advance(ends, e, deleted)
+		e, deleted := reconcile.BlockEnds(b)
+		reconcile.Advance(ends, e, deleted)
 	}
-	if got := ends[partKey("t", 0)]; got.Next != 15 || got.FirstHeight != 1 {
+	if got := ends[reconcile.Key("t", 0)]; got.Next != 15 || got.FirstHeight != 1 {
 		t.Fatalf("ends of t/0 after 3 blocks = %+v, want next 15 from height 1", got)
 	}
-	if from, why, err := p.rewind(ctx, ends, 3); err != nil || from != 4 {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 3); err != nil || from != 4 {
 		t.Fatalf("rewind with every record held = %d (%s) %v, want 4", from, why, err)
 	}
 
@@ -57,13 +56,13 @@ func TestRewindToWhatTheStreamsHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropFrom(t, st, layout.Subject("t", 0), 8)
-	from, why, err := p.rewind(ctx, ends, 3)
+	from, why, err := reconcile.Rewind(ctx, p.js, ends, 3)
 	if err != nil || from != 2 || !strings.Contains(why, "t/0 holds 8 of the 15 offsets acknowledged") {
 		t.Fatalf("rewind after t/0 lost 8..14 = %d (%s) %v, want 2 (offset 7's block)", from, why, err)
 	}
-	p.reset()
+	p.Reset()
 	for h := from; h <= 3; h++ {
-		futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
+		futs, err := p.Publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +75,7 @@ func TestRewindToWhatTheStreamsHold(t *testing.T) {
 	}
 
 	dropFrom(t, st, layout.Subject("t", 1), 0)
-	if from, _, err := p.rewind(ctx, ends, 3); err != nil || from != 1 {
+	if from, _, err := reconcile.Rewind(ctx, p.js, ends, 3); err != nil || from != 1 {
 		t.Fatalf("rewind after t/1 lost every record = %d %v, want 1 (its first block)", from, err)
 	}
 }
@@ -102,81 +101,36 @@ func dropFrom(t *testing.T, st jetstream.Stream, subject string, offset uint64) 
 	}
 }
 
-func TestParseCursor(t *testing.T) {
-	for in, want := range map[string]int64{"7": 7, `{"height":9,"ends":{"t\u00000":{"next":3,"first_height":2}}}`: 9} {
-		c, err := parseCursor([]byte(in))
-		if err != nil || c.Height != want {
-			t.Errorf("parseCursor(%s) = %+v %v, want height %d", in, c, err, want)
-		}
-	}
-	if c, _ := parseCursor([]byte(`{"height":9,"ends":{"t\u00000":{"next":3,"first_height":2}}}`)); c.Ends[partKey("t", 0)].Next != 3 {
-		t.Errorf("parseCursor lost the ends: %+v", c)
-	}
-	for _, bad := range []string{"", "x", `{"height":-1}`} {
-		if _, err := parseCursor([]byte(bad)); err == nil {
-			t.Errorf("parseCursor(%q) = nil error", bad)
-		}
-	}
-}
-
 // TestLostCursorBucketIsMadeAgain: a NATS server that lost power before it
 // synced the cursor bucket's stream comes back without it; before the
 // indexer resumes, the bucket is made again and the cursor saved there.
 func TestLostCursorBucketIsMadeAgain(t *testing.T) {
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	ctx := context.Background()
 	cfg := Default()
 	cfg.ChainID = "c"
-	p, err := newPublisher(ctx, nc, cfg)
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.saveCursor(ctx, savedCursor{Height: 7}); err != nil {
+	if err := p.SaveCursor(ctx, reconcile.Cursor{Height: 7}); err != nil {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
 	if err := js.DeleteKeyValue(ctx, layout.CursorBucket); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.saveCursor(ctx, savedCursor{Height: 8}); err == nil {
+	if err := p.SaveCursor(ctx, reconcile.Cursor{Height: 8}); err == nil {
 		t.Fatal("saving the cursor into a deleted bucket succeeded; the test cannot tell the bucket is made again")
 	}
-	p.reset()
-	if err := p.ensureCursorBucket(ctx); err != nil {
+	p.Reset()
+	if err := p.EnsureCursorBucket(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.saveCursor(ctx, savedCursor{Height: 9}); err != nil {
+	if err := p.SaveCursor(ctx, reconcile.Cursor{Height: 9}); err != nil {
 		t.Fatalf("save after the bucket was made again: %v", err)
 	}
-	if c, err := p.cursor(ctx); err != nil || c.Height != 9 {
+	if c, err := p.Cursor(ctx); err != nil || c.Height != 9 {
 		t.Fatalf("cursor = %+v, %v; want height 9", c, err)
-	}
-}
-
-// TestNewRefusesAReconnectBuffer: a connection that sends, after a
-// reconnect, what was published while it was down would put later records
-// in a stream before the ones the server lost.
-func TestNewRefusesAReconnectBuffer(t *testing.T) {
-	s := startServer(t)
-	cfg := Default()
-	cfg.Nodes, cfg.ChainID, cfg.Trust = []string{"https://a:1", "https://b:1"}, "c", verify.Trust{Height: 1, Hash: make([]byte, 32)}
-	for _, tc := range []struct {
-		name string
-		opts []nats.Option
-		ok   bool
-	}{
-		{"nats.go's default buffer", nil, false},
-		{"a buffer set", []nats.Option{nats.ReconnectBufSize(1 << 20)}, false},
-		{"no buffer", []nats.Option{nats.ReconnectBufSize(-1)}, true},
-	} {
-		nc, err := nats.Connect(s.ClientURL(), tc.opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = New(cfg, nc, zerolog.Nop())
-		nc.Close()
-		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, errNATSBuffers)) {
-			t.Errorf("%s: New = %v, want ok %v", tc.name, err, tc.ok)
-		}
 	}
 }

@@ -1,4 +1,18 @@
-package indexer
+// Package reconcile squares what the indexer acknowledged with what the
+// streams hold. JetStream acknowledges a message once it is written, not
+// once it is on disk (a file store syncs every 2 minutes by default), so a
+// NATS server that loses power comes back without the last records it
+// acknowledged, and its cursor bucket may come back further along than a
+// topic's stream. The indexer therefore keeps, with its cursor, where each
+// partition's records end as far as JetStream acknowledged them, and before
+// it resumes (after any error, a NATS restart among them, and at start) it
+// asks each stream for its last record: a stream that holds less than it
+// acknowledged gets the records again, from the block of the last record it
+// holds.
+//
+// It reads streams and publishes nothing: the indexer keeps the ends
+// (Advance) in its cursor, and publishes again from where Rewind says.
+package reconcile
 
 import (
 	"context"
@@ -16,66 +30,57 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-// Reconciling with what the streams hold. JetStream acknowledges a
-// message once it is written, not once it is on disk (a file store syncs
-// every 2 minutes by default), so a NATS server that loses power comes
-// back without the last records it acknowledged, and its cursor bucket may
-// come back further along than a topic's stream. The indexer therefore
-// keeps, with its cursor, where each partition's records end as far as
-// JetStream acknowledged them, and before it resumes (after any error, a
-// NATS restart among them, and at start) it asks each stream for its last
-// record: a stream that holds less than it acknowledged gets the records
-// again, from the block of the last record it holds.
-
-// partEnd is how far one partition's records were acknowledged: the
+// End is how far one partition's records were acknowledged: the
 // offset after the last, the height of the block with the first (to
 // start again from when the stream holds none), and the height and time
 // of the block with the last (to tell a stream's limits from a loss; an
 // older indexer saved neither).
-type partEnd struct {
+type End struct {
 	Next        uint64 `json:"next"`
 	FirstHeight int64  `json:"first_height"`
 	LastHeight  int64  `json:"last_height,omitempty"`
 	LastTime    int64  `json:"last_time_unix_nano,omitempty"`
 }
 
-// savedCursor is the cursor's value: the last height whose records are all
+// Cursor is the cursor's value: the last height whose records are all
 // acknowledged, and each partition's end there. An older indexer saved the
 // height alone, as a decimal.
-type savedCursor struct {
-	Height int64              `json:"height"`
-	Ends   map[string]partEnd `json:"ends,omitempty"` // partKey -> end
+type Cursor struct {
+	Height int64          `json:"height"`
+	Ends   map[string]End `json:"ends,omitempty"` // Key -> end
 }
 
-func parseCursor(b []byte) (savedCursor, error) {
+// ParseCursor reads a saved cursor, either form.
+func ParseCursor(b []byte) (Cursor, error) {
 	if h, err := strconv.ParseInt(string(b), 10, 64); err == nil {
-		return savedCursor{Height: h}, nil
+		return Cursor{Height: h}, nil
 	}
-	var c savedCursor
+	var c Cursor
 	if err := json.Unmarshal(b, &c); err != nil || c.Height < 0 {
-		return savedCursor{}, fmt.Errorf("not a height nor a cursor (%v)", err)
+		return Cursor{}, fmt.Errorf("not a height nor a cursor (%v)", err)
 	}
 	return c, nil
 }
 
-// partKey names a partition in the publisher's maps.
-func partKey(topic string, partition uint32) string {
+// Key names a partition in the cursor's ends and the publisher's maps.
+func Key(topic string, partition uint32) string {
 	return topic + "\x00" + strconv.FormatUint(uint64(partition), 10)
 }
 
-func splitPartKey(k string) (string, uint32, bool) {
+// SplitKey is Key undone; ok is false for what Key did not make.
+func SplitKey(k string) (string, uint32, bool) {
 	topic, p, ok := strings.Cut(k, "\x00")
 	n, err := strconv.ParseUint(p, 10, 32)
 	return topic, uint32(n), ok && err == nil
 }
 
-// blockEnds is what block b moves: each partition's end after it, and the
+// BlockEnds is what block b moves: each partition's end after it, and the
 // topics it deletes.
-func blockEnds(b *verify.Block) (map[string]partEnd, []string) {
-	ends := map[string]partEnd{}
+func BlockEnds(b *verify.Block) (map[string]End, []string) {
+	ends := map[string]End{}
 	for _, part := range b.Appended.Partitions {
 		r := part.Root
-		ends[partKey(r.Topic, r.Partition)] = partEnd{Next: r.FirstOffset + uint64(r.Count), FirstHeight: b.Height, LastHeight: b.Height, LastTime: b.Time.UnixNano()}
+		ends[Key(r.Topic, r.Partition)] = End{Next: r.FirstOffset + uint64(r.Count), FirstHeight: b.Height, LastHeight: b.Height, LastTime: b.Time.UnixNano()}
 	}
 	var deleted []string
 	for _, c := range b.Appended.Topics {
@@ -86,11 +91,11 @@ func blockEnds(b *verify.Block) (map[string]partEnd, []string) {
 	return ends, deleted
 }
 
-// advance records an acknowledged block's ends.
-func advance(into map[string]partEnd, ends map[string]partEnd, deleted []string) {
+// Advance records an acknowledged block's ends.
+func Advance(into map[string]End, ends map[string]End, deleted []string) {
 	for _, topic := range deleted {
 		for k := range into {
-			if t, _, _ := splitPartKey(k); t == topic {
+			if t, _, _ := SplitKey(k); t == topic {
 				delete(into, k)
 			}
 		}
@@ -103,19 +108,19 @@ func advance(into map[string]partEnd, ends map[string]partEnd, deleted []string)
 	}
 }
 
-// rewind returns the height to publish from again so that every stream
+// Rewind returns the height to publish from again so that every stream
 // holds what was acknowledged (ends), or after+1 when every stream does.
 // It says which partition made it go back. A partition whose records a
 // stream's limits removed (removedByLimits) holds what it should.
-func (p *publisher) rewind(ctx context.Context, ends map[string]partEnd, after int64) (int64, string, error) {
+func Rewind(ctx context.Context, js jetstream.JetStream, ends map[string]End, after int64) (int64, string, error) {
 	from, why := after+1, ""
 	now := time.Now()
 	for k, e := range ends {
-		topic, partition, ok := splitPartKey(k)
+		topic, partition, ok := SplitKey(k)
 		if !ok || e.Next == 0 {
 			continue
 		}
-		st, err := p.js.Stream(ctx, layout.StreamName(topic))
+		st, err := js.Stream(ctx, layout.StreamName(topic))
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			st = nil
 		} else if err != nil {
@@ -158,7 +163,7 @@ func (p *publisher) rewind(ctx context.Context, ends map[string]partEnd, after i
 // MaxAge, or a skewed topic's quiet partition once the busy ones filled
 // MaxBytes. Publishing them again would store them anew, to be removed
 // again, after consumers had them.
-func removedByLimits(ctx context.Context, st jetstream.Stream, topic string, e partEnd, after int64, now time.Time) (bool, error) {
+func removedByLimits(ctx context.Context, st jetstream.Stream, topic string, e End, after int64, now time.Time) (bool, error) {
 	if e.LastHeight == 0 {
 		return false, nil // saved by an older indexer: unknown
 	}
@@ -188,17 +193,17 @@ func lastHeld(ctx context.Context, st jetstream.Stream, topic string, partition 
 	if st == nil {
 		return 0, 0, nil
 	}
-	_, r, err := lastRecord(ctx, st, layout.Subject(topic, partition))
+	_, r, err := LastRecord(ctx, st, layout.Subject(topic, partition))
 	if err != nil || r == nil {
 		return 0, 0, err
 	}
 	return r.Offset + 1, r.Height, nil
 }
 
-// lastRecord is the stream's last message on subject and the last record
+// LastRecord is the stream's last message on subject and the last record
 // it carries (nil, nil when it holds none); a message that is no byzlog
 // record of the subject is an error naming it.
-func lastRecord(ctx context.Context, st jetstream.Stream, subject string) (*jetstream.RawStreamMsg, *byzlogv1.StoredRecord, error) {
+func LastRecord(ctx context.Context, st jetstream.Stream, subject string) (*jetstream.RawStreamMsg, *byzlogv1.StoredRecord, error) {
 	last, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil, nil
@@ -206,9 +211,25 @@ func lastRecord(ctx context.Context, st jetstream.Stream, subject string) (*jets
 	if err != nil {
 		return nil, nil, fmt.Errorf("last message on %s: %w", subject, err)
 	}
-	rs, err := streamRecords(last, subject)
+	rs, err := StreamRecords(last, subject)
 	if err != nil {
-		return nil, nil, foreign(st.CachedInfo().Config.Name, subject, last.Sequence, err.Error())
+		return nil, nil, Foreign(st.CachedInfo().Config.Name, subject, last.Sequence, err.Error())
 	}
 	return last, rs[len(rs)-1], nil
+}
+
+// StreamRecords decodes a record or run message read from subject.
+func StreamRecords(m *jetstream.RawStreamMsg, subject string) ([]*byzlogv1.StoredRecord, error) {
+	rs, err := layout.Records(m.Subject, m.Header, m.Data)
+	if err != nil || m.Subject != subject {
+		return nil, fmt.Errorf("a message that is not a byzlog record of it (%s: %v)", m.Subject, err)
+	}
+	return rs, nil
+}
+
+// Foreign reports a message no byzlog indexer writes.
+func Foreign(stream, subject string, seq uint64, what string) error {
+	return fmt.Errorf("stream %s holds on %s at sequence %d %s, which no byzlog indexer writes: someone with publish rights wrote what nobody should have, "+
+		"and publishing stops rather than skip records for it; find who may publish to %s, and remove the message (nats stream rmm %s %d)",
+		stream, subject, seq, what, subject, stream, seq)
 }

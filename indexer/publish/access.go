@@ -1,4 +1,4 @@
-package indexer
+package publish
 
 import (
 	"context"
@@ -26,10 +26,10 @@ type Authz struct {
 	Reload func(context.Context) error
 }
 
-// access is who may read each topic, as the verified blocks say it: kept
+// Access is who may read each topic, as the verified blocks say it: kept
 // in the cursor bucket beside the cursor, so a restarted indexer renders
 // the same permissions before it publishes anything.
-type access struct {
+type Access struct {
 	authz  *Authz // nil: only kept
 	kv     jetstream.KeyValue
 	key    string
@@ -43,10 +43,10 @@ type accessState struct {
 	Topics map[string][]string `json:"topics"`
 }
 
-// newAccess loads the topics' read access, or starts from genesis's
+// NewAccess loads the topics' read access, or starts from genesis's
 // topics when none is kept, and with authz renders it at once.
-func newAccess(ctx context.Context, kv jetstream.KeyValue, cfg Config, log zerolog.Logger) (*access, error) {
-	a := &access{authz: cfg.Authz, kv: kv, key: "access." + cfg.ChainID + "." + cfg.ID, log: log, topics: map[string][]ed25519.PublicKey{}}
+func NewAccess(ctx context.Context, kv jetstream.KeyValue, cfg Config, log zerolog.Logger) (*Access, error) {
+	a := &Access{authz: cfg.Authz, kv: kv, key: "access." + cfg.ChainID + "." + cfg.ID, log: log, topics: map[string][]ed25519.PublicKey{}}
 	e, err := kv.Get(ctx, a.key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
@@ -87,9 +87,9 @@ func readers(c interface{ GetReaders() [][]byte }) []ed25519.PublicKey {
 	return out
 }
 
-// apply takes a block's topic changes: when one changes who may read, the
+// Apply takes a block's topic changes: when one changes who may read, the
 // new access is kept and rendered before the block's streams are made.
-func (a *access) apply(ctx context.Context, changes []core.TopicChange) error {
+func (a *Access) Apply(ctx context.Context, changes []core.TopicChange) error {
 	changed := false
 	for _, c := range changes {
 		old, had := a.topics[c.Name]
@@ -125,7 +125,7 @@ func (a *access) apply(ctx context.Context, changes []core.TopicChange) error {
 }
 
 // render writes the accounts file and has the server reload it.
-func (a *access) render(ctx context.Context) error {
+func (a *Access) render(ctx context.Context) error {
 	if a.authz == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package indexer
+package publish
 
 import (
 	"context"
@@ -18,11 +18,13 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/reconcile"
 	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// publisher writes verified blocks to JetStream: each record on its
+// Publisher writes verified blocks to JetStream: each record on its
 // partition's subject, then the block's BlockInfo. Exactly once rests on
 // JetStream's expected last sequence, not on message ids: every message
 // names the stream sequence it must follow (Nats-Expected-Last-Sequence),
@@ -35,7 +37,7 @@ import (
 // keeps no message ids in memory. What a stream answers is checked against
 // the block's own records before anything is skipped for it (recordsIn,
 // blocksIn).
-type publisher struct {
+type Publisher struct {
 	cfg     Config
 	js      jetstream.JetStream
 	kv      jetstream.KeyValue
@@ -47,10 +49,10 @@ type publisher struct {
 	// blockNext is the first height whose BlockInfo to publish, as of
 	// blockAt.
 	blockNext int64
-	// ackAllThrough is the last height whose messages each ask an
+	// AckAllThrough is the last height whose messages each ask an
 	// acknowledgement (send): after a refusal that read as another
 	// indexer's, so that one JetStream refused for its own reason says it.
-	ackAllThrough int64
+	AckAllThrough int64
 	enc           layout.Encoder
 	log           zerolog.Logger
 }
@@ -75,15 +77,17 @@ type held struct {
 	ahead map[uint32]bool
 }
 
-func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, error) {
+// New is a publisher through nc, logging to log; it makes the cursor
+// bucket and the blocks stream if they are not there.
+func New(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*Publisher, error) {
 	// MaxPending counts records; an acknowledgement vouches for up to
 	// ackEvery of them.
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(1, cfg.MaxPending/ackEvery)), jetstream.WithPublishAsyncTimeout(cfg.PublishAckTimeout))
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: zerolog.Nop()}
-	if err := p.ensureCursorBucket(ctx); err != nil {
+	p := &Publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: log}
+	if err := p.EnsureCursorBucket(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.ensureBlocks(ctx); err != nil {
@@ -92,11 +96,11 @@ func newPublisher(ctx context.Context, nc *nats.Conn, cfg Config) (*publisher, e
 	return p, nil
 }
 
-// ensureCursorBucket makes the cursor bucket, or finds it made. It runs
+// EnsureCursorBucket makes the cursor bucket, or finds it made. It runs
 // again before every resume: a NATS server that lost power before it
 // synced the bucket's stream comes back without it, and the cursor would
 // never be saved again.
-func (p *publisher) ensureCursorBucket(ctx context.Context) error {
+func (p *Publisher) EnsureCursorBucket(ctx context.Context) error {
 	kv, err := p.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: layout.CursorBucket, Description: "byzlog indexer cursors: the last height whose records are all stored",
 		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, History: 1,
@@ -108,26 +112,34 @@ func (p *publisher) ensureCursorBucket(ctx context.Context) error {
 	return nil
 }
 
-func (p *publisher) cursorKey() string { return "cursor." + p.cfg.ChainID + "." + p.cfg.ID }
+func (p *Publisher) cursorKey() string { return "cursor." + p.cfg.ChainID + "." + p.cfg.ID }
 
-// cursor is the last height this indexer knows fully published (0: none)
+// Cursor is the last height this indexer knows fully published (0: none)
 // and each partition's end there.
-func (p *publisher) cursor(ctx context.Context) (savedCursor, error) {
+func (p *Publisher) Cursor(ctx context.Context) (reconcile.Cursor, error) {
 	e, err := p.kv.Get(ctx, p.cursorKey())
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return savedCursor{}, nil
+		return reconcile.Cursor{}, nil
 	}
 	if err != nil {
-		return savedCursor{}, fmt.Errorf("read cursor %s: %w", p.cursorKey(), err)
+		return reconcile.Cursor{}, fmt.Errorf("read cursor %s: %w", p.cursorKey(), err)
 	}
-	c, err := parseCursor(e.Value())
+	c, err := reconcile.ParseCursor(e.Value())
 	if err != nil {
-		return savedCursor{}, fmt.Errorf("cursor %s holds %.64q: %v; delete it to start from start_height", p.cursorKey(), e.Value(), err)
+		return reconcile.Cursor{}, fmt.Errorf("cursor %s holds %.64q: %v; delete it to start from start_height", p.cursorKey(), e.Value(), err)
 	}
 	return c, nil
 }
 
-func (p *publisher) saveCursor(ctx context.Context, c savedCursor) error {
+// KV is the cursor bucket: the cursor, topic configs, topic access and
+// the indexer's progress reports live there.
+func (p *Publisher) KV() jetstream.KeyValue { return p.kv }
+
+// JetStream is the JetStream the publisher writes through.
+func (p *Publisher) JetStream() jetstream.JetStream { return p.js }
+
+// SaveCursor saves c as this indexer's cursor.
+func (p *Publisher) SaveCursor(ctx context.Context, c reconcile.Cursor) error {
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -136,10 +148,10 @@ func (p *publisher) saveCursor(ctx context.Context, c savedCursor) error {
 	return err
 }
 
-// reset forgets what it knows of the streams: after a failed publish the
+// Reset forgets what it knows of the streams: after a failed publish the
 // stream, not memory, says what is stored, and a stream someone deleted
 // is made again (empty: consumers see the records it held as a gap).
-func (p *publisher) reset() {
+func (p *Publisher) Reset() {
 	clear(p.held)
 	clear(p.streams)
 	clear(p.formats)
@@ -148,7 +160,7 @@ func (p *publisher) reset() {
 }
 
 // ensureBlocks makes the blocks stream, unless it is known to exist.
-func (p *publisher) ensureBlocks(ctx context.Context) error {
+func (p *Publisher) ensureBlocks(ctx context.Context) error {
 	if p.blocks != nil {
 		return nil
 	}
@@ -163,7 +175,7 @@ func (p *publisher) ensureBlocks(ctx context.Context) error {
 // ensureStream makes a stream, or finds it made. With a topic's config c
 // it makes it with c's limits (retention.go), or sets them on the stream
 // found; without, it makes it with none and leaves one found alone.
-func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
+func (p *Publisher) ensureStream(ctx context.Context, name, subject, desc string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
 	sc := jetstream.StreamConfig{
 		Name: name, Description: desc, Subjects: []string{subject},
 		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, Duplicates: duplicateWindow,
@@ -205,7 +217,7 @@ func (p *publisher) ensureStream(ctx context.Context, name, subject, desc string
 // stream is topic's stream. Made here, the stream was not seen made by
 // the block creating the topic (this indexer restarted since, or the
 // stream was lost): it gets the limits of the topic's kept config.
-func (p *publisher) stream(ctx context.Context, topic string) (jetstream.Stream, error) {
+func (p *Publisher) stream(ctx context.Context, topic string) (jetstream.Stream, error) {
 	if st, ok := p.streams[topic]; ok {
 		return st, nil
 	}
@@ -218,7 +230,7 @@ func (p *publisher) stream(ctx context.Context, topic string) (jetstream.Stream,
 
 // topicStream makes topic's stream with c's limits (nil: none), or sets
 // them on it, and remembers it.
-func (p *publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
+func (p *Publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
 	st, err := p.ensureStream(ctx, layout.StreamName(topic), layout.TopicSubjects(topic), "byzlog topic "+topic, c)
 	if err != nil {
 		return nil, err
@@ -244,7 +256,7 @@ func (p *publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.T
 // the stream's state and the chain decide every message.
 
 // format is the format this indexer gives the streams it makes.
-func (p *publisher) format() string {
+func (p *Publisher) format() string {
 	if p.cfg.RecordsPerMessage == 1 {
 		return layout.FormatRecord
 	}
@@ -256,7 +268,7 @@ func (p *publisher) format() string {
 // it holds messages (an indexer older than runs wrote them), else this
 // indexer's. What the stream says after that is what counts (another
 // indexer may have written it at the same time).
-func (p *publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jetstream.Stream, int, error) {
+func (p *Publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jetstream.Stream, int, error) {
 	info := st.CachedInfo()
 	if _, ok := info.Config.Metadata[layout.FormatMetadata]; !ok {
 		sc := info.Config
@@ -286,7 +298,7 @@ func (p *publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jets
 
 // checkFormat refuses a topic's stream whose format is no longer the one
 // the publisher cuts by: someone changed it since the publisher read it.
-func (p *publisher) checkFormat(sc jetstream.StreamConfig) error {
+func (p *Publisher) checkFormat(sc jetstream.StreamConfig) error {
 	f := sc.Metadata[layout.FormatMetadata]
 	if n, err := layout.ParseFormat(f); err != nil || n != p.formats[sc.Name] {
 		return fmt.Errorf("stream %s's message format (metadata %s) is now %q, and this indexer cut %d records a message until now: it reads the streams again", sc.Name, layout.FormatMetadata, f, p.formats[sc.Name])
@@ -295,7 +307,7 @@ func (p *publisher) checkFormat(sc jetstream.StreamConfig) error {
 }
 
 // dropStream deletes topic's stream and forgets what was published to it.
-func (p *publisher) dropStream(ctx context.Context, topic string) error {
+func (p *Publisher) dropStream(ctx context.Context, topic string) error {
 	err := p.js.DeleteStream(ctx, layout.StreamName(topic))
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("delete stream %s of deleted topic %s: %w", layout.StreamName(topic), topic, err)
@@ -325,7 +337,7 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 	root := part.Root
 	subject := layout.Subject(root.Topic, root.Partition)
 	name := st.CachedInfo().Config.Name
-	last, r, err := lastRecord(ctx, st, subject)
+	last, r, err := reconcile.LastRecord(ctx, st, subject)
 	if err != nil || r == nil {
 		return 0, false, err
 	}
@@ -339,9 +351,9 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 		if m, err = firstAtLeast(ctx, st, lastOffset, end-1, last); err != nil {
 			return 0, false, err
 		}
-		rs, err := streamRecords(m, subject)
+		rs, err := reconcile.StreamRecords(m, subject)
 		if err != nil {
-			return 0, false, foreign(name, subject, m.Sequence, err.Error())
+			return 0, false, reconcile.Foreign(name, subject, m.Sequence, err.Error())
 		}
 		first := rs[0].Offset
 		if first > end-1 || end-1-first >= uint64(len(rs)) {
@@ -350,7 +362,7 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 		r = rs[end-1-first]
 	}
 	if want := part.Records[r.Offset-root.FirstOffset]; !layout.SameRecord(r, want) {
-		return 0, false, foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
+		return 0, false, reconcile.Foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
 	}
 	return r.Offset + 1, ahead, nil
 }
@@ -392,7 +404,7 @@ func heightOf(m *jetstream.RawStreamMsg) (uint64, error) {
 // after its last BlockInfo, checked as recordsIn checks records against
 // info, the BlockInfo of the block being published. At info's height it
 // must be info; past it, the stream must hold info too.
-func (p *publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64, error) {
+func (p *Publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64, error) {
 	last, err := p.blocks.GetLastMsgForSubject(ctx, layout.BlocksSubject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
@@ -402,7 +414,7 @@ func (p *publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64,
 	}
 	got, err := blockInfo(last)
 	if err != nil {
-		return 0, foreign(layout.BlocksStream, layout.BlocksSubject, last.Sequence, err.Error())
+		return 0, reconcile.Foreign(layout.BlocksStream, layout.BlocksSubject, last.Sequence, err.Error())
 	}
 	m := last
 	if got.Height > info.Height {
@@ -410,14 +422,14 @@ func (p *publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64,
 			return 0, err
 		}
 		if got, err = blockInfo(m); err != nil {
-			return 0, foreign(layout.BlocksStream, layout.BlocksSubject, m.Sequence, err.Error())
+			return 0, reconcile.Foreign(layout.BlocksStream, layout.BlocksSubject, m.Sequence, err.Error())
 		}
 		if got.Height != info.Height {
 			return 0, lacks(layout.BlocksStream, layout.BlocksSubject, fmt.Sprintf("block %d", info.Height), m.Sequence, fmt.Sprintf("height %d", got.Height))
 		}
 	}
 	if got.Height == info.Height && !reflect.DeepEqual(got, info) {
-		return 0, foreign(layout.BlocksStream, layout.BlocksSubject, m.Sequence, fmt.Sprintf("a BlockInfo of height %d that is not the block the chain committed (block hash %s, the chain's %s)", got.Height, got.BlockHash, info.BlockHash))
+		return 0, reconcile.Foreign(layout.BlocksStream, layout.BlocksSubject, m.Sequence, fmt.Sprintf("a BlockInfo of height %d that is not the block the chain committed (block hash %s, the chain's %s)", got.Height, got.BlockHash, info.BlockHash))
 	}
 	return got.Height + 1, nil
 }
@@ -447,7 +459,7 @@ func firstAtLeast(ctx context.Context, st jetstream.Stream, key func(*jetstream.
 		}
 		v, err := key(m)
 		if err != nil {
-			return nil, foreign(name, subject, m.Sequence, err.Error())
+			return nil, reconcile.Foreign(name, subject, m.Sequence, err.Error())
 		}
 		if v >= want {
 			found, hi = m, mid
@@ -456,15 +468,6 @@ func firstAtLeast(ctx context.Context, st jetstream.Stream, key func(*jetstream.
 		}
 	}
 	return found, nil
-}
-
-// streamRecords decodes a record or run message read from subject.
-func streamRecords(m *jetstream.RawStreamMsg, subject string) ([]*byzlogv1.StoredRecord, error) {
-	rs, err := layout.Records(m.Subject, m.Header, m.Data)
-	if err != nil || m.Subject != subject {
-		return nil, fmt.Errorf("a message that is not a byzlog record of it (%s: %v)", m.Subject, err)
-	}
-	return rs, nil
 }
 
 // blockInfo decodes a message of the blocks stream.
@@ -480,13 +483,6 @@ func blockInfo(m *jetstream.RawStreamMsg) (layout.BlockInfo, error) {
 	return info, nil
 }
 
-// foreign reports a message no byzlog indexer writes.
-func foreign(stream, subject string, seq uint64, what string) error {
-	return fmt.Errorf("stream %s holds on %s at sequence %d %s, which no byzlog indexer writes: someone with publish rights wrote what nobody should have, "+
-		"and publishing stops rather than skip records for it; find who may publish to %s, and remove the message (nats stream rmm %s %d)",
-		stream, subject, seq, what, subject, stream, seq)
-}
-
 // lacks reports a stream that holds messages past one it lacks.
 func lacks(stream, subject, missing string, seq uint64, found string) error {
 	return fmt.Errorf("stream %s lacks %s on %s, though it holds later ones (sequence %d holds %s): "+
@@ -498,16 +494,16 @@ func lacks(stream, subject, missing string, seq uint64, found string) error {
 // chain's first block also brings genesis's topics, which no block
 // creates: an indexer that publishes it keeps their configs as it keeps
 // those of topics a block creates.
-func (p *publisher) topicChanges(b *verify.Block) []core.TopicChange {
+func (p *Publisher) topicChanges(b *verify.Block) []core.TopicChange {
 	if b.Height != 1 || len(p.cfg.GenesisTopics) == 0 {
 		return b.Appended.Topics
 	}
 	return append(slices.Clip(p.cfg.GenesisTopics), b.Appended.Topics...)
 }
 
-// publish sends block b's records and BlockInfo asynchronously and returns
+// Publish sends block b's records and BlockInfo asynchronously and returns
 // the futures of their acknowledgements. It counts what it published.
-func (p *publisher) publish(ctx context.Context, b *verify.Block, m *Metrics) ([]jetstream.PubAckFuture, error) {
+func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]jetstream.PubAckFuture, error) {
 	if err := p.ensureBlocks(ctx); err != nil {
 		return nil, err
 	}
@@ -551,7 +547,7 @@ func (p *publisher) publish(ctx context.Context, b *verify.Block, m *Metrics) ([
 		next := h.next[root.Partition]
 		rest := part.Records
 		for len(rest) > 0 && rest[0].Offset < next {
-			m.skipped.Inc()
+			m.Skipped.Inc()
 			rest = rest[1:]
 		}
 		for len(rest) > 0 {
@@ -561,7 +557,7 @@ func (p *publisher) publish(ctx context.Context, b *verify.Block, m *Metrics) ([
 			}
 			outs = append(outs, outMsg{h, msg})
 			next = rest[n-1].Offset + 1
-			m.records.Add(float64(n))
+			m.Records.Add(float64(n))
 			rest = rest[n:]
 		}
 		h.next[root.Partition] = next
@@ -587,13 +583,13 @@ func (p *publisher) publish(ctx context.Context, b *verify.Block, m *Metrics) ([
 		outs = append(outs, outMsg{p.blockAt, msg})
 		p.blockNext = b.Height + 1
 	}
-	return p.send(ctx, outs, b.Height <= p.ackAllThrough)
+	return p.send(ctx, outs, b.Height <= p.AckAllThrough)
 }
 
 // message is the next message of records, consecutive records of one
 // partition in one block, and how many of them it carries: a run of up to
 // perMessage (its stream's format), or the first alone when that is 1.
-func (p *publisher) message(records []*byzlogv1.StoredRecord, perMessage int) (*nats.Msg, int, error) {
+func (p *Publisher) message(records []*byzlogv1.StoredRecord, perMessage int) (*nats.Msg, int, error) {
 	if perMessage <= 1 {
 		return p.enc.Message(records[0]), 1, nil
 	}
@@ -624,7 +620,7 @@ const ackEvery = 128
 // subject (too large for the stream's max_msg_size, an account limit): the
 // next acknowledged one then fails its expected sequence, as when another
 // indexer stored first. all makes the refusal itself answer.
-func (p *publisher) send(ctx context.Context, outs []outMsg, all bool) ([]jetstream.PubAckFuture, error) {
+func (p *Publisher) send(ctx context.Context, outs []outMsg, all bool) ([]jetstream.PubAckFuture, error) {
 	last := map[*held]int{}
 	for i, o := range outs {
 		last[o.h] = i
@@ -657,7 +653,7 @@ func (p *publisher) send(ctx context.Context, outs []outMsg, all bool) ([]jetstr
 // it, and partitions it has not read or published since, of the others.
 // One sync reads them all for a stream, so that they are as of one
 // sequence.
-func (p *publisher) syncTopics(ctx context.Context, parts []core.AppendedPartition) error {
+func (p *Publisher) syncTopics(ctx context.Context, parts []core.AppendedPartition) error {
 	var topics []string
 	read := map[string][]core.AppendedPartition{}
 	for _, part := range parts {
@@ -712,11 +708,18 @@ func (h *held) knows(partition uint32) bool {
 	return ok
 }
 
-// errOtherWriter is a stream holding messages this indexer did not
+// Metrics are the publisher's counters, registered by its owner.
+type Metrics struct {
+	// Records counts records published; Skipped those of replayed blocks
+	// not published because their stream already held them.
+	Records, Skipped prometheus.Counter
+}
+
+// ErrOtherWriter is a stream holding messages this indexer did not
 // publish, where it expected its own: another indexer publishes it too
 // (or someone with publish rights wrote to it). The indexer reads the
 // streams again and goes on from its last acknowledged height.
-var errOtherWriter = errors.New("another indexer is publishing the same stream")
+var ErrOtherWriter = errors.New("another indexer is publishing the same stream")
 
 // sync runs read, which reads what st holds, at one sequence of st: the
 // stream's last sequence is the same before and after it. h is what the
@@ -725,7 +728,7 @@ var errOtherWriter = errors.New("another indexer is publishing the same stream")
 // acknowledged; then h is kept, and keep is given it for what read learnt.
 // Otherwise keep gets a new held as of the sequence read, since anything
 // known before may be stale.
-func (p *publisher) sync(ctx context.Context, st jetstream.Stream, h *held, read func() error, keep func(*held)) error {
+func (p *Publisher) sync(ctx context.Context, st jetstream.Stream, h *held, read func() error, keep func(*held)) error {
 	name := st.CachedInfo().Config.Name
 	sent := h != nil && h.sent
 	if sent {
@@ -747,7 +750,7 @@ func (p *publisher) sync(ctx context.Context, st jetstream.Stream, h *held, read
 			}
 		}
 		if sent && before != h.last {
-			return fmt.Errorf("%w: stream %s is at sequence %d, and this indexer's own publishes end at %d", errOtherWriter, name, before, h.last)
+			return fmt.Errorf("%w: stream %s is at sequence %d, and this indexer's own publishes end at %d", ErrOtherWriter, name, before, h.last)
 		}
 		if err := read(); err != nil {
 			return err
@@ -764,7 +767,7 @@ func (p *publisher) sync(ctx context.Context, st jetstream.Stream, h *held, read
 			return nil
 		}
 		if sent || try == tries {
-			return fmt.Errorf("%w: stream %s moved from sequence %d to %d while this indexer read it", errOtherWriter, name, before, after)
+			return fmt.Errorf("%w: stream %s moved from sequence %d to %d while this indexer read it", ErrOtherWriter, name, before, after)
 		}
 	}
 }
@@ -780,7 +783,7 @@ func lastSeq(ctx context.Context, st jetstream.Stream) (uint64, error) {
 
 // settle waits until every publish made so far is acknowledged (or has
 // failed, which the acknowledging side reports).
-func (p *publisher) settle(ctx context.Context) error {
+func (p *Publisher) settle(ctx context.Context) error {
 	select {
 	case <-p.js.PublishAsyncComplete():
 		return nil
@@ -793,7 +796,7 @@ func (p *publisher) settle(ctx context.Context) error {
 
 // publishAsync publishes msg asking an acknowledgement, and waits for
 // room when as many are outstanding as MaxPending allows.
-func (p *publisher) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.PubAckFuture, error) {
+func (p *Publisher) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.PubAckFuture, error) {
 	for {
 		f, err := p.js.PublishMsgAsync(msg, jetstream.WithStallWait(time.Second))
 		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
@@ -809,4 +812,11 @@ func (p *publisher) publishAsync(ctx context.Context, msg *nats.Msg) (jetstream.
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// WrongLastSequence reports whether err is JetStream refusing a message
+// whose expected last sequence the stream was not at.
+func WrongLastSequence(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

@@ -1,4 +1,4 @@
-package indexer
+package publish
 
 import (
 	"context"
@@ -10,44 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/internal/natstest"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/reconcile"
 	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/prometheus/client_golang/prometheus"
 )
-
-// startNATS runs a real nats-server with JetStream on a loopback port.
-func startNATS(t *testing.T) *nats.Conn {
-	t.Helper()
-	s := startServer(t)
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
-
-// startServer runs an embedded JetStream server until the test ends.
-func startServer(t *testing.T) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
 
 // testBlock appends n records to t/0 and t/1 starting at offset first.
 func testBlock(h int64, first uint64, n int, when time.Time) *verify.Block {
@@ -154,13 +128,13 @@ func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) 
 // TestPublishExactlyOnce replays blocks the way a restarted or second
 // indexer does and checks each record is stored once, in offset order.
 func TestPublishExactlyOnce(t *testing.T) {
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	ctx := context.Background()
 	cfg := Default()
 	cfg.ChainID = "c"
-	m := newMetrics()
-	newPub := func() *publisher {
-		p, err := newPublisher(ctx, nc, cfg)
+	m := testMetrics()
+	newPub := func() *Publisher {
+		p, err := New(ctx, nc, cfg, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,34 +143,34 @@ func TestPublishExactlyOnce(t *testing.T) {
 	old := time.Now().Add(-time.Minute)
 	a := newPub()
 	for h := int64(1); h <= 3; h++ {
-		futs, err := a.publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
+		futs, err := a.Publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		waitAll(t, futs)
 	}
-	if err := a.saveCursor(ctx, savedCursor{Height: 2}); err != nil {
+	if err := a.SaveCursor(ctx, reconcile.Cursor{Height: 2}); err != nil {
 		t.Fatal(err)
 	}
 	// A restart from cursor 2 replays block 3; a second indexer without a
 	// cursor replays everything.
 	b := newPub()
-	if c, err := b.cursor(ctx); err != nil || c.Height != 2 {
+	if c, err := b.Cursor(ctx); err != nil || c.Height != 2 {
 		t.Fatalf("cursor = %+v %v, want height 2", c, err)
 	}
-	futs, err := b.publish(ctx, testBlock(3, 10, 5, old), m)
+	futs, err := b.Publish(ctx, testBlock(3, 10, 5, old), m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitAll(t, futs)
 	cfg2 := cfg
 	cfg2.ID = "second"
-	c, err := newPublisher(ctx, nc, cfg2)
+	c, err := New(ctx, nc, cfg2, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for h := int64(1); h <= 4; h++ {
-		futs, err := c.publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
+		futs, err := c.Publish(ctx, testBlock(h, uint64(h-1)*5, 5, old), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,33 +197,6 @@ func TestPublishExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
-	good := Default()
-	good.Nodes, good.ChainID, good.Trust = []string{"https://a:1", "127.0.0.1:1"}, "c", verify.Trust{Height: 1, Hash: make([]byte, 32)}
-	if err := good.Validate(); err != nil {
-		t.Fatalf("good config: %v", err)
-	}
-	for _, tc := range []struct {
-		name string
-		fn   func(*Config)
-		want string
-	}{
-		{"one node", func(c *Config) { c.Nodes = c.Nodes[:1] }, "witness"},
-		{"no chain", func(c *Config) { c.ChainID = "" }, "chain_id"},
-		{"no trust", func(c *Config) { c.Trust = verify.Trust{} }, "trust root"},
-		{"bad id", func(c *Config) { c.ID = "a.b" }, "id"},
-		{"replicas", func(c *Config) { c.Replicas = 7 }, "replicas"},
-		{"start", func(c *Config) { c.StartHeight = 0 }, "start_height"},
-		{"plaintext node", func(c *Config) { c.Nodes = []string{"https://a:1", "http://b:1"} }, "plaintext RPC"},
-	} {
-		c := good
-		tc.fn(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: Validate() = %v, want an error naming %q", tc.name, err, tc.want)
-		}
-	}
-}
-
 // TestPublishAfterAnotherIndexer: b publishes block 1 and so knows where
 // both partitions go on; a publishes blocks 2 and 3; then b, which has not
 // restarted, publishes them too, as a second indexer that stalled does.
@@ -259,24 +206,24 @@ func TestConfigValidate(t *testing.T) {
 // held only while JetStream remembered a's: a stall past the duplicate
 // window stored them twice.)
 func TestPublishAfterAnotherIndexer(t *testing.T) {
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	ctx := context.Background()
 	cfg := Default()
 	cfg.ChainID = "c"
-	m := newMetrics()
-	a, err := newPublisher(ctx, nc, cfg)
+	m := testMetrics()
+	a, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.ID = "b"
-	b, err := newPublisher(ctx, nc, cfg)
+	b, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	pub := func(p *publisher, h int64) {
+	pub := func(p *Publisher, h int64) {
 		t.Helper()
-		futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
+		futs, err := p.Publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +232,7 @@ func TestPublishAfterAnotherIndexer(t *testing.T) {
 	pub(b, 1)
 	pub(a, 2)
 	pub(a, 3)
-	futs, err := b.publish(ctx, testBlock(2, 5, 5, now), m)
+	futs, err := b.Publish(ctx, testBlock(2, 5, 5, now), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +241,7 @@ func TestPublishAfterAnotherIndexer(t *testing.T) {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			if !wrongLastSequence(err) {
+			if !WrongLastSequence(err) {
 				t.Fatalf("b's publish of block 2 failed with %v, want a wrong last sequence", err)
 			}
 			refused++
@@ -305,7 +252,7 @@ func TestPublishAfterAnotherIndexer(t *testing.T) {
 	if refused != len(futs) {
 		t.Errorf("JetStream refused %d of b's %d messages, want all", refused, len(futs))
 	}
-	b.reset() // as the indexer does after any error
+	b.Reset() // as the indexer does after any error
 	pub(b, 2)
 	pub(b, 3)
 	pub(b, 4)
@@ -325,7 +272,7 @@ func TestPublishAfterAnotherIndexer(t *testing.T) {
 // partition must hold each offset once, in order, and the blocks stream
 // each height once, in order.
 func TestPublishersRacing(t *testing.T) {
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const blocks, per, parts = 60, 7, 3
@@ -353,25 +300,25 @@ func TestPublishersRacing(t *testing.T) {
 	for w := 0; w < 3; w++ {
 		cfg := Default()
 		cfg.ChainID, cfg.ID = "c", fmt.Sprintf("w%d", w)
-		p, err := newPublisher(ctx, nc, cfg)
+		p, err := New(ctx, nc, cfg, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
 		go func() {
-			m := newMetrics()
+			m := testMetrics()
 			acked, n := int64(0), 0
 			for acked < blocks {
 				if ctx.Err() != nil {
 					errs <- ctx.Err()
 					return
 				}
-				p.reset()
+				p.Reset()
 				var futs [][]jetstream.PubAckFuture
 				ok := true
 				for h := acked + 1; h <= min(acked+4, blocks) && ok; h++ {
 					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond) // publishers at about the same pace
-					f, err := p.publish(ctx, chain[h], m)
-					if errors.Is(err, errOtherWriter) {
+					f, err := p.Publish(ctx, chain[h], m)
+					if errors.Is(err, ErrOtherWriter) {
 						ok = false
 						break
 					}
@@ -386,7 +333,7 @@ func TestPublishersRacing(t *testing.T) {
 						select {
 						case <-f.Ok():
 						case err := <-f.Err():
-							if !wrongLastSequence(err) {
+							if !WrongLastSequence(err) {
 								errs <- err
 								return
 							}
@@ -445,12 +392,12 @@ func TestPublishersRacing(t *testing.T) {
 // under the same name publishes from offset 0 instead of being taken for
 // already published.
 func TestTopicStreamsFollowCreateAndDelete(t *testing.T) {
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	ctx := context.Background()
 	cfg := Default()
 	cfg.ChainID = "c"
-	m := newMetrics()
-	p, err := newPublisher(ctx, nc, cfg)
+	m := testMetrics()
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +405,7 @@ func TestTopicStreamsFollowCreateAndDelete(t *testing.T) {
 	now := time.Now()
 	publish := func(b *verify.Block) {
 		t.Helper()
-		futs, err := p.publish(ctx, b, m)
+		futs, err := p.Publish(ctx, b, m)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -517,7 +464,7 @@ func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
 	runCount := nats.NewMsg(layout.Subject("t", 0))
 	runCount.Header.Set(layout.HeaderOffset, "3")
 	runCount.Header.Set(layout.HeaderRecords, "18446744073709551000")
-	for _, per := range []int{1, DefaultRecordsPerMessage} {
+	for _, per := range []int{1, layout.DefaultRunRecords} {
 		// A block's 5 records of t/0 take 5 messages one by one, 1 in a run.
 		afterBlock := 1 + 5/per + 5 // and t/1's
 		if per > 1 {
@@ -555,13 +502,13 @@ func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
 				[]string{"stream byzlog-blocks holds on byzlog.$blocks at sequence 1", "block hash ff"}},
 		} {
 			t.Run(fmt.Sprintf("%s/%d a message", tc.name, per), func(t *testing.T) {
-				nc := startNATS(t)
+				nc := natstest.Start(t)
 				ctx := context.Background()
 				cfg := Default()
 				cfg.ChainID = "c"
 				cfg.RecordsPerMessage = per
-				m := newMetrics()
-				p, err := newPublisher(ctx, nc, cfg)
+				m := testMetrics()
+				p, err := New(ctx, nc, cfg, zerolog.Nop())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -571,7 +518,7 @@ func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
 				}
 				now := time.Now()
 				for h := int64(1); h <= tc.before; h++ {
-					futs, err := p.publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
+					futs, err := p.Publish(ctx, testBlock(h, uint64(h-1)*5, 5, now), m)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -583,9 +530,9 @@ func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
 					t.Fatal(err)
 				}
 				// A restarted indexer asks the streams what they hold.
-				p.reset()
+				p.Reset()
 				next := testBlock(tc.before+1, uint64(tc.before)*5, 5, now)
-				futs, err := p.publish(ctx, next, m)
+				futs, err := p.Publish(ctx, next, m)
 				waitAll(t, futs)
 				if err == nil {
 					t.Fatalf("publish(block %d) after the forged message = nil, want an error naming it", next.Height)
@@ -602,8 +549,8 @@ func TestPublishChecksWhatTheStreamHolds(t *testing.T) {
 				if err := st.DeleteMsg(ctx, ack.Sequence); err != nil {
 					t.Fatal(err)
 				}
-				p.reset()
-				futs, err = p.publish(ctx, next, m)
+				p.Reset()
+				futs, err = p.Publish(ctx, next, m)
 				if err != nil {
 					t.Fatalf("publish(block %d) once the message is gone = %v", next.Height, err)
 				}
@@ -648,8 +595,8 @@ func TestDeletedStreamIsMadeAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := startPublisher(ctx, t)
-	m := newMetrics()
-	futs, err := p.publish(ctx, testBlock(1, 0, 2, time.Now()), m)
+	m := testMetrics()
+	futs, err := p.Publish(ctx, testBlock(1, 0, 2, time.Now()), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -659,8 +606,8 @@ func TestDeletedStreamIsMadeAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p.reset()
-	futs, err = p.publish(ctx, testBlock(2, 2, 2, time.Now()), m)
+	p.Reset()
+	futs, err = p.Publish(ctx, testBlock(2, 2, 2, time.Now()), m)
 	if err != nil {
 		t.Fatalf("publish after the streams were deleted: %v", err)
 	}
@@ -679,19 +626,19 @@ func TestDeletedStreamIsMadeAgain(t *testing.T) {
 }
 
 // startPublisher is a publisher of chain "c" on a NATS of its own.
-func startPublisher(ctx context.Context, t *testing.T) *publisher {
+func startPublisher(ctx context.Context, t *testing.T) *Publisher {
 	t.Helper()
-	return startPublisherWith(ctx, t, DefaultRecordsPerMessage)
+	return startPublisherWith(ctx, t, layout.DefaultRunRecords)
 }
 
 // startPublisherWith is startPublisher putting up to perMessage records
 // in a message.
-func startPublisherWith(ctx context.Context, t *testing.T, perMessage int) *publisher {
+func startPublisherWith(ctx context.Context, t *testing.T, perMessage int) *Publisher {
 	t.Helper()
 	cfg := Default()
-	cfg.ChainID, cfg.Nodes = "c", []string{"127.0.0.1:1", "127.0.0.1:2"}
+	cfg.ChainID = "c"
 	cfg.RecordsPerMessage = perMessage
-	p, err := newPublisher(ctx, startNATS(t), cfg)
+	p, err := New(ctx, natstest.Start(t), cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -707,7 +654,7 @@ func TestOneAckVouchesForAll(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, b := refusingStream(ctx, t)
-	futs, err := p.publish(ctx, b, newMetrics())
+	futs, err := p.Publish(ctx, b, testMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -715,7 +662,7 @@ func TestOneAckVouchesForAll(t *testing.T) {
 		t.Fatalf("%d acknowledgements asked for 600 records and a BlockInfo, want far fewer", len(futs))
 	}
 	failed := failures(ctx, t, futs)
-	if len(failed) == 0 || !wrongLastSequence(failed[0]) {
+	if len(failed) == 0 || !WrongLastSequence(failed[0]) {
 		t.Fatalf("acknowledgements failed: %v, want the one after the refused record to fail its expected sequence", failed)
 	}
 	js, _ := jetstream.New(p.js.Conn())
@@ -730,7 +677,7 @@ func TestOneAckVouchesForAll(t *testing.T) {
 // refusingStream is a publisher whose topic "t" stream refuses messages
 // over 2 KiB (max_msg_size, as an operator may set it), and block 1 of
 // 300 records in each of two partitions, the 201st of which is 4 KiB.
-func refusingStream(ctx context.Context, t *testing.T) (*publisher, *verify.Block) {
+func refusingStream(ctx context.Context, t *testing.T) (*Publisher, *verify.Block) {
 	t.Helper()
 	p := startPublisherWith(ctx, t, 1) // the 201st record's own message is refused
 
@@ -743,7 +690,7 @@ func refusingStream(ctx context.Context, t *testing.T) (*publisher, *verify.Bloc
 	if _, err := p.js.UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	p.reset()
+	p.Reset()
 	b := testBlock(1, 0, 300, time.Now())
 	b.Appended.Partitions[0].Records[200].Value = make([]byte, 4096)
 	return p, b
@@ -765,24 +712,20 @@ func failures(ctx context.Context, t *testing.T, futs []jetstream.PubAckFuture) 
 	return failed
 }
 
-// TestRefusalSurfacesAfterAConflict: a message JetStream refuses without
-// an acknowledgement reads as another indexer's conflict (above). The
-// indexer must not take it for one forever, resuming every RetryBackoff
-// with only the server's log naming the cause: after a conflict that
-// acknowledged nothing, the same block goes out with an acknowledgement
-// per message, JetStream's own reason surfaces, and it is backed off as a
-// failure, every time until a block is acknowledged.
-func TestRefusalSurfacesAfterAConflict(t *testing.T) {
+// TestRefusalSurfacesWithAnAckPerMessage: a message JetStream refuses
+// without an acknowledgement reads as another indexer's conflict (the
+// stream's last sequence is not the one the next message expects); with an
+// acknowledgement asked of every message (AckAllThrough, which the indexer
+// sets after a conflict that acknowledged nothing: TestRefusalSurfaces-
+// AfterAConflict), JetStream's own reason surfaces, every time.
+func TestRefusalSurfacesWithAnAckPerMessage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, b := refusingStream(ctx, t)
-	cfg := Default()
-	i := &Indexer{cfg: cfg, log: zerolog.Nop(), m: newMetrics()}
-	i.acked.Store(b.Height - 1)
 	attempt := func() error {
 		t.Helper()
-		p.reset()
-		futs, err := p.publish(ctx, b, i.m)
+		p.Reset()
+		futs, err := p.Publish(ctx, b, testMetrics())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -790,42 +733,18 @@ func TestRefusalSurfacesAfterAConflict(t *testing.T) {
 		if len(failed) == 0 {
 			t.Fatal("JetStream stored a record over the stream's max_msg_size")
 		}
-		if wrongLastSequence(failed[0]) {
-			return fmt.Errorf("%w: %w", errOtherWriter, failed[0])
-		}
 		return failed[0]
 	}
-
-	err := attempt()
-	if !errors.Is(err, errOtherWriter) {
+	if err := attempt(); !WrongLastSequence(err) {
 		t.Fatalf("first attempt, acknowledgements sparse: %v, want it to read as a conflict", err)
 	}
-	wait, backoff := i.afterFollow(err, false, cfg.RetryBackoff, p)
-	if wait != cfg.RetryBackoff || p.ackAllThrough != b.Height {
-		t.Fatalf("after a conflict that acknowledged nothing: wait %s, every message acknowledged through height %d; want %s and %d", wait, p.ackAllThrough, cfg.RetryBackoff, b.Height)
-	}
+	p.AckAllThrough = b.Height
 	for n := range 3 {
-		err = attempt()
+		err := attempt()
 		var api *jetstream.APIError
 		if !errors.As(err, &api) || api.ErrorCode != 10054 { // JSStreamMessageExceedsMaximumErr
 			t.Fatalf("attempt %d with an acknowledgement per message failed with %v, want JetStream's own reason (message size exceeds maximum)", n+2, err)
 		}
-		want := backoff
-		wait, backoff = i.afterFollow(err, false, backoff, p)
-		if wait != want || backoff != min(2*want, cfg.MaxRetryBackoff) || p.ackAllThrough != b.Height {
-			t.Fatalf("attempt %d: wait %s then %s, acknowledgements per message through %d; want %s, then double, through %d", n+2, wait, backoff, p.ackAllThrough, want, b.Height)
-		}
-	}
-	if got := testutil.ToFloat64(i.m.conflicts); got != 1 {
-		t.Errorf("conflicts counted: %v, want 1", got)
-	}
-
-	// A conflict after progress is another indexer's, resumed at once and
-	// with sparse acknowledgements.
-	i.acked.Store(5)
-	p.ackAllThrough = 0
-	if wait, _ := i.afterFollow(errOtherWriter, true, cfg.MaxRetryBackoff, p); wait != cfg.RetryBackoff || p.ackAllThrough != 0 {
-		t.Errorf("conflict after progress: wait %s, acknowledgements per message through %d; want %s and none", wait, p.ackAllThrough, cfg.RetryBackoff)
 	}
 }
 
@@ -836,10 +755,10 @@ func TestRunsCarryABlocksRecords(t *testing.T) {
 	for _, c := range []struct {
 		per  int
 		msgs uint64
-	}{{1, 600}, {256, 3}, {DefaultRecordsPerMessage, 3}, {1000, 1}} {
+	}{{1, 600}, {256, 3}, {layout.DefaultRunRecords, 3}, {1000, 1}} {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		p := startPublisherWith(ctx, t, c.per)
-		futs, err := p.publish(ctx, testBlock(1, 0, 600, time.Now()), newMetrics())
+		futs, err := p.Publish(ctx, testBlock(1, 0, 600, time.Now()), testMetrics())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -862,21 +781,21 @@ func TestRunsCarryABlocksRecords(t *testing.T) {
 func TestTheStreamSaysHowToCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	js, _ := jetstream.New(nc)
-	publisherOf := func(per int) *publisher {
+	publisherOf := func(per int) *Publisher {
 		cfg := Default()
 		cfg.ChainID, cfg.RecordsPerMessage = "c", per
-		p, err := newPublisher(ctx, nc, cfg)
+		p, err := New(ctx, nc, cfg, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	publish := func(p *publisher, b *verify.Block) {
+	publish := func(p *Publisher, b *verify.Block) {
 		t.Helper()
-		p.reset()
-		futs, err := p.publish(ctx, b, newMetrics())
+		p.Reset()
+		futs, err := p.Publish(ctx, b, testMetrics())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -889,7 +808,7 @@ func TestTheStreamSaysHowToCut(t *testing.T) {
 		}
 		return st.CachedInfo().Config.Metadata[layout.FormatMetadata]
 	}
-	runs, ones := publisherOf(DefaultRecordsPerMessage), publisherOf(1)
+	runs, ones := publisherOf(layout.DefaultRunRecords), publisherOf(1)
 
 	// Made by the one that cuts runs: the other cuts runs there too.
 	publish(runs, testBlock(1, 0, 5, time.Now()))
@@ -945,15 +864,20 @@ func TestTheStreamSaysHowToCut(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs.held["t"].sent = false // as after a conflict: it reads the stream again
-	if _, err := runs.publish(ctx, testBlock(6, 20, 5, time.Now()), newMetrics()); err == nil || !strings.Contains(err.Error(), `is now "record", and this indexer cut 256 records a message`) {
+	if _, err := runs.Publish(ctx, testBlock(6, 20, 5, time.Now()), testMetrics()); err == nil || !strings.Contains(err.Error(), `is now "record", and this indexer cut 256 records a message`) {
 		t.Fatalf("publish after the format changed: %v, want it refused", err)
 	}
 	sc.Metadata[layout.FormatMetadata] = "run/v9 3 3"
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	runs.reset()
-	if _, err := runs.publish(ctx, testBlock(6, 20, 5, time.Now()), newMetrics()); err == nil || !strings.Contains(err.Error(), `message format "run/v9 3 3" is none this byzlog writes`) {
+	runs.Reset()
+	if _, err := runs.Publish(ctx, testBlock(6, 20, 5, time.Now()), testMetrics()); err == nil || !strings.Contains(err.Error(), `message format "run/v9 3 3" is none this byzlog writes`) {
 		t.Fatalf("publish to a stream of an unknown format: %v, want an error naming it", err)
 	}
+}
+
+// testMetrics are counters nobody reads.
+func testMetrics() Metrics {
+	return Metrics{Records: prometheus.NewCounter(prometheus.CounterOpts{Name: "r"}), Skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "s"})}
 }

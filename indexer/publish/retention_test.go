@@ -1,4 +1,4 @@
-package indexer
+package publish
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/internal/natstest"
 	"github.com/byzlog/byzlog/indexer/layout"
+	"github.com/byzlog/byzlog/indexer/reconcile"
 	"github.com/byzlog/byzlog/indexer/verify"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
@@ -78,10 +80,10 @@ func create(name string, c *byzlogv1.TopicConfig) core.TopicChange {
 }
 
 // publishAll publishes blocks through p and waits for their acks.
-func publishAll(ctx context.Context, t *testing.T, p *publisher, blocks ...*verify.Block) {
+func publishAll(ctx context.Context, t *testing.T, p *Publisher, blocks ...*verify.Block) {
 	t.Helper()
 	for _, b := range blocks {
-		futs, err := p.publish(ctx, b, newMetrics())
+		futs, err := p.Publish(ctx, b, testMetrics())
 		if err != nil {
 			t.Fatalf("publish(block %d): %v", b.Height, err)
 		}
@@ -114,10 +116,10 @@ func checkLimits(t *testing.T, what string, sc jetstream.StreamConfig, want stre
 func TestStreamsMirrorRetention(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	cfg := Default()
 	cfg.ChainID = "c"
-	p, err := newPublisher(ctx, nc, cfg)
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,13 +178,13 @@ func TestStreamsMirrorRetention(t *testing.T) {
 func TestLostStreamGetsTheKeptLimits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	cfg := Default()
 	cfg.ChainID = "c"
 	js, _ := jetstream.New(nc)
-	newPub := func() *publisher {
+	newPub := func() *Publisher {
 		t.Helper()
-		p, err := newPublisher(ctx, nc, cfg)
+		p, err := New(ctx, nc, cfg, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,7 +236,7 @@ func TestTopicConfigKeys(t *testing.T) {
 	defer cancel()
 	cfg := Default()
 	cfg.ChainID = "c"
-	p, err := newPublisher(ctx, startNATS(t), cfg)
+	p, err := New(ctx, natstest.Start(t), cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,11 +268,11 @@ func TestTopicConfigKeys(t *testing.T) {
 func TestFullStreamDropsItsOldest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	cfg := Default()
 	cfg.RecordsPerMessage = 1 // a message per record, dropped one by one
 	cfg.ChainID = "c"
-	p, err := newPublisher(ctx, nc, cfg)
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +293,7 @@ func TestFullStreamDropsItsOldest(t *testing.T) {
 	if s.FirstSeq <= 1 || s.Bytes > 4000 || s.Msgs == 0 || s.Msgs >= 30 {
 		t.Errorf("after 30 records into a stream of 4000 bytes: first sequence %d, %d messages, %d bytes; want the oldest dropped (first sequence past 1), at most 4000 bytes", s.FirstSeq, s.Msgs, s.Bytes)
 	}
-	_, last, err := lastRecord(ctx, st, layout.Subject("t", 0))
+	_, last, err := reconcile.LastRecord(ctx, st, layout.Subject("t", 0))
 	if err != nil || last == nil || last.Offset != 29 {
 		t.Errorf("last record of t/0 = %v, %v; want offset 29", last, err)
 	}
@@ -302,11 +304,11 @@ func TestFullStreamDropsItsOldest(t *testing.T) {
 func TestGenesisTopicsGetTheirLimits(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	cfg := Default()
 	cfg.ChainID = "c"
 	cfg.GenesisTopics = []core.TopicChange{create("g", &byzlogv1.TopicConfig{Partitions: 2, RetentionMs: 3_600_000})}
-	p, err := newPublisher(ctx, nc, cfg)
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +342,7 @@ func TestLimitsNATSCannotReserve(t *testing.T) {
 	t.Cleanup(nc.Close)
 	cfg := Default()
 	cfg.ChainID = "c"
-	p, err := newPublisher(ctx, nc, cfg)
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +354,7 @@ func TestLimitsNATSCannotReserve(t *testing.T) {
 		create("big", &byzlogv1.TopicConfig{Partitions: 4, RetentionBytes: 1 << 30, RetentionMs: 86_400_000}),
 		create("small", &byzlogv1.TopicConfig{Partitions: 1, RetentionBytes: 1000}),
 	})
-	if _, err := p.publish(ctx, b, newMetrics()); err != nil {
+	if _, err := p.Publish(ctx, b, testMetrics()); err != nil {
 		t.Fatalf("publish(a topic of 16 GiB max_bytes on 64 MiB of NATS storage, and a small one) = %v, want both streams made", err)
 	}
 	big := streamConfig(ctx, t, p.js, "big")
@@ -369,7 +371,7 @@ func TestLimitsNATSCannotReserve(t *testing.T) {
 	}
 	// Updated to what NATS can reserve, the topic's stream gets the limit.
 	up := topicBlock(2, time.Now(), []core.TopicChange{create("big", &byzlogv1.TopicConfig{Partitions: 4, RetentionBytes: 1 << 20, RetentionMs: 86_400_000})})
-	if _, err := p.publish(ctx, up, newMetrics()); err != nil {
+	if _, err := p.Publish(ctx, up, testMetrics()); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamConfig(ctx, t, p.js, "big").MaxBytes; got != 4<<20*streamBytesFactor {
@@ -384,21 +386,21 @@ func TestLimitsNATSCannotReserve(t *testing.T) {
 func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	nc := startNATS(t)
+	nc := natstest.Start(t)
 	cfg := Default()
 	cfg.RecordsPerMessage = 1 // a message per record, dropped one by one
 	cfg.ChainID = "c"
-	p, err := newPublisher(ctx, nc, cfg)
+	p, err := New(ctx, nc, cfg, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	ends := map[string]partEnd{}
+	ends := map[string]reconcile.End{}
 	publish := func(b *verify.Block) {
 		t.Helper()
 		publishAll(ctx, t, p, b)
-		e, deleted := blockEnds(b)
-		advance(ends, e, deleted)
+		e, deleted := reconcile.BlockEnds(b)
+		reconcile.Advance(ends, e, deleted)
 	}
 	now := time.Now()
 	// t holds 2 x 500 x 4 bytes: t/1's 30 records push out t/0's 3.
@@ -409,7 +411,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 	if n := subjectCount(t, js, "t", 0); n != 0 {
 		t.Fatalf("t/0 holds %d records after t/1 filled the stream, want 0 (MaxBytes drops the oldest)", n)
 	}
-	if from, why, err := p.rewind(ctx, ends, 4); err != nil || from != 5 {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 4); err != nil || from != 5 {
 		t.Errorf("rewind after MaxBytes removed t/0's records = %d (%s) %v, want 5: nothing to publish again", from, why, err)
 	}
 
@@ -422,7 +424,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if from, why, err := p.rewind(ctx, ends, 5); err != nil || from != 6 {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 5); err != nil || from != 6 {
 		t.Errorf("rewind after MaxAge removed a/0's records = %d (%s) %v, want 6: nothing to publish again", from, why, err)
 	}
 
@@ -435,7 +437,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropFrom(t, st, layout.Subject("k", 1), 0)
-	if from, why, err := p.rewind(ctx, ends, 7); err != nil || from != 7 || !strings.Contains(why, "k/1 holds 0 of the 2") {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 7); err != nil || from != 7 || !strings.Contains(why, "k/1 holds 0 of the 2") {
 		t.Errorf("rewind after k/1 lost its newest records = %d (%s) %v, want 7 (its block)", from, why, err)
 	}
 }

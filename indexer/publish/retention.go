@@ -1,4 +1,4 @@
-package indexer
+package publish
 
 import (
 	"context"
@@ -102,7 +102,7 @@ func (l streamLimits) of(sc jetstream.StreamConfig) bool {
 // limit updates st's MaxAge, MaxBytes and Discard to c's limits, leaving
 // every other field of its config as it is, and does nothing when they
 // already are.
-func (p *publisher) limit(ctx context.Context, st jetstream.Stream, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
+func (p *Publisher) limit(ctx context.Context, st jetstream.Stream, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
 	sc := st.CachedInfo().Config
 	l := topicLimits(c, sc.Duplicates)
 	if l.of(sc) {
@@ -145,7 +145,7 @@ func cannotReserve(err error) bool {
 // every topic, so the stream is made (or kept) without MaxBytes, bounded by
 // MaxAge and by the server's own storage limit, until the topic is updated
 // or NATS is given the room.
-func (p *publisher) warnUnreserved(stream string, c *byzlogv1.TopicConfig, l streamLimits, err error) {
+func (p *Publisher) warnUnreserved(stream string, c *byzlogv1.TopicConfig, l streamLimits, err error) {
 	p.log.Warn().Err(err).Str("stream", stream).Int64("max_bytes", l.MaxBytes).Uint32("partitions", c.GetPartitions()).
 		Int64("retention_bytes", c.GetRetentionBytes()).Int("factor", streamBytesFactor).
 		Msg("JetStream cannot reserve the stream's max_bytes from its storage: the stream gets no byte limit; raise the NATS servers' jetstream max_file_store (or the account's max_store), then update the topic")
@@ -166,12 +166,12 @@ func limitErr(op string, c *byzlogv1.TopicConfig, l streamLimits, err error) err
 // topicKey is where topic's config is kept in the cursor bucket. Topic
 // names may hold what keys may not (a leading dot, two dots in a row), so
 // the name is in base64url, without padding.
-func (p *publisher) topicKey(topic string) string {
+func (p *Publisher) topicKey(topic string) string {
 	return "topic." + p.cfg.ChainID + "." + p.cfg.ID + "." + base64.RawURLEncoding.EncodeToString([]byte(topic))
 }
 
 // keepTopic keeps topic's config, as a verified block gave it.
-func (p *publisher) keepTopic(ctx context.Context, topic string, c *byzlogv1.TopicConfig) error {
+func (p *Publisher) keepTopic(ctx context.Context, topic string, c *byzlogv1.TopicConfig) error {
 	b, err := proto.Marshal(c)
 	if err != nil {
 		return err
@@ -183,7 +183,7 @@ func (p *publisher) keepTopic(ctx context.Context, topic string, c *byzlogv1.Top
 }
 
 // forgetTopic removes a deleted topic's config.
-func (p *publisher) forgetTopic(ctx context.Context, topic string) error {
+func (p *Publisher) forgetTopic(ctx context.Context, topic string) error {
 	if err := p.kv.Delete(ctx, p.topicKey(topic)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("forget the config of deleted topic %s (%s): %w", topic, p.topicKey(topic), err)
 	}
@@ -192,7 +192,7 @@ func (p *publisher) forgetTopic(ctx context.Context, topic string) error {
 
 // keptTopic is topic's kept config; nil when none is (the indexer started
 // after the block that created the topic, or the topic is gone).
-func (p *publisher) keptTopic(ctx context.Context, topic string) (*byzlogv1.TopicConfig, error) {
+func (p *Publisher) keptTopic(ctx context.Context, topic string) (*byzlogv1.TopicConfig, error) {
 	e, err := p.kv.Get(ctx, p.topicKey(topic))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, nil
