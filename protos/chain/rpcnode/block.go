@@ -86,14 +86,19 @@ func DecodeBlock(answer []byte) (*ctypes.ResultBlock, error) {
 	return decodeBlockJSON(answer)
 }
 
+// rpcError is a JSON-RPC answer's error member.
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+	Data    string `json:"data"`
+}
+
+func (e *rpcError) err() error { return fmt.Errorf("RPC error %d: %s %s", e.Code, e.Message, e.Data) }
+
 // decodeBlockJSON is DecodeBlock with encoding/json.
 func decodeBlockJSON(answer []byte) (*ctypes.ResultBlock, error) {
 	var r struct {
-		Error *struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-			Data    string `json:"data"`
-		} `json:"error"`
+		Error  *rpcError `json:"error"`
 		Result *struct {
 			BlockID json.RawMessage `json:"block_id"`
 			Block   *struct {
@@ -108,7 +113,7 @@ func decodeBlockJSON(answer []byte) (*ctypes.ResultBlock, error) {
 		return nil, fmt.Errorf("block: the answer is not JSON-RPC: %w", err)
 	}
 	if r.Error != nil {
-		return nil, fmt.Errorf("block: RPC error %d: %s %s", r.Error.Code, r.Error.Message, r.Error.Data)
+		return nil, fmt.Errorf("block: %w", r.Error.err())
 	}
 	if r.Result == nil || r.Result.Block == nil {
 		return nil, errors.New("block: the answer holds no block")

@@ -3,7 +3,6 @@ package rpcnode
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,18 +60,14 @@ func DecodeQuery(answer []byte) (*ctypes.ResultABCIQuery, error) {
 		return out, nil
 	}
 	var r struct {
-		Error *struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-			Data    string `json:"data"`
-		} `json:"error"`
+		Error  *rpcError       `json:"error"`
 		Result json.RawMessage `json:"result"`
 	}
 	if err := json.Unmarshal(answer, &r); err != nil {
 		return nil, fmt.Errorf("the answer is not JSON-RPC: %w", err)
 	}
 	if r.Error != nil {
-		return nil, fmt.Errorf("RPC error %d: %s %s", r.Error.Code, r.Error.Message, r.Error.Data)
+		return nil, r.Error.err()
 	}
 	if len(r.Result) == 0 {
 		return nil, errors.New("the answer holds no result")
@@ -93,35 +88,30 @@ func DecodeQuery(answer []byte) (*ctypes.ResultABCIQuery, error) {
 func scanQuery(answer []byte) (out *ctypes.ResultABCIQuery, ok bool) {
 	s := scanner{b: answer}
 	var res abci.ResponseQuery
-	var haveResult, haveResponse bool
-	seen := map[string]bool{}
-	str := func(dst *string) bool {
-		s.space()
-		raw, escaped, ok := s.str()
-		if !ok || escaped || !utf8.Valid(raw) { // encoding/json would replace bad UTF-8
-			return false
-		}
-		*dst = string(raw)
-		return true
-	}
-	b64 := func(dst *[]byte) bool {
-		s.space()
-		if bytes.HasPrefix(s.b[s.i:], []byte("null")) {
-			s.i += len("null")
+	var haveResponse bool
+	str := func(dst *string) func() bool {
+		return func() bool {
+			s.space()
+			raw, escaped, ok := s.str()
+			if !ok || escaped || !utf8.Valid(raw) { // encoding/json would replace bad UTF-8
+				return false
+			}
+			*dst = string(raw)
 			return true
 		}
-		raw, escaped, ok := s.str()
-		if !ok || escaped {
-			return false
-		}
-		v := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
-		n, err := base64.StdEncoding.Decode(v, raw)
-		if err != nil {
-			return false
-		}
-		*dst = v[:n]
-		return true
 	}
+	b64 := func(dst *[]byte) func() bool {
+		return func() (ok bool) {
+			s.space()
+			if bytes.HasPrefix(s.b[s.i:], []byte("null")) {
+				s.i += len("null")
+				return true
+			}
+			*dst, ok = s.base64()
+			return ok
+		}
+	}
+	// num reads an integer, quoted (CometBFT's int64) or not.
 	num := func(quoted bool, dst *int64) bool {
 		var raw []byte
 		if quoted {
@@ -142,76 +132,31 @@ func scanQuery(answer []byte) (out *ctypes.ResultABCIQuery, ok bool) {
 		*dst = n
 		return err == nil
 	}
-	if !s.object(func(key []byte) bool {
-		switch {
-		case string(key) == "error":
-			v, ok := s.value()
-			return ok && string(v) == "null"
-		case string(key) == "result":
-			if haveResult {
-				return false
-			}
-			haveResult = true
-			return s.object(func(key []byte) bool {
-				switch {
-				case string(key) == "response":
-					if haveResponse {
-						return false
-					}
-					haveResponse = true
-					return s.object(func(key []byte) bool {
-						k := string(key)
-						if seen[k] {
-							return false
-						}
-						seen[k] = true
-						var n int64
-						switch k {
-						case "code":
-							if !num(false, &n) || n < 0 || n > 1<<32-1 {
-								return false
-							}
-							res.Code = uint32(n)
-							return true
-						case "log":
-							return str(&res.Log)
-						case "info":
-							return str(&res.Info)
-						case "codespace":
-							return str(&res.Codespace)
-						case "index":
-							ok := num(true, &n)
-							res.Index = n
-							return ok
-						case "height":
-							ok := num(true, &n)
-							res.Height = n
-							return ok
-						case "key":
-							return b64(&res.Key)
-						case "value":
-							return b64(&res.Value)
-						case "proofOps":
-							v, ok := s.value()
-							return ok && string(v) == "null"
-						}
-						return false // a field this scan does not know
-					})
-				case bytes.EqualFold(key, []byte("response")):
-					return false
-				}
-				_, ok := s.value()
+	response := func() bool {
+		haveResponse = true
+		var code int64
+		return s.fields(map[string]func() bool{
+			"code": func() bool {
+				ok := num(false, &code) && code >= 0 && code <= 1<<32-1
+				res.Code = uint32(code)
 				return ok
-			})
-		case bytes.EqualFold(key, []byte("error")) || bytes.EqualFold(key, []byte("result")):
-			return false
-		}
-		_, ok := s.value()
-		return ok
-	}) {
-		return nil, false
+			},
+			"log":       str(&res.Log),
+			"info":      str(&res.Info),
+			"codespace": str(&res.Codespace),
+			"index":     func() bool { return num(true, &res.Index) },
+			"height":    func() bool { return num(true, &res.Height) },
+			"key":       b64(&res.Key),
+			"value":     b64(&res.Value),
+			"proofOps": func() bool {
+				v, ok := s.value()
+				return ok && string(v) == "null"
+			},
+		}, true) // a field this scan does not know gives up
 	}
-	if s.space(); s.i != len(s.b) || !haveResponse {
+	if !s.rpcResult(func() bool {
+		return s.fields(map[string]func() bool{"response": response}, false)
+	}) || !haveResponse {
 		return nil, false
 	}
 	return &ctypes.ResultABCIQuery{Response: res}, true

@@ -28,67 +28,17 @@ func scanBlock(answer []byte) (out *ctypes.ResultBlock, ok bool) {
 	s := scanner{b: answer}
 	var blockID, header []byte
 	var txs cmttypes.Txs
-	var haveBlock, haveTxs bool
-	if !s.object(func(key []byte) bool {
-		switch {
-		case string(key) == "error":
-			v, ok := s.value()
-			return ok && string(v) == "null"
-		case string(key) == "result":
-			return s.object(func(key []byte) bool {
-				switch {
-				case string(key) == "block_id":
-					v, ok := s.value()
-					blockID = v
-					return ok
-				case string(key) == "block":
-					if haveBlock {
-						return false
-					}
-					haveBlock = true
-					return s.object(func(key []byte) bool {
-						switch {
-						case string(key) == "header":
-							v, ok := s.value()
-							header = v
-							return ok
-						case string(key) == "data":
-							return s.object(func(key []byte) bool {
-								if string(key) != "txs" {
-									if bytes.EqualFold(key, []byte("txs")) {
-										return false
-									}
-									_, ok := s.value()
-									return ok
-								}
-								if haveTxs {
-									return false
-								}
-								haveTxs = true
-								txs, ok = s.txs()
-								return ok
-							})
-						case bytes.EqualFold(key, []byte("header")) || bytes.EqualFold(key, []byte("data")):
-							return false
-						}
-						_, ok := s.value()
-						return ok
-					})
-				case bytes.EqualFold(key, []byte("block_id")) || bytes.EqualFold(key, []byte("block")):
-					return false
-				}
-				_, ok := s.value()
-				return ok
-			})
-		case bytes.EqualFold(key, []byte("error")) || bytes.EqualFold(key, []byte("result")):
-			return false
-		}
-		_, ok := s.value()
-		return ok
-	}) {
-		return nil, false
+	var haveBlock bool
+	data := func() bool {
+		return s.fields(map[string]func() bool{"txs": func() (ok bool) { txs, ok = s.txs(); return ok }}, false)
 	}
-	if s.space(); s.i != len(s.b) || !haveBlock || header == nil || string(header) == "null" {
+	block := func() bool {
+		haveBlock = true
+		return s.fields(map[string]func() bool{"header": s.raw(&header), "data": data}, false)
+	}
+	if !s.rpcResult(func() bool {
+		return s.fields(map[string]func() bool{"block_id": s.raw(&blockID), "block": block}, false)
+	}) || !haveBlock || header == nil || string(header) == "null" {
 		return nil, false
 	}
 	var res ctypes.ResultBlock
@@ -170,6 +120,71 @@ func (s *scanner) object(member func(key []byte) bool) bool {
 			return false
 		}
 	}
+}
+
+// rpcResult reads a JSON-RPC answer in the shape CometBFT writes: "error"
+// null, "result" read by result, and nothing after the object but space.
+func (s *scanner) rpcResult(result func() bool) bool {
+	isNull := func() bool {
+		v, ok := s.value()
+		return ok && string(v) == "null"
+	}
+	if !s.fields(map[string]func() bool{"error": isNull, "result": result}, false) {
+		return false
+	}
+	s.space()
+	return s.i == len(s.b)
+}
+
+// fields reads an object whose keys in read are each read by their
+// function, once: a key repeated, or one of them in another case (which
+// encoding/json would match), gives up. Other keys are skipped, or, when
+// strict, give up.
+func (s *scanner) fields(read map[string]func() bool, strict bool) bool {
+	seen := map[string]bool{}
+	return s.object(func(key []byte) bool {
+		if fn, ok := read[string(key)]; ok {
+			if seen[string(key)] {
+				return false
+			}
+			seen[string(key)] = true
+			return fn()
+		}
+		if strict {
+			return false
+		}
+		for k := range read {
+			if bytes.EqualFold(key, []byte(k)) {
+				return false
+			}
+		}
+		_, ok := s.value()
+		return ok
+	})
+}
+
+// raw reads a value into dst, unparsed.
+func (s *scanner) raw(dst *[]byte) func() bool {
+	return func() bool {
+		v, ok := s.value()
+		*dst = v
+		return ok
+	}
+}
+
+// base64 reads a string without escapes as encoding/json decodes a []byte.
+func (s *scanner) base64() ([]byte, bool) {
+	s.space()
+	raw, escaped, ok := s.str()
+	if !ok || escaped {
+		return nil, false
+	}
+	v := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
+	n, err := base64.StdEncoding.Decode(v, raw)
+	if err != nil {
+		return nil, false
+	}
+	return v[:n], true
 }
 
 // str reads a string, returning its bytes between the quotes and whether
@@ -290,16 +305,11 @@ func (s *scanner) txs() (cmttypes.Txs, bool) {
 			s.i += len("null")
 			txs = append(txs, nil)
 		} else {
-			raw, escaped, ok := s.str()
-			if !ok || escaped {
+			tx, ok := s.base64()
+			if !ok {
 				return nil, false
 			}
-			tx := make([]byte, base64.StdEncoding.DecodedLen(len(raw)))
-			n, err := base64.StdEncoding.Decode(tx, raw)
-			if err != nil {
-				return nil, false
-			}
-			txs = append(txs, tx[:n])
+			txs = append(txs, tx)
 		}
 		s.space()
 		if s.i >= len(s.b) {
