@@ -261,7 +261,11 @@ any of them (or anyone) runs "byzlog admin submit FILE". The request commits onl
 within its expiry (120 blocks after it was signed): sign it again after that.`,
 	}
 	tf := gatewayGroup(cmd)
+	cmd.AddCommand(newSetAdminsCommand(tf), newScheduleUpgradeCommand(tf), newCosignCommand(), newSubmitCommand(tf))
+	return cmd
+}
 
+func newSetAdminsCommand(tf *topicFlags) *cobra.Command {
 	var admins []string
 	var threshold uint32
 	setAdmins := signed(tf, &cobra.Command{
@@ -274,7 +278,10 @@ within its expiry (120 blocks after it was signed): sign it again after that.`,
 	})
 	setAdmins.Flags().StringSliceVar(&admins, "admin", nil, "public key (hex) of an admin of the new set; repeat for each")
 	setAdmins.Flags().Uint32Var(&threshold, "threshold", 1, "how many admins must sign a dangerous operation")
+	return setAdmins
+}
 
+func newScheduleUpgradeCommand(tf *topicFlags) *cobra.Command {
 	var version uint64
 	var height int64
 	upgrade := signed(tf, &cobra.Command{
@@ -295,7 +302,10 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 	})
 	upgrade.Flags().Uint64Var(&version, "rules-version", 0, "the rules version to switch to (0: cancel the scheduled one)")
 	upgrade.Flags().Int64Var(&height, "height", 0, "the first height that runs it")
+	return upgrade
+}
 
+func newCosignCommand() *cobra.Command {
 	var keyPath string
 	var ct gatewaylink.Trust
 	cosign := &cobra.Command{
@@ -332,7 +342,10 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 	cosign.Flags().StringVar(&keyPath, "admin-key", "", "the cosigning admin's key file")
 	_ = cosign.MarkFlagRequired("admin-key")
 	ct.Add(cosign.Flags())
+	return cosign
+}
 
+func newSubmitCommand(tf *topicFlags) *cobra.Command {
 	var st gatewaylink.Trust
 	submit := &cobra.Command{
 		Use:   "submit FILE",
@@ -363,8 +376,7 @@ differently. --rules-version 0 cancels a scheduled upgrade.`,
 		},
 	}
 	st.Add(submit.Flags())
-	cmd.AddCommand(setAdmins, upgrade, cosign, submit)
-	return cmd
+	return submit
 }
 
 func newTopicDeleteCommand(tf *topicFlags) *cobra.Command {

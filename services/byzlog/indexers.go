@@ -38,7 +38,11 @@ An indexer is named by its ed25519 public key in hex, or by the path of its key
 file (byzlog keygen), whose public half is taken.`,
 	}
 	tf := gatewayGroup(cmd)
+	cmd.AddCommand(newIndexerRegisterCommand(tf), newIndexerUnregisterCommand(tf), newIndexerListCommand())
+	return cmd
+}
 
+func newIndexerRegisterCommand(tf *topicFlags) *cobra.Command {
 	var name string
 	register := signed(tf, &cobra.Command{
 		Use:   "register KEY --name NAME",
@@ -50,8 +54,11 @@ file (byzlog keygen), whose public half is taken.`,
 	})
 	register.Flags().StringVar(&name, "name", "", "the name reports show: 1 to 64 of a-z, A-Z, 0-9, '-' and '_'")
 	_ = register.MarkFlagRequired("name")
+	return register
+}
 
-	unregister := signed(tf, &cobra.Command{
+func newIndexerUnregisterCommand(tf *topicFlags) *cobra.Command {
+	return signed(tf, &cobra.Command{
 		Use:   "unregister KEY",
 		Short: "Unregister an indexer (the admin set's threshold)",
 		Args:  cobra.ExactArgs(1),
@@ -59,7 +66,9 @@ file (byzlog keygen), whose public half is taken.`,
 		pk, err := indexerKey(args[0])
 		return &byzlogv1.SetIndexer{PubKey: pk, Remove: true}, fmt.Sprintf("indexer %s unregistered", hex.EncodeToString(pk)), err
 	})
+}
 
+func newIndexerListCommand() *cobra.Command {
 	nodes := localnetNodes
 	var link nodelink.Flags
 	list := &cobra.Command{
@@ -128,8 +137,7 @@ CometBFT and what holds it back), and prints both.`,
 	}
 	list.Flags().StringVar(&nodes, "nodes", nodes, nodelink.NodesHelp)
 	link.Add(list.Flags(), nodelink.Flags{CA: gatewaylink.LocalnetCA})
-	cmd.AddCommand(register, unregister, list)
-	return cmd
+	return list
 }
 
 // sameKeys says whether two serialized IndexerSets register the same keys.
