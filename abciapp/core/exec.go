@@ -459,59 +459,11 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 	l := ex.params.Limits
 	switch op := body.Op.(type) {
 	case *byzlogv1.AdminBody_CreateTopic:
-		c := op.CreateTopic
-		if r := checkTopicName(c.Name); !r.OK() {
-			return r, nil
-		}
-		if r := checkTopicConfig(l, c.Config); !r.OK() {
-			return r, nil
-		}
-		have, err := loadTopic(o, c.Name)
-		if err != nil {
-			return Result{}, err
-		}
-		if have != nil {
-			return reject(wire.CodeTopicExists, "topic %q exists (created at height %d); update or delete it instead", c.Name, have.CreatedHeight), nil
-		}
-		writeTopic(o, &byzlogv1.TopicState{Name: c.Name, Config: c.Config}, ex.b.Height)
-		return adminOK("create_topic", c.Name), nil
+		return createTopic(o, l, op.CreateTopic, ex.b.Height)
 	case *byzlogv1.AdminBody_UpdateTopic:
-		u := op.UpdateTopic
-		have, err := loadTopic(o, u.Name)
-		if err != nil {
-			return Result{}, err
-		}
-		if have == nil {
-			return reject(wire.CodeUnknownTopic, "topic %s does not exist", wire.Quote(u.Name)), nil
-		}
-		if r := checkTopicConfig(l, u.Config); !r.OK() {
-			return r, nil
-		}
-		if u.Config.Partitions < have.Config.Partitions {
-			return reject(wire.CodeBadTopicConfig, "partitions can grow, never shrink: topic %q has %d, the update asks for %d", u.Name, have.Config.Partitions, u.Config.Partitions), nil
-		}
-		for p := have.Config.Partitions; p < u.Config.Partitions; p++ {
-			o.put(CFMeta, partitionKey(u.Name, p), marshal(&byzlogv1.PartitionState{}))
-		}
-		have.Config = u.Config
-		o.put(CFMeta, topicKey(u.Name), marshal(have))
-		return adminOK("update_topic", u.Name), nil
+		return updateTopic(o, l, op.UpdateTopic)
 	case *byzlogv1.AdminBody_DeleteTopic:
-		d := op.DeleteTopic
-		have, err := loadTopic(o, d.Name)
-		if err != nil {
-			return Result{}, err
-		}
-		if have == nil {
-			return reject(wire.CodeUnknownTopic, "topic %s does not exist", wire.Quote(d.Name)), nil
-		}
-		o.del(CFMeta, topicKey(d.Name))
-		for p := uint32(0); p < have.Config.Partitions; p++ {
-			o.del(CFMeta, partitionKey(d.Name, p))
-		}
-		start, end := topicRecords(d.Name)
-		o.deleteRange(CFRecords, start, end)
-		return adminOK("delete_topic", d.Name), nil
+		return deleteTopic(o, op.DeleteTopic)
 	case *byzlogv1.AdminBody_SetValidator:
 		v := op.SetValidator
 		start, err := LoadValidators(ex.base)
@@ -535,6 +487,67 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			{"op", "set_admins"}, {"admins", strconv.Itoa(len(op.SetAdmins.Admins))}, {"threshold", strconv.FormatUint(uint64(op.SetAdmins.Threshold), 10)}}}}}, nil
 	}
 	return reject(wire.CodeUnknownTxKind, "admin request has no operation this version knows"), nil
+}
+
+// createTopic creates topic c at height.
+func createTopic(o *overlay, l *byzlogv1.Limits, c *byzlogv1.CreateTopic, height int64) (Result, error) {
+	if r := checkTopicName(c.Name); !r.OK() {
+		return r, nil
+	}
+	if r := checkTopicConfig(l, c.Config); !r.OK() {
+		return r, nil
+	}
+	have, err := loadTopic(o, c.Name)
+	if err != nil {
+		return Result{}, err
+	}
+	if have != nil {
+		return reject(wire.CodeTopicExists, "topic %q exists (created at height %d); update or delete it instead", c.Name, have.CreatedHeight), nil
+	}
+	writeTopic(o, &byzlogv1.TopicState{Name: c.Name, Config: c.Config}, height)
+	return adminOK("create_topic", c.Name), nil
+}
+
+// updateTopic changes a topic's config; its partitions may grow, never
+// shrink.
+func updateTopic(o *overlay, l *byzlogv1.Limits, u *byzlogv1.UpdateTopic) (Result, error) {
+	have, err := loadTopic(o, u.Name)
+	if err != nil {
+		return Result{}, err
+	}
+	if have == nil {
+		return reject(wire.CodeUnknownTopic, "topic %s does not exist", wire.Quote(u.Name)), nil
+	}
+	if r := checkTopicConfig(l, u.Config); !r.OK() {
+		return r, nil
+	}
+	if u.Config.Partitions < have.Config.Partitions {
+		return reject(wire.CodeBadTopicConfig, "partitions can grow, never shrink: topic %q has %d, the update asks for %d", u.Name, have.Config.Partitions, u.Config.Partitions), nil
+	}
+	for p := have.Config.Partitions; p < u.Config.Partitions; p++ {
+		o.put(CFMeta, partitionKey(u.Name, p), marshal(&byzlogv1.PartitionState{}))
+	}
+	have.Config = u.Config
+	o.put(CFMeta, topicKey(u.Name), marshal(have))
+	return adminOK("update_topic", u.Name), nil
+}
+
+// deleteTopic deletes a topic, its partitions and its records.
+func deleteTopic(o *overlay, d *byzlogv1.DeleteTopic) (Result, error) {
+	have, err := loadTopic(o, d.Name)
+	if err != nil {
+		return Result{}, err
+	}
+	if have == nil {
+		return reject(wire.CodeUnknownTopic, "topic %s does not exist", wire.Quote(d.Name)), nil
+	}
+	o.del(CFMeta, topicKey(d.Name))
+	for p := uint32(0); p < have.Config.Partitions; p++ {
+		o.del(CFMeta, partitionKey(d.Name, p))
+	}
+	start, end := topicRecords(d.Name)
+	o.deleteRange(CFRecords, start, end)
+	return adminOK("delete_topic", d.Name), nil
 }
 
 func adminOK(op, topic string) Result {
