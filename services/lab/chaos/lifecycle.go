@@ -61,36 +61,8 @@ func pruneIndexer(ctx context.Context, c *Cluster) (string, func(context.Context
 	}
 	killedAt := maxCommitted(ctx, c)
 	heal := func(ctx context.Context) error {
-		// Every node's pruning must come to be held by the stopped
-		// indexer alone (its retained blocks and its snapshot would let
-		// it prune past), and a few blocks more go by so that it acts on
-		// that at a commit.
-		held := func() (bool, error) {
-			for i := 0; i < c.validators(); i++ {
-				p, err := nodePruning(ctx, c, i)
-				if err != nil {
-					return false, err
-				}
-				if p.HeldBy != "indexer "+localnet.IndexerID {
-					return false, nil
-				}
-			}
-			return true, nil
-		}
-		deadline := time.Now().Add(4 * time.Minute)
-		for {
-			ok, err := held()
-			if err != nil {
-				return err
-			}
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				p, _ := nodePruning(ctx, c, 0)
-				return fmt.Errorf("4 minutes after the indexer stopped at %d, the nodes' pruning is still not held by it alone (node0: %v)", killedAt, p)
-			}
-			sleep(ctx, time.Second)
+		if err := waitHeldByIndexer(ctx, c, killedAt); err != nil {
+			return err
 		}
 		wctx, cancel := context.WithTimeout(ctx, time.Minute)
 		err := c.Net.WaitHeight(wctx, c.allNodes(), maxCommitted(ctx, c)+3, io.Discard)
@@ -98,37 +70,75 @@ func pruneIndexer(ctx context.Context, c *Cluster) (string, func(context.Context
 		if err != nil {
 			return err
 		}
-		// Read the mark now: the indexer's last report may have committed
-		// after it was killed.
-		var published int64 = -1
-		for i := 0; i < c.validators(); i++ {
-			p, err := nodePruning(ctx, c, i)
-			if err != nil {
-				return err
-			}
-			for _, x := range p.Indexers {
-				if x.Name == localnet.IndexerID {
-					published = x.PublishedHeight
-				}
-			}
-			if published < 0 {
-				return fmt.Errorf("node%d: the network's indexer is not registered (%v)", i, p)
-			}
-			if p.RetainHeight > published {
-				return fmt.Errorf("node%d prunes below %d, past the stopped indexer's published height %d (%s)", i, p.RetainHeight, published, p.HeldBy)
-			}
-			earliest, err := earliestHeight(ctx, c.Net, i)
-			if err != nil {
-				return err
-			}
-			if earliest > published {
-				return fmt.Errorf("node%d's earliest block is %d, past the stopped indexer's published height %d", i, earliest, published)
-			}
-			c.note(fmt.Sprintf("node%d at %d keeps blocks from %d (held by %s, indexer stopped at %d, published %d; earliest block %d)", i, p.Height, p.RetainHeight, p.HeldBy, killedAt, published, earliest))
+		if err := checkKeptForIndexer(ctx, c, killedAt); err != nil {
+			return err
 		}
 		return c.Net.Start(ctx, c.Services, localnet.IndexerName)
 	}
 	return "indexer", heal, nil
+}
+
+// waitHeldByIndexer waits until every node's pruning is held by the
+// stopped indexer alone (its retained blocks and its snapshot would let it
+// prune past), so that a few blocks more make it act on that at a commit.
+func waitHeldByIndexer(ctx context.Context, c *Cluster, killedAt int64) error {
+	held := func() (bool, error) {
+		for i := 0; i < c.validators(); i++ {
+			p, err := nodePruning(ctx, c, i)
+			if err != nil {
+				return false, err
+			}
+			if p.HeldBy != "indexer "+localnet.IndexerID {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		ok, err := held()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			p, _ := nodePruning(ctx, c, 0)
+			return fmt.Errorf("4 minutes after the indexer stopped at %d, the nodes' pruning is still not held by it alone (node0: %v)", killedAt, p)
+		}
+		sleep(ctx, time.Second)
+	}
+}
+
+// checkKeptForIndexer checks that no node prunes, or has pruned, past the
+// stopped indexer's published height. The mark is read now: the indexer's
+// last report may have committed after it was killed.
+func checkKeptForIndexer(ctx context.Context, c *Cluster, killedAt int64) error {
+	var published int64 = -1
+	for i := 0; i < c.validators(); i++ {
+		p, err := nodePruning(ctx, c, i)
+		if err != nil {
+			return err
+		}
+		for _, x := range p.Indexers {
+			if x.Name == localnet.IndexerID {
+				published = x.PublishedHeight
+			}
+		}
+		if published < 0 {
+			return fmt.Errorf("node%d: the network's indexer is not registered (%v)", i, p)
+		}
+		if p.RetainHeight > published {
+			return fmt.Errorf("node%d prunes below %d, past the stopped indexer's published height %d (%s)", i, p.RetainHeight, published, p.HeldBy)
+		}
+		earliest, err := earliestHeight(ctx, c.Net, i)
+		if err != nil {
+			return err
+		}
+		if earliest > published {
+			return fmt.Errorf("node%d's earliest block is %d, past the stopped indexer's published height %d", i, earliest, published)
+		}
+		c.note(fmt.Sprintf("node%d at %d keeps blocks from %d (held by %s, indexer stopped at %d, published %d; earliest block %d)", i, p.Height, p.RetainHeight, p.HeldBy, killedAt, published, earliest))
+	}
+	return nil
 }
 
 // nodePruning is node i's answer to /pruning.
@@ -225,6 +235,33 @@ func stateSyncOne(ctx context.Context, c *Cluster, i int) (string, func(context.
 // may move.
 func joinPower(total int64) int64 { return max(1, total/4) }
 
+// setValidatorPower gives the validator key power through the cluster's
+// first gateway (power < 0: joinPower of the set's total) and returns the
+// height the change committed at.
+func setValidatorPower(ctx context.Context, c *Cluster, key []byte, power int64) (int64, error) {
+	trust, err := c.Trust()
+	if err != nil {
+		return 0, err
+	}
+	transport, err := c.Transport()
+	if err != nil {
+		return 0, err
+	}
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
+	if err != nil {
+		return 0, err
+	}
+	defer adm.Close()
+	if power < 0 {
+		_, vs, err := adm.Validators(ctx)
+		if err != nil {
+			return 0, err
+		}
+		power = joinPower(vs.TotalVotingPower())
+	}
+	return adm.SetValidator(ctx, key, power)
+}
+
 // joinValidator adds a node by state sync, waits for it to catch up, and
 // makes it a validator; the heal removes it and stops the node.
 func joinValidator(ctx context.Context, c *Cluster) (string, func(context.Context) error, error) {
@@ -269,29 +306,7 @@ func joinValidator(ctx context.Context, c *Cluster) (string, func(context.Contex
 	if err != nil {
 		return fail(err)
 	}
-	setPower := func(ctx context.Context, power int64) (int64, error) {
-		trust, err := c.Trust()
-		if err != nil {
-			return 0, err
-		}
-		transport, err := c.Transport()
-		if err != nil {
-			return 0, err
-		}
-		adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
-		if err != nil {
-			return 0, err
-		}
-		defer adm.Close()
-		if power < 0 {
-			_, vs, err := adm.Validators(ctx)
-			if err != nil {
-				return 0, err
-			}
-			power = joinPower(vs.TotalVotingPower())
-		}
-		return adm.SetValidator(ctx, key, power)
-	}
+	setPower := func(ctx context.Context, power int64) (int64, error) { return setValidatorPower(ctx, c, key, power) }
 	h, err := setPower(ctx, -1)
 	if err != nil {
 		return fail(fmt.Errorf("make %s a validator: %w", what, err))
