@@ -11,10 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Start runs a server and returns a connection to it.
-func Start(t *testing.T) *nats.Conn {
+// Start runs a server and returns a connection to it; edit (optional)
+// changes the server's options first.
+func Start(t *testing.T, edit ...func(*server.Options)) *nats.Conn {
 	t.Helper()
-	s := Server(t)
+	s := Server(t, edit...)
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -23,10 +24,15 @@ func Start(t *testing.T) *nats.Conn {
 	return nc
 }
 
-// Server runs an embedded JetStream server until the test ends.
-func Server(t *testing.T) *server.Server {
+// Server runs an embedded JetStream server until the test ends; edit
+// (optional) changes its options first.
+func Server(t *testing.T, edit ...func(*server.Options)) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true})
+	o := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true}
+	for _, e := range edit {
+		e(o)
+	}
+	s, err := server.NewServer(o)
 	if err != nil {
 		t.Fatal(err)
 	}
