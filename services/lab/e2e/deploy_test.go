@@ -26,7 +26,7 @@ func TestDeployments(t *testing.T) {
 			t.Fatalf("%s not found in %s (BYZLOG_BIN): run `make build` first: %v", name, bin, err)
 		}
 	}
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}

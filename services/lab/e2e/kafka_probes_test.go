@@ -47,7 +47,7 @@ func TestKafkaProbes(t *testing.T) {
 	waitPort(t, kafka)
 	probe := func(out any, script string, args ...string) {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "/usr/bin/python3", append([]string{filepath.Join("..", "..", "scripts", "kafka-probes", script)}, args...)...)
+		cmd := exec.CommandContext(ctx, "/usr/bin/python3", append([]string{filepath.Join("..", "..", "..", "scripts", "kafka-probes", script)}, args...)...)
 		stdout, err := cmd.Output()
 		if err != nil {
 			stderr := ""

@@ -35,7 +35,7 @@ func binDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("BYZLOG_BIN")
 	if dir == "" {
-		dir = filepath.Join("..", "..", "bin")
+		dir = filepath.Join("..", "..", "..", "bin")
 	}
 	dir, err := filepath.Abs(dir)
 	if err != nil {
