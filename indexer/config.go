@@ -118,7 +118,7 @@ const (
 
 // Validate says which field is wrong and why.
 func (c Config) Validate() error {
-	if err := c.Config.Validate(); err != nil {
+	if err := c.ValidateTrust(); err != nil {
 		return err
 	}
 	switch {
@@ -134,6 +134,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("records_per_message (%d) must be between 1 (a message per record) and %d", c.RecordsPerMessage, MaxRecordsPerMessage)
 	case c.PollInterval <= 0 || c.CursorInterval <= 0:
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
+	case c.ValidateResponses() != nil:
+		return c.ValidateResponses()
 	case c.GenesisWait < 0:
 		return fmt.Errorf("genesis_wait (%s) must not be negative", c.GenesisWait)
 	case c.NATSTimeout <= 0:
@@ -157,7 +159,7 @@ func (c Config) Validate() error {
 			return errors.New("NATS authz: no way to reload the server (Reload is nil)")
 		}
 	}
-	return nil
+	return c.ValidateLinks()
 }
 
 func validID(s string) bool {

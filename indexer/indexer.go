@@ -26,7 +26,7 @@ type Indexer struct {
 	acked atomic.Int64 // last height fully acknowledged by JetStream
 	tip   atomic.Int64
 	// ends is each partition's end as far as JetStream acknowledged (at
-	// acked): what the streams must hold (reconcile.go). Only the running
+	// acked): what the streams must hold (package reconcile). Only the running
 	// follow's acknowledge goroutine, or Run between follows, touches it.
 	ends map[string]reconcile.End
 }

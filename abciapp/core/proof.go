@@ -41,7 +41,10 @@ func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, 
 	if err != nil {
 		return nil, Result{}, err
 	}
-	if t == nil {
+	switch {
+	case code == wire.CodeUnknownTopic:
+		return nil, reject(code, "topic %q does not exist", req.Topic), nil
+	case t == nil:
 		return nil, reject(code, "%s", missing), nil
 	}
 	var ps byzlogv1.PartitionState

@@ -202,7 +202,10 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	if err != nil {
 		return nil, Result{}, err
 	}
-	if t == nil {
+	switch {
+	case code == wire.CodeUnknownTopic:
+		return nil, reject(code, "topic %q does not exist", req.Topic), nil
+	case t == nil:
 		return nil, reject(code, "%s", missing), nil
 	}
 	maxRecords, maxBytes := int(req.MaxRecords), int(req.MaxBytes)

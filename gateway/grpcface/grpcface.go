@@ -1,6 +1,6 @@
 // Package grpcface is the gateway's gRPC face: the byzlog.v1.Gateway
 // service, the standard health service and reflection, over the produce
-// pipeline (package gateway) through the small interfaces below, which it
+// pipeline (package pipeline) through the small interfaces below, which it
 // owns. It turns the pipeline's errors into gRPC statuses and decides
 // nothing itself: no admission, no signing, no chain reads of its own.
 package grpcface
@@ -258,7 +258,7 @@ func (s *Service) Health(context.Context, *byzlogv1.HealthRequest) (*byzlogv1.He
 	return resp, nil
 }
 
-// GetLightBlock relays a light block (see Gateway.LightBlock).
+// GetLightBlock relays a light block (see pipeline.Gateway.LightBlock).
 func (s *Service) GetLightBlock(ctx context.Context, req *byzlogv1.LightBlockRequest) (*byzlogv1.LightBlockResponse, error) {
 	lb, err := s.g.LightBlock(ctx, req.GetHeight())
 	if err != nil {

@@ -94,7 +94,7 @@ type Waits struct {
 	LightWait time.Duration
 }
 
-// HTTPConfig bounds the HTTP/JSON face (HTTPHandler, NewHTTPServer).
+// HTTPConfig bounds the HTTP/JSON face (httpface.Handler, httpface.NewServer).
 type HTTPConfig struct {
 	// MaxBodyBytes is the largest request body; larger ones get 413.
 	MaxBodyBytes int64
@@ -111,7 +111,7 @@ type HTTPConfig struct {
 	MaxHeaderBytes int
 }
 
-// GRPCConfig bounds the gRPC face (NewGRPCServer).
+// GRPCConfig bounds the gRPC face (grpcface.NewServer).
 type GRPCConfig struct {
 	// MaxRecvMsgBytes is the largest request message.
 	MaxRecvMsgBytes int
@@ -127,7 +127,7 @@ type GRPCConfig struct {
 	// KeepaliveTime is how long a connection may be quiet before the
 	// server pings it; KeepaliveTimeout how long it waits for the answer.
 	KeepaliveTime, KeepaliveTimeout time.Duration
-	// HealthInterval is how often WatchHealth updates the health service.
+	// HealthInterval is how often grpcface.WatchHealth updates the health service.
 	HealthInterval time.Duration
 }
 

@@ -5,7 +5,7 @@
 // admits only batches that can commit, within per-producer and global bounds
 // (admission.go, with topic metadata from topics.go). It bundles them for a
 // linger into CometBFT transactions and submits each to a healthy node,
-// failing over to another (the node pool is the nodes subpackage). It uses a
+// failing over to another (the node pool is gateway/nodes). It uses a
 // block, its results or a transaction lookup only once f+1 nodes report the
 // same (confirm.go), and answers each batch with a receipt and proofs from
 // the block's results, so a client checks it against headers instead of
@@ -24,6 +24,5 @@
 // and the node calls, and carries their decisions out.
 //
 // It holds nothing a restart would lose and signs nothing: a batch is the
-// producer's, an admin request the admin's. The client subpackage is the
-// producer and admin SDK.
+// producer's, an admin request the admin's.
 package pipeline

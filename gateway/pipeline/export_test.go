@@ -34,7 +34,7 @@ func StartTestGateways(t *testing.T, n int, topics ...*byzlogv1.TopicState) []*G
 }
 
 // The faces' tests (grpcface_test.go, httpface_test.go, kafka_*_test.go)
-// run in package gateway_test, on the test chain below.
+// run in package pipeline_test, on the test chain below.
 
 // TestChain is the in-memory test chain (chain_test.go).
 type TestChain = testChain

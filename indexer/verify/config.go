@@ -50,6 +50,16 @@ func Default() Config {
 
 // Validate says which field is wrong and why.
 func (c Config) Validate() error {
+	for _, check := range []func() error{c.ValidateTrust, c.ValidateResponses, c.ValidateLinks} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ValidateTrust checks the nodes' count, the chain and its root of trust.
+func (c Config) ValidateTrust() error {
 	switch {
 	case len(c.Nodes) < 2:
 		return fmt.Errorf("nodes: %d given; the light client needs a primary and at least one witness", len(c.Nodes))
@@ -59,9 +69,21 @@ func (c Config) Validate() error {
 		return fmt.Errorf("trust root: height %d, hash of %d bytes; want a height ≥ 1 and a 32-byte header hash", c.Trust.Height, len(c.Trust.Hash))
 	case c.TrustingPeriod < time.Minute:
 		return fmt.Errorf("trusting_period (%s) must be at least 1m", c.TrustingPeriod)
-	case c.MaxResponseBytes < wire.MinReaderResponseBytes:
+	}
+	return nil
+}
+
+// ValidateResponses checks the bound on a node's answers.
+func (c Config) ValidateResponses() error {
+	if c.MaxResponseBytes < wire.MinReaderResponseBytes {
 		return fmt.Errorf("max_response_bytes (%d) must be at least %d (8 MiB): a block's bundles are read in answers of up to 3 MiB, ~4 MiB in JSON", c.MaxResponseBytes, wire.MinReaderResponseBytes)
 	}
+	return nil
+}
+
+// ValidateLinks checks the nodes' addresses and data services against how
+// they are reached.
+func (c Config) ValidateLinks() error {
 	if err := rpcnode.CheckDataAddrs(c.NodeData, len(c.Nodes), c.Link.Insecure); err != nil {
 		return fmt.Errorf("node_data: %w", err)
 	}

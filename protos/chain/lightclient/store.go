@@ -8,7 +8,7 @@ import (
 // store. cometbft-db's MemDB iterators hold the database's read lock until
 // they are closed, and the light store's Prune writes a batch while its
 // iterator is still open: on a MemDB that deadlocks the first time the
-// store prunes (after PruningSize headers, ~1,000 blocks; `byzlog chaos`
+// store prunes (after PruningSize headers, ~1,000 blocks; `byzlog-lab chaos`
 // found an indexer stuck at height 999). lightDB's iterators take what
 // they cover at once and release the lock, so writes never wait on them.
 type lightDB struct{ *dbm.MemDB }

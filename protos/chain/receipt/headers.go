@@ -17,7 +17,7 @@ import (
 // maxVerified bounds the headers a headerVerifier keeps: a client's
 // receipts name recent heights, each verified from the one nearest below,
 // and every light block holds its validator set and commit.
-const maxVerified = 100
+const maxVerified = 1000
 
 // headerVerifier verifies headers from a root of trust by the rules of
 // CometBFT's light client in its default, skipping mode (verifyHeader): a

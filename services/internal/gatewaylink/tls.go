@@ -71,7 +71,7 @@ func (t *TLS) ProducerOption(f *pflag.FlagSet) (client.Option, error) {
 	return client.WithTLS(c), nil
 }
 
-// ConsumerOptions is the transport as consumer options.
+// ConsumerOption is the transport as a consumer option.
 func (t *TLS) ConsumerOption(f *pflag.FlagSet) (consumer.Option, error) {
 	c, err := t.Config(f)
 	switch {

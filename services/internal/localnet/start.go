@@ -20,7 +20,7 @@ import (
 // for, and starting it with its services until the indexer is ready.
 
 // OpenChecked opens (or prepares to create) the validator network in cfg.Dir
-// with the binaries next to byzlog.
+// with the binaries next to the running one.
 func OpenChecked(f *pflag.FlagSet, cfg Config) (*Net, error) {
 	bin := BinDir()
 	cfg.CometBFT, cfg.App = FindBinary(bin, "cometbft"), FindBinary(bin, "byzlog-app")

@@ -38,7 +38,7 @@ one phase per attack in --attacks, each on a fresh topic for --duration:
 honest producers (the SDK, through both gateways) write at --rate, consumers
 (through NATS) read every partition from its start, and the attacker runs
 from the phase's first second to its last. Afterwards the phase settles,
-every validator's log is read back and the history is checked as byzlog
+every validator's log is read back and the history is checked as byzlog-lab
 chaos checks it (lost, unseen, duplicate, inconsistent offsets, ...).
 
 Attacks (each bounded in count, bytes and time, aimed only at this loopback

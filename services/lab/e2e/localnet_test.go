@@ -1,7 +1,7 @@
 //go:build e2e
 
 // Package e2e holds byzlog's end-to-end tests. They run the real binaries
-// (stock cometbft, byzlog-app, the byzlog CLI) on loopback, never stand-ins,
+// (stock cometbft, byzlog-app, the byzlog CLI and byzlog-lab) on loopback, never stand-ins,
 // and stop every process they start, even when they fail. Run them with
 // `make e2e`, which builds the binaries first and points BYZLOG_BIN at them.
 package e2e
