@@ -182,12 +182,16 @@ func (b *blockAppends) appended() Appended {
 // Execute and rebuilt by BlockRecords: the one place its fields are set, so
 // the two stay byte-identical.
 func storedRecord(body *byzlogv1.BatchBody, offset uint64, r *byzlogv1.Record, producer []byte, height, timeUnixNano int64, rules uint64) *byzlogv1.StoredRecord {
+	var codec uint32
+	if rules >= KafkaTopicsRulesVersion {
+		codec = body.KafkaCodec
+	}
 	return &byzlogv1.StoredRecord{
 		Topic: body.Topic, Partition: body.Partition, Offset: offset,
 		TimestampUnixNano: timeUnixNano, CreateTimeUnixNano: r.CreateTimeUnixNano,
 		Key: stored(r.Key, rules), Value: stored(r.Value, rules), Headers: copyHeaders(r.Headers, rules),
 		ProducerKey: producer, Sequence: body.Sequence, Height: height,
-		KafkaProducerId: body.Kafka.GetProducerId(), KafkaEpoch: body.Kafka.GetEpoch(),
+		KafkaProducerId: body.Kafka.GetProducerId(), KafkaEpoch: body.Kafka.GetEpoch(), KafkaCodec: codec,
 	}
 }
 

@@ -214,6 +214,9 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	if max := topic.Config.MaxRecordBytes; max != 0 && cb.largest > uint64(max) {
 		return failBatch(body, wire.CodeRecordTooLarge, "record %d is %d bytes (key + value + headers), the topic allows %d", cb.largestAt, cb.largest, max), nil, nil
 	}
+	if br, err := ex.createTimes(topic.Config, cb); br != nil || err != nil {
+		return br, nil, err
+	}
 	if code, msg := ex.spend(cb.inflated, int64(cb.count)); code != wire.CodeOK {
 		return failBatch(body, code, "%s", msg), nil, nil
 	}
@@ -264,6 +267,33 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	o.put(CFProducers, batchKey(sb.ProducerKey, body.Topic, body.Partition, body.Kafka, body.Sequence),
 		marshal(&byzlogv1.BatchRef{BaseOffset: br.BaseOffset, RecordCount: br.RecordCount, Height: ex.b.Height, BodySha256: cb.digest}))
 	return br, run, nil
+}
+
+// createTimes refuses a batch with a record whose create time is further
+// from the block's time than its CreateTime topic's bounds allow (rules
+// KafkaTopicsRulesVersion on), as Kafka's message.timestamp.before.max.ms
+// and after.max.ms do. Without a block time (CheckTx) it is left to the
+// block.
+func (ex *executor) createTimes(cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*byzlogv1.BatchResult, error) {
+	before, after := cfg.TimestampBeforeMaxMs, cfg.TimestampAfterMaxMs
+	if ex.b.TimeUnixNano == 0 || (before == 0 && after == 0) || cfg.TimestampType != byzlogv1.TimestampType_TIMESTAMP_CREATE_TIME {
+		return nil, nil
+	}
+	rules, err := ex.rulesVersion()
+	if err != nil || rules < KafkaTopicsRulesVersion {
+		return nil, err
+	}
+	now := ex.b.TimeUnixNano / 1_000_000
+	for i, r := range cb.records {
+		at := r.CreateTimeUnixNano / 1_000_000
+		switch {
+		case before > 0 && at < now-before:
+			return failBatch(cb.body, wire.CodeBadTimestamp, "record %d's create time %d ms is more than the topic's timestamp_before_max_ms (%d) before the block's time %d ms", i, at, before, now), nil
+		case after > 0 && at > now+after:
+			return failBatch(cb.body, wire.CodeBadTimestamp, "record %d's create time %d ms is more than the topic's timestamp_after_max_ms (%d) after the block's time %d ms", i, at, after, now), nil
+		}
+	}
+	return nil, nil
 }
 
 // sequence checks the batch's sequence against the producer's state; a
@@ -458,10 +488,15 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 	}
 	l := ex.params.Limits
 	switch op := body.Op.(type) {
-	case *byzlogv1.AdminBody_CreateTopic:
-		return createTopic(o, l, op.CreateTopic, ex.b.Height)
-	case *byzlogv1.AdminBody_UpdateTopic:
-		return updateTopic(o, l, op.UpdateTopic)
+	case *byzlogv1.AdminBody_CreateTopic, *byzlogv1.AdminBody_UpdateTopic:
+		rules, err := ex.rulesVersion()
+		if err != nil {
+			return Result{}, err
+		}
+		if c, ok := op.(*byzlogv1.AdminBody_CreateTopic); ok {
+			return createTopic(o, l, c.CreateTopic, ex.b.Height, rules)
+		}
+		return updateTopic(o, l, op.(*byzlogv1.AdminBody_UpdateTopic).UpdateTopic, rules)
 	case *byzlogv1.AdminBody_DeleteTopic:
 		return deleteTopic(o, op.DeleteTopic)
 	case *byzlogv1.AdminBody_SetValidator:
@@ -490,11 +525,11 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 }
 
 // createTopic creates topic c at height.
-func createTopic(o *overlay, l *byzlogv1.Limits, c *byzlogv1.CreateTopic, height int64) (Result, error) {
+func createTopic(o *overlay, l *byzlogv1.Limits, c *byzlogv1.CreateTopic, height int64, rules uint64) (Result, error) {
 	if r := checkTopicName(c.Name); !r.OK() {
 		return r, nil
 	}
-	if r := checkTopicConfig(l, c.Config); !r.OK() {
+	if r := checkTopicConfig(l, c.Config, rules); !r.OK() {
 		return r, nil
 	}
 	have, err := loadTopic(o, c.Name)
@@ -510,7 +545,7 @@ func createTopic(o *overlay, l *byzlogv1.Limits, c *byzlogv1.CreateTopic, height
 
 // updateTopic changes a topic's config; its partitions may grow, never
 // shrink.
-func updateTopic(o *overlay, l *byzlogv1.Limits, u *byzlogv1.UpdateTopic) (Result, error) {
+func updateTopic(o *overlay, l *byzlogv1.Limits, u *byzlogv1.UpdateTopic, rules uint64) (Result, error) {
 	have, err := loadTopic(o, u.Name)
 	if err != nil {
 		return Result{}, err
@@ -518,7 +553,7 @@ func updateTopic(o *overlay, l *byzlogv1.Limits, u *byzlogv1.UpdateTopic) (Resul
 	if have == nil {
 		return reject(wire.CodeUnknownTopic, "topic %s does not exist", wire.Quote(u.Name)), nil
 	}
-	if r := checkTopicConfig(l, u.Config); !r.OK() {
+	if r := checkTopicConfig(l, u.Config, rules); !r.OK() {
 		return r, nil
 	}
 	if u.Config.Partitions < have.Config.Partitions {

@@ -52,7 +52,7 @@ func seedTxs(tb testing.TB) []seedTx {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	kb, err := p.KafkaBatch("t", 0, 7, 1, 0, byzlogv1.Codec_CODEC_NONE, records("k1", "k2"))
+	kb, err := p.KafkaBatch("t", 0, 7, 1, 0, byzlogv1.Codec_CODEC_NONE, 0, records("k1", "k2"))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package core_test
 
 import (
+	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,7 +14,7 @@ import (
 // kbatch signs a Kafka producer's batch: seq is its Kafka base sequence.
 func kbatch(t testing.TB, s *wire.Signer, pid int64, epoch, seq int32, recs []*byzlogv1.Record) *byzlogv1.SignedBatch {
 	t.Helper()
-	b, err := s.KafkaBatch("t", 0, pid, epoch, seq, byzlogv1.Codec_CODEC_NONE, recs)
+	b, err := s.KafkaBatch("t", 0, pid, epoch, seq, byzlogv1.Codec_CODEC_NONE, 0, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,5 +132,59 @@ func TestKafkaBatchRules(t *testing.T) {
 	}
 	if got := c.partition("t", 0).NextOffset; got != 0 {
 		t.Errorf("next offset = %d after refused batches, want 0", got)
+	}
+}
+
+// TestKafkaTopicsRules: from rules version 6 a Kafka batch's codec is
+// stored with its records, a topic's Kafka settings are checked, and a
+// CreateTime topic's timestamp bounds refuse records stamped too far from
+// their block's time; before it, none of that (the bytes a version-5 build
+// stores and accepts).
+func TestKafkaTopicsRules(t *testing.T) {
+	for _, rules := range []uint64{core.KafkaTopicsRulesVersion - 1, core.KafkaTopicsRulesVersion} {
+		t.Run(fmt.Sprintf("rules=%d", rules), func(t *testing.T) {
+			admin := wire.NewSigner(key("admin"), chainID)
+			c := newChain(t, fmt.Sprintf(`{"admins": [%q], "rules_version": %d}`, hex.EncodeToString(admin.PublicKey()), rules))
+			v6 := rules >= core.KafkaTopicsRulesVersion
+			c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, TimestampBeforeMaxMs: 60_000, TimestampAfterMaxMs: 5_000})
+			// The last admin request: a refused one does not use its nonce.
+			bad := c.block(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.CreateTopic{Name: "bad", Config: &byzlogv1.TopicConfig{Partitions: 1, CompressionType: "brotli"}}))[0]
+			if want := map[bool]wire.Code{false: wire.CodeOK, true: wire.CodeBadTopicConfig}[v6]; bad.Code != want {
+				t.Fatalf("compression_type brotli = %s %q, want %s", bad.Code, bad.Log, want)
+			}
+			p := wire.NewSigner(key("p"), chainID)
+			now := (c.time + 1_000_000_000) / 1_000_000 // the next block's time, ms
+			stamped := func(ms int64) []*byzlogv1.Record {
+				return []*byzlogv1.Record{{Value: []byte("v"), CreateTimeUnixNano: ms * 1_000_000}}
+			}
+			signed := func(seq uint64, ms int64, codec uint32) []byte {
+				b, err := p.PlainKafkaBatch("t", 0, seq, byzlogv1.Codec_CODEC_NONE, codec, stamped(ms))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return bundle(t, b)
+			}
+			if r := c.block(signed(0, now-30_000, 1))[0]; r.Code != wire.CodeOK {
+				t.Fatalf("a record 30 s old = %s %q", r.Code, r.Log)
+			}
+			now += 1000
+			old := c.block(signed(1, now-61_000, 1))[0]
+			now += 1000
+			ahead := c.block(signed(1, now+6_000, 1))[0]
+			wantBound := map[bool]wire.Code{false: wire.CodeOK, true: wire.CodeBadTimestamp}[v6]
+			if o := outcome(t, old).Batches[0]; wire.Code(o.Code) != wantBound {
+				t.Errorf("a record 61 s old: %s, want %s", wire.Code(o.Code), wantBound)
+			}
+			if a := outcome(t, ahead).Batches[0]; v6 && wire.Code(a.Code) != wantBound {
+				t.Errorf("a record 6 s ahead: %s, want %s", wire.Code(a.Code), wantBound)
+			}
+			if v6 && (!strings.Contains(old.Log, "timestamp_before_max_ms") || !strings.Contains(ahead.Log, "timestamp_after_max_ms")) {
+				t.Errorf("logs %q and %q do not name the bounds", old.Log, ahead.Log)
+			}
+			recs := c.readAll("t", 0)
+			if want := map[bool]uint32{false: 0, true: 1}[v6]; recs[0].KafkaCodec != want {
+				t.Errorf("stored kafka_codec = %d, want %d", recs[0].KafkaCodec, want)
+			}
+		})
 	}
 }

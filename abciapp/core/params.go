@@ -195,7 +195,7 @@ func genesisTopic(l *byzlogv1.Limits, i int, t GenesisTopic) (*byzlogv1.TopicCon
 	if r := checkTopicName(t.Name); !r.OK() {
 		return nil, fmt.Errorf("genesis app_state topics[%d]: %s", i, r.Log)
 	}
-	if r := checkTopicConfig(l, cfg); !r.OK() {
+	if r := checkTopicConfig(l, cfg, MaxRulesVersion); !r.OK() {
 		return nil, fmt.Errorf("genesis app_state topics[%d] (%s): %s", i, t.Name, r.Log)
 	}
 	return cfg, nil

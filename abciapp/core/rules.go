@@ -29,7 +29,11 @@ import (
 // header value sent present and empty is stored empty (before, as null,
 // which is all a proto3 field without presence could say), and an offset
 // commit may name any offset, past the log end too, as Kafka's does (before,
-// offset_beyond_end). A new chain may start at any version this build knows
+// offset_beyond_end). Version 6 keeps what Kafka clients see of a batch: a
+// Kafka producer's codec is stored with its records (kafka_codec), a topic's
+// compression_type, timestamp_type and timestamp bounds are checked when set,
+// and a batch whose create times pass the bounds is refused (bad_timestamp).
+// A new chain may start at any version this build knows
 // (genesis rules_version).
 //
 // The version is the app's, not CometBFT's: Info's app_version, which
@@ -37,7 +41,12 @@ import (
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 5
+const MaxRulesVersion uint64 = 6
+
+// KafkaTopicsRulesVersion is the first rules version that stores a Kafka
+// batch's codec with its records, checks a topic's Kafka settings and
+// refuses records whose create time is out of the topic's bounds.
+const KafkaTopicsRulesVersion uint64 = 6
 
 // KafkaRulesVersion is the first rules version that stores empty keys,
 // values and header values as empty, not null, and takes offset commits

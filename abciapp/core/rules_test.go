@@ -500,7 +500,8 @@ func TestGenesis(t *testing.T) {
 		{`{"rules_version": 3}`, ""},
 		{`{"rules_version": 4}`, ""},
 		{`{"rules_version": 5}`, ""},
-		{`{"rules_version": 6}`, "knows versions 1 to 5"},
+		{`{"rules_version": 6}`, ""},
+		{`{"rules_version": 7}`, "knows versions 1 to 6"},
 	}
 	for _, tt := range tests {
 		_, _, err := core.ParseGenesis(chainID, []byte(tt.appState))

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -169,10 +170,38 @@ func checkGroupName(group string) Result {
 // maxRetentionMs keeps retention_ms * 1e6 (nanoseconds) inside int64.
 const maxRetentionMs = math.MaxInt64 / 1_000_000
 
+// CompressionTypes are the values of a topic's compression_type, as Kafka's
+// compression.type takes them ("" is "producer").
+var CompressionTypes = []string{"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"}
+
+func checkKafkaConfig(c *byzlogv1.TopicConfig, rules uint64) Result {
+	if c == nil || rules < KafkaTopicsRulesVersion {
+		return Result{}
+	}
+	switch {
+	case c.CompressionType != "" && !slices.Contains(CompressionTypes, c.CompressionType):
+		return reject(wire.CodeBadTopicConfig, "compression_type %s: want one of %s", wire.Quote(c.CompressionType), strings.Join(CompressionTypes, ", "))
+	case c.TimestampType != byzlogv1.TimestampType_TIMESTAMP_CREATE_TIME && c.TimestampType != byzlogv1.TimestampType_TIMESTAMP_LOG_APPEND_TIME:
+		return reject(wire.CodeBadTopicConfig, "timestamp_type %d: want %d (CreateTime) or %d (LogAppendTime)", c.TimestampType,
+			byzlogv1.TimestampType_TIMESTAMP_CREATE_TIME, byzlogv1.TimestampType_TIMESTAMP_LOG_APPEND_TIME)
+	case c.TimestampBeforeMaxMs < 0 || c.TimestampBeforeMaxMs > maxRetentionMs:
+		return reject(wire.CodeBadTopicConfig, "timestamp_before_max_ms (%d) must be 0 (no bound) or between 1 and %d", c.TimestampBeforeMaxMs, int64(maxRetentionMs))
+	case c.TimestampAfterMaxMs < 0 || c.TimestampAfterMaxMs > maxRetentionMs:
+		return reject(wire.CodeBadTopicConfig, "timestamp_after_max_ms (%d) must be 0 (no bound) or between 1 and %d", c.TimestampAfterMaxMs, int64(maxRetentionMs))
+	}
+	return Result{}
+}
+
 // maxAllowedProducers bounds a topic's producer list.
 const maxAllowedProducers = 1000
 
-func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig) Result {
+// checkTopicConfig checks a topic's config as rules does: the Kafka
+// settings (compression_type, timestamp_*) only from KafkaTopicsRulesVersion
+// on, as builds before it took any value and ignored it.
+func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig, rules uint64) Result {
+	if r := checkKafkaConfig(c, rules); !r.OK() {
+		return r
+	}
 	switch {
 	case c == nil:
 		return reject(wire.CodeBadTopicConfig, "topic config is missing")

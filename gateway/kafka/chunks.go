@@ -138,7 +138,7 @@ func (c *conn) writeChunks(ctx context.Context, signer *wire.Signer, topic strin
 			rec := &byzlogv1.Record{Value: data, CreateTimeUnixNano: b.Records[i].TimestampMs * 1e6, Headers: []*byzlogv1.RecordHeader{{Key: chunkHeader}}}
 			var sb *byzlogv1.SignedBatch
 			err := c.work(ctx, func() (err error) {
-				sb, err = signer.KafkaBatch(topic, partition, chunkStream(b, i, j), 0, 0, signedCodecOf(len(data)), []*byzlogv1.Record{rec})
+				sb, err = signer.KafkaBatch(topic, partition, chunkStream(b, i, j), 0, 0, signedCodecOf(len(data)), 0, []*byzlogv1.Record{rec})
 				return err
 			})
 			if err == nil {

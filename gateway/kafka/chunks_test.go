@@ -20,7 +20,7 @@ func chunkRecord(offset uint64) *byzlogv1.StoredRecord {
 // batch spanning its offsets, so that consumers fetch on past them.
 func TestEncodeRecordsHidesChunks(t *testing.T) {
 	in := []*byzlogv1.StoredRecord{chunkRecord(0), chunkRecord(1), stored(2, 1, 0, "a"), chunkRecord(3), stored(4, 1, 1, "b")}
-	out := encodeRecords(in)
+	out := encodeRecords(in, serving{})
 	if got := baseOffsets(out); !slices.Equal(got, []int64{0, 2, 3, 4}) {
 		t.Fatalf("base offsets = %v, want [0 2 3 4] (a gap, a, a gap, b)", got)
 	}

@@ -92,6 +92,9 @@ var codeErrors = map[wire.Code]struct{ idem, plain *kerr.Error }{
 	wire.CodeBadIndexerChange:   {idem: kerr.NotEnoughReplicas},
 	wire.CodeDuplicateSigner:    {idem: kerr.NotEnoughReplicas},
 	wire.CodeBadUpgrade:         {idem: kerr.NotEnoughReplicas},
+	// A record's create time is out of its topic's bounds: the client's
+	// records must change, as Kafka's INVALID_TIMESTAMP says.
+	wire.CodeBadTimestamp: {idem: kerr.InvalidTimestamp},
 }
 
 // rejectedError is the Kafka error of chain code c for an idempotent

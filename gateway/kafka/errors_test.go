@@ -22,7 +22,7 @@ var fatalCodes = map[wire.Code]bool{
 	wire.CodeNotAdmin: true, wire.CodeBadTopicName: true, wire.CodeTopicExists: true,
 	wire.CodeBadTopicConfig: true, wire.CodeBadGroup: true, wire.CodeNotGroupOwner: true,
 	wire.CodeBadQuery: true, wire.CodeOffsetOutOfRange: true, wire.CodeProducerFenced: true,
-	wire.CodeBelowThreshold: true,
+	wire.CodeBelowThreshold: true, wire.CodeBadTimestamp: true,
 	// An idempotent producer's own sequence: it resolves them (a plain
 	// producer's are the face's: retriable, TestCodeErrors checks).
 	wire.CodeSequenceGap: true, wire.CodeSequenceReused: true, wire.CodeDuplicate: true,
@@ -56,7 +56,7 @@ func TestCodeErrors(t *testing.T) {
 			}
 		}
 	}
-	for _, code := range []wire.Code{49, 200, 1 << 20} {
+	for _, code := range []wire.Code{50, 200, 1 << 20} {
 		if got := rejectedError(code, true); !got.Retriable {
 			t.Errorf("rejectedError(unknown %d) = %v, want a retriable error", code, got)
 		}

@@ -19,9 +19,11 @@ import (
 // validators' "/records" query as f+1 of them answer it byte for byte, so
 // no single node, and not the indexer or NATS, decides what a Kafka
 // consumer reads. Records are re-encoded as v2 batches, one per producer
-// batch, with the block time as log-append time; a fetch's first batch is
-// whole, however large (as Kafka answers it). Fetch sessions are not kept (the
-// session id answered is 0, so clients send full fetches).
+// batch, as the topic serves them (serving): each with its producer's codec
+// and the producer's create times unless the topic's compression_type and
+// timestamp_type say otherwise. A fetch's first batch is whole, however
+// large (as Kafka answers it). Fetch sessions are not kept (the session id
+// answered is 0, so clients send full fetches).
 
 // fetch answers once MinBytes are ready or MaxWait (capped by
 // MaxFetchWait) has passed, looking again as new blocks commit.
@@ -66,7 +68,7 @@ func (c *conn) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, maxBytes int
 				room = 1
 			}
 			if room > 0 {
-				c.fetchPartition(ctx, rt.Topic, rp, room, &p)
+				c.fetchPartition(ctx, r, rt.Topic, rp, room, &p)
 				size += len(p.RecordBatches)
 			} else {
 				p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
@@ -78,7 +80,7 @@ func (c *conn) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, maxBytes int
 	return resp, size
 }
 
-func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRequestTopicPartition, room int, out *kmsg.FetchResponseTopicPartition) {
+func (c *conn) fetchPartition(ctx context.Context, r *kmsg.FetchRequest, topic string, rp kmsg.FetchRequestTopicPartition, room int, out *kmsg.FetchResponseTopicPartition) {
 	out.HighWatermark, out.LastStableOffset, out.LogStartOffset = -1, -1, -1
 	if rp.Partition < 0 || rp.FetchOffset < 0 {
 		out.ErrorCode = kerr.OffsetOutOfRange.Code
@@ -106,7 +108,7 @@ func (c *conn) fetchPartition(ctx context.Context, topic string, rp kmsg.FetchRe
 		c.log.Error().Err(err).Str("topic", topic).Int32("partition", rp.Partition).Msg("kafka fetch: agreed records do not decode")
 		return
 	}
-	if b := encodeRecords(recs); b != nil {
+	if b := encodeRecords(recs, c.serving(ctx, topic, r.Version)); b != nil {
 		out.RecordBatches = b
 	}
 }
@@ -191,22 +193,50 @@ func decodeStored(stored [][]byte, offset uint64) ([]*byzlogv1.StoredRecord, err
 	return out, nil
 }
 
-// compressFetchFrom is the size of a batch's records (keys, values and
-// headers) from which
-// Fetch sends it lz4-compressed. Kafka hands consumers the batches as
-// producers compressed them, and Kafka's producers compress by default;
-// the face re-encodes batches from the chain, so it compresses them itself
-// (lz4: fast, and read by every client and Fetch version).
-const compressFetchFrom = 256
+// serving is how a topic's batches are served: compression.type and
+// message.timestamp.type as Kafka's, for one Fetch version.
+type serving struct {
+	// compression is the topic's compression_type: "" and "producer" serve
+	// each batch with its producer's codec.
+	compression string
+	logAppend   bool
+	// zstd: the Fetch version carries zstd (v10 on, as Kafka's).
+	zstd bool
+}
+
+// serving is how topic's batches are served to a Fetch of version v.
+func (c *conn) serving(ctx context.Context, topic string, v int16) serving {
+	cfg := c.topicInfo(ctx, topic).GetConfig()
+	return serving{zstd: v >= 10, compression: cfg.GetCompressionType(),
+		logAppend: cfg.GetTimestampType() == byzlogv1.TimestampType_TIMESTAMP_LOG_APPEND_TIME}
+}
+
+// codecs names Kafka's codecs as compression.type does.
+var codecs = map[string]batch.Codec{"uncompressed": batch.CodecNone, "gzip": batch.CodecGzip, "snappy": batch.CodecSnappy, "lz4": batch.CodecLz4, "zstd": batch.CodecZstd}
+
+// codec is how a batch its producer compressed with stored (0 for the
+// SDK's records) is served: as the topic's compression.type says, else as
+// produced. A consumer's Fetch before v10 cannot carry zstd: it gets the
+// batch uncompressed, where Kafka would refuse it
+// (UNSUPPORTED_COMPRESSION_TYPE).
+func (s serving) codec(stored uint32) batch.Codec {
+	c, ok := codecs[s.compression]
+	if !ok {
+		c = batch.Codec(min(stored, uint32(batch.CodecZstd)))
+	}
+	if c == batch.CodecZstd && !s.zstd {
+		return batch.CodecNone
+	}
+	return c
+}
 
 // encodeRecords re-encodes stored records as v2 batches, one per producer
-// batch (lz4 from compressFetchFrom bytes), with the block time as
-// log-append time; each run of chunk records becomes an empty batch that
-// spans their offsets.
-func encodeRecords(recs []*byzlogv1.StoredRecord) []byte {
+// batch, each compressed and timed as s says; each run of chunk records
+// becomes an empty batch that spans their offsets.
+func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 	var out []byte
 	var run []batch.Record
-	runBytes, gap := 0, -1
+	gap := -1
 	for i, sr := range recs {
 		ms := sr.TimestampUnixNano / 1e6
 		if isChunk(sr) {
@@ -219,22 +249,20 @@ func encodeRecords(recs []*byzlogv1.StoredRecord) []byte {
 			}
 			continue
 		}
-		rec := batch.Record{Key: sr.Key, Value: sr.Value, TimestampMs: ms}
-		runBytes += len(sr.Key) + len(sr.Value)
+		rec := batch.Record{Key: sr.Key, Value: sr.Value, TimestampMs: sr.CreateTimeUnixNano / 1e6}
 		for _, h := range sr.Headers {
 			rec.Headers = append(rec.Headers, batch.Header{Key: h.Key, Value: h.Value})
-			runBytes += len(h.Key) + len(h.Value)
 		}
 		run = append(run, rec)
 		if i+1 < len(recs) && !isChunk(recs[i+1]) && sameBatch(sr, recs[i+1]) {
 			continue
 		}
-		codec := batch.CodecNone
-		if runBytes >= compressFetchFrom {
-			codec = batch.CodecLz4
+		e := batch.Encoding{Codec: s.codec(sr.KafkaCodec)}
+		if s.logAppend {
+			e.LogAppendMs = ms
 		}
-		out = batch.EncodeWith(out, int64(recs[i+1-len(run)].Offset), ms, run, codec)
-		run, runBytes = run[:0], 0
+		out = batch.EncodeAs(out, int64(recs[i+1-len(run)].Offset), run, e)
+		run = run[:0]
 	}
 	return out
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func stored(offset uint64, height int64, seq uint64, value string) *byzlogv1.StoredRecord {
-	return &byzlogv1.StoredRecord{Offset: offset, Height: height, TimestampUnixNano: height * 1e9, Sequence: seq, ProducerKey: []byte("p"),
+	return &byzlogv1.StoredRecord{Offset: offset, Height: height, TimestampUnixNano: height * 1e9, CreateTimeUnixNano: height*1e9 - 300e6, Sequence: seq, ProducerKey: []byte("p"),
 		Value: []byte(value), Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte(value)}}}
 }
 
@@ -31,12 +31,12 @@ func marshalStored(t *testing.T, recs ...*byzlogv1.StoredRecord) [][]byte {
 }
 
 // TestEncodeRecords: stored records become one v2 batch per producer
-// batch, at their offsets, with the block time as log-append time.
+// batch, at their offsets, with the producer's create times.
 func TestEncodeRecords(t *testing.T) {
 	other := stored(7, 1, 0, "c")
 	other.ProducerKey = []byte("q")
 	in := []*byzlogv1.StoredRecord{stored(5, 1, 0, "a"), stored(6, 1, 0, "b"), other, stored(8, 1, 1, "d"), stored(9, 2, 2, "e")}
-	batches, err := batch.Decode(encodeRecords(in), batch.DefaultLimits())
+	batches, err := batch.Decode(encodeRecords(in, serving{}), batch.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,19 +47,42 @@ func TestEncodeRecords(t *testing.T) {
 	if !slices.Equal(sizes, []int{2, 1, 1, 1}) {
 		t.Fatalf("encodeRecords gave batches of %v records, want [2 1 1 1] (one per producer batch)", sizes)
 	}
-	if got := baseOffsets(encodeRecords(in)); !slices.Equal(got, []int64{5, 7, 8, 9}) {
+	if got := baseOffsets(encodeRecords(in, serving{})); !slices.Equal(got, []int64{5, 7, 8, 9}) {
 		t.Errorf("batches' base offsets = %v, want [5 7 8 9]", got)
 	}
-	if b := batches[3]; b.FirstTimestamp != 2000 || string(b.Records[0].Value) != "e" || string(b.Records[0].Headers[0].Value) != "e" {
-		t.Fatalf("last batch = %+v", b)
+	if b := batches[3]; b.FirstTimestamp != 1700 || b.Records[0].TimestampMs != 1700 || string(b.Records[0].Value) != "e" || string(b.Records[0].Headers[0].Value) != "e" {
+		t.Fatalf("last batch = %+v, want create time 1700", b)
 	}
-	if batches[0].Codec != batch.CodecNone {
-		t.Errorf("a 2-byte batch is %s, want uncompressed", batches[0].Codec)
+	batches, err = batch.Decode(encodeRecords(in, serving{logAppend: true}), batch.DefaultLimits())
+	if err != nil || batches[3].Records[0].TimestampMs != 2000 {
+		t.Fatalf("LogAppendTime: last batch %+v, %v; want the block time 2000", batches[3], err)
 	}
-	big := strings.Repeat("x", compressFetchFrom)
-	batches, err = batch.Decode(encodeRecords([]*byzlogv1.StoredRecord{stored(0, 1, 0, big), stored(1, 1, 0, "y")}), batch.DefaultLimits())
-	if err != nil || batches[0].Codec != batch.CodecLz4 || string(batches[0].Records[0].Value) != big {
-		t.Fatalf("a %d-byte batch decodes as %v, %v; want lz4 with its records", compressFetchFrom+1, batches, err)
+}
+
+// TestServedCodec: a batch is served with its producer's codec unless the
+// topic's compression.type names one; zstd only to Fetch v10 on.
+func TestServedCodec(t *testing.T) {
+	big := strings.Repeat("x", 4096)
+	for _, tc := range []struct {
+		s      serving
+		stored uint32
+		want   batch.Codec
+	}{
+		{serving{zstd: true}, 0, batch.CodecNone},
+		{serving{zstd: true}, uint32(batch.CodecGzip), batch.CodecGzip},
+		{serving{compression: "producer", zstd: true}, uint32(batch.CodecSnappy), batch.CodecSnappy},
+		{serving{zstd: true}, uint32(batch.CodecZstd), batch.CodecZstd},
+		{serving{}, uint32(batch.CodecZstd), batch.CodecNone},
+		{serving{compression: "uncompressed", zstd: true}, uint32(batch.CodecGzip), batch.CodecNone},
+		{serving{compression: "lz4", zstd: true}, uint32(batch.CodecGzip), batch.CodecLz4},
+		{serving{compression: "gzip"}, 0, batch.CodecGzip},
+	} {
+		a, b := stored(0, 1, 0, big), stored(1, 1, 0, "y")
+		a.KafkaCodec, b.KafkaCodec = tc.stored, tc.stored
+		batches, err := batch.Decode(encodeRecords([]*byzlogv1.StoredRecord{a, b}, tc.s), batch.DefaultLimits())
+		if err != nil || len(batches) != 1 || batches[0].Codec != tc.want || string(batches[0].Records[0].Value) != big {
+			t.Errorf("%+v, produced with codec %d: served %v, %v; want %s with its records", tc.s, tc.stored, batches, err, tc.want)
+		}
 	}
 }
 

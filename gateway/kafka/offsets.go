@@ -3,17 +3,27 @@ package kafka
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // listOffsets answers earliest (-2), latest (-1) and by timestamp: the
-// first offset whose log-append (block) time is at or after it, found by
-// binary search over the partition, since block times never decrease.
+// first offset whose timestamp is at or after it. On a LogAppendTime topic
+// that is a binary search over the partition, since block times never
+// decrease. Create times may (a producer's clock, several producers), so on
+// a CreateTime topic, Kafka's default, the search finds the first block
+// that can hold a record stamped at or after the time (block time at least
+// the time less the topic's timestamp_after_max_ms, or an hour when it has
+// no bound), and reads on from there for the first such record, as Kafka's
+// time index and scan do, up to maxTimeScanReads reads; past them, or for a
+// record stamped more than that hour ahead of its block, the answer is the
+// first record whose block time is at or after the time.
 func (c *conn) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
 	for _, rt := range r.Topics {
@@ -53,7 +63,62 @@ func (c *conn) offsetFor(ctx context.Context, topic string, partition int32, ts 
 	case ts < 0:
 		return -1, -1, fmt.Errorf("timestamp %d: want -2 (earliest), -1 (latest) or a time in ms", ts)
 	}
-	// The first offset in [lo, hi) with time >= ts; hi if none.
+	if c.logAppendTime(ctx, topic) {
+		return c.firstInBlocksFrom(ctx, topic, partition, lo, hi, ts, true)
+	}
+	slack := time.Hour.Milliseconds()
+	if ti := c.topicInfo(ctx, topic); ti != nil && ti.GetConfig().GetTimestampAfterMaxMs() > 0 {
+		slack = ti.GetConfig().GetTimestampAfterMaxMs()
+	}
+	from, _, err := c.firstInBlocksFrom(ctx, topic, partition, lo, hi, ts-slack, false)
+	if err != nil {
+		return -1, -1, err
+	}
+	if from >= 0 {
+		off, at, done, err := c.scanCreateTimes(ctx, topic, partition, uint64(from), hi, ts)
+		if err != nil || done {
+			return off, at, err
+		}
+	}
+	return c.firstInBlocksFrom(ctx, topic, partition, lo, hi, ts, false)
+}
+
+// maxTimeScanReads bounds the reads of one ListOffsets by create time.
+const maxTimeScanReads = 16
+
+// scanCreateTimes reads from offset on for the first record a consumer sees
+// whose create time is at or after ts: done once found, or once the
+// partition's end (hi) is reached without one (-1, -1 then).
+func (c *conn) scanCreateTimes(ctx context.Context, topic string, partition int32, offset, hi uint64, ts int64) (int64, int64, bool, error) {
+	for range maxTimeScanReads {
+		if offset >= hi {
+			return -1, -1, true, nil
+		}
+		rr, err := c.s.b.Reads.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: uint32(partition), Offset: offset, MaxBytes: wire.MaxQueryBytes})
+		if err != nil {
+			return -1, -1, false, err
+		}
+		recs, err := decodeStored(rr.Records, offset)
+		if err != nil {
+			return -1, -1, false, err
+		}
+		if len(recs) == 0 {
+			return -1, -1, true, nil
+		}
+		for _, r := range recs {
+			if !isChunk(r) && r.CreateTimeUnixNano/1e6 >= ts {
+				return int64(r.Offset), r.CreateTimeUnixNano / 1e6, true, nil
+			}
+		}
+		offset = recs[len(recs)-1].Offset + 1
+	}
+	return -1, -1, false, nil
+}
+
+// firstInBlocksFrom is the first offset in [lo, hi) whose block time is at
+// or after ts (ms), and its timestamp: the block time (logAppend) or its
+// create time; -1, -1 if there is none.
+func (c *conn) firstInBlocksFrom(ctx context.Context, topic string, partition int32, lo, hi uint64, ts int64, logAppend bool) (int64, int64, error) {
 	var found *byzlogv1.StoredRecord
 	for lo < hi {
 		mid := lo + (hi-lo)/2
@@ -74,7 +139,24 @@ func (c *conn) offsetFor(ctx context.Context, topic string, partition int32, ts 
 	if found == nil || found.Offset != lo {
 		return -1, -1, nil // no record at or after ts: Kafka answers -1
 	}
-	return int64(found.Offset), found.TimestampUnixNano / 1e6, nil
+	if logAppend {
+		return int64(found.Offset), found.TimestampUnixNano / 1e6, nil
+	}
+	return int64(found.Offset), found.CreateTimeUnixNano / 1e6, nil
+}
+
+// topicInfo is topic as the cache holds it; nil when unknown.
+func (c *conn) topicInfo(ctx context.Context, topic string) *byzlogv1.TopicInfo {
+	topics, _, err := c.s.topics.get(ctx, false)
+	if err != nil {
+		return nil
+	}
+	return topics[topic]
+}
+
+// logAppendTime reports whether topic's timestamps are its blocks' times.
+func (c *conn) logAppendTime(ctx context.Context, topic string) bool {
+	return c.topicInfo(ctx, topic).GetConfig().GetTimestampType() == byzlogv1.TimestampType_TIMESTAMP_LOG_APPEND_TIME
 }
 
 type recordAt struct {

@@ -258,7 +258,7 @@ func (c *conn) submitBatch(ctx context.Context, topic string, partition uint32, 
 	}
 	var sb *byzlogv1.SignedBatch
 	if err = c.work(ctx, func() error {
-		sb, err = signer.Batch(topic, partition, seq, codec, records)
+		sb, err = signer.PlainKafkaBatch(topic, partition, seq, codec, uint32(b.Codec), records)
 		return err
 	}); err != nil {
 		release(false, false)
@@ -283,7 +283,7 @@ func (c *conn) submitIdempotent(ctx context.Context, signer *wire.Signer, topic 
 	}
 	var sb *byzlogv1.SignedBatch
 	err := c.work(ctx, func() (err error) {
-		sb, err = signer.KafkaBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, records)
+		sb, err = signer.KafkaBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, uint32(b.Codec), records)
 		return err
 	})
 	if err != nil {

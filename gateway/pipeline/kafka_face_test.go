@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -409,5 +410,114 @@ func TestKafkaFaceTopicID(t *testing.T) {
 	}
 	if ids[0] == ([16]byte{}) || ids[0] != ids[1] {
 		t.Errorf("topic ids of k from two gateways: %x, %x; want one id, not zero", ids[0], ids[1])
+	}
+}
+
+// gzipOnly is a consumer's decompressor that reads gzip and nothing else,
+// as some clients ship without plugins for the other codecs.
+type gzipOnly struct{ d kgo.Decompressor }
+
+func (g gzipOnly) Decompress(src []byte, codec kgo.CompressionCodecType) ([]byte, error) {
+	if codec != kgo.CodecNone && codec != kgo.CodecGzip {
+		return nil, fmt.Errorf("codec %d is not implemented, only gzip", codec)
+	}
+	return g.d.Decompress(src, codec)
+}
+
+// TestKafkaFaceServesBatchesAsProduced: Fetch hands each batch back with
+// the codec its producer used (compression.type=producer) and each record
+// with its producer's timestamp as CreateTime, so a consumer that reads
+// gzip only reads a topic written with gzip and without compression; a
+// topic set to LogAppendTime serves the block time instead.
+func TestKafkaFaceServesBatchesAsProduced(t *testing.T) {
+	g := pipeline.StartTestGateway(t, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 1}},
+		&byzlogv1.TopicState{Name: "a", Config: &byzlogv1.TopicConfig{Partitions: 1, TimestampType: byzlogv1.TimestampType_TIMESTAMP_LOG_APPEND_TIME}})
+	addr := serveKafkaFace(t, g, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stamp := time.UnixMilli(1_600_000_000_123) // 2020: the producer's, not the block's
+	codecs := []struct {
+		name  string
+		codec kgo.CompressionCodec
+		attr  int16
+	}{{"none", kgo.NoCompression(), 0}, {"gzip", kgo.GzipCompression(), 1}, {"zstd", kgo.ZstdCompression(), 4}}
+	for _, topic := range []string{"k", "a"} {
+		for _, c := range codecs {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ProducerBatchCompression(c.codec), kgo.DefaultProduceTopic(topic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var recs []*kgo.Record
+			for i := range 5 {
+				recs = append(recs, &kgo.Record{Value: []byte(fmt.Sprintf("%s-%d-%s", c.name, i, strings.Repeat("x", 300))), Timestamp: stamp})
+			}
+			if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				t.Fatalf("produce %s: %v", c.name, err)
+			}
+			cl.Close()
+		}
+	}
+	// The batches as fetched: one per produced batch, each with its codec.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrFetchRequest()
+	req.MaxWaitMillis, req.MaxBytes = 100, 10<<20
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "k"
+	fp := kmsg.NewFetchRequestTopicPartition()
+	fp.PartitionMaxBytes = 10 << 20
+	ft.Partitions = append(ft.Partitions, fp)
+	req.Topics = append(req.Topics, ft)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var attrs []int16
+	for b := resp.Topics[0].Partitions[0].RecordBatches; len(b) > 0; {
+		var rb kmsg.RecordBatch
+		if err := rb.ReadFrom(b); err != nil {
+			t.Fatal(err)
+		}
+		attrs = append(attrs, rb.Attributes)
+		b = b[12+rb.Length:]
+	}
+	if want := []int16{0, 1, 4}; !slices.Equal(attrs, want) {
+		t.Fatalf("fetched batches' attributes %v, want %v (none, gzip, zstd as produced; CreateTime)", attrs, want)
+	}
+	// A consumer that reads gzip only, of a topic written with gzip and
+	// without compression; then every record's time and type.
+	for _, topic := range []string{"k", "a"} {
+		opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+		if topic == "k" {
+			opts = append(opts, kgo.WithDecompressor(gzipOnly{kgo.DefaultDecompressor()}))
+		}
+		c, err := kgo.NewClient(opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := 10 // the gzip-only consumer stops at the zstd batch
+		if topic == "a" {
+			limit = 15
+		}
+		var got []*kgo.Record
+		for len(got) < limit && ctx.Err() == nil {
+			fs := c.PollFetches(ctx)
+			for _, e := range fs.Errors() {
+				t.Fatalf("%s: fetch: %v", topic, e.Err)
+			}
+			got = append(got, fs.Records()...)
+		}
+		c.Close()
+		for i, r := range got[:limit] {
+			switch {
+			case topic == "k" && (!r.Timestamp.Equal(stamp) || r.Attrs.TimestampType() != 0):
+				t.Errorf("%s record %d (%.8s): timestamp %v type %d, want the producer's %v as CreateTime (0)", topic, i, r.Value, r.Timestamp, r.Attrs.TimestampType(), stamp)
+			case topic == "a" && (r.Timestamp.Equal(stamp) || r.Attrs.TimestampType() != 1 || time.Since(r.Timestamp) > time.Minute):
+				t.Errorf("%s record %d (%.8s): timestamp %v type %d, want the block's time as LogAppendTime (1)", topic, i, r.Value, r.Timestamp, r.Attrs.TimestampType())
+			}
+		}
 	}
 }

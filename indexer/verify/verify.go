@@ -260,9 +260,9 @@ type account struct {
 	b      *chain.Block
 	app    core.Appended
 	appErr error // building the records, reported only if the block checks
-	// rebuild builds the records again under the rules before
-	// core.KafkaRulesVersion (see check).
-	rebuild func() (core.Appended, error)
+	// rebuild builds the records again under an older rules version (see
+	// check).
+	rebuild func(rules uint64) (core.Appended, error)
 	d       *byzlogv1.BlockDigest
 	kind    string
 	err     error
@@ -294,8 +294,8 @@ func (v *Verifier) read(ctx context.Context, n *Node, lb *cmttypes.LightBlock) *
 	}
 	a := &account{b: b}
 	a.app, a.appErr = core.BlockRecords(h, lb.Time.UnixNano(), txs, results, core.MaxRulesVersion)
-	a.rebuild = func() (core.Appended, error) {
-		return core.BlockRecords(h, lb.Time.UnixNano(), txs, results, core.KafkaRulesVersion-1)
+	a.rebuild = func(rules uint64) (core.Appended, error) {
+		return core.BlockRecords(h, lb.Time.UnixNano(), txs, results, rules)
 	}
 	req, _ := proto.Marshal(&byzlogv1.DigestRequest{Height: h})
 	q, err := n.RPC.ABCIQuery(cctx, wire.PathDigest, req)
@@ -329,18 +329,31 @@ func (v *Verifier) check(a *account, lb, next *cmttypes.LightBlock) (*Block, str
 	}
 	if err := core.CheckDigest(a.app, a.d, h, lb.AppHash, next.AppHash); err != nil {
 		// The indexer does not know the rules version of the height: a
-		// block of a chain before core.KafkaRulesVersion stored empty keys
-		// and values as null. Both builds are the block's own signed
-		// transactions read two ways, and the app hash confirms one at
-		// most; they differ only where a record holds something empty.
-		old, oldErr := a.rebuild()
-		if oldErr != nil || core.CheckDigest(old, a.d, h, lb.AppHash, next.AppHash) != nil {
+		// block of a chain before core.KafkaTopicsRulesVersion stored no
+		// Kafka codec with its records, and one before
+		// core.KafkaRulesVersion stored empty keys and values as null.
+		// Every build is the block's own signed transactions read another
+		// way, and the app hash confirms one at most; they differ only
+		// where a record holds a codec or something empty.
+		confirmed := false
+		for _, rules := range olderRules {
+			old, oldErr := a.rebuild(rules)
+			if oldErr == nil && core.CheckDigest(old, a.d, h, lb.AppHash, next.AppHash) == nil {
+				a.app, confirmed = old, true
+				break
+			}
+		}
+		if !confirmed {
 			return nil, "digest", err
 		}
-		a.app = old
 	}
 	return &Block{Height: h, Time: lb.Time, Hash: lb.Hash(), AppHash: next.AppHash, Appended: a.app}, "", nil
 }
+
+// olderRules are the rules versions whose stored records differ from the
+// newest's, newest first: check builds a block again under each when the
+// newest's build does not match its app hash.
+var olderRules = []uint64{core.KafkaTopicsRulesVersion - 1, core.KafkaRulesVersion - 1}
 
 // Reading is a node's account of a block being read before its headers
 // are verified: done closes when account is set.

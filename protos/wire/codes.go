@@ -136,6 +136,11 @@ const (
 	// CodeBadUpgrade: a ScheduleUpgrade is refused (a version not past the
 	// one in force, a height too soon).
 	CodeBadUpgrade Code = 48
+	// CodeBadTimestamp: a record's create time is further from its block's
+	// time than its topic's timestamp_before_max_ms or
+	// timestamp_after_max_ms allow (rules version 6; Kafka's
+	// INVALID_TIMESTAMP).
+	CodeBadTimestamp Code = 49
 )
 
 var codeNames = map[Code]string{
@@ -157,6 +162,7 @@ var codeNames = map[Code]string{
 	CodeBadValidatorChange: "bad_validator_change", CodeBadAdminSet: "bad_admin_set",
 	CodeNotIndexer: "not_indexer", CodeBadProgress: "bad_progress", CodeBadIndexerChange: "bad_indexer_change",
 	CodeDuplicateSigner: "duplicate_signer", CodeBadUpgrade: "bad_upgrade",
+	CodeBadTimestamp: "bad_timestamp",
 }
 
 // String names the code for logs and messages.

@@ -72,16 +72,24 @@ func (s *Signer) Batch(topic string, partition uint32, seq uint64, codec byzlogv
 	return s.batch(&byzlogv1.BatchBody{Topic: topic, Partition: partition, Sequence: seq}, codec, records)
 }
 
+// PlainKafkaBatch is Batch for the records of a Kafka record batch that
+// its producer compressed with kafkaCodec (Kafka's numbering, 0 none to 4
+// zstd; BatchBody.kafka_codec).
+func (s *Signer) PlainKafkaBatch(topic string, partition uint32, seq uint64, codec byzlogv1.Codec, kafkaCodec uint32, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
+	return s.batch(&byzlogv1.BatchBody{Topic: topic, Partition: partition, Sequence: seq, KafkaCodec: kafkaCodec}, codec, records)
+}
+
 // KafkaBatch signs the batch of an idempotent Kafka producer (producer id
-// and epoch) whose first record has Kafka sequence baseSeq. The body is a
-// function of its arguments alone, so any gateway that signs the same Kafka
-// batch with the same key signs the same bytes, and the chain answers a
-// retry through another gateway as a duplicate.
-func (s *Signer) KafkaBatch(topic string, partition uint32, producerID int64, epoch, baseSeq int32, codec byzlogv1.Codec, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
+// and epoch) whose first record has Kafka sequence baseSeq, compressed by
+// its producer with kafkaCodec. The body is a function of its arguments
+// alone, so any gateway that signs the same Kafka batch with the same key
+// signs the same bytes, and the chain answers a retry through another
+// gateway as a duplicate.
+func (s *Signer) KafkaBatch(topic string, partition uint32, producerID int64, epoch, baseSeq int32, codec byzlogv1.Codec, kafkaCodec uint32, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
 	if producerID < 1 || epoch < 0 || epoch > MaxKafkaEpoch || baseSeq < 0 {
 		return nil, fmt.Errorf("kafka producer id %d epoch %d sequence %d: want an id of 1 or more, an epoch in 0..%d and a sequence of 0 or more", producerID, epoch, MaxKafkaEpoch, baseSeq)
 	}
-	return s.batch(&byzlogv1.BatchBody{Topic: topic, Partition: partition, Sequence: uint64(baseSeq),
+	return s.batch(&byzlogv1.BatchBody{Topic: topic, Partition: partition, Sequence: uint64(baseSeq), KafkaCodec: kafkaCodec,
 		Kafka: &byzlogv1.KafkaProducer{ProducerId: producerID, Epoch: epoch, RecordCount: uint32(len(records))}}, codec, records)
 }
 

@@ -243,13 +243,23 @@ func nullableBytes(r *kbin.Reader, what string) ([]byte, error) {
 // with the log-append time logAppendMs as every record's timestamp
 // (attribute bit 3) and no producer (id and epoch -1, sequence -1).
 func Encode(dst []byte, baseOffset, logAppendMs int64, records []Record) []byte {
-	return EncodeWith(dst, baseOffset, logAppendMs, records, CodecNone)
+	return EncodeAs(dst, baseOffset, records, Encoding{LogAppendMs: logAppendMs})
 }
 
-// EncodeWith is Encode with the records compressed by codec (none or lz4,
-// the LZ4 frame Kafka uses).
-func EncodeWith(dst []byte, baseOffset, logAppendMs int64, records []Record, codec Codec) []byte {
-	return encode(dst, baseOffset, int32(len(records)), logAppendMs, records, codec)
+// Encoding is how EncodeAs writes a batch.
+type Encoding struct {
+	// Codec compresses the records (any of Kafka's five).
+	Codec Codec
+	// LogAppendMs, when not 0, is every record's timestamp, as the
+	// log-append time (attribute bit 3); 0 keeps each record's own
+	// TimestampMs, as create time.
+	LogAppendMs int64
+}
+
+// EncodeAs appends one v2 batch of records at baseOffset, encoded as e
+// says, with no producer (id and epoch -1, sequence -1).
+func EncodeAs(dst []byte, baseOffset int64, records []Record, e Encoding) []byte {
+	return encode(dst, baseOffset, int32(len(records)), records, e)
 }
 
 // EncodeGap appends an empty v2 batch that spans offsets baseOffset up to
@@ -257,15 +267,29 @@ func EncodeWith(dst []byte, baseOffset, logAppendMs int64, records []Record, cod
 // compacted Kafka log keeps one (KAFKA-5443): clients fetch on from the
 // offset after it.
 func EncodeGap(dst []byte, baseOffset int64, span int32, logAppendMs int64) []byte {
-	return encode(dst, baseOffset, span, logAppendMs, nil, CodecNone)
+	return encode(dst, baseOffset, span, nil, Encoding{LogAppendMs: logAppendMs})
 }
 
 // encode appends a v2 batch of records whose offsets span from baseOffset,
 // the records at the first ones.
-func encode(dst []byte, baseOffset int64, span int32, logAppendMs int64, records []Record, codec Codec) []byte {
+func encode(dst []byte, baseOffset int64, span int32, records []Record, e Encoding) []byte {
+	first, maxTs := e.LogAppendMs, e.LogAppendMs
+	attrs := int16(0x08)
+	if e.LogAppendMs == 0 {
+		attrs = 0
+		if len(records) > 0 {
+			first, maxTs = records[0].TimestampMs, records[0].TimestampMs
+		}
+		for _, r := range records {
+			maxTs = max(maxTs, r.TimestampMs)
+		}
+	}
 	var body []byte
 	for i, r := range records {
 		kr := kmsg.Record{OffsetDelta: int32(i), Key: r.Key, Value: r.Value}
+		if attrs == 0 {
+			kr.TimestampDelta64 = r.TimestampMs - first
+		}
 		for _, h := range r.Headers {
 			kr.Headers = append(kr.Headers, kmsg.Header{Key: h.Key, Value: h.Value})
 		}
@@ -273,13 +297,12 @@ func encode(dst []byte, baseOffset int64, span int32, logAppendMs int64, records
 		body = binary.AppendVarint(body, int64(len(inner)))
 		body = append(body, inner...)
 	}
-	attrs := int16(0x08)
-	if codec == CodecLz4 {
-		body, attrs = lz4Frame(body), attrs|int16(CodecLz4)
+	if e.Codec != CodecNone && len(records) > 0 {
+		body, attrs = deflate(e.Codec, body), attrs|int16(e.Codec)
 	}
 	rb := kmsg.RecordBatch{
 		FirstOffset: baseOffset, Length: int32(batchHeaderLen - lengthStart + len(body)), Magic: 2,
-		Attributes: attrs, LastOffsetDelta: span - 1, FirstTimestamp: logAppendMs, MaxTimestamp: logAppendMs,
+		Attributes: attrs, LastOffsetDelta: span - 1, FirstTimestamp: first, MaxTimestamp: maxTs,
 		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(records)), Records: body,
 	}
 	start := len(dst)

@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -195,15 +196,22 @@ func TestDecodeBomb(t *testing.T) {
 	}
 }
 
+// TestEncode: every codec, with log-append time and with the records'
+// create times, decodes to the records and times encoded, by this
+// package's decoder and by franz-go's.
 func TestEncode(t *testing.T) {
-	for _, codec := range []Codec{CodecNone, CodecLz4} {
-		t.Run(codec.String(), func(t *testing.T) { testEncode(t, codec) })
+	for _, codec := range []Codec{CodecNone, CodecGzip, CodecSnappy, CodecLz4, CodecZstd} {
+		for _, appendMs := range []int64{5000, 0} {
+			t.Run(fmt.Sprintf("%s/append=%d", codec, appendMs), func(t *testing.T) { testEncode(t, codec, appendMs) })
+		}
 	}
 }
 
-func testEncode(t *testing.T, codec Codec) {
-	recs := []Record{{Key: nil, Value: []byte("a")}, {Key: []byte("k"), Value: []byte("b"), Headers: []Header{{Key: "h", Value: []byte("v")}}}}
-	b := EncodeWith(nil, 41, 5000, recs, codec)
+func testEncode(t *testing.T, codec Codec, appendMs int64) {
+	big := bytes.Repeat([]byte("v"), 80<<10) // past one xerial block
+	recs := []Record{{Key: nil, Value: []byte("a"), TimestampMs: 7000}, {Key: []byte("k"), Value: []byte("b"), TimestampMs: 6500, Headers: []Header{{Key: "h", Value: []byte("v")}}},
+		{Key: []byte{}, Value: big, TimestampMs: 9000}}
+	b := EncodeAs(nil, 41, recs, Encoding{Codec: codec, LogAppendMs: appendMs})
 	var rb kmsg.RecordBatch
 	if err := rb.ReadFrom(b); err != nil {
 		t.Fatal(err)
@@ -211,7 +219,11 @@ func testEncode(t *testing.T, codec Codec) {
 	if got := crc32.Checksum(b[crcEnd:], castagnoli); uint32(rb.CRC) != got {
 		t.Fatalf("Encode crc = %08x, the bytes' %08x", uint32(rb.CRC), got)
 	}
-	if rb.FirstOffset != 41 || rb.Attributes != 0x08|int16(codec) || rb.LastOffsetDelta != 1 || rb.FirstTimestamp != 5000 || rb.MaxTimestamp != 5000 || rb.ProducerID != -1 || rb.NumRecords != 2 || int(rb.Length) != len(b)-lengthStart {
+	wantAttrs, first, maxTs := int16(0x08)|int16(codec), appendMs, appendMs
+	if appendMs == 0 {
+		wantAttrs, first, maxTs = int16(codec), 7000, 9000
+	}
+	if rb.FirstOffset != 41 || rb.Attributes != wantAttrs || rb.LastOffsetDelta != 2 || rb.FirstTimestamp != first || rb.MaxTimestamp != maxTs || rb.ProducerID != -1 || rb.NumRecords != 3 || int(rb.Length) != len(b)-lengthStart {
 		t.Fatalf("Encode header = %+v", rb)
 	}
 	got, err := Decode(b, DefaultLimits())
@@ -219,8 +231,27 @@ func testEncode(t *testing.T, codec Codec) {
 		t.Fatalf("Decode(Encode) = %v", err)
 	}
 	for i, r := range got[0].Records {
-		if !bytes.Equal(r.Key, recs[i].Key) || (r.Key == nil) != (recs[i].Key == nil) || !bytes.Equal(r.Value, recs[i].Value) || r.TimestampMs != 5000 || len(r.Headers) != len(recs[i].Headers) {
-			t.Fatalf("record %d = %+v, want %+v", i, r, recs[i])
+		wantTs := recs[i].TimestampMs
+		if appendMs != 0 {
+			wantTs = appendMs
+		}
+		if !bytes.Equal(r.Key, recs[i].Key) || (r.Key == nil) != (recs[i].Key == nil) || !bytes.Equal(r.Value, recs[i].Value) || r.TimestampMs != wantTs || len(r.Headers) != len(recs[i].Headers) {
+			t.Fatalf("record %d = key %q ts %d, want key %q ts %d", i, r.Key, r.TimestampMs, recs[i].Key, wantTs)
+		}
+	}
+	// franz-go's consumer decompresses and reads the same batch.
+	rp := kmsg.FetchResponseTopicPartition{HighWatermark: 44, RecordBatches: b}
+	fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Offset: 41, Topic: "t"}, &rp, kgo.DefaultDecompressor(), nil)
+	if fp.Err != nil || len(fp.Records) != len(recs) {
+		t.Fatalf("franz-go read %d records (%v), want %d", len(fp.Records), fp.Err, len(recs))
+	}
+	for i, r := range fp.Records {
+		wantTs := recs[i].TimestampMs
+		if appendMs != 0 {
+			wantTs = appendMs
+		}
+		if r.Offset != int64(41+i) || r.Timestamp.UnixMilli() != wantTs || r.Attrs.TimestampType() != int8(min(appendMs, 1)) || !bytes.Equal(r.Value, recs[i].Value) {
+			t.Fatalf("franz-go record %d: offset %d ts %d type %d, want offset %d ts %d", i, r.Offset, r.Timestamp.UnixMilli(), r.Attrs.TimestampType(), 41+i, wantTs)
 		}
 	}
 }

@@ -151,6 +151,61 @@ func snappyBlock(dst, block []byte, limit int64) ([]byte, error) {
 	return append(dst, out...), nil
 }
 
+// deflate is b compressed with codec, framed as Kafka's own clients frame
+// it, so that every client reads it: gzip, snappy in the xerial framing
+// the Java client writes (and librdkafka and franz-go read), an LZ4 frame,
+// a zstd frame.
+func deflate(codec Codec, b []byte) []byte {
+	switch codec {
+	case CodecGzip:
+		var out bytes.Buffer
+		w := gzipWriters.Get().(*gzip.Writer)
+		defer gzipWriters.Put(w)
+		w.Reset(&out)
+		// Writing to a bytes.Buffer does not fail.
+		_, _ = w.Write(b)
+		_ = w.Close()
+		return out.Bytes()
+	case CodecSnappy:
+		return xerialFrame(b)
+	case CodecLz4:
+		return lz4Frame(b)
+	case CodecZstd:
+		return zstdEncoder().EncodeAll(b, make([]byte, 0, len(b)/2+64))
+	}
+	return b
+}
+
+var gzipWriters = sync.Pool{New: func() any {
+	w, _ := gzip.NewWriterLevel(nil, gzip.DefaultCompression)
+	return w
+}}
+
+var zstdEncoder = sync.OnceValue(func() *zstd.Encoder {
+	// Options that are constants cannot fail.
+	e, _ := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+	return e
+})
+
+// xerialChunk is the uncompressed size of one snappy block in a xerial
+// frame: the Java client's default block size.
+const xerialChunk = 32 << 10
+
+// xerialFrame is b as snappy blocks in the xerial framing.
+func xerialFrame(b []byte) []byte {
+	out := append([]byte(nil), xerialMagic...)
+	out = binary.BigEndian.AppendUint32(out, 1) // version
+	out = binary.BigEndian.AppendUint32(out, 1) // compatible version
+	for len(b) > 0 {
+		n := min(len(b), xerialChunk)
+		block := snappy.Encode(nil, b[:n])
+		out = binary.BigEndian.AppendUint32(out, uint32(len(block)))
+		out = append(out, block...)
+		b = b[n:]
+	}
+	return out
+}
+
 var lz4Writers = sync.Pool{New: func() any { return lz4.NewWriter(nil) }}
 
 // lz4Frame is b as one LZ4 frame.

@@ -52,8 +52,11 @@ type StoredRecord struct {
 	// sequence is the batch's Kafka base sequence.
 	KafkaProducerId int64 `protobuf:"varint,12,opt,name=kafka_producer_id,json=kafkaProducerId,proto3" json:"kafka_producer_id,omitempty"`
 	KafkaEpoch      int32 `protobuf:"varint,13,opt,name=kafka_epoch,json=kafkaEpoch,proto3" json:"kafka_epoch,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The Kafka codec of the batch a Kafka producer sent (BatchBody.kafka_codec;
+	// rules version 6 on).
+	KafkaCodec    uint32 `protobuf:"varint,14,opt,name=kafka_codec,json=kafkaCodec,proto3" json:"kafka_codec,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StoredRecord) Reset() {
@@ -173,6 +176,13 @@ func (x *StoredRecord) GetKafkaProducerId() int64 {
 func (x *StoredRecord) GetKafkaEpoch() int32 {
 	if x != nil {
 		return x.KafkaEpoch
+	}
+	return 0
+}
+
+func (x *StoredRecord) GetKafkaCodec() uint32 {
+	if x != nil {
+		return x.KafkaCodec
 	}
 	return 0
 }
@@ -3152,7 +3162,7 @@ var File_byzlog_v1_state_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xd8\x03\n" +
+	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xf9\x03\n" +
 	"\fStoredRecord\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -3168,7 +3178,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x06height\x18\v \x01(\x03R\x06height\x12*\n" +
 	"\x11kafka_producer_id\x18\f \x01(\x03R\x0fkafkaProducerId\x12\x1f\n" +
 	"\vkafka_epoch\x18\r \x01(\x05R\n" +
-	"kafkaEpochB\x06\n" +
+	"kafkaEpoch\x12\x1f\n" +
+	"\vkafka_codec\x18\x0e \x01(\rR\n" +
+	"kafkaCodecB\x06\n" +
 	"\x04_keyB\b\n" +
 	"\x06_value\">\n" +
 	"\tRecordRun\x121\n" +

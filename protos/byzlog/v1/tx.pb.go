@@ -79,6 +79,57 @@ func (Codec) EnumDescriptor() ([]byte, []int) {
 	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{0}
 }
 
+// TimestampType is which time a record's timestamp is, as Kafka's
+// message.timestamp.type.
+type TimestampType int32
+
+const (
+	// The producer's create time (Record.create_time_unix_nano): Kafka's
+	// default.
+	TimestampType_TIMESTAMP_CREATE_TIME TimestampType = 0
+	// The time of the block that committed the record.
+	TimestampType_TIMESTAMP_LOG_APPEND_TIME TimestampType = 1
+)
+
+// Enum value maps for TimestampType.
+var (
+	TimestampType_name = map[int32]string{
+		0: "TIMESTAMP_CREATE_TIME",
+		1: "TIMESTAMP_LOG_APPEND_TIME",
+	}
+	TimestampType_value = map[string]int32{
+		"TIMESTAMP_CREATE_TIME":     0,
+		"TIMESTAMP_LOG_APPEND_TIME": 1,
+	}
+)
+
+func (x TimestampType) Enum() *TimestampType {
+	p := new(TimestampType)
+	*p = x
+	return p
+}
+
+func (x TimestampType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TimestampType) Descriptor() protoreflect.EnumDescriptor {
+	return file_byzlog_v1_tx_proto_enumTypes[1].Descriptor()
+}
+
+func (TimestampType) Type() protoreflect.EnumType {
+	return &file_byzlog_v1_tx_proto_enumTypes[1]
+}
+
+func (x TimestampType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TimestampType.Descriptor instead.
+func (TimestampType) EnumDescriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{1}
+}
+
 // Tx is the envelope of one CometBFT transaction.
 type Tx struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -354,7 +405,13 @@ type BatchBody struct {
 	// Kafka's base sequence, the next batch's is sequence +
 	// kafka.record_count, a new epoch starts again at 0 and fences off the
 	// epochs before it.
-	Kafka         *KafkaProducer `protobuf:"bytes,8,opt,name=kafka,proto3" json:"kafka,omitempty"`
+	Kafka *KafkaProducer `protobuf:"bytes,8,opt,name=kafka,proto3" json:"kafka,omitempty"`
+	// The compression codec of the Kafka record batch this batch was decoded
+	// from, as Kafka's batch attributes number it (0 none, 1 gzip, 2 snappy,
+	// 3 lz4, 4 zstd): the Kafka face hands consumers each batch with the codec
+	// its producer chose, as Kafka's compression.type=producer does. Kept in
+	// the stored records from rules version 6 on.
+	KafkaCodec    uint32 `protobuf:"varint,9,opt,name=kafka_codec,json=kafkaCodec,proto3" json:"kafka_codec,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -443,6 +500,13 @@ func (x *BatchBody) GetKafka() *KafkaProducer {
 		return x.Kafka
 	}
 	return nil
+}
+
+func (x *BatchBody) GetKafkaCodec() uint32 {
+	if x != nil {
+		return x.KafkaCodec
+	}
+	return 0
 }
 
 // KafkaProducer is the Kafka producer a batch came from.
@@ -701,9 +765,25 @@ type TopicConfig struct {
 	// ed25519 public keys allowed to consume (read records from NATS, as
 	// NATS nkey users the indexer's NATS accounts derive from this list);
 	// empty means every consumer the cluster admits.
-	Readers       [][]byte `protobuf:"bytes,6,rep,name=readers,proto3" json:"readers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Readers [][]byte `protobuf:"bytes,6,rep,name=readers,proto3" json:"readers,omitempty"`
+	// Kafka's compression.type: how the Kafka face compresses the batches
+	// it serves. "" or "producer" serves each batch with its producer's codec
+	// (records the SDK wrote: uncompressed); "uncompressed", "gzip",
+	// "snappy", "lz4" or "zstd" serves every batch with that one (rules
+	// version 6 on).
+	CompressionType string `protobuf:"bytes,7,opt,name=compression_type,json=compressionType,proto3" json:"compression_type,omitempty"`
+	// Kafka's message.timestamp.type: which time a record's timestamp is
+	// (rules version 6 on).
+	TimestampType TimestampType `protobuf:"varint,8,opt,name=timestamp_type,json=timestampType,proto3,enum=byzlog.v1.TimestampType" json:"timestamp_type,omitempty"`
+	// Kafka's message.timestamp.before.max.ms and
+	// message.timestamp.after.max.ms: a batch with a record whose create time
+	// is more than this before (after) its block's time is refused
+	// (bad_timestamp); 0 is no bound, Kafka 3.x's default. CreateTime topics
+	// only, checked against block time (rules version 6 on).
+	TimestampBeforeMaxMs int64 `protobuf:"varint,9,opt,name=timestamp_before_max_ms,json=timestampBeforeMaxMs,proto3" json:"timestamp_before_max_ms,omitempty"`
+	TimestampAfterMaxMs  int64 `protobuf:"varint,10,opt,name=timestamp_after_max_ms,json=timestampAfterMaxMs,proto3" json:"timestamp_after_max_ms,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *TopicConfig) Reset() {
@@ -776,6 +856,34 @@ func (x *TopicConfig) GetReaders() [][]byte {
 		return x.Readers
 	}
 	return nil
+}
+
+func (x *TopicConfig) GetCompressionType() string {
+	if x != nil {
+		return x.CompressionType
+	}
+	return ""
+}
+
+func (x *TopicConfig) GetTimestampType() TimestampType {
+	if x != nil {
+		return x.TimestampType
+	}
+	return TimestampType_TIMESTAMP_CREATE_TIME
+}
+
+func (x *TopicConfig) GetTimestampBeforeMaxMs() int64 {
+	if x != nil {
+		return x.TimestampBeforeMaxMs
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetTimestampAfterMaxMs() int64 {
+	if x != nil {
+		return x.TimestampAfterMaxMs
+	}
+	return 0
 }
 
 // AdminRequest is an admin-signed change of the chain's topics, admins or
@@ -1852,7 +1960,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\vSignedBatch\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12!\n" +
 	"\fproducer_key\x18\x02 \x01(\fR\vproducerKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x95\x02\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xb6\x02\n" +
 	"\tBatchBody\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x1a\n" +
@@ -1861,7 +1969,9 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x11uncompressed_size\x18\x05 \x01(\rR\x10uncompressedSize\x12\x18\n" +
 	"\arecords\x18\x06 \x01(\fR\arecords\x12\x19\n" +
 	"\bchain_id\x18\a \x01(\tR\achainId\x12.\n" +
-	"\x05kafka\x18\b \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\"i\n" +
+	"\x05kafka\x18\b \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\x12\x1f\n" +
+	"\vkafka_codec\x18\t \x01(\rR\n" +
+	"kafkaCodec\"i\n" +
 	"\rKafkaProducer\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12\x14\n" +
@@ -1879,7 +1989,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fRecordHeader\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\x05value\x18\x02 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
-	"\x06_value\"\xea\x01\n" +
+	"\x06_value\"\xc2\x03\n" +
 	"\vTopicConfig\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -1888,7 +1998,12 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fretention_ms\x18\x03 \x01(\x03R\vretentionMs\x12'\n" +
 	"\x0fretention_bytes\x18\x04 \x01(\x03R\x0eretentionBytes\x12+\n" +
 	"\x11allowed_producers\x18\x05 \x03(\fR\x10allowedProducers\x12\x18\n" +
-	"\areaders\x18\x06 \x03(\fR\areaders\"\x9c\x01\n" +
+	"\areaders\x18\x06 \x03(\fR\areaders\x12)\n" +
+	"\x10compression_type\x18\a \x01(\tR\x0fcompressionType\x12?\n" +
+	"\x0etimestamp_type\x18\b \x01(\x0e2\x18.byzlog.v1.TimestampTypeR\rtimestampType\x125\n" +
+	"\x17timestamp_before_max_ms\x18\t \x01(\x03R\x14timestampBeforeMaxMs\x123\n" +
+	"\x16timestamp_after_max_ms\x18\n" +
+	" \x01(\x03R\x13timestampAfterMaxMs\"\x9c\x01\n" +
 	"\fAdminRequest\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tadmin_key\x18\x02 \x01(\fR\badminKey\x12\x1c\n" +
@@ -1962,7 +2077,10 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +
 	"\n" +
-	"CODEC_ZSTD\x10\x01B4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
+	"CODEC_ZSTD\x10\x01*I\n" +
+	"\rTimestampType\x12\x19\n" +
+	"\x15TIMESTAMP_CREATE_TIME\x10\x00\x12\x1d\n" +
+	"\x19TIMESTAMP_LOG_APPEND_TIME\x10\x01B4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
 
 var (
 	file_byzlog_v1_tx_proto_rawDescOnce sync.Once
@@ -1976,61 +2094,63 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_tx_proto_rawDescData
 }
 
-var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_byzlog_v1_tx_proto_goTypes = []any{
 	(Codec)(0),                  // 0: byzlog.v1.Codec
-	(*Tx)(nil),                  // 1: byzlog.v1.Tx
-	(*ProduceBundle)(nil),       // 2: byzlog.v1.ProduceBundle
-	(*SignedBatch)(nil),         // 3: byzlog.v1.SignedBatch
-	(*BatchBody)(nil),           // 4: byzlog.v1.BatchBody
-	(*KafkaProducer)(nil),       // 5: byzlog.v1.KafkaProducer
-	(*RecordSet)(nil),           // 6: byzlog.v1.RecordSet
-	(*Record)(nil),              // 7: byzlog.v1.Record
-	(*RecordHeader)(nil),        // 8: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),         // 9: byzlog.v1.TopicConfig
-	(*AdminRequest)(nil),        // 10: byzlog.v1.AdminRequest
-	(*AdminSignature)(nil),      // 11: byzlog.v1.AdminSignature
-	(*AdminBody)(nil),           // 12: byzlog.v1.AdminBody
-	(*CreateTopic)(nil),         // 13: byzlog.v1.CreateTopic
-	(*UpdateTopic)(nil),         // 14: byzlog.v1.UpdateTopic
-	(*DeleteTopic)(nil),         // 15: byzlog.v1.DeleteTopic
-	(*SetValidator)(nil),        // 16: byzlog.v1.SetValidator
-	(*SetAdmins)(nil),           // 17: byzlog.v1.SetAdmins
-	(*SetIndexer)(nil),          // 18: byzlog.v1.SetIndexer
-	(*ScheduleUpgrade)(nil),     // 19: byzlog.v1.ScheduleUpgrade
-	(*IndexerProgress)(nil),     // 20: byzlog.v1.IndexerProgress
-	(*IndexerProgressBody)(nil), // 21: byzlog.v1.IndexerProgressBody
-	(*CommitOffsets)(nil),       // 22: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil),   // 23: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),     // 24: byzlog.v1.PartitionOffset
+	(TimestampType)(0),          // 1: byzlog.v1.TimestampType
+	(*Tx)(nil),                  // 2: byzlog.v1.Tx
+	(*ProduceBundle)(nil),       // 3: byzlog.v1.ProduceBundle
+	(*SignedBatch)(nil),         // 4: byzlog.v1.SignedBatch
+	(*BatchBody)(nil),           // 5: byzlog.v1.BatchBody
+	(*KafkaProducer)(nil),       // 6: byzlog.v1.KafkaProducer
+	(*RecordSet)(nil),           // 7: byzlog.v1.RecordSet
+	(*Record)(nil),              // 8: byzlog.v1.Record
+	(*RecordHeader)(nil),        // 9: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),         // 10: byzlog.v1.TopicConfig
+	(*AdminRequest)(nil),        // 11: byzlog.v1.AdminRequest
+	(*AdminSignature)(nil),      // 12: byzlog.v1.AdminSignature
+	(*AdminBody)(nil),           // 13: byzlog.v1.AdminBody
+	(*CreateTopic)(nil),         // 14: byzlog.v1.CreateTopic
+	(*UpdateTopic)(nil),         // 15: byzlog.v1.UpdateTopic
+	(*DeleteTopic)(nil),         // 16: byzlog.v1.DeleteTopic
+	(*SetValidator)(nil),        // 17: byzlog.v1.SetValidator
+	(*SetAdmins)(nil),           // 18: byzlog.v1.SetAdmins
+	(*SetIndexer)(nil),          // 19: byzlog.v1.SetIndexer
+	(*ScheduleUpgrade)(nil),     // 20: byzlog.v1.ScheduleUpgrade
+	(*IndexerProgress)(nil),     // 21: byzlog.v1.IndexerProgress
+	(*IndexerProgressBody)(nil), // 22: byzlog.v1.IndexerProgressBody
+	(*CommitOffsets)(nil),       // 23: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil),   // 24: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),     // 25: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
-	2,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
-	10, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	22, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
-	20, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
-	3,  // 4: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
+	3,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
+	11, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
+	23, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	21, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
+	4,  // 4: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
 	0,  // 5: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
-	5,  // 6: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
-	7,  // 7: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
-	8,  // 8: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
-	11, // 9: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
-	13, // 10: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
-	14, // 11: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
-	15, // 12: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	16, // 13: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
-	17, // 14: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
-	18, // 15: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
-	19, // 16: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
-	9,  // 17: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	9,  // 18: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	24, // 19: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	6,  // 6: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
+	8,  // 7: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
+	9,  // 8: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
+	1,  // 9: byzlog.v1.TopicConfig.timestamp_type:type_name -> byzlog.v1.TimestampType
+	12, // 10: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
+	14, // 11: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
+	15, // 12: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
+	16, // 13: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
+	17, // 14: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
+	18, // 15: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
+	19, // 16: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
+	20, // 17: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
+	10, // 18: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	10, // 19: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	25, // 20: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -2061,7 +2181,7 @@ func file_byzlog_v1_tx_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
