@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -15,96 +16,72 @@ import (
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
-// CreateTopics and DeleteTopics become admin requests signed with the
-// principal's key, for principals the users file marks admin (the chain
-// then checks the key is a genesis admin). Others are refused with
-// TOPIC_AUTHORIZATION_FAILED. The replication factor is not the client's
-// to choose: every validator holds every partition. max.message.bytes
-// becomes the topic's max_record_bytes when below the chain's; at or past
-// it the topic keeps the chain's, and larger records are written in chunks
-// up to what the face decodes (8 MiB a batch by default).
-
-// topicConfigs maps the Kafka topic configs byzlog keeps.
-var topicConfigs = map[string]func(*byzlogv1.TopicConfig, int64) error{
-	"retention.ms": func(c *byzlogv1.TopicConfig, v int64) error { c.RetentionMs = max(v, 0); return nil },
-	"retention.bytes": func(c *byzlogv1.TopicConfig, v int64) error {
-		c.RetentionBytes = max(v, 0)
-		return nil
-	},
-	"max.message.bytes": func(c *byzlogv1.TopicConfig, v int64) error {
-		if v <= 0 || v > 1<<31 {
-			return fmt.Errorf("max.message.bytes %d out of range", v)
-		}
-		c.MaxRecordBytes = uint32(v)
-		return nil
-	},
-}
+// CreateTopics, DeleteTopics, CreatePartitions and the config changes
+// become admin requests signed with the principal's key, for principals the
+// users file marks admin (the chain then checks the key is a genesis
+// admin). Others are refused with TOPIC_AUTHORIZATION_FAILED. The
+// replication factor is not the client's to choose: every validator holds
+// every partition. Topic configs: configs.go.
 
 func (c *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
 	for _, t := range r.Topics {
 		rt := kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, t.NumPartitions, int16(len(c.s.brokers))
-		code, err := c.createTopic(ctx, t, r.ValidateOnly)
+		cfg, code, err := c.createTopic(ctx, t, r.ValidateOnly)
 		if code != nil {
 			rt.ErrorCode, rt.ErrorMessage = code.Code, message(err)
+		} else if r.Version >= 5 {
+			// v5 on answers the topic's configs, as created.
+			if l, err := c.s.b.Reads.Limits(ctx); err == nil {
+				for _, d := range describeTopic(cfg, l, nil, false) {
+					rt.Configs = append(rt.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: d.Name, Value: d.Value, Source: int8(d.Source)})
+				}
+			}
 		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
 }
 
-func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic, validateOnly bool) (*kerr.Error, error) {
+func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic, validateOnly bool) (*byzlogv1.TopicConfig, *kerr.Error, error) {
 	if !c.principal.Admin {
-		return kerr.TopicAuthorizationFailed, fmt.Errorf("%s is not an admin of this gateway's users file", c.principal.Name)
+		return nil, kerr.TopicAuthorizationFailed, c.errNotAdmin()
 	}
 	if err := wire.CheckTopicName(t.Topic); err != nil {
-		return kerr.InvalidTopicException, err
+		return nil, kerr.InvalidTopicException, err
 	}
 	if len(t.ReplicaAssignment) > 0 {
-		return kerr.InvalidReplicaAssignment, errors.New("every validator holds every partition: replica assignment is not taken")
+		return nil, kerr.InvalidReplicaAssignment, errors.New("every validator holds every partition: replica assignment is not taken")
 	}
 	parts := t.NumPartitions
 	if parts == -1 {
 		parts = 1 // Kafka's num.partitions default
 	}
 	if parts <= 0 {
-		return kerr.InvalidPartitions, fmt.Errorf("%d partitions: want at least 1", parts)
+		return nil, kerr.InvalidPartitions, fmt.Errorf("%d partitions: want at least 1", parts)
 	}
 	cfg := &byzlogv1.TopicConfig{Partitions: uint32(parts)}
+	l, err := c.s.b.Reads.Limits(ctx)
+	if err != nil {
+		return nil, kafkaError(err), err
+	}
 	for _, kv := range t.Configs {
-		set, ok := topicConfigs[kv.Name]
-		if !ok || kv.Value == nil {
-			continue // a config byzlog does not keep is ignored, as unknown ones are
-		}
-		v, err := strconv.ParseInt(*kv.Value, 10, 64)
-		if err == nil {
-			err = set(cfg, v)
-		}
-		if err != nil {
-			return kerr.InvalidConfig, fmt.Errorf("%s=%s: %v", kv.Name, *kv.Value, err)
+		if err := setConfig(cfg, kv.Name, kv.Value, l); err != nil {
+			return nil, kerr.InvalidConfig, err
 		}
 	}
-	if cfg.MaxRecordBytes != 0 {
-		// Kafka's max.message.bytes may pass the chain's record bound: the
-		// topic then keeps the chain's, and the face writes larger records
-		// in chunks (chunks.go).
-		l, err := c.s.b.Reads.Limits(ctx)
-		if err != nil {
-			return kafkaError(err), err
-		}
-		if cfg.MaxRecordBytes >= l.GetMaxRecordBytes() {
-			cfg.MaxRecordBytes = 0
-		}
+	if parts > int32(l.GetMaxPartitions()) {
+		return nil, kerr.InvalidPartitions, fmt.Errorf("%d partitions: the chain allows at most %d a topic", parts, l.GetMaxPartitions())
 	}
 	if validateOnly {
-		return nil, nil
+		return cfg, nil, nil
 	}
-	err := c.admin(ctx, &byzlogv1.CreateTopic{Name: t.Topic, Config: cfg})
+	err = c.admin(ctx, &byzlogv1.CreateTopic{Name: t.Topic, Config: cfg})
 	if err != nil {
-		return adminError(err), err
+		return nil, adminError(err), err
 	}
-	return nil, nil
+	return cfg, nil, nil
 }
 
 func (c *conn) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) kmsg.Response {
@@ -120,7 +97,7 @@ func (c *conn) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) km
 		rt.Topic = kmsg.StringPtr(name)
 		var err error
 		if !c.principal.Admin {
-			err = fmt.Errorf("%s is not an admin of this gateway's users file", c.principal.Name)
+			err = c.errNotAdmin()
 			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
 		} else if err = c.admin(ctx, &byzlogv1.DeleteTopic{Name: name}); err != nil {
 			rt.ErrorCode = adminError(err).Code
@@ -172,4 +149,236 @@ func adminError(err error) *kerr.Error {
 		return kerr.InvalidRequest
 	}
 	return kerr.RequestTimedOut // not committed now: retry
+}
+
+// errNotAdmin refuses a change by a principal the users file does not mark
+// admin.
+func (c *conn) errNotAdmin() error {
+	return fmt.Errorf("%s is not an admin of this gateway's users file", c.principal.Name)
+}
+
+// currentTopic reads a topic's config from the chain (not the cache): a
+// change starts from what is committed.
+func (c *conn) currentTopic(ctx context.Context, name string) (*byzlogv1.TopicInfo, error) {
+	c.s.topics.expire()
+	topics, _, err := c.s.topics.get(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	ti := topics[name]
+	if ti == nil {
+		return nil, fmt.Errorf("topic %s: %w", wire.Quote(name), errUnknownPartition)
+	}
+	return ti, nil
+}
+
+// updateTopic writes cfg as name's config unless validateOnly.
+func (c *conn) updateTopic(ctx context.Context, name string, cfg *byzlogv1.TopicConfig, validateOnly bool) (*kerr.Error, error) {
+	if validateOnly {
+		return nil, nil
+	}
+	if err := c.admin(ctx, &byzlogv1.UpdateTopic{Name: name, Config: cfg}); err != nil {
+		return adminError(err), err
+	}
+	return nil, nil
+}
+
+// describeConfigs answers topic configs (configs.go) and, read-only, the
+// few broker settings clients ask for.
+func (c *conn) describeConfigs(ctx context.Context, r *kmsg.DescribeConfigsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeConfigsResponse)
+	l, lerr := c.s.b.Reads.Limits(ctx)
+	for _, rr := range r.Resources {
+		out := kmsg.NewDescribeConfigsResponseResource()
+		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
+		var err error
+		var code *kerr.Error
+		switch rr.ResourceType {
+		case kmsg.ConfigResourceTypeTopic:
+			var ti *byzlogv1.TopicInfo
+			topics, _, terr := c.s.topics.get(ctx, true)
+			switch {
+			case terr != nil || lerr != nil:
+				err = errors.Join(terr, lerr)
+				code = kafkaError(err)
+			case topics[rr.ResourceName] == nil:
+				err, code = fmt.Errorf("topic %s does not exist", wire.Quote(rr.ResourceName)), kerr.UnknownTopicOrPartition
+			default:
+				ti = topics[rr.ResourceName]
+				out.Configs = describeTopic(ti.GetConfig(), l, rr.ConfigNames, r.IncludeDocumentation)
+			}
+		case kmsg.ConfigResourceTypeBroker:
+			out.Configs = c.describeBroker(rr.ConfigNames)
+		default:
+			err, code = fmt.Errorf("resource type %d: byzlog describes topics (2) and brokers (4)", rr.ResourceType), kerr.InvalidRequest
+		}
+		if err != nil {
+			out.ErrorCode, out.ErrorMessage = code.Code, message(err)
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	return resp
+}
+
+// describeBroker is a gateway's broker configs, all read-only: they are
+// flags of the gateway or rules of the chain.
+func (c *conn) describeBroker(names []string) []kmsg.DescribeConfigsResponseResourceConfig {
+	var out []kmsg.DescribeConfigsResponseResourceConfig
+	for _, kv := range [][2]string{
+		{"auto.create.topics.enable", "false"},
+		{"compression.type", "producer"},
+		{"default.replication.factor", strconv.Itoa(len(c.s.brokers))},
+		{"log.message.timestamp.type", "CreateTime"},
+		{"num.partitions", "1"},
+	} {
+		if len(names) > 0 && !slices.Contains(names, kv[0]) {
+			continue
+		}
+		rc := kmsg.NewDescribeConfigsResponseResourceConfig()
+		rc.Name, rc.Value, rc.ReadOnly, rc.Source = kv[0], kmsg.StringPtr(kv[1]), true, kmsg.ConfigSourceStaticBrokerConfig
+		out = append(out, rc)
+	}
+	return out
+}
+
+// alterConfigs (Kafka's legacy API) replaces a topic's Kafka configs: the
+// ones named take their values, the others their defaults. The topic's
+// partitions, producers and readers (byzlog's own settings) stay.
+func (c *conn) alterConfigs(ctx context.Context, r *kmsg.AlterConfigsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.AlterConfigsResponse)
+	for _, rr := range r.Resources {
+		out := kmsg.NewAlterConfigsResponseResource()
+		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
+		code, err := c.alterTopic(ctx, rr.ResourceType, rr.ResourceName, r.ValidateOnly, func(cfg *byzlogv1.TopicConfig, l *byzlogv1.Limits) error {
+			for _, s := range topicSettings {
+				s.reset(cfg)
+			}
+			for _, kv := range rr.Configs {
+				if err := setConfig(cfg, kv.Name, kv.Value, l); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			out.ErrorCode, out.ErrorMessage = code.Code, message(err)
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	return resp
+}
+
+// incrementalAlterConfigs sets, deletes (back to the default), appends to
+// or subtracts from the named configs of a topic and leaves the others.
+func (c *conn) incrementalAlterConfigs(ctx context.Context, r *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+	for _, rr := range r.Resources {
+		out := kmsg.NewIncrementalAlterConfigsResponseResource()
+		out.ResourceType, out.ResourceName = rr.ResourceType, rr.ResourceName
+		code, err := c.alterTopic(ctx, rr.ResourceType, rr.ResourceName, r.ValidateOnly, func(cfg *byzlogv1.TopicConfig, l *byzlogv1.Limits) error {
+			for _, kv := range rr.Configs {
+				switch kv.Op {
+				case kmsg.IncrementalAlterConfigOpSet:
+					if err := setConfig(cfg, kv.Name, kv.Value, l); err != nil {
+						return err
+					}
+				case kmsg.IncrementalAlterConfigOpDelete:
+					if err := setConfig(cfg, kv.Name, nil, l); err != nil {
+						return err
+					}
+				case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
+					// cleanup.policy is the one list byzlog keeps, and its one
+					// value, delete, cannot go.
+					if kv.Name != "cleanup.policy" || kv.Value == nil || (*kv.Value != "delete" && kv.Op == kmsg.IncrementalAlterConfigOpSubtract) {
+						return fmt.Errorf("%s of %s: only cleanup.policy is a list, and its only value is delete", kv.Op, kv.Name)
+					}
+					if err := setConfig(cfg, kv.Name, kv.Value, l); err != nil {
+						return err
+					}
+					if kv.Op == kmsg.IncrementalAlterConfigOpSubtract {
+						return errors.New("cleanup.policy cannot lose delete: compact is not served yet")
+					}
+				default:
+					return fmt.Errorf("config operation %d: want 0 (set), 1 (delete), 2 (append) or 3 (subtract)", kv.Op)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			out.ErrorCode, out.ErrorMessage = code.Code, message(err)
+		}
+		resp.Resources = append(resp.Resources, out)
+	}
+	return resp
+}
+
+// alterTopic changes a topic's config with change, on a copy of what the
+// chain holds, and writes it unless validateOnly.
+func (c *conn) alterTopic(ctx context.Context, typ kmsg.ConfigResourceType, name string, validateOnly bool, change func(*byzlogv1.TopicConfig, *byzlogv1.Limits) error) (*kerr.Error, error) {
+	switch {
+	case typ == kmsg.ConfigResourceTypeBroker:
+		return kerr.InvalidRequest, errors.New("broker configs are the gateway's flags and the chain's rules: change them there, not through Kafka")
+	case typ != kmsg.ConfigResourceTypeTopic:
+		return kerr.InvalidRequest, fmt.Errorf("resource type %d: byzlog alters topics (2)", typ)
+	case !c.principal.Admin:
+		return kerr.TopicAuthorizationFailed, c.errNotAdmin()
+	}
+	ti, err := c.currentTopic(ctx, name)
+	if err != nil {
+		return kafkaError(err), err
+	}
+	l, err := c.s.b.Reads.Limits(ctx)
+	if err != nil {
+		return kafkaError(err), err
+	}
+	cfg := proto.Clone(ti.GetConfig()).(*byzlogv1.TopicConfig)
+	if err := change(cfg, l); err != nil {
+		return kerr.InvalidConfig, err
+	}
+	return c.updateTopic(ctx, name, cfg, validateOnly)
+}
+
+// createPartitions grows topics: the count may only go up (Kafka's rule),
+// and replicas are not the client's to assign.
+func (c *conn) createPartitions(ctx context.Context, r *kmsg.CreatePartitionsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.CreatePartitionsResponse)
+	for _, t := range r.Topics {
+		out := kmsg.NewCreatePartitionsResponseTopic()
+		out.Topic = t.Topic
+		code, err := c.createPartitionsOf(ctx, t, r.ValidateOnly)
+		if err != nil {
+			out.ErrorCode, out.ErrorMessage = code.Code, message(err)
+		}
+		resp.Topics = append(resp.Topics, out)
+	}
+	return resp
+}
+
+func (c *conn) createPartitionsOf(ctx context.Context, t kmsg.CreatePartitionsRequestTopic, validateOnly bool) (*kerr.Error, error) {
+	if !c.principal.Admin {
+		return kerr.TopicAuthorizationFailed, c.errNotAdmin()
+	}
+	if len(t.Assignment) > 0 {
+		return kerr.InvalidReplicaAssignment, errors.New("every validator holds every partition: replica assignment is not taken")
+	}
+	ti, err := c.currentTopic(ctx, t.Topic)
+	if err != nil {
+		return kafkaError(err), err
+	}
+	l, err := c.s.b.Reads.Limits(ctx)
+	if err != nil {
+		return kafkaError(err), err
+	}
+	have := ti.GetConfig().GetPartitions()
+	switch {
+	case t.Count < 0 || uint32(t.Count) < have:
+		return kerr.InvalidPartitions, fmt.Errorf("topic %s has %d partitions, more than the %d asked: partitions can grow, never shrink", wire.Quote(t.Topic), have, t.Count)
+	case uint32(t.Count) == have:
+		return kerr.InvalidPartitions, fmt.Errorf("topic %s already has %d partitions", wire.Quote(t.Topic), have)
+	case uint32(t.Count) > l.GetMaxPartitions():
+		return kerr.InvalidPartitions, fmt.Errorf("%d partitions: the chain allows at most %d a topic", t.Count, l.GetMaxPartitions())
+	}
+	cfg := proto.Clone(ti.GetConfig()).(*byzlogv1.TopicConfig)
+	cfg.Partitions = uint32(t.Count)
+	return c.updateTopic(ctx, t.Topic, cfg, validateOnly)
 }

@@ -25,8 +25,8 @@ func answered(resp kmsg.Response, err error) answerer {
 //     (commit.go), so a member's commits apply in the order it sent them;
 //   - OffsetFetch: the connection's earlier commits are answered, so it
 //     reads what they wrote;
-//   - CreateTopics and DeleteTopics: done whole, as they are rare and a
-//     later request may depend on them.
+//   - CreateTopics, DeleteTopics, CreatePartitions and the config changes:
+//     done whole, as they are rare and a later request may depend on them.
 //
 // Other requests only read, or wait on others (JoinGroup waits for the
 // group's members): they start at once.
@@ -38,7 +38,8 @@ func (c *conn) start(ctx context.Context, req kmsg.Request) answerer {
 		return c.offsetCommit(ctx, r)
 	case *kmsg.OffsetFetchRequest:
 		c.commits.Wait()
-	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest:
+	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
+		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
 		return answered(c.handle(ctx, req))
 	}
 	return func(ctx context.Context) (kmsg.Response, error) { return c.handle(ctx, req) }
@@ -70,6 +71,14 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.createTopics(ctx, r), nil
 	case *kmsg.DeleteTopicsRequest:
 		return c.deleteTopics(ctx, r), nil
+	case *kmsg.CreatePartitionsRequest:
+		return c.createPartitions(ctx, r), nil
+	case *kmsg.DescribeConfigsRequest:
+		return c.describeConfigs(ctx, r), nil
+	case *kmsg.AlterConfigsRequest:
+		return c.alterConfigs(ctx, r), nil
+	case *kmsg.IncrementalAlterConfigsRequest:
+		return c.incrementalAlterConfigs(ctx, r), nil
 	case *kmsg.InitProducerIDRequest:
 		return c.initProducerID(r), nil
 	}

@@ -32,6 +32,10 @@ var handledMin = map[int16]int16{
 	19: 0, // CreateTopics
 	20: 0, // DeleteTopics
 	22: 0, // InitProducerId: idempotent producers (transactional ids refused)
+	32: 0, // DescribeConfigs
+	33: 0, // AlterConfigs
+	37: 0, // CreatePartitions
+	44: 0, // IncrementalAlterConfigs
 }
 
 type versionRange struct{ min, max int16 }

@@ -66,11 +66,18 @@ type testChain struct {
 
 const testChainID = "test-chain"
 
+// testAdminKey is the test chain's genesis admin.
+var testAdminKey = func() ed25519.PrivateKey {
+	seed := sha256.Sum256([]byte("test chain admin"))
+	return ed25519.NewKeyFromSeed(seed[:])
+}()
+
 func newTestChain(t *testing.T, topics ...*byzlogv1.TopicState) *testChain {
 	t.Helper()
 	c := &testChain{chainID: testChainID, store: &memStore{m: map[string][]byte{}}, cache: map[string]bool{},
 		index: map[string][2]int64{}, broadcasts: map[string]int{}, seenMsg: "tx already exists in cache"}
-	params := &byzlogv1.ChainParams{ChainId: c.chainID, Limits: wire.DefaultLimits(), RulesVersion: core.MaxRulesVersion}
+	params := &byzlogv1.ChainParams{ChainId: c.chainID, Limits: wire.DefaultLimits(), RulesVersion: core.MaxRulesVersion,
+		Admins: [][]byte{testAdminKey.Public().(ed25519.PublicKey)}}
 	c.store.apply(core.InitChain(params, topics))
 	c.srv = httptest.NewServer(http.HandlerFunc(c.serve))
 	t.Cleanup(c.srv.Close)

@@ -36,6 +36,9 @@ func StartTestGateways(t *testing.T, n int, topics ...*byzlogv1.TopicState) []*G
 // The faces' tests (grpcface_test.go, httpface_test.go, kafka_*_test.go)
 // run in package pipeline_test, on the test chain below.
 
+// TestAdminKey is the test chain's genesis admin key.
+var TestAdminKey = testAdminKey
+
 // TestChain is the in-memory test chain (chain_test.go).
 type TestChain = testChain
 
