@@ -499,6 +499,12 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		return updateTopic(o, l, op.(*byzlogv1.AdminBody_UpdateTopic).UpdateTopic, rules)
 	case *byzlogv1.AdminBody_DeleteTopic:
 		return deleteTopic(o, op.DeleteTopic)
+	case *byzlogv1.AdminBody_DeleteRecords:
+		rules, err := ex.rulesVersion()
+		if err != nil || rules < KafkaTopicsRulesVersion {
+			return reject(wire.CodeUnknownTxKind, "admin request has no operation this version knows"), err
+		}
+		return deleteRecords(o, op.DeleteRecords)
 	case *byzlogv1.AdminBody_SetValidator:
 		v := op.SetValidator
 		start, err := LoadValidators(ex.base)
@@ -579,11 +585,54 @@ func deleteTopic(o *overlay, d *byzlogv1.DeleteTopic) (Result, error) {
 	o.del(CFMeta, topicKey(d.Name))
 	for p := uint32(0); p < have.Config.Partitions; p++ {
 		o.del(CFMeta, partitionKey(d.Name, p))
+		o.del(CFMeta, purgeKey(d.Name, p))
 	}
 	start, end := topicRecords(d.Name)
 	o.deleteRange(CFRecords, start, end)
 	return adminOK("delete_topic", d.Name), nil
 }
+
+// deleteRecords moves partitions' log start to the offsets asked: reads
+// below them are refused at once, and retention removes the records in the
+// blocks that follow (retain), a bounded number a block.
+func deleteRecords(o *overlay, d *byzlogv1.DeleteRecords) (Result, error) {
+	if len(d.Partitions) == 0 {
+		return reject(wire.CodeMalformedTx, "delete records of topic %s names no partition", wire.Quote(d.Topic)), nil
+	}
+	seen := map[uint32]bool{}
+	for i, dp := range d.Partitions {
+		topic, code, missing, err := topicPartition(o, d.Topic, dp.Partition)
+		if err != nil {
+			return Result{}, err
+		}
+		if topic == nil {
+			return reject(code, "partitions[%d]: %s", i, missing), nil
+		}
+		if seen[dp.Partition] {
+			return reject(wire.CodeMalformedTx, "partitions[%d]: partition %d is listed twice", i, dp.Partition), nil
+		}
+		seen[dp.Partition] = true
+		pk := partitionKey(d.Topic, dp.Partition)
+		var ps byzlogv1.PartitionState
+		if _, err := getProto(o, CFMeta, pk, &ps); err != nil {
+			return Result{}, err
+		}
+		if dp.BeforeOffset > ps.NextOffset {
+			return reject(wire.CodeOffsetOutOfRange, "partitions[%d]: offset %d is past %s/%d's high watermark %d", i, dp.BeforeOffset, wire.Quote(d.Topic), dp.Partition, ps.NextOffset), nil
+		}
+		if dp.BeforeOffset <= logStart(&ps) {
+			continue
+		}
+		ps.DeleteBelow = dp.BeforeOffset
+		o.put(CFMeta, pk, marshal(&ps))
+		o.put(CFMeta, purgeKey(d.Topic, dp.Partition), []byte{})
+	}
+	return adminOK("delete_records", d.Topic), nil
+}
+
+// logStart is the first offset a partition serves: retention's log start,
+// or past it what DeleteRecords deleted and retention has not removed yet.
+func logStart(ps *byzlogv1.PartitionState) uint64 { return max(ps.LogStartOffset, ps.DeleteBelow) }
 
 func adminOK(op, topic string) Result {
 	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{{"op", op}, {"topic", topic}}}}}
@@ -663,7 +712,12 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 	if r := ex.expired("offset commit", body.ExpiryHeight); !r.OK() {
 		return r, nil
 	}
-	if n := len(body.Offsets); n == 0 || n > int(ex.params.Limits.MaxCommitOffsets) {
+	rules, err := ex.rulesVersion()
+	if err != nil {
+		return Result{}, err
+	}
+	deleting := body.Delete && rules >= KafkaTopicsRulesVersion
+	if n := len(body.Offsets); (n == 0 && !deleting) || n > int(ex.params.Limits.MaxCommitOffsets) {
 		return reject(wire.CodeMalformedTx, "an offset commit holds 1 to %d offsets, this one %d", ex.params.Limits.MaxCommitOffsets, n), nil
 	}
 	if r, err := ex.useNonce(o, req.ConsumerKey, body.Nonce); err != nil || !r.OK() {
@@ -676,12 +730,11 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 	if owner != nil && !bytes.Equal(owner, req.ConsumerKey) {
 		return reject(wire.CodeNotGroupOwner, "group %q belongs to key %x", body.Group, owner), nil
 	}
+	if deleting {
+		return deleteOffsets(o, &body, owner != nil)
+	}
 	if owner == nil {
 		o.put(CFMeta, groupKey(body.Group), req.ConsumerKey)
-	}
-	rules, err := ex.rulesVersion()
-	if err != nil {
-		return Result{}, err
 	}
 	seen := map[string]bool{}
 	for i, po := range body.Offsets {
@@ -718,6 +771,26 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		o.put(CFOffsets, k, marshal(&byzlogv1.GroupOffset{Offset: po.Offset, Metadata: po.Metadata, Height: ex.b.Height}))
 	}
 	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"count", strconv.Itoa(len(body.Offsets))}}}}}, nil
+}
+
+// deleteOffsets deletes the listed offsets of a group (Kafka's
+// OffsetDelete) or, with none listed, the group (DeleteGroups): its
+// offsets and its owner, so that its name is free again. A group with no
+// committed offsets is not found.
+func deleteOffsets(o *overlay, body *byzlogv1.CommitOffsetsBody, exists bool) (Result, error) {
+	if !exists {
+		return reject(wire.CodeNotFound, "group %q has committed no offsets", body.Group), nil
+	}
+	if len(body.Offsets) == 0 {
+		start, end := groupOffsets(body.Group)
+		o.deleteRange(CFOffsets, start, end)
+		o.del(CFMeta, groupKey(body.Group))
+		return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"deleted", "group"}}}}}, nil
+	}
+	for _, po := range body.Offsets {
+		o.del(CFOffsets, offsetKey(body.Group, po.Topic, po.Partition))
+	}
+	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"deleted", strconv.Itoa(len(body.Offsets))}}}}}, nil
 }
 
 // topicPartition loads a topic and checks that partition is one of its

@@ -90,6 +90,10 @@ func dangerous(body *byzlogv1.AdminBody) (string, bool) {
 		return "update_topic", false
 	case *byzlogv1.AdminBody_DeleteTopic:
 		return "delete_topic", true
+	case *byzlogv1.AdminBody_DeleteRecords:
+		// Before rules version 6 an operation the chain does not know,
+		// which is dangerous too: the same answer either way.
+		return "delete_records", true
 	case *byzlogv1.AdminBody_SetValidator:
 		return "set_validator", true
 	case *byzlogv1.AdminBody_SetAdmins:

@@ -32,6 +32,7 @@ var queries = map[string]query{
 	wire.PathTopic:    decoded(queryTopic),
 	wire.PathRecords:  decoded(queryRecords),
 	wire.PathGroup:    decoded(func(s Scanner, req *byzlogv1.GroupRequest) ([]byte, Result, error) { return queryGroup(s, req.Group) }),
+	wire.PathGroups:   decoded(queryGroups),
 	wire.PathProducer: decoded(queryProducer),
 	wire.PathNonce:    decoded(queryNonce),
 	wire.PathProof:    decoded(queryProof),
@@ -191,7 +192,7 @@ func topicInfo(r Reader, t *byzlogv1.TopicState) (*byzlogv1.TopicInfo, error) {
 			return nil, err
 		}
 		info.Partitions = append(info.Partitions, &byzlogv1.PartitionInfo{
-			Partition: p, LogStartOffset: ps.LogStartOffset, NextOffset: ps.NextOffset, SizeBytes: ps.SizeBytes,
+			Partition: p, LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset, SizeBytes: ps.SizeBytes,
 		})
 	}
 	return info, nil
@@ -222,13 +223,13 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {
 		return nil, Result{}, err
 	}
-	if req.Offset < ps.LogStartOffset {
-		return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d is below the log start offset %d: retention deleted it", req.Offset, req.Topic, req.Partition, ps.LogStartOffset), nil
+	if start := logStart(&ps); req.Offset < start {
+		return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d is below the log start offset %d: retention or DeleteRecords deleted it", req.Offset, req.Topic, req.Partition, start), nil
 	}
 	if req.Offset > ps.NextOffset {
 		return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d is beyond the log end offset %d", req.Offset, req.Topic, req.Partition, ps.NextOffset), nil
 	}
-	resp := &byzlogv1.RecordsResponse{LogStartOffset: ps.LogStartOffset, NextOffset: ps.NextOffset}
+	resp := &byzlogv1.RecordsResponse{LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset}
 	size := 0
 	err = scanRecords(s, req.Topic, req.Partition, req.Offset, func(_ uint64, v []byte) bool {
 		if len(resp.Records) > 0 && size+len(v) > maxBytes {
@@ -242,6 +243,40 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 		return nil, Result{}, fmt.Errorf("read records of %s/%d: %w", req.Topic, req.Partition, err)
 	}
 	return marshal(resp), Result{}, nil
+}
+
+// Bounds of a "/groups" page.
+const (
+	defaultGroupsPage = 1000
+	maxGroupsPage     = 10000
+)
+
+// queryGroups lists the groups with committed offsets, a page at a time.
+func queryGroups(s Scanner, req *byzlogv1.GroupsRequest) ([]byte, Result, error) {
+	limit := int(req.Limit)
+	switch {
+	case limit == 0:
+		limit = defaultGroupsPage
+	case limit > maxGroupsPage:
+		return nil, reject(wire.CodeBadQuery, "limit (%d) must be at most %d", limit, maxGroupsPage), nil
+	}
+	start := groupKey(req.StartAfter)
+	if req.StartAfter != "" {
+		start = append(start, 0) // the first key after it
+	}
+	list := &byzlogv1.GroupList{}
+	err := s.Scan(CFMeta, start, prefixEnd(prefixGroup), func(k, v []byte) bool {
+		if len(list.Groups) == limit {
+			list.More = true
+			return false
+		}
+		list.Groups = append(list.Groups, &byzlogv1.GroupEntry{Group: string(k[len(prefixGroup):]), OwnerKey: append([]byte(nil), v...)})
+		return true
+	})
+	if err != nil {
+		return nil, Result{}, err
+	}
+	return marshal(list), Result{Code: wire.CodeOK}, nil
 }
 
 func queryGroup(s Scanner, group string) ([]byte, Result, error) {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -14,11 +15,12 @@ import (
 const MaxRetentionDeletes = 10000
 
 // retain applies every topic's retention at the start of a block, from the
-// block time: records whose log-append time is older than retention_ms, and
-// the oldest records of a partition larger than retention_bytes, are deleted
-// with one range delete per partition, and its log start offset moves up.
-// It reads committed state only: records appended in this block are never
-// older than the block itself.
+// block time: records whose log-append time is older than retention_ms, the
+// oldest records of a partition larger than retention_bytes, and those
+// below a partition's delete_below (DeleteRecords) are deleted with one
+// range delete per partition, and its log start offset moves up. It reads
+// committed state only: records appended in this block are never older
+// than the block itself.
 func retain(s Scanner, o *overlay, blockTime int64) error {
 	var topics []*byzlogv1.TopicState
 	var decodeErr error
@@ -35,11 +37,53 @@ func retain(s Scanner, o *overlay, blockTime int64) error {
 	if err = firstErr(err, decodeErr); err != nil {
 		return fmt.Errorf("retention: list topics: %w", err)
 	}
+	done := map[string]bool{}
 	for _, t := range topics {
+		done[t.Name] = true
 		for p := uint32(0); p < t.Config.Partitions; p++ {
 			if err := retainPartition(s, o, t, p, blockTime); err != nil {
 				return fmt.Errorf("retention of %s/%d: %w", t.Name, p, err)
 			}
+		}
+	}
+	return purge(s, o, done, blockTime)
+}
+
+// purge removes what DeleteRecords deleted from the partitions of topics
+// without retention (done lists the others, whose retention did it).
+func purge(s Scanner, o *overlay, done map[string]bool, blockTime int64) error {
+	type part struct {
+		topic string
+		p     uint32
+	}
+	var parts []part
+	var bad error
+	err := s.Scan(CFMeta, prefixPurge, prefixEnd(prefixPurge), func(k, _ []byte) bool {
+		rest := k[len(prefixPurge):]
+		if len(rest) < 5 || rest[len(rest)-5] != 0 {
+			bad = fmt.Errorf("purge key %x is malformed", k)
+			return false
+		}
+		parts = append(parts, part{string(rest[:len(rest)-5]), binary.BigEndian.Uint32(rest[len(rest)-4:])})
+		return true
+	})
+	if err = firstErr(err, bad); err != nil {
+		return fmt.Errorf("retention: list partitions to purge: %w", err)
+	}
+	for _, pt := range parts {
+		if done[pt.topic] {
+			continue
+		}
+		t, err := loadTopic(s, pt.topic)
+		if err != nil {
+			return err
+		}
+		if t == nil || pt.p >= t.Config.Partitions {
+			o.del(CFMeta, purgeKey(pt.topic, pt.p)) // deleted with its topic
+			continue
+		}
+		if err := retainPartition(s, o, t, pt.p, blockTime); err != nil {
+			return fmt.Errorf("retention of %s/%d: %w", pt.topic, pt.p, err)
 		}
 	}
 	return nil
@@ -50,6 +94,13 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 	var ps byzlogv1.PartitionState
 	if _, err := getProto(s, CFMeta, pk, &ps); err != nil {
 		return err
+	}
+	if ps.DeleteBelow != 0 && ps.DeleteBelow <= ps.LogStartOffset {
+		// DeleteRecords' records are gone.
+		ps.DeleteBelow = 0
+		o.put(CFMeta, pk, marshal(&ps))
+		o.del(CFMeta, purgeKey(t.Name, p))
+		return nil
 	}
 	if ps.LogStartOffset == ps.NextOffset {
 		return nil
@@ -78,7 +129,7 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 		if decodeErr = proto.Unmarshal(v, &r); decodeErr != nil {
 			return false
 		}
-		if r.TimestampUnixNano >= cutoff && !overBytes {
+		if r.TimestampUnixNano >= cutoff && !overBytes && offset >= ps.DeleteBelow {
 			return false
 		}
 		newStart = offset + 1

@@ -301,8 +301,11 @@ var (
 	prefixPartition = []byte("p/")
 	prefixNonce     = []byte("n/")
 	prefixGroup     = []byte("g/")
-	prefixProducer  = []byte("s/")
-	prefixBatch     = []byte("b/")
+	// prefixPurge marks partitions with records DeleteRecords deleted and
+	// retention has yet to remove (retain).
+	prefixPurge    = []byte("d/")
+	prefixProducer = []byte("s/")
+	prefixBatch    = []byte("b/")
 	// A Kafka producer's sequence state and batches, by producer id.
 	prefixKafkaProducer = []byte("ks/")
 	prefixKafkaBatch    = []byte("kb/")
@@ -335,6 +338,11 @@ func partitionPrefix(topic string) []byte { return cat(prefixPartition, []byte(t
 func nonceKey(key []byte) []byte { return cat(prefixNonce, key) }
 
 func groupKey(group string) []byte { return cat(prefixGroup, []byte(group)) }
+
+// purgeKey marks a partition with records to remove; the value is empty.
+func purgeKey(topic string, p uint32) []byte {
+	return cat(prefixPurge, []byte(topic), []byte{0}, be32(p))
+}
 
 // recordPrefix spans a topic-partition's records; recordKey is one record.
 func recordPrefix(topic string, p uint32) []byte { return cat([]byte(topic), []byte{0}, be32(p)) }

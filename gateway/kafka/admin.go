@@ -140,6 +140,13 @@ func adminError(err error) *kerr.Error {
 			return kerr.InvalidTopicException
 		case wire.CodeBadTopicConfig:
 			return kerr.InvalidConfig
+		case wire.CodeOffsetOutOfRange:
+			return kerr.OffsetOutOfRange
+		case wire.CodeUnknownPartition:
+			return kerr.UnknownTopicOrPartition
+		case wire.CodeUnknownTxKind:
+			// A chain before rules version 6 (DeleteRecords).
+			return kerr.UnsupportedVersion
 		case wire.CodeBelowThreshold:
 			// A chain whose admin threshold is above 1: one principal's
 			// key cannot delete a topic (byzlog topic delete with
@@ -381,4 +388,87 @@ func (c *conn) createPartitionsOf(ctx context.Context, t kmsg.CreatePartitionsRe
 	cfg := proto.Clone(ti.GetConfig()).(*byzlogv1.TopicConfig)
 	cfg.Partitions = uint32(t.Count)
 	return c.updateTopic(ctx, t.Topic, cfg, validateOnly)
+}
+
+// deleteRecords moves partitions' log start, as retention does, through
+// the chain: an admin request (DeleteRecords) that needs the admin set's
+// threshold, as deleting a topic does. Offset -1 is the high watermark.
+func (c *conn) deleteRecords(ctx context.Context, r *kmsg.DeleteRecordsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DeleteRecordsResponse)
+	for _, t := range r.Topics {
+		rt := kmsg.NewDeleteRecordsResponseTopic()
+		rt.Topic = t.Topic
+		codes := c.deleteTopicRecords(ctx, t)
+		for i, p := range t.Partitions {
+			rp := kmsg.NewDeleteRecordsResponseTopicPartition()
+			rp.Partition, rp.LowWatermark = p.Partition, -1
+			if codes[i].err != nil {
+				rp.ErrorCode = codes[i].err.Code
+			} else {
+				rp.LowWatermark = codes[i].low
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+type deleted struct {
+	low int64
+	err *kerr.Error
+}
+
+// deleteTopicRecords deletes one topic's records in one admin request; a
+// partition Kafka would refuse is answered without it.
+func (c *conn) deleteTopicRecords(ctx context.Context, t kmsg.DeleteRecordsRequestTopic) []deleted {
+	out := make([]deleted, len(t.Partitions))
+	fail := func(code *kerr.Error) []deleted {
+		for i := range out {
+			if out[i].err == nil {
+				out[i].err = code
+			}
+		}
+		return out
+	}
+	if !c.principal.Admin {
+		return fail(kerr.TopicAuthorizationFailed)
+	}
+	ti, err := c.currentTopic(ctx, t.Topic)
+	if err != nil {
+		return fail(kafkaError(err))
+	}
+	parts := map[int32]*byzlogv1.PartitionInfo{}
+	for _, p := range ti.Partitions {
+		parts[int32(p.Partition)] = p
+	}
+	op := &byzlogv1.DeleteRecords{Topic: t.Topic}
+	seen := map[int32]bool{}
+	for i, p := range t.Partitions {
+		info := parts[p.Partition]
+		before := p.Offset
+		if info != nil && before == -1 {
+			before = int64(info.NextOffset)
+		}
+		switch {
+		case info == nil:
+			out[i].err = kerr.UnknownTopicOrPartition
+		case seen[p.Partition]:
+			out[i].err = kerr.InvalidRequest
+		case before < 0 || uint64(before) > info.NextOffset:
+			out[i].err = kerr.OffsetOutOfRange
+		default:
+			seen[p.Partition] = true
+			out[i].low = max(before, int64(info.LogStartOffset))
+			op.Partitions = append(op.Partitions, &byzlogv1.DeleteRecordsPartition{Partition: uint32(p.Partition), BeforeOffset: uint64(before)})
+		}
+	}
+	if len(op.Partitions) == 0 {
+		return out
+	}
+	if err := c.admin(ctx, op); err != nil {
+		c.log.Info().Err(err).Str("topic", t.Topic).Msg("kafka delete records failed")
+		return fail(adminError(err))
+	}
+	return out
 }

@@ -48,6 +48,11 @@ type Reads interface {
 // Groups reads and commits consumer-group offsets.
 type Groups interface {
 	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)
+	// Groups lists a page of the groups with committed offsets, from after
+	// startAfter (limit 0: the chain's default page).
+	Groups(ctx context.Context, startAfter string, limit uint32) (*byzlogv1.GroupList, error)
+	// Rules is the chain's rules version in force.
+	Rules(ctx context.Context) (*byzlogv1.Rules, error)
 	Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, error)
 	// CommitOffsets waits for the commit; accepted (may be nil) is called
 	// when a node's mempool has taken the transaction.

@@ -25,8 +25,9 @@ func answered(resp kmsg.Response, err error) answerer {
 //     (commit.go), so a member's commits apply in the order it sent them;
 //   - OffsetFetch: the connection's earlier commits are answered, so it
 //     reads what they wrote;
-//   - CreateTopics, DeleteTopics, CreatePartitions and the config changes:
-//     done whole, as they are rare and a later request may depend on them.
+//   - CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords, the
+//     config changes and the group deletions: done whole, as they are rare
+//     and a later request may depend on them.
 //
 // Other requests only read, or wait on others (JoinGroup waits for the
 // group's members): they start at once.
@@ -39,7 +40,8 @@ func (c *conn) start(ctx context.Context, req kmsg.Request) answerer {
 	case *kmsg.OffsetFetchRequest:
 		c.commits.Wait()
 	case *kmsg.CreateTopicsRequest, *kmsg.DeleteTopicsRequest, *kmsg.CreatePartitionsRequest,
-		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest:
+		*kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest, *kmsg.DeleteRecordsRequest,
+		*kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest:
 		return answered(c.handle(ctx, req))
 	}
 	return func(ctx context.Context) (kmsg.Response, error) { return c.handle(ctx, req) }
@@ -79,6 +81,22 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.alterConfigs(ctx, r), nil
 	case *kmsg.IncrementalAlterConfigsRequest:
 		return c.incrementalAlterConfigs(ctx, r), nil
+	case *kmsg.DeleteRecordsRequest:
+		return c.deleteRecords(ctx, r), nil
+	case *kmsg.ListGroupsRequest:
+		return c.listGroups(ctx, r), nil
+	case *kmsg.DescribeGroupsRequest:
+		return c.describeGroups(ctx, r), nil
+	case *kmsg.DeleteGroupsRequest:
+		return c.deleteGroups(ctx, r), nil
+	case *kmsg.OffsetDeleteRequest:
+		return c.offsetDelete(ctx, r), nil
+	case *kmsg.DescribeClusterRequest:
+		return c.describeCluster(r), nil
+	case *kmsg.DescribeLogDirsRequest:
+		return c.describeLogDirs(ctx, r), nil
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return c.offsetForLeaderEpoch(ctx, r), nil
 	case *kmsg.InitProducerIDRequest:
 		return c.initProducerID(r), nil
 	}

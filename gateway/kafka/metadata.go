@@ -156,3 +156,86 @@ func topicID(chain string, ti *byzlogv1.TopicInfo) [16]byte {
 	}
 	return id
 }
+
+// describeCluster lists the gateways as the brokers, as Metadata does.
+func (c *conn) describeCluster(r *kmsg.DescribeClusterRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeClusterResponse)
+	resp.ClusterID, resp.ControllerID = c.s.b.ChainID(), c.s.brokers[0].NodeID
+	for _, b := range c.s.brokers {
+		rb := kmsg.NewDescribeClusterResponseBroker()
+		rb.NodeID, rb.Host, rb.Port = b.NodeID, b.Host, b.Port
+		resp.Brokers = append(resp.Brokers, rb)
+	}
+	return resp
+}
+
+// logDir is the one log directory a gateway describes: every validator
+// holds every partition, so the sizes are the chain's, as f+1 nodes agree.
+const logDir = "chain"
+
+// describeLogDirs answers each partition's size on the chain (the stored
+// bytes of its records), as one directory of every broker.
+func (c *conn) describeLogDirs(ctx context.Context, r *kmsg.DescribeLogDirsRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.DescribeLogDirsResponse)
+	dir := kmsg.NewDescribeLogDirsResponseDir()
+	dir.Dir, dir.TotalBytes, dir.UsableBytes = logDir, -1, -1
+	topics, order, err := c.s.topics.get(ctx, true)
+	if err != nil {
+		dir.ErrorCode = kerr.KafkaStorageError.Code
+		resp.Dirs = append(resp.Dirs, dir)
+		return resp
+	}
+	want := map[string][]int32{}
+	if r.Topics != nil {
+		order = order[:0:0]
+		for _, t := range r.Topics {
+			if _, ok := want[t.Topic]; !ok {
+				order = append(order, t.Topic)
+			}
+			want[t.Topic] = append(want[t.Topic], t.Partitions...)
+		}
+	}
+	for _, name := range order {
+		ti := topics[name]
+		if ti == nil {
+			continue
+		}
+		dt := kmsg.NewDescribeLogDirsResponseDirTopic()
+		dt.Topic = name
+		for _, p := range ti.Partitions {
+			if r.Topics != nil && !slices.Contains(want[name], int32(p.Partition)) {
+				continue
+			}
+			dp := kmsg.NewDescribeLogDirsResponseDirTopicPartition()
+			dp.Partition, dp.Size = int32(p.Partition), int64(p.SizeBytes)
+			dt.Partitions = append(dt.Partitions, dp)
+		}
+		dir.Topics = append(dir.Topics, dt)
+	}
+	resp.Dirs = append(resp.Dirs, dir)
+	return resp
+}
+
+// offsetForLeaderEpoch answers with epoch 0 and the high watermark: a
+// partition's log never truncates and its leader epoch never changes
+// (Metadata advertises none), so a client that checks finds nothing to
+// truncate.
+func (c *conn) offsetForLeaderEpoch(ctx context.Context, r *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetForLeaderEpochResponse)
+	for _, rt := range r.Topics {
+		t := kmsg.NewOffsetForLeaderEpochResponseTopic()
+		t.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			p.Partition, p.LeaderEpoch, p.EndOffset = rp.Partition, 0, -1
+			if info, err := c.partitionInfo(ctx, rt.Topic, rp.Partition); err != nil {
+				p.ErrorCode = kafkaError(err).Code
+			} else {
+				p.EndOffset = int64(info.NextOffset)
+			}
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}

@@ -36,6 +36,14 @@ var handledMin = map[int16]int16{
 	33: 0, // AlterConfigs
 	37: 0, // CreatePartitions
 	44: 0, // IncrementalAlterConfigs
+	15: 0, // DescribeGroups
+	16: 0, // ListGroups
+	21: 0, // DeleteRecords
+	23: 0, // OffsetForLeaderEpoch
+	35: 0, // DescribeLogDirs
+	42: 0, // DeleteGroups
+	47: 0, // OffsetDelete
+	60: 0, // DescribeCluster
 }
 
 type versionRange struct{ min, max int16 }

@@ -39,6 +39,10 @@ func (noBackend) Limits(context.Context) (*byzlogv1.Limits, error)              
 func (noBackend) Height() int64                                                 { return 1 }
 func (noBackend) Group(context.Context, string) (*byzlogv1.GroupOffsets, error) { return nil, errNo }
 func (noBackend) Nonce(context.Context, ed25519.PublicKey) (uint64, error)      { return 0, errNo }
+func (noBackend) Groups(context.Context, string, uint32) (*byzlogv1.GroupList, error) {
+	return nil, errNo
+}
+func (noBackend) Rules(context.Context) (*byzlogv1.Rules, error) { return nil, errNo }
 func (noBackend) CommitOffsets(context.Context, *byzlogv1.CommitOffsets, func()) (pipeline.Committed, error) {
 	return pipeline.Committed{}, errNo
 }

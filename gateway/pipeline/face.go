@@ -54,6 +54,24 @@ func (g *Gateway) Group(ctx context.Context, group string) (*byzlogv1.GroupOffse
 	return &resp, nil
 }
 
+// Groups lists a page of the groups with committed offsets.
+func (g *Gateway) Groups(ctx context.Context, startAfter string, limit uint32) (*byzlogv1.GroupList, error) {
+	var resp byzlogv1.GroupList
+	if err := g.Query(ctx, wire.PathGroups, &byzlogv1.GroupsRequest{StartAfter: startAfter, Limit: limit}, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Rules is the rules version in force and any upgrade scheduled.
+func (g *Gateway) Rules(ctx context.Context) (*byzlogv1.Rules, error) {
+	var resp byzlogv1.Rules
+	if err := g.Query(ctx, wire.PathRules, nil, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
 // Nonce is key's next admin or offset-commit nonce.
 func (g *Gateway) Nonce(ctx context.Context, key ed25519.PublicKey) (uint64, error) {
 	var resp byzlogv1.NonceResponse

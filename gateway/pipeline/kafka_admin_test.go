@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/byzlog/byzlog/gateway/kafka"
 	"github.com/byzlog/byzlog/gateway/pipeline"
@@ -155,4 +157,166 @@ func TestKafkaFaceTopicConfigs(t *testing.T) {
 	if !strings.Contains(rs[0].ErrMessage, "retention.msec") {
 		t.Errorf("unknown config message %q does not name it", rs[0].ErrMessage)
 	}
+}
+
+// TestKafkaFaceGroupAdmin: the consumer-groups flows of Kafka's tools, as
+// franz-go's admin client runs them: list and describe groups with lag,
+// refuse to delete a group or offsets its live members use, reset offsets,
+// delete offsets and the group; delete records before an offset; describe
+// the cluster and its log dirs.
+func TestKafkaFaceGroupAdmin(t *testing.T) {
+	adm := startAdminFace(t, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 2}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	produce := func(n int) {
+		t.Helper()
+		var recs []*kgo.Record
+		for i := range n {
+			recs = append(recs, &kgo.Record{Topic: "k", Partition: int32(i % 2), Value: []byte(fmt.Sprint(i))})
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(adminAddr(t, adm)), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(10)
+	member, err := kgo.NewClient(kgo.SeedBrokers(adminAddr(t, adm)), kgo.ConsumerGroup("grp"), kgo.ConsumeTopics("k"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer member.Close()
+	for read := 0; read < 10 && ctx.Err() == nil; {
+		fs := member.PollFetches(ctx)
+		read += fs.NumRecords()
+	}
+	if err := member.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	produce(4) // two more a partition: the group lags by 4
+
+	listed, err := adm.ListGroups(ctx)
+	if err != nil || listed["grp"].State != "Stable" {
+		t.Fatalf("ListGroups = %v, %v; want grp Stable", listed, err)
+	}
+	lags, err := adm.Lag(ctx, "grp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag := lags["grp"]
+	if lag.Error() != nil || lag.State != "Stable" || len(lag.Members) != 1 || lag.Lag.Total() != 4 {
+		t.Fatalf("grp: state %s, %d members, lag %d (%v); want Stable, 1, 4", lag.State, len(lag.Members), lag.Lag.Total(), lag.Error())
+	}
+	if r, _ := adm.DeleteGroup(ctx, "grp"); !errors.Is(r.Err, kerr.NonEmptyGroup) {
+		t.Fatalf("deleting a group with a member = %v %v, want NON_EMPTY_GROUP", r.Err, err)
+	}
+	ds, err := adm.DeleteOffsets(ctx, "grp", kadm.TopicsSet{"k": {0: {}}})
+	if !errors.Is(ds.Error(), kerr.GroupSubscribedToTopic) {
+		t.Fatalf("deleting offsets a member reads = %v %v, want GROUP_SUBSCRIBED_TO_TOPIC", ds.Error(), err)
+	}
+	member.Close() // leaves the group
+
+	// Reset to the start, as --reset-offsets --to-earliest does.
+	reset := kadm.Offsets{}
+	reset.Add(kadm.Offset{Topic: "k", Partition: 0, At: 0})
+	reset.Add(kadm.Offset{Topic: "k", Partition: 1, At: 0})
+	if rs, err := adm.CommitOffsets(ctx, "grp", reset); err != nil || rs.Error() != nil {
+		t.Fatalf("reset offsets: %v %v", err, rs.Error())
+	}
+	lags, err = adm.Lag(ctx, "grp")
+	if err != nil || lags["grp"].State != "Empty" || lags["grp"].Lag.Total() != 14 {
+		t.Fatalf("after the reset: state %s lag %d (%v), want Empty and 14", lags["grp"].State, lags["grp"].Lag.Total(), err)
+	}
+	if ds, err := adm.DeleteOffsets(ctx, "grp", kadm.TopicsSet{"k": {0: {}}}); err != nil || ds.Error() != nil {
+		t.Fatalf("delete offsets of k/0: %v %v", err, ds.Error())
+	}
+	fetched, err := adm.FetchOffsets(ctx, "grp")
+	if _, ok := fetched.Lookup("k", 0); err != nil || ok {
+		t.Fatalf("k/0's offset after deleting it: %v %v", fetched, err)
+	}
+	if _, ok := fetched.Lookup("k", 1); !ok {
+		t.Fatalf("k/1's offset went with k/0's: %v", fetched)
+	}
+	if r, err := adm.DeleteGroup(ctx, "grp"); err != nil || r.Err != nil {
+		t.Fatalf("delete group: %v %v", err, r.Err)
+	}
+	if listed, err := adm.ListGroups(ctx); err != nil || listed["grp"].Group != "" {
+		t.Fatalf("ListGroups after deleting grp = %v, %v", listed, err)
+	}
+	if dg, err := adm.DescribeGroups(ctx, "grp"); err != nil || dg["grp"].State != "Dead" {
+		t.Fatalf("a deleted group is described as %q (%v), want Dead", dg["grp"].State, err)
+	}
+	if r, _ := adm.DeleteGroup(ctx, "grp"); !errors.Is(r.Err, kerr.GroupIDNotFound) {
+		t.Fatalf("deleting it again = %v %v, want GROUP_ID_NOT_FOUND", r.Err, err)
+	}
+
+	// Delete records before offset 3 of k/0; past the high watermark is
+	// refused and changes nothing.
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: "k", Partition: 0, At: 3})
+	if rs, err := adm.DeleteRecords(ctx, del); err != nil || rs.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, rs.Error())
+	} else if r, _ := rs.Lookup("k", 0); r.LowWatermark != 3 {
+		t.Fatalf("delete records low watermark = %d, want 3", r.LowWatermark)
+	}
+	past := kadm.Offsets{}
+	past.Add(kadm.Offset{Topic: "k", Partition: 1, At: 100})
+	if rs, _ := adm.DeleteRecords(ctx, past); !errors.Is(rs.Error(), kerr.OffsetOutOfRange) {
+		t.Fatalf("delete records past the high watermark = %v, want OFFSET_OUT_OF_RANGE", rs.Error())
+	}
+	starts, err := adm.ListStartOffsets(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s0, _ := starts.Lookup("k", 0); s0.Offset != 3 {
+		t.Errorf("k/0 starts at %d, want 3", s0.Offset)
+	}
+	if s1, _ := starts.Lookup("k", 1); s1.Offset != 0 {
+		t.Errorf("k/1 starts at %d, want 0", s1.Offset)
+	}
+
+	// DescribeCluster and OffsetForLeaderEpoch, raw: the brokers, and a
+	// log that never truncates (epoch 0 ends at the high watermark).
+	raw, err := kgo.NewClient(kgo.SeedBrokers(adminAddr(t, adm)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	dc, err := kmsg.NewPtrDescribeClusterRequest().RequestWith(ctx, raw)
+	if err != nil || dc.ErrorCode != 0 || len(dc.Brokers) != 1 || dc.ClusterID == "" {
+		t.Fatalf("DescribeCluster = %+v, %v", dc, err)
+	}
+	ol := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	ol.ReplicaID = -1
+	ol.Topics = []kmsg.OffsetForLeaderEpochRequestTopic{{Topic: "k", Partitions: []kmsg.OffsetForLeaderEpochRequestTopicPartition{{Partition: 1, CurrentLeaderEpoch: -1, LeaderEpoch: 0}}}}
+	olr, err := ol.RequestWith(ctx, raw)
+	if err != nil || olr.Topics[0].Partitions[0].ErrorCode != 0 || olr.Topics[0].Partitions[0].EndOffset != 7 {
+		t.Fatalf("OffsetForLeaderEpoch of k/1 = %+v, %v; want end offset 7", olr, err)
+	}
+
+	dirs, err := adm.DescribeAllLogDirs(ctx, nil)
+	if err != nil {
+		t.Fatalf("describe log dirs: %v", err)
+	}
+	var size int64
+	dirs.Each(func(d kadm.DescribedLogDir) {
+		d.Topics.Each(func(p kadm.DescribedLogDirPartition) { size += p.Size })
+	})
+	if size <= 0 {
+		t.Errorf("log dirs describe %d bytes for k", size)
+	}
+}
+
+// adminAddr is the address adm's client bootstraps from.
+func adminAddr(t *testing.T, adm *kadm.Client) string {
+	t.Helper()
+	brokers, err := adm.ListBrokers(context.Background())
+	if err != nil || len(brokers) == 0 {
+		t.Fatalf("list brokers: %v %v", brokers, err)
+	}
+	return fmt.Sprintf("%s:%d", brokers[0].Host, brokers[0].Port)
 }

@@ -8,6 +8,7 @@ const (
 	PathTopic    = "/topic"
 	PathRecords  = "/records"
 	PathGroup    = "/group"
+	PathGroups   = "/groups"
 	PathProducer = "/producer"
 	PathNonce    = "/nonce"
 	PathProof    = "/proof"
@@ -39,7 +40,7 @@ const (
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx, PathBundles}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathGroups, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx, PathBundles}
 
 // Bundles query bounds: the hashes one request names, and the bytes of
 // bundles one answer carries (the rest come back empty, to ask again).

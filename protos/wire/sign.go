@@ -138,8 +138,10 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 		body.Op = &byzlogv1.AdminBody_SetIndexer{SetIndexer: o}
 	case *byzlogv1.ScheduleUpgrade:
 		body.Op = &byzlogv1.AdminBody_ScheduleUpgrade{ScheduleUpgrade: o}
+	case *byzlogv1.DeleteRecords:
+		body.Op = &byzlogv1.AdminBody_DeleteRecords{DeleteRecords: o}
 	default:
-		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, SetValidator, SetAdmins, SetIndexer or ScheduleUpgrade", op)
+		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, DeleteRecords, SetValidator, SetAdmins, SetIndexer or ScheduleUpgrade", op)
 	}
 	b, err := proto.Marshal(body)
 	if err != nil {
@@ -149,7 +151,7 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 }
 
 // isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic,
-// *SetValidator, *SetAdmins, *SetIndexer, *ScheduleUpgrade.
+// *SetValidator, *SetAdmins, *SetIndexer, *ScheduleUpgrade, *DeleteRecords.
 type isAdminOp = proto.Message
 
 // MaxCosignatures bounds an AdminRequest's cosignatures: each costs every
@@ -172,7 +174,18 @@ func (s *Signer) CommitOffsets(nonce uint64, group string, rewind bool, offsets 
 // CommitOffsetsUntil signs an offset commit that may commit up to height
 // expiry (0: any height), as AdminUntil.
 func (s *Signer) CommitOffsetsUntil(nonce uint64, expiry int64, group string, rewind bool, offsets ...*byzlogv1.PartitionOffset) (*byzlogv1.CommitOffsets, error) {
-	b, err := proto.Marshal(&byzlogv1.CommitOffsetsBody{ChainId: s.chainID, Group: group, Offsets: offsets, Nonce: nonce, Rewind: rewind, ExpiryHeight: expiry})
+	return s.offsets(&byzlogv1.CommitOffsetsBody{ChainId: s.chainID, Group: group, Offsets: offsets, Nonce: nonce, Rewind: rewind, ExpiryHeight: expiry})
+}
+
+// DeleteOffsets signs the deletion of a group's offsets in the listed
+// partitions (their offsets are ignored) or, with none, of the group
+// (CommitOffsetsBody.delete; rules version 6 on).
+func (s *Signer) DeleteOffsets(nonce uint64, group string, partitions ...*byzlogv1.PartitionOffset) (*byzlogv1.CommitOffsets, error) {
+	return s.offsets(&byzlogv1.CommitOffsetsBody{ChainId: s.chainID, Group: group, Offsets: partitions, Nonce: nonce, Delete: true})
+}
+
+func (s *Signer) offsets(body *byzlogv1.CommitOffsetsBody) (*byzlogv1.CommitOffsets, error) {
+	b, err := proto.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("encode offsets body: %w", err)
 	}

@@ -1067,7 +1067,11 @@ type PartitionState struct {
 	// The offset the next record gets.
 	NextOffset uint64 `protobuf:"varint,2,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
 	// Bytes of the records held (their stored sizes).
-	SizeBytes     uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	SizeBytes uint64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// Records below this offset are deleted (DeleteRecords): none is served,
+	// and retention removes them from the store, a bounded number a block.
+	// The log start clients see is the larger of this and log_start_offset.
+	DeleteBelow   uint64 `protobuf:"varint,4,opt,name=delete_below,json=deleteBelow,proto3" json:"delete_below,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1119,6 +1123,13 @@ func (x *PartitionState) GetNextOffset() uint64 {
 func (x *PartitionState) GetSizeBytes() uint64 {
 	if x != nil {
 		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *PartitionState) GetDeleteBelow() uint64 {
+	if x != nil {
+		return x.DeleteBelow
 	}
 	return 0
 }
@@ -2034,6 +2045,166 @@ func (x *GroupOffsets) GetOffsets() []*PartitionOffset {
 	return nil
 }
 
+// "/groups": GroupsRequest; GroupList: the groups with committed offsets,
+// in name order, from after start_after, at most limit (0: 1,000; at most
+// 10,000) a page.
+type GroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StartAfter    string                 `protobuf:"bytes,1,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
+	Limit         uint32                 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupsRequest) Reset() {
+	*x = GroupsRequest{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupsRequest) ProtoMessage() {}
+
+func (x *GroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupsRequest.ProtoReflect.Descriptor instead.
+func (*GroupsRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GroupsRequest) GetStartAfter() string {
+	if x != nil {
+		return x.StartAfter
+	}
+	return ""
+}
+
+func (x *GroupsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type GroupList struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Groups []*GroupEntry          `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// More groups follow the last one listed.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupList) Reset() {
+	*x = GroupList{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupList) ProtoMessage() {}
+
+func (x *GroupList) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupList.ProtoReflect.Descriptor instead.
+func (*GroupList) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GroupList) GetGroups() []*GroupEntry {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *GroupList) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type GroupEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	OwnerKey      []byte                 `protobuf:"bytes,2,opt,name=owner_key,json=ownerKey,proto3" json:"owner_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupEntry) Reset() {
+	*x = GroupEntry{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupEntry) ProtoMessage() {}
+
+func (x *GroupEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupEntry.ProtoReflect.Descriptor instead.
+func (*GroupEntry) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GroupEntry) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *GroupEntry) GetOwnerKey() []byte {
+	if x != nil {
+		return x.OwnerKey
+	}
+	return nil
+}
+
 // "/producer": ProducerRequest; ProducerState.
 type ProducerRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -2048,7 +2219,7 @@ type ProducerRequest struct {
 
 func (x *ProducerRequest) Reset() {
 	*x = ProducerRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2231,7 @@ func (x *ProducerRequest) String() string {
 func (*ProducerRequest) ProtoMessage() {}
 
 func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2244,7 @@ func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRequest.ProtoReflect.Descriptor instead.
 func (*ProducerRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProducerRequest) GetProducerKey() []byte {
@@ -2115,7 +2286,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2298,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2311,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *NonceRequest) GetKey() []byte {
@@ -2174,7 +2345,7 @@ type NonceResponse struct {
 
 func (x *NonceResponse) Reset() {
 	*x = NonceResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2357,7 @@ func (x *NonceResponse) String() string {
 func (*NonceResponse) ProtoMessage() {}
 
 func (x *NonceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2370,7 @@ func (x *NonceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceResponse.ProtoReflect.Descriptor instead.
 func (*NonceResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NonceResponse) GetNextNonce() uint64 {
@@ -2272,7 +2443,7 @@ type ResultProof struct {
 
 func (x *ResultProof) Reset() {
 	*x = ResultProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2455,7 @@ func (x *ResultProof) String() string {
 func (*ResultProof) ProtoMessage() {}
 
 func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2468,7 @@ func (x *ResultProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
 func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ResultProof) GetTxResult() []byte {
@@ -2364,7 +2535,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2376,7 +2547,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2389,7 +2560,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -2443,7 +2614,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2626,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2639,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -2520,7 +2691,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2532,7 +2703,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2545,7 +2716,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -2582,7 +2753,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2765,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2778,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -2630,7 +2801,7 @@ type BundlesRequest struct {
 
 func (x *BundlesRequest) Reset() {
 	*x = BundlesRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2813,7 @@ func (x *BundlesRequest) String() string {
 func (*BundlesRequest) ProtoMessage() {}
 
 func (x *BundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2826,7 @@ func (x *BundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundlesRequest.ProtoReflect.Descriptor instead.
 func (*BundlesRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BundlesRequest) GetHashes() [][]byte {
@@ -2678,7 +2849,7 @@ type Bundles struct {
 
 func (x *Bundles) Reset() {
 	*x = Bundles{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2861,7 @@ func (x *Bundles) String() string {
 func (*Bundles) ProtoMessage() {}
 
 func (x *Bundles) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2874,7 @@ func (x *Bundles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundles.ProtoReflect.Descriptor instead.
 func (*Bundles) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Bundles) GetBundles() [][]byte {
@@ -2724,7 +2895,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2907,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2920,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2794,7 +2965,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2977,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2990,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -2893,7 +3064,7 @@ type StateRoot struct {
 
 func (x *StateRoot) Reset() {
 	*x = StateRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3076,7 @@ func (x *StateRoot) String() string {
 func (*StateRoot) ProtoMessage() {}
 
 func (x *StateRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3089,7 @@ func (x *StateRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
 func (*StateRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{40}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StateRoot) GetHeight() int64 {
@@ -2965,7 +3136,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[41]
+	mi := &file_byzlog_v1_state_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3148,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[41]
+	mi := &file_byzlog_v1_state_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3161,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{41}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SnapshotMeta) GetState() *StateRoot {
@@ -3048,7 +3219,7 @@ type SnapshotBlock struct {
 
 func (x *SnapshotBlock) Reset() {
 	*x = SnapshotBlock{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[42]
+	mi := &file_byzlog_v1_state_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3231,7 @@ func (x *SnapshotBlock) String() string {
 func (*SnapshotBlock) ProtoMessage() {}
 
 func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[42]
+	mi := &file_byzlog_v1_state_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3244,7 @@ func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
 func (*SnapshotBlock) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{42}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SnapshotBlock) GetHeight() int64 {
@@ -3109,7 +3280,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[43]
+	mi := &file_byzlog_v1_state_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3292,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[43]
+	mi := &file_byzlog_v1_state_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,13 +3422,14 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"TopicState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\x12%\n" +
-	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"z\n" +
+	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"\x9d\x01\n" +
 	"\x0ePartitionState\x12(\n" +
 	"\x10log_start_offset\x18\x01 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x02 \x01(\x04R\n" +
 	"nextOffset\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\"U\n" +
+	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12!\n" +
+	"\fdelete_below\x18\x04 \x01(\x04R\vdeleteBelow\"U\n" +
 	"\rProducerState\x12#\n" +
 	"\rnext_sequence\x18\x01 \x01(\x04R\fnextSequence\x12\x1f\n" +
 	"\vkafka_epoch\x18\x02 \x01(\x05R\n" +
@@ -3330,7 +3502,18 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\fGroupOffsets\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
 	"\towner_key\x18\x02 \x01(\fR\bownerKey\x124\n" +
-	"\aoffsets\x18\x03 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\"\x98\x01\n" +
+	"\aoffsets\x18\x03 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\"F\n" +
+	"\rGroupsRequest\x12\x1f\n" +
+	"\vstart_after\x18\x01 \x01(\tR\n" +
+	"startAfter\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"N\n" +
+	"\tGroupList\x12-\n" +
+	"\x06groups\x18\x01 \x03(\v2\x15.byzlog.v1.GroupEntryR\x06groups\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"?\n" +
+	"\n" +
+	"GroupEntry\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
+	"\towner_key\x18\x02 \x01(\fR\bownerKey\"\x98\x01\n" +
 	"\x0fProducerRequest\x12!\n" +
 	"\fproducer_key\x18\x01 \x01(\fR\vproducerKey\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
@@ -3424,7 +3607,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*RecordRun)(nil),          // 1: byzlog.v1.RecordRun
@@ -3454,57 +3637,61 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*RecordsResponse)(nil),    // 25: byzlog.v1.RecordsResponse
 	(*GroupRequest)(nil),       // 26: byzlog.v1.GroupRequest
 	(*GroupOffsets)(nil),       // 27: byzlog.v1.GroupOffsets
-	(*ProducerRequest)(nil),    // 28: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),       // 29: byzlog.v1.NonceRequest
-	(*NonceResponse)(nil),      // 30: byzlog.v1.NonceResponse
-	(*ResultProof)(nil),        // 31: byzlog.v1.ResultProof
-	(*BlockDigest)(nil),        // 32: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),      // 33: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),        // 34: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),      // 35: byzlog.v1.DigestRequest
-	(*BundlesRequest)(nil),     // 36: byzlog.v1.BundlesRequest
-	(*Bundles)(nil),            // 37: byzlog.v1.Bundles
-	(*ProofRequest)(nil),       // 38: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),        // 39: byzlog.v1.RecordProof
-	(*StateRoot)(nil),          // 40: byzlog.v1.StateRoot
-	(*SnapshotMeta)(nil),       // 41: byzlog.v1.SnapshotMeta
-	(*SnapshotBlock)(nil),      // 42: byzlog.v1.SnapshotBlock
-	(*ChunkedValue_Chunk)(nil), // 43: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 44: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 45: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 46: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 47: byzlog.v1.PartitionOffset
+	(*GroupsRequest)(nil),      // 28: byzlog.v1.GroupsRequest
+	(*GroupList)(nil),          // 29: byzlog.v1.GroupList
+	(*GroupEntry)(nil),         // 30: byzlog.v1.GroupEntry
+	(*ProducerRequest)(nil),    // 31: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),       // 32: byzlog.v1.NonceRequest
+	(*NonceResponse)(nil),      // 33: byzlog.v1.NonceResponse
+	(*ResultProof)(nil),        // 34: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),        // 35: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),      // 36: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),        // 37: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),      // 38: byzlog.v1.DigestRequest
+	(*BundlesRequest)(nil),     // 39: byzlog.v1.BundlesRequest
+	(*Bundles)(nil),            // 40: byzlog.v1.Bundles
+	(*ProofRequest)(nil),       // 41: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 42: byzlog.v1.RecordProof
+	(*StateRoot)(nil),          // 43: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 44: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 45: byzlog.v1.SnapshotBlock
+	(*ChunkedValue_Chunk)(nil), // 46: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 47: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 48: byzlog.v1.TopicConfig
+	(*KafkaProducer)(nil),      // 49: byzlog.v1.KafkaProducer
+	(*PartitionOffset)(nil),    // 50: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	44, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	47, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
 	0,  // 1: byzlog.v1.RecordRun.records:type_name -> byzlog.v1.StoredRecord
-	43, // 2: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	46, // 2: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	3,  // 3: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
 	8,  // 4: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
 	8,  // 5: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
 	8,  // 6: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
 	11, // 7: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	45, // 8: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	46, // 9: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	48, // 8: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	49, // 9: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
 	17, // 10: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	45, // 11: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	48, // 11: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	19, // 12: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	4,  // 13: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	20, // 14: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	47, // 15: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	46, // 16: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	31, // 17: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	33, // 18: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	34, // 19: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	33, // 20: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	34, // 21: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	40, // 22: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	34, // 23: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	50, // 15: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	30, // 16: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
+	49, // 17: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	34, // 18: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	36, // 19: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	37, // 20: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	36, // 21: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	37, // 22: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	43, // 23: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	37, // 24: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -3520,7 +3707,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1032,6 +1032,7 @@ type AdminBody struct {
 	//	*AdminBody_SetAdmins
 	//	*AdminBody_SetIndexer
 	//	*AdminBody_ScheduleUpgrade
+	//	*AdminBody_DeleteRecords
 	Op isAdminBody_Op `protobuf_oneof:"op"`
 	// The last height this request may commit at; 0: no expiry. A request
 	// signed for a future nonce and kept back cannot be played long after.
@@ -1154,6 +1155,15 @@ func (x *AdminBody) GetScheduleUpgrade() *ScheduleUpgrade {
 	return nil
 }
 
+func (x *AdminBody) GetDeleteRecords() *DeleteRecords {
+	if x != nil {
+		if x, ok := x.Op.(*AdminBody_DeleteRecords); ok {
+			return x.DeleteRecords
+		}
+	}
+	return nil
+}
+
 func (x *AdminBody) GetExpiryHeight() int64 {
 	if x != nil {
 		return x.ExpiryHeight
@@ -1193,6 +1203,11 @@ type AdminBody_ScheduleUpgrade struct {
 	ScheduleUpgrade *ScheduleUpgrade `protobuf:"bytes,10,opt,name=schedule_upgrade,json=scheduleUpgrade,proto3,oneof"`
 }
 
+type AdminBody_DeleteRecords struct {
+	// Rules version 6 on; before, an operation the chain does not know.
+	DeleteRecords *DeleteRecords `protobuf:"bytes,11,opt,name=delete_records,json=deleteRecords,proto3,oneof"`
+}
+
 func (*AdminBody_CreateTopic) isAdminBody_Op() {}
 
 func (*AdminBody_UpdateTopic) isAdminBody_Op() {}
@@ -1206,6 +1221,8 @@ func (*AdminBody_SetAdmins) isAdminBody_Op() {}
 func (*AdminBody_SetIndexer) isAdminBody_Op() {}
 
 func (*AdminBody_ScheduleUpgrade) isAdminBody_Op() {}
+
+func (*AdminBody_DeleteRecords) isAdminBody_Op() {}
 
 // CreateTopic creates a topic; its name is 1..249 characters of
 // [a-zA-Z0-9._-], as in Kafka.
@@ -1361,6 +1378,117 @@ func (x *DeleteTopic) GetName() string {
 	return ""
 }
 
+// DeleteRecords moves partitions' log start forward, as Kafka's
+// DeleteRecords does: records below before_offset are no longer served at
+// once, and go from the store by retention's bounded work in the blocks
+// that follow. Deleting acknowledged records needs the admin set's
+// threshold, as deleting a topic does.
+type DeleteRecords struct {
+	state         protoimpl.MessageState    `protogen:"open.v1"`
+	Topic         string                    `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partitions    []*DeleteRecordsPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecords) Reset() {
+	*x = DeleteRecords{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecords) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecords) ProtoMessage() {}
+
+func (x *DeleteRecords) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecords.ProtoReflect.Descriptor instead.
+func (*DeleteRecords) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteRecords) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *DeleteRecords) GetPartitions() []*DeleteRecordsPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// DeleteRecordsPartition is one partition of a DeleteRecords: every record
+// below before_offset goes; at most the partition's next offset.
+type DeleteRecordsPartition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Partition     uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	BeforeOffset  uint64                 `protobuf:"varint,2,opt,name=before_offset,json=beforeOffset,proto3" json:"before_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecordsPartition) Reset() {
+	*x = DeleteRecordsPartition{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecordsPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecordsPartition) ProtoMessage() {}
+
+func (x *DeleteRecordsPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecordsPartition.ProtoReflect.Descriptor instead.
+func (*DeleteRecordsPartition) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeleteRecordsPartition) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *DeleteRecordsPartition) GetBeforeOffset() uint64 {
+	if x != nil {
+		return x.BeforeOffset
+	}
+	return 0
+}
+
 // SetValidator adds a validator, changes its voting power or, with power 0,
 // removes it. It takes effect as CometBFT applies validator updates: the
 // block after next. Refused if the validators would be fewer than 4 or if
@@ -1378,7 +1506,7 @@ type SetValidator struct {
 
 func (x *SetValidator) Reset() {
 	*x = SetValidator{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1518,7 @@ func (x *SetValidator) String() string {
 func (*SetValidator) ProtoMessage() {}
 
 func (x *SetValidator) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1531,7 @@ func (x *SetValidator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidator.ProtoReflect.Descriptor instead.
 func (*SetValidator) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SetValidator) GetPubKey() []byte {
@@ -1433,7 +1561,7 @@ type SetAdmins struct {
 
 func (x *SetAdmins) Reset() {
 	*x = SetAdmins{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1573,7 @@ func (x *SetAdmins) String() string {
 func (*SetAdmins) ProtoMessage() {}
 
 func (x *SetAdmins) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1586,7 @@ func (x *SetAdmins) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdmins.ProtoReflect.Descriptor instead.
 func (*SetAdmins) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetAdmins) GetAdmins() [][]byte {
@@ -1493,7 +1621,7 @@ type SetIndexer struct {
 
 func (x *SetIndexer) Reset() {
 	*x = SetIndexer{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1633,7 @@ func (x *SetIndexer) String() string {
 func (*SetIndexer) ProtoMessage() {}
 
 func (x *SetIndexer) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1646,7 @@ func (x *SetIndexer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetIndexer.ProtoReflect.Descriptor instead.
 func (*SetIndexer) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetIndexer) GetPubKey() []byte {
@@ -1559,7 +1687,7 @@ type ScheduleUpgrade struct {
 
 func (x *ScheduleUpgrade) Reset() {
 	*x = ScheduleUpgrade{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1699,7 @@ func (x *ScheduleUpgrade) String() string {
 func (*ScheduleUpgrade) ProtoMessage() {}
 
 func (x *ScheduleUpgrade) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1712,7 @@ func (x *ScheduleUpgrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleUpgrade.ProtoReflect.Descriptor instead.
 func (*ScheduleUpgrade) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ScheduleUpgrade) GetRulesVersion() uint64 {
@@ -1615,7 +1743,7 @@ type IndexerProgress struct {
 
 func (x *IndexerProgress) Reset() {
 	*x = IndexerProgress{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1755,7 @@ func (x *IndexerProgress) String() string {
 func (*IndexerProgress) ProtoMessage() {}
 
 func (x *IndexerProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1768,7 @@ func (x *IndexerProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerProgress.ProtoReflect.Descriptor instead.
 func (*IndexerProgress) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IndexerProgress) GetBody() []byte {
@@ -1677,7 +1805,7 @@ type IndexerProgressBody struct {
 
 func (x *IndexerProgressBody) Reset() {
 	*x = IndexerProgressBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1817,7 @@ func (x *IndexerProgressBody) String() string {
 func (*IndexerProgressBody) ProtoMessage() {}
 
 func (x *IndexerProgressBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1830,7 @@ func (x *IndexerProgressBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerProgressBody.ProtoReflect.Descriptor instead.
 func (*IndexerProgressBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IndexerProgressBody) GetChainId() string {
@@ -1734,7 +1862,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1874,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1887,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommitOffsets) GetBody() []byte {
@@ -1796,14 +1924,20 @@ type CommitOffsetsBody struct {
 	// The chain this commit is for (genesis chain_id).
 	ChainId string `protobuf:"bytes,5,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
 	// The last height this commit may commit at; 0: no expiry.
-	ExpiryHeight  int64 `protobuf:"varint,6,opt,name=expiry_height,json=expiryHeight,proto3" json:"expiry_height,omitempty"`
+	ExpiryHeight int64 `protobuf:"varint,6,opt,name=expiry_height,json=expiryHeight,proto3" json:"expiry_height,omitempty"`
+	// Deletes the listed partitions' offsets instead of committing them (their
+	// offset and metadata are ignored), as Kafka's OffsetDelete; with none
+	// listed, deletes the whole group and frees its name, as Kafka's
+	// DeleteGroups. Rules version 6 on: before, the flag is not read, so a
+	// client must not send it to an older chain (query /rules).
+	Delete        bool `protobuf:"varint,7,opt,name=delete,proto3" json:"delete,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommitOffsetsBody) Reset() {
 	*x = CommitOffsetsBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1949,7 @@ func (x *CommitOffsetsBody) String() string {
 func (*CommitOffsetsBody) ProtoMessage() {}
 
 func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1962,7 @@ func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsBody.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommitOffsetsBody) GetGroup() string {
@@ -1873,6 +2007,13 @@ func (x *CommitOffsetsBody) GetExpiryHeight() int64 {
 	return 0
 }
 
+func (x *CommitOffsetsBody) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
 // PartitionOffset is the next offset a group will read in one partition.
 type PartitionOffset struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1886,7 +2027,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2039,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2052,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PartitionOffset) GetTopic() string {
@@ -2011,7 +2152,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fcosignatures\x18\x04 \x03(\v2\x19.byzlog.v1.AdminSignatureR\fcosignatures\"K\n" +
 	"\x0eAdminSignature\x12\x1b\n" +
 	"\tadmin_key\x18\x01 \x01(\fR\badminKey\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x98\x04\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xdb\x04\n" +
 	"\tAdminBody\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12;\n" +
@@ -2024,7 +2165,8 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\vset_indexer\x18\t \x01(\v2\x15.byzlog.v1.SetIndexerH\x00R\n" +
 	"setIndexer\x12G\n" +
 	"\x10schedule_upgrade\x18\n" +
-	" \x01(\v2\x1a.byzlog.v1.ScheduleUpgradeH\x00R\x0fscheduleUpgrade\x12#\n" +
+	" \x01(\v2\x1a.byzlog.v1.ScheduleUpgradeH\x00R\x0fscheduleUpgrade\x12A\n" +
+	"\x0edelete_records\x18\v \x01(\v2\x18.byzlog.v1.DeleteRecordsH\x00R\rdeleteRecords\x12#\n" +
 	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeightB\x04\n" +
 	"\x02op\"Q\n" +
 	"\vCreateTopic\x12\x12\n" +
@@ -2034,7 +2176,15 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\"!\n" +
 	"\vDeleteTopic\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"=\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"h\n" +
+	"\rDeleteRecords\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12A\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2!.byzlog.v1.DeleteRecordsPartitionR\n" +
+	"partitions\"[\n" +
+	"\x16DeleteRecordsPartition\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12#\n" +
+	"\rbefore_offset\x18\x02 \x01(\x04R\fbeforeOffset\"=\n" +
 	"\fSetValidator\x12\x17\n" +
 	"\apub_key\x18\x01 \x01(\fR\x06pubKey\x12\x14\n" +
 	"\x05power\x18\x02 \x01(\x03R\x05power\"A\n" +
@@ -2060,14 +2210,15 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\rCommitOffsets\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12!\n" +
 	"\fconsumer_key\x18\x02 \x01(\fR\vconsumerKey\x12\x1c\n" +
-	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xcd\x01\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\xe5\x01\n" +
 	"\x11CommitOffsetsBody\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x124\n" +
 	"\aoffsets\x18\x02 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\x12\x14\n" +
 	"\x05nonce\x18\x03 \x01(\x04R\x05nonce\x12\x16\n" +
 	"\x06rewind\x18\x04 \x01(\bR\x06rewind\x12\x19\n" +
 	"\bchain_id\x18\x05 \x01(\tR\achainId\x12#\n" +
-	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeight\"y\n" +
+	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeight\x12\x16\n" +
+	"\x06delete\x18\a \x01(\bR\x06delete\"y\n" +
 	"\x0fPartitionOffset\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -2095,40 +2246,42 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_byzlog_v1_tx_proto_goTypes = []any{
-	(Codec)(0),                  // 0: byzlog.v1.Codec
-	(TimestampType)(0),          // 1: byzlog.v1.TimestampType
-	(*Tx)(nil),                  // 2: byzlog.v1.Tx
-	(*ProduceBundle)(nil),       // 3: byzlog.v1.ProduceBundle
-	(*SignedBatch)(nil),         // 4: byzlog.v1.SignedBatch
-	(*BatchBody)(nil),           // 5: byzlog.v1.BatchBody
-	(*KafkaProducer)(nil),       // 6: byzlog.v1.KafkaProducer
-	(*RecordSet)(nil),           // 7: byzlog.v1.RecordSet
-	(*Record)(nil),              // 8: byzlog.v1.Record
-	(*RecordHeader)(nil),        // 9: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),         // 10: byzlog.v1.TopicConfig
-	(*AdminRequest)(nil),        // 11: byzlog.v1.AdminRequest
-	(*AdminSignature)(nil),      // 12: byzlog.v1.AdminSignature
-	(*AdminBody)(nil),           // 13: byzlog.v1.AdminBody
-	(*CreateTopic)(nil),         // 14: byzlog.v1.CreateTopic
-	(*UpdateTopic)(nil),         // 15: byzlog.v1.UpdateTopic
-	(*DeleteTopic)(nil),         // 16: byzlog.v1.DeleteTopic
-	(*SetValidator)(nil),        // 17: byzlog.v1.SetValidator
-	(*SetAdmins)(nil),           // 18: byzlog.v1.SetAdmins
-	(*SetIndexer)(nil),          // 19: byzlog.v1.SetIndexer
-	(*ScheduleUpgrade)(nil),     // 20: byzlog.v1.ScheduleUpgrade
-	(*IndexerProgress)(nil),     // 21: byzlog.v1.IndexerProgress
-	(*IndexerProgressBody)(nil), // 22: byzlog.v1.IndexerProgressBody
-	(*CommitOffsets)(nil),       // 23: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil),   // 24: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),     // 25: byzlog.v1.PartitionOffset
+	(Codec)(0),                     // 0: byzlog.v1.Codec
+	(TimestampType)(0),             // 1: byzlog.v1.TimestampType
+	(*Tx)(nil),                     // 2: byzlog.v1.Tx
+	(*ProduceBundle)(nil),          // 3: byzlog.v1.ProduceBundle
+	(*SignedBatch)(nil),            // 4: byzlog.v1.SignedBatch
+	(*BatchBody)(nil),              // 5: byzlog.v1.BatchBody
+	(*KafkaProducer)(nil),          // 6: byzlog.v1.KafkaProducer
+	(*RecordSet)(nil),              // 7: byzlog.v1.RecordSet
+	(*Record)(nil),                 // 8: byzlog.v1.Record
+	(*RecordHeader)(nil),           // 9: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),            // 10: byzlog.v1.TopicConfig
+	(*AdminRequest)(nil),           // 11: byzlog.v1.AdminRequest
+	(*AdminSignature)(nil),         // 12: byzlog.v1.AdminSignature
+	(*AdminBody)(nil),              // 13: byzlog.v1.AdminBody
+	(*CreateTopic)(nil),            // 14: byzlog.v1.CreateTopic
+	(*UpdateTopic)(nil),            // 15: byzlog.v1.UpdateTopic
+	(*DeleteTopic)(nil),            // 16: byzlog.v1.DeleteTopic
+	(*DeleteRecords)(nil),          // 17: byzlog.v1.DeleteRecords
+	(*DeleteRecordsPartition)(nil), // 18: byzlog.v1.DeleteRecordsPartition
+	(*SetValidator)(nil),           // 19: byzlog.v1.SetValidator
+	(*SetAdmins)(nil),              // 20: byzlog.v1.SetAdmins
+	(*SetIndexer)(nil),             // 21: byzlog.v1.SetIndexer
+	(*ScheduleUpgrade)(nil),        // 22: byzlog.v1.ScheduleUpgrade
+	(*IndexerProgress)(nil),        // 23: byzlog.v1.IndexerProgress
+	(*IndexerProgressBody)(nil),    // 24: byzlog.v1.IndexerProgressBody
+	(*CommitOffsets)(nil),          // 25: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil),      // 26: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),        // 27: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	3,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
 	11, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	23, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
-	21, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
+	25, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	23, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
 	4,  // 4: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
 	0,  // 5: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
 	6,  // 6: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
@@ -2139,18 +2292,20 @@ var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	14, // 11: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
 	15, // 12: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
 	16, // 13: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	17, // 14: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
-	18, // 15: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
-	19, // 16: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
-	20, // 17: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
-	10, // 18: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	10, // 19: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	25, // 20: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	19, // 14: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
+	20, // 15: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
+	21, // 16: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
+	22, // 17: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
+	17, // 18: byzlog.v1.AdminBody.delete_records:type_name -> byzlog.v1.DeleteRecords
+	10, // 19: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	10, // 20: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	18, // 21: byzlog.v1.DeleteRecords.partitions:type_name -> byzlog.v1.DeleteRecordsPartition
+	27, // 22: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -2175,6 +2330,7 @@ func file_byzlog_v1_tx_proto_init() {
 		(*AdminBody_SetAdmins)(nil),
 		(*AdminBody_SetIndexer)(nil),
 		(*AdminBody_ScheduleUpgrade)(nil),
+		(*AdminBody_DeleteRecords)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2182,7 +2338,7 @@ func file_byzlog_v1_tx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
