@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"slices"
@@ -113,16 +114,21 @@ func (c *conn) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) km
 // admin signs op with the principal's key and the key's next nonce,
 // submits it and waits for its commit; the topic cache is refreshed after.
 func (c *conn) admin(ctx context.Context, op proto.Message) error {
-	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
-	err := c.s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64, accepted func()) error {
+	return c.s.adminAs(ctx, c.principal.Key, op)
+}
+
+// adminAs is admin signed with key.
+func (s *Server) adminAs(ctx context.Context, key ed25519.PrivateKey, op proto.Message) error {
+	signer := wire.NewSigner(key, s.b.ChainID())
+	err := s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64, accepted func()) error {
 		req, err := signer.Admin(nonce, op)
 		if err != nil {
 			return fmt.Errorf("sign admin request: %w", err)
 		}
-		_, err = c.s.b.Admin.Admin(ctx, req, accepted)
+		_, err = s.b.Admin.Admin(ctx, req, accepted)
 		return err
 	})
-	c.s.topics.expire()
+	s.topics.expire()
 	return err
 }
 

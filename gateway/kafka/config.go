@@ -48,6 +48,15 @@ type Config struct {
 	// AnonymousAdmin lets unauthenticated clients create and delete topics
 	// (the anonymous key must be a genesis admin key): for tests only.
 	AnonymousAdmin bool
+	// AutoCreateKey, when set, creates a topic a client names in Metadata
+	// and the chain does not have, as Kafka's auto.create.topics.enable:
+	// the key signs the CreateTopic, so it must be a genesis admin key,
+	// given to the gateway for that alone. Nil: off (byzlog's default, and
+	// Redpanda's; Kafka's is on).
+	AutoCreateKey ed25519.PrivateKey
+	// AutoCreatePartitions are an auto-created topic's partitions
+	// (Kafka's num.partitions).
+	AutoCreatePartitions int32
 
 	// Batch bounds one record batch a client sends.
 	Batch batch.Limits
@@ -103,6 +112,8 @@ func Default() Config {
 		MaxFetchWait:       30 * time.Second,
 		FetchPoll:          50 * time.Millisecond,
 		TopicsTTL:          2 * time.Second,
+
+		AutoCreatePartitions: 1,
 	}
 }
 
@@ -122,6 +133,12 @@ func (c Config) Validate() error {
 	}
 	if c.AnonymousKey != nil && len(c.AnonymousKey) != ed25519.PrivateKeySize {
 		return fmt.Errorf("kafka anonymous key is %d bytes, want an ed25519 private key", len(c.AnonymousKey))
+	}
+	if c.AutoCreateKey != nil && len(c.AutoCreateKey) != ed25519.PrivateKeySize {
+		return fmt.Errorf("kafka auto-create key is %d bytes, want an ed25519 private key", len(c.AutoCreateKey))
+	}
+	if c.AutoCreatePartitions < 1 {
+		return fmt.Errorf("kafka auto_create_partitions (%d) must be at least 1", c.AutoCreatePartitions)
 	}
 	if len(c.Brokers) > 0 && c.broker(c.NodeID) == nil {
 		return fmt.Errorf("kafka node id %d is not among the %d brokers listed", c.NodeID, len(c.Brokers))

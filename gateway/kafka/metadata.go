@@ -114,6 +114,8 @@ func (c *conn) metadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Respo
 			mt.ErrorCode = kerr.InvalidTopicException.Code
 		case err != nil:
 			mt.ErrorCode = kerr.LeaderNotAvailable.Code
+		case ti == nil && c.s.autoCreate(name, r.Version < 4 || r.AllowAutoTopicCreation):
+			mt.ErrorCode = kerr.LeaderNotAvailable.Code // being created: ask again
 		case ti == nil:
 			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
 		default:

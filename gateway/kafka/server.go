@@ -28,6 +28,7 @@ type Server struct {
 	groups   *groups
 	peers    *peers
 	nonces   *nonces
+	creating creations
 }
 
 // New checks cfg and returns a server for b.
@@ -64,10 +65,14 @@ func (s *Server) Listen() (net.Listener, error) {
 // Serve accepts connections on ln until ctx is done, then closes ln and
 // every connection and returns once their goroutines have ended.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	defer s.creating.wg.Wait() // after cancel: creations end with the server
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	s.creating.mu.Lock()
+	s.creating.serving = ctx
+	s.creating.mu.Unlock()
 	go func() {
 		<-ctx.Done()
 		ln.Close()

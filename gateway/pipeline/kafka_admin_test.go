@@ -320,3 +320,41 @@ func adminAddr(t *testing.T, adm *kadm.Client) string {
 	}
 	return fmt.Sprintf("%s:%d", brokers[0].Host, brokers[0].Port)
 }
+
+// TestKafkaFaceAutoCreate: with an auto-create key, a producer that lets
+// Metadata create topics writes to a topic the chain did not have, as with
+// Kafka's default; without one (byzlog's default) the topic stays unknown.
+func TestKafkaFaceAutoCreate(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		t.Run(fmt.Sprintf("auto-create=%v", on), func(t *testing.T) {
+			g := pipeline.StartTestGateway(t)
+			addr := serveKafkaFace(t, g, func(c *kafka.Config) {
+				if on {
+					c.AutoCreateKey, c.AutoCreatePartitions = pipeline.TestAdminKey, 3
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("fresh"),
+				kgo.RecordDeliveryTimeout(5*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			err = cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr()
+			if on && err != nil {
+				t.Fatalf("produce to a new topic: %v", err)
+			}
+			if !on && err == nil {
+				t.Fatal("produced to an unknown topic without auto-creation")
+			}
+			td, err := kadm.NewClient(cl).ListTopics(ctx, "fresh")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(td["fresh"].Partitions); (on && got != 3) || (!on && got != 0) {
+				t.Fatalf("topic fresh has %d partitions, want %d", got, map[bool]int{true: 3, false: 0}[on])
+			}
+		})
+	}
+}

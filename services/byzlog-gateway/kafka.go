@@ -23,10 +23,11 @@ import (
 
 // kafkaOptions are the Kafka face's flags.
 type kafkaOptions struct {
-	cfg          kafka.Config
-	brokers      string
-	users        string
-	anonymousKey string
+	cfg           kafka.Config
+	brokers       string
+	users         string
+	anonymousKey  string
+	autoCreateKey string
 }
 
 func defaultKafkaOptions() kafkaOptions { return kafkaOptions{cfg: kafka.Default()} }
@@ -39,6 +40,8 @@ func (k *kafkaOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&k.users, "kafka-users", "", "users file (JSON) of the Kafka face's SASL users: each a name, salted SCRAM credentials and the key file that signs its batches (byzlog-gateway kafka-user writes entries)")
 	f.StringVar(&k.anonymousKey, "kafka-anonymous-key", "", "instead of --kafka-users: key file that signs every Kafka client's batches, without authenticating (anyone who reaches the port writes as this key)")
 	f.BoolVar(&k.cfg.AnonymousAdmin, "kafka-anonymous-admin", false, "let clients that do not authenticate create and delete topics with --kafka-anonymous-key, which must be a genesis admin key (for test clusters: franz-go's test suite needs it)")
+	f.StringVar(&k.autoCreateKey, "kafka-auto-create-key", "", "key file of a genesis admin key with which the face creates a topic a Kafka client names and the chain lacks, as Kafka's auto.create.topics.enable (give the gateway a key for this alone); empty: off")
+	f.Int32Var(&k.cfg.AutoCreatePartitions, "kafka-auto-create-partitions", k.cfg.AutoCreatePartitions, "partitions of an auto-created topic (Kafka's num.partitions)")
 	f.BoolVar(&k.cfg.Insecure, "kafka-insecure", false, "serve the Kafka face in plaintext instead of TLS with --tls-cert (passwords and records cross the network readable)")
 	f.Int32Var(&k.cfg.MaxRequestBytes, "kafka-max-request-bytes", k.cfg.MaxRequestBytes, "largest Kafka request taken from an authenticated client")
 	f.IntVar(&k.cfg.MaxConns, "kafka-max-conns", k.cfg.MaxConns, "Kafka connections open at once; more are closed")
@@ -70,6 +73,13 @@ func (k kafkaOptions) config(serverTLS *tls.Config) (kafka.Config, error) {
 			return c, fmt.Errorf("--kafka-anonymous-key: %w", err)
 		}
 		c.AnonymousKey = key
+	}
+	if k.autoCreateKey != "" {
+		key, err := keyfile.Read(k.autoCreateKey)
+		if err != nil {
+			return c, fmt.Errorf("--kafka-auto-create-key: %w", err)
+		}
+		c.AutoCreateKey = key
 	}
 	var err error
 	if c.Brokers, err = parseBrokers(k.brokers); err != nil {
@@ -112,7 +122,8 @@ func serveKafka(ctx context.Context, cfg kafka.Config, g *pipeline.Gateway, log 
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx, ln) }()
-	log.Info().Str("kafka_listen", cfg.Listen).Bool("tls", cfg.TLS != nil).Bool("sasl", cfg.Auth != nil).Bool("anonymous", cfg.AnonymousKey != nil).Msg("serving kafka")
+	log.Info().Str("kafka_listen", cfg.Listen).Bool("tls", cfg.TLS != nil).Bool("sasl", cfg.Auth != nil).Bool("anonymous", cfg.AnonymousKey != nil).
+		Bool("auto_create", cfg.AutoCreateKey != nil).Msg("serving kafka")
 	return func() error { return <-done }, nil
 }
 

@@ -100,6 +100,9 @@ func (n *Net) kafkaArgs(s Services, g int) []string {
 	if s.Insecure {
 		args = append(args, "--kafka-insecure")
 	}
+	if s.KafkaAutoCreate {
+		args = append(args, "--kafka-auto-create-key", filepath.Join(n.cfg.Dir, adminKeyFile))
+	}
 	return args
 }
 

@@ -158,6 +158,10 @@ type Services struct {
 	// KafkaPort, when not 0, makes gateway g serve the Kafka face on
 	// KafkaPort+g, with SASL users of writeKafkaUsers.
 	KafkaPort int
+	// KafkaAutoCreate makes the Kafka faces create the topics clients name,
+	// with the genesis admin key (byzlog run's network: Kafka's default,
+	// which client test suites and a first try with kcat expect).
+	KafkaAutoCreate bool
 	// IndexerPort serves the indexer's /metrics, /healthz and /readyz.
 	IndexerPort int
 	// PprofPort, when not 0, makes gateway g serve Go runtime profiles on
