@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything byzlog's build and tests need, skipping what is present:
-# Debian packages (RocksDB headers, protoc, kcat and librdkafka's Python client, a C compiler for cgo) and the pinned
+# Debian packages (RocksDB headers, protoc, kcat and librdkafka's Python client, a C compiler for cgo,
+# Node.js and npm when absent), the JavaScript Kafka client of scripts/kafka-clients (npm) and the pinned
 # Go tools, built into $BIN. Versions come from the Makefile (one place);
 # a tool is rebuilt only when its pinned version changes.
 set -euo pipefail
@@ -21,6 +22,8 @@ missing=()
 for pkg in librocksdb-dev protobuf-compiler jq tcpdump kcat python3-confluent-kafka; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing+=("$pkg")
 done
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 if ((${#missing[@]})); then
@@ -29,6 +32,15 @@ if ((${#missing[@]})); then
   say "installing ${missing[*]} with apt-get"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "$(dirname "$0")/progress.sh" "deps: apt-get install" $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The npm Kafka clients the e2e tests run (scripts/kafka-clients), as its
+# lock file pins them.
+clients="$(dirname "$0")/kafka-clients"
+if ! cmp -s "$clients/package-lock.json" "$clients/node_modules/.package-lock.json.installed" 2>/dev/null; then
+  say "installing the npm Kafka clients of $clients"
+  (cd "$clients" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$clients/package-lock.json" "$clients/node_modules/.package-lock.json.installed"
 fi
 
 # The FUSE device, for the power-loss file system (services/lab/powerfs):
