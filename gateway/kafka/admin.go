@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -24,10 +25,38 @@ import (
 // replication factor is not the client's to choose: every validator holds
 // every partition. Topic configs: configs.go.
 
+// maxAdminAtOnce bounds the topics of one CreateTopics or DeleteTopics
+// request in progress at once. They are signed with consecutive nonces and
+// go into the mempool without waiting for each other's block (nonces.use),
+// so a hundred topics take a block or two, not a hundred. What the chain
+// would refuse at once (a topic that exists, or does not) is answered
+// before signing, from the chain's topics read at the request's start: a
+// refused transaction leaves a gap in the key's nonces that the ones after
+// it wait on.
+const maxAdminAtOnce = 64
+
+// each runs f(i) for i in 0..n-1, maxAdminAtOnce at a time.
+func each(n int, f func(i int)) {
+	slots := make(chan struct{}, maxAdminAtOnce)
+	var wg sync.WaitGroup
+	for i := range n {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			f(i)
+		})
+	}
+	wg.Wait()
+}
+
 func (c *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
-	for _, t := range r.Topics {
-		rt := kmsg.NewCreateTopicsResponseTopic()
+	c.s.topics.expire()
+	_, _, _ = c.s.topics.get(ctx, true) // the chain's topics as the request starts
+	resp.Topics = make([]kmsg.CreateTopicsResponseTopic, len(r.Topics))
+	each(len(r.Topics), func(i int) {
+		t, rt := r.Topics[i], &resp.Topics[i]
+		*rt = kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, t.NumPartitions, int16(len(c.s.brokers))
 		cfg, code, err := c.createTopic(ctx, t, r.ValidateOnly)
 		if code != nil {
@@ -40,8 +69,7 @@ func (c *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) km
 				}
 			}
 		}
-		resp.Topics = append(resp.Topics, rt)
-	}
+	})
 	return resp
 }
 
@@ -75,6 +103,9 @@ func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic,
 	if parts > int32(l.GetMaxPartitions()) {
 		return nil, kerr.InvalidPartitions, fmt.Errorf("%d partitions: the chain allows at most %d a topic", parts, l.GetMaxPartitions())
 	}
+	if ti := c.topicInfo(ctx, t.Topic); ti != nil {
+		return nil, kerr.TopicAlreadyExists, fmt.Errorf("topic %s exists (created at height %d)", wire.Quote(t.Topic), ti.GetCreatedHeight())
+	}
 	if validateOnly {
 		return cfg, nil, nil
 	}
@@ -93,21 +124,27 @@ func (c *conn) deleteTopics(ctx context.Context, r *kmsg.DeleteTopicsRequest) km
 			names = append(names, *t.Topic)
 		}
 	}
-	for _, name := range names {
-		rt := kmsg.NewDeleteTopicsResponseTopic()
-		rt.Topic = kmsg.StringPtr(name)
+	resp.Topics = make([]kmsg.DeleteTopicsResponseTopic, len(names))
+	c.s.topics.expire()
+	_, _, _ = c.s.topics.get(ctx, true) // the chain's topics as the request starts
+	each(len(names), func(i int) {
+		rt := &resp.Topics[i]
+		*rt = kmsg.NewDeleteTopicsResponseTopic()
+		rt.Topic = kmsg.StringPtr(names[i])
 		var err error
 		if !c.principal.Admin {
 			err = c.errNotAdmin()
 			rt.ErrorCode = kerr.TopicAuthorizationFailed.Code
-		} else if err = c.admin(ctx, &byzlogv1.DeleteTopic{Name: name}); err != nil {
+		} else if c.topicInfo(ctx, names[i]) == nil {
+			err = fmt.Errorf("topic %s does not exist", wire.Quote(names[i]))
+			rt.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		} else if err = c.admin(ctx, &byzlogv1.DeleteTopic{Name: names[i]}); err != nil {
 			rt.ErrorCode = adminError(err).Code
 		}
 		if err != nil {
 			rt.ErrorMessage = message(err)
 		}
-		resp.Topics = append(resp.Topics, rt)
-	}
+	})
 	return resp
 }
 

@@ -92,6 +92,10 @@ type Config struct {
 	FetchPoll time.Duration
 	// TopicsTTL is how long topic metadata is cached.
 	TopicsTTL time.Duration
+	// InitialRebalanceDelay is Kafka's group.initial.rebalance.delay.ms:
+	// how long an empty group's first join phase waits for more members
+	// (again for each that arrives, up to the rebalance timeout). 0: none.
+	InitialRebalanceDelay time.Duration
 }
 
 // Default returns the defaults.
@@ -113,7 +117,8 @@ func Default() Config {
 		FetchPoll:          50 * time.Millisecond,
 		TopicsTTL:          2 * time.Second,
 
-		AutoCreatePartitions: 1,
+		AutoCreatePartitions:  1,
+		InitialRebalanceDelay: 3 * time.Second,
 	}
 }
 
@@ -136,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.AutoCreateKey != nil && len(c.AutoCreateKey) != ed25519.PrivateKeySize {
 		return fmt.Errorf("kafka auto-create key is %d bytes, want an ed25519 private key", len(c.AutoCreateKey))
+	}
+	if c.InitialRebalanceDelay < 0 {
+		return fmt.Errorf("kafka initial_rebalance_delay (%s) must not be negative", c.InitialRebalanceDelay)
 	}
 	if c.AutoCreatePartitions < 1 {
 		return fmt.Errorf("kafka auto_create_partitions (%d) must be at least 1", c.AutoCreatePartitions)

@@ -41,6 +41,12 @@ const (
 type groups struct {
 	mu sync.Mutex
 	m  map[string]*group
+	// initialDelay is Kafka's group.initial.rebalance.delay.ms: the first
+	// join phase of an empty group waits this long for more members, again
+	// each time one joins, up to the rebalance timeout, so that members
+	// starting together share the first generation instead of a second
+	// rebalance moving partitions while they are processed.
+	initialDelay time.Duration
 }
 
 type group struct {
@@ -53,6 +59,9 @@ type group struct {
 	members    map[string]*member
 	pending    map[string]bool // ids given with MEMBER_ID_REQUIRED, not yet joined
 	rebalance  *time.Timer     // ends a join phase when not every member rejoined
+	// delayed: the join phase is an empty group's first, which waits
+	// initialDelay for more members (prepare).
+	delayed bool
 	// syncWaiters wait for the leader's assignment of this generation.
 	syncWaiters map[string]chan syncAnswer
 }
@@ -74,7 +83,9 @@ type syncAnswer struct {
 	assignment []byte
 }
 
-func newGroups() *groups { return &groups{m: map[string]*group{}} }
+func newGroups(initialDelay time.Duration) *groups {
+	return &groups{m: map[string]*group{}, initialDelay: initialDelay}
+}
 
 func newMemberID() string {
 	var b [12]byte
@@ -198,10 +209,15 @@ func (gs *groups) prepare(g *group) {
 		w <- syncAnswer{code: kerr.RebalanceInProgress.Code}
 	}
 	g.syncWaiters = nil
+	wasEmpty := g.state == groupEmpty
 	g.state = groupPreparing
 	wait := time.Duration(0)
 	for _, m := range g.members {
 		wait = max(wait, m.rebalanceTimeout)
+	}
+	if wasEmpty && gs.initialDelay > 0 {
+		gs.delayJoin(g, time.Now().Add(wait), len(g.members))
+		return
 	}
 	g.rebalance = time.AfterFunc(wait, func() {
 		gs.mu.Lock()
@@ -218,9 +234,37 @@ func (gs *groups) prepare(g *group) {
 	})
 }
 
-// maybeComplete ends the join phase once every member has rejoined.
+// delayJoin waits initialDelay for more members of an empty group's first
+// join phase, and again while they keep coming (each arrival after the
+// last wait), until deadline; then the phase completes with the members
+// that joined. Held: gs.mu.
+func (gs *groups) delayJoin(g *group, deadline time.Time, joined int) {
+	g.delayed = true
+	wait := min(gs.initialDelay, time.Until(deadline))
+	g.rebalance = time.AfterFunc(max(wait, 0), func() {
+		gs.mu.Lock()
+		defer gs.mu.Unlock()
+		if g.state != groupPreparing || !g.delayed {
+			return
+		}
+		if n := len(g.members); n > joined && time.Now().Before(deadline) {
+			gs.delayJoin(g, deadline, n)
+			return
+		}
+		g.delayed = false
+		for id, m := range g.members {
+			if m.join == nil {
+				gs.remove(g, id)
+			}
+		}
+		gs.complete(g)
+	})
+}
+
+// maybeComplete ends the join phase once every member has rejoined (an
+// empty group's first waits out its delay: delayJoin).
 func (gs *groups) maybeComplete(g *group) {
-	if g.state != groupPreparing {
+	if g.state != groupPreparing || g.delayed {
 		return
 	}
 	for _, m := range g.members {
@@ -237,6 +281,7 @@ func (gs *groups) complete(g *group) {
 	if g.rebalance != nil {
 		g.rebalance.Stop()
 	}
+	g.delayed = false
 	if len(g.members) == 0 {
 		g.state = groupEmpty
 		if gs.m[g.name] == g {

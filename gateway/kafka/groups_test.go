@@ -31,7 +31,7 @@ func joinTwice(t *testing.T, gs *groups, group string, protocols ...string) (*km
 }
 
 func TestGroupLifecycle(t *testing.T) {
-	gs := newGroups()
+	gs := newGroups(0)
 	// One member: its join completes generation 1 at once, as leader.
 	a, aID := joinTwice(t, gs, "g", "range", "roundrobin")
 	if a.ErrorCode != 0 || a.Generation != 1 || a.LeaderID != aID || *a.Protocol != "range" || len(a.Members) != 1 {
@@ -106,7 +106,7 @@ func TestGroupLifecycle(t *testing.T) {
 }
 
 func TestGroupJoinRefusals(t *testing.T) {
-	gs := newGroups()
+	gs := newGroups(0)
 	bad := joinReq("g", "", "range")
 	bad.SessionTimeoutMillis = 10
 	if r := gs.join(context.Background(), bad); r.ErrorCode != kerr.InvalidSessionTimeout.Code {
@@ -124,7 +124,7 @@ func TestGroupJoinRefusals(t *testing.T) {
 // TestGroupSessionExpiry: a member that stops heartbeating leaves after its
 // session timeout.
 func TestGroupSessionExpiry(t *testing.T) {
-	gs := newGroups()
+	gs := newGroups(0)
 	first := gs.join(context.Background(), joinReq("g", "", "range"))
 	r := joinReq("g", first.MemberID, "range")
 	r.SessionTimeoutMillis = 1000
@@ -134,5 +134,35 @@ func TestGroupSessionExpiry(t *testing.T) {
 	defer gs.mu.Unlock()
 	if g := gs.m["g"]; g != nil && len(g.members) != 0 {
 		t.Fatalf("after the session timeout the group has %d members, want 0", len(g.members))
+	}
+}
+
+// TestInitialRebalanceDelay: an empty group's first join phase waits the
+// initial delay for more members, again for each that arrives, so two
+// members that start 150 ms apart share generation 1 instead of the second
+// rebalancing the first (librdkafka's tests 0089 and 0122); with no delay
+// the first completes alone at once.
+func TestInitialRebalanceDelay(t *testing.T) {
+	for _, delay := range []time.Duration{300 * time.Millisecond, 0} {
+		gs := newGroups(delay)
+		start := time.Now()
+		var wg sync.WaitGroup
+		var a, b *kmsg.JoinGroupResponse
+		wg.Go(func() { a, _ = joinTwice(t, gs, "g", "range") })
+		time.Sleep(150 * time.Millisecond)
+		if delay == 0 {
+			wg.Wait() // completed alone already
+		}
+		wg.Go(func() { b, _ = joinTwice(t, gs, "g", "range") })
+		wg.Wait()
+		took := time.Since(start)
+		switch {
+		case delay > 0 && (a.Generation != 1 || b.Generation != 1 || a.ErrorCode != 0 || b.ErrorCode != 0):
+			t.Errorf("delay %s: generations %d and %d (codes %d %d), want both in 1", delay, a.Generation, b.Generation, a.ErrorCode, b.ErrorCode)
+		case delay > 0 && took < 150*time.Millisecond+delay:
+			t.Errorf("delay %s: the phase ended after %s, before the delay after the second member", delay, took)
+		case delay == 0 && a.Generation != 1:
+			t.Errorf("no delay: the first member's generation is %d, want 1 at once", a.Generation)
+		}
 	}
 }

@@ -47,7 +47,7 @@ func New(cfg Config, b Backend, log zerolog.Logger) (*Server, error) {
 		workers:  make(chan struct{}, cfg.MaxWorkers),
 		topics:   &topicCache{b: b.Reads, ttl: cfg.TopicsTTL},
 		seqs:     newSequencer(b.Log),
-		groups:   newGroups(),
+		groups:   newGroups(cfg.InitialRebalanceDelay),
 		peers:    &peers{seen: map[int32]peerSeen{}},
 		nonces:   &nonces{b: b.Groups, keys: map[string]*counter{}},
 	}, nil

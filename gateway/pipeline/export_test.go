@@ -47,6 +47,9 @@ func NewTestChain(t *testing.T, topics ...*byzlogv1.TopicState) *TestChain {
 	return newTestChain(t, topics...)
 }
 
+// Height is the test chain's last block.
+func (c *TestChain) Height() int64 { return c.height() }
+
 // RunTestChain makes a block every 20 ms until the test ends.
 func RunTestChain(t *testing.T, c *TestChain) { runChain(t, c) }
 

@@ -358,3 +358,50 @@ func TestKafkaFaceAutoCreate(t *testing.T) {
 		})
 	}
 }
+
+// TestKafkaFaceCreatesManyTopicsAtOnce: a CreateTopics of 100 topics (as
+// librdkafka's test 0045 sends) commits in a few blocks, not one a topic;
+// one that exists already is answered TOPIC_ALREADY_EXISTS without holding
+// the others up; DeleteTopics of them all likewise.
+func TestKafkaFaceCreatesManyTopicsAtOnce(t *testing.T) {
+	c := pipeline.NewTestChain(t, &byzlogv1.TopicState{Name: "t50", Config: &byzlogv1.TopicConfig{Partitions: 1}})
+	pipeline.RunTestChain(t, c)
+	g := pipeline.StartGatewayOn(t, c, nil)
+	addr := serveKafkaFace(t, g, func(c *kafka.Config) { c.AnonymousKey, c.AnonymousAdmin = pipeline.TestAdminKey, true })
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var names []string
+	for i := range 100 {
+		names = append(names, fmt.Sprintf("t%d", i))
+	}
+	before := c.Height()
+	rs, err := adm.CreateTopics(ctx, 2, -1, nil, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := c.Height() - before
+	for _, name := range names {
+		r := rs[name]
+		if want := map[bool]error{true: kerr.TopicAlreadyExists, false: nil}[name == "t50"]; !errors.Is(r.Err, want) && r.Err != want {
+			t.Errorf("%s: %v, want %v", name, r.Err, want)
+		}
+	}
+	td, err := adm.ListTopics(ctx, names...)
+	if err != nil || len(td) != 100 {
+		t.Fatalf("listed %d of 100 topics (%v)", len(td), err)
+	}
+	t.Logf("100 topics created in %d blocks", blocks)
+	if blocks > 20 {
+		t.Errorf("100 topics took %d blocks: one a topic, not at once", blocks)
+	}
+	ds, err := adm.DeleteTopics(ctx, names...)
+	if err != nil || ds.Error() != nil {
+		t.Fatalf("delete 100 topics: %v %v", err, ds.Error())
+	}
+}

@@ -41,6 +41,7 @@ func (k *kafkaOptions) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&k.anonymousKey, "kafka-anonymous-key", "", "instead of --kafka-users: key file that signs every Kafka client's batches, without authenticating (anyone who reaches the port writes as this key)")
 	f.BoolVar(&k.cfg.AnonymousAdmin, "kafka-anonymous-admin", false, "let clients that do not authenticate create and delete topics with --kafka-anonymous-key, which must be a genesis admin key (for test clusters: franz-go's test suite needs it)")
 	f.StringVar(&k.autoCreateKey, "kafka-auto-create-key", "", "key file of a genesis admin key with which the face creates a topic a Kafka client names and the chain lacks, as Kafka's auto.create.topics.enable (give the gateway a key for this alone); empty: off")
+	f.DurationVar(&k.cfg.InitialRebalanceDelay, "kafka-initial-rebalance-delay", k.cfg.InitialRebalanceDelay, "how long an empty consumer group's first rebalance waits for more members, again for each that arrives (Kafka's group.initial.rebalance.delay.ms); 0: none")
 	f.Int32Var(&k.cfg.AutoCreatePartitions, "kafka-auto-create-partitions", k.cfg.AutoCreatePartitions, "partitions of an auto-created topic (Kafka's num.partitions)")
 	f.BoolVar(&k.cfg.Insecure, "kafka-insecure", false, "serve the Kafka face in plaintext instead of TLS with --tls-cert (passwords and records cross the network readable)")
 	f.Int32Var(&k.cfg.MaxRequestBytes, "kafka-max-request-bytes", k.cfg.MaxRequestBytes, "largest Kafka request taken from an authenticated client")

@@ -68,6 +68,7 @@ Ports: node i p2p/RPC/ABCI BASE+100i/+1/+2 (BASE 26656), NATS 4222 (monitoring
 	f.IntVar(&svc.GatewayPort, "gateway-port", svc.GatewayPort, "gateway 0's gRPC port; gateway g uses PORT+2g, HTTP PORT+2g+1")
 	f.IntVar(&svc.KafkaPort, "kafka-port", svc.KafkaPort, "gateway 0's Kafka port (SASL users in DIR/kafka); gateway g uses PORT+g; 0: no Kafka face")
 	f.BoolVar(&svc.KafkaAutoCreate, "kafka-auto-create", true, "the Kafka faces create the topics clients name (Kafka's auto.create.topics.enable), with the network's admin key")
+	f.IntVar(&svc.KafkaAutoCreatePartitions, "kafka-auto-create-partitions", 1, "partitions of an auto-created topic (Kafka's num.partitions)")
 	f.IntVar(&svc.NATSPort, "nats-port", svc.NATSPort, "NATS client port (monitoring: 8222 + the difference from 4222)")
 	f.IntVar(&svc.IndexerPort, "indexer-port", svc.IndexerPort, "indexer HTTP port (/metrics, /healthz, /readyz)")
 	localnet.AddServiceTLSFlags(f, &svc)

@@ -102,6 +102,9 @@ func (n *Net) kafkaArgs(s Services, g int) []string {
 	}
 	if s.KafkaAutoCreate {
 		args = append(args, "--kafka-auto-create-key", filepath.Join(n.cfg.Dir, adminKeyFile))
+		if s.KafkaAutoCreatePartitions > 0 {
+			args = append(args, "--kafka-auto-create-partitions", fmt.Sprint(s.KafkaAutoCreatePartitions))
+		}
 	}
 	return args
 }

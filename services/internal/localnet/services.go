@@ -162,6 +162,9 @@ type Services struct {
 	// with the genesis admin key (byzlog run's network: Kafka's default,
 	// which client test suites and a first try with kcat expect).
 	KafkaAutoCreate bool
+	// KafkaAutoCreatePartitions are an auto-created topic's partitions (0:
+	// the gateway's default, 1).
+	KafkaAutoCreatePartitions int
 	// IndexerPort serves the indexer's /metrics, /healthz and /readyz.
 	IndexerPort int
 	// PprofPort, when not 0, makes gateway g serve Go runtime profiles on
