@@ -85,8 +85,20 @@ failpoints-app: deps ## build bin/byzlog-app-failpoints, the test build whose ap
 	go build -tags failpoints -o $(BIN)/byzlog-app-failpoints github.com/byzlog/byzlog/services/byzlog-app
 
 .PHONY: e2e
-e2e: build failpoints-app ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer (two shards side by side, then the benchmark smoke; E2E_RUN=regexp runs those alone)
+e2e: build failpoints-app librdkafka ## end-to-end tests on the real binaries: localnets with crashes, restarts and a Byzantine proposer (two shards side by side, then the benchmark smoke; E2E_RUN=regexp runs those alone)
 	BYZLOG_BIN=$(BIN) E2E_TIMEOUT=$(E2E_TIMEOUT) E2E_RUN='$(E2E_RUN)' scripts/e2e.sh
+
+LIBRDKAFKA_DIR ?= run/librdkafka
+LIBRDKAFKA_TESTS ?= 0000-0119
+LIBRDKAFKA_OUT ?= run/librdkafka-suite.txt
+
+.PHONY: librdkafka librdkafka-suite
+librdkafka: ## fetch Debian's librdkafka source package and build its own test suite into $(LIBRDKAFKA_DIR) (kept once built; ~3 min)
+	@scripts/librdkafka/build.sh $(LIBRDKAFKA_DIR)
+
+librdkafka-suite: build librdkafka ## librdkafka's own tests $(LIBRDKAFKA_TESTS) against a gateway's Kafka face, one at a time: a pass/fail/skip table in $(LIBRDKAFKA_OUT), exit 1 on a failure not on scripts/librdkafka/skip.txt (make test runs a handful)
+	@mkdir -p $(dir $(LIBRDKAFKA_OUT))
+	BYZLOG_BIN=$(BIN) LIBRDKAFKA_DIR=$(abspath $(LIBRDKAFKA_DIR)) LIBRDKAFKA_TESTS=$(LIBRDKAFKA_TESTS) LIBRDKAFKA_OUT=$(abspath $(LIBRDKAFKA_OUT)) go test -tags e2e -count=1 -timeout 10h -v -run '^TestLibrdkafkaSuite$$' github.com/byzlog/byzlog/services/lab/e2e
 
 KAFKA_COMPAT_OUT ?= run/kafka-compat.txt
 

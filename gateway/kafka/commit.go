@@ -113,7 +113,7 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) an
 			return kerr.NotCoordinator
 		}
 		if r.Generation >= 0 {
-			return c.s.groups.memberOf(r.Group, r.MemberID, r.Generation)
+			return c.s.groups.memberOf(r.Group, r.MemberID, r.Generation, r.InstanceID)
 		}
 		return nil
 	}()

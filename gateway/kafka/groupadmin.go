@@ -63,6 +63,9 @@ func (gs *groups) view(name string) (groupView, bool) {
 		m := g.members[id]
 		dm := kmsg.NewDescribeGroupsResponseGroupMember()
 		dm.MemberID, dm.MemberAssignment = id, m.assignment
+		if m.instance != "" {
+			dm.InstanceID = kmsg.StringPtr(m.instance)
+		}
 		for _, p := range m.protocols {
 			if p.Name == g.protocol || (g.protocol == "" && dm.ProtocolMetadata == nil) {
 				dm.ProtocolMetadata = p.Metadata

@@ -1,9 +1,11 @@
 package kafka
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,12 +64,16 @@ type group struct {
 	// delayed: the join phase is an empty group's first, which waits
 	// initialDelay for more members (prepare).
 	delayed bool
+	// instances maps each static member's group.instance.id to its member
+	// id (KIP-345).
+	instances map[string]string
 	// syncWaiters wait for the leader's assignment of this generation.
 	syncWaiters map[string]chan syncAnswer
 }
 
 type member struct {
 	id               string
+	instance         string // group.instance.id of a static member; "" if dynamic
 	protocols        []kmsg.JoinGroupRequestProtocol
 	session          time.Duration
 	rebalanceTimeout time.Duration
@@ -121,6 +127,27 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 		return resp
 	}
 	id := r.MemberID
+	instance := ""
+	if r.InstanceID != nil {
+		instance = *r.InstanceID
+	}
+	if known, ok := g.instances[instance]; ok && instance != "" {
+		switch {
+		case id != "" && id != known:
+			// Another process with this instance id took its place.
+			gs.mu.Unlock()
+			resp.ErrorCode = kerr.FencedInstanceID.Code
+			return resp
+		case id == "":
+			// A static member back after a restart: it takes its old
+			// place, without a rebalance if nothing changed.
+			return gs.rejoinStatic(ctx, g, known, r, session, rebalance)
+		}
+	}
+	newStatic := id == "" && instance != "" && g.instances[instance] == ""
+	if newStatic {
+		id = newMemberID() // a new static member skips the two-step join (KIP-345)
+	}
 	switch {
 	case id == "" && r.Version >= 4:
 		// Kafka's two-step join (KIP-394): the member learns its id first.
@@ -137,7 +164,7 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 		return resp
 	case id == "":
 		id = newMemberID()
-	case g.members[id] == nil && !g.pending[id]:
+	case g.members[id] == nil && !g.pending[id] && !newStatic:
 		// Not a member here (its state may have gone with another
 		// coordinator): it joins again without an id.
 		gs.mu.Unlock()
@@ -152,8 +179,14 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 			resp.ErrorCode = kerr.GroupMaxSizeReached.Code
 			return resp
 		}
-		m = &member{id: id}
+		m = &member{id: id, instance: instance}
 		g.members[id] = m
+		if instance != "" {
+			if g.instances == nil {
+				g.instances = map[string]string{}
+			}
+			g.instances[instance] = id
+		}
 	}
 	g.protoType = r.ProtocolType
 	m.protocols, m.session, m.rebalanceTimeout, m.ver = r.Protocols, session, rebalance, r.Version
@@ -173,6 +206,79 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 		resp.ErrorCode = kerr.RebalanceInProgress.Code
 		return resp
 	}
+}
+
+// rejoinStatic takes a static member back under a new member id in the
+// place of its old one, known (KIP-345): a stable group whose member offers
+// the same protocols answers at once with the current generation and no
+// rebalance, so the member's SyncGroup gets its old assignment; otherwise
+// the member joins the next generation. Called with gs.mu held; unlocks it.
+func (gs *groups) rejoinStatic(ctx context.Context, g *group, known string, r *kmsg.JoinGroupRequest, session, rebalance time.Duration) *kmsg.JoinGroupResponse {
+	m := g.members[known]
+	if m.join != nil {
+		m.join <- joinError(m.ver, kerr.FencedInstanceID)
+		m.join = nil
+	}
+	if w := g.syncWaiters[known]; w != nil {
+		w <- syncAnswer{code: kerr.FencedInstanceID.Code}
+		delete(g.syncWaiters, known)
+	}
+	delete(g.members, known)
+	m.id = newMemberID()
+	g.members[m.id], g.instances[m.instance] = m, m.id
+	if g.leader == known {
+		g.leader = m.id
+	}
+	same := sameProtocols(m.protocols, r.Protocols)
+	m.protocols, m.session, m.rebalanceTimeout, m.ver = r.Protocols, session, rebalance, r.Version
+	gs.touch(g, m)
+	if g.state == groupStable && same {
+		resp := kmsg.NewPtrJoinGroupResponse()
+		resp.Version = r.Version
+		resp.Generation, resp.Protocol, resp.LeaderID, resp.MemberID = g.generation, kmsg.StringPtr(g.protocol), g.leader, m.id
+		pt := g.protoType
+		resp.ProtocolType = &pt
+		if m.id == g.leader {
+			resp.Members = groupMembers(g)
+		}
+		gs.mu.Unlock()
+		return resp
+	}
+	answer := make(chan *kmsg.JoinGroupResponse, 1)
+	m.join = answer
+	gs.prepare(g)
+	gs.maybeComplete(g)
+	gs.mu.Unlock()
+	select {
+	case a := <-answer:
+		return a
+	case <-ctx.Done():
+		return joinError(r.Version, kerr.RebalanceInProgress)
+	}
+}
+
+// sameProtocols reports whether a member offers the same protocols, with
+// the same metadata, in the same order.
+func sameProtocols(a, b []kmsg.JoinGroupRequestProtocol) bool {
+	return slices.EqualFunc(a, b, func(x, y kmsg.JoinGroupRequestProtocol) bool {
+		return x.Name == y.Name && bytes.Equal(x.Metadata, y.Metadata)
+	})
+}
+
+// fenced reports whether a request naming instance comes from a member
+// that is not the one the instance id now belongs to.
+func (g *group) fenced(instance *string, id string) bool {
+	if instance == nil || *instance == "" {
+		return false
+	}
+	known, ok := g.instances[*instance]
+	return ok && known != id
+}
+
+// fenced is group.fenced for the group named, if there is one. Held: gs.mu.
+func (gs *groups) fenced(name string, instance *string, id string) bool {
+	g := gs.m[name]
+	return g != nil && g.fenced(instance, id)
 }
 
 // joinTimeouts are a join's session and rebalance timeouts, or why the
@@ -384,6 +490,9 @@ func (gs *groups) remove(g *group, id string) {
 		m.join <- joinError(m.ver, kerr.UnknownMemberID)
 	}
 	delete(g.members, id)
+	if m.instance != "" && g.instances[m.instance] == id {
+		delete(g.instances, m.instance)
+	}
 	if w := g.syncWaiters[id]; w != nil {
 		w <- syncAnswer{code: kerr.RebalanceInProgress.Code}
 		delete(g.syncWaiters, id)
@@ -411,6 +520,9 @@ func (gs *groups) sync(ctx context.Context, r *kmsg.SyncGroupRequest) *kmsg.Sync
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
 	gs.mu.Lock()
 	g, m, err := gs.check(r.Group, r.MemberID, r.Generation)
+	if gs.fenced(r.Group, r.InstanceID, r.MemberID) {
+		err = kerr.FencedInstanceID
+	}
 	switch {
 	case err != nil:
 		gs.mu.Unlock()
@@ -460,6 +572,9 @@ func (gs *groups) heartbeat(r *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	g, m, err := gs.check(r.Group, r.MemberID, r.Generation)
+	if gs.fenced(r.Group, r.InstanceID, r.MemberID) {
+		return fencedHeartbeat(resp)
+	}
 	if m != nil {
 		gs.touch(g, m)
 	}
@@ -472,34 +587,44 @@ func (gs *groups) heartbeat(r *kmsg.HeartbeatRequest) *kmsg.HeartbeatResponse {
 	return resp
 }
 
+func fencedHeartbeat(resp *kmsg.HeartbeatResponse) *kmsg.HeartbeatResponse {
+	resp.ErrorCode = kerr.FencedInstanceID.Code
+	return resp
+}
+
 func (gs *groups) leave(r *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse {
 	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
-	ids := []string{r.MemberID}
+	leaving := []kmsg.LeaveGroupRequestMember{{MemberID: r.MemberID}}
 	if r.Version >= 3 {
-		ids = ids[:0]
-		for _, m := range r.Members {
-			ids = append(ids, m.MemberID)
-		}
+		leaving = r.Members
 	}
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	g := gs.m[r.Group]
-	for _, id := range ids {
+	for _, l := range leaving {
+		id := l.MemberID
 		lm := kmsg.NewLeaveGroupResponseMember()
-		lm.MemberID = id
-		if g == nil || g.members[id] == nil {
+		lm.MemberID, lm.InstanceID = id, l.InstanceID
+		if g != nil && id == "" && l.InstanceID != nil {
+			id = g.instances[*l.InstanceID] // a static member leaves by its instance id
+			lm.MemberID = id
+		}
+		switch {
+		case g != nil && g.fenced(l.InstanceID, id):
+			lm.ErrorCode = kerr.FencedInstanceID.Code
+		case g == nil || g.members[id] == nil:
 			lm.ErrorCode = kerr.UnknownMemberID.Code
-			if r.Version < 3 {
-				resp.ErrorCode = lm.ErrorCode
-			}
-		} else {
+		default:
 			gs.remove(g, id)
+		}
+		if lm.ErrorCode != 0 && r.Version < 3 {
+			resp.ErrorCode = lm.ErrorCode
 		}
 		if r.Version >= 3 {
 			resp.Members = append(resp.Members, lm)
 		}
 	}
-	if g != nil && len(ids) > 0 && resp.ErrorCode == 0 {
+	if g != nil && len(leaving) > 0 && resp.ErrorCode == 0 {
 		gs.prepare(g)
 		gs.maybeComplete(g)
 	}
@@ -507,9 +632,12 @@ func (gs *groups) leave(r *kmsg.LeaveGroupRequest) *kmsg.LeaveGroupResponse {
 }
 
 // memberOf says whether id is a member of generation gen, for commits.
-func (gs *groups) memberOf(name, id string, gen int32) *kerr.Error {
+func (gs *groups) memberOf(name, id string, gen int32, instance *string) *kerr.Error {
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
+	if gs.fenced(name, instance, id) {
+		return kerr.FencedInstanceID
+	}
 	_, _, err := gs.check(name, id, gen)
 	return err
 }

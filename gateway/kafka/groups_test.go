@@ -166,3 +166,62 @@ func TestInitialRebalanceDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestStaticMembership: a member with a group.instance.id (KIP-345) joins
+// without the two-step join; back after a restart under the same instance
+// id, it takes its old place and assignment without a rebalance; the
+// process it replaced is fenced; a change of protocols rebalances; it
+// leaves by its instance id (librdkafka's test 0102).
+func TestStaticMembership(t *testing.T) {
+	gs := newGroups(0)
+	static := func(member string, protocols ...string) *kmsg.JoinGroupRequest {
+		r := joinReq("g", member, protocols...)
+		r.InstanceID = kmsg.StringPtr("inst-a")
+		return r
+	}
+	a := gs.join(context.Background(), static("", "range"))
+	if a.ErrorCode != 0 || a.Generation != 1 || a.MemberID == "" || a.LeaderID != a.MemberID {
+		t.Fatalf("static join = code %d generation %d id %q, want generation 1 at once", a.ErrorCode, a.Generation, a.MemberID)
+	}
+	first := a.MemberID
+	s := kmsg.NewPtrSyncGroupRequest()
+	s.Group, s.MemberID, s.Generation = "g", first, 1
+	s.GroupAssignment = []kmsg.SyncGroupRequestGroupAssignment{{MemberID: first, MemberAssignment: []byte("p0")}}
+	if r := gs.sync(context.Background(), s); r.ErrorCode != 0 {
+		t.Fatalf("sync = %d", r.ErrorCode)
+	}
+
+	// Restarted: no rebalance, the same generation and assignment.
+	b := gs.join(context.Background(), static("", "range"))
+	if b.ErrorCode != 0 || b.Generation != 1 || b.MemberID == first || b.LeaderID != b.MemberID {
+		t.Fatalf("static rejoin = code %d generation %d id %q (was %q), want generation 1 under a new id", b.ErrorCode, b.Generation, b.MemberID, first)
+	}
+	s.MemberID, s.GroupAssignment = b.MemberID, nil
+	if r := gs.sync(context.Background(), s); r.ErrorCode != 0 || string(r.MemberAssignment) != "p0" {
+		t.Fatalf("sync after the rejoin = code %d assignment %q, want p0", r.ErrorCode, r.MemberAssignment)
+	}
+	// The process it replaced is fenced.
+	hb := kmsg.NewPtrHeartbeatRequest()
+	hb.Group, hb.MemberID, hb.Generation, hb.InstanceID = "g", first, 1, kmsg.StringPtr("inst-a")
+	if r := gs.heartbeat(hb); r.ErrorCode != kerr.FencedInstanceID.Code {
+		t.Fatalf("the old process's heartbeat = %d, want FENCED_INSTANCE_ID", r.ErrorCode)
+	}
+	if r := gs.join(context.Background(), static(first, "range")); r.ErrorCode != kerr.FencedInstanceID.Code {
+		t.Fatalf("the old process's join = %d, want FENCED_INSTANCE_ID", r.ErrorCode)
+	}
+	// Other protocols: a rebalance into generation 2.
+	c := gs.join(context.Background(), static("", "roundrobin"))
+	if c.ErrorCode != 0 || c.Generation != 2 {
+		t.Fatalf("rejoin with other protocols = code %d generation %d, want generation 2", c.ErrorCode, c.Generation)
+	}
+	// It leaves by its instance id; the id is free again.
+	l := kmsg.NewPtrLeaveGroupRequest()
+	l.Version, l.Group = 3, "g"
+	l.Members = []kmsg.LeaveGroupRequestMember{{InstanceID: kmsg.StringPtr("inst-a")}}
+	if r := gs.leave(l); r.ErrorCode != 0 || len(r.Members) != 1 || r.Members[0].ErrorCode != 0 || r.Members[0].MemberID != c.MemberID {
+		t.Fatalf("leave by instance id = %+v", r)
+	}
+	if _, ok := gs.view("g"); ok {
+		t.Fatal("the group still has a member after its static member left")
+	}
+}
