@@ -36,6 +36,10 @@ type conn struct {
 	// OffsetFetch starts once those sent before it are done, so it sees
 	// them. Only read's goroutine adds to it.
 	commits sync.WaitGroup
+	// fetchSess is the connection's fetch session (fetchsession.go), under
+	// sessionMu: fetches run beside each other.
+	sessionMu sync.Mutex
+	fetchSess *fetchSession
 }
 
 // pending is a request whose response is owed, in order.
