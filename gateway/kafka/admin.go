@@ -80,10 +80,25 @@ func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic,
 	if err := wire.CheckTopicName(t.Topic); err != nil {
 		return nil, kerr.InvalidTopicException, err
 	}
-	if len(t.ReplicaAssignment) > 0 {
-		return nil, kerr.InvalidReplicaAssignment, errors.New("every validator holds every partition: replica assignment is not taken")
-	}
 	parts := t.NumPartitions
+	if len(t.ReplicaAssignment) > 0 {
+		// Every validator holds every partition: an assignment of known
+		// brokers is taken and has no effect, as Kafka takes one.
+		if parts != -1 || t.ReplicationFactor != -1 {
+			return nil, kerr.InvalidRequest, errors.New("a replica assignment comes with partitions and replication factor -1, as in Kafka")
+		}
+		byPartition := make([][]int32, len(t.ReplicaAssignment))
+		for _, a := range t.ReplicaAssignment {
+			if a.Partition < 0 || int(a.Partition) >= len(byPartition) || byPartition[a.Partition] != nil {
+				return nil, kerr.InvalidReplicaAssignment, fmt.Errorf("replica assignment of partition %d: want each of partitions 0..%d once", a.Partition, len(byPartition)-1)
+			}
+			byPartition[a.Partition] = a.Replicas
+		}
+		if err := c.s.checkAssignment(byPartition); err != nil {
+			return nil, kerr.InvalidReplicaAssignment, err
+		}
+		parts = int32(len(byPartition))
+	}
 	if parts == -1 {
 		parts = 1 // Kafka's num.partitions default
 	}
@@ -408,9 +423,6 @@ func (c *conn) createPartitionsOf(ctx context.Context, t kmsg.CreatePartitionsRe
 	if !c.principal.Admin {
 		return kerr.TopicAuthorizationFailed, c.errNotAdmin()
 	}
-	if len(t.Assignment) > 0 {
-		return kerr.InvalidReplicaAssignment, errors.New("every validator holds every partition: replica assignment is not taken")
-	}
 	ti, err := c.currentTopic(ctx, t.Topic)
 	if err != nil {
 		return kafkaError(err), err
@@ -428,9 +440,43 @@ func (c *conn) createPartitionsOf(ctx context.Context, t kmsg.CreatePartitionsRe
 	case uint32(t.Count) > l.GetMaxPartitions():
 		return kerr.InvalidPartitions, fmt.Errorf("%d partitions: the chain allows at most %d a topic", t.Count, l.GetMaxPartitions())
 	}
+	if len(t.Assignment) > 0 {
+		if len(t.Assignment) != int(uint32(t.Count)-have) {
+			return kerr.InvalidReplicaAssignment, fmt.Errorf("%d replica assignments for %d new partitions", len(t.Assignment), uint32(t.Count)-have)
+		}
+		replicas := make([][]int32, len(t.Assignment))
+		for i, a := range t.Assignment {
+			replicas[i] = a.Replicas
+		}
+		if err := c.s.checkAssignment(replicas); err != nil {
+			return kerr.InvalidReplicaAssignment, err
+		}
+	}
 	cfg := proto.Clone(ti.GetConfig()).(*byzlogv1.TopicConfig)
 	cfg.Partitions = uint32(t.Count)
 	return c.updateTopic(ctx, t.Topic, cfg, validateOnly)
+}
+
+// checkAssignment checks a replica assignment (each partition's replicas)
+// names brokers there are, each once a partition. Every validator holds
+// every partition, so a good one is taken and changes nothing.
+func (s *Server) checkAssignment(replicas [][]int32) error {
+	for p, rs := range replicas {
+		if len(rs) == 0 {
+			return fmt.Errorf("partition %d has no replicas", p)
+		}
+		seen := map[int32]bool{}
+		for _, id := range rs {
+			if s.cfg.broker(id) == nil && (len(s.cfg.Brokers) > 0 || id != s.cfg.NodeID) {
+				return fmt.Errorf("partition %d: broker %d is not one of this cluster's", p, id)
+			}
+			if seen[id] {
+				return fmt.Errorf("partition %d lists broker %d twice", p, id)
+			}
+			seen[id] = true
+		}
+	}
+	return nil
 }
 
 // deleteRecords moves partitions' log start, as retention does, through

@@ -40,6 +40,25 @@ type conn struct {
 	// sessionMu: fetches run beside each other.
 	sessionMu sync.Mutex
 	fetchSess *fetchSession
+	// clientID is the client id of the connection's first request that
+	// has one (DescribeGroups shows it); only read's goroutine writes it,
+	// before the requests that read it start.
+	clientID string
+}
+
+// maxClientID bounds the client id a connection's members are shown with.
+const maxClientID = 255
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// client is who a group member is, as DescribeGroups shows it.
+func (c *conn) client() memberClient {
+	return memberClient{id: c.clientID, host: "/" + remoteIP(c.nc)}
 }
 
 // pending is a request whose response is owed, in order.
@@ -159,6 +178,9 @@ func (c *conn) read(ctx context.Context, out chan<- *pending) error {
 		}
 		p.key = req.Key()
 		p.flexHdr = req.IsFlexible() && p.key != 18
+		if c.clientID == "" {
+			c.clientID = truncate(headerClientID(body), maxClientID)
+		}
 		if c.principal == nil && !isAuthKey(p.key) {
 			c.s.buffered.Release(p.size)
 			return fmt.Errorf("request key %d before authenticating", p.key)

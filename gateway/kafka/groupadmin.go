@@ -62,7 +62,7 @@ func (gs *groups) view(name string) (groupView, bool) {
 	for _, id := range ids {
 		m := g.members[id]
 		dm := kmsg.NewDescribeGroupsResponseGroupMember()
-		dm.MemberID, dm.MemberAssignment = id, m.assignment
+		dm.MemberID, dm.MemberAssignment, dm.ClientID, dm.ClientHost = id, m.assignment, m.client.id, m.client.host
 		if m.instance != "" {
 			dm.InstanceID = kmsg.StringPtr(m.instance)
 		}

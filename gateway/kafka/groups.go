@@ -71,8 +71,12 @@ type group struct {
 	syncWaiters map[string]chan syncAnswer
 }
 
+// memberClient is a member's client id and host, as Kafka shows them.
+type memberClient struct{ id, host string }
+
 type member struct {
 	id               string
+	client           memberClient
 	instance         string // group.instance.id of a static member; "" if dynamic
 	protocols        []kmsg.JoinGroupRequestProtocol
 	session          time.Duration
@@ -103,7 +107,7 @@ func newMemberID() string {
 // and told to join again (MEMBER_ID_REQUIRED); otherwise the member joins
 // the next generation, answered once every member has rejoined or the
 // rebalance timeout has passed.
-func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.JoinGroupResponse {
+func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest, client memberClient) *kmsg.JoinGroupResponse {
 	resp := r.ResponseKind().(*kmsg.JoinGroupResponse)
 	session, rebalance, bad := joinTimeouts(r)
 	if bad != nil {
@@ -141,7 +145,7 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 		case id == "":
 			// A static member back after a restart: it takes its old
 			// place, without a rebalance if nothing changed.
-			return gs.rejoinStatic(ctx, g, known, r, session, rebalance)
+			return gs.rejoinStatic(ctx, g, known, r, session, rebalance, client)
 		}
 	}
 	newStatic := id == "" && instance != "" && g.instances[instance] == ""
@@ -189,7 +193,7 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 		}
 	}
 	g.protoType = r.ProtocolType
-	m.protocols, m.session, m.rebalanceTimeout, m.ver = r.Protocols, session, rebalance, r.Version
+	m.protocols, m.session, m.rebalanceTimeout, m.ver, m.client = r.Protocols, session, rebalance, r.Version, client
 	answer := make(chan *kmsg.JoinGroupResponse, 1)
 	if m.join != nil {
 		m.join <- joinError(m.ver, kerr.RebalanceInProgress)
@@ -213,7 +217,7 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest) *kmsg.Join
 // the same protocols answers at once with the current generation and no
 // rebalance, so the member's SyncGroup gets its old assignment; otherwise
 // the member joins the next generation. Called with gs.mu held; unlocks it.
-func (gs *groups) rejoinStatic(ctx context.Context, g *group, known string, r *kmsg.JoinGroupRequest, session, rebalance time.Duration) *kmsg.JoinGroupResponse {
+func (gs *groups) rejoinStatic(ctx context.Context, g *group, known string, r *kmsg.JoinGroupRequest, session, rebalance time.Duration, client memberClient) *kmsg.JoinGroupResponse {
 	m := g.members[known]
 	if m.join != nil {
 		m.join <- joinError(m.ver, kerr.FencedInstanceID)
@@ -230,7 +234,7 @@ func (gs *groups) rejoinStatic(ctx context.Context, g *group, known string, r *k
 		g.leader = m.id
 	}
 	same := sameProtocols(m.protocols, r.Protocols)
-	m.protocols, m.session, m.rebalanceTimeout, m.ver = r.Protocols, session, rebalance, r.Version
+	m.protocols, m.session, m.rebalanceTimeout, m.ver, m.client = r.Protocols, session, rebalance, r.Version, client
 	gs.touch(g, m)
 	if g.state == groupStable && same {
 		resp := kmsg.NewPtrJoinGroupResponse()

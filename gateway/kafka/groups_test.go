@@ -23,11 +23,11 @@ func joinReq(group, member string, protocols ...string) *kmsg.JoinGroupRequest {
 // joinTwice is Kafka's two-step join: ask for an id, then join with it.
 func joinTwice(t *testing.T, gs *groups, group string, protocols ...string) (*kmsg.JoinGroupResponse, string) {
 	t.Helper()
-	first := gs.join(context.Background(), joinReq(group, "", protocols...))
+	first := gs.join(context.Background(), joinReq(group, "", protocols...), memberClient{})
 	if first.ErrorCode != kerr.MemberIDRequired.Code || first.MemberID == "" {
 		t.Fatalf("first join = code %d id %q, want MEMBER_ID_REQUIRED with an id", first.ErrorCode, first.MemberID)
 	}
-	return gs.join(context.Background(), joinReq(group, first.MemberID, protocols...)), first.MemberID
+	return gs.join(context.Background(), joinReq(group, first.MemberID, protocols...), memberClient{}), first.MemberID
 }
 
 func TestGroupLifecycle(t *testing.T) {
@@ -78,7 +78,7 @@ func TestGroupLifecycle(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	a = gs.join(context.Background(), joinReq("g", aID, "range", "roundrobin"))
+	a = gs.join(context.Background(), joinReq("g", aID, "range", "roundrobin"), memberClient{})
 	wg.Wait()
 	if a.Generation != 2 || b.Generation != 2 || *a.Protocol != "roundrobin" || a.LeaderID != b.LeaderID {
 		t.Fatalf("rejoin = gen %d/%d protocol %s leader %s/%s, want generation 2 with roundrobin and one leader", a.Generation, b.Generation, *a.Protocol, a.LeaderID, b.LeaderID)
@@ -100,7 +100,7 @@ func TestGroupLifecycle(t *testing.T) {
 	if resp := gs.leave(lr); resp.ErrorCode != 0 || resp.Members[0].ErrorCode != 0 {
 		t.Fatalf("leave = %+v", resp)
 	}
-	if j := gs.join(context.Background(), joinReq("g", leader, "range", "roundrobin")); j.Generation != 3 || len(j.Members) != 1 {
+	if j := gs.join(context.Background(), joinReq("g", leader, "range", "roundrobin"), memberClient{}); j.Generation != 3 || len(j.Members) != 1 {
 		t.Fatalf("join after leave = gen %d with %d members, want 3 with 1", j.Generation, len(j.Members))
 	}
 }
@@ -109,14 +109,14 @@ func TestGroupJoinRefusals(t *testing.T) {
 	gs := newGroups(0)
 	bad := joinReq("g", "", "range")
 	bad.SessionTimeoutMillis = 10
-	if r := gs.join(context.Background(), bad); r.ErrorCode != kerr.InvalidSessionTimeout.Code {
+	if r := gs.join(context.Background(), bad, memberClient{}); r.ErrorCode != kerr.InvalidSessionTimeout.Code {
 		t.Errorf("session timeout 10 ms = %d, want INVALID_SESSION_TIMEOUT", r.ErrorCode)
 	}
-	if r := gs.join(context.Background(), joinReq("g", "")); r.ErrorCode != kerr.InconsistentGroupProtocol.Code {
+	if r := gs.join(context.Background(), joinReq("g", ""), memberClient{}); r.ErrorCode != kerr.InconsistentGroupProtocol.Code {
 		t.Errorf("no protocols = %d, want INCONSISTENT_GROUP_PROTOCOL", r.ErrorCode)
 	}
 	joinTwice(t, gs, "g", "range")
-	if r := gs.join(context.Background(), joinReq("g", "made-up", "range")); r.ErrorCode != kerr.UnknownMemberID.Code {
+	if r := gs.join(context.Background(), joinReq("g", "made-up", "range"), memberClient{}); r.ErrorCode != kerr.UnknownMemberID.Code {
 		t.Errorf("join with an id never given = %d, want UNKNOWN_MEMBER_ID", r.ErrorCode)
 	}
 }
@@ -125,10 +125,10 @@ func TestGroupJoinRefusals(t *testing.T) {
 // session timeout.
 func TestGroupSessionExpiry(t *testing.T) {
 	gs := newGroups(0)
-	first := gs.join(context.Background(), joinReq("g", "", "range"))
+	first := gs.join(context.Background(), joinReq("g", "", "range"), memberClient{})
 	r := joinReq("g", first.MemberID, "range")
 	r.SessionTimeoutMillis = 1000
-	gs.join(context.Background(), r)
+	gs.join(context.Background(), r, memberClient{})
 	time.Sleep(1500 * time.Millisecond)
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
@@ -179,7 +179,7 @@ func TestStaticMembership(t *testing.T) {
 		r.InstanceID = kmsg.StringPtr("inst-a")
 		return r
 	}
-	a := gs.join(context.Background(), static("", "range"))
+	a := gs.join(context.Background(), static("", "range"), memberClient{})
 	if a.ErrorCode != 0 || a.Generation != 1 || a.MemberID == "" || a.LeaderID != a.MemberID {
 		t.Fatalf("static join = code %d generation %d id %q, want generation 1 at once", a.ErrorCode, a.Generation, a.MemberID)
 	}
@@ -192,7 +192,7 @@ func TestStaticMembership(t *testing.T) {
 	}
 
 	// Restarted: no rebalance, the same generation and assignment.
-	b := gs.join(context.Background(), static("", "range"))
+	b := gs.join(context.Background(), static("", "range"), memberClient{})
 	if b.ErrorCode != 0 || b.Generation != 1 || b.MemberID == first || b.LeaderID != b.MemberID {
 		t.Fatalf("static rejoin = code %d generation %d id %q (was %q), want generation 1 under a new id", b.ErrorCode, b.Generation, b.MemberID, first)
 	}
@@ -206,11 +206,11 @@ func TestStaticMembership(t *testing.T) {
 	if r := gs.heartbeat(hb); r.ErrorCode != kerr.FencedInstanceID.Code {
 		t.Fatalf("the old process's heartbeat = %d, want FENCED_INSTANCE_ID", r.ErrorCode)
 	}
-	if r := gs.join(context.Background(), static(first, "range")); r.ErrorCode != kerr.FencedInstanceID.Code {
+	if r := gs.join(context.Background(), static(first, "range"), memberClient{}); r.ErrorCode != kerr.FencedInstanceID.Code {
 		t.Fatalf("the old process's join = %d, want FENCED_INSTANCE_ID", r.ErrorCode)
 	}
 	// Other protocols: a rebalance into generation 2.
-	c := gs.join(context.Background(), static("", "roundrobin"))
+	c := gs.join(context.Background(), static("", "roundrobin"), memberClient{})
 	if c.ErrorCode != 0 || c.Generation != 2 {
 		t.Fatalf("rejoin with other protocols = code %d generation %d, want generation 2", c.ErrorCode, c.Generation)
 	}

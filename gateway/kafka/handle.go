@@ -105,7 +105,7 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 	}
 	switch r := req.(type) {
 	case *kmsg.JoinGroupRequest:
-		return c.s.groups.join(ctx, r), nil
+		return c.s.groups.join(ctx, r, c.client()), nil
 	case *kmsg.SyncGroupRequest:
 		return c.s.groups.sync(ctx, r), nil
 	case *kmsg.HeartbeatRequest:

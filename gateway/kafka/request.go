@@ -115,6 +115,19 @@ func parseRequest(body []byte) (kmsg.Request, int32, error) {
 	return req, corr, nil
 }
 
+// headerClientID is the client id of a request frame's header ("" when
+// null or cut short).
+func headerClientID(body []byte) string {
+	r := kbin.Reader{Src: body}
+	r.Int16()
+	r.Int16()
+	r.Int32()
+	if id := r.NullableString(); id != nil {
+		return *id
+	}
+	return ""
+}
+
 func servedKeys() []int16 {
 	keys := make([]int16, 0, len(versions))
 	for k := range versions {
