@@ -138,8 +138,12 @@ func kafkaLine(n *localnet.Net, svc localnet.Services) string {
 	for g := 0; g < svc.Gateways; g++ {
 		addrs = append(addrs, svc.KafkaAddr(g))
 	}
-	return fmt.Sprintf("  kafka     %s (SASL user %s or %s, passwords in %s/)\n", strings.Join(addrs, ", "),
-		localnet.KafkaUser, localnet.KafkaAdminUser, filepath.Dir(n.KafkaPasswordFile(localnet.KafkaUser)))
+	auto := ""
+	if svc.KafkaAutoCreate {
+		auto = "; topics a client names are created"
+	}
+	return fmt.Sprintf("  kafka     %s (SASL user %s or %s, passwords in %s/%s)\n", strings.Join(addrs, ", "),
+		localnet.KafkaUser, localnet.KafkaAdminUser, filepath.Dir(n.KafkaPasswordFile(localnet.KafkaUser)), auto)
 }
 
 // kafkaTry shows kcat producing and consuming through the Kafka face.

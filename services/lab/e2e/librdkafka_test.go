@@ -30,7 +30,8 @@ const librdkafkaQuick = "0001,0012,0017,0019,0030,0052,0081,0085"
 // test at a time, each with its own timeout. LIBRDKAFKA_TESTS picks them
 // ("0000-0119", or a list; default: librdkafkaQuick). A test on the skip
 // list (scripts/librdkafka/skip.txt, each with its reason; docs/api.md
-// lists them) is not run. The test prints a table and, with
+// lists them) is not run, but the subtests the list names for it are, each
+// on its own (the suite's SUBTESTS). The test prints a table and, with
 // LIBRDKAFKA_OUT, writes it there; it fails if a test not on the skip list
 // fails.
 func TestLibrdkafkaSuite(t *testing.T) {
@@ -51,7 +52,7 @@ func TestLibrdkafkaSuite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	skip, err := librdkafkaSkips(filepath.Join(root, "scripts", "librdkafka", "skip.txt"))
+	skip, subtests, err := librdkafkaSkips(filepath.Join(root, "scripts", "librdkafka", "skip.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,21 +78,30 @@ func TestLibrdkafkaSuite(t *testing.T) {
 	fmt.Fprintf(&table, "%-6s %-32s %-7s %7s  %s\n", "test", "name", "result", "seconds", "reason")
 	var failed []string
 	passed, skipped := 0, 0
+	type run struct{ id, name, subtest string }
+	var runs []run
 	for _, id := range ids {
 		name := librdkafkaName(testsDir, id)
 		if reason, ok := skip[id]; ok {
 			skipped++
 			fmt.Fprintf(&table, "%-6s %-32s %-7s %7s  %s\n", id, name, "skip", "-", reason)
+			for _, s := range subtests[id] {
+				runs = append(runs, run{id, name + "/" + s, s})
+			}
 			continue
 		}
+		runs = append(runs, run{id: id, name: name})
+	}
+	for _, r := range runs {
+		id, name := r.id, r.name
 		start := time.Now()
-		out, err := runLibrdkafkaTest(ctx, testsDir, conf, id)
+		out, err := runLibrdkafkaTest(ctx, testsDir, conf, id, r.subtest)
 		took := time.Since(start).Seconds()
 		result, why := "pass", ""
 		switch {
 		case err != nil:
 			result, why = "FAIL", librdkafkaFailure(out, err)
-			failed = append(failed, id)
+			failed = append(failed, strings.TrimSuffix(id+"/"+r.subtest, "/"))
 			logPath := filepath.Join(t.TempDir(), id+".log")
 			_ = os.WriteFile(logPath, out, 0o644)
 			t.Logf("%s failed: %s\n%s", id, why, tail(out, 30))
@@ -102,7 +112,7 @@ func TestLibrdkafkaSuite(t *testing.T) {
 		}
 		fmt.Fprintf(&table, "%-6s %-32s %-7s %7.1f  %s\n", id, name, result, took, why)
 	}
-	fmt.Fprintf(&table, "%d tests: %d passed, %d failed, %d on the skip list\n", len(ids), passed, len(failed), skipped)
+	fmt.Fprintf(&table, "%d tests: %d runs passed, %d failed; %d tests on the skip list (their subtests listed there run alone)\n", len(ids), passed, len(failed), skipped)
 	t.Logf("librdkafka's test suite against the Kafka face:\n%s", table.String())
 	if out := os.Getenv("LIBRDKAFKA_OUT"); out != "" {
 		if err := os.WriteFile(out, []byte(table.String()), 0o644); err != nil {
@@ -115,13 +125,13 @@ func TestLibrdkafkaSuite(t *testing.T) {
 }
 
 // runLibrdkafkaTest runs one test of the suite, bounded in time.
-func runLibrdkafkaTest(ctx context.Context, testsDir, conf, id string) ([]byte, error) {
+func runLibrdkafkaTest(ctx context.Context, testsDir, conf, id, subtest string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "./test-runner", "-p1", "-Q", "-E")
 	cmd.Dir = testsDir
 	src := filepath.Dir(testsDir)
-	cmd.Env = append(os.Environ(), "TESTS="+id, "TEST_KAFKA_VERSION=2.8.0", "RDKAFKA_TEST_CONF="+conf,
+	cmd.Env = append(os.Environ(), "TESTS="+id, "SUBTESTS="+subtest, "TEST_KAFKA_VERSION=2.8.0", "RDKAFKA_TEST_CONF="+conf,
 		"LD_LIBRARY_PATH="+filepath.Join(src, "src")+":"+filepath.Join(src, "src-cpp"))
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
@@ -169,27 +179,39 @@ func librdkafkaName(testsDir, id string) string {
 	return ""
 }
 
-// librdkafkaSkips reads the skip list: lines "NNNN reason", # comments.
-func librdkafkaSkips(path string) (map[string]string, error) {
+// librdkafkaSkips reads the skip list: lines "NNNN reason" skip a test,
+// lines "NNNN+ Sub,Sub" name subtests of a skipped test to run alone; #
+// starts a comment.
+func librdkafkaSkips(path string) (map[string]string, map[string][]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	out := map[string]string{}
+	skip, subtests := map[string]string{}, map[string][]string{}
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		s := strings.TrimSpace(sc.Text())
 		if s == "" || strings.HasPrefix(s, "#") {
 			continue
 		}
-		id, reason, ok := strings.Cut(s, " ")
-		if !ok || len(id) != 4 || strings.TrimSpace(reason) == "" {
-			return nil, fmt.Errorf("%s:%d: want \"NNNN reason\", got %q", path, line, s)
+		id, rest, ok := strings.Cut(s, " ")
+		rest = strings.TrimSpace(rest)
+		switch {
+		case ok && len(id) == 5 && strings.HasSuffix(id, "+") && rest != "":
+			subtests[id[:4]] = strings.Split(rest, ",")
+		case ok && len(id) == 4 && rest != "":
+			skip[id] = rest
+		default:
+			return nil, nil, fmt.Errorf("%s:%d: want \"NNNN reason\" or \"NNNN+ Sub,Sub\", got %q", path, line, s)
 		}
-		out[id] = strings.TrimSpace(reason)
 	}
-	return out, sc.Err()
+	for id := range subtests {
+		if skip[id] == "" {
+			return nil, nil, fmt.Errorf("%s: subtests of %s, which is not skipped", path, id)
+		}
+	}
+	return skip, subtests, sc.Err()
 }
 
 var (
