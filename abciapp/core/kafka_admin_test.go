@@ -16,14 +16,7 @@ import (
 func deleteOffsetsTx(t testing.TB, c *testChain, s *wire.Signer, group string, partitions ...*byzlogv1.PartitionOffset) []byte {
 	t.Helper()
 	co, err := s.DeleteOffsets(c.nextNonce(s), group, partitions...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := wire.OffsetsTx(co)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tx
+	return mustOffsetsTx(t, co, err)
 }
 
 // TestDeleteRecords: DeleteRecords moves the log start at once, retention

@@ -53,6 +53,12 @@ func newQueryFixture(t testing.TB) *queryFixture {
 func offsetsTx(t testing.TB, c *testChain, s *wire.Signer, group string, offsets ...*byzlogv1.PartitionOffset) []byte {
 	t.Helper()
 	co, err := s.CommitOffsets(c.nextNonce(s), group, false, offsets...)
+	return mustOffsetsTx(t, co, err)
+}
+
+// mustOffsetsTx is the transaction of a signed offsets body.
+func mustOffsetsTx(t testing.TB, co *byzlogv1.CommitOffsets, err error) []byte {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -307,15 +307,26 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 // commitOffsets commits a group's offsets signed with key; inMempool is
 // called once a node's mempool has the commit.
 func (s *Server) commitOffsets(ctx context.Context, key ed25519.PrivateKey, group string, offsets []*byzlogv1.PartitionOffset, inMempool func()) error {
+	return s.offsetsTx(ctx, key, inMempool, func(signer *wire.Signer, nonce uint64) (*byzlogv1.CommitOffsets, error) {
+		return signer.CommitOffsets(nonce, group, true, offsets...)
+	})
+}
+
+// offsetsTx signs a group's offsets transaction with key and its next
+// nonce (sign), submits it and waits for its commit; inMempool (may be nil)
+// is called once a node's mempool has it.
+func (s *Server) offsetsTx(ctx context.Context, key ed25519.PrivateKey, inMempool func(), sign func(*wire.Signer, uint64) (*byzlogv1.CommitOffsets, error)) error {
 	signer := wire.NewSigner(key, s.b.ChainID())
 	return s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64, accepted func()) error {
-		tx, err := signer.CommitOffsets(nonce, group, true, offsets...)
+		tx, err := sign(signer, nonce)
 		if err != nil {
-			return fmt.Errorf("sign offset commit: %w", err)
+			return fmt.Errorf("sign offsets: %w", err)
 		}
 		_, err = s.b.Groups.CommitOffsets(ctx, tx, func() {
 			accepted()
-			inMempool()
+			if inMempool != nil {
+				inMempool()
+			}
 		})
 		return err
 	})

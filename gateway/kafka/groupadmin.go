@@ -3,7 +3,6 @@ package kafka
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sort"
 
@@ -232,14 +231,8 @@ func (c *conn) canDelete(ctx context.Context) *kerr.Error {
 // partitions (nil: the group) with the connection's key, and waits for
 // its commit.
 func (c *conn) deleteOffsets(ctx context.Context, group string, partitions []*byzlogv1.PartitionOffset) error {
-	signer := wire.NewSigner(c.principal.Key, c.s.b.ChainID())
-	return c.s.nonces.use(ctx, signer.PublicKey(), func(nonce uint64, accepted func()) error {
-		tx, err := signer.DeleteOffsets(nonce, group, partitions...)
-		if err != nil {
-			return fmt.Errorf("sign offset deletion: %w", err)
-		}
-		_, err = c.s.b.Groups.CommitOffsets(ctx, tx, accepted)
-		return err
+	return c.s.offsetsTx(ctx, c.principal.Key, nil, func(signer *wire.Signer, nonce uint64) (*byzlogv1.CommitOffsets, error) {
+		return signer.DeleteOffsets(nonce, group, partitions...)
 	})
 }
 

@@ -194,22 +194,11 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest, client mem
 	}
 	g.protoType = r.ProtocolType
 	m.protocols, m.session, m.rebalanceTimeout, m.ver, m.client = r.Protocols, session, rebalance, r.Version, client
-	answer := make(chan *kmsg.JoinGroupResponse, 1)
 	if m.join != nil {
 		m.join <- joinError(m.ver, kerr.RebalanceInProgress)
 	}
-	m.join = answer
 	gs.touch(g, m)
-	gs.prepare(g)
-	gs.maybeComplete(g)
-	gs.mu.Unlock()
-	select {
-	case a := <-answer:
-		return a
-	case <-ctx.Done():
-		resp.ErrorCode = kerr.RebalanceInProgress.Code
-		return resp
-	}
+	return gs.joinPhase(ctx, g, m)
 }
 
 // rejoinStatic takes a static member back under a new member id in the
@@ -248,8 +237,15 @@ func (gs *groups) rejoinStatic(ctx context.Context, g *group, known string, r *k
 		gs.mu.Unlock()
 		return resp
 	}
+	return gs.joinPhase(ctx, g, m)
+}
+
+// joinPhase enters m into the group's join phase and waits for its answer.
+// Called with gs.mu held; unlocks it.
+func (gs *groups) joinPhase(ctx context.Context, g *group, m *member) *kmsg.JoinGroupResponse {
 	answer := make(chan *kmsg.JoinGroupResponse, 1)
 	m.join = answer
+	ver := m.ver
 	gs.prepare(g)
 	gs.maybeComplete(g)
 	gs.mu.Unlock()
@@ -257,7 +253,7 @@ func (gs *groups) rejoinStatic(ctx context.Context, g *group, known string, r *k
 	case a := <-answer:
 		return a
 	case <-ctx.Done():
-		return joinError(r.Version, kerr.RebalanceInProgress)
+		return joinError(ver, kerr.RebalanceInProgress)
 	}
 }
 
