@@ -241,6 +241,9 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 	for _, r := range rows {
 		if !r.Safe() {
 			unsafe = append(unsafe, r.Nemesis)
+			// Last, where a log's tail (CI keeps only the end) shows it:
+			// what went wrong under each nemesis that found something.
+			fmt.Fprintf(progress, "UNSAFE %s: %s%s\n", r.Nemesis, strings.TrimSpace(r.Report.Summary()), strings.Join(append([]string{""}, r.Errors...), "\n  error: "))
 		}
 	}
 	if len(unsafe) > 0 {
