@@ -104,6 +104,9 @@ type saslUsers struct{ u *sasl.Users }
 
 func (s saslUsers) Mechanisms() []string { return s.u.Mechanisms() }
 
+// Describe lists the users file's users and their SCRAM iterations.
+func (s saslUsers) Describe() []sasl.Described { return s.u.Describe() }
+
 func (s saslUsers) Start(mechanism string) (Session, error) {
 	sess, err := s.u.Start(mechanism)
 	if err != nil {

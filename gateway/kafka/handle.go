@@ -97,6 +97,10 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.describeLogDirs(ctx, r), nil
 	case *kmsg.OffsetForLeaderEpochRequest:
 		return c.offsetForLeaderEpoch(ctx, r), nil
+	case *kmsg.DescribeUserSCRAMCredentialsRequest:
+		return c.describeUserScram(r), nil
+	case *kmsg.AlterUserSCRAMCredentialsRequest:
+		return c.alterUserScram(r), nil
 	case *kmsg.InitProducerIDRequest:
 		return c.initProducerID(r), nil
 	}

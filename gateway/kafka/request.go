@@ -44,6 +44,8 @@ var handledMin = map[int16]int16{
 	42: 0, // DeleteGroups
 	47: 0, // OffsetDelete
 	60: 0, // DescribeCluster
+	50: 0, // DescribeUserScramCredentials: the users file's users
+	51: 0, // AlterUserScramCredentials: refused, the users file is the operator's
 }
 
 type versionRange struct{ min, max int16 }

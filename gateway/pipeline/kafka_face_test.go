@@ -13,6 +13,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -178,7 +180,11 @@ func TestKafkaFaceAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(sasl.File{Users: []sasl.Entry{e}})
+	root, err := sasl.NewEntry("root", "alice.key", true, "rootpw", sasl.MinIterations, rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(sasl.File{Users: []sasl.Entry{e, root}})
 	os.WriteFile(filepath.Join(dir, "users.json"), b, 0o600)
 	users, err := sasl.Load(filepath.Join(dir, "users.json"))
 	if err != nil {
@@ -216,6 +222,28 @@ func TestKafkaFaceAuth(t *testing.T) {
 		if err := produce(2*time.Second, opts...); err == nil {
 			t.Errorf("produce with %s: accepted, want refused", name)
 		}
+	}
+	// SCRAM credentials: an admin sees the users file's users and their
+	// iterations, a user does not; nobody changes them through Kafka.
+	scramAs := func(user, pw string) *kadm.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), tlsOpt, kgo.SASL(plain.Auth{User: user, Pass: pw}.AsMechanism()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return kadm.NewClient(cl)
+	}
+	ctx := context.Background()
+	described, err := scramAs("root", "rootpw").DescribeUserSCRAMs(ctx)
+	if err != nil || len(described) != 2 || len(described["alice"].CredInfos) != 2 || described["alice"].CredInfos[0].Iterations != sasl.MinIterations {
+		t.Errorf("DescribeUserScramCredentials as an admin = %+v, %v; want alice and root with 2 credentials of %d iterations", described, err, sasl.MinIterations)
+	}
+	if _, err := scramAs("alice", "pw").DescribeUserSCRAMs(ctx); !errors.Is(err, kerr.ClusterAuthorizationFailed) {
+		t.Errorf("DescribeUserScramCredentials as a user = %v, want CLUSTER_AUTHORIZATION_FAILED", err)
+	}
+	altered, err := scramAs("root", "rootpw").AlterUserSCRAMs(ctx, nil, []kadm.UpsertSCRAM{{User: "bob", Mechanism: kadm.ScramSha256, Iterations: 4096, Password: "x"}})
+	if err != nil || !errors.Is(altered["bob"].Err, kerr.PolicyViolation) {
+		t.Errorf("AlterUserScramCredentials = %+v, %v; want POLICY_VIOLATION", altered, err)
 	}
 	alice := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{0xcd}, 32)).Public().(ed25519.PublicKey)
 	var stored [][]byte

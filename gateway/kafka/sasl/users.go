@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/xdg-go/scram"
@@ -223,4 +224,26 @@ func NewEntry(name, keyFile string, admin bool, password string, iterations int,
 func secretOf(file []byte) []byte {
 	h := sha256.Sum256(append([]byte("byzlog kafka users\x00"), file...))
 	return h[:]
+}
+
+// Described is one user's SCRAM credentials as Kafka's
+// DescribeUserScramCredentials shows them: the iterations of each
+// mechanism, never a salt or key.
+type Described struct {
+	Name       string
+	Iterations map[string]int // by mechanism (ScramSHA256, ScramSHA512)
+}
+
+// Describe lists the users, by name.
+func (u *Users) Describe() []Described {
+	out := make([]Described, 0, len(u.byName))
+	for name, user := range u.byName {
+		d := Described{Name: name, Iterations: map[string]int{}}
+		for mech, c := range user.creds {
+			d.Iterations[mech] = c.Iters
+		}
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b Described) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }

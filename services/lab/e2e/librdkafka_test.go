@@ -19,8 +19,8 @@ import (
 
 // librdkafkaQuick are the suite's tests make test runs (about a minute):
 // producing and consuming, compression, list groups, commits, timestamps,
-// headers and the admin API.
-const librdkafkaQuick = "0001,0012,0017,0019,0030,0052,0081,0085"
+// headers and static group membership.
+const librdkafkaQuick = "0001,0012,0017,0019,0030,0052,0085,0102"
 
 // TestLibrdkafkaSuite runs librdkafka's own integration tests (Debian's
 // source package of librdkafka 2.0.2, built by scripts/librdkafka/build.sh
