@@ -166,12 +166,20 @@ type recordAt struct {
 
 // recordAt reads the record at offset (offset 0 reads the bounds: a
 // partition whose log starts later answers OFFSET_OUT_OF_RANGE, so it is
-// asked again at its start).
+// asked again at its start, from the topic as the chain holds it now: a
+// DeleteRecords moves the start at once).
 func (c *conn) recordAt(ctx context.Context, topic string, partition int32, offset uint64) (recordAt, error) {
 	req := &byzlogv1.RecordsRequest{Topic: topic, Partition: uint32(partition), Offset: offset, MaxRecords: 1}
 	rr, err := c.s.b.Reads.Records(ctx, req)
-	if err != nil && offset == 0 && kafkaError(err) == kerr.OffsetOutOfRange {
-		// Below the log start: read the bounds from the topic instead.
+	for try := 0; err != nil && offset == 0 && kafkaError(err) == kerr.OffsetOutOfRange && try < 2; try++ {
+		// Below the log start: read the bounds from the topic instead,
+		// the cache's first, then the chain's.
+		if try == 1 {
+			c.s.topics.expire()
+			if _, _, terr := c.s.topics.get(ctx, true); terr != nil {
+				return recordAt{}, terr
+			}
+		}
 		info, ierr := c.partitionInfo(ctx, topic, partition)
 		if ierr != nil {
 			return recordAt{}, ierr

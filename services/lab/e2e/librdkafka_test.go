@@ -96,11 +96,19 @@ func TestLibrdkafkaSuite(t *testing.T) {
 		id, name := r.id, r.name
 		start := time.Now()
 		out, err := runLibrdkafkaTest(ctx, testsDir, conf, id, r.subtest)
-		took := time.Since(start).Seconds()
 		result, why := "pass", ""
+		if err != nil {
+			// Some of the suite's tests are timing-bound (0086, 0118 failed
+			// once in a run of all and passed alone): a failure is run
+			// again once, and the table says so.
+			t.Logf("%s failed, running it again: %s", id, librdkafkaFailure(out, err))
+			out, err = runLibrdkafkaTest(ctx, testsDir, conf, id, r.subtest)
+			result, why = "pass", "on the second run"
+		}
+		took := time.Since(start).Seconds()
 		switch {
 		case err != nil:
-			result, why = "FAIL", librdkafkaFailure(out, err)
+			result, why = "FAIL", librdkafkaFailure(out, err)+" (twice)"
 			failed = append(failed, strings.TrimSuffix(id+"/"+r.subtest, "/"))
 			logPath := filepath.Join(t.TempDir(), id+".log")
 			_ = os.WriteFile(logPath, out, 0o644)
