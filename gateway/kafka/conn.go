@@ -36,10 +36,6 @@ type conn struct {
 	// OffsetFetch starts once those sent before it are done, so it sees
 	// them. Only read's goroutine adds to it.
 	commits sync.WaitGroup
-	// fetchSess is the connection's fetch session (fetchsession.go), under
-	// sessionMu: fetches run beside each other.
-	sessionMu sync.Mutex
-	fetchSess *fetchSession
 	// clientID is the client id of the connection's first request that
 	// has one (DescribeGroups shows it); only read's goroutine writes it,
 	// before the requests that read it start.

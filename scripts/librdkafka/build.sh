@@ -57,7 +57,12 @@ src=$(ls -d librdkafka-*/ | head -1)
 cd "$src"
 start=$SECONDS
 say "building ${src%/} and its test suite (about 3 minutes on 2 cores)"
-./configure --disable-curl --disable-gssapi >configure.log 2>&1
-make -j"$(nproc)" libs >build.log 2>&1
-make -j"$(nproc)" -C tests build >>build.log 2>&1
+# The logs go beside the tree: mklove, librdkafka's configure, takes a file
+# named configure.NAME in the tree for a module of its own.
+log="$dir/build.out"
+if ! { ./configure --disable-curl --disable-gssapi && make -j"$(nproc)" libs && make -j"$(nproc)" -C tests build; } >"$log" 2>&1; then
+  tail -n 30 "$log" >&2
+  say "the build failed; its output is in $log"
+  exit 1
+fi
 say "built in $((SECONDS - start)) s: $dir/${src}tests/test-runner"
