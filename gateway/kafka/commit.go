@@ -115,11 +115,6 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) an
 		if r.Generation >= 0 {
 			return c.s.groups.memberOf(r.Group, r.MemberID, r.Generation, r.InstanceID)
 		}
-		if _, active := c.s.groups.view(r.Group); active {
-			// A commit from outside the group (an admin's, a simple
-			// consumer's) while it has members: Kafka refuses it so.
-			return kerr.UnknownMemberID
-		}
 		return nil
 	}()
 	// Partitions the chain does not have are answered at once, as Kafka

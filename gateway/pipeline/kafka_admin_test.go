@@ -214,11 +214,6 @@ func TestKafkaFaceGroupAdmin(t *testing.T) {
 	if dg, err := adm.DescribeGroups(ctx, "grp"); err != nil || len(dg["grp"].Members) != 1 || dg["grp"].Members[0].ClientID == "" || dg["grp"].Members[0].ClientHost == "" {
 		t.Fatalf("DescribeGroups members = %+v (%v), want one with its client id and host", dg["grp"].Members, err)
 	}
-	early := kadm.Offsets{}
-	early.Add(kadm.Offset{Topic: "k", Partition: 0, At: 0})
-	if rs, _ := adm.CommitOffsets(ctx, "grp", early); !errors.Is(rs.Error(), kerr.UnknownMemberID) {
-		t.Fatalf("an admin's commit while a member lives = %v, want UNKNOWN_MEMBER_ID, as Kafka answers", rs.Error())
-	}
 	if r, _ := adm.DeleteGroup(ctx, "grp"); !errors.Is(r.Err, kerr.NonEmptyGroup) {
 		t.Fatalf("deleting a group with a member = %v %v, want NON_EMPTY_GROUP", r.Err, err)
 	}
