@@ -53,15 +53,10 @@ const MaxSnapshotRecordBytes = 3 << 20
 // DefaultLimits are the chain's bounds when genesis does not set them.
 func DefaultLimits() *byzlogv1.Limits {
 	return &byzlogv1.Limits{
-		MaxRecordBytes:  1 << 20,
-		MaxBatchRecords: 10000,
-		MaxBatchBytes:   4 << 20,
-		// Headers are charged by bytes and by HeaderHeap each against the
-		// transaction's and the block's decoded budgets; the count a
-		// record is only a coarse bound, far past what Kafka clients send
-		// (Kafka has none below the record size). 64 before issue 47: a
-		// chain keeps the value its genesis had.
-		MaxHeaders:       10000,
+		MaxRecordBytes:   1 << 20,
+		MaxBatchRecords:  10000,
+		MaxBatchBytes:    4 << 20,
+		MaxHeaders:       64,
 		MaxBundleBatches: 4096,
 		MaxPartitions:    1024,
 		MaxCommitOffsets: 1024,

@@ -28,10 +28,10 @@ type Limits struct {
 	MaxCompressionRatio  int // uncompressed bytes per compressed byte
 }
 
-// DefaultLimits are the defaults: 10000 records, 10000 headers, 8 MiB and a
+// DefaultLimits are the defaults: 10000 records, 64 headers, 8 MiB and a
 // ratio of 256 (the chain's own bound, wire.MaxCompressionRatio).
 func DefaultLimits() Limits {
-	return Limits{MaxRecords: 10000, MaxHeaders: 10000, MaxUncompressedBytes: 8 << 20, MaxCompressionRatio: 256}
+	return Limits{MaxRecords: 10000, MaxHeaders: 64, MaxUncompressedBytes: 8 << 20, MaxCompressionRatio: 256}
 }
 
 // Codec is a batch's compression.

@@ -138,7 +138,7 @@ func TestDecodeErrors(t *testing.T) {
 	flipped[len(flipped)-1] ^= 1
 	magic1 := append([]byte{}, good...)
 	magic1[16] = 1
-	manyHeaders := rawRecords([]kmsg.Record{{Headers: make([]kmsg.Header, DefaultLimits().MaxHeaders+1)}})
+	manyHeaders := rawRecords([]kmsg.Record{{Headers: make([]kmsg.Header, 65)}})
 	lim := DefaultLimits()
 	for _, tc := range []struct {
 		name string

@@ -118,7 +118,7 @@ var Attacks = []Attack{
 		Run: gapBatches},
 	{Name: "double-bundle", Doc: "the same signed batch twice at once: through a gateway, and in a bundle of its own with another batch, broadcast_tx_sync to a node (what an SDK's failover does); over and over with fresh keys",
 		Run: doubleBundle},
-	{Name: "header-bomb", Doc: "valid batches of records each carrying max_headers empty headers, about 640,000 headers a batch (up to max_batch_records records), zstd-compressed (kilobytes on the wire, far more decoded): bundles of them broadcast to the nodes, single batches through the gateways",
+	{Name: "header-bomb", Doc: "valid batches of max_batch_records records each carrying max_headers empty headers, zstd-compressed (kilobytes on the wire, far more decoded): bundles of them broadcast to the nodes, single batches through the gateways",
 		Run: headerBomb},
 	{Name: "bad-last-signature", Doc: "bundles of max_bundle_batches batches, every signature valid but the last one's, broadcast_tx_sync to the nodes at up to 3 MiB/s",
 		Run: badLastSig},
@@ -445,16 +445,11 @@ func doubleBundle(ctx context.Context, env *Env, t *Tally) error {
 	return nil
 }
 
-// bombHeaders are the headers of one header-bomb batch.
-const bombHeaders = 640_000
-
 func headerBomb(ctx context.Context, env *Env, t *Tally) error {
 	l := env.Limits
-	headers := int(l.MaxHeaders)
-	// About 640,000 headers a batch (max_batch_records of 64 each, the
-	// bomb's size when 64 was the bound), whatever the bound a record.
-	records := min(int(l.MaxBatchRecords), max(1, bombHeaders/headers))
+	records := int(l.MaxBatchRecords)
 	batches := max(1, int(l.MaxTxRecords)/records)
+	headers := int(l.MaxHeaders)
 	gws, closeAll, err := gateways(env)
 	if err != nil {
 		return err
