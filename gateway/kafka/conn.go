@@ -40,6 +40,9 @@ type conn struct {
 	// has one (DescribeGroups shows it); only read's goroutine writes it,
 	// before the requests that read it start.
 	clientID string
+	// sessKey is the connection's key in the fetch session cache
+	// (fetchsession.go), under its lock; 0 until the first fetch.
+	sessKey uint64
 }
 
 // maxClientID bounds the client id a connection's members are shown with.

@@ -22,12 +22,29 @@ import (
 // batch, as the topic serves them (serving): each with its producer's codec
 // and the producer's create times unless the topic's compression_type and
 // timestamp_type say otherwise. A fetch's first batch is whole, however
-// large (as Kafka answers it). Fetch sessions are not kept (the session id
-// answered is 0, so clients send full fetches).
+// large (as Kafka answers it). Fetch sessions: fetchsession.go.
 
-// fetch answers once MinBytes are ready or MaxWait (capped by
+// fetch answers a Fetch of the connection's fetch session, if it names
+// one, as fetchWaiting does.
+func (c *conn) fetch(ctx context.Context, req *kmsg.FetchRequest) kmsg.Response {
+	topics, session, code := c.fetchSessionFor(req)
+	if code != nil {
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode = code.Code
+		return resp
+	}
+	r := *req // the session's partitions, not only those the request names
+	r.Topics = topics
+	resp := c.fetchWaiting(ctx, &r)
+	if session != nil {
+		c.trim(session, resp, req.SessionID != 0 && req.SessionEpoch > 0)
+	}
+	return resp
+}
+
+// fetchWaiting answers once MinBytes are ready or MaxWait (capped by
 // MaxFetchWait) has passed, looking again as new blocks commit.
-func (c *conn) fetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
+func (c *conn) fetchWaiting(ctx context.Context, r *kmsg.FetchRequest) *kmsg.FetchResponse {
 	wait := min(time.Duration(r.MaxWaitMillis)*time.Millisecond, c.s.cfg.MaxFetchWait)
 	deadline := time.Now().Add(wait)
 	maxBytes := int(c.s.cfg.MaxRequestBytes)

@@ -29,6 +29,7 @@ type Server struct {
 	peers    *peers
 	nonces   *nonces
 	creating creations
+	sessions fetchSessions
 }
 
 // New checks cfg and returns a server for b.

@@ -11,9 +11,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -547,5 +549,145 @@ func TestKafkaFaceServesBatchesAsProduced(t *testing.T) {
 				t.Errorf("%s record %d (%.8s): timestamp %v type %d, want the block's time as LogAppendTime (1)", topic, i, r.Value, r.Timestamp, r.Attrs.TimestampType())
 			}
 		}
+	}
+}
+
+// TestKafkaFaceFetchSessions: a full fetch that opens a session (KIP-227)
+// answers every partition and a session id; an incremental fetch names only
+// what changed and is answered only with partitions that have records or
+// new offsets; a wrong epoch or an unknown session is refused with Kafka's
+// codes; epoch -1 closes the session.
+func TestKafkaFaceFetchSessions(t *testing.T) {
+	addr, _ := startKafkaFace(t, nil) // topic k, 3 partitions
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("k"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	// One connection: a session is the connection's.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	corr := int32(0)
+	fetch := func(id, epoch int32, offsets map[int32]int64) *kmsg.FetchResponse {
+		t.Helper()
+		req := kmsg.NewPtrFetchRequest()
+		req.Version, req.MaxWaitMillis, req.MaxBytes, req.SessionID, req.SessionEpoch = 12, 50, 1<<20, id, epoch
+		if len(offsets) > 0 {
+			ft := kmsg.NewFetchRequestTopic()
+			ft.Topic = "k"
+			for p := range int32(3) {
+				if o, ok := offsets[p]; ok {
+					fp := kmsg.NewFetchRequestTopicPartition()
+					fp.Partition, fp.FetchOffset, fp.PartitionMaxBytes = p, o, 1<<20
+					ft.Partitions = append(ft.Partitions, fp)
+				}
+			}
+			req.Topics = append(req.Topics, ft)
+		}
+		corr++
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		roundTrip(t, nc, req, corr, resp)
+		return resp
+	}
+	partitions := func(r *kmsg.FetchResponse) []int32 {
+		var out []int32
+		for _, t := range r.Topics {
+			for _, p := range t.Partitions {
+				out = append(out, p.Partition)
+			}
+		}
+		return out
+	}
+	full := fetch(0, 0, map[int32]int64{0: 0, 1: 0, 2: 0})
+	if full.ErrorCode != 0 || full.SessionID == 0 || len(partitions(full)) != 3 {
+		t.Fatalf("opening fetch: code %d session %d partitions %v; want a session and all 3", full.ErrorCode, full.SessionID, partitions(full))
+	}
+	id := full.SessionID
+	if r := fetch(id, 1, nil); r.ErrorCode != 0 || r.SessionID != id || len(partitions(r)) != 0 {
+		t.Fatalf("incremental fetch with nothing new: code %d partitions %v, want none", r.ErrorCode, partitions(r))
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Partition: 1, Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	r := fetch(id, 2, nil)
+	if got := partitions(r); r.ErrorCode != 0 || len(got) != 1 || got[0] != 1 || len(r.Topics[0].Partitions[0].RecordBatches) == 0 {
+		t.Fatalf("incremental fetch after a record in k/1: code %d partitions %v, want k/1 with its record", r.ErrorCode, got)
+	}
+	if r := fetch(id, 3, map[int32]int64{1: 1}); r.ErrorCode != 0 || len(partitions(r)) != 0 {
+		t.Fatalf("incremental fetch past the record: code %d partitions %v, want none", r.ErrorCode, partitions(r))
+	}
+	// The session is the gateway's: a client whose connection dropped goes
+	// on with it on the next (kgo drops one at every canceled fetch).
+	nc.Close()
+	if nc, err = net.Dial("tcp", addr); err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if r := fetch(id, 4, nil); r.ErrorCode != 0 || r.SessionID != id || len(partitions(r)) != 0 {
+		t.Fatalf("the session on a new connection: code %d session %d (want %d) partitions %v", r.ErrorCode, r.SessionID, id, partitions(r))
+	}
+	if r := fetch(id, 9, nil); r.ErrorCode != kerr.InvalidFetchSessionEpoch.Code {
+		t.Fatalf("a wrong epoch: code %d, want INVALID_FETCH_SESSION_EPOCH", r.ErrorCode)
+	}
+	if r := fetch(id+1, 5, nil); r.ErrorCode != kerr.FetchSessionIDNotFound.Code {
+		t.Fatalf("an unknown session: code %d, want FETCH_SESSION_ID_NOT_FOUND", r.ErrorCode)
+	}
+	if r := fetch(id, -1, map[int32]int64{0: 0}); r.ErrorCode != 0 || r.SessionID != 0 || len(partitions(r)) != 1 {
+		t.Fatalf("closing fetch: code %d session %d partitions %v, want a full answer without a session", r.ErrorCode, r.SessionID, partitions(r))
+	}
+	if r := fetch(id, 5, nil); r.ErrorCode != kerr.FetchSessionIDNotFound.Code {
+		t.Fatalf("the closed session: code %d, want FETCH_SESSION_ID_NOT_FOUND", r.ErrorCode)
+	}
+	// A full fetch naming a session the face no longer has is a full fetch
+	// all the same (kgo sends one after FETCH_SESSION_ID_NOT_FOUND): epoch
+	// -1 without a session, epoch 0 opening a new one.
+	if r := fetch(id, -1, map[int32]int64{0: 0}); r.ErrorCode != 0 || r.SessionID != 0 || len(partitions(r)) != 1 {
+		t.Fatalf("epoch -1 of a closed session: code %d session %d partitions %v, want a full answer without a session", r.ErrorCode, r.SessionID, partitions(r))
+	}
+	r = fetch(id, 0, map[int32]int64{0: 0, 2: 0})
+	if r.ErrorCode != 0 || r.SessionID == 0 || r.SessionID == id || len(partitions(r)) != 2 {
+		t.Fatalf("epoch 0 of a closed session: code %d session %d (closed: %d) partitions %v, want a new session with both", r.ErrorCode, r.SessionID, id, partitions(r))
+	}
+}
+
+// roundTrip sends req on c with correlation id corr and reads its answer
+// into resp.
+func roundTrip(t *testing.T, c net.Conn, req kmsg.Request, corr int32, resp kmsg.Response) {
+	t.Helper()
+	b := binary.BigEndian.AppendUint16(nil, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = append(b, 0, 4, 't', 'e', 's', 't') // client id
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	b = req.AppendTo(b)
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := c.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(b))), b...)); err != nil {
+		t.Fatal(err)
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(c, size[:]); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(c, body); err != nil {
+		t.Fatal(err)
+	}
+	if got := int32(binary.BigEndian.Uint32(body)); got != corr {
+		t.Fatalf("answer to correlation id %d, want %d", got, corr)
+	}
+	body = body[4:]
+	if req.IsFlexible() {
+		body = body[1:] // the header's empty tagged fields
+	}
+	resp.SetVersion(req.GetVersion())
+	if err := resp.ReadFrom(body); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -53,7 +53,10 @@ func TestKafkaCompat(t *testing.T) {
 		"--kafka-users", scramUsers(t, "kgo", "kgo-password"))
 	waitPort(t, kafka)
 	waitPort(t, scram)
-	suite, pkgDir := buildKgoSuite(ctx, t)
+	suite, pkgDir := os.Getenv("BYZLOG_KGO_SUITE"), os.Getenv("BYZLOG_KGO_DIR") // a suite built by hand, to debug
+	if suite == "" {
+		suite, pkgDir = buildKgoSuite(ctx, t)
+	}
 
 	run := os.Getenv("BYZLOG_KGO_RUN")
 	if run == "" {
@@ -67,7 +70,11 @@ func TestKafkaCompat(t *testing.T) {
 	// run beside it.
 	cmd := exec.CommandContext(ctx, suite, "-test.run", run, "-test.skip", "^TestTxnEtl$", "-test.parallel", "8",
 		"-test.v", "-test.timeout", "40m")
-	cmd.Env = append(os.Environ(), "KGO_SEEDS="+kafka, "KGO_TEST_RECORDS=1000", "KGO_LOG_LEVEL=none",
+	logLevel := os.Getenv("BYZLOG_KGO_LOG_LEVEL") // the suite's client logs, to debug one test
+	if logLevel == "" {
+		logLevel = "none"
+	}
+	cmd.Env = append(os.Environ(), "KGO_SEEDS="+kafka, "KGO_TEST_RECORDS=1000", "KGO_LOG_LEVEL="+logLevel,
 		"KGO_TEST_SCRAM_SEEDS="+scram, "KGO_TEST_SCRAM=kgo:kgo-password:512")
 	cmd.Dir = pkgDir // some tests read the package's sources
 	out, err := cmd.CombinedOutput()
