@@ -107,6 +107,10 @@ func (b *blockAppends) tx(i int, env *byzlogv1.Tx, result TxResult) error {
 		switch {
 		case body.GetCreateTopic() != nil:
 			b.changes = append(b.changes, TopicChange{Name: body.GetCreateTopic().Name, Config: body.GetCreateTopic().Config})
+		case body.GetCreateTopics() != nil:
+			for _, c := range body.GetCreateTopics().Topics {
+				b.changes = append(b.changes, TopicChange{Name: c.Name, Config: c.Config})
+			}
 		case body.GetUpdateTopic() != nil:
 			b.changes = append(b.changes, TopicChange{Name: body.GetUpdateTopic().Name, Config: body.GetUpdateTopic().Config})
 		case body.GetDeleteTopic() != nil:

@@ -497,6 +497,12 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			return createTopic(o, l, c.CreateTopic, ex.b.Height, rules)
 		}
 		return updateTopic(o, l, op.(*byzlogv1.AdminBody_UpdateTopic).UpdateTopic, rules)
+	case *byzlogv1.AdminBody_CreateTopics:
+		rules, err := ex.rulesVersion()
+		if err != nil || rules < CreateTopicsRulesVersion {
+			return reject(wire.CodeUnknownTxKind, "admin request has no operation this version knows"), err
+		}
+		return createTopics(o, l, op.CreateTopics, ex.b.Height, rules)
 	case *byzlogv1.AdminBody_DeleteTopic:
 		return deleteTopic(o, op.DeleteTopic)
 	case *byzlogv1.AdminBody_DeleteRecords:
@@ -547,6 +553,49 @@ func createTopic(o *overlay, l *byzlogv1.Limits, c *byzlogv1.CreateTopic, height
 	}
 	writeTopic(o, &byzlogv1.TopicState{Name: c.Name, Config: c.Config}, height)
 	return adminOK("create_topic", c.Name), nil
+}
+
+// createTopics creates every topic of c at height, or none: the first
+// that createTopic would refuse, or a name listed twice, refuses them all.
+func createTopics(o *overlay, l *byzlogv1.Limits, c *byzlogv1.CreateTopics, height int64, rules uint64) (Result, error) {
+	if n := len(c.Topics); n == 0 || n > wire.MaxCreateTopics {
+		return reject(wire.CodeMalformedTx, "a create_topics request holds 1 to %d topics, this one %d", wire.MaxCreateTopics, n), nil
+	}
+	// Topics are checked in the order listed: a name listed twice is
+	// refused at its second place, before any is written.
+	seen := make(map[string]bool, len(c.Topics))
+	for i, t := range c.Topics {
+		if seen[t.Name] {
+			return reject(wire.CodeTopicExists, "topics[%d]: topic %s is listed twice", i, wire.Quote(t.Name)), nil
+		}
+		seen[t.Name] = true
+		if r := checkTopicName(t.Name); !r.OK() {
+			return topicsRefused(i, r), nil
+		}
+		if r := checkTopicConfig(l, t.Config, rules); !r.OK() {
+			return topicsRefused(i, r), nil
+		}
+		have, err := loadTopic(o, t.Name)
+		if err != nil {
+			return Result{}, err
+		}
+		if have != nil {
+			return reject(wire.CodeTopicExists, "topics[%d]: topic %s exists (created at height %d); none of the %d was created",
+				i, wire.Quote(t.Name), have.CreatedHeight, len(c.Topics)), nil
+		}
+	}
+	for _, t := range c.Topics {
+		writeTopic(o, &byzlogv1.TopicState{Name: t.Name, Config: t.Config}, height)
+	}
+	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{
+		{"op", "create_topics"}, {"topics", strconv.Itoa(len(c.Topics))}}}}}, nil
+}
+
+// topicsRefused is r, the refusal of a create_topics request's topic i,
+// saying which topic and that none was created.
+func topicsRefused(i int, r Result) Result {
+	r.Log = truncate(fmt.Sprintf("topics[%d]: %s; none was created", i, r.Log), 256)
+	return r
 }
 
 // updateTopic changes a topic's config; its partitions may grow, never

@@ -86,6 +86,8 @@ func dangerous(body *byzlogv1.AdminBody) (string, bool) {
 	switch body.Op.(type) {
 	case *byzlogv1.AdminBody_CreateTopic:
 		return "create_topic", false
+	case *byzlogv1.AdminBody_CreateTopics:
+		return "create_topics", false
 	case *byzlogv1.AdminBody_UpdateTopic:
 		return "update_topic", false
 	case *byzlogv1.AdminBody_DeleteTopic:

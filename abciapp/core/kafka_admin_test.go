@@ -155,3 +155,74 @@ func TestDeleteGroupOffsets(t *testing.T) {
 		t.Fatalf("g under its new owner holds %v", g.Offsets)
 	}
 }
+
+// TestCreateTopics: many topics in one admin request, all or none; the
+// block's appended topic changes list each; before rules version 7 the
+// operation is unknown.
+func TestCreateTopics(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("exists", &byzlogv1.TopicConfig{Partitions: 1})
+	topics := func(names ...string) *byzlogv1.CreateTopics {
+		ct := &byzlogv1.CreateTopics{}
+		for _, n := range names {
+			ct.Topics = append(ct.Topics, &byzlogv1.CreateTopic{Name: n, Config: &byzlogv1.TopicConfig{Partitions: 2}})
+		}
+		return ct
+	}
+	many := make([]string, wire.MaxCreateTopics+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d", i)
+	}
+	badConfig := topics("x", "y")
+	badConfig.Topics[1].Config.Partitions = 0
+	for _, tc := range []struct {
+		name string
+		op   *byzlogv1.CreateTopics
+		code wire.Code
+		log  string
+	}{
+		{"one exists", topics("a", "exists", "b"), wire.CodeTopicExists, `topics[1]: topic "exists" exists`},
+		{"listed twice", topics("a", "b", "a"), wire.CodeTopicExists, `topics[2]: topic "a" is listed twice`},
+		{"bad name", topics("a", "b/c"), wire.CodeBadTopicName, "topics[1]: "},
+		{"bad config", badConfig, wire.CodeBadTopicConfig, "topics[1]: "},
+		{"none", topics(), wire.CodeMalformedTx, "1 to 1000 topics, this one 0"},
+		{"too many", topics(many...), wire.CodeMalformedTx, "1 to 1000 topics, this one 1001"},
+	} {
+		r := c.block(c.adminTx(c.admin, c.nextNonce(c.admin), tc.op))[0]
+		c.nonces[string(c.admin.PublicKey())]-- // a refused request takes no nonce
+		if r.Code != tc.code || !strings.Contains(r.Log, tc.log) {
+			t.Errorf("%s: %s %q, want %s containing %q", tc.name, r.Code, r.Log, tc.code, tc.log)
+		}
+	}
+	var list byzlogv1.TopicList
+	c.query(wire.PathTopics, nil, &list)
+	if len(list.Topics) != 1 {
+		t.Fatalf("after refused create_topics requests: %d topics, want only the one there before", len(list.Topics))
+	}
+
+	tx := c.adminTx(c.admin, c.nextNonce(c.admin), topics("a", "b", "c"))
+	out := c.step(tx)
+	if !out.Results[0].OK() {
+		t.Fatalf("create_topics a, b, c: %s %q", out.Results[0].Code, out.Results[0].Log)
+	}
+	c.query(wire.PathTopics, nil, &list)
+	if len(list.Topics) != 4 {
+		t.Fatalf("after create_topics a, b, c: %d topics, want 4", len(list.Topics))
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		var ti byzlogv1.TopicInfo
+		c.query(wire.PathTopic, &byzlogv1.TopicRequest{Name: n}, &ti)
+		if ti.GetConfig().GetPartitions() != 2 || ti.CreatedHeight != c.state.Height {
+			t.Fatalf("topic %s: %v at height %d, want 2 partitions at %d", n, ti.GetConfig(), ti.CreatedHeight, c.state.Height)
+		}
+	}
+	a, err := core.BlockRecords(c.state.Height, c.time, [][]byte{tx}, []core.TxResult{{Code: uint32(wire.CodeOK)}}, core.MaxRulesVersion)
+	if err != nil || len(a.Topics) != 3 || a.Topics[2].Name != "c" || a.Topics[2].Config.GetPartitions() != 2 {
+		t.Fatalf("BlockRecords of the create_topics block: %v, topics %v; want a, b and c", err, a.Topics)
+	}
+
+	old := newChain(t, fmt.Sprintf(`{"admins": [%q], "rules_version": %d}`, hex.EncodeToString(c.admin.PublicKey()), core.CreateTopicsRulesVersion-1))
+	if r := old.block(old.adminTx(old.admin, old.nextNonce(old.admin), topics("a")))[0]; r.Code != wire.CodeUnknownTxKind {
+		t.Fatalf("create_topics at rules %d = %s %q, want unknown_tx_kind", core.CreateTopicsRulesVersion-1, r.Code, r.Log)
+	}
+}

@@ -41,7 +41,12 @@ import (
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 6
+const MaxRulesVersion uint64 = 7
+
+// CreateTopicsRulesVersion is the first rules version that takes a
+// CreateTopics admin request (many topics, all or none, in one
+// transaction).
+const CreateTopicsRulesVersion uint64 = 7
 
 // KafkaTopicsRulesVersion is the first rules version that stores a Kafka
 // batch's codec with its records, checks a topic's Kafka settings and

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -214,6 +215,12 @@ func Describe(req *byzlogv1.AdminRequest) (string, error) {
 	switch op := body.Op.(type) {
 	case *byzlogv1.AdminBody_CreateTopic:
 		what = fmt.Sprintf("create topic %q with %d partitions", op.CreateTopic.Name, op.CreateTopic.GetConfig().GetPartitions())
+	case *byzlogv1.AdminBody_CreateTopics:
+		names := make([]string, len(op.CreateTopics.Topics))
+		for i, t := range op.CreateTopics.Topics {
+			names[i] = strconv.Quote(t.Name)
+		}
+		what = fmt.Sprintf("create the %d topics %s, all or none", len(names), strings.Join(names, ", "))
 	case *byzlogv1.AdminBody_UpdateTopic:
 		what = fmt.Sprintf("update topic %q (%d partitions)", op.UpdateTopic.Name, op.UpdateTopic.GetConfig().GetPartitions())
 	case *byzlogv1.AdminBody_DeleteTopic:

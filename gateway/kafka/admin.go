@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
@@ -49,31 +50,97 @@ func each(n int, f func(i int)) {
 	wg.Wait()
 }
 
+// createTopics checks each topic of r as Kafka would, then creates those
+// that pass: all in one transaction (CreateTopics, chunks of
+// wire.MaxCreateTopics) on a chain at rules version 7 on, each in its own
+// before. A topic named twice in r is INVALID_REQUEST, as in Kafka.
 func (c *conn) createTopics(ctx context.Context, r *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.CreateTopicsResponse)
 	c.s.topics.expire()
 	_, _, _ = c.s.topics.get(ctx, true) // the chain's topics as the request starts
 	resp.Topics = make([]kmsg.CreateTopicsResponseTopic, len(r.Topics))
-	each(len(r.Topics), func(i int) {
-		t, rt := r.Topics[i], &resp.Topics[i]
+	fail := func(i int, code *kerr.Error, err error) {
+		resp.Topics[i].ErrorCode, resp.Topics[i].ErrorMessage = code.Code, message(err)
+	}
+	named := make(map[string]int, len(r.Topics))
+	for i, t := range r.Topics {
+		rt := &resp.Topics[i]
 		*rt = kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, t.NumPartitions, int16(len(c.s.brokers))
-		cfg, code, err := c.createTopic(ctx, t, r.ValidateOnly)
+		named[t.Topic]++
+	}
+	cfgs := make([]*byzlogv1.TopicConfig, len(r.Topics))
+	each(len(r.Topics), func(i int) {
+		t := r.Topics[i]
+		if named[t.Topic] > 1 {
+			fail(i, kerr.InvalidRequest, fmt.Errorf("topic %s is named %d times in one request", wire.Quote(t.Topic), named[t.Topic]))
+			return
+		}
+		cfg, code, err := c.checkCreateTopic(ctx, t)
 		if code != nil {
-			rt.ErrorCode, rt.ErrorMessage = code.Code, message(err)
-		} else if r.Version >= 5 {
-			// v5 on answers the topic's configs, as created.
-			if l, err := c.s.b.Reads.Limits(ctx); err == nil {
-				for _, d := range describeTopic(cfg, l, nil, false) {
-					rt.Configs = append(rt.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: d.Name, Value: d.Value, Source: int8(d.Source)})
-				}
+			fail(i, code, err)
+			return
+		}
+		cfgs[i] = cfg
+	})
+	if !r.ValidateOnly {
+		c.create(ctx, r, cfgs, fail)
+	}
+	if r.Version < 5 {
+		return resp
+	}
+	// v5 on answers the topics' configs, as created.
+	l, err := c.s.b.Reads.Limits(ctx)
+	if err != nil {
+		return resp
+	}
+	for i, cfg := range cfgs {
+		if rt := &resp.Topics[i]; cfg != nil && rt.ErrorCode == 0 {
+			for _, d := range describeTopic(cfg, l, nil, false) {
+				rt.Configs = append(rt.Configs, kmsg.CreateTopicsResponseTopicConfig{Name: d.Name, Value: d.Value, Source: int8(d.Source)})
 			}
 		}
-	})
+	}
 	return resp
 }
 
-func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic, validateOnly bool) (*byzlogv1.TopicConfig, *kerr.Error, error) {
+// create creates the topics of r that have a config in cfgs, reporting
+// each one the chain refuses to fail.
+func (c *conn) create(ctx context.Context, r *kmsg.CreateTopicsRequest, cfgs []*byzlogv1.TopicConfig, fail func(int, *kerr.Error, error)) {
+	var todo []int
+	for i, cfg := range cfgs {
+		if cfg != nil {
+			todo = append(todo, i)
+		}
+	}
+	rules, err := c.s.b.Groups.Rules(ctx)
+	if len(todo) < 2 || err != nil || rules.GetVersion() < core.CreateTopicsRulesVersion {
+		each(len(todo), func(j int) {
+			i := todo[j]
+			if err := c.admin(ctx, &byzlogv1.CreateTopic{Name: r.Topics[i].Topic, Config: cfgs[i]}); err != nil {
+				fail(i, adminError(err), err)
+			}
+		})
+		return
+	}
+	for len(todo) > 0 {
+		chunk := todo[:min(len(todo), wire.MaxCreateTopics)]
+		todo = todo[len(chunk):]
+		op := &byzlogv1.CreateTopics{}
+		for _, i := range chunk {
+			op.Topics = append(op.Topics, &byzlogv1.CreateTopic{Name: r.Topics[i].Topic, Config: cfgs[i]})
+		}
+		if err := c.admin(ctx, op); err != nil {
+			for _, i := range chunk {
+				fail(i, adminError(err), err)
+			}
+		}
+	}
+}
+
+// checkCreateTopic checks topic t as CreateTopics would create it, and
+// returns its config.
+func (c *conn) checkCreateTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic) (*byzlogv1.TopicConfig, *kerr.Error, error) {
 	if !c.principal.Admin {
 		return nil, kerr.TopicAuthorizationFailed, c.errNotAdmin()
 	}
@@ -120,13 +187,6 @@ func (c *conn) createTopic(ctx context.Context, t kmsg.CreateTopicsRequestTopic,
 	}
 	if ti := c.topicInfo(ctx, t.Topic); ti != nil {
 		return nil, kerr.TopicAlreadyExists, fmt.Errorf("topic %s exists (created at height %d)", wire.Quote(t.Topic), ti.GetCreatedHeight())
-	}
-	if validateOnly {
-		return cfg, nil, nil
-	}
-	err = c.admin(ctx, &byzlogv1.CreateTopic{Name: t.Topic, Config: cfg})
-	if err != nil {
-		return nil, adminError(err), err
 	}
 	return cfg, nil, nil
 }

@@ -30,6 +30,11 @@ const DefaultBundleBytes = 1 << 20
 // with permissions for the topic, which every server reload re-reads.
 const MaxReaders = 256
 
+// MaxCreateTopics bounds the topics of one CreateTopics admin request
+// (rules version 7 on): 1,000 names of at most 249 bytes and their configs
+// stay far under a transaction's bytes.
+const MaxCreateTopics = 1000
+
 // StateRootLag is how many blocks after a snapshot height h the root of
 // the state after h is committed: validators hash the state in the
 // background meanwhile, and block h+StateRootLag waits for it.
@@ -56,7 +61,7 @@ func DefaultLimits() *byzlogv1.Limits {
 		MaxRecordBytes:   1 << 20,
 		MaxBatchRecords:  10000,
 		MaxBatchBytes:    4 << 20,
-		MaxHeaders:       64,
+		MaxHeaders:       10_000,
 		MaxBundleBatches: 4096,
 		MaxPartitions:    1024,
 		MaxCommitOffsets: 1024,

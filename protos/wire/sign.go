@@ -140,8 +140,10 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 		body.Op = &byzlogv1.AdminBody_ScheduleUpgrade{ScheduleUpgrade: o}
 	case *byzlogv1.DeleteRecords:
 		body.Op = &byzlogv1.AdminBody_DeleteRecords{DeleteRecords: o}
+	case *byzlogv1.CreateTopics:
+		body.Op = &byzlogv1.AdminBody_CreateTopics{CreateTopics: o}
 	default:
-		return nil, fmt.Errorf("admin operation %T: want CreateTopic, UpdateTopic, DeleteTopic, DeleteRecords, SetValidator, SetAdmins, SetIndexer or ScheduleUpgrade", op)
+		return nil, fmt.Errorf("admin operation %T: want CreateTopic, CreateTopics, UpdateTopic, DeleteTopic, DeleteRecords, SetValidator, SetAdmins, SetIndexer or ScheduleUpgrade", op)
 	}
 	b, err := proto.Marshal(body)
 	if err != nil {
@@ -150,8 +152,9 @@ func (s *Signer) AdminUntil(nonce uint64, expiry int64, op isAdminOp) (*byzlogv1
 	return &byzlogv1.AdminRequest{Body: b, AdminKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
 }
 
-// isAdminOp is one of *CreateTopic, *UpdateTopic, *DeleteTopic,
-// *SetValidator, *SetAdmins, *SetIndexer, *ScheduleUpgrade, *DeleteRecords.
+// isAdminOp is one of *CreateTopic, *CreateTopics, *UpdateTopic,
+// *DeleteTopic, *SetValidator, *SetAdmins, *SetIndexer, *ScheduleUpgrade,
+// *DeleteRecords.
 type isAdminOp = proto.Message
 
 // MaxCosignatures bounds an AdminRequest's cosignatures: each costs every

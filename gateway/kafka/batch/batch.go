@@ -22,16 +22,26 @@ var (
 
 // Limits bound what one batch may cost to decode.
 type Limits struct {
-	MaxRecords           int // records in one batch
-	MaxHeaders           int // headers on one record
-	MaxUncompressedBytes int // a batch's records after decompression
+	MaxRecords int // records in one batch
+	MaxHeaders int // headers on one record
+	// MaxUncompressedBytes bounds a batch's records after decompression,
+	// and what they take decoded: each header is charged HeaderCost more
+	// (an empty header is 2 bytes encoded), so headers are bounded by
+	// bytes, not only by their count.
+	MaxUncompressedBytes int
 	MaxCompressionRatio  int // uncompressed bytes per compressed byte
 }
 
-// DefaultLimits are the defaults: 10000 records, 64 headers, 8 MiB and a
-// ratio of 256 (the chain's own bound, wire.MaxCompressionRatio).
+// HeaderCost is what a decoded header costs beyond its key and value
+// bytes: a Header (a string and a slice header), charged against a batch's
+// MaxUncompressedBytes.
+const HeaderCost = 40
+
+// DefaultLimits are the defaults: 10,000 records, 10,000 headers a
+// record (the chain's default max_headers), 8 MiB and a ratio of 256 (the
+// chain's own bound, wire.MaxCompressionRatio).
 func DefaultLimits() Limits {
-	return Limits{MaxRecords: 10000, MaxHeaders: 64, MaxUncompressedBytes: 8 << 20, MaxCompressionRatio: 256}
+	return Limits{MaxRecords: 10000, MaxHeaders: 10_000, MaxUncompressedBytes: 8 << 20, MaxCompressionRatio: 256}
 }
 
 // Codec is a batch's compression.
@@ -160,8 +170,10 @@ func decodeOne(b []byte, lim Limits) (Batch, error) {
 	out := Batch{ProducerID: rb.ProducerID, ProducerEpoch: rb.ProducerEpoch, BaseSequence: rb.FirstSequence,
 		Codec: codec, FirstTimestamp: rb.FirstTimestamp, MaxTimestamp: rb.MaxTimestamp,
 		Records: make([]Record, rb.NumRecords)}
+	// What the records may take decoded beyond their bytes: headers.
+	budget := lim.MaxUncompressedBytes - len(raw)
 	for i := range out.Records {
-		n, err := decodeRecord(raw, rb.FirstTimestamp, lim, &out.Records[i])
+		n, err := decodeRecord(raw, rb.FirstTimestamp, lim, &budget, &out.Records[i])
 		if err != nil {
 			return Batch{}, fmt.Errorf("record %d: %w", i, err)
 		}
@@ -174,8 +186,8 @@ func decodeOne(b []byte, lim Limits) (Batch, error) {
 }
 
 // decodeRecord reads one record from the front of b and returns the
-// bytes it took.
-func decodeRecord(b []byte, firstTimestamp int64, lim Limits, out *Record) (int, error) {
+// bytes it took, charging its headers to budget.
+func decodeRecord(b []byte, firstTimestamp int64, lim Limits, budget *int, out *Record) (int, error) {
 	length, n := binary.Varint(b)
 	if n <= 0 || length < 0 || length > int64(len(b)-n) {
 		return 0, fmt.Errorf("%w: record length %d with %d bytes left", ErrCorrupt, length, len(b)-n)
@@ -199,6 +211,10 @@ func decodeRecord(b []byte, firstTimestamp int64, lim Limits, out *Record) (int,
 		return 0, fmt.Errorf("%w: %d headers in %d bytes", ErrCorrupt, headers, len(r.Src))
 	case int(headers) > lim.MaxHeaders:
 		return 0, fmt.Errorf("%w: %d headers, at most %d", ErrTooLarge, headers, lim.MaxHeaders)
+	}
+	if *budget -= int(headers) * HeaderCost; *budget < 0 {
+		return 0, fmt.Errorf("%w: the batch's headers take more than %d bytes decoded with its records (%d bytes a header)",
+			ErrTooLarge, lim.MaxUncompressedBytes, HeaderCost)
 	}
 	if headers > 0 {
 		out.Headers = make([]Header, headers)

@@ -138,8 +138,15 @@ func TestDecodeErrors(t *testing.T) {
 	flipped[len(flipped)-1] ^= 1
 	magic1 := append([]byte{}, good...)
 	magic1[16] = 1
-	manyHeaders := rawRecords([]kmsg.Record{{Headers: make([]kmsg.Header, 65)}})
 	lim := DefaultLimits()
+	manyHeaders := rawRecords([]kmsg.Record{{Headers: make([]kmsg.Header, lim.MaxHeaders+1)}})
+	// Headers bounded by bytes: 30 records of 9,000 empty headers are
+	// 540 KB encoded and would take 10.8 MB decoded, past the 8 MiB.
+	heavy := make([]kmsg.Record, 30)
+	for i := range heavy {
+		heavy[i].Headers = make([]kmsg.Header, 9000)
+	}
+	heavyHeaders := rawRecords(heavy)
 	for _, tc := range []struct {
 		name string
 		in   []byte
@@ -159,6 +166,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"more records than counted", clientBatch(0, 2, raw), ErrCorrupt},
 		{"negative count", clientBatch(0, -1, raw), ErrCorrupt},
 		{"too many headers", clientBatch(0, 1, manyHeaders), ErrTooLarge},
+		{"headers past the decoded bytes", clientBatch(0, 30, heavyHeaders), ErrTooLarge},
 		{"broken gzip", clientBatch(int16(CodecGzip), 3, raw), ErrCorrupt},
 		{"broken zstd", clientBatch(int16(CodecZstd), 3, raw), ErrCorrupt},
 		{"trailing garbage", append(append([]byte{}, good...), 1, 2, 3), ErrCorrupt},

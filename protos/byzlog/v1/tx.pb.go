@@ -1033,6 +1033,7 @@ type AdminBody struct {
 	//	*AdminBody_SetIndexer
 	//	*AdminBody_ScheduleUpgrade
 	//	*AdminBody_DeleteRecords
+	//	*AdminBody_CreateTopics
 	Op isAdminBody_Op `protobuf_oneof:"op"`
 	// The last height this request may commit at; 0: no expiry. A request
 	// signed for a future nonce and kept back cannot be played long after.
@@ -1164,6 +1165,15 @@ func (x *AdminBody) GetDeleteRecords() *DeleteRecords {
 	return nil
 }
 
+func (x *AdminBody) GetCreateTopics() *CreateTopics {
+	if x != nil {
+		if x, ok := x.Op.(*AdminBody_CreateTopics); ok {
+			return x.CreateTopics
+		}
+	}
+	return nil
+}
+
 func (x *AdminBody) GetExpiryHeight() int64 {
 	if x != nil {
 		return x.ExpiryHeight
@@ -1208,6 +1218,11 @@ type AdminBody_DeleteRecords struct {
 	DeleteRecords *DeleteRecords `protobuf:"bytes,11,opt,name=delete_records,json=deleteRecords,proto3,oneof"`
 }
 
+type AdminBody_CreateTopics struct {
+	// Rules version 7 on; before, an operation the chain does not know.
+	CreateTopics *CreateTopics `protobuf:"bytes,12,opt,name=create_topics,json=createTopics,proto3,oneof"`
+}
+
 func (*AdminBody_CreateTopic) isAdminBody_Op() {}
 
 func (*AdminBody_UpdateTopic) isAdminBody_Op() {}
@@ -1223,6 +1238,8 @@ func (*AdminBody_SetIndexer) isAdminBody_Op() {}
 func (*AdminBody_ScheduleUpgrade) isAdminBody_Op() {}
 
 func (*AdminBody_DeleteRecords) isAdminBody_Op() {}
+
+func (*AdminBody_CreateTopics) isAdminBody_Op() {}
 
 // CreateTopic creates a topic; its name is 1..249 characters of
 // [a-zA-Z0-9._-], as in Kafka.
@@ -1278,6 +1295,54 @@ func (x *CreateTopic) GetConfig() *TopicConfig {
 	return nil
 }
 
+// CreateTopics creates several topics at once, all or none (Kafka's
+// CreateTopics of many topics in one block): each as CreateTopic would, and
+// none is created if any one would be refused (a name listed twice too).
+// At most 1,000 topics.
+type CreateTopics struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topics        []*CreateTopic         `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTopics) Reset() {
+	*x = CreateTopics{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTopics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTopics) ProtoMessage() {}
+
+func (x *CreateTopics) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTopics.ProtoReflect.Descriptor instead.
+func (*CreateTopics) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CreateTopics) GetTopics() []*CreateTopic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
 // UpdateTopic replaces a topic's config; partitions may grow, never shrink.
 type UpdateTopic struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1289,7 +1354,7 @@ type UpdateTopic struct {
 
 func (x *UpdateTopic) Reset() {
 	*x = UpdateTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1366,7 @@ func (x *UpdateTopic) String() string {
 func (*UpdateTopic) ProtoMessage() {}
 
 func (x *UpdateTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[13]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1379,7 @@ func (x *UpdateTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateTopic.ProtoReflect.Descriptor instead.
 func (*UpdateTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateTopic) GetName() string {
@@ -1343,7 +1408,7 @@ type DeleteTopic struct {
 
 func (x *DeleteTopic) Reset() {
 	*x = DeleteTopic{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1420,7 @@ func (x *DeleteTopic) String() string {
 func (*DeleteTopic) ProtoMessage() {}
 
 func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[14]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1433,7 @@ func (x *DeleteTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopic.ProtoReflect.Descriptor instead.
 func (*DeleteTopic) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteTopic) GetName() string {
@@ -1393,7 +1458,7 @@ type DeleteRecords struct {
 
 func (x *DeleteRecords) Reset() {
 	*x = DeleteRecords{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1470,7 @@ func (x *DeleteRecords) String() string {
 func (*DeleteRecords) ProtoMessage() {}
 
 func (x *DeleteRecords) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[15]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1483,7 @@ func (x *DeleteRecords) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecords.ProtoReflect.Descriptor instead.
 func (*DeleteRecords) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteRecords) GetTopic() string {
@@ -1447,7 +1512,7 @@ type DeleteRecordsPartition struct {
 
 func (x *DeleteRecordsPartition) Reset() {
 	*x = DeleteRecordsPartition{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1524,7 @@ func (x *DeleteRecordsPartition) String() string {
 func (*DeleteRecordsPartition) ProtoMessage() {}
 
 func (x *DeleteRecordsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[16]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1537,7 @@ func (x *DeleteRecordsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRecordsPartition.ProtoReflect.Descriptor instead.
 func (*DeleteRecordsPartition) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteRecordsPartition) GetPartition() uint32 {
@@ -1506,7 +1571,7 @@ type SetValidator struct {
 
 func (x *SetValidator) Reset() {
 	*x = SetValidator{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1583,7 @@ func (x *SetValidator) String() string {
 func (*SetValidator) ProtoMessage() {}
 
 func (x *SetValidator) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[17]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1596,7 @@ func (x *SetValidator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetValidator.ProtoReflect.Descriptor instead.
 func (*SetValidator) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetValidator) GetPubKey() []byte {
@@ -1561,7 +1626,7 @@ type SetAdmins struct {
 
 func (x *SetAdmins) Reset() {
 	*x = SetAdmins{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1638,7 @@ func (x *SetAdmins) String() string {
 func (*SetAdmins) ProtoMessage() {}
 
 func (x *SetAdmins) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[18]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1651,7 @@ func (x *SetAdmins) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAdmins.ProtoReflect.Descriptor instead.
 func (*SetAdmins) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetAdmins) GetAdmins() [][]byte {
@@ -1621,7 +1686,7 @@ type SetIndexer struct {
 
 func (x *SetIndexer) Reset() {
 	*x = SetIndexer{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1698,7 @@ func (x *SetIndexer) String() string {
 func (*SetIndexer) ProtoMessage() {}
 
 func (x *SetIndexer) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[19]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1711,7 @@ func (x *SetIndexer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetIndexer.ProtoReflect.Descriptor instead.
 func (*SetIndexer) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetIndexer) GetPubKey() []byte {
@@ -1687,7 +1752,7 @@ type ScheduleUpgrade struct {
 
 func (x *ScheduleUpgrade) Reset() {
 	*x = ScheduleUpgrade{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1764,7 @@ func (x *ScheduleUpgrade) String() string {
 func (*ScheduleUpgrade) ProtoMessage() {}
 
 func (x *ScheduleUpgrade) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[20]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1777,7 @@ func (x *ScheduleUpgrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScheduleUpgrade.ProtoReflect.Descriptor instead.
 func (*ScheduleUpgrade) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ScheduleUpgrade) GetRulesVersion() uint64 {
@@ -1743,7 +1808,7 @@ type IndexerProgress struct {
 
 func (x *IndexerProgress) Reset() {
 	*x = IndexerProgress{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1820,7 @@ func (x *IndexerProgress) String() string {
 func (*IndexerProgress) ProtoMessage() {}
 
 func (x *IndexerProgress) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[21]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1833,7 @@ func (x *IndexerProgress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerProgress.ProtoReflect.Descriptor instead.
 func (*IndexerProgress) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IndexerProgress) GetBody() []byte {
@@ -1805,7 +1870,7 @@ type IndexerProgressBody struct {
 
 func (x *IndexerProgressBody) Reset() {
 	*x = IndexerProgressBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1882,7 @@ func (x *IndexerProgressBody) String() string {
 func (*IndexerProgressBody) ProtoMessage() {}
 
 func (x *IndexerProgressBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[22]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1895,7 @@ func (x *IndexerProgressBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerProgressBody.ProtoReflect.Descriptor instead.
 func (*IndexerProgressBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IndexerProgressBody) GetChainId() string {
@@ -1862,7 +1927,7 @@ type CommitOffsets struct {
 
 func (x *CommitOffsets) Reset() {
 	*x = CommitOffsets{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +1939,7 @@ func (x *CommitOffsets) String() string {
 func (*CommitOffsets) ProtoMessage() {}
 
 func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[23]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +1952,7 @@ func (x *CommitOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsets.ProtoReflect.Descriptor instead.
 func (*CommitOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommitOffsets) GetBody() []byte {
@@ -1937,7 +2002,7 @@ type CommitOffsetsBody struct {
 
 func (x *CommitOffsetsBody) Reset() {
 	*x = CommitOffsetsBody{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[24]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2014,7 @@ func (x *CommitOffsetsBody) String() string {
 func (*CommitOffsetsBody) ProtoMessage() {}
 
 func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[24]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2027,7 @@ func (x *CommitOffsetsBody) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitOffsetsBody.ProtoReflect.Descriptor instead.
 func (*CommitOffsetsBody) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommitOffsetsBody) GetGroup() string {
@@ -2027,7 +2092,7 @@ type PartitionOffset struct {
 
 func (x *PartitionOffset) Reset() {
 	*x = PartitionOffset{}
-	mi := &file_byzlog_v1_tx_proto_msgTypes[25]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2104,7 @@ func (x *PartitionOffset) String() string {
 func (*PartitionOffset) ProtoMessage() {}
 
 func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_tx_proto_msgTypes[25]
+	mi := &file_byzlog_v1_tx_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2117,7 @@ func (x *PartitionOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionOffset.ProtoReflect.Descriptor instead.
 func (*PartitionOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PartitionOffset) GetTopic() string {
@@ -2152,7 +2217,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fcosignatures\x18\x04 \x03(\v2\x19.byzlog.v1.AdminSignatureR\fcosignatures\"K\n" +
 	"\x0eAdminSignature\x12\x1b\n" +
 	"\tadmin_key\x18\x01 \x01(\fR\badminKey\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xdb\x04\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"\x9b\x05\n" +
 	"\tAdminBody\x12\x19\n" +
 	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12;\n" +
@@ -2166,12 +2231,15 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"setIndexer\x12G\n" +
 	"\x10schedule_upgrade\x18\n" +
 	" \x01(\v2\x1a.byzlog.v1.ScheduleUpgradeH\x00R\x0fscheduleUpgrade\x12A\n" +
-	"\x0edelete_records\x18\v \x01(\v2\x18.byzlog.v1.DeleteRecordsH\x00R\rdeleteRecords\x12#\n" +
+	"\x0edelete_records\x18\v \x01(\v2\x18.byzlog.v1.DeleteRecordsH\x00R\rdeleteRecords\x12>\n" +
+	"\rcreate_topics\x18\f \x01(\v2\x17.byzlog.v1.CreateTopicsH\x00R\fcreateTopics\x12#\n" +
 	"\rexpiry_height\x18\x06 \x01(\x03R\fexpiryHeightB\x04\n" +
 	"\x02op\"Q\n" +
 	"\vCreateTopic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\"Q\n" +
+	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\">\n" +
+	"\fCreateTopics\x12.\n" +
+	"\x06topics\x18\x01 \x03(\v2\x16.byzlog.v1.CreateTopicR\x06topics\"Q\n" +
 	"\vUpdateTopic\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\"!\n" +
@@ -2246,7 +2314,7 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_byzlog_v1_tx_proto_goTypes = []any{
 	(Codec)(0),                     // 0: byzlog.v1.Codec
 	(TimestampType)(0),             // 1: byzlog.v1.TimestampType
@@ -2263,25 +2331,26 @@ var file_byzlog_v1_tx_proto_goTypes = []any{
 	(*AdminSignature)(nil),         // 12: byzlog.v1.AdminSignature
 	(*AdminBody)(nil),              // 13: byzlog.v1.AdminBody
 	(*CreateTopic)(nil),            // 14: byzlog.v1.CreateTopic
-	(*UpdateTopic)(nil),            // 15: byzlog.v1.UpdateTopic
-	(*DeleteTopic)(nil),            // 16: byzlog.v1.DeleteTopic
-	(*DeleteRecords)(nil),          // 17: byzlog.v1.DeleteRecords
-	(*DeleteRecordsPartition)(nil), // 18: byzlog.v1.DeleteRecordsPartition
-	(*SetValidator)(nil),           // 19: byzlog.v1.SetValidator
-	(*SetAdmins)(nil),              // 20: byzlog.v1.SetAdmins
-	(*SetIndexer)(nil),             // 21: byzlog.v1.SetIndexer
-	(*ScheduleUpgrade)(nil),        // 22: byzlog.v1.ScheduleUpgrade
-	(*IndexerProgress)(nil),        // 23: byzlog.v1.IndexerProgress
-	(*IndexerProgressBody)(nil),    // 24: byzlog.v1.IndexerProgressBody
-	(*CommitOffsets)(nil),          // 25: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil),      // 26: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),        // 27: byzlog.v1.PartitionOffset
+	(*CreateTopics)(nil),           // 15: byzlog.v1.CreateTopics
+	(*UpdateTopic)(nil),            // 16: byzlog.v1.UpdateTopic
+	(*DeleteTopic)(nil),            // 17: byzlog.v1.DeleteTopic
+	(*DeleteRecords)(nil),          // 18: byzlog.v1.DeleteRecords
+	(*DeleteRecordsPartition)(nil), // 19: byzlog.v1.DeleteRecordsPartition
+	(*SetValidator)(nil),           // 20: byzlog.v1.SetValidator
+	(*SetAdmins)(nil),              // 21: byzlog.v1.SetAdmins
+	(*SetIndexer)(nil),             // 22: byzlog.v1.SetIndexer
+	(*ScheduleUpgrade)(nil),        // 23: byzlog.v1.ScheduleUpgrade
+	(*IndexerProgress)(nil),        // 24: byzlog.v1.IndexerProgress
+	(*IndexerProgressBody)(nil),    // 25: byzlog.v1.IndexerProgressBody
+	(*CommitOffsets)(nil),          // 26: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil),      // 27: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),        // 28: byzlog.v1.PartitionOffset
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	3,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
 	11, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	25, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
-	23, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
+	26, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	24, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
 	4,  // 4: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
 	0,  // 5: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
 	6,  // 6: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
@@ -2290,22 +2359,24 @@ var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	1,  // 9: byzlog.v1.TopicConfig.timestamp_type:type_name -> byzlog.v1.TimestampType
 	12, // 10: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
 	14, // 11: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
-	15, // 12: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
-	16, // 13: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	19, // 14: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
-	20, // 15: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
-	21, // 16: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
-	22, // 17: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
-	17, // 18: byzlog.v1.AdminBody.delete_records:type_name -> byzlog.v1.DeleteRecords
-	10, // 19: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	10, // 20: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	18, // 21: byzlog.v1.DeleteRecords.partitions:type_name -> byzlog.v1.DeleteRecordsPartition
-	27, // 22: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	16, // 12: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
+	17, // 13: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
+	20, // 14: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
+	21, // 15: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
+	22, // 16: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
+	23, // 17: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
+	18, // 18: byzlog.v1.AdminBody.delete_records:type_name -> byzlog.v1.DeleteRecords
+	15, // 19: byzlog.v1.AdminBody.create_topics:type_name -> byzlog.v1.CreateTopics
+	10, // 20: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	14, // 21: byzlog.v1.CreateTopics.topics:type_name -> byzlog.v1.CreateTopic
+	10, // 22: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	19, // 23: byzlog.v1.DeleteRecords.partitions:type_name -> byzlog.v1.DeleteRecordsPartition
+	28, // 24: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -2331,6 +2402,7 @@ func file_byzlog_v1_tx_proto_init() {
 		(*AdminBody_SetIndexer)(nil),
 		(*AdminBody_ScheduleUpgrade)(nil),
 		(*AdminBody_DeleteRecords)(nil),
+		(*AdminBody_CreateTopics)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2338,7 +2410,7 @@ func file_byzlog_v1_tx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

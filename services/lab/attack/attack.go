@@ -118,7 +118,7 @@ var Attacks = []Attack{
 		Run: gapBatches},
 	{Name: "double-bundle", Doc: "the same signed batch twice at once: through a gateway, and in a bundle of its own with another batch, broadcast_tx_sync to a node (what an SDK's failover does); over and over with fresh keys",
 		Run: doubleBundle},
-	{Name: "header-bomb", Doc: "valid batches of max_batch_records records each carrying max_headers empty headers, zstd-compressed (kilobytes on the wire, far more decoded): bundles of them broadcast to the nodes, single batches through the gateways",
+	{Name: "header-bomb", Doc: "valid batches of records each carrying max_headers empty headers, as many records as max_batch_records and max_batch_bytes let through, zstd-compressed (kilobytes on the wire, far more decoded): bundles of them broadcast to the nodes, single batches through the gateways",
 		Run: headerBomb},
 	{Name: "bad-last-signature", Doc: "bundles of max_bundle_batches batches, every signature valid but the last one's, broadcast_tx_sync to the nodes at up to 3 MiB/s",
 		Run: badLastSig},
@@ -447,9 +447,10 @@ func doubleBundle(ctx context.Context, env *Env, t *Tally) error {
 
 func headerBomb(ctx context.Context, env *Env, t *Tally) error {
 	l := env.Limits
-	records := int(l.MaxBatchRecords)
-	batches := max(1, int(l.MaxTxRecords)/records)
-	headers := int(l.MaxHeaders)
+	records, headers := bombShape(l)
+	// Ten batches a bundle at most (~16 KiB each on the wire): the bundle
+	// stays far under a transaction's bytes, so the nodes take it in.
+	batches := max(1, min(10, int(l.MaxTxRecords)/records))
 	gws, closeAll, err := gateways(env)
 	if err != nil {
 		return err
@@ -468,13 +469,13 @@ func headerBomb(ctx context.Context, env *Env, t *Tally) error {
 		defer wg.Done()
 		rng := rand.New(rand.NewPCG(env.Seed, 99))
 		p := newPacer(2)
+		bomb, err := bombBatch(rng, env.ChainID, env.Junk, records, headers)
+		if err != nil {
+			errs <- err
+			return
+		}
 		for i := 0; i < 100 && p.wait(ctx, 1); i++ {
-			b, err := bombBatch(rng, env.ChainID, env.Junk, records, headers)
-			if err != nil {
-				errs <- err
-				return
-			}
-			produce(ctx, gws[i%len(gws)], t, b, byzlogv1.Ack_ACK_MEMPOOL, 10*time.Second)
+			produce(ctx, gws[i%len(gws)], t, resign(rng, bomb), byzlogv1.Ack_ACK_MEMPOOL, 10*time.Second)
 		}
 	}()
 	wg.Wait()

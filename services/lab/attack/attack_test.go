@@ -197,6 +197,29 @@ func TestHeaderBombIsSmallOnTheWireAndLargeDecoded(t *testing.T) {
 	if ratio := len(plain) / len(body.Records); ratio > wire.MaxCompressionRatio || ratio < 50 {
 		t.Fatalf("bomb compression ratio %d, want 50..%d (the chain's limit)", ratio, wire.MaxCompressionRatio)
 	}
+	if bytes.Equal(bs[0].ProducerKey, bs[1].ProducerKey) || !ed25519.Verify(bs[1].ProducerKey, bs[1].Body, bs[1].Signature) {
+		t.Fatal("headerBombTx: the batches share a producer, or the second's signature does not verify")
+	}
+}
+
+// TestBombShape: a bomb is what the chain's byte bounds let through, at
+// the default limits (10,000 headers a record) and at a chain's of 64.
+func TestBombShape(t *testing.T) {
+	for _, maxHeaders := range []uint32{64, 10_000} {
+		l := wire.DefaultLimits()
+		l.MaxHeaders = maxHeaders
+		records, headers := bombShape(l)
+		b, err := bombBatch(rng(), chain, "junk", records, headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := batchBody(t, b)
+		if headers != int(maxHeaders) || records > int(l.MaxBatchRecords) || body.UncompressedSize > l.MaxBatchBytes ||
+			(records < int(l.MaxBatchRecords) && body.UncompressedSize < l.MaxBatchBytes*9/10) {
+			t.Fatalf("max_headers %d: %d records of %d headers, %d bytes uncompressed; want max_headers a record, at most %d records, within max_batch_bytes (%d) and, short of the records, past 90%% of it",
+				maxHeaders, records, headers, body.UncompressedSize, l.MaxBatchRecords, l.MaxBatchBytes)
+		}
+	}
 }
 
 func TestBadLastSignatureBreaksOnlyTheLast(t *testing.T) {

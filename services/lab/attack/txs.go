@@ -270,15 +270,34 @@ func bombBatch(rng *rand.Rand, chainID, topic string, records, headers int) (*by
 	return freshSigner(rng, chainID).Batch(topic, 0, 0, byzlogv1.Codec_CODEC_ZSTD, recs)
 }
 
-// headerBombTx is a bundle of batches bomb batches.
+// bombShape is the records a bomb batch holds and the headers each
+// carries: max_headers empty headers a record (2 bytes each encoded), and
+// as many records as max_batch_records and max_batch_bytes let through,
+// so that a bomb is what the chain's byte bounds allow, and building one
+// costs the attacker no more than max_batch_bytes.
+func bombShape(l *byzlogv1.Limits) (records, headers int) {
+	headers = int(l.MaxHeaders)
+	perRecord := 2*headers + 3 + 4 // headers, a 1-byte value, the record's tag and length
+	return max(1, min(int(l.MaxBatchRecords), int(l.MaxBatchBytes)/perRecord)), headers
+}
+
+// resign is b signed by a fresh producer: the same records at sequence 0,
+// a batch the chain has not seen, without encoding them again.
+func resign(rng *rand.Rand, b *byzlogv1.SignedBatch) *byzlogv1.SignedBatch {
+	key := freshKey(rng)
+	return &byzlogv1.SignedBatch{Body: b.Body, ProducerKey: key.Public().(ed25519.PublicKey), Signature: ed25519.Sign(key, b.Body)}
+}
+
+// headerBombTx is a bundle of batches bomb batches, each of its own
+// producer.
 func headerBombTx(rng *rand.Rand, chainID, topic string, batches, records, headers int) ([]byte, error) {
+	bomb, err := bombBatch(rng, chainID, topic, records, headers)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*byzlogv1.SignedBatch, batches)
 	for i := range out {
-		b, err := bombBatch(rng, chainID, topic, records, headers)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = b
+		out[i] = resign(rng, bomb)
 	}
 	return wire.BundleTx(out...)
 }
