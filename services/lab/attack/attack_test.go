@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/lab/chaos"
@@ -202,8 +203,9 @@ func TestHeaderBombIsSmallOnTheWireAndLargeDecoded(t *testing.T) {
 	}
 }
 
-// TestBombShape: a bomb is what the chain's byte bounds let through, at
-// the default limits (10,000 headers a record) and at a chain's of 64.
+// TestBombShape: a bomb is what the chain's byte bounds let through and
+// commit, at the default limits (10,000 headers a record) and at a chain's
+// of 64.
 func TestBombShape(t *testing.T) {
 	for _, maxHeaders := range []uint32{64, 10_000} {
 		l := wire.DefaultLimits()
@@ -214,10 +216,12 @@ func TestBombShape(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := batchBody(t, b)
+		inflated := int64(body.UncompressedSize) + int64(records*headers*core.HeaderHeap)
+		one := int64(body.UncompressedSize)/int64(records) + int64(headers*core.HeaderHeap)
 		if headers != int(maxHeaders) || records > int(l.MaxBatchRecords) || body.UncompressedSize > l.MaxBatchBytes ||
-			(records < int(l.MaxBatchRecords) && body.UncompressedSize < l.MaxBatchBytes*9/10) {
-			t.Fatalf("max_headers %d: %d records of %d headers, %d bytes uncompressed; want max_headers a record, at most %d records, within max_batch_bytes (%d) and, short of the records, past 90%% of it",
-				maxHeaders, records, headers, body.UncompressedSize, l.MaxBatchRecords, l.MaxBatchBytes)
+			inflated > int64(l.MaxTxUncompressedBytes) || inflated < int64(l.MaxTxUncompressedBytes)-3*one {
+			t.Fatalf("max_headers %d: %d records of %d headers, %d bytes uncompressed and %d inflated; want max_headers a record, at most %d records, within max_batch_bytes (%d) and within a few records of max_tx_uncompressed_bytes (%d)",
+				maxHeaders, records, headers, body.UncompressedSize, inflated, l.MaxBatchRecords, l.MaxBatchBytes, l.MaxTxUncompressedBytes)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -272,13 +273,16 @@ func bombBatch(rng *rand.Rand, chainID, topic string, records, headers int) (*by
 
 // bombShape is the records a bomb batch holds and the headers each
 // carries: max_headers empty headers a record (2 bytes each encoded), and
-// as many records as max_batch_records and max_batch_bytes let through,
-// so that a bomb is what the chain's byte bounds allow, and building one
+// as many records as the chain takes in one batch: within
+// max_batch_records, max_batch_bytes, and the inflated bytes of a
+// transaction, where each header counts core.HeaderHeap. So a bomb is the
+// most the chain's byte bounds let through and commit, and building one
 // costs the attacker no more than max_batch_bytes.
 func bombShape(l *byzlogv1.Limits) (records, headers int) {
 	headers = int(l.MaxHeaders)
-	perRecord := 2*headers + 3 + 4 // headers, a 1-byte value, the record's tag and length
-	return max(1, min(int(l.MaxBatchRecords), int(l.MaxBatchBytes)/perRecord)), headers
+	encoded := 2*headers + 3 + 4 // headers, a 1-byte value, the record's tag and length
+	inflated := encoded + headers*core.HeaderHeap
+	return max(1, min(int(l.MaxBatchRecords), int(l.MaxBatchBytes)/encoded, int(l.MaxTxUncompressedBytes)/inflated-1)), headers
 }
 
 // resign is b signed by a fresh producer: the same records at sequence 0,
