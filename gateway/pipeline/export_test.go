@@ -50,6 +50,17 @@ func NewTestChain(t *testing.T, topics ...*byzlogv1.TopicState) *TestChain {
 // Height is the test chain's last block.
 func (c *TestChain) Height() int64 { return c.height() }
 
+// CommittedTxs counts the transactions of every block so far.
+func (c *TestChain) CommittedTxs() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, b := range c.blocks {
+		n += len(b.Data.Txs)
+	}
+	return n
+}
+
 // RunTestChain makes a block every 20 ms until the test ends.
 func RunTestChain(t *testing.T, c *TestChain) { runChain(t, c) }
 
