@@ -103,7 +103,7 @@ librdkafka-suite: build librdkafka ## librdkafka's own tests $(LIBRDKAFKA_TESTS)
 KAFKA_COMPAT_OUT ?= run/kafka-compat.txt
 
 .PHONY: kafka-compat
-kafka-compat: build ## franz-go's whole kgo test suite against a gateway's Kafka face (make test runs a subset): which tests pass, in $(KAFKA_COMPAT_OUT) and the output beside it (~35 min)
+kafka-compat: build ## franz-go's whole kgo test suite against a gateway's Kafka face (make test runs a subset): which tests pass, in $(KAFKA_COMPAT_OUT) and the output beside it (~25 min)
 	@mkdir -p $(dir $(KAFKA_COMPAT_OUT))
 	BYZLOG_BIN=$(BIN) BYZLOG_KGO_RUN=. BYZLOG_KGO_RESULTS=$(abspath $(KAFKA_COMPAT_OUT)) go test -tags e2e -count=1 -timeout 50m -v -run TestKafkaCompat github.com/byzlog/byzlog/services/lab/e2e
 
