@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Model-checks scripts/model/byzlog.pml (and kafkaface.pml, the Kafka face's
-# order on a connection) with spin: every property check must
+# order on a connection, and txn.pml, Kafka transactions decided by the
+# chain) with spin: every property check must
 # pass and every sanity mutation must give a counterexample (so the model
 # can't silently become vacuous). Prints one table; exits non-zero on any
 # unexpected result. Run by `make model` (and so by `make test`).
@@ -51,6 +52,12 @@ checks=(
   "kafka-face/order|pass|-|-|a connection's acknowledged writes stored in the order sent, any refusals|kafkaface.pml"
   "mutation/kafka-face race|cex|-DMUT_RACE|-|requests started on goroutines race for sequences: reordered|kafkaface.pml"
   "mutation/kafka-face reread|cex|-DMUT_REREAD|-|the next sequence read while later batches are in flight: reordered|kafkaface.pml"
+  "txn/atomic fenced timed out|pass|-|-|read_committed sees whole committed transactions only; zombies fenced; timeouts abort by block time|txn.pml"
+  "mutation/txn marker race|cex|-DMUT_MARKER_RACE|-|markers written partition by partition: half a transaction read, or torn|txn.pml"
+  "mutation/txn no fence|cex|-DMUT_NO_FENCE|-|the epoch not checked: a zombie commits half of an aborted transaction|txn.pml"
+  "mutation/txn no timeout|cex|-DMUT_NO_TIMEOUT|-|no deadline: a transaction commits after its timeout|txn.pml"
+  "mutation/txn no expiry|cex|-DMUT_NO_EXPIRE|-|never expired: a stalled producer's transaction holds the LSO forever|txn.pml"
+  "mutation/txn no LSO|cex|-DMUT_NO_LSO|-|read_committed past the LSO: records of an open transaction read|txn.pml"
 )
 
 # run_check DEFINES CLAIM EXPECT MODEL: prints "errors|states|seconds|first error line"
