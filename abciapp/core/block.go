@@ -118,6 +118,9 @@ func (b *blockAppends) tx(i int, env *byzlogv1.Tx, result TxResult) error {
 		}
 		return nil
 	}
+	if env.GetTxn() != nil || env.GetTxnExpire() != nil {
+		return b.markers(i, result)
+	}
 	bundle := env.GetProduceBundle()
 	if bundle == nil {
 		return nil
@@ -137,6 +140,36 @@ func (b *blockAppends) tx(i int, env *byzlogv1.Tx, result TxResult) error {
 	return nil
 }
 
+// markers appends the transaction markers committed transaction step i
+// wrote, as its outcome lists them.
+func (b *blockAppends) markers(i int, result TxResult) error {
+	var out byzlogv1.TxnOutcome
+	if err := proto.Unmarshal(result.Data, &out); err != nil {
+		return fmt.Errorf("block %d tx %d: result data is not a byzlog.v1.TxnOutcome: %w", b.height, i, err)
+	}
+	m := out.Markers
+	for _, p := range m.GetPartitions() {
+		run := b.run(p.Topic, p.Partition, p.Offset)
+		if next := run.Root.FirstOffset + uint64(len(run.Records)); p.Offset != next {
+			return fmt.Errorf("block %d tx %d: %s/%d marker at %d, the block's previous record ended before %d", b.height, i, p.Topic, p.Partition, p.Offset, next)
+		}
+		run.Records = append(run.Records, storedMarker(m, p.Topic, p.Partition, p.Offset, b.height, b.timeUnixNano))
+	}
+	return nil
+}
+
+// run is the partition's run of the block, started at first if it has
+// none yet.
+func (b *blockAppends) run(topic string, partition uint32, first uint64) *AppendedPartition {
+	key := string(cat([]byte(topic), []byte{0}, be32(partition)))
+	run := b.runs[key]
+	if run == nil {
+		run = &AppendedPartition{Root: PartitionRoot{Topic: topic, Partition: partition, FirstOffset: first}}
+		b.runs[key] = run
+	}
+	return run
+}
+
 // batch appends a committed batch's records to its partition's run.
 func (b *blockAppends) batch(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult) error {
 	if br.Code != uint32(wire.CodeOK) || br.Duplicate || br.RecordCount == 0 {
@@ -146,12 +179,7 @@ func (b *blockAppends) batch(sb *byzlogv1.SignedBatch, br *byzlogv1.BatchResult)
 	if err != nil {
 		return err
 	}
-	key := string(cat([]byte(br.Topic), []byte{0}, be32(br.Partition)))
-	run := b.runs[key]
-	if run == nil {
-		run = &AppendedPartition{Root: PartitionRoot{Topic: br.Topic, Partition: br.Partition, FirstOffset: br.BaseOffset}}
-		b.runs[key] = run
-	}
+	run := b.run(br.Topic, br.Partition, br.BaseOffset)
 	if next := run.Root.FirstOffset + uint64(len(run.Records)); br.BaseOffset != next {
 		return fmt.Errorf("%s/%d base offset %d, the block's previous batch ended before %d", br.Topic, br.Partition, br.BaseOffset, next)
 	}
@@ -196,6 +224,7 @@ func storedRecord(body *byzlogv1.BatchBody, offset uint64, r *byzlogv1.Record, p
 		Key: stored(r.Key, rules), Value: stored(r.Value, rules), Headers: copyHeaders(r.Headers, rules),
 		ProducerKey: producer, Sequence: body.Sequence, Height: height,
 		KafkaProducerId: body.Kafka.GetProducerId(), KafkaEpoch: body.Kafka.GetEpoch(), KafkaCodec: codec,
+		KafkaTransactional: rules >= TxnRulesVersion && body.Kafka.GetTransactional(),
 	}
 }
 

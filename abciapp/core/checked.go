@@ -65,6 +65,8 @@ func (c *Checked) Signers() [][]byte {
 		return [][]byte{k.CommitOffsets.ConsumerKey}
 	case *byzlogv1.Tx_IndexerProgress:
 		return [][]byte{k.IndexerProgress.IndexerKey}
+	case *byzlogv1.Tx_Txn:
+		return [][]byte{k.Txn.ProducerKey}
 	}
 	return nil
 }

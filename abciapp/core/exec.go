@@ -101,6 +101,10 @@ func (ex *executor) apply(c *Checked) (Result, error) {
 		res, err = ex.commitOffsets(txo, k.CommitOffsets)
 	case *byzlogv1.Tx_IndexerProgress:
 		res, err = ex.indexerProgress(txo, k.IndexerProgress)
+	case *byzlogv1.Tx_Txn:
+		res, pending, err = ex.txn(txo, k.Txn)
+	case *byzlogv1.Tx_TxnExpire:
+		res, pending, err = ex.txnExpire(txo, k.TxnExpire.GetTransactionalId())
 	}
 	if err != nil || !res.OK() || ex.mode == modeMempool {
 		return res, err
@@ -217,6 +221,22 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	if br, err := ex.createTimes(topic.Config, cb); br != nil || err != nil {
 		return br, nil, err
 	}
+	var txnID string
+	var txn *byzlogv1.TxnState
+	if body.Kafka.GetTransactional() {
+		// Before TxnRulesVersion the flag is not read: the batch is an
+		// idempotent producer's, as a build before it takes it.
+		rules, err := ex.rulesVersion()
+		if err != nil {
+			return nil, nil, err
+		}
+		if rules >= TxnRulesVersion {
+			var fail *byzlogv1.BatchResult
+			if txnID, txn, fail, err = ex.txnBatch(o, cb); fail != nil || err != nil {
+				return fail, nil, err
+			}
+		}
+	}
 	if code, msg := ex.spend(cb.inflated, int64(cb.count)); code != wire.CodeOK {
 		return failBatch(body, code, "%s", msg), nil, nil
 	}
@@ -233,6 +253,11 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	}
 	run := &appendedRun{topic: body.Topic, partition: body.Partition, first: part.NextOffset}
 	br.BaseOffset = part.NextOffset
+	if txn != nil {
+		if fail := ex.txnAppend(o, txnID, txn, body, &part, part.NextOffset); fail != nil {
+			return fail, nil, nil
+		}
+	}
 	if ex.countOnly {
 		part.NextOffset += uint64(cb.count)
 		records = nil

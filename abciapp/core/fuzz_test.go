@@ -56,6 +56,22 @@ func seedTxs(tb testing.TB) []seedTx {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	txnReq, err := p.Txn(0, "tx", &byzlogv1.TxnInit{TimeoutMs: 60_000, ProducerId: -1, Epoch: -1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	txnInit, err := wire.TxnTx(txnReq)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	expire, err := wire.TxnExpireTx("tx")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb2, err := p.TransactionalBatch("t", 0, 1<<62, 0, 0, byzlogv1.Codec_CODEC_NONE, 0, records("t1"))
+	if err != nil {
+		tb.Fatal(err)
+	}
 	forged := batch(tb, p, "t", 0, 0, records("a"))
 	forged.Signature = append([]byte(nil), forged.Signature...)
 	forged.Signature[0] ^= 1
@@ -67,6 +83,9 @@ func seedTxs(tb testing.TB) []seedTx {
 		{"two-batch bundle", bundle(tb, batch(tb, p, "t", 0, 0, records("a")), batch(tb, p, "t", 1, 0, records("b"))), true},
 		{"admin", adminTx, true},
 		{"offsets", offsets, true},
+		{"transaction init", txnInit, true},
+		{"expiry of an unknown transactional id", expire, false},
+		{"transactional batch of a producer id nobody holds", bundle(tb, tb2), false},
 		{"unknown topic", bundle(tb, batch(tb, p, "nope", 0, 0, records("a"))), false},
 		{"bad signature", bundle(tb, forged), false},
 		{"empty bundle", bundle(tb), false},

@@ -193,6 +193,7 @@ func topicInfo(r Reader, t *byzlogv1.TopicState) (*byzlogv1.TopicInfo, error) {
 		}
 		info.Partitions = append(info.Partitions, &byzlogv1.PartitionInfo{
 			Partition: p, LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset, SizeBytes: ps.SizeBytes,
+			LastStableOffset: lastStable(&ps),
 		})
 	}
 	return info, nil
@@ -229,7 +230,7 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	if req.Offset > ps.NextOffset {
 		return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d is beyond the log end offset %d", req.Offset, req.Topic, req.Partition, ps.NextOffset), nil
 	}
-	resp := &byzlogv1.RecordsResponse{LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset}
+	resp := &byzlogv1.RecordsResponse{LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset, LastStableOffset: lastStable(&ps)}
 	size := 0
 	err = scanRecords(s, req.Topic, req.Partition, req.Offset, func(_ uint64, v []byte) bool {
 		if len(resp.Records) > 0 && size+len(v) > maxBytes {

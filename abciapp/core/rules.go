@@ -41,7 +41,7 @@ import (
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 7
+const MaxRulesVersion uint64 = 8
 
 // CreateTopicsRulesVersion is the first rules version that takes a
 // CreateTopics admin request (many topics, all or none, in one

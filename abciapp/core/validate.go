@@ -75,6 +75,18 @@ func decodeTx(tx []byte, maxBatches uint32) (*byzlogv1.Tx, Result) {
 		if r := checkSigned("indexer progress", p.GetBody(), p.GetIndexerKey(), p.GetSignature()); !r.OK() {
 			return nil, r
 		}
+	case *byzlogv1.Tx_Txn:
+		// Rules version 8 on; before, the executor refuses it as a kind it
+		// does not know (as a build before it does here).
+		t := k.Txn
+		if r := checkSigned("transaction step", t.GetBody(), t.GetProducerKey(), t.GetSignature()); !r.OK() {
+			return nil, r
+		}
+	case *byzlogv1.Tx_TxnExpire:
+		// Unsigned: a block takes it only if the transaction timed out.
+		if k.TxnExpire == nil {
+			return nil, reject(wire.CodeMalformedTx, "txn_expire names no transactional id")
+		}
 	case *byzlogv1.Tx_BundleRef:
 		// Malformed, as it was before the kind existed (an unknown field):
 		// a reference is resolved by the app before core sees a block.
@@ -149,6 +161,10 @@ func hasUnknown(env *byzlogv1.Tx) bool {
 		return len(k.CommitOffsets.ProtoReflect().GetUnknown()) > 0
 	case *byzlogv1.Tx_IndexerProgress:
 		return len(k.IndexerProgress.ProtoReflect().GetUnknown()) > 0
+	case *byzlogv1.Tx_Txn:
+		return len(k.Txn.ProtoReflect().GetUnknown()) > 0
+	case *byzlogv1.Tx_TxnExpire:
+		return len(k.TxnExpire.ProtoReflect().GetUnknown()) > 0
 	}
 	return false
 }

@@ -95,6 +95,13 @@ var codeErrors = map[wire.Code]struct{ idem, plain *kerr.Error }{
 	// A record's create time is out of its topic's bounds: the client's
 	// records must change, as Kafka's INVALID_TIMESTAMP says.
 	wire.CodeBadTimestamp: {idem: kerr.InvalidTimestamp},
+	// A transactional batch whose transaction the chain does not hold in
+	// that state: the producer must start again (abort, InitProducerId).
+	wire.CodeUnknownTxn:    {idem: kerr.InvalidProducerIDMapping},
+	wire.CodeNotTxnOwner:   {idem: kerr.TransactionalIDAuthorizationFailed},
+	wire.CodeBadTxnState:   {idem: kerr.InvalidTxnState},
+	wire.CodeBadTxnTimeout: {idem: kerr.InvalidTransactionTimeout},
+	wire.CodeTxnLimit:      {idem: kerr.PolicyViolation},
 }
 
 // rejectedError is the Kafka error of chain code c for an idempotent

@@ -23,6 +23,9 @@ var fatalCodes = map[wire.Code]bool{
 	wire.CodeBadTopicConfig: true, wire.CodeBadGroup: true, wire.CodeNotGroupOwner: true,
 	wire.CodeBadQuery: true, wire.CodeOffsetOutOfRange: true, wire.CodeProducerFenced: true,
 	wire.CodeBelowThreshold: true, wire.CodeBadTimestamp: true,
+	// A transaction the producer must abort or start again.
+	wire.CodeUnknownTxn: true, wire.CodeNotTxnOwner: true, wire.CodeBadTxnState: true,
+	wire.CodeBadTxnTimeout: true, wire.CodeTxnLimit: true,
 	// An idempotent producer's own sequence: it resolves them (a plain
 	// producer's are the face's: retriable, TestCodeErrors checks).
 	wire.CodeSequenceGap: true, wire.CodeSequenceReused: true, wire.CodeDuplicate: true,
@@ -56,7 +59,7 @@ func TestCodeErrors(t *testing.T) {
 			}
 		}
 	}
-	for _, code := range []wire.Code{50, 200, 1 << 20} {
+	for _, code := range []wire.Code{150, 200, 1 << 20} {
 		if got := rejectedError(code, true); !got.Retriable {
 			t.Errorf("rejectedError(unknown %d) = %v, want a retriable error", code, got)
 		}

@@ -353,7 +353,7 @@ func (v *Verifier) check(a *account, lb, next *cmttypes.LightBlock) (*Block, str
 // olderRules are the rules versions whose stored records differ from the
 // newest's, newest first: check builds a block again under each when the
 // newest's build does not match its app hash.
-var olderRules = []uint64{core.KafkaTopicsRulesVersion - 1, core.KafkaRulesVersion - 1}
+var olderRules = []uint64{core.TxnRulesVersion - 1, core.KafkaTopicsRulesVersion - 1, core.KafkaRulesVersion - 1}
 
 // Reading is a node's account of a block being read before its headers
 // are verified: done closes when account is set.

@@ -141,6 +141,24 @@ const (
 	// timestamp_after_max_ms allow (rules version 6; Kafka's
 	// INVALID_TIMESTAMP).
 	CodeBadTimestamp Code = 49
+	// CodeUnknownTxn: a Kafka transaction step names a transactional id
+	// the chain does not know, or a producer id that is not the id's (rules
+	// version 8; Kafka's INVALID_PRODUCER_ID_MAPPING).
+	CodeUnknownTxn Code = 50
+	// CodeNotTxnOwner: a transactional id is another key's (Kafka's
+	// TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
+	CodeNotTxnOwner Code = 51
+	// CodeBadTxnState: a step the transaction's state does not allow: an
+	// EndTxn with nothing open that is not a retry of the last one (Kafka's
+	// INVALID_TXN_STATE).
+	CodeBadTxnState Code = 52
+	// CodeBadTxnTimeout: a transaction timeout outside 1 ms to 15 minutes
+	// (Kafka's INVALID_TRANSACTION_TIMEOUT).
+	CodeBadTxnTimeout Code = 53
+	// CodeTxnLimit: past a bound of transactions: partitions or offsets of
+	// one transaction, transactions open in one partition, transactional
+	// ids of one key (wire.MaxTxnPartitions and the others).
+	CodeTxnLimit Code = 54
 )
 
 var codeNames = map[Code]string{
@@ -163,6 +181,8 @@ var codeNames = map[Code]string{
 	CodeNotIndexer: "not_indexer", CodeBadProgress: "bad_progress", CodeBadIndexerChange: "bad_indexer_change",
 	CodeDuplicateSigner: "duplicate_signer", CodeBadUpgrade: "bad_upgrade",
 	CodeBadTimestamp: "bad_timestamp",
+	CodeUnknownTxn:   "unknown_txn", CodeNotTxnOwner: "not_txn_owner", CodeBadTxnState: "bad_txn_state",
+	CodeBadTxnTimeout: "bad_txn_timeout", CodeTxnLimit: "txn_limit",
 }
 
 // String names the code for logs and messages.

@@ -35,6 +35,24 @@ const MaxReaders = 256
 // stay far under a transaction's bytes.
 const MaxCreateTopics = 1000
 
+// Bounds of Kafka transactions (rules version 8 on), each refused past it
+// with CodeTxnLimit, or CodeBadTxnTimeout for the timeout.
+const (
+	// MaxTxnTimeoutMs is Kafka's transaction.max.timeout.ms default.
+	MaxTxnTimeoutMs = 900_000
+	// MaxTxnPartitions bounds the partitions one transaction writes.
+	MaxTxnPartitions = 1000
+	// MaxTxnOffsets bounds the offsets one transaction commits.
+	MaxTxnOffsets = 1024
+	// MaxOpenTxns bounds the transactions open in one partition at once:
+	// each holds back its last stable offset.
+	MaxOpenTxns = 256
+	// MaxTxnIDs bounds the transactional ids one key holds.
+	MaxTxnIDs = 1000
+	// MaxTxnID bounds a transactional id's bytes (as a group name's).
+	MaxTxnID = 255
+)
+
 // StateRootLag is how many blocks after a snapshot height h the root of
 // the state after h is committed: validators hash the state in the
 // background meanwhile, and block h+StateRootLag waits for it.

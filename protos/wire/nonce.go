@@ -6,8 +6,9 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-// NonceUse returns the signing key and nonce of a signed admin request or
-// offset commit, the two kinds that use a key's nonce; ok is false for
+// NonceUse returns the signing key and nonce of a signed admin request,
+// offset commit or Kafka transaction step, the kinds that use a key's
+// nonce; ok is false for
 // anything else, or a transaction whose signature does not verify. A
 // client shown the transaction that used its nonce checks with it that the
 // nonce is used, given a proof that the transaction was committed.
@@ -32,6 +33,12 @@ func NonceUse(tx []byte) (key []byte, nonce uint64, ok bool) {
 			return nil, 0, false
 		}
 		return k.CommitOffsets.GetConsumerKey(), body.Nonce, true
+	case *byzlogv1.Tx_Txn:
+		var body byzlogv1.TxnBody
+		if !Verify(k.Txn.GetProducerKey(), k.Txn.GetBody(), k.Txn.GetSignature()) || proto.Unmarshal(k.Txn.GetBody(), &body) != nil {
+			return nil, 0, false
+		}
+		return k.Txn.GetProducerKey(), body.Nonce, true
 	}
 	return nil, 0, false
 }

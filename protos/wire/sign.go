@@ -93,6 +93,39 @@ func (s *Signer) KafkaBatch(topic string, partition uint32, producerID int64, ep
 		Kafka: &byzlogv1.KafkaProducer{ProducerId: producerID, Epoch: epoch, RecordCount: uint32(len(records))}}, codec, records)
 }
 
+// TransactionalBatch is KafkaBatch for a batch of the producer's open
+// Kafka transaction (KafkaProducer.transactional; rules version 8 on):
+// producerID and epoch are the ones the chain gave its transactional id.
+func (s *Signer) TransactionalBatch(topic string, partition uint32, producerID int64, epoch, baseSeq int32, codec byzlogv1.Codec, kafkaCodec uint32, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
+	if producerID < 1 || epoch < 0 || epoch > MaxKafkaEpoch || baseSeq < 0 {
+		return nil, fmt.Errorf("kafka producer id %d epoch %d sequence %d: want an id of 1 or more, an epoch in 0..%d and a sequence of 0 or more", producerID, epoch, MaxKafkaEpoch, baseSeq)
+	}
+	return s.batch(&byzlogv1.BatchBody{Topic: topic, Partition: partition, Sequence: uint64(baseSeq), KafkaCodec: kafkaCodec,
+		Kafka: &byzlogv1.KafkaProducer{ProducerId: producerID, Epoch: epoch, RecordCount: uint32(len(records)), Transactional: true}}, codec, records)
+}
+
+// Txn signs a step of Kafka transaction id (rules version 8 on) with the
+// key's next nonce, with no expiry: op is a *TxnInit, *TxnEnd or
+// *TxnOffsets.
+func (s *Signer) Txn(nonce uint64, id string, op proto.Message) (*byzlogv1.TxnRequest, error) {
+	body := &byzlogv1.TxnBody{ChainId: s.chainID, Nonce: nonce, TransactionalId: id}
+	switch o := op.(type) {
+	case *byzlogv1.TxnInit:
+		body.Op = &byzlogv1.TxnBody_Init{Init: o}
+	case *byzlogv1.TxnEnd:
+		body.Op = &byzlogv1.TxnBody_End{End: o}
+	case *byzlogv1.TxnOffsets:
+		body.Op = &byzlogv1.TxnBody_Offsets{Offsets: o}
+	default:
+		return nil, fmt.Errorf("transaction step %T: want TxnInit, TxnEnd or TxnOffsets", op)
+	}
+	b, err := proto.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("encode transaction step: %w", err)
+	}
+	return &byzlogv1.TxnRequest{Body: b, ProducerKey: s.PublicKey(), Signature: ed25519.Sign(s.key, b)}, nil
+}
+
 func (s *Signer) batch(body *byzlogv1.BatchBody, codec byzlogv1.Codec, records []*byzlogv1.Record) (*byzlogv1.SignedBatch, error) {
 	raw, err := proto.Marshal(&byzlogv1.RecordSet{Records: records})
 	if err != nil {
@@ -220,6 +253,17 @@ func BundleTx(batches ...*byzlogv1.SignedBatch) ([]byte, error) {
 // AdminTx is the transaction of an admin request.
 func AdminTx(req *byzlogv1.AdminRequest) ([]byte, error) {
 	return proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_Admin{Admin: req}})
+}
+
+// TxnTx is the transaction of a Kafka transaction step.
+func TxnTx(req *byzlogv1.TxnRequest) ([]byte, error) {
+	return proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_Txn{Txn: req}})
+}
+
+// TxnExpireTx is the transaction that aborts transactional id's
+// transaction once it has timed out.
+func TxnExpireTx(id string) ([]byte, error) {
+	return proto.Marshal(&byzlogv1.Tx{Kind: &byzlogv1.Tx_TxnExpire{TxnExpire: &byzlogv1.TxnExpire{TransactionalId: id}}})
 }
 
 // OffsetsTx is the transaction of an offset commit.

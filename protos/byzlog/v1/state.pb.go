@@ -54,7 +54,16 @@ type StoredRecord struct {
 	KafkaEpoch      int32 `protobuf:"varint,13,opt,name=kafka_epoch,json=kafkaEpoch,proto3" json:"kafka_epoch,omitempty"`
 	// The Kafka codec of the batch a Kafka producer sent (BatchBody.kafka_codec;
 	// rules version 6 on).
-	KafkaCodec    uint32 `protobuf:"varint,14,opt,name=kafka_codec,json=kafkaCodec,proto3" json:"kafka_codec,omitempty"`
+	KafkaCodec uint32 `protobuf:"varint,14,opt,name=kafka_codec,json=kafkaCodec,proto3" json:"kafka_codec,omitempty"`
+	// A record of a Kafka transaction (KafkaProducer.transactional; rules
+	// version 8 on): readers that read committed data take it only if its
+	// transaction committed.
+	KafkaTransactional bool `protobuf:"varint,15,opt,name=kafka_transactional,json=kafkaTransactional,proto3" json:"kafka_transactional,omitempty"`
+	// A transaction's marker (rules version 8 on): a control record that ends
+	// the transaction of kafka_producer_id and kafka_epoch in this partition,
+	// written by the chain with no key or value; producer_key is the
+	// transaction's owner.
+	KafkaControl  *KafkaControl `protobuf:"bytes,16,opt,name=kafka_control,json=kafkaControl,proto3" json:"kafka_control,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -187,6 +196,65 @@ func (x *StoredRecord) GetKafkaCodec() uint32 {
 	return 0
 }
 
+func (x *StoredRecord) GetKafkaTransactional() bool {
+	if x != nil {
+		return x.KafkaTransactional
+	}
+	return false
+}
+
+func (x *StoredRecord) GetKafkaControl() *KafkaControl {
+	if x != nil {
+		return x.KafkaControl
+	}
+	return nil
+}
+
+// KafkaControl is a transaction marker: commit, or abort.
+type KafkaControl struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Commit        bool                   `protobuf:"varint,1,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KafkaControl) Reset() {
+	*x = KafkaControl{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KafkaControl) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KafkaControl) ProtoMessage() {}
+
+func (x *KafkaControl) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KafkaControl.ProtoReflect.Descriptor instead.
+func (*KafkaControl) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KafkaControl) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
 // RecordRun is the payload of a NATS message that carries several records
 // (the indexer's --records-per-message above 1): consecutive records of the
 // partition the message's subject names, all committed by one block, in
@@ -202,7 +270,7 @@ type RecordRun struct {
 
 func (x *RecordRun) Reset() {
 	*x = RecordRun{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	mi := &file_byzlog_v1_state_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +282,7 @@ func (x *RecordRun) String() string {
 func (*RecordRun) ProtoMessage() {}
 
 func (x *RecordRun) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[1]
+	mi := &file_byzlog_v1_state_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +295,7 @@ func (x *RecordRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRun.ProtoReflect.Descriptor instead.
 func (*RecordRun) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{1}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RecordRun) GetRecords() []*StoredRecord {
@@ -255,7 +323,7 @@ type ChunkedValue struct {
 
 func (x *ChunkedValue) Reset() {
 	*x = ChunkedValue{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[2]
+	mi := &file_byzlog_v1_state_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +335,7 @@ func (x *ChunkedValue) String() string {
 func (*ChunkedValue) ProtoMessage() {}
 
 func (x *ChunkedValue) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[2]
+	mi := &file_byzlog_v1_state_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +348,7 @@ func (x *ChunkedValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkedValue.ProtoReflect.Descriptor instead.
 func (*ChunkedValue) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ChunkedValue) GetSize() uint64 {
@@ -335,7 +403,7 @@ type Limits struct {
 
 func (x *Limits) Reset() {
 	*x = Limits{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[3]
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +415,7 @@ func (x *Limits) String() string {
 func (*Limits) ProtoMessage() {}
 
 func (x *Limits) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[3]
+	mi := &file_byzlog_v1_state_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +428,7 @@ func (x *Limits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limits.ProtoReflect.Descriptor instead.
 func (*Limits) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{3}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Limits) GetMaxRecordBytes() uint32 {
@@ -469,7 +537,7 @@ type ChainParams struct {
 
 func (x *ChainParams) Reset() {
 	*x = ChainParams{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -481,7 +549,7 @@ func (x *ChainParams) String() string {
 func (*ChainParams) ProtoMessage() {}
 
 func (x *ChainParams) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[4]
+	mi := &file_byzlog_v1_state_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -494,7 +562,7 @@ func (x *ChainParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChainParams.ProtoReflect.Descriptor instead.
 func (*ChainParams) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{4}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ChainParams) GetChainId() string {
@@ -553,7 +621,7 @@ type AdminSet struct {
 
 func (x *AdminSet) Reset() {
 	*x = AdminSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +633,7 @@ func (x *AdminSet) String() string {
 func (*AdminSet) ProtoMessage() {}
 
 func (x *AdminSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[5]
+	mi := &file_byzlog_v1_state_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +646,7 @@ func (x *AdminSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdminSet.ProtoReflect.Descriptor instead.
 func (*AdminSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{5}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AdminSet) GetAdmins() [][]byte {
@@ -612,7 +680,7 @@ type Rules struct {
 
 func (x *Rules) Reset() {
 	*x = Rules{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +692,7 @@ func (x *Rules) String() string {
 func (*Rules) ProtoMessage() {}
 
 func (x *Rules) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[6]
+	mi := &file_byzlog_v1_state_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +705,7 @@ func (x *Rules) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rules.ProtoReflect.Descriptor instead.
 func (*Rules) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{6}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Rules) GetVersion() uint64 {
@@ -680,7 +748,7 @@ type IndexerSet struct {
 
 func (x *IndexerSet) Reset() {
 	*x = IndexerSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +760,7 @@ func (x *IndexerSet) String() string {
 func (*IndexerSet) ProtoMessage() {}
 
 func (x *IndexerSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[7]
+	mi := &file_byzlog_v1_state_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +773,7 @@ func (x *IndexerSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexerSet.ProtoReflect.Descriptor instead.
 func (*IndexerSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *IndexerSet) GetIndexers() []*Indexer {
@@ -732,7 +800,7 @@ type Indexer struct {
 
 func (x *Indexer) Reset() {
 	*x = Indexer{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -744,7 +812,7 @@ func (x *Indexer) String() string {
 func (*Indexer) ProtoMessage() {}
 
 func (x *Indexer) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[8]
+	mi := &file_byzlog_v1_state_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -757,7 +825,7 @@ func (x *Indexer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Indexer.ProtoReflect.Descriptor instead.
 func (*Indexer) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Indexer) GetPubKey() []byte {
@@ -818,7 +886,7 @@ type Pruning struct {
 
 func (x *Pruning) Reset() {
 	*x = Pruning{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -830,7 +898,7 @@ func (x *Pruning) String() string {
 func (*Pruning) ProtoMessage() {}
 
 func (x *Pruning) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[9]
+	mi := &file_byzlog_v1_state_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -843,7 +911,7 @@ func (x *Pruning) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pruning.ProtoReflect.Descriptor instead.
 func (*Pruning) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Pruning) GetHeight() int64 {
@@ -903,7 +971,7 @@ type ValidatorSet struct {
 
 func (x *ValidatorSet) Reset() {
 	*x = ValidatorSet{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +983,7 @@ func (x *ValidatorSet) String() string {
 func (*ValidatorSet) ProtoMessage() {}
 
 func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[10]
+	mi := &file_byzlog_v1_state_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +996,7 @@ func (x *ValidatorSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatorSet.ProtoReflect.Descriptor instead.
 func (*ValidatorSet) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ValidatorSet) GetValidators() []*Validator {
@@ -956,7 +1024,7 @@ type Validator struct {
 
 func (x *Validator) Reset() {
 	*x = Validator{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1036,7 @@ func (x *Validator) String() string {
 func (*Validator) ProtoMessage() {}
 
 func (x *Validator) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[11]
+	mi := &file_byzlog_v1_state_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1049,7 @@ func (x *Validator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Validator.ProtoReflect.Descriptor instead.
 func (*Validator) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Validator) GetPubKey() []byte {
@@ -1010,7 +1078,7 @@ type TopicState struct {
 
 func (x *TopicState) Reset() {
 	*x = TopicState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1090,7 @@ func (x *TopicState) String() string {
 func (*TopicState) ProtoMessage() {}
 
 func (x *TopicState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[12]
+	mi := &file_byzlog_v1_state_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1103,7 @@ func (x *TopicState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicState.ProtoReflect.Descriptor instead.
 func (*TopicState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TopicState) GetName() string {
@@ -1071,14 +1139,18 @@ type PartitionState struct {
 	// Records below this offset are deleted (DeleteRecords): none is served,
 	// and retention removes them from the store, a bounded number a block.
 	// The log start clients see is the larger of this and log_start_offset.
-	DeleteBelow   uint64 `protobuf:"varint,4,opt,name=delete_below,json=deleteBelow,proto3" json:"delete_below,omitempty"`
+	DeleteBelow uint64 `protobuf:"varint,4,opt,name=delete_below,json=deleteBelow,proto3" json:"delete_below,omitempty"`
+	// The Kafka transactions open in this partition (rules version 8 on), in
+	// the order they wrote their first record here: the last stable offset
+	// is the first's first offset (the next offset when none is open).
+	OpenTxns      []*OpenTxn `protobuf:"bytes,5,rep,name=open_txns,json=openTxns,proto3" json:"open_txns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionState) Reset() {
 	*x = PartitionState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1162,7 @@ func (x *PartitionState) String() string {
 func (*PartitionState) ProtoMessage() {}
 
 func (x *PartitionState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[13]
+	mi := &file_byzlog_v1_state_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1175,7 @@ func (x *PartitionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionState.ProtoReflect.Descriptor instead.
 func (*PartitionState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PartitionState) GetLogStartOffset() uint64 {
@@ -1134,6 +1206,576 @@ func (x *PartitionState) GetDeleteBelow() uint64 {
 	return 0
 }
 
+func (x *PartitionState) GetOpenTxns() []*OpenTxn {
+	if x != nil {
+		return x.OpenTxns
+	}
+	return nil
+}
+
+// OpenTxn is an open transaction's first record in a partition.
+type OpenTxn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	FirstOffset   uint64                 `protobuf:"varint,2,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenTxn) Reset() {
+	*x = OpenTxn{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenTxn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenTxn) ProtoMessage() {}
+
+func (x *OpenTxn) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenTxn.ProtoReflect.Descriptor instead.
+func (*OpenTxn) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OpenTxn) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *OpenTxn) GetFirstOffset() uint64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+// TxnState is a transactional id's state (rules version 8 on).
+type TxnState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key that first initialized the id: only it may use the id.
+	Owner      []byte `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	ProducerId int64  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Epoch      int32  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	TimeoutMs  uint32 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The open transaction: opened by its first transactional batch or
+	// offsets, at that block's time.
+	Open            bool               `protobuf:"varint,5,opt,name=open,proto3" json:"open,omitempty"`
+	StartedUnixNano int64              `protobuf:"varint,6,opt,name=started_unix_nano,json=startedUnixNano,proto3" json:"started_unix_nano,omitempty"`
+	Partitions      []*TxnPartition    `protobuf:"bytes,7,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Offsets         []*TxnGroupOffsets `protobuf:"bytes,8,rep,name=offsets,proto3" json:"offsets,omitempty"`
+	// How the last transaction ended, to answer an EndTxn retried after it:
+	// its epoch, and commit or abort.
+	Ended         bool  `protobuf:"varint,9,opt,name=ended,proto3" json:"ended,omitempty"`
+	EndedEpoch    int32 `protobuf:"varint,10,opt,name=ended_epoch,json=endedEpoch,proto3" json:"ended_epoch,omitempty"`
+	EndedCommit   bool  `protobuf:"varint,11,opt,name=ended_commit,json=endedCommit,proto3" json:"ended_commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnState) Reset() {
+	*x = TxnState{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnState) ProtoMessage() {}
+
+func (x *TxnState) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnState.ProtoReflect.Descriptor instead.
+func (*TxnState) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TxnState) GetOwner() []byte {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+func (x *TxnState) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnState) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TxnState) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *TxnState) GetOpen() bool {
+	if x != nil {
+		return x.Open
+	}
+	return false
+}
+
+func (x *TxnState) GetStartedUnixNano() int64 {
+	if x != nil {
+		return x.StartedUnixNano
+	}
+	return 0
+}
+
+func (x *TxnState) GetPartitions() []*TxnPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+func (x *TxnState) GetOffsets() []*TxnGroupOffsets {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+func (x *TxnState) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+func (x *TxnState) GetEndedEpoch() int32 {
+	if x != nil {
+		return x.EndedEpoch
+	}
+	return 0
+}
+
+func (x *TxnState) GetEndedCommit() bool {
+	if x != nil {
+		return x.EndedCommit
+	}
+	return false
+}
+
+// TxnPartition is a partition an open transaction wrote, from first_offset.
+type TxnPartition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	FirstOffset   uint64                 `protobuf:"varint,3,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnPartition) Reset() {
+	*x = TxnPartition{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnPartition) ProtoMessage() {}
+
+func (x *TxnPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnPartition.ProtoReflect.Descriptor instead.
+func (*TxnPartition) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TxnPartition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TxnPartition) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TxnPartition) GetFirstOffset() uint64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+// TxnGroupOffsets are a group's offsets an open transaction commits.
+type TxnGroupOffsets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Offsets       []*PartitionOffset     `protobuf:"bytes,2,rep,name=offsets,proto3" json:"offsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnGroupOffsets) Reset() {
+	*x = TxnGroupOffsets{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnGroupOffsets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnGroupOffsets) ProtoMessage() {}
+
+func (x *TxnGroupOffsets) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnGroupOffsets.ProtoReflect.Descriptor instead.
+func (*TxnGroupOffsets) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TxnGroupOffsets) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *TxnGroupOffsets) GetOffsets() []*PartitionOffset {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+// AbortedTxn is an aborted transaction's records in one partition: from
+// first_offset to its marker at last_offset, those of producer_id (Kafka's
+// aborted-transactions index, which read_committed fetches answer with).
+type AbortedTxn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	FirstOffset   uint64                 `protobuf:"varint,2,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	LastOffset    uint64                 `protobuf:"varint,3,opt,name=last_offset,json=lastOffset,proto3" json:"last_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortedTxn) Reset() {
+	*x = AbortedTxn{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortedTxn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortedTxn) ProtoMessage() {}
+
+func (x *AbortedTxn) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortedTxn.ProtoReflect.Descriptor instead.
+func (*AbortedTxn) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *AbortedTxn) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *AbortedTxn) GetFirstOffset() uint64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
+func (x *AbortedTxn) GetLastOffset() uint64 {
+	if x != nil {
+		return x.LastOffset
+	}
+	return 0
+}
+
+// TxnOutcome is ExecTxResult.Data of a TxnRequest or TxnExpire: the
+// producer id and epoch the transactional id has after it (what
+// InitProducerId answers), and the markers it wrote, if it ended a
+// transaction.
+type TxnOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Epoch         int32                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Markers       *TxnMarkers            `protobuf:"bytes,3,opt,name=markers,proto3" json:"markers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOutcome) Reset() {
+	*x = TxnOutcome{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOutcome) ProtoMessage() {}
+
+func (x *TxnOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOutcome.ProtoReflect.Descriptor instead.
+func (*TxnOutcome) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TxnOutcome) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnOutcome) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TxnOutcome) GetMarkers() *TxnMarkers {
+	if x != nil {
+		return x.Markers
+	}
+	return nil
+}
+
+// TxnMarkers are the markers one ended transaction got, one a partition,
+// all in one block.
+type TxnMarkers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerKey   []byte                 `protobuf:"bytes,1,opt,name=producer_key,json=producerKey,proto3" json:"producer_key,omitempty"`
+	ProducerId    int64                  `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Epoch         int32                  `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Commit        bool                   `protobuf:"varint,4,opt,name=commit,proto3" json:"commit,omitempty"`
+	Partitions    []*TxnMarker           `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnMarkers) Reset() {
+	*x = TxnMarkers{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnMarkers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnMarkers) ProtoMessage() {}
+
+func (x *TxnMarkers) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnMarkers.ProtoReflect.Descriptor instead.
+func (*TxnMarkers) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *TxnMarkers) GetProducerKey() []byte {
+	if x != nil {
+		return x.ProducerKey
+	}
+	return nil
+}
+
+func (x *TxnMarkers) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnMarkers) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TxnMarkers) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+func (x *TxnMarkers) GetPartitions() []*TxnMarker {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+// TxnMarker is where one partition's marker landed.
+type TxnMarker struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset        uint64                 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnMarker) Reset() {
+	*x = TxnMarker{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnMarker) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnMarker) ProtoMessage() {}
+
+func (x *TxnMarker) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnMarker.ProtoReflect.Descriptor instead.
+func (*TxnMarker) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TxnMarker) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *TxnMarker) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *TxnMarker) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 // ProducerState is a producer's position in one topic-partition.
 // For a Kafka producer (see BatchBody.kafka) it is the position in the
 // latest epoch the chain has seen.
@@ -1147,7 +1789,7 @@ type ProducerState struct {
 
 func (x *ProducerState) Reset() {
 	*x = ProducerState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1801,7 @@ func (x *ProducerState) String() string {
 func (*ProducerState) ProtoMessage() {}
 
 func (x *ProducerState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[14]
+	mi := &file_byzlog_v1_state_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1814,7 @@ func (x *ProducerState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerState.ProtoReflect.Descriptor instead.
 func (*ProducerState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProducerState) GetNextSequence() uint64 {
@@ -1204,7 +1846,7 @@ type BatchRef struct {
 
 func (x *BatchRef) Reset() {
 	*x = BatchRef{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1858,7 @@ func (x *BatchRef) String() string {
 func (*BatchRef) ProtoMessage() {}
 
 func (x *BatchRef) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[15]
+	mi := &file_byzlog_v1_state_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1871,7 @@ func (x *BatchRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchRef.ProtoReflect.Descriptor instead.
 func (*BatchRef) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{15}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BatchRef) GetBaseOffset() uint64 {
@@ -1272,7 +1914,7 @@ type GroupOffset struct {
 
 func (x *GroupOffset) Reset() {
 	*x = GroupOffset{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1926,7 @@ func (x *GroupOffset) String() string {
 func (*GroupOffset) ProtoMessage() {}
 
 func (x *GroupOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[16]
+	mi := &file_byzlog_v1_state_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1939,7 @@ func (x *GroupOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffset.ProtoReflect.Descriptor instead.
 func (*GroupOffset) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{16}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GroupOffset) GetOffset() uint64 {
@@ -1350,7 +1992,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +2004,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[17]
+	mi := &file_byzlog_v1_state_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +2017,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{17}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BatchResult) GetTopic() string {
@@ -1474,7 +2116,7 @@ type TxOutcome struct {
 
 func (x *TxOutcome) Reset() {
 	*x = TxOutcome{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1486,7 +2128,7 @@ func (x *TxOutcome) String() string {
 func (*TxOutcome) ProtoMessage() {}
 
 func (x *TxOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[18]
+	mi := &file_byzlog_v1_state_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1499,7 +2141,7 @@ func (x *TxOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxOutcome.ProtoReflect.Descriptor instead.
 func (*TxOutcome) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{18}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TxOutcome) GetBatches() []*BatchResult {
@@ -1516,13 +2158,18 @@ type PartitionInfo struct {
 	LogStartOffset uint64                 `protobuf:"varint,2,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
 	NextOffset     uint64                 `protobuf:"varint,3,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
 	SizeBytes      uint64                 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set while a Kafka transaction is open in the partition (rules version
+	// 8 on): its last stable offset, the first offset of the oldest open
+	// transaction there; read_committed readers stop at it. Absent: the next
+	// offset.
+	LastStableOffset *uint64 `protobuf:"varint,5,opt,name=last_stable_offset,json=lastStableOffset,proto3,oneof" json:"last_stable_offset,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +2181,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[19]
+	mi := &file_byzlog_v1_state_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +2194,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{19}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PartitionInfo) GetPartition() uint32 {
@@ -1578,6 +2225,13 @@ func (x *PartitionInfo) GetSizeBytes() uint64 {
 	return 0
 }
 
+func (x *PartitionInfo) GetLastStableOffset() uint64 {
+	if x != nil && x.LastStableOffset != nil {
+		return *x.LastStableOffset
+	}
+	return 0
+}
+
 // TopicInfo is a topic as committed state holds it.
 type TopicInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1591,7 +2245,7 @@ type TopicInfo struct {
 
 func (x *TopicInfo) Reset() {
 	*x = TopicInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1603,7 +2257,7 @@ func (x *TopicInfo) String() string {
 func (*TopicInfo) ProtoMessage() {}
 
 func (x *TopicInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[20]
+	mi := &file_byzlog_v1_state_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1616,7 +2270,7 @@ func (x *TopicInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicInfo.ProtoReflect.Descriptor instead.
 func (*TopicInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{20}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TopicInfo) GetName() string {
@@ -1659,7 +2313,7 @@ type AppState struct {
 
 func (x *AppState) Reset() {
 	*x = AppState{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +2325,7 @@ func (x *AppState) String() string {
 func (*AppState) ProtoMessage() {}
 
 func (x *AppState) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[21]
+	mi := &file_byzlog_v1_state_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +2338,7 @@ func (x *AppState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppState.ProtoReflect.Descriptor instead.
 func (*AppState) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{21}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AppState) GetHeight() int64 {
@@ -1718,7 +2372,7 @@ type TopicList struct {
 
 func (x *TopicList) Reset() {
 	*x = TopicList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2384,7 @@ func (x *TopicList) String() string {
 func (*TopicList) ProtoMessage() {}
 
 func (x *TopicList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[22]
+	mi := &file_byzlog_v1_state_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2397,7 @@ func (x *TopicList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicList.ProtoReflect.Descriptor instead.
 func (*TopicList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{22}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TopicList) GetTopics() []*TopicInfo {
@@ -1763,7 +2417,7 @@ type TopicRequest struct {
 
 func (x *TopicRequest) Reset() {
 	*x = TopicRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +2429,7 @@ func (x *TopicRequest) String() string {
 func (*TopicRequest) ProtoMessage() {}
 
 func (x *TopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[23]
+	mi := &file_byzlog_v1_state_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +2442,7 @@ func (x *TopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicRequest.ProtoReflect.Descriptor instead.
 func (*TopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{23}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TopicRequest) GetName() string {
@@ -1816,7 +2470,7 @@ type RecordsRequest struct {
 
 func (x *RecordsRequest) Reset() {
 	*x = RecordsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2482,7 @@ func (x *RecordsRequest) String() string {
 func (*RecordsRequest) ProtoMessage() {}
 
 func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[24]
+	mi := &file_byzlog_v1_state_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2495,7 @@ func (x *RecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsRequest.ProtoReflect.Descriptor instead.
 func (*RecordsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{24}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RecordsRequest) GetTopic() string {
@@ -1885,13 +2539,15 @@ type RecordsResponse struct {
 	Records        [][]byte `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
 	LogStartOffset uint64   `protobuf:"varint,2,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
 	NextOffset     uint64   `protobuf:"varint,3,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// As PartitionInfo.last_stable_offset.
+	LastStableOffset *uint64 `protobuf:"varint,4,opt,name=last_stable_offset,json=lastStableOffset,proto3,oneof" json:"last_stable_offset,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RecordsResponse) Reset() {
 	*x = RecordsResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1903,7 +2559,7 @@ func (x *RecordsResponse) String() string {
 func (*RecordsResponse) ProtoMessage() {}
 
 func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[25]
+	mi := &file_byzlog_v1_state_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1916,7 +2572,7 @@ func (x *RecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordsResponse.ProtoReflect.Descriptor instead.
 func (*RecordsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{25}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RecordsResponse) GetRecords() [][]byte {
@@ -1940,6 +2596,13 @@ func (x *RecordsResponse) GetNextOffset() uint64 {
 	return 0
 }
 
+func (x *RecordsResponse) GetLastStableOffset() uint64 {
+	if x != nil && x.LastStableOffset != nil {
+		return *x.LastStableOffset
+	}
+	return 0
+}
+
 // "/group": GroupRequest; GroupOffsets.
 type GroupRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1950,7 +2613,7 @@ type GroupRequest struct {
 
 func (x *GroupRequest) Reset() {
 	*x = GroupRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2625,7 @@ func (x *GroupRequest) String() string {
 func (*GroupRequest) ProtoMessage() {}
 
 func (x *GroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[26]
+	mi := &file_byzlog_v1_state_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2638,7 @@ func (x *GroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRequest.ProtoReflect.Descriptor instead.
 func (*GroupRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{26}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GroupRequest) GetGroup() string {
@@ -1996,7 +2659,7 @@ type GroupOffsets struct {
 
 func (x *GroupOffsets) Reset() {
 	*x = GroupOffsets{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2671,7 @@ func (x *GroupOffsets) String() string {
 func (*GroupOffsets) ProtoMessage() {}
 
 func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[27]
+	mi := &file_byzlog_v1_state_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2684,7 @@ func (x *GroupOffsets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupOffsets.ProtoReflect.Descriptor instead.
 func (*GroupOffsets) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{27}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GroupOffsets) GetGroup() string {
@@ -2058,7 +2721,7 @@ type GroupsRequest struct {
 
 func (x *GroupsRequest) Reset() {
 	*x = GroupsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2070,7 +2733,7 @@ func (x *GroupsRequest) String() string {
 func (*GroupsRequest) ProtoMessage() {}
 
 func (x *GroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[28]
+	mi := &file_byzlog_v1_state_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2083,7 +2746,7 @@ func (x *GroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupsRequest.ProtoReflect.Descriptor instead.
 func (*GroupsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{28}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GroupsRequest) GetStartAfter() string {
@@ -2111,7 +2774,7 @@ type GroupList struct {
 
 func (x *GroupList) Reset() {
 	*x = GroupList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2786,7 @@ func (x *GroupList) String() string {
 func (*GroupList) ProtoMessage() {}
 
 func (x *GroupList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[29]
+	mi := &file_byzlog_v1_state_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2799,7 @@ func (x *GroupList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupList.ProtoReflect.Descriptor instead.
 func (*GroupList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{29}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GroupList) GetGroups() []*GroupEntry {
@@ -2163,7 +2826,7 @@ type GroupEntry struct {
 
 func (x *GroupEntry) Reset() {
 	*x = GroupEntry{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2838,7 @@ func (x *GroupEntry) String() string {
 func (*GroupEntry) ProtoMessage() {}
 
 func (x *GroupEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[30]
+	mi := &file_byzlog_v1_state_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2851,7 @@ func (x *GroupEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupEntry.ProtoReflect.Descriptor instead.
 func (*GroupEntry) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{30}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GroupEntry) GetGroup() string {
@@ -2219,7 +2882,7 @@ type ProducerRequest struct {
 
 func (x *ProducerRequest) Reset() {
 	*x = ProducerRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2894,7 @@ func (x *ProducerRequest) String() string {
 func (*ProducerRequest) ProtoMessage() {}
 
 func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[31]
+	mi := &file_byzlog_v1_state_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2907,7 @@ func (x *ProducerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducerRequest.ProtoReflect.Descriptor instead.
 func (*ProducerRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{31}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ProducerRequest) GetProducerKey() []byte {
@@ -2286,7 +2949,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2961,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[32]
+	mi := &file_byzlog_v1_state_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2974,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{32}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *NonceRequest) GetKey() []byte {
@@ -2345,7 +3008,7 @@ type NonceResponse struct {
 
 func (x *NonceResponse) Reset() {
 	*x = NonceResponse{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +3020,7 @@ func (x *NonceResponse) String() string {
 func (*NonceResponse) ProtoMessage() {}
 
 func (x *NonceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[33]
+	mi := &file_byzlog_v1_state_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +3033,7 @@ func (x *NonceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceResponse.ProtoReflect.Descriptor instead.
 func (*NonceResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{33}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NonceResponse) GetNextNonce() uint64 {
@@ -2443,7 +3106,7 @@ type ResultProof struct {
 
 func (x *ResultProof) Reset() {
 	*x = ResultProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +3118,7 @@ func (x *ResultProof) String() string {
 func (*ResultProof) ProtoMessage() {}
 
 func (x *ResultProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[34]
+	mi := &file_byzlog_v1_state_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +3131,7 @@ func (x *ResultProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResultProof.ProtoReflect.Descriptor instead.
 func (*ResultProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{34}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ResultProof) GetTxResult() []byte {
@@ -2535,7 +3198,7 @@ type BlockDigest struct {
 
 func (x *BlockDigest) Reset() {
 	*x = BlockDigest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +3210,7 @@ func (x *BlockDigest) String() string {
 func (*BlockDigest) ProtoMessage() {}
 
 func (x *BlockDigest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[35]
+	mi := &file_byzlog_v1_state_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +3223,7 @@ func (x *BlockDigest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockDigest.ProtoReflect.Descriptor instead.
 func (*BlockDigest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{35}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BlockDigest) GetHeight() int64 {
@@ -2614,7 +3277,7 @@ type PartitionRoot struct {
 
 func (x *PartitionRoot) Reset() {
 	*x = PartitionRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +3289,7 @@ func (x *PartitionRoot) String() string {
 func (*PartitionRoot) ProtoMessage() {}
 
 func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[36]
+	mi := &file_byzlog_v1_state_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +3302,7 @@ func (x *PartitionRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRoot.ProtoReflect.Descriptor instead.
 func (*PartitionRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{36}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PartitionRoot) GetTopic() string {
@@ -2691,7 +3354,7 @@ type MerkleProof struct {
 
 func (x *MerkleProof) Reset() {
 	*x = MerkleProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2703,7 +3366,7 @@ func (x *MerkleProof) String() string {
 func (*MerkleProof) ProtoMessage() {}
 
 func (x *MerkleProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[37]
+	mi := &file_byzlog_v1_state_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2716,7 +3379,7 @@ func (x *MerkleProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MerkleProof.ProtoReflect.Descriptor instead.
 func (*MerkleProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{37}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MerkleProof) GetTotal() int64 {
@@ -2753,7 +3416,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2765,7 +3428,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[38]
+	mi := &file_byzlog_v1_state_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2778,7 +3441,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{38}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DigestRequest) GetHeight() int64 {
@@ -2801,7 +3464,7 @@ type BundlesRequest struct {
 
 func (x *BundlesRequest) Reset() {
 	*x = BundlesRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2813,7 +3476,7 @@ func (x *BundlesRequest) String() string {
 func (*BundlesRequest) ProtoMessage() {}
 
 func (x *BundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[39]
+	mi := &file_byzlog_v1_state_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2826,7 +3489,7 @@ func (x *BundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundlesRequest.ProtoReflect.Descriptor instead.
 func (*BundlesRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{39}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BundlesRequest) GetHashes() [][]byte {
@@ -2849,7 +3512,7 @@ type Bundles struct {
 
 func (x *Bundles) Reset() {
 	*x = Bundles{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +3524,7 @@ func (x *Bundles) String() string {
 func (*Bundles) ProtoMessage() {}
 
 func (x *Bundles) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[40]
+	mi := &file_byzlog_v1_state_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +3537,7 @@ func (x *Bundles) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundles.ProtoReflect.Descriptor instead.
 func (*Bundles) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{40}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Bundles) GetBundles() [][]byte {
@@ -2895,7 +3558,7 @@ type ProofRequest struct {
 
 func (x *ProofRequest) Reset() {
 	*x = ProofRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[41]
+	mi := &file_byzlog_v1_state_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3570,7 @@ func (x *ProofRequest) String() string {
 func (*ProofRequest) ProtoMessage() {}
 
 func (x *ProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[41]
+	mi := &file_byzlog_v1_state_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3583,7 @@ func (x *ProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProofRequest.ProtoReflect.Descriptor instead.
 func (*ProofRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{41}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProofRequest) GetTopic() string {
@@ -2965,7 +3628,7 @@ type RecordProof struct {
 
 func (x *RecordProof) Reset() {
 	*x = RecordProof{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[42]
+	mi := &file_byzlog_v1_state_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +3640,7 @@ func (x *RecordProof) String() string {
 func (*RecordProof) ProtoMessage() {}
 
 func (x *RecordProof) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[42]
+	mi := &file_byzlog_v1_state_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +3653,7 @@ func (x *RecordProof) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordProof.ProtoReflect.Descriptor instead.
 func (*RecordProof) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{42}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RecordProof) GetRecord() []byte {
@@ -3064,7 +3727,7 @@ type StateRoot struct {
 
 func (x *StateRoot) Reset() {
 	*x = StateRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[43]
+	mi := &file_byzlog_v1_state_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3076,7 +3739,7 @@ func (x *StateRoot) String() string {
 func (*StateRoot) ProtoMessage() {}
 
 func (x *StateRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[43]
+	mi := &file_byzlog_v1_state_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3089,7 +3752,7 @@ func (x *StateRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
 func (*StateRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{43}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StateRoot) GetHeight() int64 {
@@ -3136,7 +3799,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[44]
+	mi := &file_byzlog_v1_state_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3811,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[44]
+	mi := &file_byzlog_v1_state_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3824,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{44}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SnapshotMeta) GetState() *StateRoot {
@@ -3219,7 +3882,7 @@ type SnapshotBlock struct {
 
 func (x *SnapshotBlock) Reset() {
 	*x = SnapshotBlock{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[45]
+	mi := &file_byzlog_v1_state_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3894,7 @@ func (x *SnapshotBlock) String() string {
 func (*SnapshotBlock) ProtoMessage() {}
 
 func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[45]
+	mi := &file_byzlog_v1_state_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3907,7 @@ func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
 func (*SnapshotBlock) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{45}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotBlock) GetHeight() int64 {
@@ -3280,7 +3943,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[46]
+	mi := &file_byzlog_v1_state_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3292,7 +3955,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[46]
+	mi := &file_byzlog_v1_state_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3305,7 +3968,7 @@ func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkedValue_Chunk.ProtoReflect.Descriptor instead.
 func (*ChunkedValue_Chunk) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{2, 0}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{3, 0}
 }
 
 func (x *ChunkedValue_Chunk) GetOffset() uint64 {
@@ -3333,7 +3996,7 @@ var File_byzlog_v1_state_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xf9\x03\n" +
+	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xe8\x04\n" +
 	"\fStoredRecord\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -3351,9 +4014,13 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vkafka_epoch\x18\r \x01(\x05R\n" +
 	"kafkaEpoch\x12\x1f\n" +
 	"\vkafka_codec\x18\x0e \x01(\rR\n" +
-	"kafkaCodecB\x06\n" +
+	"kafkaCodec\x12/\n" +
+	"\x13kafka_transactional\x18\x0f \x01(\bR\x12kafkaTransactional\x12<\n" +
+	"\rkafka_control\x18\x10 \x01(\v2\x17.byzlog.v1.KafkaControlR\fkafkaControlB\x06\n" +
 	"\x04_keyB\b\n" +
-	"\x06_value\">\n" +
+	"\x06_value\"&\n" +
+	"\fKafkaControl\x12\x16\n" +
+	"\x06commit\x18\x01 \x01(\bR\x06commit\">\n" +
 	"\tRecordRun\x121\n" +
 	"\arecords\x18\x01 \x03(\v2\x17.byzlog.v1.StoredRecordR\arecords\"\xa6\x01\n" +
 	"\fChunkedValue\x12\x12\n" +
@@ -3422,14 +4089,71 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"TopicState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\x12%\n" +
-	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"\x9d\x01\n" +
+	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"\xce\x01\n" +
 	"\x0ePartitionState\x12(\n" +
 	"\x10log_start_offset\x18\x01 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x02 \x01(\x04R\n" +
 	"nextOffset\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12!\n" +
-	"\fdelete_below\x18\x04 \x01(\x04R\vdeleteBelow\"U\n" +
+	"\fdelete_below\x18\x04 \x01(\x04R\vdeleteBelow\x12/\n" +
+	"\topen_txns\x18\x05 \x03(\v2\x12.byzlog.v1.OpenTxnR\bopenTxns\"M\n" +
+	"\aOpenTxn\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12!\n" +
+	"\ffirst_offset\x18\x02 \x01(\x04R\vfirstOffset\"\xff\x02\n" +
+	"\bTxnState\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\fR\x05owner\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x05R\x05epoch\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\rR\ttimeoutMs\x12\x12\n" +
+	"\x04open\x18\x05 \x01(\bR\x04open\x12*\n" +
+	"\x11started_unix_nano\x18\x06 \x01(\x03R\x0fstartedUnixNano\x127\n" +
+	"\n" +
+	"partitions\x18\a \x03(\v2\x17.byzlog.v1.TxnPartitionR\n" +
+	"partitions\x124\n" +
+	"\aoffsets\x18\b \x03(\v2\x1a.byzlog.v1.TxnGroupOffsetsR\aoffsets\x12\x14\n" +
+	"\x05ended\x18\t \x01(\bR\x05ended\x12\x1f\n" +
+	"\vended_epoch\x18\n" +
+	" \x01(\x05R\n" +
+	"endedEpoch\x12!\n" +
+	"\fended_commit\x18\v \x01(\bR\vendedCommit\"e\n" +
+	"\fTxnPartition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12!\n" +
+	"\ffirst_offset\x18\x03 \x01(\x04R\vfirstOffset\"]\n" +
+	"\x0fTxnGroupOffsets\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x124\n" +
+	"\aoffsets\x18\x02 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\"q\n" +
+	"\n" +
+	"AbortedTxn\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12!\n" +
+	"\ffirst_offset\x18\x02 \x01(\x04R\vfirstOffset\x12\x1f\n" +
+	"\vlast_offset\x18\x03 \x01(\x04R\n" +
+	"lastOffset\"t\n" +
+	"\n" +
+	"TxnOutcome\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12/\n" +
+	"\amarkers\x18\x03 \x01(\v2\x15.byzlog.v1.TxnMarkersR\amarkers\"\xb4\x01\n" +
+	"\n" +
+	"TxnMarkers\x12!\n" +
+	"\fproducer_key\x18\x01 \x01(\fR\vproducerKey\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x05R\x05epoch\x12\x16\n" +
+	"\x06commit\x18\x04 \x01(\bR\x06commit\x124\n" +
+	"\n" +
+	"partitions\x18\x05 \x03(\v2\x14.byzlog.v1.TxnMarkerR\n" +
+	"partitions\"W\n" +
+	"\tTxnMarker\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\"U\n" +
 	"\rProducerState\x12#\n" +
 	"\rnext_sequence\x18\x01 \x01(\x04R\fnextSequence\x12\x1f\n" +
 	"\vkafka_epoch\x18\x02 \x01(\x05R\n" +
@@ -3462,14 +4186,16 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"bodySha256\x12.\n" +
 	"\x05kafka\x18\f \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\"=\n" +
 	"\tTxOutcome\x120\n" +
-	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.BatchResultR\abatches\"\x97\x01\n" +
+	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.BatchResultR\abatches\"\xe1\x01\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\x12(\n" +
 	"\x10log_start_offset\x18\x02 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x03 \x01(\x04R\n" +
 	"nextOffset\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\x04 \x01(\x04R\tsizeBytes\"\xb0\x01\n" +
+	"size_bytes\x18\x04 \x01(\x04R\tsizeBytes\x121\n" +
+	"\x12last_stable_offset\x18\x05 \x01(\x04H\x00R\x10lastStableOffset\x88\x01\x01B\x15\n" +
+	"\x13_last_stable_offset\"\xb0\x01\n" +
 	"\tTopicInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\x12%\n" +
@@ -3491,12 +4217,14 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1f\n" +
 	"\vmax_records\x18\x04 \x01(\rR\n" +
 	"maxRecords\x12\x1b\n" +
-	"\tmax_bytes\x18\x05 \x01(\rR\bmaxBytes\"v\n" +
+	"\tmax_bytes\x18\x05 \x01(\rR\bmaxBytes\"\xc0\x01\n" +
 	"\x0fRecordsResponse\x12\x18\n" +
 	"\arecords\x18\x01 \x03(\fR\arecords\x12(\n" +
 	"\x10log_start_offset\x18\x02 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x03 \x01(\x04R\n" +
-	"nextOffset\"$\n" +
+	"nextOffset\x121\n" +
+	"\x12last_stable_offset\x18\x04 \x01(\x04H\x00R\x10lastStableOffset\x88\x01\x01B\x15\n" +
+	"\x13_last_stable_offset\"$\n" +
 	"\fGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"w\n" +
 	"\fGroupOffsets\x12\x14\n" +
@@ -3607,91 +4335,107 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
-	(*RecordRun)(nil),          // 1: byzlog.v1.RecordRun
-	(*ChunkedValue)(nil),       // 2: byzlog.v1.ChunkedValue
-	(*Limits)(nil),             // 3: byzlog.v1.Limits
-	(*ChainParams)(nil),        // 4: byzlog.v1.ChainParams
-	(*AdminSet)(nil),           // 5: byzlog.v1.AdminSet
-	(*Rules)(nil),              // 6: byzlog.v1.Rules
-	(*IndexerSet)(nil),         // 7: byzlog.v1.IndexerSet
-	(*Indexer)(nil),            // 8: byzlog.v1.Indexer
-	(*Pruning)(nil),            // 9: byzlog.v1.Pruning
-	(*ValidatorSet)(nil),       // 10: byzlog.v1.ValidatorSet
-	(*Validator)(nil),          // 11: byzlog.v1.Validator
-	(*TopicState)(nil),         // 12: byzlog.v1.TopicState
-	(*PartitionState)(nil),     // 13: byzlog.v1.PartitionState
-	(*ProducerState)(nil),      // 14: byzlog.v1.ProducerState
-	(*BatchRef)(nil),           // 15: byzlog.v1.BatchRef
-	(*GroupOffset)(nil),        // 16: byzlog.v1.GroupOffset
-	(*BatchResult)(nil),        // 17: byzlog.v1.BatchResult
-	(*TxOutcome)(nil),          // 18: byzlog.v1.TxOutcome
-	(*PartitionInfo)(nil),      // 19: byzlog.v1.PartitionInfo
-	(*TopicInfo)(nil),          // 20: byzlog.v1.TopicInfo
-	(*AppState)(nil),           // 21: byzlog.v1.AppState
-	(*TopicList)(nil),          // 22: byzlog.v1.TopicList
-	(*TopicRequest)(nil),       // 23: byzlog.v1.TopicRequest
-	(*RecordsRequest)(nil),     // 24: byzlog.v1.RecordsRequest
-	(*RecordsResponse)(nil),    // 25: byzlog.v1.RecordsResponse
-	(*GroupRequest)(nil),       // 26: byzlog.v1.GroupRequest
-	(*GroupOffsets)(nil),       // 27: byzlog.v1.GroupOffsets
-	(*GroupsRequest)(nil),      // 28: byzlog.v1.GroupsRequest
-	(*GroupList)(nil),          // 29: byzlog.v1.GroupList
-	(*GroupEntry)(nil),         // 30: byzlog.v1.GroupEntry
-	(*ProducerRequest)(nil),    // 31: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),       // 32: byzlog.v1.NonceRequest
-	(*NonceResponse)(nil),      // 33: byzlog.v1.NonceResponse
-	(*ResultProof)(nil),        // 34: byzlog.v1.ResultProof
-	(*BlockDigest)(nil),        // 35: byzlog.v1.BlockDigest
-	(*PartitionRoot)(nil),      // 36: byzlog.v1.PartitionRoot
-	(*MerkleProof)(nil),        // 37: byzlog.v1.MerkleProof
-	(*DigestRequest)(nil),      // 38: byzlog.v1.DigestRequest
-	(*BundlesRequest)(nil),     // 39: byzlog.v1.BundlesRequest
-	(*Bundles)(nil),            // 40: byzlog.v1.Bundles
-	(*ProofRequest)(nil),       // 41: byzlog.v1.ProofRequest
-	(*RecordProof)(nil),        // 42: byzlog.v1.RecordProof
-	(*StateRoot)(nil),          // 43: byzlog.v1.StateRoot
-	(*SnapshotMeta)(nil),       // 44: byzlog.v1.SnapshotMeta
-	(*SnapshotBlock)(nil),      // 45: byzlog.v1.SnapshotBlock
-	(*ChunkedValue_Chunk)(nil), // 46: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 47: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 48: byzlog.v1.TopicConfig
-	(*KafkaProducer)(nil),      // 49: byzlog.v1.KafkaProducer
-	(*PartitionOffset)(nil),    // 50: byzlog.v1.PartitionOffset
+	(*KafkaControl)(nil),       // 1: byzlog.v1.KafkaControl
+	(*RecordRun)(nil),          // 2: byzlog.v1.RecordRun
+	(*ChunkedValue)(nil),       // 3: byzlog.v1.ChunkedValue
+	(*Limits)(nil),             // 4: byzlog.v1.Limits
+	(*ChainParams)(nil),        // 5: byzlog.v1.ChainParams
+	(*AdminSet)(nil),           // 6: byzlog.v1.AdminSet
+	(*Rules)(nil),              // 7: byzlog.v1.Rules
+	(*IndexerSet)(nil),         // 8: byzlog.v1.IndexerSet
+	(*Indexer)(nil),            // 9: byzlog.v1.Indexer
+	(*Pruning)(nil),            // 10: byzlog.v1.Pruning
+	(*ValidatorSet)(nil),       // 11: byzlog.v1.ValidatorSet
+	(*Validator)(nil),          // 12: byzlog.v1.Validator
+	(*TopicState)(nil),         // 13: byzlog.v1.TopicState
+	(*PartitionState)(nil),     // 14: byzlog.v1.PartitionState
+	(*OpenTxn)(nil),            // 15: byzlog.v1.OpenTxn
+	(*TxnState)(nil),           // 16: byzlog.v1.TxnState
+	(*TxnPartition)(nil),       // 17: byzlog.v1.TxnPartition
+	(*TxnGroupOffsets)(nil),    // 18: byzlog.v1.TxnGroupOffsets
+	(*AbortedTxn)(nil),         // 19: byzlog.v1.AbortedTxn
+	(*TxnOutcome)(nil),         // 20: byzlog.v1.TxnOutcome
+	(*TxnMarkers)(nil),         // 21: byzlog.v1.TxnMarkers
+	(*TxnMarker)(nil),          // 22: byzlog.v1.TxnMarker
+	(*ProducerState)(nil),      // 23: byzlog.v1.ProducerState
+	(*BatchRef)(nil),           // 24: byzlog.v1.BatchRef
+	(*GroupOffset)(nil),        // 25: byzlog.v1.GroupOffset
+	(*BatchResult)(nil),        // 26: byzlog.v1.BatchResult
+	(*TxOutcome)(nil),          // 27: byzlog.v1.TxOutcome
+	(*PartitionInfo)(nil),      // 28: byzlog.v1.PartitionInfo
+	(*TopicInfo)(nil),          // 29: byzlog.v1.TopicInfo
+	(*AppState)(nil),           // 30: byzlog.v1.AppState
+	(*TopicList)(nil),          // 31: byzlog.v1.TopicList
+	(*TopicRequest)(nil),       // 32: byzlog.v1.TopicRequest
+	(*RecordsRequest)(nil),     // 33: byzlog.v1.RecordsRequest
+	(*RecordsResponse)(nil),    // 34: byzlog.v1.RecordsResponse
+	(*GroupRequest)(nil),       // 35: byzlog.v1.GroupRequest
+	(*GroupOffsets)(nil),       // 36: byzlog.v1.GroupOffsets
+	(*GroupsRequest)(nil),      // 37: byzlog.v1.GroupsRequest
+	(*GroupList)(nil),          // 38: byzlog.v1.GroupList
+	(*GroupEntry)(nil),         // 39: byzlog.v1.GroupEntry
+	(*ProducerRequest)(nil),    // 40: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),       // 41: byzlog.v1.NonceRequest
+	(*NonceResponse)(nil),      // 42: byzlog.v1.NonceResponse
+	(*ResultProof)(nil),        // 43: byzlog.v1.ResultProof
+	(*BlockDigest)(nil),        // 44: byzlog.v1.BlockDigest
+	(*PartitionRoot)(nil),      // 45: byzlog.v1.PartitionRoot
+	(*MerkleProof)(nil),        // 46: byzlog.v1.MerkleProof
+	(*DigestRequest)(nil),      // 47: byzlog.v1.DigestRequest
+	(*BundlesRequest)(nil),     // 48: byzlog.v1.BundlesRequest
+	(*Bundles)(nil),            // 49: byzlog.v1.Bundles
+	(*ProofRequest)(nil),       // 50: byzlog.v1.ProofRequest
+	(*RecordProof)(nil),        // 51: byzlog.v1.RecordProof
+	(*StateRoot)(nil),          // 52: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 53: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 54: byzlog.v1.SnapshotBlock
+	(*ChunkedValue_Chunk)(nil), // 55: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 56: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 57: byzlog.v1.TopicConfig
+	(*PartitionOffset)(nil),    // 58: byzlog.v1.PartitionOffset
+	(*KafkaProducer)(nil),      // 59: byzlog.v1.KafkaProducer
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	47, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
-	0,  // 1: byzlog.v1.RecordRun.records:type_name -> byzlog.v1.StoredRecord
-	46, // 2: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
-	3,  // 3: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
-	8,  // 4: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
-	8,  // 5: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
-	8,  // 6: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
-	11, // 7: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	48, // 8: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
-	49, // 9: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
-	17, // 10: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	48, // 11: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	19, // 12: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
-	4,  // 13: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	20, // 14: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	50, // 15: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	30, // 16: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
-	49, // 17: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	34, // 18: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	36, // 19: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	37, // 20: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	36, // 21: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	37, // 22: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	43, // 23: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	37, // 24: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	56, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	1,  // 1: byzlog.v1.StoredRecord.kafka_control:type_name -> byzlog.v1.KafkaControl
+	0,  // 2: byzlog.v1.RecordRun.records:type_name -> byzlog.v1.StoredRecord
+	55, // 3: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	4,  // 4: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
+	9,  // 5: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
+	9,  // 6: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
+	9,  // 7: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
+	12, // 8: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
+	57, // 9: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	15, // 10: byzlog.v1.PartitionState.open_txns:type_name -> byzlog.v1.OpenTxn
+	17, // 11: byzlog.v1.TxnState.partitions:type_name -> byzlog.v1.TxnPartition
+	18, // 12: byzlog.v1.TxnState.offsets:type_name -> byzlog.v1.TxnGroupOffsets
+	58, // 13: byzlog.v1.TxnGroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	21, // 14: byzlog.v1.TxnOutcome.markers:type_name -> byzlog.v1.TxnMarkers
+	22, // 15: byzlog.v1.TxnMarkers.partitions:type_name -> byzlog.v1.TxnMarker
+	59, // 16: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	26, // 17: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	57, // 18: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	28, // 19: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	5,  // 20: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
+	29, // 21: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	58, // 22: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	39, // 23: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
+	59, // 24: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	43, // 25: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	45, // 26: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	46, // 27: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	45, // 28: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	46, // 29: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	52, // 30: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	46, // 31: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -3701,13 +4445,15 @@ func file_byzlog_v1_state_proto_init() {
 	}
 	file_byzlog_v1_tx_proto_init()
 	file_byzlog_v1_state_proto_msgTypes[0].OneofWrappers = []any{}
+	file_byzlog_v1_state_proto_msgTypes[28].OneofWrappers = []any{}
+	file_byzlog_v1_state_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   47,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -140,6 +140,8 @@ type Tx struct {
 	//	*Tx_CommitOffsets
 	//	*Tx_IndexerProgress
 	//	*Tx_BundleRef
+	//	*Tx_Txn
+	//	*Tx_TxnExpire
 	Kind          isTx_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -227,6 +229,24 @@ func (x *Tx) GetBundleRef() []byte {
 	return nil
 }
 
+func (x *Tx) GetTxn() *TxnRequest {
+	if x != nil {
+		if x, ok := x.Kind.(*Tx_Txn); ok {
+			return x.Txn
+		}
+	}
+	return nil
+}
+
+func (x *Tx) GetTxnExpire() *TxnExpire {
+	if x != nil {
+		if x, ok := x.Kind.(*Tx_TxnExpire); ok {
+			return x.TxnExpire
+		}
+	}
+	return nil
+}
+
 type isTx_Kind interface {
 	isTx_Kind()
 }
@@ -257,6 +277,20 @@ type Tx_BundleRef struct {
 	BundleRef []byte `protobuf:"bytes,5,opt,name=bundle_ref,json=bundleRef,proto3,oneof"`
 }
 
+type Tx_Txn struct {
+	// Rules version 8 on: a step of a Kafka transaction, signed by its
+	// producer key.
+	Txn *TxnRequest `protobuf:"bytes,6,opt,name=txn,proto3,oneof"`
+}
+
+type Tx_TxnExpire struct {
+	// Rules version 8 on: aborts a transaction open past its timeout, by
+	// block time. Anyone may submit it (it carries no signature), and a
+	// block takes it only if the transaction has timed out by the block's
+	// time; proposers add those they know of.
+	TxnExpire *TxnExpire `protobuf:"bytes,7,opt,name=txn_expire,json=txnExpire,proto3,oneof"`
+}
+
 func (*Tx_ProduceBundle) isTx_Kind() {}
 
 func (*Tx_Admin) isTx_Kind() {}
@@ -266,6 +300,10 @@ func (*Tx_CommitOffsets) isTx_Kind() {}
 func (*Tx_IndexerProgress) isTx_Kind() {}
 
 func (*Tx_BundleRef) isTx_Kind() {}
+
+func (*Tx_Txn) isTx_Kind() {}
+
+func (*Tx_TxnExpire) isTx_Kind() {}
 
 // ProduceBundle is what a gateway submits: the signed batches of many
 // producers, collected during one linger period. A bundle is valid only if
@@ -517,7 +555,12 @@ type KafkaProducer struct {
 	// The producer's epoch (0..32767).
 	Epoch int32 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The batch's records, as its RecordSet holds them.
-	RecordCount   uint32 `protobuf:"varint,3,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	RecordCount uint32 `protobuf:"varint,3,opt,name=record_count,json=recordCount,proto3" json:"record_count,omitempty"`
+	// A batch of its producer's open Kafka transaction (rules version 8 on):
+	// producer_id is the one the chain gave a transactional id (TxnInit),
+	// epoch its current epoch, and the batch's key that id's owner. The first
+	// such batch opens the transaction and each adds its partition to it.
+	Transactional bool `protobuf:"varint,4,opt,name=transactional,proto3" json:"transactional,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -571,6 +614,13 @@ func (x *KafkaProducer) GetRecordCount() uint32 {
 		return x.RecordCount
 	}
 	return 0
+}
+
+func (x *KafkaProducer) GetTransactional() bool {
+	if x != nil {
+		return x.Transactional
+	}
+	return false
 }
 
 // RecordSet is the list of records in one batch.
@@ -2148,18 +2198,473 @@ func (x *PartitionOffset) GetMetadata() string {
 	return ""
 }
 
+// TxnRequest is one step of a Kafka transaction (rules version 8 on),
+// signed by its producer key: the key that first initialized the
+// transactional id, and only that key, uses it.
+type TxnRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The serialized TxnBody; the signature covers exactly these bytes.
+	Body          []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
+	ProducerKey   []byte `protobuf:"bytes,2,opt,name=producer_key,json=producerKey,proto3" json:"producer_key,omitempty"`
+	Signature     []byte `protobuf:"bytes,3,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnRequest) Reset() {
+	*x = TxnRequest{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnRequest) ProtoMessage() {}
+
+func (x *TxnRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnRequest.ProtoReflect.Descriptor instead.
+func (*TxnRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *TxnRequest) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *TxnRequest) GetProducerKey() []byte {
+	if x != nil {
+		return x.ProducerKey
+	}
+	return nil
+}
+
+func (x *TxnRequest) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+// TxnBody is the signed part of a TxnRequest.
+type TxnBody struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The chain this request is for (genesis chain_id).
+	ChainId string `protobuf:"bytes,1,opt,name=chain_id,json=chainId,proto3" json:"chain_id,omitempty"`
+	// The producer key's next nonce, shared with its admin requests and
+	// offset commits: it orders the steps and makes each unreplayable.
+	Nonce uint64 `protobuf:"varint,2,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// The last height this request may commit at; 0: no expiry.
+	ExpiryHeight int64 `protobuf:"varint,3,opt,name=expiry_height,json=expiryHeight,proto3" json:"expiry_height,omitempty"`
+	// Kafka's transactional.id: at most 255 bytes, as a group name.
+	TransactionalId string `protobuf:"bytes,4,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*TxnBody_Init
+	//	*TxnBody_End
+	//	*TxnBody_Offsets
+	Op            isTxnBody_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnBody) Reset() {
+	*x = TxnBody{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnBody) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnBody) ProtoMessage() {}
+
+func (x *TxnBody) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnBody.ProtoReflect.Descriptor instead.
+func (*TxnBody) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TxnBody) GetChainId() string {
+	if x != nil {
+		return x.ChainId
+	}
+	return ""
+}
+
+func (x *TxnBody) GetNonce() uint64 {
+	if x != nil {
+		return x.Nonce
+	}
+	return 0
+}
+
+func (x *TxnBody) GetExpiryHeight() int64 {
+	if x != nil {
+		return x.ExpiryHeight
+	}
+	return 0
+}
+
+func (x *TxnBody) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *TxnBody) GetOp() isTxnBody_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *TxnBody) GetInit() *TxnInit {
+	if x != nil {
+		if x, ok := x.Op.(*TxnBody_Init); ok {
+			return x.Init
+		}
+	}
+	return nil
+}
+
+func (x *TxnBody) GetEnd() *TxnEnd {
+	if x != nil {
+		if x, ok := x.Op.(*TxnBody_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
+func (x *TxnBody) GetOffsets() *TxnOffsets {
+	if x != nil {
+		if x, ok := x.Op.(*TxnBody_Offsets); ok {
+			return x.Offsets
+		}
+	}
+	return nil
+}
+
+type isTxnBody_Op interface {
+	isTxnBody_Op()
+}
+
+type TxnBody_Init struct {
+	Init *TxnInit `protobuf:"bytes,5,opt,name=init,proto3,oneof"`
+}
+
+type TxnBody_End struct {
+	End *TxnEnd `protobuf:"bytes,6,opt,name=end,proto3,oneof"`
+}
+
+type TxnBody_Offsets struct {
+	Offsets *TxnOffsets `protobuf:"bytes,7,opt,name=offsets,proto3,oneof"`
+}
+
+func (*TxnBody_Init) isTxnBody_Op() {}
+
+func (*TxnBody_End) isTxnBody_Op() {}
+
+func (*TxnBody_Offsets) isTxnBody_Op() {}
+
+// TxnInit is Kafka's InitProducerId with a transactional id: the first one
+// makes the id the signer's, with a producer id the chain hands out; each
+// one bumps the epoch, which fences every older producer of the id, and
+// aborts the id's open transaction in the same block. An epoch past
+// 32767 starts a new producer id at epoch 0.
+type TxnInit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Kafka's transaction.timeout.ms: 1 to 900,000 (Kafka's
+	// transaction.max.timeout.ms default).
+	TimeoutMs uint32 `protobuf:"varint,1,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// KIP-360: the producer id and epoch the client holds, to bump them
+	// after an error (both -1: none). A pair that is not the id's current
+	// one is fenced.
+	ProducerId    int64 `protobuf:"varint,2,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Epoch         int32 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnInit) Reset() {
+	*x = TxnInit{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnInit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnInit) ProtoMessage() {}
+
+func (x *TxnInit) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnInit.ProtoReflect.Descriptor instead.
+func (*TxnInit) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *TxnInit) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *TxnInit) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnInit) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// TxnEnd is Kafka's EndTxn: commit or abort the open transaction. Its
+// markers are written to every partition of the transaction in the block
+// that takes it, and on commit its offsets are committed with them.
+type TxnEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Epoch         int32                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Commit        bool                   `protobuf:"varint,3,opt,name=commit,proto3" json:"commit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnEnd) Reset() {
+	*x = TxnEnd{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnEnd) ProtoMessage() {}
+
+func (x *TxnEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnEnd.ProtoReflect.Descriptor instead.
+func (*TxnEnd) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *TxnEnd) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnEnd) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TxnEnd) GetCommit() bool {
+	if x != nil {
+		return x.Commit
+	}
+	return false
+}
+
+// TxnOffsets is Kafka's TxnOffsetCommit: a group's offsets committed with
+// the transaction (and dropped if it aborts). The group must be the
+// producer key's, or nobody's yet.
+type TxnOffsets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	Epoch         int32                  `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Group         string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Offsets       []*PartitionOffset     `protobuf:"bytes,4,rep,name=offsets,proto3" json:"offsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnOffsets) Reset() {
+	*x = TxnOffsets{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOffsets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOffsets) ProtoMessage() {}
+
+func (x *TxnOffsets) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOffsets.ProtoReflect.Descriptor instead.
+func (*TxnOffsets) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *TxnOffsets) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnOffsets) GetEpoch() int32 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *TxnOffsets) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *TxnOffsets) GetOffsets() []*PartitionOffset {
+	if x != nil {
+		return x.Offsets
+	}
+	return nil
+}
+
+// TxnExpire aborts the open transaction of a transactional id whose
+// timeout has passed by the block's time, and bumps its epoch (its
+// producer is fenced, as Kafka fences a producer whose transaction timed
+// out).
+type TxnExpire struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TransactionalId string                 `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TxnExpire) Reset() {
+	*x = TxnExpire{}
+	mi := &file_byzlog_v1_tx_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnExpire) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnExpire) ProtoMessage() {}
+
+func (x *TxnExpire) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_tx_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnExpire.ProtoReflect.Descriptor instead.
+func (*TxnExpire) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *TxnExpire) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
 var File_byzlog_v1_tx_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\n" +
-	"\x12byzlog/v1/tx.proto\x12\tbyzlog.v1\"\xad\x02\n" +
+	"\x12byzlog/v1/tx.proto\x12\tbyzlog.v1\"\x8f\x03\n" +
 	"\x02Tx\x12A\n" +
 	"\x0eproduce_bundle\x18\x01 \x01(\v2\x18.byzlog.v1.ProduceBundleH\x00R\rproduceBundle\x12/\n" +
 	"\x05admin\x18\x02 \x01(\v2\x17.byzlog.v1.AdminRequestH\x00R\x05admin\x12A\n" +
 	"\x0ecommit_offsets\x18\x03 \x01(\v2\x18.byzlog.v1.CommitOffsetsH\x00R\rcommitOffsets\x12G\n" +
 	"\x10indexer_progress\x18\x04 \x01(\v2\x1a.byzlog.v1.IndexerProgressH\x00R\x0findexerProgress\x12\x1f\n" +
 	"\n" +
-	"bundle_ref\x18\x05 \x01(\fH\x00R\tbundleRefB\x06\n" +
+	"bundle_ref\x18\x05 \x01(\fH\x00R\tbundleRef\x12)\n" +
+	"\x03txn\x18\x06 \x01(\v2\x15.byzlog.v1.TxnRequestH\x00R\x03txn\x125\n" +
+	"\n" +
+	"txn_expire\x18\a \x01(\v2\x14.byzlog.v1.TxnExpireH\x00R\ttxnExpireB\x06\n" +
 	"\x04kind\"A\n" +
 	"\rProduceBundle\x120\n" +
 	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.SignedBatchR\abatches\"b\n" +
@@ -2177,12 +2682,13 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\bchain_id\x18\a \x01(\tR\achainId\x12.\n" +
 	"\x05kafka\x18\b \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\x12\x1f\n" +
 	"\vkafka_codec\x18\t \x01(\rR\n" +
-	"kafkaCodec\"i\n" +
+	"kafkaCodec\"\x8f\x01\n" +
 	"\rKafkaProducer\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12!\n" +
-	"\frecord_count\x18\x03 \x01(\rR\vrecordCount\"8\n" +
+	"\frecord_count\x18\x03 \x01(\rR\vrecordCount\x12$\n" +
+	"\rtransactional\x18\x04 \x01(\bR\rtransactional\"8\n" +
 	"\tRecordSet\x12+\n" +
 	"\arecords\x18\x01 \x03(\v2\x11.byzlog.v1.RecordR\arecords\"\xb2\x01\n" +
 	"\x06Record\x12\x15\n" +
@@ -2291,7 +2797,41 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1a\n" +
-	"\bmetadata\x18\x04 \x01(\tR\bmetadata*'\n" +
+	"\bmetadata\x18\x04 \x01(\tR\bmetadata\"a\n" +
+	"\n" +
+	"TxnRequest\x12\x12\n" +
+	"\x04body\x18\x01 \x01(\fR\x04body\x12!\n" +
+	"\fproducer_key\x18\x02 \x01(\fR\vproducerKey\x12\x1c\n" +
+	"\tsignature\x18\x03 \x01(\fR\tsignature\"\x94\x02\n" +
+	"\aTxnBody\x12\x19\n" +
+	"\bchain_id\x18\x01 \x01(\tR\achainId\x12\x14\n" +
+	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12#\n" +
+	"\rexpiry_height\x18\x03 \x01(\x03R\fexpiryHeight\x12)\n" +
+	"\x10transactional_id\x18\x04 \x01(\tR\x0ftransactionalId\x12(\n" +
+	"\x04init\x18\x05 \x01(\v2\x12.byzlog.v1.TxnInitH\x00R\x04init\x12%\n" +
+	"\x03end\x18\x06 \x01(\v2\x11.byzlog.v1.TxnEndH\x00R\x03end\x121\n" +
+	"\aoffsets\x18\a \x01(\v2\x15.byzlog.v1.TxnOffsetsH\x00R\aoffsetsB\x04\n" +
+	"\x02op\"_\n" +
+	"\aTxnInit\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x01 \x01(\rR\ttimeoutMs\x12\x1f\n" +
+	"\vproducer_id\x18\x02 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x05R\x05epoch\"W\n" +
+	"\x06TxnEnd\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12\x16\n" +
+	"\x06commit\x18\x03 \x01(\bR\x06commit\"\x8f\x01\n" +
+	"\n" +
+	"TxnOffsets\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x05R\x05epoch\x12\x14\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\x124\n" +
+	"\aoffsets\x18\x04 \x03(\v2\x1a.byzlog.v1.PartitionOffsetR\aoffsets\"6\n" +
+	"\tTxnExpire\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId*'\n" +
 	"\x05Codec\x12\x0e\n" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +
@@ -2314,7 +2854,7 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_byzlog_v1_tx_proto_goTypes = []any{
 	(Codec)(0),                     // 0: byzlog.v1.Codec
 	(TimestampType)(0),             // 1: byzlog.v1.TimestampType
@@ -2345,38 +2885,50 @@ var file_byzlog_v1_tx_proto_goTypes = []any{
 	(*CommitOffsets)(nil),          // 26: byzlog.v1.CommitOffsets
 	(*CommitOffsetsBody)(nil),      // 27: byzlog.v1.CommitOffsetsBody
 	(*PartitionOffset)(nil),        // 28: byzlog.v1.PartitionOffset
+	(*TxnRequest)(nil),             // 29: byzlog.v1.TxnRequest
+	(*TxnBody)(nil),                // 30: byzlog.v1.TxnBody
+	(*TxnInit)(nil),                // 31: byzlog.v1.TxnInit
+	(*TxnEnd)(nil),                 // 32: byzlog.v1.TxnEnd
+	(*TxnOffsets)(nil),             // 33: byzlog.v1.TxnOffsets
+	(*TxnExpire)(nil),              // 34: byzlog.v1.TxnExpire
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
 	3,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
 	11, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
 	26, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
 	24, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
-	4,  // 4: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
-	0,  // 5: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
-	6,  // 6: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
-	8,  // 7: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
-	9,  // 8: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
-	1,  // 9: byzlog.v1.TopicConfig.timestamp_type:type_name -> byzlog.v1.TimestampType
-	12, // 10: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
-	14, // 11: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
-	16, // 12: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
-	17, // 13: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	20, // 14: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
-	21, // 15: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
-	22, // 16: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
-	23, // 17: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
-	18, // 18: byzlog.v1.AdminBody.delete_records:type_name -> byzlog.v1.DeleteRecords
-	15, // 19: byzlog.v1.AdminBody.create_topics:type_name -> byzlog.v1.CreateTopics
-	10, // 20: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	14, // 21: byzlog.v1.CreateTopics.topics:type_name -> byzlog.v1.CreateTopic
-	10, // 22: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	19, // 23: byzlog.v1.DeleteRecords.partitions:type_name -> byzlog.v1.DeleteRecordsPartition
-	28, // 24: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	25, // [25:25] is the sub-list for method output_type
-	25, // [25:25] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	29, // 4: byzlog.v1.Tx.txn:type_name -> byzlog.v1.TxnRequest
+	34, // 5: byzlog.v1.Tx.txn_expire:type_name -> byzlog.v1.TxnExpire
+	4,  // 6: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
+	0,  // 7: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
+	6,  // 8: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
+	8,  // 9: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
+	9,  // 10: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
+	1,  // 11: byzlog.v1.TopicConfig.timestamp_type:type_name -> byzlog.v1.TimestampType
+	12, // 12: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
+	14, // 13: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
+	16, // 14: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
+	17, // 15: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
+	20, // 16: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
+	21, // 17: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
+	22, // 18: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
+	23, // 19: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
+	18, // 20: byzlog.v1.AdminBody.delete_records:type_name -> byzlog.v1.DeleteRecords
+	15, // 21: byzlog.v1.AdminBody.create_topics:type_name -> byzlog.v1.CreateTopics
+	10, // 22: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	14, // 23: byzlog.v1.CreateTopics.topics:type_name -> byzlog.v1.CreateTopic
+	10, // 24: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	19, // 25: byzlog.v1.DeleteRecords.partitions:type_name -> byzlog.v1.DeleteRecordsPartition
+	28, // 26: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	31, // 27: byzlog.v1.TxnBody.init:type_name -> byzlog.v1.TxnInit
+	32, // 28: byzlog.v1.TxnBody.end:type_name -> byzlog.v1.TxnEnd
+	33, // 29: byzlog.v1.TxnBody.offsets:type_name -> byzlog.v1.TxnOffsets
+	28, // 30: byzlog.v1.TxnOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -2390,6 +2942,8 @@ func file_byzlog_v1_tx_proto_init() {
 		(*Tx_CommitOffsets)(nil),
 		(*Tx_IndexerProgress)(nil),
 		(*Tx_BundleRef)(nil),
+		(*Tx_Txn)(nil),
+		(*Tx_TxnExpire)(nil),
 	}
 	file_byzlog_v1_tx_proto_msgTypes[6].OneofWrappers = []any{}
 	file_byzlog_v1_tx_proto_msgTypes[7].OneofWrappers = []any{}
@@ -2404,13 +2958,18 @@ func file_byzlog_v1_tx_proto_init() {
 		(*AdminBody_DeleteRecords)(nil),
 		(*AdminBody_CreateTopics)(nil),
 	}
+	file_byzlog_v1_tx_proto_msgTypes[28].OneofWrappers = []any{
+		(*TxnBody_Init)(nil),
+		(*TxnBody_End)(nil),
+		(*TxnBody_Offsets)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
