@@ -141,6 +141,22 @@ func badEnvelopes(garbage func(int) []byte, key ed25519.PrivateKey, pub []byte, 
 			{Body: b.Body, ProducerKey: b.ProducerKey[:31], Signature: b.Signature}}}}},
 		&byzlogv1.Tx{Kind: &byzlogv1.Tx_Admin{Admin: &byzlogv1.AdminRequest{Body: garbage(100), AdminKey: garbage(32), Signature: garbage(64)}}},
 		&byzlogv1.Tx{Kind: &byzlogv1.Tx_CommitOffsets{CommitOffsets: &byzlogv1.CommitOffsets{Body: garbage(100), ConsumerKey: garbage(32), Signature: garbage(64)}}},
+		&byzlogv1.Tx{Kind: &byzlogv1.Tx_Txn{Txn: &byzlogv1.TxnRequest{Body: garbage(100), ProducerKey: garbage(32), Signature: garbage(64)}}},
+		&byzlogv1.Tx{Kind: &byzlogv1.Tx_TxnExpire{TxnExpire: &byzlogv1.TxnExpire{TransactionalId: strings.Repeat("\x01é", 100)}}},
+		&byzlogv1.Tx{Kind: &byzlogv1.Tx_TxnExpire{TxnExpire: &byzlogv1.TxnExpire{}}},
+	}
+	// Transaction steps that decode but hold nonsense, correctly signed.
+	for _, body := range []proto.Message{
+		&byzlogv1.TxnBody{ChainId: chainID, TransactionalId: strings.Repeat("\x01é", 100), Op: &byzlogv1.TxnBody_Init{Init: &byzlogv1.TxnInit{TimeoutMs: 1 << 31}}},
+		&byzlogv1.TxnBody{ChainId: chainID, TransactionalId: "t", Op: &byzlogv1.TxnBody_End{End: &byzlogv1.TxnEnd{ProducerId: -1, Epoch: -7, Commit: true}}},
+		&byzlogv1.TxnBody{ChainId: chainID, TransactionalId: "t", Op: &byzlogv1.TxnBody_Offsets{Offsets: &byzlogv1.TxnOffsets{Group: strings.Repeat("\x00é", 100)}}},
+		&byzlogv1.TxnBody{ChainId: chainID, TransactionalId: "t"},
+	} {
+		raw, err := proto.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		envelopes = append(envelopes, &byzlogv1.Tx{Kind: &byzlogv1.Tx_Txn{Txn: &byzlogv1.TxnRequest{Body: raw, ProducerKey: pub, Signature: ed25519.Sign(key, raw)}}})
 	}
 	// Bodies that decode but hold nonsense, correctly signed.
 	for _, body := range []proto.Message{
