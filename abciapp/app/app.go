@@ -389,6 +389,19 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 		if err != nil {
 			return err
 		}
+		if v >= core.TxnRulesVersion {
+			// Transactions past their timeout are aborted first: the
+			// block's time decides, and nobody else need ask.
+			due, err := core.DueTxns(a.store, req.Time.UnixNano(), core.MaxExpiriesPerBlock)
+			if err != nil {
+				return err
+			}
+			expiries := make([]*core.Checked, len(due))
+			for i, tx := range due {
+				expiries[i] = core.Precheck(a.params, tx, false)
+			}
+			checked = append(expiries, checked...)
+		}
 		b := core.Block{Height: req.Height, TimeUnixNano: req.Time.UnixNano(), Checked: checked}
 		for _, c := range checked {
 			b.Txs = append(b.Txs, c.Tx)

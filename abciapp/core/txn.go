@@ -589,3 +589,32 @@ func (ex *executor) writeOffsets(o *overlay, group string, owner []byte, offsets
 	}
 	return nil
 }
+
+// MaxExpiriesPerBlock bounds the expiries a proposer adds to a block.
+const MaxExpiriesPerBlock = 16
+
+// DueTxns are the expiries (TxnExpire transactions) of the transactions
+// that have timed out by timeUnixNano, oldest deadline first, at most
+// limit: what a proposer adds to its block, so that no transaction stays
+// open past its timeout for want of someone to end it.
+func DueTxns(s Scanner, timeUnixNano int64, limit int) ([][]byte, error) {
+	var ids []string
+	err := s.Scan(CFMeta, prefixTxnDue, cat(prefixTxnDue, be64(uint64(max(timeUnixNano, 0)))), func(k, _ []byte) bool {
+		if len(k) > len(prefixTxnDue)+8 {
+			ids = append(ids, string(k[len(prefixTxnDue)+8:]))
+		}
+		return len(ids) < limit
+	})
+	if err != nil {
+		return nil, err
+	}
+	txs := make([][]byte, 0, len(ids))
+	for _, id := range ids {
+		tx, err := wire.TxnExpireTx(id)
+		if err != nil {
+			return nil, err
+		}
+		txs = append(txs, tx)
+	}
+	return txs, nil
+}
