@@ -529,7 +529,19 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 		}
 		return createTopics(o, l, op.CreateTopics, ex.b.Height, rules)
 	case *byzlogv1.AdminBody_DeleteTopic:
-		return deleteTopic(o, op.DeleteTopic)
+		rules, err := ex.rulesVersion()
+		if err != nil {
+			return Result{}, err
+		}
+		res, err := deleteTopic(o, op.DeleteTopic)
+		if err == nil && res.OK() && rules >= TxnRulesVersion {
+			// Its aborted transactions go with it: a topic created again
+			// under the name starts at offset 0, where they would
+			// otherwise hide a producer id's committed records.
+			prefix := cat(prefixAborted, []byte(op.DeleteTopic.Name), []byte{0})
+			o.deleteRange(CFMeta, prefix, prefixEnd(prefix))
+		}
+		return res, err
 	case *byzlogv1.AdminBody_DeleteRecords:
 		rules, err := ex.rulesVersion()
 		if err != nil || rules < KafkaTopicsRulesVersion {

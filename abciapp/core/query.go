@@ -243,6 +243,11 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	if err != nil {
 		return nil, Result{}, fmt.Errorf("read records of %s/%d: %w", req.Topic, req.Partition, err)
 	}
+	if req.Aborted {
+		if resp.Aborted, err = abortedIn(s, req.Topic, req.Partition, resp.Records); err != nil {
+			return nil, Result{}, err
+		}
+	}
 	return marshal(resp), Result{}, nil
 }
 

@@ -46,7 +46,7 @@ var (
 	prefixTxnPID   = []byte("xp/") // producer id: transactional id
 	prefixTxnOwner = []byte("xo/") // key: how many transactional ids it holds
 	prefixTxnDue   = []byte("xd/") // deadline, transactional id: an open transaction
-	prefixAborted  = []byte("xa/") // topic, partition, first offset, producer id: AbortedTxn
+	prefixAborted  = []byte("xa/") // topic, partition, producer id, last offset: AbortedTxn
 	keyTxnNextPID  = []byte("xn")  // the next producer id to hand out
 )
 
@@ -57,8 +57,13 @@ func txnDueKey(t *byzlogv1.TxnState, id string) []byte {
 	return cat(prefixTxnDue, be64(uint64(txnDeadline(t))), []byte(id))
 }
 
-func abortedKey(topic string, p uint32, first uint64, pid int64) []byte {
-	return cat(prefixAborted, []byte(topic), []byte{0}, be32(p), be64(first), be64(uint64(pid)))
+// abortedKey keys an aborted transaction's range in a partition by its
+// producer id and its marker's offset: one producer id's transactions in a
+// partition follow one another, so ranges sorted by their end are sorted
+// by their start too, and the first that ends at or after an offset is the
+// only one that may span it (abortedIn).
+func abortedKey(topic string, p uint32, pid int64, last uint64) []byte {
+	return cat(prefixAborted, []byte(topic), []byte{0}, be32(p), be64(uint64(pid)), be64(last))
 }
 
 // txnDeadline is when t's open transaction times out (unix nanoseconds).
@@ -326,7 +331,7 @@ func (ex *executor) endTxn(o *overlay, id string, t *byzlogv1.TxnState, commit b
 		part.OpenTxns = slices.DeleteFunc(part.OpenTxns, func(ot *byzlogv1.OpenTxn) bool { return ot.ProducerId == t.ProducerId })
 		o.put(CFMeta, pk, marshal(&part))
 		if !commit {
-			o.put(CFMeta, abortedKey(tp.Topic, tp.Partition, tp.FirstOffset, t.ProducerId),
+			o.put(CFMeta, abortedKey(tp.Topic, tp.Partition, t.ProducerId, offset),
 				marshal(&byzlogv1.AbortedTxn{ProducerId: t.ProducerId, FirstOffset: tp.FirstOffset, LastOffset: offset}))
 		}
 		markers.Partitions = append(markers.Partitions, &byzlogv1.TxnMarker{Topic: tp.Topic, Partition: tp.Partition, Offset: offset})
@@ -617,4 +622,55 @@ func DueTxns(s Scanner, timeUnixNano int64, limit int) ([][]byte, error) {
 		txs = append(txs, tx)
 	}
 	return txs, nil
+}
+
+// abortedIn are the aborted transactions of topic/p with a record among
+// recs (serialized StoredRecords in offset order): for each producer id
+// with transactional records there, the ranges from the first that ends at
+// or after its first such record, while they start at or before its last.
+// A read is bounded by the records it returns.
+func abortedIn(s Scanner, topic string, p uint32, recs [][]byte) ([]*byzlogv1.AbortedTxn, error) {
+	type span struct{ first, last uint64 }
+	spans := map[int64]*span{}
+	var pids []int64
+	for _, b := range recs {
+		var r byzlogv1.StoredRecord
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("stored record of %s/%d: %w", topic, p, err)
+		}
+		if !r.KafkaTransactional {
+			continue
+		}
+		if sp := spans[r.KafkaProducerId]; sp != nil {
+			sp.last = r.Offset
+		} else {
+			spans[r.KafkaProducerId] = &span{r.Offset, r.Offset}
+			pids = append(pids, r.KafkaProducerId)
+		}
+	}
+	slices.Sort(pids)
+	var out []*byzlogv1.AbortedTxn
+	for _, pid := range pids {
+		sp := spans[pid]
+		prefix := cat(prefixAborted, []byte(topic), []byte{0}, be32(p), be64(uint64(pid)))
+		var scanErr error
+		err := s.Scan(CFMeta, cat(prefix, be64(sp.first)), prefixEnd(prefix), func(_, v []byte) bool {
+			var a byzlogv1.AbortedTxn
+			if scanErr = proto.Unmarshal(v, &a); scanErr != nil {
+				return false
+			}
+			if a.FirstOffset > sp.last {
+				return false
+			}
+			out = append(out, &a)
+			return true
+		})
+		if err == nil {
+			err = scanErr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("aborted transactions of %s/%d: %w", topic, p, err)
+		}
+	}
+	return out, nil
 }

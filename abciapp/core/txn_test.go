@@ -195,6 +195,45 @@ func TestTxnCommitAndAbort(t *testing.T) {
 	if g.Offsets[0].Offset != 7 {
 		t.Fatalf("after the abort, group g holds %v, want 7 still", g.Offsets)
 	}
+	// A read_committed read learns which records were aborted: t/0 holds
+	// a* b* C d* A, and d* (offset 3, marker at 4) is.
+	for _, tc := range []struct {
+		from uint64
+		want string
+	}{{0, "3-4"}, {3, "3-4"}, {4, ""}, {1, "3-4"}} {
+		var resp byzlogv1.RecordsResponse
+		f.c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Partition: 0, Offset: tc.from, Aborted: true}, &resp)
+		var got []string
+		for _, a := range resp.Aborted {
+			if a.ProducerId != pid {
+				t.Fatalf("aborted entry of producer id %d, want %d", a.ProducerId, pid)
+			}
+			got = append(got, fmt.Sprintf("%d-%d", a.FirstOffset, a.LastOffset))
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Fatalf("aborted transactions read from t/0 at %d: %v, want %q", tc.from, got, tc.want)
+		}
+	}
+	var resp byzlogv1.RecordsResponse
+	f.c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Partition: 0, Offset: 3, MaxRecords: 1, Aborted: true}, &resp)
+	if len(resp.Records) != 1 || len(resp.Aborted) != 1 || resp.Aborted[0].LastOffset != 4 {
+		t.Fatalf("t/0's record 3 alone with aborted transactions: %d records, %v; want its transaction, whose marker is past the read", len(resp.Records), resp.Aborted)
+	}
+	f.c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Partition: 0, MaxRecords: 2, Aborted: true}, &resp)
+	if len(resp.Records) != 2 || len(resp.Aborted) != 0 {
+		t.Fatalf("t/0's first two records with aborted transactions: %d records, %v; want 2 and none (the committed one's)", len(resp.Records), resp.Aborted)
+	}
+	// A topic deleted and created again starts clean: the old aborted
+	// range (offsets 3-4) does not hide the producer's new records there.
+	f.c.must(f.c.adminTx(f.c.admin, f.c.nextNonce(f.c.admin), &byzlogv1.DeleteTopic{Name: "t"}))
+	f.c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 2})
+	if br := f.write(0, pid, 0, 3, "e", "f", "g", "h"); br.Code != 0 {
+		t.Fatalf("a batch to the new t/0: %d %s", br.Code, br.Log)
+	}
+	f.c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: "t", Partition: 0, Aborted: true}, &resp)
+	if len(resp.Records) != 4 || len(resp.Aborted) != 0 {
+		t.Fatalf("the new t/0: %d records, aborted %v; want 4 and none", len(resp.Records), resp.Aborted)
+	}
 }
 
 // TestTxnFencing: a second init bumps the epoch and aborts the open

@@ -2463,7 +2463,11 @@ type RecordsRequest struct {
 	MaxRecords uint32 `protobuf:"varint,4,opt,name=max_records,json=maxRecords,proto3" json:"max_records,omitempty"`
 	// Stop after this many bytes of records, but always return at least one
 	// record when one exists (0 = 1 MiB, the most is 4 MiB).
-	MaxBytes      uint32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes uint32 `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// Also answer the aborted transactions whose records are among those
+	// returned (RecordsResponse.aborted), as a read_committed Kafka fetch
+	// needs them (rules version 8 on).
+	Aborted       bool `protobuf:"varint,6,opt,name=aborted,proto3" json:"aborted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2533,6 +2537,13 @@ func (x *RecordsRequest) GetMaxBytes() uint32 {
 	return 0
 }
 
+func (x *RecordsRequest) GetAborted() bool {
+	if x != nil {
+		return x.Aborted
+	}
+	return false
+}
+
 type RecordsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Serialized StoredRecords, exactly as stored, in offset order.
@@ -2541,8 +2552,13 @@ type RecordsResponse struct {
 	NextOffset     uint64   `protobuf:"varint,3,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
 	// As PartitionInfo.last_stable_offset.
 	LastStableOffset *uint64 `protobuf:"varint,4,opt,name=last_stable_offset,json=lastStableOffset,proto3,oneof" json:"last_stable_offset,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// With RecordsRequest.aborted: every aborted transaction with a record
+	// among those returned, by producer id, then first offset. A
+	// read_committed reader skips a transactional record whose producer id
+	// has an entry here spanning its offset.
+	Aborted       []*AbortedTxn `protobuf:"bytes,5,rep,name=aborted,proto3" json:"aborted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RecordsResponse) Reset() {
@@ -2601,6 +2617,13 @@ func (x *RecordsResponse) GetLastStableOffset() uint64 {
 		return *x.LastStableOffset
 	}
 	return 0
+}
+
+func (x *RecordsResponse) GetAborted() []*AbortedTxn {
+	if x != nil {
+		return x.Aborted
+	}
+	return nil
 }
 
 // "/group": GroupRequest; GroupOffsets.
@@ -4210,20 +4233,22 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\tTopicList\x12,\n" +
 	"\x06topics\x18\x01 \x03(\v2\x14.byzlog.v1.TopicInfoR\x06topics\"\"\n" +
 	"\fTopicRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x9a\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb4\x01\n" +
 	"\x0eRecordsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x1f\n" +
 	"\vmax_records\x18\x04 \x01(\rR\n" +
 	"maxRecords\x12\x1b\n" +
-	"\tmax_bytes\x18\x05 \x01(\rR\bmaxBytes\"\xc0\x01\n" +
+	"\tmax_bytes\x18\x05 \x01(\rR\bmaxBytes\x12\x18\n" +
+	"\aaborted\x18\x06 \x01(\bR\aaborted\"\xf1\x01\n" +
 	"\x0fRecordsResponse\x12\x18\n" +
 	"\arecords\x18\x01 \x03(\fR\arecords\x12(\n" +
 	"\x10log_start_offset\x18\x02 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x03 \x01(\x04R\n" +
 	"nextOffset\x121\n" +
-	"\x12last_stable_offset\x18\x04 \x01(\x04H\x00R\x10lastStableOffset\x88\x01\x01B\x15\n" +
+	"\x12last_stable_offset\x18\x04 \x01(\x04H\x00R\x10lastStableOffset\x88\x01\x01\x12/\n" +
+	"\aaborted\x18\x05 \x03(\v2\x15.byzlog.v1.AbortedTxnR\aabortedB\x15\n" +
 	"\x13_last_stable_offset\"$\n" +
 	"\fGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"w\n" +
@@ -4421,21 +4446,22 @@ var file_byzlog_v1_state_proto_depIdxs = []int32{
 	28, // 19: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	5,  // 20: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	29, // 21: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	58, // 22: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	39, // 23: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
-	59, // 24: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	43, // 25: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	45, // 26: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	46, // 27: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	45, // 28: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	46, // 29: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	52, // 30: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	46, // 31: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	19, // 22: byzlog.v1.RecordsResponse.aborted:type_name -> byzlog.v1.AbortedTxn
+	58, // 23: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	39, // 24: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
+	59, // 25: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	43, // 26: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	45, // 27: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	46, // 28: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	45, // 29: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	46, // 30: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	52, // 31: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	46, // 32: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
