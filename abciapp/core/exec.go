@@ -538,8 +538,10 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 			// Its aborted transactions go with it: a topic created again
 			// under the name starts at offset 0, where they would
 			// otherwise hide a producer id's committed records.
-			prefix := cat(prefixAborted, []byte(op.DeleteTopic.Name), []byte{0})
-			o.deleteRange(CFMeta, prefix, prefixEnd(prefix))
+			for _, pre := range [][]byte{prefixAborted, prefixAbortEnd} {
+				prefix := cat(pre, []byte(op.DeleteTopic.Name), []byte{0})
+				o.deleteRange(CFMeta, prefix, prefixEnd(prefix))
+			}
 		}
 		return res, err
 	case *byzlogv1.AdminBody_DeleteRecords:

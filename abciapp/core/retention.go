@@ -145,5 +145,8 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 	o.deleteRange(CFRecords, recordKey(t.Name, p, ps.LogStartOffset), recordKey(t.Name, p, newStart))
 	ps.LogStartOffset, ps.SizeBytes = newStart, size
 	o.put(CFMeta, pk, marshal(&ps))
-	return nil
+	// Kafka transactions' aborted ranges wholly below the new start are
+	// no reader's business any more (there are none before rules
+	// version 8).
+	return dropAborted(s, o, t.Name, p, newStart)
 }

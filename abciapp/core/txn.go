@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
@@ -47,6 +48,7 @@ var (
 	prefixTxnOwner = []byte("xo/") // key: how many transactional ids it holds
 	prefixTxnDue   = []byte("xd/") // deadline, transactional id: an open transaction
 	prefixAborted  = []byte("xa/") // topic, partition, producer id, last offset: AbortedTxn
+	prefixAbortEnd = []byte("xe/") // topic, partition, last offset, producer id: empty (for retention)
 	keyTxnNextPID  = []byte("xn")  // the next producer id to hand out
 )
 
@@ -55,6 +57,33 @@ func txnPIDKey(pid int64) []byte  { return cat(prefixTxnPID, be64(uint64(pid))) 
 func txnOwnerKey(k []byte) []byte { return cat(prefixTxnOwner, k) }
 func txnDueKey(t *byzlogv1.TxnState, id string) []byte {
 	return cat(prefixTxnDue, be64(uint64(txnDeadline(t))), []byte(id))
+}
+
+// abortEndKey is abortedKey's entry in the order of the ranges' ends, for
+// retention to drop those wholly below the log start.
+func abortEndKey(topic string, p uint32, last uint64, pid int64) []byte {
+	return cat(prefixAbortEnd, []byte(topic), []byte{0}, be32(p), be64(last), be64(uint64(pid)))
+}
+
+// dropAborted deletes topic/p's aborted ranges that end below logStart
+// (retention moved the log start past them), at most MaxRetentionDeletes.
+func dropAborted(s Scanner, o *overlay, topic string, p uint32, logStart uint64) error {
+	prefix := cat(prefixAbortEnd, []byte(topic), []byte{0}, be32(p))
+	n := 0
+	var bad error
+	err := s.Scan(CFMeta, prefix, cat(prefix, be64(logStart)), func(k, _ []byte) bool {
+		rest := k[len(prefix):]
+		if len(rest) != 16 {
+			bad = fmt.Errorf("aborted range key %x is malformed", k)
+			return false
+		}
+		last, pid := binary.BigEndian.Uint64(rest[:8]), int64(binary.BigEndian.Uint64(rest[8:]))
+		o.del(CFMeta, abortEndKey(topic, p, last, pid))
+		o.del(CFMeta, abortedKey(topic, p, pid, last))
+		n++
+		return n < MaxRetentionDeletes
+	})
+	return firstErr(err, bad)
 }
 
 // abortedKey keys an aborted transaction's range in a partition by its
@@ -333,6 +362,7 @@ func (ex *executor) endTxn(o *overlay, id string, t *byzlogv1.TxnState, commit b
 		if !commit {
 			o.put(CFMeta, abortedKey(tp.Topic, tp.Partition, t.ProducerId, offset),
 				marshal(&byzlogv1.AbortedTxn{ProducerId: t.ProducerId, FirstOffset: tp.FirstOffset, LastOffset: offset}))
+			o.put(CFMeta, abortEndKey(tp.Topic, tp.Partition, offset, t.ProducerId), nil)
 		}
 		markers.Partitions = append(markers.Partitions, &byzlogv1.TxnMarker{Topic: tp.Topic, Partition: tp.Partition, Offset: offset})
 		runs = append(runs, run)

@@ -364,3 +364,33 @@ func TestTxnBeforeRules8(t *testing.T) {
 		t.Fatalf("t/0 at rules %d: %q, LSO %v; want a plain record", core.TxnRulesVersion-1, describe(recs), lso)
 	}
 }
+
+// TestTxnRetentionDropsAbortedRanges: once the log start passes an aborted
+// transaction's marker, its range goes from the state; one still spanning
+// the log start stays.
+func TestTxnRetentionDropsAbortedRanges(t *testing.T) {
+	f := newTxnFixture(t)
+	pid := f.mustStep(f.prod, "tx", &byzlogv1.TxnInit{TimeoutMs: 60_000, ProducerId: -1, Epoch: -1}).ProducerId
+	for i, seq := range []int32{0, 1} {
+		if br := f.write(0, pid, 0, seq, fmt.Sprint(i)); br.Code != 0 {
+			t.Fatalf("batch %d: %d %s", i, br.Code, br.Log)
+		}
+		f.mustStep(f.prod, "tx", &byzlogv1.TxnEnd{ProducerId: pid, Commit: false}) // 0 A 1 A: ranges 0-1 and 2-3
+	}
+	count := func() int {
+		t.Helper()
+		n, err := core.CountAborted(f.c.store, "t", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := count(); n != 4 {
+		t.Fatalf("two aborted transactions: %d keys, want 4", n)
+	}
+	f.c.must(f.c.adminTx(f.c.admin, f.c.nextNonce(f.c.admin), &byzlogv1.DeleteRecords{Topic: "t", Partitions: []*byzlogv1.DeleteRecordsPartition{{Partition: 0, BeforeOffset: 3}}}))
+	f.c.block() // retention runs at the start of the next block
+	if n := count(); n != 2 {
+		t.Fatalf("log start at 3: %d keys, want the range 2-3's 2", n)
+	}
+}
