@@ -244,9 +244,10 @@ func (ex *executor) txnInit(o *overlay, key []byte, id string, t *byzlogv1.TxnSt
 			}
 		}
 		if t.Open {
+			var r Result
 			var err error
-			if markers, runs, err = ex.endTxn(o, id, t, false); err != nil {
-				return Result{}, nil, err
+			if markers, runs, r, err = ex.endTxn(o, id, t, false); err != nil || !r.OK() {
+				return r, nil, err
 			}
 		}
 		if err := ex.bumpEpoch(o, t, id); err != nil {
@@ -308,9 +309,9 @@ func (ex *executor) txnEnd(o *overlay, id string, t *byzlogv1.TxnState, op *byzl
 			return r, nil, err
 		}
 	}
-	markers, runs, err := ex.endTxn(o, id, t, op.Commit)
-	if err != nil {
-		return Result{}, nil, err
+	markers, runs, r, err := ex.endTxn(o, id, t, op.Commit)
+	if err != nil || !r.OK() {
+		return r, nil, err
 	}
 	o.put(CFMeta, txnKey(id), marshal(t))
 	return txnOutcome(t, markers, "end", id), runs, nil
@@ -335,7 +336,12 @@ func (ex *executor) txnGroupsFree(o *overlay, t *byzlogv1.TxnState) (Result, err
 // (all in this block), each partition's open transaction closed, an
 // abort's range recorded, and on commit its offsets committed. t is
 // changed, not stored.
-func (ex *executor) endTxn(o *overlay, id string, t *byzlogv1.TxnState, commit bool) (*byzlogv1.TxnMarkers, []*appendedRun, error) {
+func (ex *executor) endTxn(o *overlay, id string, t *byzlogv1.TxnState, commit bool) (*byzlogv1.TxnMarkers, []*appendedRun, Result, error) {
+	// Each marker is a record of the block: charged to its budget, so a
+	// block of ends of wide transactions waits as a block of batches does.
+	if code, msg := ex.spend(0, int64(len(t.Partitions))); code != wire.CodeOK {
+		return nil, nil, reject(code, "%s", msg), nil
+	}
 	markers := &byzlogv1.TxnMarkers{ProducerKey: t.Owner, ProducerId: t.ProducerId, Epoch: t.Epoch, Commit: commit}
 	var runs []*appendedRun
 	for _, tp := range t.Partitions {
@@ -343,7 +349,7 @@ func (ex *executor) endTxn(o *overlay, id string, t *byzlogv1.TxnState, commit b
 		var part byzlogv1.PartitionState
 		found, err := getProto(o, CFMeta, pk, &part)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, Result{}, err
 		}
 		if !found {
 			continue // the topic was deleted since: nothing of it is left to mark
@@ -370,14 +376,14 @@ func (ex *executor) endTxn(o *overlay, id string, t *byzlogv1.TxnState, commit b
 	if commit {
 		for _, g := range t.Offsets {
 			if err := ex.writeOffsets(o, g.Group, t.Owner, g.Offsets); err != nil {
-				return nil, nil, err
+				return nil, nil, Result{}, err
 			}
 		}
 	}
 	o.del(CFMeta, txnDueKey(t, id))
 	t.Open, t.StartedUnixNano, t.Partitions, t.Offsets = false, 0, nil, nil
 	t.Ended, t.EndedEpoch, t.EndedCommit = true, t.Epoch, commit
-	return markers, runs, nil
+	return markers, runs, Result{}, nil
 }
 
 // storedMarker is a transaction's marker as the log stores it, written by
@@ -481,9 +487,9 @@ func (ex *executor) txnExpire(o *overlay, id string) (Result, []*appendedRun, er
 	case ex.b.TimeUnixNano <= txnDeadline(t):
 		return reject(wire.CodeBadTxnState, "transactional id %s's transaction times out at %d, after this block's time %d", wire.Quote(id), txnDeadline(t), ex.b.TimeUnixNano), nil, nil
 	}
-	markers, runs, err := ex.endTxn(o, id, t, false)
-	if err != nil {
-		return Result{}, nil, err
+	markers, runs, r, err := ex.endTxn(o, id, t, false)
+	if err != nil || !r.OK() {
+		return r, nil, err
 	}
 	if err := ex.bumpEpoch(o, t, id); err != nil {
 		return Result{}, nil, err
