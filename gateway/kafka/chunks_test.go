@@ -42,6 +42,32 @@ func TestEncodeRecordsHidesChunks(t *testing.T) {
 	}
 }
 
+// TestEncodeRecordsHidesMarkers: a transaction's marker (rules version 8)
+// is served as an empty batch spanning its offset, with the chunks beside
+// it, never as a record with no key and no value.
+func TestEncodeRecordsHidesMarkers(t *testing.T) {
+	marker := func(offset uint64) *byzlogv1.StoredRecord {
+		return &byzlogv1.StoredRecord{Offset: offset, Height: 2, ProducerKey: []byte("p"), KafkaProducerId: 9, KafkaControl: &byzlogv1.KafkaControl{Commit: true}}
+	}
+	in := []*byzlogv1.StoredRecord{stored(0, 1, 0, "a"), marker(1), chunkRecord(2), stored(3, 1, 1, "b"), marker(4)}
+	out := encodeRecords(in, serving{})
+	if got := baseOffsets(out); !slices.Equal(got, []int64{0, 1, 3, 4}) {
+		t.Fatalf("base offsets = %v, want [0 1 3 4] (a, a gap over the marker and the chunk, b, a gap)", got)
+	}
+	batches, err := batch.Decode(out, batch.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 0, 1, 0} {
+		if len(batches[i].Records) != want {
+			t.Fatalf("batch %d holds %d records, want %d", i, len(batches[i].Records), want)
+		}
+	}
+	if r := firstVisible(in[1:]); r == nil || r.Offset != 3 {
+		t.Fatalf("firstVisible past the marker = %v, want the record at 3", r)
+	}
+}
+
 func manifestRecord(t testing.TB, offset uint64, m *byzlogv1.ChunkedValue) *byzlogv1.StoredRecord {
 	b, err := proto.Marshal(m)
 	if err != nil {

@@ -174,15 +174,22 @@ func (c *conn) wholeFirstBatch(ctx context.Context, topic string, partition uint
 	return recs, nil
 }
 
-// firstVisible is the first of recs a Kafka consumer sees (not a chunk).
+// firstVisible is the first of recs a Kafka consumer sees (not hidden).
 func firstVisible(recs []*byzlogv1.StoredRecord) *byzlogv1.StoredRecord {
-
 	for _, r := range recs {
-		if !isChunk(r) {
+		if !hidden(r) {
 			return r
 		}
 	}
 	return nil
+}
+
+// hidden reports whether a Kafka consumer sees nothing of a stored record:
+// a chunk of a large record, or a transaction's marker (rules version 8),
+// which the face serves as a span of offsets with nothing in it until it
+// serves Kafka transactions.
+func hidden(r *byzlogv1.StoredRecord) bool {
+	return isChunk(r) || r.KafkaControl != nil
 }
 
 // sameBatch reports whether two stored records came in one signed batch:
@@ -248,19 +255,19 @@ func (s serving) codec(stored uint32) batch.Codec {
 }
 
 // encodeRecords re-encodes stored records as v2 batches, one per producer
-// batch, each compressed and timed as s says; each run of chunk records
-// becomes an empty batch that spans their offsets.
+// batch, each compressed and timed as s says; each run of hidden records
+// (chunks, markers) becomes an empty batch that spans their offsets.
 func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 	var out []byte
 	var run []batch.Record
 	gap := -1
 	for i, sr := range recs {
 		ms := sr.TimestampUnixNano / 1e6
-		if isChunk(sr) {
+		if hidden(sr) {
 			if gap < 0 {
 				gap = i
 			}
-			if i+1 == len(recs) || !isChunk(recs[i+1]) {
+			if i+1 == len(recs) || !hidden(recs[i+1]) {
 				out = batch.EncodeGap(out, int64(recs[gap].Offset), int32(i+1-gap), ms)
 				gap = -1
 			}
@@ -271,7 +278,7 @@ func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 			rec.Headers = append(rec.Headers, batch.Header{Key: h.Key, Value: h.Value})
 		}
 		run = append(run, rec)
-		if i+1 < len(recs) && !isChunk(recs[i+1]) && sameBatch(sr, recs[i+1]) {
+		if i+1 < len(recs) && !hidden(recs[i+1]) && sameBatch(sr, recs[i+1]) {
 			continue
 		}
 		e := batch.Encoding{Codec: s.codec(sr.KafkaCodec)}

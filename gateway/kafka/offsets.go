@@ -106,7 +106,7 @@ func (c *conn) scanCreateTimes(ctx context.Context, topic string, partition int3
 			return -1, -1, true, nil
 		}
 		for _, r := range recs {
-			if !isChunk(r) && r.CreateTimeUnixNano/1e6 >= ts {
+			if !hidden(r) && r.CreateTimeUnixNano/1e6 >= ts {
 				return int64(r.Offset), r.CreateTimeUnixNano / 1e6, true, nil
 			}
 		}
