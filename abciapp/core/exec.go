@@ -831,22 +831,8 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 			return reject(wire.CodeMalformedTx, "offsets[%d]: %s/%d is listed twice", i, wire.Quote(po.Topic), po.Partition), nil
 		}
 		seen[string(k)] = true
-		if len(po.Metadata) > maxOffsetMetadata {
-			return reject(wire.CodeMalformedTx, "offsets[%d]: metadata is %d bytes, at most %d", i, len(po.Metadata), maxOffsetMetadata), nil
-		}
-		topic, code, missing, err := topicPartition(o, po.Topic, po.Partition)
-		if err != nil {
-			return Result{}, err
-		}
-		if topic == nil {
-			return reject(code, "offsets[%d]: %s", i, missing), nil
-		}
-		var part byzlogv1.PartitionState
-		if _, err := getProto(o, CFMeta, partitionKey(po.Topic, po.Partition), &part); err != nil {
-			return Result{}, err
-		}
-		if po.Offset > part.NextOffset && rules < KafkaRulesVersion {
-			return reject(wire.CodeOffsetBeyondEnd, "offsets[%d]: offset %d is past %s/%d's end (%d)", i, po.Offset, po.Topic, po.Partition, part.NextOffset), nil
+		if r, err := checkOffset(o, i, po, rules); err != nil || !r.OK() {
+			return r, err
 		}
 		var have byzlogv1.GroupOffset
 		found, err := getProto(o, CFOffsets, k, &have)
@@ -859,6 +845,30 @@ func (ex *executor) commitOffsets(o *overlay, req *byzlogv1.CommitOffsets) (Resu
 		o.put(CFOffsets, k, marshal(&byzlogv1.GroupOffset{Offset: po.Offset, Metadata: po.Metadata, Height: ex.b.Height}))
 	}
 	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.offsets", Attrs: []Attr{{"group", body.Group}, {"count", strconv.Itoa(len(body.Offsets))}}}}}, nil
+}
+
+// checkOffset checks offsets[i] of a commit: its metadata within Kafka's
+// bound, a partition that exists, and, before KafkaRulesVersion, an offset
+// not past the partition's end.
+func checkOffset(o *overlay, i int, po *byzlogv1.PartitionOffset, rules uint64) (Result, error) {
+	if len(po.Metadata) > maxOffsetMetadata {
+		return reject(wire.CodeMalformedTx, "offsets[%d]: metadata is %d bytes, at most %d", i, len(po.Metadata), maxOffsetMetadata), nil
+	}
+	topic, code, missing, err := topicPartition(o, po.Topic, po.Partition)
+	if err != nil {
+		return Result{}, err
+	}
+	if topic == nil {
+		return reject(code, "offsets[%d]: %s", i, missing), nil
+	}
+	var part byzlogv1.PartitionState
+	if _, err := getProto(o, CFMeta, partitionKey(po.Topic, po.Partition), &part); err != nil {
+		return Result{}, err
+	}
+	if po.Offset > part.NextOffset && rules < KafkaRulesVersion {
+		return reject(wire.CodeOffsetBeyondEnd, "offsets[%d]: offset %d is past %s/%d's end (%d)", i, po.Offset, po.Topic, po.Partition, part.NextOffset), nil
+	}
+	return Result{}, nil
 }
 
 // deleteOffsets deletes the listed offsets of a group (Kafka's

@@ -576,9 +576,8 @@ func be64Value(b []byte) uint64 {
 }
 
 // checkOffsets checks a transaction's offsets as an offset commit does
-// (commitOffsets), before they wait for the commit: none listed twice,
-// metadata within Kafka's bound, partitions that exist, and, before
-// KafkaRulesVersion, none past its partition's end.
+// (commitOffsets), before they wait for the commit: none listed twice, and
+// each as checkOffset checks it.
 func (ex *executor) checkOffsets(o *overlay, offsets []*byzlogv1.PartitionOffset, rules uint64) (Result, error) {
 	seen := map[string]bool{}
 	for i, po := range offsets {
@@ -587,22 +586,8 @@ func (ex *executor) checkOffsets(o *overlay, offsets []*byzlogv1.PartitionOffset
 			return reject(wire.CodeMalformedTx, "offsets[%d]: %s/%d is listed twice", i, wire.Quote(po.Topic), po.Partition), nil
 		}
 		seen[k] = true
-		if len(po.Metadata) > maxOffsetMetadata {
-			return reject(wire.CodeMalformedTx, "offsets[%d]: metadata is %d bytes, at most %d", i, len(po.Metadata), maxOffsetMetadata), nil
-		}
-		topic, code, missing, err := topicPartition(o, po.Topic, po.Partition)
-		if err != nil {
-			return Result{}, err
-		}
-		if topic == nil {
-			return reject(code, "offsets[%d]: %s", i, missing), nil
-		}
-		var part byzlogv1.PartitionState
-		if _, err := getProto(o, CFMeta, partitionKey(po.Topic, po.Partition), &part); err != nil {
-			return Result{}, err
-		}
-		if po.Offset > part.NextOffset && rules < KafkaRulesVersion {
-			return reject(wire.CodeOffsetBeyondEnd, "offsets[%d]: offset %d is past %s/%d's end (%d)", i, po.Offset, po.Topic, po.Partition, part.NextOffset), nil
+		if r, err := checkOffset(o, i, po, rules); err != nil || !r.OK() {
+			return r, err
 		}
 	}
 	return Result{}, nil
