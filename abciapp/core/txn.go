@@ -351,8 +351,10 @@ func (ex *executor) endTxn(o *overlay, id string, t *byzlogv1.TxnState, commit b
 		if err != nil {
 			return nil, nil, Result{}, err
 		}
-		if !found {
-			continue // the topic was deleted since: nothing of it is left to mark
+		if !found || !slices.ContainsFunc(part.OpenTxns, func(ot *byzlogv1.OpenTxn) bool { return ot.ProducerId == t.ProducerId }) {
+			// The topic was deleted since (and perhaps created again):
+			// nothing of the transaction is left there to mark.
+			continue
 		}
 		offset := part.NextOffset
 		run := &appendedRun{topic: tp.Topic, partition: tp.Partition, first: offset}

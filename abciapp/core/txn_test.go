@@ -394,3 +394,27 @@ func TestTxnRetentionDropsAbortedRanges(t *testing.T) {
 		t.Fatalf("log start at 3: %d keys, want the range 2-3's 2", n)
 	}
 }
+
+// TestTxnOverADeletedTopic: a topic deleted (and created again) while a
+// transaction that wrote it is open gets no marker from its end.
+func TestTxnOverADeletedTopic(t *testing.T) {
+	f := newTxnFixture(t)
+	f.c.createTopic("u", &byzlogv1.TopicConfig{Partitions: 1})
+	pid := f.mustStep(f.prod, "tx", &byzlogv1.TxnInit{TimeoutMs: 60_000, ProducerId: -1, Epoch: -1}).ProducerId
+	if br := f.write(0, pid, 0, 0, "gone"); br.Code != 0 {
+		t.Fatalf("batch: %d %s", br.Code, br.Log)
+	}
+	b, _ := f.prod.TransactionalBatch("u", 0, pid, 0, 0, byzlogv1.Codec_CODEC_NONE, 0, records("kept"))
+	if br := outcome(t, f.c.block(bundle(t, b))[0]).Batches[0]; br.Code != 0 {
+		t.Fatalf("batch to u: %d %s", br.Code, br.Log)
+	}
+	f.c.must(f.c.adminTx(f.c.admin, f.c.nextNonce(f.c.admin), &byzlogv1.DeleteTopic{Name: "t"}))
+	f.c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 2})
+	end := f.mustStep(f.prod, "tx", &byzlogv1.TxnEnd{ProducerId: pid, Commit: true})
+	if ps := end.Markers.GetPartitions(); len(ps) != 1 || ps[0].Topic != "u" {
+		t.Fatalf("commit markers %v, want u/0's only", ps)
+	}
+	if recs, lso := f.log(0); len(recs) != 0 || lso != nil {
+		t.Fatalf("the new t/0: %q, LSO %v; want it empty", describe(recs), lso)
+	}
+}
