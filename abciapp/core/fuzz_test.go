@@ -387,6 +387,7 @@ func FuzzQuery(f *testing.F) {
 		wire.PathGroup:    func() proto.Message { return &byzlogv1.GroupOffsets{} },
 		wire.PathProducer: func() proto.Message { return &byzlogv1.ProducerState{} },
 		wire.PathNonce:    func() proto.Message { return &byzlogv1.NonceResponse{} },
+		wire.PathTxns:     func() proto.Message { return &byzlogv1.TxnList{} },
 	}
 	requests := map[string]proto.Message{
 		wire.PathTopic:    &byzlogv1.TopicRequest{Name: "t"},
@@ -394,6 +395,7 @@ func FuzzQuery(f *testing.F) {
 		wire.PathGroup:    &byzlogv1.GroupRequest{Group: "g"},
 		wire.PathProducer: &byzlogv1.ProducerRequest{ProducerKey: fx.producer.PublicKey(), Topic: "t"},
 		wire.PathNonce:    &byzlogv1.NonceRequest{Key: fx.consumer.PublicKey()},
+		wire.PathTxns:     &byzlogv1.TxnsRequest{Limit: 2},
 	}
 	for i, path := range wire.QueryPaths {
 		var data []byte

@@ -33,6 +33,7 @@ var queries = map[string]query{
 	wire.PathRecords:  decoded(queryRecords),
 	wire.PathGroup:    decoded(func(s Scanner, req *byzlogv1.GroupRequest) ([]byte, Result, error) { return queryGroup(s, req.Group) }),
 	wire.PathGroups:   decoded(queryGroups),
+	wire.PathTxns:     decoded(queryTxns),
 	wire.PathProducer: decoded(queryProducer),
 	wire.PathNonce:    decoded(queryNonce),
 	wire.PathProof:    decoded(queryProof),

@@ -697,3 +697,46 @@ func abortedIn(s Scanner, topic string, p uint32, recs [][]byte) ([]*byzlogv1.Ab
 	}
 	return out, nil
 }
+
+// queryTxns answers "/txns": one transactional id, or a page of them.
+func queryTxns(s Scanner, req *byzlogv1.TxnsRequest) ([]byte, Result, error) {
+	if req.TransactionalId != "" {
+		t, err := loadTxn(s, req.TransactionalId)
+		if err != nil {
+			return nil, Result{}, err
+		}
+		if t == nil {
+			return nil, reject(wire.CodeNotFound, "transactional id %s is unknown", wire.Quote(req.TransactionalId)), nil
+		}
+		return marshal(&byzlogv1.TxnList{Txns: []*byzlogv1.TxnInfo{{TransactionalId: req.TransactionalId, State: t}}}), Result{}, nil
+	}
+	limit := int(req.Limit)
+	switch {
+	case limit == 0:
+		limit = defaultGroupsPage
+	case limit > maxGroupsPage:
+		return nil, reject(wire.CodeBadQuery, "limit (%d) must be at most %d", limit, maxGroupsPage), nil
+	}
+	start := prefixTxn
+	if req.StartAfter != "" {
+		start = cat(txnKey(req.StartAfter), []byte{0})
+	}
+	list := &byzlogv1.TxnList{}
+	var bad error
+	err := s.Scan(CFMeta, start, prefixEnd(prefixTxn), func(k, v []byte) bool {
+		if len(list.Txns) == limit {
+			list.More = true
+			return false
+		}
+		var t byzlogv1.TxnState
+		if bad = proto.Unmarshal(v, &t); bad != nil {
+			return false
+		}
+		list.Txns = append(list.Txns, &byzlogv1.TxnInfo{TransactionalId: string(k[len(prefixTxn):]), State: &t})
+		return true
+	})
+	if err = firstErr(err, bad); err != nil {
+		return nil, Result{}, fmt.Errorf("list transactional ids: %w", err)
+	}
+	return marshal(list), Result{}, nil
+}

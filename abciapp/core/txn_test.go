@@ -418,3 +418,38 @@ func TestTxnOverADeletedTopic(t *testing.T) {
 		t.Fatalf("the new t/0: %q, LSO %v; want it empty", describe(recs), lso)
 	}
 }
+
+// TestTxnsQuery: "/txns" answers one transactional id with its state, or
+// the ids a page at a time, in id order.
+func TestTxnsQuery(t *testing.T) {
+	f := newTxnFixture(t)
+	for _, id := range []string{"b", "a", "c"} {
+		f.mustStep(f.prod, id, &byzlogv1.TxnInit{TimeoutMs: 60_000, ProducerId: -1, Epoch: -1})
+	}
+	pid := f.mustStep(f.prod, "b", &byzlogv1.TxnInit{TimeoutMs: 5_000, ProducerId: -1, Epoch: -1}).ProducerId
+	if br := f.write(0, pid, 1, 0, "v"); br.Code != 0 {
+		t.Fatalf("batch: %d %s", br.Code, br.Log)
+	}
+	var list byzlogv1.TxnList
+	f.c.query(wire.PathTxns, &byzlogv1.TxnsRequest{TransactionalId: "b"}, &list)
+	if len(list.Txns) != 1 || list.Txns[0].State.Epoch != 1 || !list.Txns[0].State.Open || len(list.Txns[0].State.Partitions) != 1 || list.Txns[0].State.TimeoutMs != 5_000 {
+		t.Fatalf("/txns b = %v, want epoch 1, open over t/0, 5 s", list.Txns)
+	}
+	ids := func(l *byzlogv1.TxnList) (out []string) {
+		for _, x := range l.Txns {
+			out = append(out, x.TransactionalId)
+		}
+		return out
+	}
+	f.c.query(wire.PathTxns, &byzlogv1.TxnsRequest{Limit: 2}, &list)
+	if got := strings.Join(ids(&list), " "); got != "a b" || !list.More {
+		t.Fatalf("/txns limit 2 = %q more %v, want a b and more", got, list.More)
+	}
+	f.c.query(wire.PathTxns, &byzlogv1.TxnsRequest{StartAfter: "b"}, &list)
+	if got := strings.Join(ids(&list), " "); got != "c" || list.More {
+		t.Fatalf("/txns after b = %q more %v, want c", got, list.More)
+	}
+	if _, r := queryRaw(t, f.c, wire.PathTxns, &byzlogv1.TxnsRequest{TransactionalId: "nope"}); r.Code != wire.CodeNotFound {
+		t.Fatalf("/txns of an unknown id = %s, want not_found", r.Code)
+	}
+}

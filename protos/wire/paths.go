@@ -37,10 +37,13 @@ const (
 	// block references (byzlogv1.BundlesRequest, byzlogv1.Bundles), from
 	// its mempool, its proposals and its bundle store.
 	PathBundles = "/bundles"
+	// PathTxns answers Kafka transactional ids and their state
+	// (byzlogv1.TxnsRequest, byzlogv1.TxnList; rules version 8 on).
+	PathTxns = "/txns"
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathGroups, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx, PathBundles}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathGroups, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx, PathBundles, PathTxns}
 
 // Bundles query bounds: the hashes one request names, and the bytes of
 // bundles one answer carries (the rest come back empty, to ask again).

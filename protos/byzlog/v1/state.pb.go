@@ -3954,6 +3954,177 @@ func (x *SnapshotBlock) GetTxs() [][]byte {
 	return nil
 }
 
+// "/txns": TxnsRequest; TxnList (rules version 8 on). Kafka transactional
+// ids and their state, as DescribeTransactions and ListTransactions read
+// them.
+type TxnsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Just this id (none: a page of every id, in id order).
+	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	// The page starts after this id.
+	StartAfter string `protobuf:"bytes,2,opt,name=start_after,json=startAfter,proto3" json:"start_after,omitempty"`
+	// At most this many (0: 1,000; at most 10,000).
+	Limit         uint32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnsRequest) Reset() {
+	*x = TxnsRequest{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnsRequest) ProtoMessage() {}
+
+func (x *TxnsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnsRequest.ProtoReflect.Descriptor instead.
+func (*TxnsRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *TxnsRequest) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *TxnsRequest) GetStartAfter() string {
+	if x != nil {
+		return x.StartAfter
+	}
+	return ""
+}
+
+func (x *TxnsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type TxnList struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Txns  []*TxnInfo             `protobuf:"bytes,1,rep,name=txns,proto3" json:"txns,omitempty"`
+	// More ids follow the last one listed.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnList) Reset() {
+	*x = TxnList{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnList) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnList) ProtoMessage() {}
+
+func (x *TxnList) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnList.ProtoReflect.Descriptor instead.
+func (*TxnList) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *TxnList) GetTxns() []*TxnInfo {
+	if x != nil {
+		return x.Txns
+	}
+	return nil
+}
+
+func (x *TxnList) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type TxnInfo struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TransactionalId string                 `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	State           *TxnState              `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TxnInfo) Reset() {
+	*x = TxnInfo{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnInfo) ProtoMessage() {}
+
+func (x *TxnInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnInfo.ProtoReflect.Descriptor instead.
+func (*TxnInfo) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *TxnInfo) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *TxnInfo) GetState() *TxnState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 type ChunkedValue_Chunk struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Offset uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -3966,7 +4137,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	mi := &file_byzlog_v1_state_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4149,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	mi := &file_byzlog_v1_state_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4346,7 +4517,18 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\rSnapshotBlock\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x10\n" +
-	"\x03txs\x18\x03 \x03(\fR\x03txsB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
+	"\x03txs\x18\x03 \x03(\fR\x03txs\"o\n" +
+	"\vTxnsRequest\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12\x1f\n" +
+	"\vstart_after\x18\x02 \x01(\tR\n" +
+	"startAfter\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\"E\n" +
+	"\aTxnList\x12&\n" +
+	"\x04txns\x18\x01 \x03(\v2\x12.byzlog.v1.TxnInfoR\x04txns\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"_\n" +
+	"\aTxnInfo\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12)\n" +
+	"\x05state\x18\x02 \x01(\v2\x13.byzlog.v1.TxnStateR\x05stateB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
 
 var (
 	file_byzlog_v1_state_proto_rawDescOnce sync.Once
@@ -4360,7 +4542,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*KafkaControl)(nil),       // 1: byzlog.v1.KafkaControl
@@ -4417,39 +4599,42 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StateRoot)(nil),          // 52: byzlog.v1.StateRoot
 	(*SnapshotMeta)(nil),       // 53: byzlog.v1.SnapshotMeta
 	(*SnapshotBlock)(nil),      // 54: byzlog.v1.SnapshotBlock
-	(*ChunkedValue_Chunk)(nil), // 55: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 56: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 57: byzlog.v1.TopicConfig
-	(*PartitionOffset)(nil),    // 58: byzlog.v1.PartitionOffset
-	(*KafkaProducer)(nil),      // 59: byzlog.v1.KafkaProducer
+	(*TxnsRequest)(nil),        // 55: byzlog.v1.TxnsRequest
+	(*TxnList)(nil),            // 56: byzlog.v1.TxnList
+	(*TxnInfo)(nil),            // 57: byzlog.v1.TxnInfo
+	(*ChunkedValue_Chunk)(nil), // 58: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 59: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 60: byzlog.v1.TopicConfig
+	(*PartitionOffset)(nil),    // 61: byzlog.v1.PartitionOffset
+	(*KafkaProducer)(nil),      // 62: byzlog.v1.KafkaProducer
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	56, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	59, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
 	1,  // 1: byzlog.v1.StoredRecord.kafka_control:type_name -> byzlog.v1.KafkaControl
 	0,  // 2: byzlog.v1.RecordRun.records:type_name -> byzlog.v1.StoredRecord
-	55, // 3: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	58, // 3: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	4,  // 4: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
 	9,  // 5: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
 	9,  // 6: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
 	9,  // 7: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
 	12, // 8: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	57, // 9: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	60, // 9: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
 	15, // 10: byzlog.v1.PartitionState.open_txns:type_name -> byzlog.v1.OpenTxn
 	17, // 11: byzlog.v1.TxnState.partitions:type_name -> byzlog.v1.TxnPartition
 	18, // 12: byzlog.v1.TxnState.offsets:type_name -> byzlog.v1.TxnGroupOffsets
-	58, // 13: byzlog.v1.TxnGroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	61, // 13: byzlog.v1.TxnGroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
 	21, // 14: byzlog.v1.TxnOutcome.markers:type_name -> byzlog.v1.TxnMarkers
 	22, // 15: byzlog.v1.TxnMarkers.partitions:type_name -> byzlog.v1.TxnMarker
-	59, // 16: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	62, // 16: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
 	26, // 17: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	57, // 18: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	60, // 18: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	28, // 19: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	5,  // 20: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	29, // 21: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
 	19, // 22: byzlog.v1.RecordsResponse.aborted:type_name -> byzlog.v1.AbortedTxn
-	58, // 23: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	61, // 23: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
 	39, // 24: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
-	59, // 25: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	62, // 25: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
 	43, // 26: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
 	45, // 27: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
 	46, // 28: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
@@ -4457,11 +4642,13 @@ var file_byzlog_v1_state_proto_depIdxs = []int32{
 	46, // 30: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
 	52, // 31: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
 	46, // 32: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	33, // [33:33] is the sub-list for method output_type
-	33, // [33:33] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	57, // 33: byzlog.v1.TxnList.txns:type_name -> byzlog.v1.TxnInfo
+	16, // 34: byzlog.v1.TxnInfo.state:type_name -> byzlog.v1.TxnState
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -4479,7 +4666,7 @@ func file_byzlog_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
