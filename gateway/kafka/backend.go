@@ -19,11 +19,13 @@ type Backend struct {
 	Reads   Reads
 	Groups  Groups
 	Admin   Admin
+	// Txns is nil where Kafka transactions are not served.
+	Txns Txns
 }
 
 // Over is the Backend of a gateway: every part is g.
 func Over(g *pipeline.Gateway) Backend {
-	return Backend{ChainID: g.ChainID, Log: g, Reads: g, Groups: g, Admin: g}
+	return Backend{ChainID: g.ChainID, Log: g, Reads: g, Groups: g, Admin: g, Txns: g}
 }
 
 // Log appends batches (Produce and the large-record chunks).
@@ -66,7 +68,16 @@ type Admin interface {
 	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (pipeline.Committed, error)
 }
 
+// Txns submits Kafka transaction steps and reads transactional ids.
+type Txns interface {
+	// Txn waits for the step's commit; accepted (may be nil) is called
+	// when a node's mempool has taken the transaction.
+	Txn(ctx context.Context, req *byzlogv1.TxnRequest, accepted func()) (pipeline.Committed, error)
+	Txns(ctx context.Context, req *byzlogv1.TxnsRequest) (*byzlogv1.TxnList, error)
+}
+
 var (
+	_ Txns   = (*pipeline.Gateway)(nil)
 	_ Log    = (*pipeline.Gateway)(nil)
 	_ Reads  = (*pipeline.Gateway)(nil)
 	_ Groups = (*pipeline.Gateway)(nil)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/gateway/kafka/batch"
@@ -42,26 +43,32 @@ func TestEncodeRecordsHidesChunks(t *testing.T) {
 	}
 }
 
-// TestEncodeRecordsHidesMarkers: a transaction's marker (rules version 8)
-// is served as an empty batch spanning its offset, with the chunks beside
-// it, never as a record with no key and no value.
-func TestEncodeRecordsHidesMarkers(t *testing.T) {
+// TestEncodeRecordsMarkers: a transaction's marker (rules version 8) is a
+// control batch of its producer id and epoch, its records a transactional
+// batch under them; neither merges with the other, nor with a chunk.
+func TestEncodeRecordsMarkers(t *testing.T) {
 	marker := func(offset uint64) *byzlogv1.StoredRecord {
-		return &byzlogv1.StoredRecord{Offset: offset, Height: 2, ProducerKey: []byte("p"), KafkaProducerId: 9, KafkaControl: &byzlogv1.KafkaControl{Commit: true}}
+		return &byzlogv1.StoredRecord{Offset: offset, Height: 1, ProducerKey: []byte("p"), KafkaProducerId: 9, KafkaEpoch: 2, KafkaControl: &byzlogv1.KafkaControl{Commit: true}}
 	}
-	in := []*byzlogv1.StoredRecord{stored(0, 1, 0, "a"), marker(1), chunkRecord(2), stored(3, 1, 1, "b"), marker(4)}
+	txn := stored(0, 1, 0, "a")
+	txn.KafkaProducerId, txn.KafkaEpoch, txn.KafkaTransactional = 9, 2, true
+	in := []*byzlogv1.StoredRecord{txn, marker(1), chunkRecord(2), stored(3, 1, 1, "b")}
 	out := encodeRecords(in, serving{})
-	if got := baseOffsets(out); !slices.Equal(got, []int64{0, 1, 3, 4}) {
-		t.Fatalf("base offsets = %v, want [0 1 3 4] (a, a gap over the marker and the chunk, b, a gap)", got)
+	if got := baseOffsets(out); !slices.Equal(got, []int64{0, 1, 2, 3}) {
+		t.Fatalf("base offsets = %v, want [0 1 2 3] (a, the marker, a gap, b)", got)
 	}
-	batches, err := batch.Decode(out, batch.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, want := range []int{1, 0, 1, 0} {
-		if len(batches[i].Records) != want {
-			t.Fatalf("batch %d holds %d records, want %d", i, len(batches[i].Records), want)
+	var attrs []int16
+	var pids []int64
+	for b := out; len(b) > 0; {
+		var rb kmsg.RecordBatch
+		if err := rb.ReadFrom(b); err != nil {
+			t.Fatal(err)
 		}
+		attrs, pids = append(attrs, rb.Attributes), append(pids, rb.ProducerID)
+		b = b[12+int(rb.Length):]
+	}
+	if !slices.Equal(attrs, []int16{0x10, 0x30, 0, 0}) || pids[0] != 9 || pids[1] != 9 || pids[3] != -1 {
+		t.Fatalf("attributes %v, producer ids %v; want a transactional batch and a control batch of producer 9, then plain ones", attrs, pids)
 	}
 	if r := firstVisible(in[1:]); r == nil || r.Offset != 3 {
 		t.Fatalf("firstVisible past the marker = %v, want the record at 3", r)

@@ -28,6 +28,16 @@ import (
 // coordinator is the broker for a group: the first live one in a ring that
 // starts at the group name's hash, so every gateway sends a group's clients
 // to the same one while it lives, and to the next when it dies.
+// self is this gateway as a broker.
+func (s *Server) self() Broker {
+	for _, b := range s.brokers {
+		if b.NodeID == s.cfg.NodeID {
+			return b
+		}
+	}
+	return s.brokers[0]
+}
+
 func (s *Server) coordinator(ctx context.Context, group string) Broker {
 	h := fnv.New32a()
 	h.Write([]byte(group))
@@ -80,11 +90,16 @@ func (p *peers) alive(ctx context.Context, b Broker) bool {
 
 func (c *conn) findCoordinator(ctx context.Context, r *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+	if r.CoordinatorType == 1 {
+		// Transactions: the chain coordinates them, so every gateway
+		// answers every transactional id (txn.go).
+		b := c.s.self()
+		resp.NodeID, resp.Host, resp.Port = b.NodeID, b.Host, b.Port
+		return resp
+	}
 	if r.CoordinatorType != 0 {
-		// Not retriable: a transactional producer stops at once with the
-		// message instead of retrying until its timeout.
-		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
-		resp.ErrorMessage = kmsg.StringPtr("byzlog has no Kafka transactions yet: produce without transactional.id (idempotent producers are served)")
+		resp.ErrorCode = kerr.InvalidRequest.Code
+		resp.ErrorMessage = kmsg.StringPtr(fmt.Sprintf("coordinator type %d: byzlog knows groups (0) and transactions (1)", r.CoordinatorType))
 		return resp
 	}
 	b := c.s.coordinator(ctx, r.CoordinatorKey)

@@ -2,8 +2,10 @@ package kafka
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -103,7 +105,8 @@ func (c *conn) fetchPartition(ctx context.Context, r *kmsg.FetchRequest, topic s
 		out.ErrorCode = kerr.OffsetOutOfRange.Code
 		return
 	}
-	rr, err := c.s.b.Reads.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: uint32(rp.Partition), Offset: uint64(rp.FetchOffset), MaxBytes: uint32(room)})
+	readCommitted := r.Version >= 4 && r.IsolationLevel == 1
+	rr, err := c.s.b.Reads.Records(ctx, &byzlogv1.RecordsRequest{Topic: topic, Partition: uint32(rp.Partition), Offset: uint64(rp.FetchOffset), MaxBytes: uint32(room), Aborted: readCommitted})
 	if err != nil {
 		out.ErrorCode = kafkaError(err).Code
 		if out.ErrorCode == kerr.InvalidRecord.Code {
@@ -112,7 +115,11 @@ func (c *conn) fetchPartition(ctx context.Context, r *kmsg.FetchRequest, topic s
 		c.log.Debug().Err(err).Str("topic", topic).Int32("partition", rp.Partition).Msg("kafka fetch failed")
 		return
 	}
-	out.HighWatermark, out.LastStableOffset, out.LogStartOffset = int64(rr.NextOffset), int64(rr.NextOffset), int64(rr.LogStartOffset)
+	lso := rr.NextOffset
+	if rr.LastStableOffset != nil {
+		lso = *rr.LastStableOffset
+	}
+	out.HighWatermark, out.LastStableOffset, out.LogStartOffset = int64(rr.NextOffset), int64(lso), int64(rr.LogStartOffset)
 	recs, err := decodeStored(rr.Records, uint64(rp.FetchOffset))
 	if err == nil {
 		recs, err = c.wholeFirstBatch(ctx, topic, uint32(rp.Partition), recs, rr.NextOffset)
@@ -124,6 +131,22 @@ func (c *conn) fetchPartition(ctx context.Context, r *kmsg.FetchRequest, topic s
 		out.ErrorCode = kerr.UnknownServerError.Code
 		c.log.Error().Err(err).Str("topic", topic).Int32("partition", rp.Partition).Msg("kafka fetch: agreed records do not decode")
 		return
+	}
+	if readCommitted {
+		// Nothing at or past the last stable offset: an open transaction's
+		// records, and whatever follows them. Of the rest, the client
+		// skips the aborted transactions' records (Kafka's list).
+		for len(recs) > 0 && recs[len(recs)-1].Offset >= lso {
+			recs = recs[:len(recs)-1]
+		}
+		for _, a := range rr.Aborted {
+			if a.FirstOffset < lso {
+				out.AbortedTransactions = append(out.AbortedTransactions, kmsg.FetchResponseTopicPartitionAbortedTransaction{ProducerID: a.ProducerId, FirstOffset: int64(a.FirstOffset)})
+			}
+		}
+		slices.SortFunc(out.AbortedTransactions, func(a, b kmsg.FetchResponseTopicPartitionAbortedTransaction) int {
+			return cmp.Compare(a.FirstOffset, b.FirstOffset)
+		})
 	}
 	if b := encodeRecords(recs, c.serving(ctx, topic, r.Version)); b != nil {
 		out.RecordBatches = b
@@ -184,10 +207,9 @@ func firstVisible(recs []*byzlogv1.StoredRecord) *byzlogv1.StoredRecord {
 	return nil
 }
 
-// hidden reports whether a Kafka consumer sees nothing of a stored record:
-// a chunk of a large record, or a transaction's marker (rules version 8),
-// which the face serves as a span of offsets with nothing in it until it
-// serves Kafka transactions.
+// hidden reports whether a stored record is none a Kafka consumer reads:
+// a chunk of a large record (served as an empty batch over its offsets) or
+// a transaction's marker (a control batch).
 func hidden(r *byzlogv1.StoredRecord) bool {
 	return isChunk(r) || r.KafkaControl != nil
 }
@@ -255,19 +277,25 @@ func (s serving) codec(stored uint32) batch.Codec {
 }
 
 // encodeRecords re-encodes stored records as v2 batches, one per producer
-// batch, each compressed and timed as s says; each run of hidden records
-// (chunks, markers) becomes an empty batch that spans their offsets.
+// batch, each compressed and timed as s says (a transaction's under its
+// producer id and epoch, marked transactional); each run of chunk records
+// becomes an empty batch that spans their offsets, and each transaction
+// marker a control batch.
 func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 	var out []byte
 	var run []batch.Record
 	gap := -1
 	for i, sr := range recs {
 		ms := sr.TimestampUnixNano / 1e6
-		if hidden(sr) {
+		if c := sr.KafkaControl; c != nil {
+			out = batch.EncodeControl(out, int64(sr.Offset), sr.KafkaProducerId, int16(sr.KafkaEpoch), c.Commit, ms)
+			continue
+		}
+		if isChunk(sr) {
 			if gap < 0 {
 				gap = i
 			}
-			if i+1 == len(recs) || !hidden(recs[i+1]) {
+			if i+1 == len(recs) || !isChunk(recs[i+1]) {
 				out = batch.EncodeGap(out, int64(recs[gap].Offset), int32(i+1-gap), ms)
 				gap = -1
 			}
@@ -282,6 +310,9 @@ func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 			continue
 		}
 		e := batch.Encoding{Codec: s.codec(sr.KafkaCodec)}
+		if sr.KafkaTransactional {
+			e.Transactional, e.ProducerID, e.ProducerEpoch = true, sr.KafkaProducerId, int16(sr.KafkaEpoch)
+		}
 		if s.logAppend {
 			e.LogAppendMs = ms
 		}

@@ -102,7 +102,18 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 	case *kmsg.AlterUserSCRAMCredentialsRequest:
 		return c.alterUserScram(r), nil
 	case *kmsg.InitProducerIDRequest:
+		if r.TransactionalID != nil {
+			return c.initTxnProducer(ctx, r), nil
+		}
 		return c.initProducerID(r), nil
+	case *kmsg.AddPartitionsToTxnRequest:
+		return c.addPartitionsToTxn(ctx, r), nil
+	case *kmsg.AddOffsetsToTxnRequest:
+		return c.addOffsetsToTxn(ctx, r), nil
+	case *kmsg.TxnOffsetCommitRequest:
+		return c.txnOffsetCommit(ctx, r), nil
+	case *kmsg.EndTxnRequest:
+		return c.endTxn(ctx, r), nil
 	}
 	if group, ok := groupOf(req); ok && !c.coordinates(ctx, group) {
 		return notCoordinator(req), nil

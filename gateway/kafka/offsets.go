@@ -32,7 +32,7 @@ func (c *conn) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg
 		for _, rp := range rt.Partitions {
 			p := kmsg.NewListOffsetsResponseTopicPartition()
 			p.Partition = rp.Partition
-			off, ts, err := c.offsetFor(ctx, rt.Topic, rp.Partition, rp.Timestamp)
+			off, ts, err := c.offsetFor(ctx, rt.Topic, rp.Partition, rp.Timestamp, r.Version >= 2 && r.IsolationLevel == 1)
 			if err != nil {
 				p.ErrorCode = kafkaError(err).Code
 				c.log.Debug().Err(err).Str("topic", rt.Topic).Int32("partition", rp.Partition).Msg("kafka list offsets failed")
@@ -45,8 +45,9 @@ func (c *conn) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg
 	return resp
 }
 
-// offsetFor returns the offset and timestamp ListOffsets answers.
-func (c *conn) offsetFor(ctx context.Context, topic string, partition int32, ts int64) (int64, int64, error) {
+// offsetFor returns the offset and timestamp ListOffsets answers; latest
+// is the last stable offset for a read_committed client.
+func (c *conn) offsetFor(ctx context.Context, topic string, partition int32, ts int64, readCommitted bool) (int64, int64, error) {
 	if partition < 0 {
 		return -1, -1, fmt.Errorf("partition %d: %w", partition, errUnknownPartition)
 	}
@@ -58,6 +59,8 @@ func (c *conn) offsetFor(ctx context.Context, topic string, partition int32, ts 
 	switch {
 	case ts == -2:
 		return int64(lo), -1, nil
+	case ts == -1 && readCommitted && first.resp.LastStableOffset != nil:
+		return int64(*first.resp.LastStableOffset), -1, nil
 	case ts == -1:
 		return int64(hi), -1, nil
 	case ts < 0:

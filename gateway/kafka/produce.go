@@ -34,8 +34,10 @@ const maxProducePartitions = 16
 func (c *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) answerer {
 	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	ack, ackErr := produceAck(r.Acks)
-	if ackErr == nil && r.TransactionID != nil {
-		ackErr = fmt.Errorf("transactional id %q: byzlog has no Kafka transactions yet; produce without transactional.id", *r.TransactionID)
+	if ackErr == nil && r.TransactionID != nil && ack != byzlogv1.Ack_ACK_COMMIT {
+		// A transaction's batches are answered once committed: its end
+		// must not commit a batch a block refused after an earlier answer.
+		ackErr = fmt.Errorf("transactional id %q: a transactional producer must use acks=all (-1)", *r.TransactionID)
 	}
 	slots := make(chan struct{}, maxProducePartitions)
 	var wg sync.WaitGroup
@@ -50,9 +52,6 @@ func (c *conn) produce(ctx context.Context, r *kmsg.ProduceRequest) answerer {
 			out.Partition = rp.Partition
 			if ackErr != nil {
 				setProduceError(out, kerr.InvalidRequiredAcks, ackErr)
-				if r.TransactionID != nil {
-					out.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
-				}
 				continue
 			}
 			w := &partitionWrite{out: out}
@@ -248,7 +247,7 @@ func (c *conn) submitBatch(ctx context.Context, topic string, partition uint32, 
 		records[i] = rec
 	}
 	codec := signedCodec(b)
-	if b.ProducerID != -1 {
+	if b.ProducerID != -1 || b.Transactional {
 		return c.submitIdempotent(ctx, signer, topic, partition, b, codec, records, ack)
 	}
 	pub := signer.PublicKey()
@@ -283,7 +282,11 @@ func (c *conn) submitIdempotent(ctx context.Context, signer *wire.Signer, topic 
 	}
 	var sb *byzlogv1.SignedBatch
 	err := c.work(ctx, func() (err error) {
-		sb, err = signer.KafkaBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, uint32(b.Codec), records)
+		if b.Transactional {
+			sb, err = signer.TransactionalBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, uint32(b.Codec), records)
+		} else {
+			sb, err = signer.KafkaBatch(topic, partition, b.ProducerID, int32(b.ProducerEpoch), b.BaseSequence, codec, uint32(b.Codec), records)
+		}
 		return err
 	})
 	if err != nil {

@@ -31,7 +31,11 @@ var handledMin = map[int16]int16{
 	14: 0, // SyncGroup
 	19: 0, // CreateTopics
 	20: 0, // DeleteTopics
-	22: 0, // InitProducerId: idempotent producers (transactional ids refused)
+	22: 0, // InitProducerId: idempotent and transactional producers
+	24: 0, // AddPartitionsToTxn
+	25: 0, // AddOffsetsToTxn
+	26: 0, // EndTxn
+	28: 0, // TxnOffsetCommit
 	32: 0, // DescribeConfigs
 	33: 0, // AlterConfigs
 	37: 0, // CreatePartitions

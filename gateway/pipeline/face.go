@@ -102,6 +102,25 @@ func (g *Gateway) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 	return g.submitChecked(ctx, tx, accepted)
 }
 
+// Txn submits a step of a Kafka transaction and waits for its commit;
+// accepted is as Admin's.
+func (g *Gateway) Txn(ctx context.Context, req *byzlogv1.TxnRequest, accepted func()) (Committed, error) {
+	tx, err := wire.TxnTx(req)
+	if err != nil {
+		return Committed{}, errorf(ErrInvalid, "encode transaction step: %v", err)
+	}
+	return g.submitChecked(ctx, tx, accepted)
+}
+
+// Txns reads Kafka transactional ids and their state (query /txns).
+func (g *Gateway) Txns(ctx context.Context, req *byzlogv1.TxnsRequest) (*byzlogv1.TxnList, error) {
+	var resp byzlogv1.TxnList
+	if err := g.Query(ctx, wire.PathTxns, req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
 // submitChecked runs the chain's stateless checks on tx before it costs a
 // node anything, then submits it.
 func (g *Gateway) submitChecked(ctx context.Context, tx []byte, accepted func()) (Committed, error) {

@@ -89,9 +89,12 @@ type Record struct {
 
 // Batch is one decoded record batch.
 type Batch struct {
-	ProducerID                   int64
-	ProducerEpoch                int16
-	BaseSequence                 int32
+	ProducerID    int64
+	ProducerEpoch int16
+	BaseSequence  int32
+	// Transactional: the batch is its producer's open transaction's
+	// (attribute bit 4).
+	Transactional                bool
 	Codec                        Codec
 	FirstTimestamp, MaxTimestamp int64
 	Records                      []Record
@@ -149,9 +152,7 @@ func decodeOne(b []byte, lim Limits) (Batch, error) {
 	codec := Codec(rb.Attributes & 0x07)
 	switch {
 	case rb.Attributes&0x20 != 0:
-		return Batch{}, fmt.Errorf("%w: a control batch (byzlog has no Kafka transactions)", ErrInvalidRecord)
-	case rb.Attributes&0x10 != 0:
-		return Batch{}, fmt.Errorf("%w: a transactional batch (byzlog has no Kafka transactions; produce without a transactional id)", ErrInvalidRecord)
+		return Batch{}, fmt.Errorf("%w: a control batch: only the chain writes transaction markers", ErrInvalidRecord)
 	case codec > CodecZstd:
 		return Batch{}, fmt.Errorf("%w: unknown compression codec %d", ErrCorrupt, codec)
 	case rb.NumRecords < 0:
@@ -167,7 +168,7 @@ func decodeOne(b []byte, lim Limits) (Batch, error) {
 	if int(rb.NumRecords) > len(raw)/7+1 {
 		return Batch{}, fmt.Errorf("%w: %d records in %d bytes", ErrCorrupt, rb.NumRecords, len(raw))
 	}
-	out := Batch{ProducerID: rb.ProducerID, ProducerEpoch: rb.ProducerEpoch, BaseSequence: rb.FirstSequence,
+	out := Batch{ProducerID: rb.ProducerID, ProducerEpoch: rb.ProducerEpoch, BaseSequence: rb.FirstSequence, Transactional: rb.Attributes&0x10 != 0,
 		Codec: codec, FirstTimestamp: rb.FirstTimestamp, MaxTimestamp: rb.MaxTimestamp,
 		Records: make([]Record, rb.NumRecords)}
 	// What the records may take decoded beyond their bytes: headers.
@@ -266,16 +267,37 @@ func Encode(dst []byte, baseOffset, logAppendMs int64, records []Record) []byte 
 type Encoding struct {
 	// Codec compresses the records (any of Kafka's five).
 	Codec Codec
+	// Transactional marks the batch as its producer's transaction's
+	// (attribute bit 4), under ProducerID and ProducerEpoch: what a
+	// read_committed consumer matches against the aborted transactions.
+	Transactional bool
+	ProducerID    int64
+	ProducerEpoch int16
 	// LogAppendMs, when not 0, is every record's timestamp, as the
 	// log-append time (attribute bit 3); 0 keeps each record's own
 	// TimestampMs, as create time.
 	LogAppendMs int64
+	// control: a transaction marker's batch (EncodeControl).
+	control bool
 }
 
 // EncodeAs appends one v2 batch of records at baseOffset, encoded as e
 // says, with no producer (id and epoch -1, sequence -1).
 func EncodeAs(dst []byte, baseOffset int64, records []Record, e Encoding) []byte {
 	return encode(dst, baseOffset, int32(len(records)), records, e)
+}
+
+// EncodeControl appends a transaction marker at offset: a control batch
+// (attribute bits 4 and 5) of producer id and epoch holding one control
+// record, commit or abort, as Kafka's coordinator writes them.
+func EncodeControl(dst []byte, offset, producerID int64, epoch int16, commit bool, timestampMs int64) []byte {
+	key := []byte{0, 0, 0, 0} // version 0, type 0: abort
+	if commit {
+		key[3] = 1
+	}
+	value := []byte{0, 0, 0, 0, 0, 0} // version 0, coordinator epoch 0
+	return encode(dst, offset, 1, []Record{{Key: key, Value: value, TimestampMs: timestampMs}},
+		Encoding{Transactional: true, ProducerID: producerID, ProducerEpoch: epoch, control: true})
 }
 
 // EncodeGap appends an empty v2 batch that spans offsets baseOffset up to
@@ -316,10 +338,18 @@ func encode(dst []byte, baseOffset int64, span int32, records []Record, e Encodi
 	if e.Codec != CodecNone && len(records) > 0 {
 		body, attrs = deflate(e.Codec, body), attrs|int16(e.Codec)
 	}
+	pid, epoch := int64(-1), int16(-1)
+	if e.Transactional {
+		attrs |= 0x10
+		pid, epoch = e.ProducerID, e.ProducerEpoch
+	}
+	if e.control {
+		attrs |= 0x20
+	}
 	rb := kmsg.RecordBatch{
 		FirstOffset: baseOffset, Length: int32(batchHeaderLen - lengthStart + len(body)), Magic: 2,
 		Attributes: attrs, LastOffsetDelta: span - 1, FirstTimestamp: first, MaxTimestamp: maxTs,
-		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1, NumRecords: int32(len(records)), Records: body,
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: -1, NumRecords: int32(len(records)), Records: body,
 	}
 	start := len(dst)
 	dst = rb.AppendTo(dst)

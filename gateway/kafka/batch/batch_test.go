@@ -158,7 +158,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"short header", good[:30], ErrCorrupt},
 		{"magic 1", magic1, ErrUnsupportedMagic},
 		{"control batch", clientBatch(0x20, 3, raw), ErrInvalidRecord},
-		{"transactional", clientBatch(0x10, 3, raw), ErrInvalidRecord},
+		{"control", clientBatch(0x20, 3, raw), ErrInvalidRecord},
 		{"unknown codec", clientBatch(6, 3, raw), ErrCorrupt},
 		{"count past the bytes", clientBatch(0, 1<<31-1, raw), ErrTooLarge},
 		{"count past the bytes, under the record bound", clientBatch(0, 5000, raw), ErrCorrupt},
