@@ -62,13 +62,10 @@ func TestKafkaCompat(t *testing.T) {
 	if run == "" {
 		run = kgoSubset
 	}
-	// TestTxnEtl needs Kafka transactions, which byzlog does not serve:
-	// its transactional producer cannot start, and its consumers wait for
-	// records until the suite's timeout, which then loses every result.
 	// TestClient_Produce takes ~30 min (20,000 records through 50 workers
 	// sharing 5 KB of buffer: a block a round trip), so the other tests
 	// run beside it.
-	cmd := exec.CommandContext(ctx, suite, "-test.run", run, "-test.skip", "^TestTxnEtl$", "-test.parallel", "8",
+	cmd := exec.CommandContext(ctx, suite, "-test.run", run, "-test.parallel", "8",
 		"-test.v", "-test.timeout", "40m")
 	logLevel := os.Getenv("BYZLOG_KGO_LOG_LEVEL") // the suite's client logs, to debug one test
 	if logLevel == "" {
