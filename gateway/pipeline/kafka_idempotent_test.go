@@ -93,7 +93,7 @@ func (k *kafkaClient) produce(ctx context.Context, records []byte) (error, int64
 // (a failover), and written once; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER,
 // a new batch of an epoch fenced by a newer one INVALID_PRODUCER_EPOCH
 // (a committed one still gets its offsets), and a transactional producer
-// cannot start.
+// gets its producer id from the chain.
 func TestKafkaFaceIdempotentProducer(t *testing.T) {
 	gs := pipeline.StartTestGateways(t, 2, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 3}})
 	a, b := newKafkaClient(t, serveKafkaFace(t, gs[0], nil)), newKafkaClient(t, serveKafkaFace(t, gs[1], nil))
@@ -152,9 +152,17 @@ func TestKafkaFaceIdempotentProducer(t *testing.T) {
 		{"epoch 0 after epoch 1", b, producerBatch(pid, 0, 3, "e"), kerr.InvalidProducerEpoch, -1},
 		{"a retry of epoch 0's first batch (committed: its offsets)", a, first, nil, 0},
 	})
+	// A transactional producer: no timeout is INVALID_TRANSACTION_TIMEOUT;
+	// with one, the chain hands out the producer id (TestKafkaFaceTransactions
+	// runs whole transactions).
 	txn := "t1"
-	if r := a.initProducerID(ctx, 1, -1, -1, &txn); r.ErrorCode != kerr.TransactionalIDAuthorizationFailed.Code {
-		t.Errorf("InitProducerId(transactional id) = error %d, want %d (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)", r.ErrorCode, kerr.TransactionalIDAuthorizationFailed.Code)
+	if r := a.initProducerID(ctx, 1, -1, -1, &txn); r.ErrorCode != kerr.InvalidTransactionTimeout.Code {
+		t.Errorf("InitProducerId(transactional id, no timeout) = error %d, want %d (INVALID_TRANSACTION_TIMEOUT)", r.ErrorCode, kerr.InvalidTransactionTimeout.Code)
+	}
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.Version, req.TransactionalID, req.TransactionTimeoutMillis, req.ProducerID, req.ProducerEpoch = 1, &txn, 60_000, -1, -1
+	if r := a.request(ctx, req).(*kmsg.InitProducerIDResponse); r.ErrorCode != 0 || r.ProducerID < 1<<62 || r.ProducerEpoch != 0 {
+		t.Errorf("InitProducerId(transactional id) = error %d id %d epoch %d, want a chain-given id at epoch 0", r.ErrorCode, r.ProducerID, r.ProducerEpoch)
 	}
 	if got := readPartition(ctx, t, gs[1], 0); got != "a,b,c,d" {
 		t.Errorf("partition 0 = %s, want a,b,c,d (each record once)", got)

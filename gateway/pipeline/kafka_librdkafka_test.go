@@ -151,9 +151,8 @@ func TestKafkaFaceAsyncCommitsLibrdkafka(t *testing.T) {
 // TestKafkaFaceRefusalsLibrdkafka: librdkafka is refused at once, with an
 // error that says why, for a record to an invalid topic name
 // (TOPIC_EXCEPTION; it was UNKNOWN_TOPIC_OR_PARTITION, which librdkafka
-// waits on) and for a transactional producer (a fatal
-// TRANSACTIONAL_ID_AUTHORIZATION_FAILED; it was a retriable
-// COORDINATOR_NOT_AVAILABLE, retried until init_transactions timed out).
+// waits on); a transactional producer's init_transactions succeeds (it was
+// refused before the face served transactions).
 func TestKafkaFaceRefusalsLibrdkafka(t *testing.T) {
 	addr, _ := startKafkaFace(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -173,8 +172,8 @@ func TestKafkaFaceRefusalsLibrdkafka(t *testing.T) {
 	if e := res.InvalidTopic; e.Error == nil || *e.Error != "TOPIC_EXCEPTION" || e.Seconds > 10 {
 		t.Errorf("a record to an invalid topic name: %+v, want TOPIC_EXCEPTION within 10 s", e)
 	}
-	if e := res.Transactional; e.Error == nil || *e.Error != "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" || !e.Fatal || e.Seconds > 10 {
-		t.Errorf("init_transactions: %+v, want a fatal TRANSACTIONAL_ID_AUTHORIZATION_FAILED within 10 s", e)
+	if e := res.Transactional; e.Error != nil || e.Seconds > 10 {
+		t.Errorf("init_transactions: %+v, want it done within 10 s", e)
 	}
 }
 

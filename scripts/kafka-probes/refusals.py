@@ -1,7 +1,7 @@
 """Refusal probe: what librdkafka at its defaults gets, and how soon, for a
-record to an invalid topic name and for a transactional producer (byzlog has
-no Kafka transactions yet). Prints one JSON line: each error and the
-seconds it took.
+record to an invalid topic name, and how soon a transactional producer's
+init_transactions is done. Prints one JSON line: each error (None: none)
+and the seconds it took.
 Usage: refusals.py BOOTSTRAP [INIT_TIMEOUT_SECONDS]"""
 import json
 import os
