@@ -175,6 +175,10 @@ type inflight struct {
 	futs    []jetstream.PubAckFuture
 	ends    map[string]reconcile.End // partitions' ends after the block
 	deleted []string                 // topics it deleted
+	// holdFrom is the height of the first record held back behind an open
+	// transaction after the block (0: none): no height from it on is
+	// acknowledged (Publisher.HoldFrom).
+	holdFrom int64
 }
 
 // follow publishes blocks from the last acknowledged height on, until an
@@ -243,10 +247,11 @@ func (i *Indexer) follow(ctx context.Context, pub *publish.Publisher, acc *publi
 		if err != nil {
 			return err
 		}
-		ends, deleted := reconcile.BlockEnds(b)
+		ends, deleted := pub.Ends(b)
+		i.m.held.Set(float64(pub.Held()))
 		f.times.sent = time.Now()
 		select {
-		case pipe <- inflight{f.height, f.times, futs, ends, deleted}:
+		case pipe <- inflight{f.height, f.times, futs, ends, deleted, pub.HoldFrom()}:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -297,9 +302,13 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 			}
 		}
 		reconcile.Advance(i.ends, f.ends, f.deleted)
-		i.acked.Store(f.height)
+		acked := f.height
+		if f.holdFrom > 0 {
+			acked = max(i.acked.Load(), min(acked, f.holdFrom-1))
+		}
+		i.acked.Store(acked)
 		i.observe(f.times)
-		i.m.height.Set(float64(f.height))
+		i.m.height.Set(float64(acked))
 		if time.Since(last) >= i.cfg.CursorInterval {
 			save(ctx)
 		}

@@ -14,6 +14,7 @@ type Metrics struct {
 	lag            prometheus.Gauge
 	records        prometheus.Counter
 	skipped        prometheus.Counter
+	held           prometheus.Gauge
 	blocks         prometheus.Counter
 	verifyFailures *prometheus.CounterVec
 	publishErrors  prometheus.Counter
@@ -46,6 +47,8 @@ func newMetrics() *Metrics {
 			Help: "Records published to JetStream (a rate of it is records/s)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_records_skipped_total",
 			Help: "Records of replayed blocks not published because their stream already held them."}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_records_held",
+			Help: "Records held back behind open Kafka transactions: a partition publishes nothing past its last stable offset until the transaction there ends."}),
 		blocks: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_blocks_total",
 			Help: "Blocks verified and published."}),
 		verifyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "byzlog_indexer_verification_failures_total",
@@ -76,5 +79,5 @@ func (m *Metrics) publish() publish.Metrics {
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.conflicts, m.lightErrors, m.latency}
+	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.held, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.conflicts, m.lightErrors, m.latency}
 }

@@ -39,6 +39,10 @@ type Record struct {
 	run    *run                   // group mode: its message, acknowledged once all its records are
 	stored *byzlogv1.StoredRecord // verify mode: the record as decoded, to verify
 	acked  atomic.Bool
+	// placeholder: a transaction's marker or an aborted transaction's
+	// record's place (layout.Placeholder): its offset is taken, and it is
+	// not delivered.
+	placeholder bool
 }
 
 // run is a group member's message and how many of its records are not
@@ -98,7 +102,7 @@ func decode(d *layout.Decoder, stream string, m jetstream.Msg, group, keep bool)
 			Key: sr.Key, Value: sr.Value,
 			Timestamp: time.Unix(0, sr.TimestampUnixNano).UTC(), CreateTime: time.Unix(0, sr.CreateTimeUnixNano).UTC(),
 			Producer: ed25519.PublicKey(sr.ProducerKey), Sequence: sr.Sequence,
-			seq: seq, first: i == 0, run: rn,
+			seq: seq, first: i == 0, run: rn, placeholder: layout.Placeholder(sr),
 		}
 		if keep {
 			r.stored = sr

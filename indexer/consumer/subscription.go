@@ -268,6 +268,10 @@ func GroupConsumerName(key ed25519.PrivateKey, group string) string {
 // of one partition come in offset order (in a group, see WithMaxAckPending).
 // In a group, calling Next acks the record it returned before.
 //
+// The stream holds committed records only (package layout): a Kafka
+// transaction's markers and an aborted transaction's records' places are
+// read and never returned, as a read_committed Kafka consumer skips them.
+//
 // A message that is not a byzlog record is reported as ErrMalformed (naming
 // its subject, sequence and header) and skipped. Records missing from a
 // partition are reported as ErrGap before the record after them, which the
@@ -300,7 +304,12 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 	}
 	if r := s.pending; r != nil {
 		s.pending = nil
-		return s.deliver(r), nil
+		if !r.placeholder {
+			return s.deliver(r), nil
+		}
+		if err := s.pass(r); err != nil {
+			return nil, err
+		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -321,7 +330,7 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 			}
 			continue
 		}
-		if v := s.c.o.verifier; v != nil {
+		if v := s.c.o.verifier; v != nil && !r.placeholder {
 			if err := s.verify(ctx, v, r); err != nil {
 				_ = r.Ack() // done for the group too: no member should deliver it
 				return nil, err
@@ -335,8 +344,22 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 			s.pending = r
 			return nil, err
 		}
+		if r.placeholder {
+			if err := s.pass(r); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		return s.deliver(r), nil
 	}
+}
+
+// pass takes r, a placeholder (a transaction's marker, or an aborted
+// transaction's record), as read without delivering it: the partition's
+// position moves past it, and a group is told it is done.
+func (s *Subscription) pass(r *Record) error {
+	s.advance(r)
+	return r.Ack()
 }
 
 // read reads the next message into the queue: its records, decoded. A
@@ -495,6 +518,15 @@ func (s *Subscription) deliver(r *Record) *Record {
 			_ = r.run.msg.InProgress()
 			r.run.touched = now
 		}
+	}
+	s.advance(r)
+	return r
+}
+
+// advance moves r's partition past r, which Next read: its position, and
+// a group member's latest record of it.
+func (s *Subscription) advance(r *Record) {
+	if r.run != nil {
 		if d, ok := s.mine[r.Partition]; !ok || r.seq > d.seq || (r.seq == d.seq && r.Offset > d.offset) {
 			s.mine[r.Partition] = delivered{offset: r.Offset, seq: r.seq}
 		}
@@ -504,7 +536,6 @@ func (s *Subscription) deliver(r *Record) *Record {
 	if r.Offset+1 > s.positions[r.Partition] {
 		s.positions[r.Partition] = r.Offset + 1
 	}
-	return r
 }
 
 // Positions is, per partition, the offset after the last record Next

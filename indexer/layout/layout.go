@@ -6,6 +6,19 @@
 // (value as the payload, everything else in headers). It is pure; the
 // indexer encodes with it and the consumer SDK decodes with it, and any
 // NATS client can read the same headers and protos.
+//
+// Streams hold committed data only, every offset of a partition in order,
+// each once (Kafka's read_committed). A partition with an open Kafka
+// transaction is held back at its last stable offset: the indexer
+// publishes nothing of it from the transaction's first record on, its
+// other producers' records included, until the transaction's marker is
+// committed; then the held records go out in offset order, up to the next
+// open transaction's first. A record of a committed transaction goes out
+// whole (HeaderTransactional). A record of an aborted transaction goes out
+// as its place (HeaderAborted: offset, height, producer and sequence, no
+// key, value or headers), and a marker as itself (HeaderControl, no data),
+// so every offset is in the stream and a consumer's gap check holds; the
+// consumer SDK skips both (Placeholder).
 package layout
 
 import (
@@ -68,6 +81,16 @@ const (
 	// a missing key header and an empty header value are null, as every
 	// record of a chain before rules version 5 is.
 	HeaderEmpty = "Byzlog-Empty"
+	// HeaderTransactional marks a record of a committed Kafka transaction
+	// ("1"; StoredRecord.kafka_transactional).
+	HeaderTransactional = "Byzlog-Kafka-Transactional"
+	// HeaderControl marks a transaction's marker: "commit" or "abort"
+	// (StoredRecord.kafka_control). A marker has no key, value or headers.
+	HeaderControl = "Byzlog-Control"
+	// HeaderAborted marks the place of a record of an aborted transaction
+	// ("1"; StoredRecord.aborted): the record's offset, height, producer
+	// and sequence, and none of its key, value or headers.
+	HeaderAborted = "Byzlog-Aborted"
 	// HeaderRecords marks a run message: its payload is a RecordRun of
 	// this many records (decimal), the first at HeaderOffset. A message
 	// without it carries one record, as above.
@@ -234,6 +257,15 @@ func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
 		h.Set(HeaderKafkaProducer, strconv.FormatInt(r.KafkaProducerId, 10))
 		h.Set(HeaderKafkaEpoch, strconv.FormatInt(int64(r.KafkaEpoch), 10))
 	}
+	if r.KafkaTransactional {
+		h.Set(HeaderTransactional, "1")
+	}
+	if c := r.KafkaControl; c != nil {
+		h.Set(HeaderControl, controlName(c))
+	}
+	if r.Aborted {
+		h.Set(HeaderAborted, "1")
+	}
 	for i, rh := range r.Headers {
 		h.Add(HeaderRecordHeader, base64.StdEncoding.EncodeToString([]byte(rh.Key))+":"+base64.StdEncoding.EncodeToString(rh.Value))
 		if rh.Value != nil && len(rh.Value) == 0 {
@@ -273,12 +305,12 @@ func (e *Encoder) Run(records []*byzlogv1.StoredRecord) (*nats.Msg, error) {
 }
 
 // Split is how many of records, from the first, the next run message
-// takes: at most max records (at least 1), and no more than fit
-// MaxRunBytes, but always one.
+// takes: at most max records (at least 1), all of the first's block, and
+// no more than fit MaxRunBytes, but always one.
 func Split(records []*byzlogv1.StoredRecord, max int) int {
 	size := 0
 	for i, r := range records {
-		if i == max {
+		if i == max || r.Height != records[0].Height {
 			return i
 		}
 		size += runEntrySize(r)
@@ -501,6 +533,26 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 		}
 		r.KafkaEpoch = int32(e)
 	}
+	for _, f := range []struct {
+		name string
+		dst  *bool
+	}{{HeaderTransactional, &r.KafkaTransactional}, {HeaderAborted, &r.Aborted}} {
+		switch v := h.Values(f.name); {
+		case len(v) == 0:
+		case v[0] == "1":
+			*f.dst = true
+		default:
+			return nil, fmt.Errorf("message on %s: header %s = %q: want 1 or no header", subject, f.name, v[0])
+		}
+	}
+	if v := h.Values(HeaderControl); len(v) > 0 {
+		switch v[0] {
+		case "commit", "abort":
+			r.KafkaControl = &byzlogv1.KafkaControl{Commit: v[0] == "commit"}
+		default:
+			return nil, fmt.Errorf("message on %s: header %s = %q: want commit or abort", subject, HeaderControl, v[0])
+		}
+	}
 	for i, v := range h.Values(HeaderRecordHeader) {
 		k, val, ok := strings.Cut(v, ":")
 		kb, err1 := base64.StdEncoding.DecodeString(k)
@@ -571,3 +623,36 @@ type PartitionCount struct {
 // SameRecord compares two records as NATS carries them: everything, null
 // against empty included (the layout keeps the difference).
 func SameRecord(a, b *byzlogv1.StoredRecord) bool { return proto.Equal(a, b) }
+
+// controlName is a marker's HeaderControl value.
+func controlName(c *byzlogv1.KafkaControl) string {
+	if c.Commit {
+		return "commit"
+	}
+	return "abort"
+}
+
+// Aborted is what the indexer publishes in the place of r, a record of an
+// aborted transaction: r without its key, value and headers, marked
+// aborted.
+func Aborted(r *byzlogv1.StoredRecord) *byzlogv1.StoredRecord {
+	a := proto.Clone(r).(*byzlogv1.StoredRecord)
+	a.Key, a.Value, a.Headers, a.Aborted = nil, nil, nil, true
+	return a
+}
+
+// Placeholder reports whether r holds an offset and no data for a reader
+// of committed records: a transaction's marker, or the place of an aborted
+// transaction's record. Consumers skip it; it tells them the offset is
+// not missing.
+func Placeholder(r *byzlogv1.StoredRecord) bool { return r.Aborted || r.KafkaControl != nil }
+
+// SamePublished reports whether a, a record as a stream holds it, is b,
+// the chain's record at its offset, as the indexer publishes it: b itself,
+// or, for an aborted transaction's, its place (Aborted).
+func SamePublished(a, b *byzlogv1.StoredRecord) bool {
+	if a.Aborted && !b.Aborted {
+		return SameRecord(a, Aborted(b))
+	}
+	return SameRecord(a, b)
+}

@@ -72,6 +72,13 @@ func TestMessageRoundTrip(t *testing.T) {
 		// what the chain committed, so the message carries them.
 		{Topic: "t", Offset: 2, Height: 1, ProducerKey: make([]byte, 32), Sequence: 7, KafkaProducerId: 1 << 40, KafkaEpoch: 3},
 		{Topic: "t", Offset: 3, Height: 1, ProducerKey: make([]byte, 32), KafkaProducerId: 0, KafkaEpoch: -1},
+		// A Kafka transaction's: a committed record, a marker of each
+		// kind, an aborted record's place.
+		{Topic: "t", Offset: 4, Height: 2, ProducerKey: make([]byte, 32), Value: []byte("v"), KafkaProducerId: 1 << 62, KafkaEpoch: 1, KafkaTransactional: true},
+		{Topic: "t", Offset: 5, Height: 2, ProducerKey: make([]byte, 32), KafkaProducerId: 1 << 62, KafkaEpoch: 1, KafkaControl: &byzlogv1.KafkaControl{Commit: true}},
+		{Topic: "t", Offset: 6, Height: 2, ProducerKey: make([]byte, 32), KafkaProducerId: 1 << 62, KafkaEpoch: 1, KafkaControl: &byzlogv1.KafkaControl{}},
+		layout.Aborted(&byzlogv1.StoredRecord{Topic: "t", Offset: 7, Height: 2, ProducerKey: make([]byte, 32), Key: []byte("k"), Value: []byte("secret"),
+			Headers: []*byzlogv1.RecordHeader{{Key: "h"}}, KafkaProducerId: 1 << 62, KafkaEpoch: 1, KafkaTransactional: true}),
 	} {
 		m := layout.Message(r)
 		if got := m.Header.Get(nats.MsgIdHdr); got != "" {
@@ -310,6 +317,44 @@ func TestRunRoundTrip(t *testing.T) {
 	}
 }
 
+// TestTransactionPlaces: an aborted transaction's record goes out as its
+// place, with none of its data, and both it and a marker read back as
+// placeholders, and as the chain's record (SamePublished).
+func TestTransactionPlaces(t *testing.T) {
+	r := &byzlogv1.StoredRecord{Topic: "t", Offset: 7, Height: 2, ProducerKey: make([]byte, 32), Key: []byte("k"), Value: []byte("secret"),
+		Headers: []*byzlogv1.RecordHeader{{Key: "h", Value: []byte("x")}}, KafkaProducerId: 9, KafkaEpoch: 1, KafkaTransactional: true}
+	a := layout.Aborted(r)
+	m := layout.Message(a)
+	if len(m.Data) != 0 || m.Header.Get(layout.HeaderKey) != "" || len(m.Header.Values(layout.HeaderRecordHeader)) != 0 || m.Header.Get(layout.HeaderAborted) != "1" {
+		t.Fatalf("an aborted record's place carries data: %q %v", m.Data, m.Header)
+	}
+	if r.Value == nil || len(r.Headers) != 1 {
+		t.Fatal("Aborted changed the chain's record")
+	}
+	back, err := layout.Record(m.Subject, m.Header, m.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !layout.Placeholder(back) || !layout.SamePublished(back, r) {
+		t.Errorf("place %v: placeholder %v, same as the chain's record %v", back, layout.Placeholder(back), layout.SamePublished(back, r))
+	}
+	other := proto.Clone(r).(*byzlogv1.StoredRecord)
+	other.Sequence++
+	if layout.SamePublished(back, other) {
+		t.Error("a place matches a record at its offset with another sequence")
+	}
+	if layout.Placeholder(r) || !layout.Placeholder(&byzlogv1.StoredRecord{KafkaControl: &byzlogv1.KafkaControl{}}) {
+		t.Error("Placeholder: a record is one, or a marker is not")
+	}
+	for _, bad := range []struct{ header, value string }{{layout.HeaderControl, "maybe"}, {layout.HeaderAborted, "yes"}, {layout.HeaderTransactional, "0"}} {
+		m := layout.Message(r)
+		m.Header.Set(bad.header, bad.value)
+		if _, err := layout.Record(m.Subject, m.Header, m.Data); err == nil || !strings.Contains(err.Error(), bad.header) {
+			t.Errorf("%s: %q: %v, want an error naming the header", bad.header, bad.value, err)
+		}
+	}
+}
+
 // TestRunRefusesWhatIsNotARun: what the subject, headers and payload must
 // agree on, each broken once.
 func TestRunRefusesWhatIsNotARun(t *testing.T) {
@@ -392,6 +437,15 @@ func TestSplit(t *testing.T) {
 		if got > 1 && len(m.Data) > layout.MaxRunBytes {
 			t.Errorf("a run of %d records is %d bytes, past MaxRunBytes", got, len(m.Data))
 		}
+	}
+	// A run is one block's: records held back behind a transaction go out
+	// together with later blocks' records.
+	rs := runOf(0, 10, 10)
+	for _, r := range rs[4:] {
+		r.Height++
+	}
+	if got := layout.Split(rs, 256); got != 4 {
+		t.Errorf("Split across a block boundary at 4: %d", got)
 	}
 }
 

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -55,6 +56,10 @@ type Publisher struct {
 	AckAllThrough int64
 	enc           layout.Encoder
 	log           zerolog.Logger
+	// holds are the partitions held back behind open transactions, by
+	// reconcile.Key; out what the last Publish sent or skipped of each.
+	holds map[string]*hold
+	out   map[string]outRange
 }
 
 // held is what the publisher knows a stream holds: its last sequence once
@@ -86,7 +91,8 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*P
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: log}
+	p := &Publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: log,
+		holds: map[string]*hold{}, out: map[string]outRange{}}
 	if err := p.EnsureCursorBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -155,6 +161,7 @@ func (p *Publisher) Reset() {
 	clear(p.held)
 	clear(p.streams)
 	clear(p.formats)
+	clear(p.holds) // the indexer publishes again from before the first held
 	p.blocks, p.blockAt = nil, nil
 	p.blockNext = 0
 }
@@ -361,7 +368,7 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 		}
 		r = rs[end-1-first]
 	}
-	if want := part.Records[r.Offset-root.FirstOffset]; !layout.SameRecord(r, want) {
+	if want := part.Records[r.Offset-root.FirstOffset]; !layout.SamePublished(r, want) {
 		return 0, false, reconcile.Foreign(name, subject, m.Sequence, fmt.Sprintf("a record at offset %d (height %d) that is not the one the chain committed at that offset (height %d)", r.Offset, r.Height, want.Height))
 	}
 	return r.Offset + 1, ahead, nil
@@ -522,6 +529,7 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 			if err = p.dropStream(ctx, c.Name); err == nil {
 				err = p.forgetTopic(ctx, c.Name)
 			}
+			p.dropHolds(c.Name)
 		case c.Config != nil:
 			if err = p.keepTopic(ctx, c.Name, c.Config); err == nil {
 				_, err = p.topicStream(ctx, c.Name, c.Config)
@@ -536,6 +544,7 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 	if err := p.syncTopics(ctx, b.Appended.Partitions); err != nil {
 		return nil, err
 	}
+	clear(p.out)
 	for _, part := range b.Appended.Partitions {
 		root := part.Root
 		info.Records = append(info.Records, layout.PartitionCount{Topic: root.Topic, Partition: root.Partition, FirstOffset: root.FirstOffset, Count: root.Count})
@@ -545,20 +554,40 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 		h := p.held[root.Topic]
 		perMessage := p.formats[layout.StreamName(root.Topic)]
 		next := h.next[root.Partition]
+		k := reconcile.Key(root.Topic, root.Partition)
+		out := p.out[k]
 		rest := part.Records
 		for len(rest) > 0 && rest[0].Offset < next {
 			m.Skipped.Inc()
+			out.last = rest[0]
 			rest = rest[1:]
 		}
-		for len(rest) > 0 {
-			msg, n, err := p.message(rest, perMessage)
+		ho := p.holds[k]
+		if ho == nil {
+			ho = &hold{}
+			p.holds[k] = ho
+		}
+		var ready []*byzlogv1.StoredRecord
+		for _, r := range rest {
+			ready = append(ready, ho.add(r)...)
+		}
+		if ho.first() == nil {
+			delete(p.holds, k)
+		}
+		if len(ready) > 0 {
+			out.first = cmp.Or(out.first, ready[0])
+			out.last = ready[len(ready)-1]
+		}
+		p.out[k] = out
+		for len(ready) > 0 {
+			msg, n, err := p.message(ready, perMessage)
 			if err != nil {
 				return nil, err
 			}
 			outs = append(outs, outMsg{h, msg})
-			next = rest[n-1].Offset + 1
+			next = ready[n-1].Offset + 1
 			m.Records.Add(float64(n))
-			rest = rest[n:]
+			ready = ready[n:]
 		}
 		h.next[root.Partition] = next
 		if h.ahead[root.Partition] {

@@ -101,17 +101,24 @@ func subjectMessages(t *testing.T, js jetstream.JetStream, topic string, p uint3
 // partition's subject, in one-record and run messages.
 func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) uint64 {
 	t.Helper()
+	return uint64(len(subjectRecords(t, js, topic, p)))
+}
+
+// subjectRecords are the records the topic's stream holds on the
+// partition's subject, in stream order.
+func subjectRecords(t *testing.T, js jetstream.JetStream, topic string, p uint32) []*byzlogv1.StoredRecord {
+	t.Helper()
 	ctx := context.Background()
 	st, err := js.Stream(ctx, layout.StreamName(topic))
 	if err != nil {
 		t.Fatal(err)
 	}
 	subject := layout.Subject(topic, p)
-	n := uint64(0)
+	var out []*byzlogv1.StoredRecord
 	for seq := uint64(1); ; {
 		m, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return n
+			return out
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +127,7 @@ func subjectCount(t *testing.T, js jetstream.JetStream, topic string, p uint32) 
 		if err != nil {
 			t.Fatalf("%s sequence %d: %v", subject, m.Sequence, err)
 		}
-		n += uint64(len(rs))
+		out = append(out, rs...)
 		seq = m.Sequence + 1
 	}
 }

@@ -63,7 +63,12 @@ type StoredRecord struct {
 	// the transaction of kafka_producer_id and kafka_epoch in this partition,
 	// written by the chain with no key or value; producer_key is the
 	// transaction's owner.
-	KafkaControl  *KafkaControl `protobuf:"bytes,16,opt,name=kafka_control,json=kafkaControl,proto3" json:"kafka_control,omitempty"`
+	KafkaControl *KafkaControl `protobuf:"bytes,16,opt,name=kafka_control,json=kafkaControl,proto3" json:"kafka_control,omitempty"`
+	// Never set by the chain: what the indexer publishes to NATS in the place
+	// of a record of an aborted transaction (indexer/layout), the record with
+	// no key, value or headers, so that readers of committed data see its
+	// offset taken and none of its data.
+	Aborted       bool `protobuf:"varint,17,opt,name=aborted,proto3" json:"aborted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -208,6 +213,13 @@ func (x *StoredRecord) GetKafkaControl() *KafkaControl {
 		return x.KafkaControl
 	}
 	return nil
+}
+
+func (x *StoredRecord) GetAborted() bool {
+	if x != nil {
+		return x.Aborted
+	}
+	return false
 }
 
 // KafkaControl is a transaction marker: commit, or abort.
@@ -4190,7 +4202,7 @@ var File_byzlog_v1_state_proto protoreflect.FileDescriptor
 
 const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\xe8\x04\n" +
+	"\x15byzlog/v1/state.proto\x12\tbyzlog.v1\x1a\x12byzlog/v1/tx.proto\"\x82\x05\n" +
 	"\fStoredRecord\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -4210,7 +4222,8 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vkafka_codec\x18\x0e \x01(\rR\n" +
 	"kafkaCodec\x12/\n" +
 	"\x13kafka_transactional\x18\x0f \x01(\bR\x12kafkaTransactional\x12<\n" +
-	"\rkafka_control\x18\x10 \x01(\v2\x17.byzlog.v1.KafkaControlR\fkafkaControlB\x06\n" +
+	"\rkafka_control\x18\x10 \x01(\v2\x17.byzlog.v1.KafkaControlR\fkafkaControl\x12\x18\n" +
+	"\aaborted\x18\x11 \x01(\bR\aabortedB\x06\n" +
 	"\x04_keyB\b\n" +
 	"\x06_value\"&\n" +
 	"\fKafkaControl\x12\x16\n" +

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +13,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 )
 
 // checkKafkaFace runs kcat (librdkafka, from Debian) against the Kafka face
@@ -86,6 +91,76 @@ func checkKafkaFace(ctx context.Context, t *testing.T, dir, broker, natsURL stri
 		t.Fatalf("kcat -G after the group committed read %v, want only the 2 new records", got)
 	}
 	t.Log("kcat -G consumed with a group and resumed from its committed offsets")
+}
+
+// checkKafkaTransactions runs a franz-go transactional producer against
+// the Kafka face of the cluster checkKafkaFace ran on, whose topic orders
+// holds 19 records then: it commits three records, aborts three, commits
+// two. kcat (librdkafka reads committed data by default) and byzlog
+// consume (NATS holds committed data only) read the five committed and
+// none of the aborted, the 19 before them included.
+func checkKafkaTransactions(ctx context.Context, t *testing.T, dir, broker, natsURL string, bin func(name, stdin string, args ...string) string) {
+	t.Helper()
+	pw, err := os.ReadFile(filepath.Join(dir, "kafka", "byzlog.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(dir, "tls", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DialTLSConfig(&tls.Config{RootCAs: pool}),
+		kgo.SASL(plain.Auth{User: "byzlog", Pass: strings.TrimSpace(string(pw))}.AsMechanism()),
+		kgo.TransactionalID("e2e-orders"), kgo.DefaultProduceTopic("orders"), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	txn := func(commit bool, values ...string) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range values {
+			if err := cl.ProduceSync(ctx, kgo.StringRecord(v)).FirstErr(); err != nil {
+				t.Fatalf("transactional produce of %s: %v", v, err)
+			}
+		}
+		if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+			t.Fatalf("end transaction (commit %v): %v", commit, err)
+		}
+	}
+	txn(true, "txn-c1", "txn-c2", "txn-c3")
+	txn(false, "txn-a1", "txn-a2", "txn-a3")
+	txn(true, "txn-d1", "txn-d2")
+	committed := []string{"txn-c1", "txn-c2", "txn-c3", "txn-d1", "txn-d2"}
+	check := func(who, out string) {
+		t.Helper()
+		for _, v := range committed {
+			if !strings.Contains(out, v) {
+				t.Fatalf("%s lacks %s, which a transaction committed:\n%s", who, v, out)
+			}
+		}
+		if strings.Contains(out, "txn-a") {
+			t.Fatalf("%s read a record of the aborted transaction:\n%s", who, out)
+		}
+	}
+	c := exec.CommandContext(ctx, "kcat", "-C", "-t", "orders", "-o", "beginning", "-e", "-q", "-f", "%s\n", "-b", broker, "-X", "security.protocol=SASL_SSL",
+		"-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=byzlog", "-X", "sasl.password="+strings.TrimSpace(string(pw)), "-X", "ssl.ca.location="+filepath.Join(dir, "tls", "ca.pem"))
+	out, err := c.Output()
+	if err != nil {
+		t.Fatalf("kcat: %v\n%s", err, out)
+	}
+	if n := len(strings.Fields(string(out))); n != 24 {
+		t.Fatalf("kcat read %d records of orders, want 24 (19 and the 5 committed):\n%s", n, out)
+	}
+	check("kcat (read_committed)", string(out))
+	consumed := bin("byzlog", "", "consume", "orders", "--count", "24", "--timeout", "30s", "--nats", natsURL, "--tls-ca", filepath.Join(dir, "tls", "ca.pem"),
+		"--nats-tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--nats-password-file", filepath.Join(dir, "nats", "consumer.password"))
+	check("byzlog consume (NATS)", consumed)
+	t.Log("a franz-go transactional producer committed 3, aborted 3, committed 2; kcat and byzlog consume read the 5 committed and none aborted")
 }
 
 func sorted(s []string) []string {
