@@ -38,6 +38,11 @@ type Config struct {
 	// format it was made with (its metadata layout.FormatMetadata), which
 	// every indexer follows.
 	RecordsPerMessage int
+	// MaxHeldBytes bounds the records held back in memory behind open Kafka
+	// transactions (package layout: a partition publishes nothing past its
+	// last stable offset). Past it a partition's held records are dropped
+	// and read again from the chain once the transaction ends.
+	MaxHeldBytes int
 	// PollInterval is how often nodes are asked for new blocks.
 	PollInterval time.Duration
 	// CursorInterval is how often the cursor is saved.
@@ -74,7 +79,8 @@ type Config struct {
 
 // Default returns the defaults: 168 h trusting period, id "indexer",
 // start at height 1, 1 replica, 10 min duplicate window, 8192 pending
-// publishes, up to 256 records a message, 100 ms polling, cursor saved every second, RPC responses up
+// publishes, up to 256 records a message, 256 MiB held behind open
+// transactions, 100 ms polling, cursor saved every second, RPC responses up
 // to 16 MiB, a minute's wait for a new chain's first block, 10 s to reach
 // NATS, 30 s for a publish's acknowledgement, retries after 100 ms doubling
 // to 5 s, 2 s to save the cursor on stop, progress reported every 10 s
@@ -88,6 +94,7 @@ func Default() Config {
 		Replicas:          pub.Replicas,
 		MaxPending:        pub.MaxPending,
 		RecordsPerMessage: pub.RecordsPerMessage,
+		MaxHeldBytes:      pub.MaxHeldBytes,
 		PollInterval:      100 * time.Millisecond,
 		CursorInterval:    time.Second,
 
@@ -106,7 +113,7 @@ func Default() Config {
 // publishing is the part of c the publisher takes.
 func (c Config) publishing() publish.Config {
 	return publish.Config{ChainID: c.ChainID, ID: c.ID, Replicas: c.Replicas, MaxPending: c.MaxPending, RecordsPerMessage: c.RecordsPerMessage,
-		PublishAckTimeout: c.PublishAckTimeout, GenesisTopics: c.GenesisTopics, Authz: c.Authz}
+		PublishAckTimeout: c.PublishAckTimeout, MaxHeldBytes: c.MaxHeldBytes, GenesisTopics: c.GenesisTopics, Authz: c.Authz}
 }
 
 // DefaultRecordsPerMessage is RecordsPerMessage's default, and
@@ -132,6 +139,8 @@ func (c Config) Validate() error {
 		return errors.New("max_pending must be at least 1")
 	case c.RecordsPerMessage < 1 || c.RecordsPerMessage > MaxRecordsPerMessage:
 		return fmt.Errorf("records_per_message (%d) must be between 1 (a message per record) and %d", c.RecordsPerMessage, MaxRecordsPerMessage)
+	case c.MaxHeldBytes < 1<<20:
+		return fmt.Errorf("max_held_bytes (%d) must be at least 1 MiB (1048576)", c.MaxHeldBytes)
 	case c.PollInterval <= 0 || c.CursorInterval <= 0:
 		return fmt.Errorf("poll_interval (%s) and cursor_interval (%s) must be positive", c.PollInterval, c.CursorInterval)
 	case c.ValidateResponses() != nil:

@@ -24,7 +24,11 @@ type Indexer struct {
 	nc    *nats.Conn
 	v     *verify.Verifier
 	acked atomic.Int64 // last height fully acknowledged by JetStream
-	tip   atomic.Int64
+	// followed is the last height whose records JetStream acknowledged
+	// but those held back behind open transactions (publish.HoldFrom):
+	// acked, or past it while a transaction holds a partition back.
+	followed atomic.Int64
+	tip      atomic.Int64
 	// ends is each partition's end as far as JetStream acknowledged (at
 	// acked): what the streams must hold (package reconcile). Only the running
 	// follow's acknowledge goroutine, or Run between follows, touches it.
@@ -57,8 +61,13 @@ var errNATSBuffers = errors.New("the indexer's NATS connection buffers publishes
 // Metrics returns the indexer's collectors.
 func (i *Indexer) Metrics() *Metrics { return i.m }
 
-// Progress is the last fully published height and the chain's height.
-func (i *Indexer) Progress() (published, chain int64) { return i.acked.Load(), i.tip.Load() }
+// Progress is the last published height and the chain's height: the
+// last height whose records are all acknowledged by JetStream, but those
+// held back behind open Kafka transactions, which wait on their clients,
+// not on the indexer.
+func (i *Indexer) Progress() (published, chain int64) {
+	return max(i.acked.Load(), i.followed.Load()), i.tip.Load()
+}
 
 // Run indexes until ctx ends. Failures (a node, NATS, verification) are
 // logged and retried from the last acknowledged height; it returns only
@@ -127,6 +136,11 @@ func (i *Indexer) afterFollow(err error, progressed bool, backoff time.Duration,
 		backoff = i.cfg.RetryBackoff
 	}
 	resume := i.acked.Load()
+	if errors.Is(err, publish.ErrReplay) {
+		i.m.replays.Inc()
+		i.log.Info().Err(err).Int64("resume_after", resume).Msg("a transaction that held back records past the memory bound ended")
+		return 0, backoff
+	}
 	if errors.Is(err, publish.ErrOtherWriter) {
 		i.m.conflicts.Inc()
 		if !progressed {
@@ -164,6 +178,7 @@ func (i *Indexer) reconcile(ctx context.Context, pub *publish.Publisher) error {
 		i.log.Warn().Int64("acknowledged", acked).Int64("from", from).Str("why", why).Msg("a stream lost records JetStream acknowledged; publishing them again")
 		i.m.rewinds.Inc()
 		i.acked.Store(from - 1)
+		i.followed.Store(from - 1)
 	}
 	return nil
 }
@@ -248,7 +263,9 @@ func (i *Indexer) follow(ctx context.Context, pub *publish.Publisher, acc *publi
 			return err
 		}
 		ends, deleted := pub.Ends(b)
-		i.m.held.Set(float64(pub.Held()))
+		records, bytes, _ := pub.Held()
+		i.m.held.Set(float64(records))
+		i.m.heldBytes.Set(float64(bytes))
 		f.times.sent = time.Now()
 		select {
 		case pipe <- inflight{f.height, f.times, futs, ends, deleted, pub.HoldFrom()}:
@@ -256,6 +273,9 @@ func (i *Indexer) follow(ctx context.Context, pub *publish.Publisher, acc *publi
 			return context.Cause(ctx)
 		}
 		i.m.blocks.Inc()
+		if from := pub.Replay(); from > 0 {
+			return fmt.Errorf("%w: from height %d", publish.ErrReplay, from)
+		}
 	}
 }
 
@@ -307,6 +327,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 			acked = max(i.acked.Load(), min(acked, f.holdFrom-1))
 		}
 		i.acked.Store(acked)
+		i.followed.Store(f.height)
 		i.observe(f.times)
 		i.m.height.Set(float64(acked))
 		if time.Since(last) >= i.cfg.CursorInterval {

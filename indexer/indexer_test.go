@@ -35,6 +35,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad id", func(c *Config) { c.ID = "a.b" }, "id"},
 		{"replicas", func(c *Config) { c.Replicas = 7 }, "replicas"},
 		{"start", func(c *Config) { c.StartHeight = 0 }, "start_height"},
+		{"held", func(c *Config) { c.MaxHeldBytes = 1000 }, "max_held_bytes"},
 		{"plaintext node", func(c *Config) { c.Nodes = []string{"https://a:1", "http://b:1"} }, "plaintext RPC"},
 	} {
 		c := good

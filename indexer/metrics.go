@@ -15,6 +15,8 @@ type Metrics struct {
 	records        prometheus.Counter
 	skipped        prometheus.Counter
 	held           prometheus.Gauge
+	heldBytes      prometheus.Gauge
+	replays        prometheus.Counter
 	blocks         prometheus.Counter
 	verifyFailures *prometheus.CounterVec
 	publishErrors  prometheus.Counter
@@ -36,19 +38,23 @@ const (
 func newMetrics() *Metrics {
 	return &Metrics{
 		height: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_height",
-			Help: "Last height whose records and block message JetStream has acknowledged."}),
+			Help: "Last height whose records and block message JetStream has acknowledged, all of them: the cursor (records held back behind an open Kafka transaction keep it before their block)."}),
 		progress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_reported_height",
 			Help: "Last published height reported to the chain (progress reports): nodes prune no block above it."}),
 		tip: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_chain_height",
 			Help: "Highest height a node reported."}),
 		lag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_lag_blocks",
-			Help: "Chain height minus the last fully published height."}),
+			Help: "Chain height minus the last published height (records held back behind open Kafka transactions do not count: byzlog_indexer_records_held)."}),
 		records: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_records_published_total",
 			Help: "Records published to JetStream (a rate of it is records/s)."}),
 		skipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_records_skipped_total",
 			Help: "Records of replayed blocks not published because their stream already held them."}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_records_held",
 			Help: "Records held back behind open Kafka transactions: a partition publishes nothing past its last stable offset until the transaction there ends."}),
+		heldBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "byzlog_indexer_held_bytes",
+			Help: "Bytes of the records held back behind open Kafka transactions (bounded by --max-held-bytes)."}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_held_replays_total",
+			Help: "times records held back past --max-held-bytes were dropped and, once their transaction ended, the blocks from theirs were published again."}),
 		blocks: prometheus.NewCounter(prometheus.CounterOpts{Name: "byzlog_indexer_blocks_total",
 			Help: "Blocks verified and published."}),
 		verifyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "byzlog_indexer_verification_failures_total",
@@ -79,5 +85,5 @@ func (m *Metrics) publish() publish.Metrics {
 
 // Collectors lists the collectors to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.held, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.conflicts, m.lightErrors, m.latency}
+	return []prometheus.Collector{m.height, m.progress, m.tip, m.lag, m.records, m.skipped, m.held, m.heldBytes, m.replays, m.blocks, m.verifyFailures, m.publishErrors, m.rewinds, m.conflicts, m.lightErrors, m.latency}
 }

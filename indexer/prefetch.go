@@ -78,7 +78,7 @@ func (i *Indexer) prefetch(ctx context.Context, h int64, out chan<- *fetching) {
 			tip = t
 			i.tip.Store(i.v.LastTip())
 			i.m.tip.Set(float64(i.v.LastTip()))
-			i.m.lag.Set(float64(i.v.LastTip() - i.acked.Load()))
+			i.m.lag.Set(float64(i.v.LastTip() - max(i.acked.Load(), i.followed.Load())))
 			if h < tip {
 				break
 			}

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/byzlog/byzlog/abciapp/core"
+	"github.com/byzlog/byzlog/indexer/internal/natstest"
 	"github.com/byzlog/byzlog/indexer/layout"
 	"github.com/byzlog/byzlog/indexer/reconcile"
 	"github.com/byzlog/byzlog/indexer/verify"
@@ -35,7 +38,8 @@ func TestHold(t *testing.T) {
 		{"a marker with nothing held", "c1 p", []string{"0m", "1"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var h hold
+			h := hold{key: "t/0"}
+			decided := map[txnKey]bool{}
 			for i, w := range strings.Fields(c.in) {
 				r := &byzlogv1.StoredRecord{Offset: uint64(i), Value: []byte("v")}
 				switch w[0] {
@@ -48,7 +52,7 @@ func TestHold(t *testing.T) {
 					fmt.Sscan(w[1:], &r.KafkaProducerId)
 				}
 				var got []string
-				for _, o := range h.add(r) {
+				for _, o := range h.add(r, decided) {
 					s := fmt.Sprint(o.Offset)
 					switch {
 					case o.Aborted:
@@ -209,6 +213,75 @@ func TestPublishHoldsOpenTransactions(t *testing.T) {
 				if !r.Aborted && r.KafkaControl == nil && string(r.Value) != fmt.Sprintf("1-%d", r.Offset) {
 					t.Errorf("record %d: value %q", r.Offset, r.Value)
 				}
+			}
+		})
+	}
+}
+
+// follow publishes blocks as the indexer's follow does: in height order,
+// acknowledging a height only below HoldFrom, and on Replay resetting and
+// going on after the acknowledged height. It returns how many replays
+// there were.
+func follow(ctx context.Context, t *testing.T, p *Publisher, blocks []*verify.Block) int {
+	t.Helper()
+	acked, replays := int64(0), 0
+	for h := int64(1); h <= int64(len(blocks)); h++ {
+		futs, err := p.Publish(ctx, blocks[h-1], testMetrics())
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitAll(t, futs)
+		next := h
+		if from := p.HoldFrom(); from > 0 {
+			next = max(acked, min(h, from-1))
+		}
+		acked = next
+		if p.Replay() > 0 {
+			if replays++; replays > 10 {
+				t.Fatal("replaying without end")
+			}
+			p.Reset()
+			h = acked
+		}
+	}
+	return replays
+}
+
+// TestHeldPastTheBound: with room for almost nothing held, the partitions
+// behind open transactions go lean and are published again once the
+// transaction ends, and the streams end as they do with room for all.
+func TestHeldPastTheBound(t *testing.T) {
+	blocks := txnBlocks(
+		"0:p 0:t7 1:t7 1:p 0:t9",
+		"0:p 1:p 0:p",
+		"0:c7 1:c7 0:p",
+		"0:t8 1:p 1:t8 0:a9",
+		"0:a8 1:a8 1:p",
+		"0:p",
+	)
+	want := map[uint32]string{0: "0 1 2x 3 4 5m 6 7x 8m 9m 10", 1: "0 1 2 3m 4 5x 6m 7"}
+	for _, bound := range []int{256 << 20, 1} {
+		t.Run(fmt.Sprint(bound), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cfg := Default()
+			cfg.ChainID = "c"
+			cfg.MaxHeldBytes = bound
+			p, err := New(ctx, natstest.Start(t), cfg, zerolog.Nop())
+			if err != nil {
+				t.Fatal(err)
+			}
+			replays := follow(ctx, t, p, blocks)
+			if bound == 1 && replays == 0 {
+				t.Error("no replay with a bound of 1 byte")
+			}
+			for part, w := range want {
+				if got := placesOf(subjectRecords(t, p.JetStream(), "t", part)); got != w {
+					t.Errorf("partition %d holds %q, want %q (%d replays)", part, got, w, replays)
+				}
+			}
+			if len(p.decided) != 0 || p.HoldFrom() != 0 {
+				t.Errorf("left: %d outcomes, held from %d", len(p.decided), p.HoldFrom())
 			}
 		})
 	}

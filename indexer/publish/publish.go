@@ -58,8 +58,9 @@ type Publisher struct {
 	log           zerolog.Logger
 	// holds are the partitions held back behind open transactions, by
 	// reconcile.Key; out what the last Publish sent or skipped of each.
-	holds map[string]*hold
-	out   map[string]outRange
+	holds   map[string]*hold
+	out     map[string]outRange
+	decided map[txnKey]bool // outcomes learned while a hold was lean (hold)
 }
 
 // held is what the publisher knows a stream holds: its last sequence once
@@ -92,7 +93,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*P
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: log,
-		holds: map[string]*hold{}, out: map[string]outRange{}}
+		holds: map[string]*hold{}, out: map[string]outRange{}, decided: map[txnKey]bool{}}
 	if err := p.EnsureCursorBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -564,14 +565,15 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 		}
 		ho := p.holds[k]
 		if ho == nil {
-			ho = &hold{}
+			ho = &hold{key: k}
 			p.holds[k] = ho
 		}
 		var ready []*byzlogv1.StoredRecord
 		for _, r := range rest {
-			ready = append(ready, ho.add(r)...)
+			ready = append(ready, ho.add(r, p.decided)...)
 		}
-		if ho.first() == nil {
+		p.bound(ho)
+		if ho.done() {
 			delete(p.holds, k)
 		}
 		if len(ready) > 0 {
