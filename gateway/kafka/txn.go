@@ -102,6 +102,8 @@ func (c *conn) initTxnProducer(ctx context.Context, r *kmsg.InitProducerIDReques
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if r.TransactionTimeoutMillis <= 0 || r.TransactionTimeoutMillis > wire.MaxTxnTimeoutMs {
+		c.log.Info().Str("transactional_id", *r.TransactionalID).Int32("transaction_timeout_ms", r.TransactionTimeoutMillis).
+			Int("max", wire.MaxTxnTimeoutMs).Msg("InitProducerId refused: transaction.timeout.ms out of range")
 		resp.ErrorCode = kerr.InvalidTransactionTimeout.Code
 		return resp
 	}
@@ -123,28 +125,36 @@ func (c *conn) initTxnProducer(ctx context.Context, r *kmsg.InitProducerIDReques
 // currentTxn checks that producer id pid at epoch is transactional id's
 // current producer, by the chain's state.
 func (c *conn) currentTxn(ctx context.Context, id string, pid int64, epoch int16) *kerr.Error {
+	code, why := c.checkCurrentTxn(ctx, id, pid, epoch)
+	if code != nil {
+		c.log.Info().Str("transactional_id", id).Int64("producer_id", pid).Int16("epoch", epoch).Str("error", code.Message).Msg("transaction step refused: " + why)
+	}
+	return code
+}
+
+// checkCurrentTxn is currentTxn's check: the error, and why.
+func (c *conn) checkCurrentTxn(ctx context.Context, id string, pid int64, epoch int16) (*kerr.Error, string) {
 	if c.s.b.Txns == nil {
-		return kerr.TransactionalIDAuthorizationFailed
+		return kerr.TransactionalIDAuthorizationFailed, "this gateway does not serve transactions"
 	}
 	list, err := c.s.b.Txns.Txns(ctx, &byzlogv1.TxnsRequest{TransactionalId: id})
 	var re *pipeline.RejectedError
 	switch {
 	case errors.As(err, &re) && re.Code == wire.CodeNotFound:
-		return kerr.InvalidProducerIDMapping
+		return kerr.InvalidProducerIDMapping, "the transactional id is unknown"
 	case err != nil || len(list.Txns) != 1:
-		return kerr.CoordinatorNotAvailable
+		return kerr.CoordinatorNotAvailable, fmt.Sprintf("the chain's transactional ids could not be read (%v)", err)
 	}
 	t := list.Txns[0].State
-
 	switch {
 	case !bytes.Equal(t.Owner, c.principal.Key.Public().(ed25519.PublicKey)):
-		return kerr.TransactionalIDAuthorizationFailed
+		return kerr.TransactionalIDAuthorizationFailed, "the transactional id is another key's"
 	case t.ProducerId != pid:
-		return kerr.InvalidProducerIDMapping
+		return kerr.InvalidProducerIDMapping, fmt.Sprintf("the transactional id's producer id is %d", t.ProducerId)
 	case int32(epoch) != t.Epoch:
-		return kerr.ProducerFenced
+		return kerr.ProducerFenced, fmt.Sprintf("the transactional id's epoch is %d", t.Epoch)
 	}
-	return nil
+	return nil, ""
 }
 
 // addPartitionsToTxn answers AddPartitionsToTxn: the chain adds a

@@ -55,6 +55,12 @@ func startKafkaFace(t *testing.T, edit func(*kafka.Config)) (string, *pipeline.G
 // anonymous key by default), until the test ends, and returns its address.
 func serveKafkaFace(t *testing.T, g *pipeline.Gateway, edit func(*kafka.Config)) string {
 	t.Helper()
+	return serveKafkaFaceLogging(t, g, edit, zerolog.Nop())
+}
+
+// serveKafkaFaceLogging is serveKafkaFace logging to log.
+func serveKafkaFaceLogging(t *testing.T, g *pipeline.Gateway, edit func(*kafka.Config), log zerolog.Logger) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +73,7 @@ func serveKafkaFace(t *testing.T, g *pipeline.Gateway, edit func(*kafka.Config))
 	if edit != nil {
 		edit(&cfg)
 	}
-	srv, err := kafka.New(cfg, kafka.Over(g), zerolog.Nop())
+	srv, err := kafka.New(cfg, kafka.Over(g), log)
 	if err != nil {
 		t.Fatal(err)
 	}

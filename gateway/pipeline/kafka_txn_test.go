@@ -1,13 +1,29 @@
 package pipeline_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+
+	"github.com/byzlog/byzlog/gateway/kafka"
+	"github.com/byzlog/byzlog/gateway/kafka/sasl"
+	"github.com/byzlog/byzlog/gateway/pipeline"
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // TestKafkaFaceTransactions: a franz-go transactional producer commits a
@@ -71,5 +87,182 @@ func TestKafkaFaceTransactions(t *testing.T) {
 	}
 	if got := strings.Join(read(kgo.ReadUncommitted(), 6), " "); got != "a1 a2 c1 c2 c3 c4" {
 		t.Fatalf("read_uncommitted read %q, want every record", got)
+	}
+}
+
+// lockedBuffer is a log sink goroutines may write while a test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestKafkaFaceTransactionRefusals: bad transaction steps get the Kafka
+// error a client understands and a line in the gateway's log, and what was
+// committed before stays: an EndTxn for an unknown id, from a fenced
+// producer (an epoch from the past), a TxnOffsetCommit to another key's
+// group, a transaction over its bounds (offsets, timeout).
+func TestKafkaFaceTransactionRefusals(t *testing.T) {
+	serverTLS, clientTLS := testTLS(t)
+	dir := t.TempDir()
+	var entries []sasl.Entry
+	for _, u := range []struct{ name, hex string }{{"alice", "cd"}, {"bob", "ab"}} {
+		if err := os.WriteFile(filepath.Join(dir, u.name+".key"), []byte(strings.Repeat(u.hex, 32)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		e, err := sasl.NewEntry(u.name, u.name+".key", false, "pw", sasl.MinIterations, rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, e)
+	}
+	b, _ := json.Marshal(sasl.File{Users: entries})
+	if err := os.WriteFile(filepath.Join(dir, "users.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := sasl.Load(filepath.Join(dir, "users.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide := uint32(wire.MaxTxnOffsets + 1)
+	g := pipeline.StartTestGateway(t, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 3}},
+		&byzlogv1.TopicState{Name: "wide", Config: &byzlogv1.TopicConfig{Partitions: wide}})
+	var logs lockedBuffer
+	addr := serveKafkaFaceLogging(t, g, func(c *kafka.Config) {
+		c.TLS, c.Insecure, c.AnonymousKey, c.Auth = serverTLS, false, nil, kafka.SASL(users)
+	}, zerolog.New(&logs))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := func(user string, opts ...kgo.Opt) *kgo.Client {
+		t.Helper()
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.DialTLSConfig(clientTLS),
+			kgo.SASL(plain.Auth{User: user, Pass: "pw"}.AsMechanism())}, opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	alice, bob := client("alice"), client("bob")
+
+	// Bob's group, and a committed transaction of alice's.
+	commit := kmsg.NewPtrOffsetCommitRequest()
+	commit.Group, commit.Generation = "bobs", -1
+	ct := kmsg.NewOffsetCommitRequestTopic()
+	ct.Topic = "k"
+	cp := kmsg.NewOffsetCommitRequestTopicPartition()
+	cp.Partition, cp.Offset = 0, 0
+	ct.Partitions = append(ct.Partitions, cp)
+	commit.Topics = append(commit.Topics, ct)
+	if r, err := commit.RequestWith(ctx, bob); err != nil || r.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("bob's commit: %v %+v", err, r)
+	}
+	prod := client("alice", kgo.TransactionalID("a"), kgo.DefaultProduceTopic("k"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err := prod.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.ProduceSync(ctx, &kgo.Record{Partition: 0, Value: []byte("kept-0")}, &kgo.Record{Partition: 1, Value: []byte("kept-1")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if err := prod.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatal(err)
+	}
+
+	init := func(id string, timeoutMs int32) (int64, int16, int16) {
+		t.Helper()
+		req := kmsg.NewPtrInitProducerIDRequest()
+		req.TransactionalID, req.TransactionTimeoutMillis = kmsg.StringPtr(id), timeoutMs
+		resp, err := req.RequestWith(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ProducerID, resp.ProducerEpoch, resp.ErrorCode
+	}
+	end := func(id string, pid int64, epoch int16) int16 {
+		t.Helper()
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = id, pid, epoch, true
+		resp, err := req.RequestWith(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ErrorCode
+	}
+	offsets := func(group, topic string, parts uint32, pid int64, epoch int16) int16 {
+		t.Helper()
+		req := kmsg.NewPtrTxnOffsetCommitRequest()
+		req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = "b", group, pid, epoch
+		rt := kmsg.NewTxnOffsetCommitRequestTopic()
+		rt.Topic = topic
+		for p := range parts {
+			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+			rp.Partition, rp.Offset = int32(p), 1
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, alice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Topics[0].Partitions[0].ErrorCode
+	}
+	pid, epoch, code := init("b", 60_000)
+	if code != 0 {
+		t.Fatalf("InitProducerId: %v", kerr.ErrorForCode(code))
+	}
+	_, newEpoch, _ := init("b", 60_000) // fences the first
+	for _, c := range []struct {
+		name string
+		got  int16
+		want []*kerr.Error
+		log  []string // what one line of the gateway's log says
+	}{
+		{"EndTxn of an unknown id", end("nobody", pid, epoch), []*kerr.Error{kerr.InvalidProducerIDMapping},
+			[]string{`"transactional_id":"nobody"`, "EndTxn refused", "unknown"}},
+		{"EndTxn from a fenced producer", end("b", pid, epoch), []*kerr.Error{kerr.ProducerFenced, kerr.InvalidProducerEpoch},
+			[]string{`"transactional_id":"b"`, "EndTxn refused", "epoch"}},
+		{"TxnOffsetCommit to another key's group", offsets("bobs", "k", 1, pid, newEpoch), []*kerr.Error{kerr.GroupAuthorizationFailed},
+			[]string{`"group":"bobs"`, "TxnOffsetCommit refused"}},
+		{"offsets over the bound", offsets("alices", "wide", wide, pid, newEpoch), []*kerr.Error{kerr.PolicyViolation},
+			[]string{`"group":"alices"`, "TxnOffsetCommit refused", "1024"}},
+		{"a timeout over the bound", func() int16 { _, _, c := init("c", wire.MaxTxnTimeoutMs+1); return c }(), []*kerr.Error{kerr.InvalidTransactionTimeout},
+			[]string{`"transactional_id":"c"`, "transaction.timeout.ms out of range"}},
+	} {
+		if !slices.ContainsFunc(c.want, func(e *kerr.Error) bool { return e.Code == c.got }) {
+			t.Errorf("%s: %v, want %v", c.name, kerr.ErrorForCode(c.got), c.want)
+		}
+		if !slices.ContainsFunc(strings.Split(logs.String(), "\n"), func(line string) bool {
+			return !slices.ContainsFunc(c.log, func(s string) bool { return !strings.Contains(line, s) })
+		}) {
+			t.Errorf("%s: no line of the gateway's log says %q:\n%s", c.name, c.log, logs.String())
+		}
+	}
+	// Nothing committed changed: bob's offset, alice's records.
+	fetch := kmsg.NewPtrOffsetFetchRequest()
+	fetch.Group = "bobs"
+	ft := kmsg.NewOffsetFetchRequestTopic()
+	ft.Topic, ft.Partitions = "k", []int32{0}
+	fetch.Topics = append(fetch.Topics, ft)
+	if r, err := fetch.RequestWith(ctx, bob); err != nil || r.Topics[0].Partitions[0].Offset != 0 {
+		t.Fatalf("bob's group after the refusals: %v %+v", err, r)
+	}
+	cons := client("alice", kgo.ConsumeTopics("k"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	var got []string
+	for len(got) < 2 && ctx.Err() == nil {
+		cons.PollFetches(ctx).EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	}
+	if slices.Sort(got); strings.Join(got, " ") != "kept-0 kept-1" {
+		t.Fatalf("read %v after the refusals, want the committed transaction's 2 records", got)
 	}
 }
