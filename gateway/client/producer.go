@@ -120,6 +120,11 @@ type Producer struct {
 	wg      sync.WaitGroup // partition senders
 	ctx     context.Context
 	cancel  context.CancelFunc
+
+	// txnMu runs WriteAtomically's writes one at a time; txns are the
+	// transactional ids this producer initialized.
+	txnMu sync.Mutex
+	txns  map[string]*txnProducer
 }
 
 // partition accumulates one topic-partition's records and sends its
@@ -179,7 +184,7 @@ func NewProducer(ctx context.Context, opts ...Option) (*Producer, error) {
 		o.key = k
 	}
 	p := &Producer{o: o, parts: map[string]*partition{}, counts: map[string]uint32{}, sticky: map[string]uint32{},
-		chainID: o.trust.ChainID(), verifying: make(chan struct{}, maxVerifying)}
+		chainID: o.trust.ChainID(), verifying: make(chan struct{}, maxVerifying), txns: map[string]*txnProducer{}}
 	p.space = sync.NewCond(&p.mu)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	for _, a := range o.gateways {

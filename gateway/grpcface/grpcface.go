@@ -38,6 +38,7 @@ type Writer interface {
 	Produce(ctx context.Context, batch *byzlogv1.SignedBatch, ack byzlogv1.Ack) (*byzlogv1.Receipt, error)
 	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (pipeline.Committed, error)
 	CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets, accepted func()) (pipeline.Committed, error)
+	Txn(ctx context.Context, req *byzlogv1.TxnRequest, accepted func()) (pipeline.Committed, error)
 }
 
 // Reader answers from committed state, as f+1 nodes agree.
@@ -196,6 +197,16 @@ func (s *Service) CommitOffsets(ctx context.Context, req *byzlogv1.CommitOffsets
 		return nil, pipeline.GRPCError(err)
 	}
 	return &byzlogv1.CommitOffsetsResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
+}
+
+// Txn forwards a producer-signed step of a Kafka transaction and waits for
+// its commit.
+func (s *Service) Txn(ctx context.Context, req *byzlogv1.TxnRequest) (*byzlogv1.TxnResponse, error) {
+	c, err := s.g.Txn(ctx, req, nil)
+	if err != nil {
+		return nil, pipeline.GRPCError(err)
+	}
+	return &byzlogv1.TxnResponse{Height: c.Height, TxIndex: c.TxIndex, Proof: c.Proof}, nil
 }
 
 // GetGroupOffsets returns a consumer group's committed offsets.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,10 +20,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/plain"
 
+	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/gateway/grpcface"
 	"github.com/byzlog/byzlog/gateway/kafka"
 	"github.com/byzlog/byzlog/gateway/kafka/sasl"
 	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/receipt"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -264,5 +268,73 @@ func TestKafkaFaceTransactionRefusals(t *testing.T) {
 	}
 	if slices.Sort(got); strings.Join(got, " ") != "kept-0 kept-1" {
 		t.Fatalf("read %v after the refusals, want the committed transaction's 2 records", got)
+	}
+}
+
+// TestSDKWriteAtomically: the producer SDK's WriteAtomically writes
+// records over three partitions as one transaction, twice (the second
+// under the same producer id and epoch, sequences going on); a write
+// whose second partition's batch the chain refuses (a record over the
+// topic's max_record_bytes) is aborted, and a read_committed reader of the
+// Kafka face sees the two writes' records and none of the third's.
+func TestSDKWriteAtomically(t *testing.T) {
+	g := pipeline.StartTestGateway(t, &byzlogv1.TopicState{Name: "t", Config: &byzlogv1.TopicConfig{Partitions: 3, MaxRecordBytes: 100}})
+	srv, _ := grpcface.NewServer(grpcface.Over(g), g.Config().GRPC)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := client.NewProducer(ctx, client.WithGateways(lis.Addr().String()), client.WithTrust(receipt.TrustGateway(pipeline.TestChainID)),
+		client.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	write := func(values ...string) ([]client.Receipt, error) {
+		var recs []*client.Record
+		for i, v := range values {
+			part := uint32(i % 3)
+			recs = append(recs, &client.Record{Topic: "t", Value: []byte(v), Partition: &part})
+		}
+		return p.WriteAtomically(ctx, "sdk", recs)
+	}
+	for _, w := range [][]string{{"a0", "a1", "a2", "a3"}, {"b0", "b1", "b2"}} {
+		rcs, err := write(w...)
+		if err != nil {
+			t.Fatalf("write %v: %v", w, err)
+		}
+		if len(rcs) != len(w) || rcs[3%len(w)].Partition != uint32(3%len(w)%3) {
+			t.Fatalf("write %v: receipts %+v", w, rcs)
+		}
+	}
+	if _, err := write("c0", strings.Repeat("x", 200)); err == nil || !strings.Contains(err.Error(), "t/1") {
+		t.Fatalf("a write with a record over max_record_bytes: %v, want an error naming t/1", err)
+	}
+	if rcs, err := write("d0"); err != nil || rcs[0].Partition != 0 {
+		t.Fatalf("a write after the aborted one: %+v %v", rcs, err)
+	}
+	addr := serveKafkaFace(t, g, nil)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []string
+	for len(got) < 8 && ctx.Err() == nil {
+		pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+		cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+		pcancel()
+	}
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	cl.PollFetches(pctx).EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	pcancel()
+	slices.Sort(got)
+	if strings.Join(got, " ") != "a0 a1 a2 a3 b0 b1 b2 d0" {
+		t.Fatalf("read_committed read %v, want the committed writes' 8 records", got)
 	}
 }

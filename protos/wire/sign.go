@@ -108,7 +108,12 @@ func (s *Signer) TransactionalBatch(topic string, partition uint32, producerID i
 // key's next nonce, with no expiry: op is a *TxnInit, *TxnEnd or
 // *TxnOffsets.
 func (s *Signer) Txn(nonce uint64, id string, op proto.Message) (*byzlogv1.TxnRequest, error) {
-	body := &byzlogv1.TxnBody{ChainId: s.chainID, Nonce: nonce, TransactionalId: id}
+	return s.TxnUntil(nonce, 0, id, op)
+}
+
+// TxnUntil is Txn valid up to height expiry (0: no expiry).
+func (s *Signer) TxnUntil(nonce uint64, expiry int64, id string, op proto.Message) (*byzlogv1.TxnRequest, error) {
+	body := &byzlogv1.TxnBody{ChainId: s.chainID, Nonce: nonce, ExpiryHeight: expiry, TransactionalId: id}
 	switch o := op.(type) {
 	case *byzlogv1.TxnInit:
 		body.Op = &byzlogv1.TxnBody_Init{Init: o}

@@ -220,6 +220,7 @@ type produceOptions struct {
 	partition int64
 	verbose   bool
 	zstd      bool
+	txnID     string
 	tf        gatewaylink.Trust
 	tlsf      gatewaylink.TLS
 }
@@ -234,7 +235,11 @@ Without --key, a new key is generated for this run (a new producer identity).
 Every receipt is verified before it is printed: its proof must lead to a header
 the producer's light client verified from --genesis (or --trust-height and
 --trust-hash), so a gateway cannot acknowledge records the chain did not write.
---no-verify takes receipts on the gateway's word.`
+--no-verify takes receipts on the gateway's word.
+
+With --transactional-id every record goes in one Kafka transaction under that
+id (the key comes to own it): readers of committed data (NATS, byzlog consume,
+a Kafka client at read_committed) see all of them or none.`
 
 func newProduceCommand() *cobra.Command {
 	o := &produceOptions{gateways: []string{gatewaylink.LocalnetGateway}, acks: "commit", partition: -1}
@@ -257,6 +262,7 @@ func newProduceCommand() *cobra.Command {
 	f.Int64Var(&o.partition, "partition", -1, "pin every record to this partition (default: the partitioner chooses)")
 	f.BoolVar(&o.verbose, "verbose", false, "print every record's receipt")
 	f.BoolVar(&o.zstd, "zstd", false, "compress batches with zstd")
+	f.StringVar(&o.txnID, "transactional-id", "", "write every record atomically, as one Kafka transaction under this id (needs --acks commit)")
 	o.tf.Add(f)
 	o.tlsf.Add(f)
 	return cmd
@@ -268,6 +274,9 @@ func (o *produceOptions) run(cmd *cobra.Command, topic string) error {
 	ack, err := gatewaylink.ParseAcks(o.acks)
 	if err != nil {
 		return err
+	}
+	if o.txnID != "" && ack != byzlogv1.Ack_ACK_COMMIT {
+		return fmt.Errorf("--transactional-id writes are answered once committed: use --acks commit, not %s", o.acks)
 	}
 	ctx := cmd.Context()
 	p, err := o.producer(cmd, ack)
@@ -281,8 +290,14 @@ func (o *produceOptions) run(cmd *cobra.Command, topic string) error {
 	}
 	start := time.Now()
 	var futs []*client.Future
+	var atomic []*client.Record
 	send := func(k, v []byte) {
-		futs = append(futs, p.Produce(ctx, &client.Record{Topic: topic, Key: k, Value: v, Partition: pin}))
+		r := &client.Record{Topic: topic, Key: k, Value: v, Partition: pin}
+		if o.txnID != "" {
+			atomic = append(atomic, r)
+			return
+		}
+		futs = append(futs, p.Produce(ctx, r))
 	}
 	if cmd.Flags().Changed("value") {
 		var k []byte
@@ -296,6 +311,9 @@ func (o *produceOptions) run(cmd *cobra.Command, topic string) error {
 	}
 	closeCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	if o.txnID != "" {
+		return o.writeAtomically(closeCtx, cmd, p, topic, atomic, start)
+	}
 	closeErr := p.Close(closeCtx)
 	failed, firstErr := o.printReceipts(closeCtx, cmd.OutOrStdout(), futs, ack)
 	elapsed := time.Since(start)
@@ -308,6 +326,25 @@ func (o *produceOptions) run(cmd *cobra.Command, topic string) error {
 		return closeErr
 	}
 	return nil
+}
+
+// writeAtomically writes records as one transaction (--transactional-id)
+// and reports where they landed.
+func (o *produceOptions) writeAtomically(ctx context.Context, cmd *cobra.Command, p *client.Producer, topic string, records []*client.Record, start time.Time) error {
+	receipts, err := p.WriteAtomically(ctx, o.txnID, records)
+	closeErr := p.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("transaction %q of %d records to %s: %w", o.txnID, len(records), topic, err)
+	}
+	out := cmd.OutOrStdout()
+	for _, r := range receipts {
+		if o.verbose || len(receipts) == 1 {
+			fmt.Fprintf(out, "%s/%d@%d height %d\n", r.Topic, r.Partition, r.Offset, r.Height)
+		}
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "committed %d records to %s in one transaction (%q) in %s, producer %x\n",
+		len(receipts), topic, o.txnID, time.Since(start).Round(time.Millisecond), p.PublicKey())
+	return closeErr
 }
 
 // producer starts the SDK producer o's flags describe.

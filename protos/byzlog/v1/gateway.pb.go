@@ -544,6 +544,68 @@ func (x *CommitOffsetsResponse) GetTxIndex() uint32 {
 	return 0
 }
 
+type TxnResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The height of the block that committed the step.
+	Height int64 `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	// As in AdminResponse; the result's data is a TxnOutcome.
+	Proof         *ResultProof `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
+	TxIndex       uint32       `protobuf:"varint,3,opt,name=tx_index,json=txIndex,proto3" json:"tx_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TxnResponse) Reset() {
+	*x = TxnResponse{}
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnResponse) ProtoMessage() {}
+
+func (x *TxnResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnResponse.ProtoReflect.Descriptor instead.
+func (*TxnResponse) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *TxnResponse) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *TxnResponse) GetProof() *ResultProof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+func (x *TxnResponse) GetTxIndex() uint32 {
+	if x != nil {
+		return x.TxIndex
+	}
+	return 0
+}
+
 type ListTopicsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -552,7 +614,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +626,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[7]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +639,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 type ListTopicsResponse struct {
@@ -589,7 +651,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +663,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[8]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +676,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicInfo {
@@ -633,7 +695,7 @@ type DescribeTopicRequest struct {
 
 func (x *DescribeTopicRequest) Reset() {
 	*x = DescribeTopicRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +707,7 @@ func (x *DescribeTopicRequest) String() string {
 func (*DescribeTopicRequest) ProtoMessage() {}
 
 func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[9]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +720,7 @@ func (x *DescribeTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DescribeTopicRequest) GetName() string {
@@ -677,7 +739,7 @@ type DescribeTopicResponse struct {
 
 func (x *DescribeTopicResponse) Reset() {
 	*x = DescribeTopicResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +751,7 @@ func (x *DescribeTopicResponse) String() string {
 func (*DescribeTopicResponse) ProtoMessage() {}
 
 func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[10]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +764,7 @@ func (x *DescribeTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DescribeTopicResponse) GetTopic() *TopicInfo {
@@ -720,7 +782,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +794,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[11]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +807,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 type HealthResponse struct {
@@ -761,7 +823,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +835,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[12]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +848,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HealthResponse) GetNodes() []*NodeHealth {
@@ -823,7 +885,7 @@ type NodeHealth struct {
 
 func (x *NodeHealth) Reset() {
 	*x = NodeHealth{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +897,7 @@ func (x *NodeHealth) String() string {
 func (*NodeHealth) ProtoMessage() {}
 
 func (x *NodeHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[13]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +910,7 @@ func (x *NodeHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHealth.ProtoReflect.Descriptor instead.
 func (*NodeHealth) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeHealth) GetAddress() string {
@@ -891,7 +953,7 @@ type HTTPError struct {
 
 func (x *HTTPError) Reset() {
 	*x = HTTPError{}
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +965,7 @@ func (x *HTTPError) String() string {
 func (*HTTPError) ProtoMessage() {}
 
 func (x *HTTPError) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_gateway_proto_msgTypes[14]
+	mi := &file_byzlog_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +978,7 @@ func (x *HTTPError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPError.ProtoReflect.Descriptor instead.
 func (*HTTPError) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_byzlog_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HTTPError) GetCode() string {
@@ -973,6 +1035,10 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\x15CommitOffsetsResponse\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12,\n" +
 	"\x05proof\x18\x02 \x01(\v2\x16.byzlog.v1.ResultProofR\x05proof\x12\x19\n" +
+	"\btx_index\x18\x03 \x01(\rR\atxIndex\"n\n" +
+	"\vTxnResponse\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12,\n" +
+	"\x05proof\x18\x02 \x01(\v2\x16.byzlog.v1.ResultProofR\x05proof\x12\x19\n" +
 	"\btx_index\x18\x03 \x01(\rR\atxIndex\"\x13\n" +
 	"\x11ListTopicsRequest\"B\n" +
 	"\x12ListTopicsResponse\x12,\n" +
@@ -1000,7 +1066,7 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\bACK_NONE\x10\x01\x12\x0f\n" +
 	"\vACK_MEMPOOL\x10\x02\x12\x0e\n" +
 	"\n" +
-	"ACK_COMMIT\x10\x032\x9a\x06\n" +
+	"ACK_COMMIT\x10\x032\xd0\x06\n" +
 	"\aGateway\x12@\n" +
 	"\aProduce\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse\x12J\n" +
 	"\rProduceStream\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse(\x010\x01\x12:\n" +
@@ -1010,7 +1076,8 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\rDescribeTopic\x12\x1f.byzlog.v1.DescribeTopicRequest\x1a .byzlog.v1.DescribeTopicResponse\x12H\n" +
 	"\x10GetProducerState\x12\x1a.byzlog.v1.ProducerRequest\x1a\x18.byzlog.v1.ProducerState\x12=\n" +
 	"\bGetNonce\x12\x17.byzlog.v1.NonceRequest\x1a\x18.byzlog.v1.NonceResponse\x12K\n" +
-	"\rCommitOffsets\x12\x18.byzlog.v1.CommitOffsets\x1a .byzlog.v1.CommitOffsetsResponse\x12C\n" +
+	"\rCommitOffsets\x12\x18.byzlog.v1.CommitOffsets\x1a .byzlog.v1.CommitOffsetsResponse\x124\n" +
+	"\x03Txn\x12\x15.byzlog.v1.TxnRequest\x1a\x16.byzlog.v1.TxnResponse\x12C\n" +
 	"\x0fGetGroupOffsets\x12\x17.byzlog.v1.GroupRequest\x1a\x17.byzlog.v1.GroupOffsets\x12=\n" +
 	"\x06Health\x12\x18.byzlog.v1.HealthRequest\x1a\x19.byzlog.v1.HealthResponse\x12L\n" +
 	"\rGetLightBlock\x12\x1c.byzlog.v1.LightBlockRequest\x1a\x1d.byzlog.v1.LightBlockResponseB4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
@@ -1028,7 +1095,7 @@ func file_byzlog_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_byzlog_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_byzlog_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(Ack)(0),                      // 0: byzlog.v1.Ack
 	(*ProduceRequest)(nil),        // 1: byzlog.v1.ProduceRequest
@@ -1038,64 +1105,69 @@ var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(*LightBlockResponse)(nil),    // 5: byzlog.v1.LightBlockResponse
 	(*AdminResponse)(nil),         // 6: byzlog.v1.AdminResponse
 	(*CommitOffsetsResponse)(nil), // 7: byzlog.v1.CommitOffsetsResponse
-	(*ListTopicsRequest)(nil),     // 8: byzlog.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),    // 9: byzlog.v1.ListTopicsResponse
-	(*DescribeTopicRequest)(nil),  // 10: byzlog.v1.DescribeTopicRequest
-	(*DescribeTopicResponse)(nil), // 11: byzlog.v1.DescribeTopicResponse
-	(*HealthRequest)(nil),         // 12: byzlog.v1.HealthRequest
-	(*HealthResponse)(nil),        // 13: byzlog.v1.HealthResponse
-	(*NodeHealth)(nil),            // 14: byzlog.v1.NodeHealth
-	(*HTTPError)(nil),             // 15: byzlog.v1.HTTPError
-	(*SignedBatch)(nil),           // 16: byzlog.v1.SignedBatch
-	(*ResultProof)(nil),           // 17: byzlog.v1.ResultProof
-	(*TopicInfo)(nil),             // 18: byzlog.v1.TopicInfo
-	(*AdminRequest)(nil),          // 19: byzlog.v1.AdminRequest
-	(*ProducerRequest)(nil),       // 20: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),          // 21: byzlog.v1.NonceRequest
-	(*CommitOffsets)(nil),         // 22: byzlog.v1.CommitOffsets
-	(*GroupRequest)(nil),          // 23: byzlog.v1.GroupRequest
-	(*ProducerState)(nil),         // 24: byzlog.v1.ProducerState
-	(*NonceResponse)(nil),         // 25: byzlog.v1.NonceResponse
-	(*GroupOffsets)(nil),          // 26: byzlog.v1.GroupOffsets
+	(*TxnResponse)(nil),           // 8: byzlog.v1.TxnResponse
+	(*ListTopicsRequest)(nil),     // 9: byzlog.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),    // 10: byzlog.v1.ListTopicsResponse
+	(*DescribeTopicRequest)(nil),  // 11: byzlog.v1.DescribeTopicRequest
+	(*DescribeTopicResponse)(nil), // 12: byzlog.v1.DescribeTopicResponse
+	(*HealthRequest)(nil),         // 13: byzlog.v1.HealthRequest
+	(*HealthResponse)(nil),        // 14: byzlog.v1.HealthResponse
+	(*NodeHealth)(nil),            // 15: byzlog.v1.NodeHealth
+	(*HTTPError)(nil),             // 16: byzlog.v1.HTTPError
+	(*SignedBatch)(nil),           // 17: byzlog.v1.SignedBatch
+	(*ResultProof)(nil),           // 18: byzlog.v1.ResultProof
+	(*TopicInfo)(nil),             // 19: byzlog.v1.TopicInfo
+	(*AdminRequest)(nil),          // 20: byzlog.v1.AdminRequest
+	(*ProducerRequest)(nil),       // 21: byzlog.v1.ProducerRequest
+	(*NonceRequest)(nil),          // 22: byzlog.v1.NonceRequest
+	(*CommitOffsets)(nil),         // 23: byzlog.v1.CommitOffsets
+	(*TxnRequest)(nil),            // 24: byzlog.v1.TxnRequest
+	(*GroupRequest)(nil),          // 25: byzlog.v1.GroupRequest
+	(*ProducerState)(nil),         // 26: byzlog.v1.ProducerState
+	(*NonceResponse)(nil),         // 27: byzlog.v1.NonceResponse
+	(*GroupOffsets)(nil),          // 28: byzlog.v1.GroupOffsets
 }
 var file_byzlog_v1_gateway_proto_depIdxs = []int32{
-	16, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
+	17, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
 	0,  // 1: byzlog.v1.ProduceRequest.ack:type_name -> byzlog.v1.Ack
 	3,  // 2: byzlog.v1.ProduceResponse.receipt:type_name -> byzlog.v1.Receipt
 	0,  // 3: byzlog.v1.Receipt.ack:type_name -> byzlog.v1.Ack
-	17, // 4: byzlog.v1.Receipt.proof:type_name -> byzlog.v1.ResultProof
-	17, // 5: byzlog.v1.AdminResponse.proof:type_name -> byzlog.v1.ResultProof
-	17, // 6: byzlog.v1.CommitOffsetsResponse.proof:type_name -> byzlog.v1.ResultProof
-	18, // 7: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
-	18, // 8: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
-	14, // 9: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
-	1,  // 10: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
-	1,  // 11: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
-	19, // 12: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
-	8,  // 13: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
-	10, // 14: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
-	20, // 15: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
-	21, // 16: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
-	22, // 17: byzlog.v1.Gateway.CommitOffsets:input_type -> byzlog.v1.CommitOffsets
-	23, // 18: byzlog.v1.Gateway.GetGroupOffsets:input_type -> byzlog.v1.GroupRequest
-	12, // 19: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
-	4,  // 20: byzlog.v1.Gateway.GetLightBlock:input_type -> byzlog.v1.LightBlockRequest
-	2,  // 21: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
-	2,  // 22: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
-	6,  // 23: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
-	9,  // 24: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
-	11, // 25: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
-	24, // 26: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
-	25, // 27: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
-	7,  // 28: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
-	26, // 29: byzlog.v1.Gateway.GetGroupOffsets:output_type -> byzlog.v1.GroupOffsets
-	13, // 30: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
-	5,  // 31: byzlog.v1.Gateway.GetLightBlock:output_type -> byzlog.v1.LightBlockResponse
-	21, // [21:32] is the sub-list for method output_type
-	10, // [10:21] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	18, // 4: byzlog.v1.Receipt.proof:type_name -> byzlog.v1.ResultProof
+	18, // 5: byzlog.v1.AdminResponse.proof:type_name -> byzlog.v1.ResultProof
+	18, // 6: byzlog.v1.CommitOffsetsResponse.proof:type_name -> byzlog.v1.ResultProof
+	18, // 7: byzlog.v1.TxnResponse.proof:type_name -> byzlog.v1.ResultProof
+	19, // 8: byzlog.v1.ListTopicsResponse.topics:type_name -> byzlog.v1.TopicInfo
+	19, // 9: byzlog.v1.DescribeTopicResponse.topic:type_name -> byzlog.v1.TopicInfo
+	15, // 10: byzlog.v1.HealthResponse.nodes:type_name -> byzlog.v1.NodeHealth
+	1,  // 11: byzlog.v1.Gateway.Produce:input_type -> byzlog.v1.ProduceRequest
+	1,  // 12: byzlog.v1.Gateway.ProduceStream:input_type -> byzlog.v1.ProduceRequest
+	20, // 13: byzlog.v1.Gateway.Admin:input_type -> byzlog.v1.AdminRequest
+	9,  // 14: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
+	11, // 15: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
+	21, // 16: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
+	22, // 17: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
+	23, // 18: byzlog.v1.Gateway.CommitOffsets:input_type -> byzlog.v1.CommitOffsets
+	24, // 19: byzlog.v1.Gateway.Txn:input_type -> byzlog.v1.TxnRequest
+	25, // 20: byzlog.v1.Gateway.GetGroupOffsets:input_type -> byzlog.v1.GroupRequest
+	13, // 21: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
+	4,  // 22: byzlog.v1.Gateway.GetLightBlock:input_type -> byzlog.v1.LightBlockRequest
+	2,  // 23: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
+	2,  // 24: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
+	6,  // 25: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
+	10, // 26: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
+	12, // 27: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
+	26, // 28: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
+	27, // 29: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
+	7,  // 30: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
+	8,  // 31: byzlog.v1.Gateway.Txn:output_type -> byzlog.v1.TxnResponse
+	28, // 32: byzlog.v1.Gateway.GetGroupOffsets:output_type -> byzlog.v1.GroupOffsets
+	14, // 33: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
+	5,  // 34: byzlog.v1.Gateway.GetLightBlock:output_type -> byzlog.v1.LightBlockResponse
+	23, // [23:35] is the sub-list for method output_type
+	11, // [11:23] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_gateway_proto_init() }
@@ -1111,7 +1183,7 @@ func file_byzlog_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_gateway_proto_rawDesc), len(file_byzlog_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

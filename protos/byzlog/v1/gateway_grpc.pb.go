@@ -33,6 +33,7 @@ const (
 	Gateway_GetProducerState_FullMethodName = "/byzlog.v1.Gateway/GetProducerState"
 	Gateway_GetNonce_FullMethodName         = "/byzlog.v1.Gateway/GetNonce"
 	Gateway_CommitOffsets_FullMethodName    = "/byzlog.v1.Gateway/CommitOffsets"
+	Gateway_Txn_FullMethodName              = "/byzlog.v1.Gateway/Txn"
 	Gateway_GetGroupOffsets_FullMethodName  = "/byzlog.v1.Gateway/GetGroupOffsets"
 	Gateway_Health_FullMethodName           = "/byzlog.v1.Gateway/Health"
 	Gateway_GetLightBlock_FullMethodName    = "/byzlog.v1.Gateway/GetLightBlock"
@@ -65,6 +66,10 @@ type GatewayClient interface {
 	// CommitOffsets forwards a consumer-signed commit of a group's offsets and
 	// answers once it is committed.
 	CommitOffsets(ctx context.Context, in *CommitOffsets, opts ...grpc.CallOption) (*CommitOffsetsResponse, error)
+	// Txn forwards a producer-signed step of a Kafka transaction (TxnInit,
+	// TxnOffsets, TxnEnd) and answers once it is committed; the proven
+	// result's data is the chain's TxnOutcome.
+	Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOption) (*TxnResponse, error)
 	// GetGroupOffsets returns a consumer group's committed offsets and the key
 	// that owns the group; NOT_FOUND while it has committed none.
 	GetGroupOffsets(ctx context.Context, in *GroupRequest, opts ...grpc.CallOption) (*GroupOffsets, error)
@@ -167,6 +172,16 @@ func (c *gatewayClient) CommitOffsets(ctx context.Context, in *CommitOffsets, op
 	return out, nil
 }
 
+func (c *gatewayClient) Txn(ctx context.Context, in *TxnRequest, opts ...grpc.CallOption) (*TxnResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TxnResponse)
+	err := c.cc.Invoke(ctx, Gateway_Txn_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) GetGroupOffsets(ctx context.Context, in *GroupRequest, opts ...grpc.CallOption) (*GroupOffsets, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GroupOffsets)
@@ -224,6 +239,10 @@ type GatewayServer interface {
 	// CommitOffsets forwards a consumer-signed commit of a group's offsets and
 	// answers once it is committed.
 	CommitOffsets(context.Context, *CommitOffsets) (*CommitOffsetsResponse, error)
+	// Txn forwards a producer-signed step of a Kafka transaction (TxnInit,
+	// TxnOffsets, TxnEnd) and answers once it is committed; the proven
+	// result's data is the chain's TxnOutcome.
+	Txn(context.Context, *TxnRequest) (*TxnResponse, error)
 	// GetGroupOffsets returns a consumer group's committed offsets and the key
 	// that owns the group; NOT_FOUND while it has committed none.
 	GetGroupOffsets(context.Context, *GroupRequest) (*GroupOffsets, error)
@@ -266,6 +285,9 @@ func (UnimplementedGatewayServer) GetNonce(context.Context, *NonceRequest) (*Non
 }
 func (UnimplementedGatewayServer) CommitOffsets(context.Context, *CommitOffsets) (*CommitOffsetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CommitOffsets not implemented")
+}
+func (UnimplementedGatewayServer) Txn(context.Context, *TxnRequest) (*TxnResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Txn not implemented")
 }
 func (UnimplementedGatewayServer) GetGroupOffsets(context.Context, *GroupRequest) (*GroupOffsets, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetGroupOffsets not implemented")
@@ -430,6 +452,24 @@ func _Gateway_CommitOffsets_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_Txn_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).Txn(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_Txn_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).Txn(ctx, req.(*TxnRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Gateway_GetGroupOffsets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GroupRequest)
 	if err := dec(in); err != nil {
@@ -518,6 +558,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CommitOffsets",
 			Handler:    _Gateway_CommitOffsets_Handler,
+		},
+		{
+			MethodName: "Txn",
+			Handler:    _Gateway_Txn_Handler,
 		},
 		{
 			MethodName: "GetGroupOffsets",

@@ -96,10 +96,11 @@ func checkKafkaFace(ctx context.Context, t *testing.T, dir, broker, natsURL stri
 // checkKafkaTransactions runs a franz-go transactional producer against
 // the Kafka face of the cluster checkKafkaFace ran on, whose topic orders
 // holds 19 records then: it commits three records, aborts three, commits
-// two. kcat (librdkafka reads committed data by default) and byzlog
-// consume (NATS holds committed data only) read the five committed and
-// none of the aborted, the 19 before them included.
-func checkKafkaTransactions(ctx context.Context, t *testing.T, dir, broker, natsURL string, bin func(name, stdin string, args ...string) string) {
+// two; then byzlog produce --transactional-id writes four more atomically
+// through gateway gw. kcat (librdkafka reads committed data by default)
+// and byzlog consume (NATS holds committed data only) read the nine
+// committed and none of the aborted, the 19 before them included.
+func checkKafkaTransactions(ctx context.Context, t *testing.T, dir, gw, broker, natsURL string, bin func(name, stdin string, args ...string) string) {
 	t.Helper()
 	pw, err := os.ReadFile(filepath.Join(dir, "kafka", "byzlog.password"))
 	if err != nil {
@@ -135,7 +136,12 @@ func checkKafkaTransactions(ctx context.Context, t *testing.T, dir, broker, nats
 	txn(true, "txn-c1", "txn-c2", "txn-c3")
 	txn(false, "txn-a1", "txn-a2", "txn-a3")
 	txn(true, "txn-d1", "txn-d2")
-	committed := []string{"txn-c1", "txn-c2", "txn-c3", "txn-d1", "txn-d2"}
+	out := bin("byzlog", "atom-1\natom-2\natom-3\natom-4\n", "produce", "orders", "--transactional-id", "e2e-cli", "--verbose", "--gateway", gw,
+		"--genesis", filepath.Join(dir, "node0", "config", "genesis.json"), "--tls-ca", filepath.Join(dir, "tls", "ca.pem"))
+	if n := strings.Count(out, "orders/"); n != 4 {
+		t.Fatalf("byzlog produce --transactional-id printed %d receipts, want 4:\n%s", n, out)
+	}
+	committed := []string{"txn-c1", "txn-c2", "txn-c3", "txn-d1", "txn-d2", "atom-1", "atom-2", "atom-3", "atom-4"}
 	check := func(who, out string) {
 		t.Helper()
 		for _, v := range committed {
@@ -149,18 +155,18 @@ func checkKafkaTransactions(ctx context.Context, t *testing.T, dir, broker, nats
 	}
 	c := exec.CommandContext(ctx, "kcat", "-C", "-t", "orders", "-o", "beginning", "-e", "-q", "-f", "%s\n", "-b", broker, "-X", "security.protocol=SASL_SSL",
 		"-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=byzlog", "-X", "sasl.password="+strings.TrimSpace(string(pw)), "-X", "ssl.ca.location="+filepath.Join(dir, "tls", "ca.pem"))
-	out, err := c.Output()
+	kout, err := c.Output()
 	if err != nil {
-		t.Fatalf("kcat: %v\n%s", err, out)
+		t.Fatalf("kcat: %v\n%s", err, kout)
 	}
-	if n := len(strings.Fields(string(out))); n != 24 {
-		t.Fatalf("kcat read %d records of orders, want 24 (19 and the 5 committed):\n%s", n, out)
+	if n := len(strings.Fields(string(kout))); n != 28 {
+		t.Fatalf("kcat read %d records of orders, want 28 (19 and the 9 committed):\n%s", n, kout)
 	}
-	check("kcat (read_committed)", string(out))
-	consumed := bin("byzlog", "", "consume", "orders", "--count", "24", "--timeout", "30s", "--nats", natsURL, "--tls-ca", filepath.Join(dir, "tls", "ca.pem"),
+	check("kcat (read_committed)", string(kout))
+	consumed := bin("byzlog", "", "consume", "orders", "--count", "28", "--timeout", "30s", "--nats", natsURL, "--tls-ca", filepath.Join(dir, "tls", "ca.pem"),
 		"--nats-tls-ca", filepath.Join(dir, "tls", "ca.pem"), "--nats-password-file", filepath.Join(dir, "nats", "consumer.password"))
 	check("byzlog consume (NATS)", consumed)
-	t.Log("a franz-go transactional producer committed 3, aborted 3, committed 2; kcat and byzlog consume read the 5 committed and none aborted")
+	t.Log("a franz-go transactional producer committed 3, aborted 3, committed 2, byzlog produce --transactional-id 4; kcat and byzlog consume read the 9 committed and none aborted")
 }
 
 func sorted(s []string) []string {

@@ -178,7 +178,7 @@ func TestRunWholeSystem(t *testing.T) {
 		}
 	}
 	checkKafkaFace(ctx, t, dir, fmt.Sprintf("127.0.0.1:%d", base+870), natsURL, bin)
-	checkKafkaTransactions(ctx, t, dir, fmt.Sprintf("127.0.0.1:%d", base+870), natsURL, bin)
+	checkKafkaTransactions(ctx, t, dir, gw, fmt.Sprintf("127.0.0.1:%d", base+870), natsURL, bin)
 
 	// A topic with readers: its reader consumes it with its key; the
 	// consumer user and a key it does not list cannot.
