@@ -68,12 +68,16 @@ type Admin interface {
 	Admin(ctx context.Context, req *byzlogv1.AdminRequest, accepted func()) (pipeline.Committed, error)
 }
 
-// Txns submits Kafka transaction steps and reads transactional ids.
+// Txns submits Kafka transaction steps and reads transactional ids and
+// their producers' sequences.
 type Txns interface {
 	// Txn waits for the step's commit; accepted (may be nil) is called
 	// when a node's mempool has taken the transaction.
 	Txn(ctx context.Context, req *byzlogv1.TxnRequest, accepted func()) (pipeline.Committed, error)
 	Txns(ctx context.Context, req *byzlogv1.TxnsRequest) (*byzlogv1.TxnList, error)
+	// ProducerState is the next sequence of a producer in a partition
+	// (req.Kafka names a Kafka producer id and epoch), as f+1 nodes agree.
+	ProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (uint64, error)
 }
 
 var (

@@ -114,6 +114,12 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.txnOffsetCommit(ctx, r), nil
 	case *kmsg.EndTxnRequest:
 		return c.endTxn(ctx, r), nil
+	case *kmsg.DescribeTransactionsRequest:
+		return c.describeTransactions(ctx, r), nil
+	case *kmsg.ListTransactionsRequest:
+		return c.listTransactions(ctx, r), nil
+	case *kmsg.DescribeProducersRequest:
+		return c.describeProducers(ctx, r), nil
 	}
 	if group, ok := groupOf(req); ok && !c.coordinates(ctx, group) {
 		return notCoordinator(req), nil

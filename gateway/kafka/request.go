@@ -52,21 +52,41 @@ var handledMin = map[int16]int16{
 	51: 0, // AlterUserScramCredentials: refused, the users file is the operator's
 }
 
+// handledSince30 is handledMin for the requests Kafka 2.8 does not have:
+// KIP-664's transaction admin, from Kafka 3.0. The highest version served
+// is the Kafka 3.0 level (kversion.V3_0_0), or kmsg's if lower.
+var handledSince30 = map[int16]int16{
+	61: 0, // DescribeProducers
+	65: 0, // DescribeTransactions
+	66: 0, // ListTransactions
+}
+
 type versionRange struct{ min, max int16 }
 
 // versions is what ApiVersions advertises, in key order.
 var versions = func() map[int16]versionRange {
-	caps := kversion.V2_8_0()
 	out := map[int16]versionRange{}
-	for key, lo := range handledMin {
-		hi, ok := caps.LookupMaxKeyVersion(key)
-		if !ok {
-			panic(fmt.Sprintf("kafka 2.8 has no request key %d", key))
+	for _, level := range []struct {
+		name    string
+		caps    *kversion.Versions
+		handled map[int16]int16
+	}{
+		{"2.8", kversion.V2_8_0(), handledMin},
+		{"3.0", kversion.V3_0_0(), handledSince30},
+	} {
+		for key, lo := range level.handled {
+			hi, ok := level.caps.LookupMaxKeyVersion(key)
+			if !ok {
+				panic(fmt.Sprintf("kafka %s has no request key %d", level.name, key))
+			}
+			if _, dup := out[key]; dup {
+				panic(fmt.Sprintf("request key %d is listed at two Kafka levels", key))
+			}
+			if m := kmsg.RequestForKey(key).MaxVersion(); m < hi {
+				hi = m
+			}
+			out[key] = versionRange{lo, hi}
 		}
-		if m := kmsg.RequestForKey(key).MaxVersion(); m < hi {
-			hi = m
-		}
-		out[key] = versionRange{lo, hi}
 	}
 	return out
 }()

@@ -3,6 +3,10 @@ package kafka
 import (
 	"encoding/binary"
 	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -30,6 +34,8 @@ func TestParseRequest(t *testing.T) {
 	produce.SetVersion(3)
 	oldFetch := kmsg.NewPtrFetchRequest()
 	oldFetch.SetVersion(3)
+	describeTxns := kmsg.NewPtrDescribeTransactionsRequest() // flexible from v0
+	describeTxns.TransactionalIDs = []string{"tx1"}
 	apiV9 := kmsg.NewPtrApiVersionsRequest()
 	apiV9.SetVersion(9)
 	for _, tc := range []struct {
@@ -40,6 +46,7 @@ func TestParseRequest(t *testing.T) {
 	}{
 		{"metadata v9", frame(meta, 7), 3, ""},
 		{"produce v3", frame(produce, 8), 0, ""},
+		{"describe transactions v0", frame(describeTxns, 10), 65, ""},
 		{"fetch below v4", frame(oldFetch, 9), 0, "version 3 is outside the served 4.."},
 		{"unknown key", []byte{0x7f, 0x7f, 0, 0, 0, 0, 0, 1}, 0, "request key 32639 is not served"},
 		{"truncated header", []byte{0, 3, 0, 1, 0, 0, 0, 1, 0}, 0, "request header"},
@@ -95,10 +102,70 @@ func TestAdvertisedVersions(t *testing.T) {
 		{17, 0, 1}, // SaslHandshake
 		{36, 0, 2}, // SaslAuthenticate
 		{2, 1, 6},  // ListOffsets
+		{61, 0, 0}, // DescribeProducers: Kafka 3.0, newer than 2.8
+		{65, 0, 0}, // DescribeTransactions
+		{66, 0, 0}, // ListTransactions (kmsg has up to v2, Kafka 3.0 v0)
 	} {
-		got := versions[tc.key]
-		if got.min != tc.min || got.max != tc.max {
-			t.Errorf("versions[%d] = %d..%d, want %d..%d", tc.key, got.min, got.max, tc.min, tc.max)
+		got, ok := versions[tc.key]
+		if !ok || got.min != tc.min || got.max != tc.max {
+			t.Errorf("versions[%d] = %d..%d (listed %v), want %d..%d", tc.key, got.min, got.max, ok, tc.min, tc.max)
+		}
+	}
+	listed := map[int16]kmsg.ApiVersionsResponseApiKey{}
+	for _, k := range apiKeys() {
+		listed[k.ApiKey] = k
+	}
+	for key, r := range versions {
+		if k, ok := listed[key]; !ok || k.MinVersion != r.min || k.MaxVersion != r.max {
+			t.Errorf("apiKeys()[%d] = %+v (listed %v), want %d..%d", key, k, ok, r.min, r.max)
+		}
+	}
+	if len(listed) != len(versions) {
+		t.Errorf("apiKeys() lists %d keys, want the %d of versions", len(listed), len(versions))
+	}
+}
+
+// TestDocumentedVersions: docs/api.md's table of served APIs is what
+// ApiVersions advertises, key for key.
+func TestDocumentedVersions(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "api.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	start := strings.Index(text, "**What it speaks.**")
+	if start < 0 {
+		t.Fatal("docs/api.md has no \"**What it speaks.**\" paragraph")
+	}
+	table := text[start:]
+	if end := strings.Index(table, "\n\n"+"ApiVersions answers"); end >= 0 {
+		table = table[:end]
+	}
+	cell := regexp.MustCompile(`\| ([A-Za-z]+) \((\d+)\) \| (\d+)(?:-(\d+))?`)
+	documented := map[int16]versionRange{}
+	for _, m := range cell.FindAllStringSubmatch(table, -1) {
+		key, _ := strconv.Atoi(m[2])
+		lo, _ := strconv.Atoi(m[3])
+		hi := lo
+		if m[4] != "" {
+			hi, _ = strconv.Atoi(m[4])
+		}
+		if _, dup := documented[int16(key)]; dup {
+			t.Errorf("docs/api.md lists %s (%d) twice", m[1], key)
+		}
+		if want := kmsg.NameForKey(int16(key)); !strings.EqualFold(want, m[1]) {
+			t.Errorf("docs/api.md names key %d %s, want %s", key, m[1], want)
+		}
+		documented[int16(key)] = versionRange{int16(lo), int16(hi)}
+	}
+	for key, r := range versions {
+		if d, ok := documented[key]; !ok || d != r {
+			t.Errorf("docs/api.md: %s (%d) is %d-%d (listed %v), ApiVersions says %d-%d", kmsg.NameForKey(key), key, d.min, d.max, ok, r.min, r.max)
+		}
+	}
+	for key := range documented {
+		if _, ok := versions[key]; !ok {
+			t.Errorf("docs/api.md lists %s (%d), which is not served", kmsg.NameForKey(key), key)
 		}
 	}
 }
