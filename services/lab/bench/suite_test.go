@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,13 @@ func TestSuiteRatios(t *testing.T) {
 	}
 	if _, ok := got["byzlog / kvstore records/s@1024"]; ok {
 		t.Error("a ratio against a failed row was computed")
+	}
+}
+
+func TestSmokeSystems(t *testing.T) {
+	smoke := SmokeSystems()
+	if slices.Contains(smoke, SystemByzlogKafkaTxn) || len(smoke) != len(Systems())-1 {
+		t.Errorf("SmokeSystems() = %v, want every system but %s", smoke, SystemByzlogKafkaTxn)
 	}
 }
 

@@ -87,7 +87,8 @@ cometbft (node 0), the gateway, the indexer and nats-server, and a CPU profile o
 the load generator (this process), in the middle of each byzlog row, next to
 the JSON (go tool pprof -top FILE).
 --smoke is the short variant make test runs: 100 B records, 3 s warm-up, 3 s
-measured, every system once; it only checks that each produced figures.
+measured, every system but byzlog-kafka-txn once (unless --systems names
+them); it only checks that each produced figures.
 
 Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800 (its
 monitoring port 8222 plus the difference from 4222), gateway BASE+810..811,
@@ -136,12 +137,15 @@ func (o *suiteOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
 	f.DurationVar(&o.timeoutCommit, "timeout-commit", o.timeoutCommit, "validators' timeout_commit in every CometBFT row (the floor of the block interval)")
 	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app, cometbft, the gateway, the indexer and nats-server, and a CPU profile of the load generator")
-	f.BoolVar(&o.smoke, "smoke", false, "the short variant: 100 B only, 3 s warm-up, 3 s measured")
+	f.BoolVar(&o.smoke, "smoke", false, "the short variant: 100 B only, 3 s warm-up, 3 s measured, every system but byzlog-kafka-txn unless --systems is given")
 }
 
 // run measures the suite, writes it, and fails when a row has no figures.
 func (o *suiteOptions) run(cmd *cobra.Command) error {
 	if o.smoke {
+		if !cmd.Flags().Changed("systems") {
+			o.systems = bench.SmokeSystems()
+		}
 		o.recordSizes = []int{100}
 		o.load.Warmup, o.load.Duration = 3*time.Second, 3*time.Second
 	}
