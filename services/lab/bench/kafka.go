@@ -104,7 +104,7 @@ func (r *runner) produceKafkaTxns(ctx context.Context, i int, cl *kgo.Client) {
 		began := time.Now()
 		acks, err := r.kafkaTxn(ctx, cl, i, &seq, parts)
 		r.recordTxn(began, time.Now(), acks, r.cfg.TxnRecords, err)
-		if err != nil && !r.abortKafkaTxn(ctx, cl) {
+		if err != nil && !abortKafkaTxn(ctx, cl) {
 			return // the client's state is unknown: this producer is done
 		}
 	}
@@ -149,7 +149,7 @@ func (r *runner) kafkaTxn(ctx context.Context, cl *kgo.Client, i int, seq *uint6
 // abortKafkaTxn ends a failed transaction with an abort, as franz-go asks
 // after a failed produce or commit, and reports whether the client can go
 // on.
-func (r *runner) abortKafkaTxn(ctx context.Context, cl *kgo.Client) bool {
+func abortKafkaTxn(ctx context.Context, cl *kgo.Client) bool {
 	if err := cl.AbortBufferedRecords(ctx); err != nil {
 		return false
 	}
