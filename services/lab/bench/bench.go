@@ -60,6 +60,13 @@ type Config struct {
 	// Kafka face (seeds, SASL, TLS): the producers are franz-go clients
 	// through it instead of the SDK (see kafka.go).
 	Kafka []kgo.Opt `json:"-"`
+	// TxnRecords, when not 0, makes the Kafka load transactional: each
+	// producer commits transactions of this many records one after
+	// another, each spread over TxnPartitions consecutive partitions of
+	// the topic's Partitions (see kafka.go). Closed loop only.
+	TxnRecords    int `json:"txn_records,omitempty"`
+	TxnPartitions int `json:"txn_partitions,omitempty"`
+	Partitions    int `json:"partitions,omitempty"`
 	// Window, when not 0, also reports the measured time in windows of
 	// this length (Result.Windows): whether a long run's figures drift.
 	Window time.Duration `json:"window_ns,omitempty"`
@@ -94,6 +101,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("bench: warm-up (%s) must not be negative and duration (%s) at least 1s", c.Warmup, c.Duration)
 	case c.Kafka != nil && c.NATSURL != "":
 		return errors.New("bench: the kafka load times the write path alone; give no NATS URL")
+	case c.TxnRecords < 0:
+		return fmt.Errorf("bench: txn records (%d) must not be negative", c.TxnRecords)
+	case c.TxnRecords > 0 && c.Kafka == nil:
+		return fmt.Errorf("bench: txn records (%d) need the kafka load: transactions are Kafka's", c.TxnRecords)
+	case c.TxnRecords > 0 && c.Rate > 0:
+		return fmt.Errorf("bench: txn records (%d) with rate (%v): the transactional load is closed loop only", c.TxnRecords, c.Rate)
+	case c.TxnRecords > 0 && (c.TxnPartitions < 1 || c.TxnPartitions > c.Partitions):
+		return fmt.Errorf("bench: txn partitions (%d) must be between 1 and the topic's partitions (%d)", c.TxnPartitions, c.Partitions)
 	case c.Payload != "random" && c.Payload != "json":
 		return fmt.Errorf("bench: payload %q: want random or json", c.Payload)
 	case c.Window < 0 || (c.Window > 0 && c.Window < time.Second):
@@ -141,6 +156,11 @@ type Result struct {
 	Disk map[string]int64 `json:"disk_bytes,omitempty"`
 	// Windows are the measured time in Config.Window-long pieces.
 	Windows []Window `json:"windows,omitempty"`
+	// Transactions and Commit, with Config.TxnRecords: the transactions
+	// committed in the measured window and their BeginTransaction →
+	// EndTransaction latency. Committed then counts their records only.
+	Transactions int64   `json:"committed_transactions,omitempty"`
+	Commit       Latency `json:"begin_to_commit,omitzero"`
 }
 
 // Window is one piece of the measured time. A record counts in the window
@@ -212,6 +232,7 @@ type runner struct {
 
 	mu       sync.Mutex
 	receipts Histogram // measured window
+	commits  Histogram // measured window, transactions
 	window   Histogram // last second, for progress
 	e2e      Histogram
 	errs     map[string]int64
@@ -318,6 +339,8 @@ func (r *runner) summarize(res *Result) {
 	res.RecordsPerSec = float64(res.Committed) / r.cfg.Duration.Seconds()
 	res.MBPerSec = res.RecordsPerSec * float64(r.cfg.RecordSize) / 1e6
 	res.Receipt = r.receipts.Latency()
+	res.Commit = r.commits.Latency()
+	res.Transactions = r.commits.Count()
 	res.EndToEnd = r.e2e.Latency()
 	res.Consumed = r.consumed.Load()
 	res.Errors, res.ErrorSamples = r.errs, r.samples
@@ -460,17 +483,7 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.errCount.Add(1)
-		code := status.Code(err).String()
-		if kc, ok := kafkaCode(err); ok {
-			code = kc
-		}
-		if measured {
-			r.errs[code]++
-		}
-		if _, ok := r.samples[code]; !ok {
-			r.samples[code] = err.Error()
-		}
+		r.failed(err, 1, measured)
 		return
 	}
 	r.ackedAll.Add(1)
@@ -489,6 +502,21 @@ func (r *runner) record(sent, now time.Time, id string, err error) {
 		} else {
 			r.sentAt[id] = now
 		}
+	}
+}
+
+// failed counts n records lost to err, by its code. The caller holds mu.
+func (r *runner) failed(err error, n int64, measured bool) {
+	r.errCount.Add(n)
+	code := status.Code(err).String()
+	if kc, ok := kafkaCode(err); ok {
+		code = kc
+	}
+	if measured {
+		r.errs[code] += n
+	}
+	if _, ok := r.samples[code]; !ok {
+		r.samples[code] = err.Error()
 	}
 }
 

@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func TestInWindow(t *testing.T) {
@@ -44,6 +48,11 @@ func TestValidate(t *testing.T) {
 		{"payload", func(c *Config) { c.Payload = "zeros" }, "payload"},
 		{"duration", func(c *Config) { c.Duration = time.Millisecond }, "duration"},
 		{"rate", func(c *Config) { c.Rate = -1 }, "rate"},
+		{"txn without kafka", func(c *Config) { c.TxnRecords, c.TxnPartitions, c.Partitions = 100, 3, 64 }, "need the kafka load"},
+		{"txn open loop", func(c *Config) {
+			c.Kafka, c.TxnRecords, c.TxnPartitions, c.Partitions, c.Rate = []kgo.Opt{}, 100, 3, 64, 1000
+		}, "closed loop only"},
+		{"txn partitions", func(c *Config) { c.Kafka, c.TxnRecords, c.TxnPartitions, c.Partitions = []kgo.Opt{}, 100, 3, 2 }, "txn partitions (3)"},
 	} {
 		c := good
 		tc.fn(&c)
@@ -169,5 +178,50 @@ func TestPacedStopsWithoutAnswers(t *testing.T) {
 				t.Errorf("sent %d records, want the %d slots filled", sent, cfg.InFlight)
 			}
 		})
+	}
+}
+
+func TestTxnPartitions(t *testing.T) {
+	for _, tc := range []struct {
+		i, k, producers, n, partitions int
+		want                           []int32
+	}{
+		{0, 0, 8, 3, 64, []int32{0, 1, 2}},
+		{7, 0, 8, 3, 64, []int32{21, 22, 23}},
+		{0, 1, 8, 3, 64, []int32{24, 25, 26}},
+		{1, 2, 8, 3, 64, []int32{51, 52, 53}},
+		{2, 2, 8, 3, 64, []int32{54, 55, 56}},
+		{5, 2, 8, 3, 64, []int32{63, 0, 1}}, // wraps
+		{0, 0, 1, 3, 3, []int32{0, 1, 2}},
+	} {
+		if got := txnPartitions(tc.i, tc.k, tc.producers, tc.n, tc.partitions); !slices.Equal(got, tc.want) {
+			t.Errorf("txnPartitions(%d, %d, %d, %d, %d) = %v, want %v", tc.i, tc.k, tc.producers, tc.n, tc.partitions, got, tc.want)
+		}
+	}
+}
+
+// TestRecordTxn: a transaction's records count once it commits inside the
+// measured window, with one commit latency; a failed one counts each of
+// its records as an error.
+func TestRecordTxn(t *testing.T) {
+	cfg := Default()
+	cfg.Kafka, cfg.TxnRecords, cfg.TxnPartitions, cfg.Partitions = []kgo.Opt{}, 3, 3, 64
+	r := &runner{cfg: cfg, errs: map[string]int64{}, samples: map[string]string{}}
+	r.measureFrom, r.end = time.Unix(1000, 0), time.Unix(1030, 0)
+	acks := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}
+	r.recordTxn(time.Unix(998, 0), time.Unix(999, 0), acks, 3, nil) // warm-up
+	r.recordTxn(time.Unix(1010, 0), time.Unix(1011, 0), acks, 3, nil)
+	r.recordTxn(time.Unix(1012, 0), time.Unix(1014, 0), acks, 3, nil)
+	r.recordTxn(time.Unix(1015, 0), time.Unix(1016, 0), nil, 3, kerr.InvalidProducerEpoch)
+	var res Result
+	r.summarize(&res)
+	if res.Committed != 6 || res.Transactions != 2 || res.Receipt.Count != 6 {
+		t.Errorf("committed %d records in %d transactions, %d receipts; want 6 in 2, 6", res.Committed, res.Transactions, res.Receipt.Count)
+	}
+	if res.Commit.Count != 2 || res.Commit.Max != 2*time.Second || res.Commit.P50 < 990*time.Millisecond || res.Commit.P50 > 1010*time.Millisecond {
+		t.Errorf("commit latency %+v, want 2 of 1s and 2s", res.Commit)
+	}
+	if n := res.Errors[kerr.InvalidProducerEpoch.Message]; n != 3 {
+		t.Errorf("errors %v, want the failed transaction's 3 records under %s", res.Errors, kerr.InvalidProducerEpoch.Message)
 	}
 }

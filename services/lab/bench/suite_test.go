@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,10 @@ func suiteFixture() Suite {
 		row(SystemKVStore, 100, 4000, 0.4, 800*time.Millisecond),
 		row(SystemNoop, 100, 50000, 5, 2*time.Second),
 		row(SystemJetStreamSync, 100, 80000, 8, 200*time.Millisecond),
+		row(SystemByzlogKafka, 100, 60000, 6, 700*time.Millisecond),
+		{System: SystemByzlogKafkaTxn, RecordSize: 100, Result: Result{RecordsPerSec: 39000, MBPerSec: 3.9, Committed: 39000,
+			Receipt: Latency{Count: 39000, P99: 600 * time.Millisecond}, Transactions: 390,
+			Commit: Latency{Count: 390, P50: 1500 * time.Millisecond, P99: 2400 * time.Millisecond}}},
 		row(SystemByzlog, 1024, 9000, 9.2, time.Second),
 		{System: SystemKVStore, RecordSize: 1024, Err: "boom"},
 		row(SystemNoop, 1024, 5000, 5.1, time.Second),
@@ -39,9 +44,10 @@ func TestSuiteRatios(t *testing.T) {
 	}{
 		{"byzlog / kvstore records/s@100", 10, false}, // goal 12
 		{"byzlog / noop MB/s@100", 0.8, true},
-		{"byzlog / jetstream-sync records/s@100", 0.5, true}, // goal 0.45
-		{"byzlog / noop MB/s@1024", 9.2 / 5.1, true},         // no goal at 1 KiB
-		{"byzlog-write / noop MB/s@1024", 4.9 / 5.1, false},  // goal 1
+		{"byzlog / jetstream-sync records/s@100", 0.5, true},           // goal 0.45
+		{"byzlog / noop MB/s@1024", 9.2 / 5.1, true},                   // no goal at 1 KiB
+		{"byzlog-write / noop MB/s@1024", 4.9 / 5.1, false},            // goal 1
+		{"byzlog-kafka-txn / byzlog-kafka records/s@100", 0.65, false}, // goal 0.7
 	} {
 		r, ok := got[tc.key]
 		if !ok {
@@ -57,11 +63,19 @@ func TestSuiteRatios(t *testing.T) {
 	}
 }
 
+func TestSmokeSystems(t *testing.T) {
+	smoke := SmokeSystems()
+	if slices.Contains(smoke, SystemByzlogKafkaTxn) || len(smoke) != len(Systems())-1 {
+		t.Errorf("SmokeSystems() = %v, want every system but %s", smoke, SystemByzlogKafkaTxn)
+	}
+}
+
 func TestSuiteTableAndSVG(t *testing.T) {
 	s := suiteFixture()
 	var b strings.Builder
 	s.WriteTable(&b)
-	for _, want := range []string{"100 B records", "1024 B records", "kvstore                failed: boom", "goal ≥ 12x: not met", "goal ≥ 0.8x: met", "goal ≥ 0.45x: met", "goal ≥ 1x: not met"} {
+	for _, want := range []string{"100 B records", "1024 B records", "kvstore                failed: boom", "goal ≥ 12x: not met", "goal ≥ 0.8x: met", "goal ≥ 0.45x: met", "goal ≥ 1x: not met", "goal ≥ 0.7x: not met",
+		"390 transactions committed: begin→commit p50 1500 ms, p99 2400 ms"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
@@ -81,7 +95,7 @@ func TestSuiteTableAndSVG(t *testing.T) {
 			rects++
 		}
 	}
-	if want := 1 + 2*7; rects != want { // background + 7 rows that succeeded
+	if want := 1 + 2*9; rects != want { // background + 9 rows that succeeded
 		t.Errorf("chart has %d rects, want %d", rects, want)
 	}
 }

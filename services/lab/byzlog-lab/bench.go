@@ -268,6 +268,9 @@ func report(w io.Writer, r bench.Result) {
 		c.Producers, c.RecordSize, c.Payload, load, acks, c.Duration, c.Warmup)
 	fmt.Fprintf(w, "  committed         %d records: %.0f records/s, %.2f MB/s of values\n", r.Committed, r.RecordsPerSec, r.MBPerSec)
 	fmt.Fprintf(w, "  produce→receipt   %s\n", r.Receipt)
+	if r.Transactions > 0 {
+		fmt.Fprintf(w, "  begin→commit      %s (%d transactions)\n", r.Commit, r.Transactions)
+	}
 	if c.NATSURL != "" {
 		fmt.Fprintf(w, "  receipt→consumer  %s (%d records read back)\n", r.EndToEnd, r.Consumed)
 	}

@@ -59,7 +59,12 @@ shape, warm-up and duration, every system in --systems:
   byzlog-write      the write path alone: validators, the gateway and the
                     producers, without the indexer, NATS and the consumer (what
                     the noop and kvstore baselines also leave out)
-  byzlog-socket     the same over the socket ABCI transport
+  byzlog-kafka      the write path alone with franz-go producers (idempotent,
+                    acks=all) through the gateway's Kafka face instead of the SDK
+  byzlog-kafka-txn  the same with transactional producers, each committing
+                    transactions of 100 records over 3 partitions one after
+                    another (BeginTransaction to EndTransaction: begin→commit)
+  byzlog-socket     byzlog over the socket ABCI transport
   byzlog-json-zstd  the same with JSON-like records in zstd-compressed batches
   kvstore           stock cometbft with its built-in kvstore app, one record per
                     transaction (the "no batching" baseline)
@@ -82,12 +87,13 @@ cometbft (node 0), the gateway, the indexer and nats-server, and a CPU profile o
 the load generator (this process), in the middle of each byzlog row, next to
 the JSON (go tool pprof -top FILE).
 --smoke is the short variant make test runs: 100 B records, 3 s warm-up, 3 s
-measured, every system once; it only checks that each produced figures.
+measured, every system but byzlog-kafka-txn once (unless --systems names
+them); it only checks that each produced figures.
 
 Ports: nodes from --base-port (node i: BASE+100i..+2), NATS BASE+800 (its
 monitoring port 8222 plus the difference from 4222), gateway BASE+810..811,
 indexer BASE+830, profiles BASE+840.. (cometbft +860..), the gateway's Kafka face
-BASE+880 (byzlog-kafka), JetStream servers BASE+860.. (cluster ports +100).`
+BASE+880 (byzlog-kafka, byzlog-kafka-txn), JetStream servers BASE+860.. (cluster ports +100).`
 
 func newBenchSuiteCommand() *cobra.Command {
 	o := &suiteOptions{out: "bench-results", systems: bench.Systems(), recordSizes: []int{100, 1024},
@@ -131,12 +137,15 @@ func (o *suiteOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64SliceVar(&o.rates, "rates", o.rates, "with --scaling: offered rates as fractions of byzlog's closed-loop peak")
 	f.DurationVar(&o.timeoutCommit, "timeout-commit", o.timeoutCommit, "validators' timeout_commit in every CometBFT row (the floor of the block interval)")
 	f.BoolVar(&o.profile, "profile", false, "collect CPU and heap profiles of byzlog-app, cometbft, the gateway, the indexer and nats-server, and a CPU profile of the load generator")
-	f.BoolVar(&o.smoke, "smoke", false, "the short variant: 100 B only, 3 s warm-up, 3 s measured")
+	f.BoolVar(&o.smoke, "smoke", false, "the short variant: 100 B only, 3 s warm-up, 3 s measured, every system but byzlog-kafka-txn unless --systems is given")
 }
 
 // run measures the suite, writes it, and fails when a row has no figures.
 func (o *suiteOptions) run(cmd *cobra.Command) error {
 	if o.smoke {
+		if !cmd.Flags().Changed("systems") {
+			o.systems = bench.SmokeSystems()
+		}
 		o.recordSizes = []int{100}
 		o.load.Warmup, o.load.Duration = 3*time.Second, 3*time.Second
 	}
@@ -305,7 +314,11 @@ func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Con
 		transport = "socket"
 	}
 	run.Rate = load.Rate
-	writeOnly := r.system == bench.SystemByzlogWrite || r.system == bench.SystemByzlogKafka
+	kafka := r.system == bench.SystemByzlogKafka || r.system == bench.SystemByzlogKafkaTxn
+	writeOnly := r.system == bench.SystemByzlogWrite || kafka
+	if r.system == bench.SystemByzlogKafkaTxn {
+		load.TxnRecords, load.TxnPartitions, load.Partitions = bench.KafkaTxnRecords, bench.KafkaTxnPartitions, int(o.partitions)
+	}
 	if r.system == bench.SystemByzlogJSON {
 		load.Payload = "json"
 		load.Options = append(load.Options, client.WithCompression(byzlogv1.Codec_CODEC_ZSTD))
@@ -318,7 +331,7 @@ func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Con
 		}
 	}
 	row := byzlogRow{transport: transport, validators: r.validators, writeOnly: writeOnly,
-		verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain, kafka: r.system == bench.SystemByzlogKafka}
+		verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain, kafka: kafka}
 	res, mean, err := suiteByzlog(ctx, o, row, load, tag, progress, profDir)
 	if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
 		bundle[r.size] = int(mean)

@@ -15,8 +15,9 @@ import (
 )
 
 // TestBenchSuiteSmoke runs `byzlog-lab bench suite --smoke --profile`: every
-// system (byzlog over gRPC and socket, with JSON+zstd, stock kvstore and
-// noop, JetStream with and without fsync) for 3 s on this machine. It
+// system of bench.SmokeSystems (byzlog over gRPC and socket, with JSON+zstd,
+// through the Kafka face, stock kvstore and noop, JetStream with and without
+// fsync) for 3 s on this machine. It
 // checks that each produced figures, that the table, chart and profiles
 // were written, and that no process of the suite outlived it.
 func TestBenchSuiteSmoke(t *testing.T) {
@@ -32,7 +33,7 @@ func TestBenchSuiteSmoke(t *testing.T) {
 	if err != nil || json.Unmarshal(raw, &s) != nil {
 		t.Fatalf("suite.json: %v\n%s", err, raw)
 	}
-	for _, sys := range bench.Systems() {
+	for _, sys := range bench.SmokeSystems() {
 		r, ok := s.Find(sys, 100)
 		switch {
 		case !ok:
