@@ -42,15 +42,7 @@ func TestHold(t *testing.T) {
 			decided := map[txnKey]bool{}
 			for i, w := range strings.Fields(c.in) {
 				r := &byzlogv1.StoredRecord{Offset: uint64(i), Value: []byte("v")}
-				switch w[0] {
-				case 't':
-					r.KafkaTransactional = true
-				case 'c', 'a':
-					r.KafkaControl, r.Value = &byzlogv1.KafkaControl{Commit: w[0] == 'c'}, nil
-				}
-				if len(w) > 1 {
-					fmt.Sscan(w[1:], &r.KafkaProducerId)
-				}
+				setWord(r, w)
 				var got []string
 				for _, o := range h.add(r, decided) {
 					s := fmt.Sprint(o.Offset)
@@ -76,6 +68,20 @@ func TestHold(t *testing.T) {
 	}
 }
 
+// setWord makes r what word w says (TestHold): "p" plain, "tN" producer
+// N's transactional record, "cN"/"aN" its commit or abort marker.
+func setWord(r *byzlogv1.StoredRecord, w string) {
+	switch w[0] {
+	case 't':
+		r.KafkaTransactional = true
+	case 'c', 'a':
+		r.KafkaControl, r.Value = &byzlogv1.KafkaControl{Commit: w[0] == 'c'}, nil
+	}
+	if len(w) > 1 {
+		fmt.Sscan(w[1:], &r.KafkaProducerId)
+	}
+}
+
 // txnBlocks are blocks of topic t, partitions 0 and 1, from words as in
 // TestHold, one string a height, "p:word" each.
 func txnBlocks(heights ...string) []*verify.Block {
@@ -92,15 +98,7 @@ func txnBlocks(heights ...string) []*verify.Block {
 			w := pw[strings.IndexByte(pw, ':')+1:]
 			r := &byzlogv1.StoredRecord{Topic: "t", Partition: p, Offset: next[p], Height: h, TimestampUnixNano: when.UnixNano(),
 				ProducerKey: make([]byte, 32), Value: []byte(fmt.Sprintf("%d-%d", p, next[p]))}
-			switch w[0] {
-			case 't':
-				r.KafkaTransactional = true
-			case 'c', 'a':
-				r.KafkaControl, r.Value = &byzlogv1.KafkaControl{Commit: w[0] == 'c'}, nil
-			}
-			if len(w) > 1 {
-				fmt.Sscan(w[1:], &r.KafkaProducerId)
-			}
+			setWord(r, w)
 			next[p]++
 			if parts[p] == nil {
 				parts[p] = &core.AppendedPartition{Root: core.PartitionRoot{Topic: "t", Partition: p, FirstOffset: r.Offset}}
