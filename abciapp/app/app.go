@@ -348,6 +348,11 @@ func (a *App) admit(tx []byte, local bool) (core.Result, error) {
 	if !c.Result().OK() {
 		return c.Result(), nil
 	}
+	if c.ProposerOnly() {
+		// Unsigned: taken by RPC, anyone could fill mempools with expiries
+		// of transactions not yet due, each refused only in a block.
+		return core.Result{Code: wire.CodeBadTxnState, Log: "a TxnExpire is not taken by RPC or gossip: a block's proposer adds it once the transaction's timeout has passed by the block's time"}, nil
+	}
 	var r core.Result
 	err = a.read(func() (err error) {
 		r, err = pool.Add(a.store, a.committed.Height, c, local)

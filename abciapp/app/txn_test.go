@@ -3,6 +3,7 @@ package app_test
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +71,12 @@ func TestProposerExpiresTransactions(t *testing.T) {
 	}
 	if prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Height: 4, Time: at.Add(time.Hour), MaxTxBytes: 1 << 20}); err != nil || len(prep.Txs) != 0 {
 		t.Fatalf("a proposal after the expiry: %d txs (%v), want none", len(prep.Txs), err)
+	}
+	// An expiry sent by RPC or gossip is not taken: it is the proposer's.
+	if res, err := a.CheckTx(ctx, &abci.RequestCheckTx{Tx: expire}); err != nil || wire.Code(res.Code) != wire.CodeBadTxnState || !strings.Contains(res.Log, "proposer") {
+		t.Fatalf("CheckTx of an expiry: %v %v, want bad_txn_state naming the proposer", res, err)
+	}
+	if res, err := a.InsertTx(ctx, &abci.RequestInsertTx{Tx: expire}); err != nil || wire.Code(res.Code) != wire.CodeBadTxnState {
+		t.Fatalf("InsertTx of an expiry: %v %v, want bad_txn_state", res, err)
 	}
 }

@@ -118,6 +118,14 @@ func PrecheckSum(params *byzlogv1.ChainParams, tx []byte, sum [sha256.Size]byte,
 	return c
 }
 
+// ProposerOnly reports whether c is a transaction only a block's proposer
+// adds (a TxnExpire, when a Kafka transaction's timeout has passed by the
+// block's time): a mempool does not take it.
+func (c *Checked) ProposerOnly() bool {
+	_, ok := c.env.GetKind().(*byzlogv1.Tx_TxnExpire)
+	return ok
+}
+
 // WithRecords is what PrecheckSum(params, c.Tx, c.Hash, true) returns, for
 // c that Precheck made under the same params without keeping records (a
 // mempool's): the envelope, its signatures and every batch body are taken
