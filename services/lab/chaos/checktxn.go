@@ -201,10 +201,10 @@ func checkAbortedReads(r *Report, x *txnIndex) {
 	for _, reader := range slices.Sorted(maps.Keys(x.reads)) {
 		for _, rd := range x.reads[reader] {
 			r.Of[AbortedRead]++
+			r.Of[Forged]++
 			t := x.wrote[rd.Value]
 			switch {
 			case t == nil:
-				r.Of[Forged]++
 				r.add(Forged, "%s read %q committed at output %d@%d: no transaction wrote it", reader, rd.Value, rd.Partition, rd.Offset)
 			case t.never():
 				r.add(AbortedRead, "%s read %q committed at output %d@%d, of %s", reader, rd.Value, rd.Partition, rd.Offset, t)
