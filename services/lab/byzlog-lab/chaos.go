@@ -110,7 +110,7 @@ The txn- nemeses add a transactional pipeline (--txn-processors franz-go
 GroupTransactSession processors in one group read the topic at
 read_committed and write one output record per input record to a
 3-partition topic, committing the input offsets in the same transaction;
-every 4th transaction is aborted on purpose). After the load it waits (up to
+every 4th transaction from the 2nd is aborted on purpose). After the load it waits (up to
 --settle) for the pipeline to drain, then reads the output whole at
 read_committed and read_uncommitted and checks:
 

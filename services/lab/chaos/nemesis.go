@@ -261,7 +261,7 @@ var Nemeses = []Nemesis{
 		Inject: killGatewayAndNode,
 	},
 	{
-		Name: "txn-kill", Doc: "the transactional pipeline (franz-go GroupTransactSession processors reading the Kafka producers' topic at read_committed and writing each record's output to a 3-partition topic exactly once, every 4th transaction aborted on purpose; verifiers at read_committed and read_uncommitted) beside the kafka-kill clients: kill -9 a gateway and a validator together, each in turn; restart both",
+		Name: "txn-kill", Doc: "the transactional pipeline (franz-go GroupTransactSession processors reading the Kafka producers' topic at read_committed and writing each record's output to a 3-partition topic exactly once, every 4th transaction from the 2nd aborted on purpose; verifiers at read_committed and read_uncommitted) beside the kafka-kill clients: kill -9 a gateway and a validator together, each in turn; restart both",
 		Kafka: true, Txn: true,
 		Inject: killGatewayAndNode,
 	},
