@@ -160,6 +160,11 @@ func (tp *txnPipeline) session(ctx context.Context, c *Cluster, w Workload, name
 				})
 		}
 		ectx, cancel := context.WithTimeout(context.Background(), txnEndTimeout)
+		if t.Abort {
+			// Written first, so the log holds what the abort must hide:
+			// an abort drops the records still buffered.
+			_ = s.Client().Flush(ectx)
+		}
 		committed, err := s.End(ectx, kgo.TransactionEndTry(!t.Abort))
 		cancel()
 		produced.Wait()
