@@ -150,11 +150,11 @@ bench-indexer: build ## commit→subscriber latency and the indexer's catch-up p
 	BYZLOG_BIN=$(BIN) go test -tags e2e,bench -count=1 -timeout 30m -v -run TestBenchIndexer github.com/byzlog/byzlog/services/lab/e2e
 
 .PHONY: chaos
-chaos: build failpoints-app ## every nemesis for CHAOS_DURATION (3m) each under load, history checked: table in $(CHAOS_OUT), exit 1 on any anomaly (~45 min)
+chaos: build failpoints-app ## every nemesis (the txn- rows with the transactional pipeline) for CHAOS_DURATION (3m) each under load, history checked: table in $(CHAOS_OUT), exit 1 on any anomaly (~45 min before the 3 txn- rows)
 	$(BIN)/byzlog-lab chaos --duration $(CHAOS_DURATION) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 .PHONY: chaos-smoke
-chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis, 2 faults each (~7 min)
+chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis (txn-kill, txn-pause, txn-lying-node among them), 2 faults each
 	$(BIN)/byzlog-lab chaos --duration 12s --hold 3s --gap 2s --settle 120s --kafka-settle 45s $(CHAOS_ARGS)
 
 .PHONY: attack

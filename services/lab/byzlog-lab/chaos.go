@@ -41,7 +41,7 @@ peer proxies BASE+1000..1033.`
 func newChaosCommand() *cobra.Command {
 	o := &chaosOptions{nemeses: []string{"all"}, basePort: 28656,
 		phase: chaos.Phase{Duration: 3 * time.Minute, Hold: 8 * time.Second, Gap: 6 * time.Second, Settle: 90 * time.Second, Seed: 1},
-		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, KafkaProducers: 4, KafkaMembers: 2, Rate: 400, InFlight: 2000}}
+		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, KafkaProducers: 4, KafkaMembers: 2, TxnProcessors: 2, Rate: 400, InFlight: 2000}}
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Run byzlog under faults and check the history for lost, duplicated, reordered or forged records",
@@ -106,6 +106,24 @@ every validator's log back, and checks the history for Jepsen's anomalies:
   double-sign           evidence, committed in the phase's blocks, of a
                         validator signing two votes for one height and round
 
+The txn- nemeses add a transactional pipeline (--txn-processors franz-go
+GroupTransactSession processors in one group read the topic at
+read_committed and write one output record per input record to a
+3-partition topic, committing the input offsets in the same transaction;
+every 4th transaction from the 2nd is aborted on purpose). After the load it waits (up to
+--settle) for the pipeline to drain, then reads the output whole at
+read_committed and read_uncommitted and checks:
+
+  aborted-read          a read_committed reader got a record of an aborted
+                        transaction
+  torn-read             a transaction partly visible read_committed at the end
+  lost-commit           a commit acknowledged, its records or input offsets
+                        not committed at the end
+  txn-duplicate         an input record with two committed outputs
+  txn-nonmonotonic-poll a read_committed reader going back, or passing over a
+                        committed record
+  unprocessed           an input record with no committed output at the end
+
 Nemeses:
 ` + strings.Join(names, "\n") + `
 
@@ -142,6 +160,7 @@ func (o *chaosOptions) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&o.load.Consumers, "consumers", o.load.Consumers, "consumers reading every partition through NATS")
 	f.IntVar(&o.load.KafkaProducers, "kafka-producers", o.load.KafkaProducers, "franz-go producers through the gateways' Kafka faces, idempotent and plain in turn (the Kafka-only nemeses' producers)")
 	f.IntVar(&o.load.KafkaMembers, "kafka-members", o.load.KafkaMembers, "members of the Kafka consumer group, committing asynchronously")
+	f.IntVar(&o.load.TxnProcessors, "txn-processors", o.load.TxnProcessors, "transactional processors of the txn- nemeses' pipeline, in one consumer group")
 	f.IntVar(&o.load.Rate, "rate", o.load.Rate, "records/s offered over all producers (SDK and Kafka)")
 	f.IntVar(&o.load.InFlight, "in-flight", o.load.InFlight, "unresolved records per producer before it waits")
 	f.Uint32Var(&o.load.Partitions, "partitions", o.load.Partitions, "partitions of each phase's topic")
@@ -192,6 +211,9 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 		if n.Kafka && o.load.KafkaProducers < 1 {
 			return fmt.Errorf("nemesis %s runs Kafka clients alone: --kafka-producers %d, want 1 or more", n.Name, o.load.KafkaProducers)
 		}
+		if n.Txn && o.load.TxnProcessors < 1 {
+			return fmt.Errorf("nemesis %s runs the transactional pipeline: --txn-processors %d, want 1 or more", n.Name, o.load.TxnProcessors)
+		}
 	}
 	disks := false
 	for _, n := range nemeses {
@@ -214,6 +236,9 @@ func runChaos(ctx context.Context, o chaosOptions, nemeses []chaos.Nemesis, out,
 		w := o.load
 		if nem.Kafka {
 			w = w.KafkaOnly()
+		}
+		if !nem.Txn {
+			w.TxnProcessors = 0
 		}
 		w.Topic = fmt.Sprintf("chaos-%d-%s", i, nem.Name)
 		ph := o.phase

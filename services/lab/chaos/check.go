@@ -117,6 +117,14 @@ type History struct {
 	// commits and the reads of its committed offsets.
 	Commits     []Commit
 	OffsetReads []OffsetRead
+	// The transactional workload (txn.go, checked by checktxn.go): its
+	// processors (none: it did not run), their transactions, the output
+	// records the verifiers read, and the processors' group's committed
+	// offsets of the input read at the end (nil: not read).
+	TxnProcessors []string
+	Txns          []Txn
+	TxnReads      []TxnRead
+	TxnOffsets    map[uint32]int64
 }
 
 // Anomaly names, as Jepsen's Kafka checker calls them (plus app-hash
@@ -139,9 +147,10 @@ const (
 	DoubleSign          = "double-sign"
 )
 
-// Categories lists every anomaly, in report order. lost is the sum of its
-// three parts.
-var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, OffsetRegression, Forged, AppHashDivergence, ReplicaDivergence, DoubleSign}
+// Categories lists every anomaly, in report order, the transactional
+// workload's (checktxn.go) last. lost is the sum of its three parts.
+var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, OffsetRegression, Forged, AppHashDivergence, ReplicaDivergence, DoubleSign,
+	AbortedRead, TornRead, LostCommit, TxnDuplicate, TxnNonmonotonicPoll, Unprocessed}
 
 // Report is the checker's verdict.
 type Report struct {
@@ -222,6 +231,7 @@ func Check(h History) Report {
 	for _, e := range h.Evidence {
 		r.add(DoubleSign, "%s", e)
 	}
+	checkTxns(&r, h)
 	return r
 }
 

@@ -334,3 +334,174 @@ func TestReportSafe(t *testing.T) {
 		t.Fatal("a divergent app hash is reported safe")
 	}
 }
+
+// txnClean is clean() with a clean transactional pipeline over its input
+// log (0@0..0@3, 1@0..1@2) into two output partitions: proc0's
+// transaction #1 writes input 0@0 and 0@1's outputs and is aborted on
+// purpose (its records at output 0@0 and 1@0, its markers at 0@1, 1@1);
+// #2 writes them again (0@2, 1@2) and commits; #3 writes the other five
+// (0@4, 1@4, 0@5, 1@5, 0@6) and commits. A reader at read_committed (rc)
+// and one at read_uncommitted (ru) read during the run, and both read the
+// whole output at the end.
+func txnClean() History {
+	h := clean()
+	h.TxnProcessors = []string{"proc0"}
+	type out struct {
+		in  place
+		out place
+	}
+	txns := []struct {
+		abort   bool
+		outcome TxnOutcome
+		outs    []out
+		offsets map[uint32]int64
+	}{
+		{true, TxnAborted, []out{{place{0, 0}, place{0, 0}}, {place{0, 1}, place{1, 0}}}, map[uint32]int64{0: 2}},
+		{false, TxnCommitted, []out{{place{0, 0}, place{0, 2}}, {place{0, 1}, place{1, 2}}}, map[uint32]int64{0: 2}},
+		{false, TxnCommitted, []out{{place{0, 2}, place{0, 4}}, {place{0, 3}, place{1, 4}}, {place{1, 0}, place{0, 5}}, {place{1, 1}, place{1, 5}}, {place{1, 2}, place{0, 6}}},
+			map[uint32]int64{0: 4, 1: 3}},
+	}
+	seq := map[string]int{}
+	read := func(reader string, committed, final bool, at place, v string) {
+		seq[reader]++
+		h.TxnReads = append(h.TxnReads, TxnRead{Reader: reader, Committed: committed, Final: final, Seq: seq[reader], Partition: at.partition, Offset: at.offset, Value: v})
+	}
+	for i, tx := range txns {
+		t := Txn{Processor: "proc0", Seq: i + 1, Abort: tx.abort, Outcome: tx.outcome, Offsets: tx.offsets}
+		for _, o := range tx.outs {
+			v := fmt.Sprintf("out:%d:%s", i+1, o.in)
+			t.Records = append(t.Records, TxnRecord{InPartition: o.in.partition, InOffset: o.in.offset, Out: v})
+			read("ru", false, false, o.out, v)
+			read("ru-final", false, true, o.out, v)
+			if tx.outcome == TxnCommitted {
+				read("rc", true, false, o.out, v)
+				read("rc-final", true, true, o.out, v)
+			}
+		}
+		h.Txns = append(h.Txns, t)
+	}
+	h.TxnOffsets = map[uint32]int64{0: 4, 1: 3}
+	return h
+}
+
+// dropReads removes the transactional reads for which bad is true.
+func dropReads(h History, bad func(TxnRead) bool) History {
+	var keep []TxnRead
+	for _, rd := range h.TxnReads {
+		if !bad(rd) {
+			keep = append(keep, rd)
+		}
+	}
+	h.TxnReads = keep
+	return h
+}
+
+// rcReads replaces what reader rc read with values at output places.
+func rcReads(h History, reads ...TxnRead) History {
+	h = dropReads(h, func(rd TxnRead) bool { return rd.Reader == "rc" })
+	for i, rd := range reads {
+		rd.Reader, rd.Committed, rd.Seq = "rc", true, i+1
+		h.TxnReads = append(h.TxnReads, rd)
+	}
+	return h
+}
+
+func TestCheckFindsEachTxnAnomaly(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		edit    func(History) History
+		want    map[string]int // every other category must be 0
+		example string
+	}{
+		{"clean", func(h History) History { return h }, nil, ""},
+		{"clean: a transaction of unknown outcome, all of it visible", func(h History) History {
+			h.Txns[2].Outcome, h.Txns[2].Err = TxnUnknown, "timeout"
+			return h
+		}, nil, ""},
+		{"clean: a transaction of unknown outcome, none of it visible, its input written again", func(h History) History {
+			h.Txns[0].Abort, h.Txns[0].Outcome = false, TxnUnknown
+			return h
+		}, nil, ""},
+		{"aborted read: read committed, a record of a transaction aborted on purpose", func(h History) History {
+			return rcReads(h, TxnRead{Partition: 0, Offset: 0, Value: "out:1:0@0"}, TxnRead{Partition: 0, Offset: 2, Value: "out:2:0@0"})
+		}, map[string]int{AbortedRead: 1}, `rc read "out:1:0@0" committed at output 0@0, of proc0's transaction #1 (aborted, aborted on purpose)`},
+		{"aborted read: asked to abort, the abort unanswered, read at the end", func(h History) History {
+			h.Txns[0].Outcome = TxnUnknown
+			h.TxnReads = append(h.TxnReads, TxnRead{Reader: "rc-final", Committed: true, Final: true, Seq: 0, Partition: 1, Offset: 0, Value: "out:1:0@1"})
+			return h
+			// rc, which did not read it, passed over it too.
+		}, map[string]int{AbortedRead: 1, TornRead: 1, TxnDuplicate: 1, TxnNonmonotonicPoll: 1}, "of proc0's transaction #1 (of unknown outcome, aborted on purpose)"},
+		{"torn read: one record of a committed transaction missing at the end", func(h History) History {
+			return dropReads(h, func(rd TxnRead) bool { return rd.Reader == "rc-final" && rd.Value == "out:3:1@1" })
+		}, map[string]int{TornRead: 1, Unprocessed: 1}, "proc0's transaction #3 (committed): 4 of its 5 records read committed at the end (at 0@4, 1@4, 0@5, 0@6), not input 1@1's"},
+		{"torn read: half a transaction of unknown outcome", func(h History) History {
+			h.Txns[2].Outcome = TxnUnknown
+			return dropReads(h, func(rd TxnRead) bool {
+				return rd.Committed && (rd.Value == "out:3:1@1" || rd.Value == "out:3:1@2")
+			})
+		}, map[string]int{TornRead: 1, Unprocessed: 2}, "transaction #3 (of unknown outcome): 3 of its 5 records"},
+		{"lost commit: an acknowledged commit with nothing visible at the end", func(h History) History {
+			return dropReads(h, func(rd TxnRead) bool { return rd.Reader == "rc-final" && strings.HasPrefix(rd.Value, "out:2:") })
+			// The final read passed over both records, which the read
+			// uncommitted holds.
+		}, map[string]int{LostCommit: 1, Unprocessed: 2, TxnNonmonotonicPoll: 2}, "proc0's transaction #2 (committed): none of its 2 records read committed at the end"},
+		{"lost commit: the group's input offset at the end below a committed transaction's", func(h History) History {
+			h.TxnOffsets[0] = 2
+			return h
+		}, map[string]int{LostCommit: 1}, "transaction #3 (committed) committed input offset 4 of partition 0; the group's committed offset at the end is 2"},
+		{"txn duplicate: an input written by two committed transactions", func(h History) History {
+			h.Txns = append(h.Txns, Txn{Processor: "proc0", Seq: 4, Outcome: TxnCommitted, Offsets: map[uint32]int64{1: 3},
+				Records: []TxnRecord{{InPartition: 1, InOffset: 2, Out: "out:4:1@2"}}})
+			h.TxnReads = append(h.TxnReads, TxnRead{Reader: "rc-final", Committed: true, Final: true, Seq: 99, Partition: 1, Offset: 7, Value: "out:4:1@2"})
+			return h
+		}, map[string]int{TxnDuplicate: 1}, "input 1@2 has 2 committed outputs, at 0@6, 1@7"},
+		{"txn nonmonotonic poll: a read committed reader going back", func(h History) History {
+			return rcReads(h, TxnRead{Partition: 0, Offset: 4, Value: "out:3:0@2"}, TxnRead{Partition: 0, Offset: 2, Value: "out:2:0@0"})
+		}, map[string]int{TxnNonmonotonicPoll: 2}, "rc read output 0@2 after 0@4"},
+		{"txn nonmonotonic poll: a read committed reader passing over a committed record", func(h History) History {
+			return rcReads(h, TxnRead{Partition: 0, Offset: 2, Value: "out:2:0@0"}, TxnRead{Partition: 0, Offset: 5, Value: "out:3:1@0"})
+		}, map[string]int{TxnNonmonotonicPoll: 1}, "rc read output 0@5 right after 0@2, passing over the committed 0@4"},
+		{"txn nonmonotonic poll: the final read misses a committed record the uncommitted read holds", func(h History) History {
+			return dropReads(h, func(rd TxnRead) bool { return rd.Reader == "rc-final" && rd.Value == "out:3:1@0" })
+		}, map[string]int{TxnNonmonotonicPoll: 1, TornRead: 1, Unprocessed: 1}, "rc-final read output 0@6 right after 0@4, passing over the committed 0@5"},
+		{"unprocessed: an input record with no output", func(h History) History {
+			for _, node := range []string{"node0", "node1"} {
+				h.Observations = append(h.Observations, Observation{Observer: node, Partition: 1, Offset: 3, Value: "b3", Producer: "bbbb"})
+			}
+			return h
+		}, map[string]int{Unprocessed: 1}, "input 1@3 has no committed output at the end"},
+		{"forged: read committed, a record no transaction wrote", func(h History) History {
+			h.TxnReads = append(h.TxnReads, TxnRead{Reader: "rc-final", Committed: true, Final: true, Seq: 99, Partition: 0, Offset: 7, Value: "evil"})
+			return h
+		}, map[string]int{Forged: 1}, `rc-final read "evil" committed at output 0@7: no transaction wrote it`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Check(tc.edit(txnClean()))
+			for _, c := range append(Categories, LostPrefix, LostMiddle, LostPostfix) {
+				if got := r.Counts[c]; got != tc.want[c] {
+					t.Errorf("%s = %d, want %d\n%s", c, got, tc.want[c], r.Summary())
+				}
+			}
+			if r.Safe() != (tc.want == nil) {
+				t.Errorf("Safe() = %v, want %v", r.Safe(), tc.want == nil)
+			}
+			if tc.example != "" && !strings.Contains(r.Summary(), tc.example) {
+				t.Errorf("summary lacks %q:\n%s", tc.example, r.Summary())
+			}
+		})
+	}
+}
+
+// TestCheckTxnsNeedTheirWorkload: without processors the transactional
+// checks find nothing, though the input has no output.
+func TestCheckTxnsNeedTheirWorkload(t *testing.T) {
+	h := txnClean()
+	h.TxnProcessors, h.TxnReads = nil, nil
+	if r := Check(h); !r.Safe() {
+		t.Errorf("Check(no processors, no output read) found anomalies:\n%s", r.Summary())
+	}
+	h.TxnProcessors = []string{"proc0"}
+	if r := Check(h); r.Counts[Unprocessed] != 7 || r.Counts[LostCommit] != 2 {
+		t.Errorf("Check(processors, no output read) = %d unprocessed, %d lost commits; want 7, 2\n%s", r.Counts[Unprocessed], r.Counts[LostCommit], r.Summary())
+	}
+}

@@ -463,7 +463,7 @@ func sampleOffsets(ctx context.Context, c *Cluster, w Workload, rec *recorder) {
 	defer cl.Close()
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if r, err := readOffsets(rctx, cl, w); err == nil {
+		if r, err := readOffsets(rctx, cl, kafkaGroupName(w), w.Topic, w.Partitions); err == nil {
 			rec.offsetRead(r)
 		}
 		cancel()
@@ -471,14 +471,13 @@ func sampleOffsets(ctx context.Context, c *Cluster, w Workload, rec *recorder) {
 	}
 }
 
-// readOffsets reads the group's committed offset of every partition of
-// the topic.
-func readOffsets(ctx context.Context, cl *kgo.Client, w Workload) (OffsetRead, error) {
+// readOffsets reads group's committed offset of every partition of topic.
+func readOffsets(ctx context.Context, cl *kgo.Client, group, topic string, partitions uint32) (OffsetRead, error) {
 	req := kmsg.NewPtrOffsetFetchRequest()
-	req.Group = kafkaGroupName(w)
+	req.Group = group
 	t := kmsg.NewOffsetFetchRequestTopic()
-	t.Topic = w.Topic
-	for p := int32(0); p < int32(w.Partitions); p++ {
+	t.Topic = topic
+	for p := int32(0); p < int32(partitions); p++ {
 		t.Partitions = append(t.Partitions, p)
 	}
 	req.Topics = append(req.Topics, t)
@@ -499,8 +498,8 @@ func readOffsets(ctx context.Context, cl *kgo.Client, w Workload) (OffsetRead, e
 			r.Offsets[uint32(p.Partition)] = p.Offset
 		}
 	}
-	if len(r.Offsets) != int(w.Partitions) {
-		return r, fmt.Errorf("%d of %d partitions answered", len(r.Offsets), w.Partitions)
+	if len(r.Offsets) != int(partitions) {
+		return r, fmt.Errorf("%d of %d partitions answered", len(r.Offsets), partitions)
 	}
 	return r, nil
 }
@@ -519,7 +518,7 @@ func (g *kafkaGroup) finish(ctx context.Context, c *Cluster, w Workload, rec *re
 		for {
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			var r OffsetRead
-			r, err = readOffsets(rctx, cl, w)
+			r, err = readOffsets(rctx, cl, kafkaGroupName(w), w.Topic, w.Partitions)
 			cancel()
 			if err == nil {
 				r.Final = true

@@ -93,7 +93,10 @@ type Nemesis struct {
 	Open string
 	// Kafka: the phase's workload is franz-go's alone, through the
 	// gateways' Kafka faces (Workload.KafkaOnly).
-	Kafka  bool
+	Kafka bool
+	// Txn: the phase's workload adds the transactional pipeline
+	// (Workload.TxnProcessors, txn.go); with Kafka, its only consumers.
+	Txn    bool
 	Inject func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (what string, heal func(context.Context) error, err error)
 }
 
@@ -254,23 +257,25 @@ var Nemeses = []Nemesis{
 	},
 	{
 		Name: "kafka-kill", Doc: "Kafka clients alone (franz-go idempotent and plain producers and a consumer group committing asynchronously, through the gateways' Kafka faces), without the SDK and NATS: kill -9 a gateway and a validator together, each in turn; restart both",
-		Kafka: true,
-		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
-			gw := localnet.GatewayName(round % c.Services.Gateways)
-			if err := c.Net.Kill(c.Services, gw); err != nil {
-				return "", nil, err
-			}
-			i := round % c.validators()
-			if err := c.Net.KillNode(i); err != nil {
-				return "", nil, err
-			}
-			return fmt.Sprintf("%s+node%d", gw, i), func(ctx context.Context) error {
-				if err := c.Net.StartNode(ctx, i); err != nil {
-					return err
-				}
-				return c.Net.Start(ctx, c.Services, gw)
-			}, nil
+		Kafka:  true,
+		Inject: killGatewayAndNode,
+	},
+	{
+		Name: "txn-kill", Doc: "the transactional pipeline (franz-go GroupTransactSession processors reading the Kafka producers' topic at read_committed and writing each record's output to a 3-partition topic exactly once, every 4th transaction from the 2nd aborted on purpose; verifiers at read_committed and read_uncommitted) beside the kafka-kill clients: kill -9 a gateway and a validator together, each in turn; restart both",
+		Kafka: true, Txn: true,
+		Inject: killGatewayAndNode,
+	},
+	{
+		Name: "txn-pause", Doc: "the transactional pipeline (see txn-kill): SIGSTOP both processes of a random validator; SIGCONT them",
+		Kafka: true, Txn: true,
+		Inject: func(ctx context.Context, c *Cluster, round int, rng *rand.Rand) (string, func(context.Context) error, error) {
+			return pauseNode(c, rng.IntN(c.validators()))
 		},
+	},
+	{
+		Name: "txn-lying-node", Doc: "the transactional pipeline (see txn-kill): the RPC proxy in front of node0 lies to gateway0, whose Kafka face serves half the clients, as in lying-node, in turn; then tells the truth",
+		Kafka: true, Txn: true,
+		Inject: proxyLies("txn-lying-node", tamper.LiarModes),
 	},
 	{
 		Name: "kill-indexer", Doc: "kill -9 the indexer; restart it (it resumes from its cursor)",
@@ -447,8 +452,25 @@ func Lookup(names []string) ([]Nemesis, error) {
 	return out, nil
 }
 
-// restartNode kills whatever half of node i still runs and starts the
-// node again with the normal app.
+// killGatewayAndNode kills gateway and validator round (modulo their
+// counts) together; the heal restarts both.
+func killGatewayAndNode(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+	gw := localnet.GatewayName(round % c.Services.Gateways)
+	if err := c.Net.Kill(c.Services, gw); err != nil {
+		return "", nil, err
+	}
+	i := round % c.validators()
+	if err := c.Net.KillNode(i); err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("%s+node%d", gw, i), func(ctx context.Context) error {
+		if err := c.Net.StartNode(ctx, i); err != nil {
+			return err
+		}
+		return c.Net.Start(ctx, c.Services, gw)
+	}, nil
+}
+
 // proxyLies makes node0's RPC proxy tell the lies of modes, one a round,
 // until the heal.
 func proxyLies(nemesis string, modes []string) func(context.Context, *Cluster, int, *rand.Rand) (string, func(context.Context) error, error) {
@@ -467,6 +489,8 @@ func proxyLies(nemesis string, modes []string) func(context.Context, *Cluster, i
 	}
 }
 
+// restartNode kills whatever half of node i still runs and starts the
+// node again with the normal app.
 func restartNode(c *Cluster, i int) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if err := c.Net.KillRest(i); err != nil {

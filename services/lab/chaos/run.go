@@ -106,16 +106,19 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		return row, err
 	}
 	_, err = adm.CreateTopic(ctx, w.Topic, &byzlogv1.TopicConfig{Partitions: w.Partitions})
+	if err == nil && w.TxnProcessors > 0 {
+		_, err = adm.CreateTopic(ctx, txnOutputTopic(w), &byzlogv1.TopicConfig{Partitions: txnOutPartitions})
+	}
 	adm.Close()
 	if err != nil {
-		return row, fmt.Errorf("create topic %s: %w", w.Topic, err)
+		return row, fmt.Errorf("create the topics of %s: %w", w.Topic, err)
 	}
 	startHeight := maxCommitted(ctx, c)
 	rec := newRecorder()
 
 	cctx, stopConsumers := context.WithCancel(ctx)
 	defer stopConsumers()
-	consumers, group := startConsumers(cctx, c, w, rec)
+	consumers, group, txns := startConsumers(cctx, c, w, rec)
 	load := runLoad(ctx, c, w, ph, rec, &row, progress)
 	checkHealed(ctx, c, ph, &row)
 
@@ -125,13 +128,24 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	// late; read first, it would look like a record no validator holds).
 	// The group's committed offsets are read once its members stopped and
 	// their commits were answered.
+	// The transactional pipeline drains (its group's offsets at the
+	// input's end) before its processors stop, and its output is read
+	// whole after.
 	awaitConsumers(ctx, c, w, rec, ph.Settle)
+	if txns != nil {
+		row.Errors = append(row.Errors, txns.drain(ctx, c, w, load.end, ph.Settle)...)
+	}
 	stopConsumers()
 	consumers.Wait()
 	var groupNotes []string
 	if group != nil {
 		var errs []string
 		groupNotes, errs = group.finish(ctx, c, w, rec, ph.Settle)
+		row.Errors = append(row.Errors, errs...)
+	}
+	if txns != nil {
+		notes, errs := txns.finish(ctx, c, w, rec, ph.Settle)
+		groupNotes = append(groupNotes, notes...)
 		row.Errors = append(row.Errors, errs...)
 	}
 	readBackAll(ctx, c, w, rec, &row)
@@ -165,13 +179,18 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 }
 
 // startConsumers starts the workload's consumers, each reading every
-// partition from its start until ctx ends, and its Kafka consumer group
-// (nil: none); they are done when the wait group is.
-func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) (*sync.WaitGroup, *kafkaGroup) {
+// partition from its start until ctx ends, its Kafka consumer group and
+// its transactional pipeline (nil: none); they are done when the wait
+// group is.
+func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) (*sync.WaitGroup, *kafkaGroup, *txnPipeline) {
 	var consumers sync.WaitGroup
 	var group *kafkaGroup
+	var txns *txnPipeline
 	if w.KafkaMembers > 0 {
 		group = consumeKafka(ctx, c, w, rec, &consumers)
+	}
+	if w.TxnProcessors > 0 {
+		txns = startTxns(ctx, c, w, rec, &consumers)
 	}
 	for i := 0; i < w.Consumers; i++ {
 		name := fmt.Sprintf("consumer%d", i)
@@ -183,7 +202,7 @@ func startConsumers(ctx context.Context, c *Cluster, w Workload, rec *recorder) 
 			go func() { defer consumers.Done(); consume(ctx, c, w, name, p, rec, &seq, &mu) }()
 		}
 	}
-	return &consumers, group
+	return &consumers, group, txns
 }
 
 // loadTimes is when the load ran and when the nemesis last healed (zero:

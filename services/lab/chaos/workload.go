@@ -34,6 +34,10 @@ type Workload struct {
 	// one consumer group that commit asynchronously (kafka.go).
 	KafkaProducers int
 	KafkaMembers   int
+	// TxnProcessors are the transactional workload's processors (txn.go),
+	// which read the topic and write its output topic exactly once; none:
+	// no transactional workload.
+	TxnProcessors int
 	// Rate is the records per second offered over all producers, SDK and
 	// Kafka; InFlight bounds each producer's unresolved records (past it,
 	// it waits).
@@ -85,6 +89,18 @@ func (r *recorder) commit(c Commit) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.h.Commits = append(r.h.Commits, c)
+}
+
+func (r *recorder) txn(t Txn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.Txns = append(r.h.Txns, t)
+}
+
+func (r *recorder) txnRead(rd TxnRead) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.TxnReads = append(r.h.TxnReads, rd)
 }
 
 func (r *recorder) offsetRead(o OffsetRead) {
