@@ -244,6 +244,19 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 			committed[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o
 		}
 	}
+	// KIP-447: a transactional consumer asks for stable offsets, and a
+	// partition whose offsets an open transaction holds is answered
+	// UNSTABLE_OFFSET_COMMIT (retriable) until the transaction ends, so
+	// that it does not start from the offsets before it and process the
+	// same input twice.
+	var unstable map[string]bool
+	if r.RequireStable {
+		if unstable, err = c.pendingTxnOffsets(ctx, r.Group); err != nil {
+			c.log.Info().Err(err).Str("group", r.Group).Msg("OffsetFetch: the open transactions' offsets could not be read")
+			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code // retriable
+			return resp
+		}
+	}
 	topics := r.Topics
 	if topics == nil && g != nil { // all the group's partitions
 		byTopic := map[string][]int32{}
@@ -262,6 +275,9 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 			rp.Partition, rp.Offset, rp.Metadata = p, -1, kmsg.StringPtr("")
 			if o := committed[fmt.Sprintf("%s/%d", t.Topic, p)]; o != nil {
 				rp.Offset, rp.Metadata = int64(o.Offset), kmsg.StringPtr(o.Metadata)
+			}
+			if unstable[fmt.Sprintf("%s/%d", t.Topic, p)] {
+				rp.ErrorCode = kerr.UnstableOffsetCommit.Code
 			}
 			rt.Partitions = append(rt.Partitions, rp)
 		}

@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 
@@ -58,6 +59,30 @@ func txnStateName(t *byzlogv1.TxnState) string {
 		return txnCompleteAbort
 	}
 	return txnEmpty
+}
+
+// pendingTxnOffsets are the partitions ("topic/partition") whose offsets
+// of group an open transaction holds.
+func (c *conn) pendingTxnOffsets(ctx context.Context, group string) (map[string]bool, error) {
+	txns, err := c.chainTxns(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, t := range txns {
+		if !t.State.GetOpen() {
+			continue
+		}
+		for _, g := range t.State.Offsets {
+			if g.Group != group {
+				continue
+			}
+			for _, o := range g.Offsets {
+				out[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = true
+			}
+		}
+	}
+	return out, nil
 }
 
 // chainTxns reads every transactional id the chain holds (none where the

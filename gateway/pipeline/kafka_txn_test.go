@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -336,5 +337,76 @@ func TestSDKWriteAtomically(t *testing.T) {
 	slices.Sort(got)
 	if strings.Join(got, " ") != "a0 a1 a2 a3 b0 b1 b2 d0" {
 		t.Fatalf("read_committed read %v, want the committed writes' 8 records", got)
+	}
+}
+
+// TestKafkaFaceStableOffsets (KIP-447): while an open transaction holds a
+// group's offsets, an OffsetFetch that asks for stable offsets gets
+// UNSTABLE_OFFSET_COMMIT for those partitions (and the others as they
+// are), one that does not the committed offsets; once the transaction
+// commits, its offsets.
+func TestKafkaFaceStableOffsets(t *testing.T) {
+	addr, _ := startKafkaFace(t, nil) // topic k, 3 partitions
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	initReq := kmsg.NewPtrInitProducerIDRequest()
+	initReq.TransactionalID, initReq.TransactionTimeoutMillis = kmsg.StringPtr("stable"), 60_000
+	ir, err := initReq.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ir.ErrorCode != 0 {
+		t.Fatalf("InitProducerId: %v", kerr.ErrorForCode(ir.ErrorCode))
+	}
+	commit := kmsg.NewPtrTxnOffsetCommitRequest()
+	commit.TransactionalID, commit.Group, commit.ProducerID, commit.ProducerEpoch = "stable", "g", ir.ProducerID, ir.ProducerEpoch
+	ct := kmsg.NewTxnOffsetCommitRequestTopic()
+	ct.Topic = "k"
+	cp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
+	cp.Partition, cp.Offset = 0, 5
+	ct.Partitions = append(ct.Partitions, cp)
+	commit.Topics = append(commit.Topics, ct)
+	if r, err := commit.RequestWith(ctx, cl); err != nil || r.Topics[0].Partitions[0].ErrorCode != 0 {
+		t.Fatalf("TxnOffsetCommit: %v %+v", err, r)
+	}
+	fetch := func(stable bool) string {
+		t.Helper()
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Version, req.Group, req.RequireStable = 7, "g", stable
+		ft := kmsg.NewOffsetFetchRequestTopic()
+		ft.Topic, ft.Partitions = "k", []int32{0, 1}
+		req.Topics = append(req.Topics, ft)
+		r, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range r.Topics[0].Partitions {
+			s := fmt.Sprint(p.Offset)
+			if p.ErrorCode != 0 {
+				s = kerr.ErrorForCode(p.ErrorCode).Error()
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, " ")
+	}
+	if got := fetch(true); !strings.HasPrefix(got, "UNSTABLE_OFFSET_COMMIT") || !strings.HasSuffix(got, " -1") {
+		t.Errorf("stable fetch while the transaction is open: %q, want UNSTABLE_OFFSET_COMMIT for 0 and -1 for 1", got)
+	}
+	if got := fetch(false); got != "-1 -1" {
+		t.Errorf("fetch while the transaction is open: %q, want -1 -1 (nothing committed yet)", got)
+	}
+	end := kmsg.NewPtrEndTxnRequest()
+	end.TransactionalID, end.ProducerID, end.ProducerEpoch, end.Commit = "stable", ir.ProducerID, ir.ProducerEpoch, true
+	if r, err := end.RequestWith(ctx, cl); err != nil || r.ErrorCode != 0 {
+		t.Fatalf("EndTxn: %v %+v", err, r)
+	}
+	if got := fetch(true); got != "5 -1" {
+		t.Errorf("stable fetch after the commit: %q, want 5 -1", got)
 	}
 }
