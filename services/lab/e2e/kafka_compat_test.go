@@ -46,8 +46,12 @@ func TestKafkaCompat(t *testing.T) {
 	n, _ := startNet(ctx, t, 9500)
 	base := basePort(t) + 9500
 	gw, kafka := fmt.Sprintf("127.0.0.1:%d", base+900), fmt.Sprintf("127.0.0.1:%d", base+920)
+	// Every client of the suite comes from 127.0.0.1, and its tests run
+	// side by side (TestTxnEtl's and TestGroupETL's groups together open
+	// over 256): the per-address bound is a production one.
 	startGateway(t, n, gw, "--insecure", "--kafka-listen", kafka, "--kafka-insecure",
-		"--kafka-anonymous-key", filepath.Join(n.Config().Dir, "admin.key"), "--kafka-anonymous-admin")
+		"--kafka-anonymous-key", filepath.Join(n.Config().Dir, "admin.key"), "--kafka-anonymous-admin",
+		"--kafka-max-conns", "4096", "--kafka-max-conns-per-ip", "4096")
 	// A second gateway whose face authenticates with SCRAM-SHA-512, for
 	// the suite's SCRAM tests (KGO_TEST_SCRAM_SEEDS).
 	scram := fmt.Sprintf("127.0.0.1:%d", base+960)
