@@ -90,6 +90,7 @@ func (i *Indexer) Run(ctx context.Context) error {
 		h = i.cfg.StartHeight - 1
 	}
 	i.acked.Store(h)
+	i.followed.Store(max(h, c.Followed))
 	i.ends = c.Ends
 	if i.ends == nil {
 		i.ends = map[string]reconcile.End{}
@@ -170,7 +171,7 @@ func (i *Indexer) observe(t stageTimes) {
 // streams hold is skipped as ever.
 func (i *Indexer) reconcile(ctx context.Context, pub *publish.Publisher) error {
 	acked := i.acked.Load()
-	from, why, err := reconcile.Rewind(ctx, pub.JetStream(), i.ends, acked)
+	from, why, err := reconcile.Rewind(ctx, pub.JetStream(), i.ends, acked, i.followed.Load())
 	if err != nil {
 		return err
 	}
@@ -290,7 +291,7 @@ func (i *Indexer) acknowledge(ctx context.Context, cancel context.CancelCauseFun
 		if h == saved {
 			return
 		}
-		if err := pub.SaveCursor(ctx, reconcile.Cursor{Height: h, Ends: i.ends}); err != nil {
+		if err := pub.SaveCursor(ctx, reconcile.Cursor{Height: h, Ends: i.ends, Followed: max(h, i.followed.Load())}); err != nil {
 			i.log.Warn().Err(err).Int64("height", h).Msg("could not save the cursor; will try again")
 			return
 		}

@@ -43,9 +43,11 @@ type txnProducer struct {
 // transaction under transactional id id: a reader of committed data sees
 // all of them or none. It returns each record's receipt, in the order
 // given, once the transaction is committed. Writes of one producer run
-// one at a time. On an error the transaction is aborted (or, if its
-// outcome is unknown, left to the chain's timeout, TxnTimeout), and the
-// next write under the id starts a new epoch.
+// one at a time. On an error before the commit the transaction is
+// aborted (or, failing that, left to the chain's timeout, TxnTimeout); a
+// commit whose answer is lost is sent again, and if its outcome stays
+// unknown the error says so. The next write under the id starts a new
+// epoch.
 func (p *Producer) WriteAtomically(ctx context.Context, id string, records []*Record) ([]Receipt, error) {
 	if len(records) == 0 {
 		return nil, nil
@@ -61,13 +63,30 @@ func (p *Producer) WriteAtomically(ctx context.Context, id string, records []*Re
 		p.txns[id] = t
 	}
 	receipts, err := p.writeTxn(ctx, t, records)
+	// Ending goes on after ctx ends: a transaction left open holds its
+	// partitions' readers of committed data back until it times out.
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*p.o.requestTimeout)
+	defer cancel()
+	end := func(commit bool) error {
+		_, err := p.txnStep(ectx, id, &byzlogv1.TxnEnd{ProducerId: t.pid, Epoch: t.epoch, Commit: commit})
+		return err
+	}
 	if err == nil {
-		_, err = p.txnStep(ctx, id, &byzlogv1.TxnEnd{ProducerId: t.pid, Epoch: t.epoch, Commit: true})
-		if err == nil {
-			return receipts, nil
+		cerr := end(true)
+		if cerr != nil && ctx.Err() == nil && (retriable(cerr) || ectx.Err() != nil) {
+			// Its outcome may be unknown: a commit sent again is answered
+			// as the first was if that one committed.
+			cerr = end(true)
 		}
-		err = fmt.Errorf("commit transaction %q: %w", id, err)
-	} else if _, aerr := p.txnStep(ctx, id, &byzlogv1.TxnEnd{ProducerId: t.pid, Epoch: t.epoch}); aerr != nil {
+		switch {
+		case cerr == nil:
+			return receipts, nil
+		case retriable(cerr) || ectx.Err() != nil:
+			err = fmt.Errorf("commit transaction %q: its outcome is unknown (%w): read the records back before writing them again (a transaction not committed is aborted by the chain after %s)", id, cerr, TxnTimeout)
+		default:
+			err = fmt.Errorf("commit transaction %q: not committed: %w", id, cerr)
+		}
+	} else if aerr := end(false); aerr != nil {
 		err = fmt.Errorf("%w (and its abort: %v; the chain aborts it after %s)", err, aerr, TxnTimeout)
 	}
 	delete(p.txns, id) // the next write bumps the epoch: no sequence of this one is reused

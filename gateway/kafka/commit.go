@@ -231,6 +231,22 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 		resp.ErrorCode = kerr.NotCoordinator.Code
 		return resp
 	}
+	// KIP-447: a transactional consumer asks for stable offsets, and a
+	// partition whose offsets an open transaction holds is answered
+	// UNSTABLE_OFFSET_COMMIT (retriable) until the transaction ends, so
+	// that it does not start from the offsets before it and process the
+	// same input twice. They are read before the committed offsets: a
+	// transaction that ends between the two reads is taken as still open
+	// (the client asks again), never its offsets before it as stable.
+	var unstable map[string]bool
+	if r.RequireStable {
+		var err error
+		if unstable, err = c.pendingTxnOffsets(ctx, r.Group); err != nil {
+			c.log.Info().Err(err).Str("group", r.Group).Msg("OffsetFetch: the open transactions' offsets could not be read")
+			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code // retriable
+			return resp
+		}
+	}
 	committed := map[string]*byzlogv1.PartitionOffset{}
 	g, err := c.s.b.Groups.Group(ctx, r.Group)
 	var re *pipeline.RejectedError
@@ -242,19 +258,6 @@ func (c *conn) offsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg
 	default:
 		for _, o := range g.Offsets {
 			committed[fmt.Sprintf("%s/%d", o.Topic, o.Partition)] = o
-		}
-	}
-	// KIP-447: a transactional consumer asks for stable offsets, and a
-	// partition whose offsets an open transaction holds is answered
-	// UNSTABLE_OFFSET_COMMIT (retriable) until the transaction ends, so
-	// that it does not start from the offsets before it and process the
-	// same input twice.
-	var unstable map[string]bool
-	if r.RequireStable {
-		if unstable, err = c.pendingTxnOffsets(ctx, r.Group); err != nil {
-			c.log.Info().Err(err).Str("group", r.Group).Msg("OffsetFetch: the open transactions' offsets could not be read")
-			resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code // retriable
-			return resp
 		}
 	}
 	topics := r.Topics

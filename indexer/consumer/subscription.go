@@ -330,7 +330,7 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 			}
 			continue
 		}
-		if v := s.c.o.verifier; v != nil && !r.placeholder {
+		if v := s.c.o.verifier; v != nil {
 			if err := s.verify(ctx, v, r); err != nil {
 				_ = r.Ack() // done for the group too: no member should deliver it
 				return nil, err

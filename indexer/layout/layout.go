@@ -652,7 +652,7 @@ func Placeholder(r *byzlogv1.StoredRecord) bool { return r.Aborted || r.KafkaCon
 // or, for an aborted transaction's, its place (Aborted).
 func SamePublished(a, b *byzlogv1.StoredRecord) bool {
 	if a.Aborted && !b.Aborted {
-		return SameRecord(a, Aborted(b))
+		return b.KafkaTransactional && SameRecord(a, Aborted(b)) // only a transaction's record can be aborted
 	}
 	return SameRecord(a, b)
 }

@@ -343,6 +343,11 @@ func TestTransactionPlaces(t *testing.T) {
 	if layout.SamePublished(back, other) {
 		t.Error("a place matches a record at its offset with another sequence")
 	}
+	plain := proto.Clone(r).(*byzlogv1.StoredRecord)
+	plain.KafkaTransactional = false
+	if layout.SamePublished(layout.Aborted(plain), plain) {
+		t.Error("a plain record's place matches it: only a transaction's record can be aborted")
+	}
 	if layout.Placeholder(r) || !layout.Placeholder(&byzlogv1.StoredRecord{KafkaControl: &byzlogv1.KafkaControl{}}) {
 		t.Error("Placeholder: a record is one, or a marker is not")
 	}

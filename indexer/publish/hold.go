@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"cmp"
 	"errors"
 
 	"google.golang.org/protobuf/proto"
@@ -52,7 +53,17 @@ type held1 struct {
 // and its outcome when an earlier pass learned it (nil: not known).
 type openTxn struct {
 	first  uint64
+	height int64 // of its first record here
 	commit *bool
+}
+
+// outcome is how a transaction ended, noted while its partition was
+// lean, and the height of its first record in the partition: a pass from
+// a later height cannot meet that record, so it needs the outcome no
+// more (Publisher.pruneDecided).
+type outcome struct {
+	commit bool
+	height int64
 }
 
 // txnKey names a transaction by partition, producer id and its first
@@ -69,25 +80,15 @@ type txnKey struct {
 // their places (layout.Aborted), markers as they are. decided holds the
 // outcomes learned while a hold was lean: add uses them, and adds to them
 // while h is lean.
-func (h *hold) add(r *byzlogv1.StoredRecord, decided map[txnKey]bool) []*byzlogv1.StoredRecord {
+func (h *hold) add(r *byzlogv1.StoredRecord, decided map[txnKey]outcome) []*byzlogv1.StoredRecord {
 	pid := r.KafkaProducerId
 	switch {
 	case r.KafkaControl != nil:
-		if h.lean == nil {
-			// Outcomes of the producer's transactions here that this
-			// marker follows are of no more use: a pass that meets their
-			// records again meets their markers too.
-			for k := range decided {
-				if k.part == h.key && k.pid == pid && k.first < r.Offset {
-					delete(decided, k)
-				}
-			}
-		}
 		if t := h.open[pid]; t != nil {
 			delete(h.open, pid)
 			switch {
 			case h.lean != nil:
-				decided[txnKey{h.key, pid, t.first}] = r.KafkaControl.Commit
+				decided[txnKey{h.key, pid, t.first}] = outcome{commit: r.KafkaControl.Commit, height: t.height}
 				h.replay = h.replay || t.first == h.lean.Offset
 			case t.commit == nil:
 				h.resolve(pid, r.KafkaControl.Commit)
@@ -96,9 +97,9 @@ func (h *hold) add(r *byzlogv1.StoredRecord, decided map[txnKey]bool) []*byzlogv
 	case r.KafkaTransactional:
 		t := h.open[pid]
 		if t == nil {
-			t = &openTxn{first: r.Offset}
-			if c, ok := decided[txnKey{h.key, pid, t.first}]; ok {
-				t.commit = &c
+			t = &openTxn{first: r.Offset, height: r.Height}
+			if o, ok := decided[txnKey{h.key, pid, t.first}]; ok {
+				t.commit = &o.commit
 			}
 			if h.open == nil {
 				h.open = map[int64]*openTxn{}
@@ -188,9 +189,23 @@ func (h *hold) first() *byzlogv1.StoredRecord {
 	return h.records[0].r
 }
 
-// done reports whether h holds nothing back, nor waits to be published
-// again.
-func (h *hold) done() bool { return h.first() == nil && !h.replay }
+// done reports whether h holds nothing back, waits to be published again
+// nor follows an open transaction (one whose outcome a lean pass noted
+// goes out as it comes, and must be known at its next record too).
+func (h *hold) done() bool { return h.first() == nil && !h.replay && len(h.open) == 0 }
+
+// pruneDecided drops the noted outcomes no pass can use: the indexer
+// publishes again from no earlier than the first held record's height
+// (HoldFrom), and a transaction whose first record is before it has its
+// records in the streams already.
+func (p *Publisher) pruneDecided() {
+	from := p.HoldFrom()
+	for k, o := range p.decided {
+		if from == 0 || o.height < from {
+			delete(p.decided, k)
+		}
+	}
+}
 
 // HoldFrom is the height of the block of the first record held back
 // behind an open transaction, in any partition, or 0 if none is: the
@@ -273,7 +288,9 @@ func (p *Publisher) Ends(b *verify.Block) (map[string]reconcile.End, []string) {
 		case out.last == nil:
 			delete(ends, k)
 		default:
-			ends[k] = reconcile.End{Next: out.last.Offset + 1, FirstHeight: out.first.Height, LastHeight: out.last.Height, LastTime: out.last.TimestampUnixNano}
+			// out.first is nil when this block's records of the partition
+			// were all in the stream already or held.
+			ends[k] = reconcile.End{Next: out.last.Offset + 1, FirstHeight: cmp.Or(out.first, out.last).Height, LastHeight: out.last.Height, LastTime: out.last.TimestampUnixNano}
 		}
 	}
 	return ends, deleted

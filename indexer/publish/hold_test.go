@@ -39,7 +39,7 @@ func TestHold(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := hold{key: "t/0"}
-			decided := map[txnKey]bool{}
+			decided := map[txnKey]outcome{}
 			for i, w := range strings.Fields(c.in) {
 				r := &byzlogv1.StoredRecord{Offset: uint64(i), Value: []byte("v")}
 				setWord(r, w)
@@ -191,9 +191,13 @@ func TestPublishHoldsOpenTransactions(t *testing.T) {
 				}
 				if i == 3 {
 					// A restart: everything from the held record's height
-					// is published again.
+					// is published again; partition 1's record before the
+					// held one is in the stream, the rest held again.
 					p.Reset()
 					publish(blocks[3])
+					if ends, _ := p.Ends(blocks[3]); ends[reconcile.Key("t", 1)].Next != 5 {
+						t.Errorf("after the replay of height 4: partition 1 ends at %+v, want next 5", ends[reconcile.Key("t", 1)])
+					}
 				}
 			}
 			// A restart after it all: the streams hold what the blocks
@@ -258,6 +262,32 @@ func TestHeldPastTheBound(t *testing.T) {
 		"0:p",
 	)
 	want := map[uint32]string{0: "0 1 2x 3 4 5m 6 7x 8m 9m 10", 1: "0 1 2 3m 4 5x 6m 7"}
+	// Nested transactions, each past the bound, over several blocks: a
+	// replay publishes the outcomes it noted as their records come, block
+	// after block, so each transaction costs one replay, not one a block.
+	nested := txnBlocks(
+		"0:t1 1:t2",
+		"0:t1 1:t2",
+		"0:t1 1:t2",
+		"1:c2 0:t1",
+		"0:t1 1:p",
+		"0:c1 1:p",
+	)
+	for _, bound := range []int{256 << 20, 1} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cfg := Default()
+		cfg.ChainID, cfg.MaxHeldBytes = "c", bound
+		p, err := New(ctx, natstest.Start(t), cfg, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		replays := follow(ctx, t, p, nested)
+		got0, got1 := placesOf(subjectRecords(t, p.JetStream(), "t", 0)), placesOf(subjectRecords(t, p.JetStream(), "t", 1))
+		if got0 != "0 1 2 3 4 5m" || got1 != "0 1 2 3m 4 5" || replays > 2 {
+			t.Errorf("nested, bound %d: %q and %q after %d replays, want 0 1 2 3 4 5m, 0 1 2 3m 4 5 and at most 2", bound, got0, got1, replays)
+		}
+		cancel()
+	}
 	for _, bound := range []int{256 << 20, 1} {
 		t.Run(fmt.Sprint(bound), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -60,7 +60,7 @@ type Publisher struct {
 	// reconcile.Key; out what the last Publish sent or skipped of each.
 	holds   map[string]*hold
 	out     map[string]outRange
-	decided map[txnKey]bool // outcomes learned while a hold was lean (hold)
+	decided map[txnKey]outcome // outcomes learned while a hold was lean (hold)
 }
 
 // held is what the publisher knows a stream holds: its last sequence once
@@ -93,7 +93,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*P
 		return nil, err
 	}
 	p := &Publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: log,
-		holds: map[string]*hold{}, out: map[string]outRange{}, decided: map[txnKey]bool{}}
+		holds: map[string]*hold{}, out: map[string]outRange{}, decided: map[txnKey]outcome{}}
 	if err := p.EnsureCursorBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -564,7 +564,9 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 			rest = rest[1:]
 		}
 		ho := p.holds[k]
-		if ho == nil {
+		if f := ho.first(); ho == nil || (f != nil && f.Offset < next) {
+			// Another indexer published past what this one held: the
+			// stream has those records, with their transactions' outcomes.
 			ho = &hold{key: k}
 			p.holds[k] = ho
 		}
@@ -596,6 +598,7 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 			delete(h.next, root.Partition)
 		}
 	}
+	p.pruneDecided()
 	if p.blockAt == nil || !p.blockAt.sent {
 		var in int64
 		if err := p.sync(ctx, p.blocks, p.blockAt, func() (err error) { in, err = p.blocksIn(ctx, info); return err }, func(h *held) { p.blockAt = h }); err != nil {

@@ -45,7 +45,7 @@ func TestRewindToWhatTheStreamsHold(t *testing.T) {
 	if got := ends[reconcile.Key("t", 0)]; got.Next != 15 || got.FirstHeight != 1 {
 		t.Fatalf("ends of t/0 after 3 blocks = %+v, want next 15 from height 1", got)
 	}
-	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 3); err != nil || from != 4 {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 3, 3); err != nil || from != 4 {
 		t.Fatalf("rewind with every record held = %d (%s) %v, want 4", from, why, err)
 	}
 
@@ -56,7 +56,7 @@ func TestRewindToWhatTheStreamsHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropFrom(t, st, layout.Subject("t", 0), 8)
-	from, why, err := reconcile.Rewind(ctx, p.js, ends, 3)
+	from, why, err := reconcile.Rewind(ctx, p.js, ends, 3, 3)
 	if err != nil || from != 2 || !strings.Contains(why, "t/0 holds 8 of the 15 offsets acknowledged") {
 		t.Fatalf("rewind after t/0 lost 8..14 = %d (%s) %v, want 2 (offset 7's block)", from, why, err)
 	}
@@ -75,7 +75,7 @@ func TestRewindToWhatTheStreamsHold(t *testing.T) {
 	}
 
 	dropFrom(t, st, layout.Subject("t", 1), 0)
-	if from, _, err := reconcile.Rewind(ctx, p.js, ends, 3); err != nil || from != 1 {
+	if from, _, err := reconcile.Rewind(ctx, p.js, ends, 3, 3); err != nil || from != 1 {
 		t.Fatalf("rewind after t/1 lost every record = %d %v, want 1 (its first block)", from, err)
 	}
 }

@@ -397,7 +397,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 	if n := subjectCount(t, js, "t", 0); n != 0 {
 		t.Fatalf("t/0 holds %d records after t/1 filled the stream, want 0 (MaxBytes drops the oldest)", n)
 	}
-	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 4); err != nil || from != 5 {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 4, 4); err != nil || from != 5 {
 		t.Errorf("rewind after MaxBytes removed t/0's records = %d (%s) %v, want 5: nothing to publish again", from, why, err)
 	}
 
@@ -410,7 +410,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 5); err != nil || from != 6 {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 5, 5); err != nil || from != 6 {
 		t.Errorf("rewind after MaxAge removed a/0's records = %d (%s) %v, want 6: nothing to publish again", from, why, err)
 	}
 
@@ -423,7 +423,7 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropFrom(t, st, layout.Subject("k", 1), 0)
-	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 7); err != nil || from != 7 || !strings.Contains(why, "k/1 holds 0 of the 2") {
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 7, 7); err != nil || from != 7 || !strings.Contains(why, "k/1 holds 0 of the 2") {
 		t.Errorf("rewind after k/1 lost its newest records = %d (%s) %v, want 7 (its block)", from, why, err)
 	}
 }

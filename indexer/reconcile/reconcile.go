@@ -48,6 +48,10 @@ type End struct {
 type Cursor struct {
 	Height int64          `json:"height"`
 	Ends   map[string]End `json:"ends,omitempty"` // Key -> end
+	// Followed is the last height whose records JetStream acknowledged
+	// but those held back behind open Kafka transactions: Ends may be of
+	// blocks up to it, past Height.
+	Followed int64 `json:"followed,omitempty"`
 }
 
 // ParseCursor reads a saved cursor, either form.
@@ -109,10 +113,12 @@ func Advance(into map[string]End, ends map[string]End, deleted []string) {
 }
 
 // Rewind returns the height to publish from again so that every stream
-// holds what was acknowledged (ends), or after+1 when every stream does.
+// holds what was acknowledged (ends), or after+1 when every stream does;
+// seen (at least after) is the last height whose records the indexer
+// published, held ones aside (Cursor.Followed).
 // It says which partition made it go back. A partition whose records a
 // stream's limits removed (removedByLimits) holds what it should.
-func Rewind(ctx context.Context, js jetstream.JetStream, ends map[string]End, after int64) (int64, string, error) {
+func Rewind(ctx context.Context, js jetstream.JetStream, ends map[string]End, after, seen int64) (int64, string, error) {
 	from, why := after+1, ""
 	now := time.Now()
 	for k, e := range ends {
@@ -134,7 +140,7 @@ func Rewind(ctx context.Context, js jetstream.JetStream, ends map[string]End, af
 			continue
 		}
 		if held == 0 && st != nil {
-			gone, err := removedByLimits(ctx, st, topic, e, after, now)
+			gone, err := removedByLimits(ctx, st, topic, e, max(after, seen), now)
 			if err != nil {
 				return 0, "", err
 			}

@@ -57,7 +57,10 @@ var ErrForged = errors.New("record differs from what the chain committed")
 
 // VerifyRecord checks that r is exactly the record the chain stored at its
 // topic, partition and offset: the node's proof must lead to the verified
-// app hash after r's block, and the proven record must equal r.
+// app hash after r's block, and the proven record must equal r, or be the
+// transactional record r is the place of (layout.Aborted). That the
+// transaction aborted is not proven: a stream's writer could show a
+// committed transaction's record as its place, and the reader skip it.
 func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) error {
 	req, _ := proto.Marshal(&byzlogv1.ProofRequest{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
 	var errs []error
@@ -86,7 +89,7 @@ func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) er
 			errs = append(errs, fmt.Errorf("%s: %w", n.Addr, err))
 			continue // a node lying about the proof; another may not
 		}
-		if !layout.SameRecord(proven, r) {
+		if !layout.SamePublished(r, proven) {
 			return fmt.Errorf("%w: %s/%d@%d (height %d)", ErrForged, r.Topic, r.Partition, r.Offset, proven.Height)
 		}
 		return nil
