@@ -76,6 +76,16 @@ func (c *Cluster) kafkaOpts(watch *produceWatch) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// kafkaClient is a franz-go client of the cluster's Kafka faces, with
+// kafkaOpts's options and no others.
+func (c *Cluster) kafkaClient() (*kgo.Client, error) {
+	opts, err := c.kafkaOpts(nil)
+	if err != nil {
+		return nil, err
+	}
+	return kgo.NewClient(opts...)
+}
+
 // kafkaProducerKey is the hex of the key the gateways sign KafkaUser's
 // batches with.
 func (c *Cluster) kafkaProducerKey() (string, error) {
@@ -507,11 +517,7 @@ func readOffsets(ctx context.Context, cl *kgo.Client, group, topic string, parti
 // finish reads the group's committed offsets once its members have
 // stopped, trying for up to settle, and returns what the row should note.
 func (g *kafkaGroup) finish(ctx context.Context, c *Cluster, w Workload, rec *recorder, settle time.Duration) (notes, errs []string) {
-	opts, err := c.kafkaOpts(nil)
-	var cl *kgo.Client
-	if err == nil {
-		cl, err = kgo.NewClient(opts...)
-	}
+	cl, err := c.kafkaClient()
 	if err == nil {
 		defer cl.Close()
 		deadline := time.Now().Add(settle)

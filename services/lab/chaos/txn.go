@@ -262,11 +262,7 @@ const txnQuietPolls = 5
 // drain waits, up to settle, until the processors' group has committed
 // every input partition up to its end, and returns what went wrong.
 func (tp *txnPipeline) drain(ctx context.Context, c *Cluster, w Workload, loadEnd time.Time, settle time.Duration) []string {
-	opts, err := c.kafkaOpts(nil)
-	var cl *kgo.Client
-	if err == nil {
-		cl, err = kgo.NewClient(opts...)
-	}
+	cl, err := c.kafkaClient()
 	if err != nil {
 		return []string{fmt.Sprintf("transactional pipeline: %v", err)}
 	}
@@ -319,11 +315,7 @@ func (tp *txnPipeline) finish(ctx context.Context, c *Cluster, w Workload, rec *
 			readErrs[i] = readOutput(fctx, c, w, committed, true, rec)
 		}()
 	}
-	opts, err := c.kafkaOpts(nil)
-	var cl *kgo.Client
-	if err == nil {
-		cl, err = kgo.NewClient(opts...)
-	}
+	cl, err := c.kafkaClient()
 	if err == nil {
 		defer cl.Close()
 		for {
