@@ -35,6 +35,7 @@ SOAK_RATE ?= 10000
 CHAOS_DURATION ?= 3m
 CHAOS_OUT ?= chaos-results
 CHAOS_ARGS ?=
+CHAOS_SMOKE_NEMESES ?= all,-txn-pause,-txn-lying-node
 ATTACK_DURATION ?= 60s
 ATTACK_OUT ?= attack-results
 ATTACK_ARGS ?=
@@ -154,8 +155,8 @@ chaos: build failpoints-app ## every nemesis (the txn- rows with the transaction
 	$(BIN)/byzlog-lab chaos --duration $(CHAOS_DURATION) --out $(CHAOS_OUT) $(CHAOS_ARGS)
 
 .PHONY: chaos-smoke
-chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis (txn-kill, txn-pause, txn-lying-node among them), 2 faults each
-	$(BIN)/byzlog-lab chaos --duration 12s --hold 3s --gap 2s --settle 120s --kafka-settle 45s $(CHAOS_ARGS)
+chaos-smoke: build failpoints-app ## the short chaos run make test runs: 12 s per nemesis of CHAOS_SMOKE_NEMESES (every one but txn-pause and txn-lying-node, which make chaos runs; txn-kill is in), 2 faults each
+	$(BIN)/byzlog-lab chaos --duration 12s --hold 3s --gap 2s --settle 120s --kafka-settle 45s --nemeses $(CHAOS_SMOKE_NEMESES) $(CHAOS_ARGS)
 
 .PHONY: attack
 attack: build ## the no-attack phase, then every Byzantine-client attack for ATTACK_DURATION (60s) each under honest load: table in $(ATTACK_OUT), exit 1 if a row has a crash, an anomaly or < 0.8x honest throughput (~20 min)

@@ -105,6 +105,7 @@ func (v *headerVerifier) start(ctx context.Context) error {
 		v.root = r
 	}
 	var errs []error
+	pruned := 0
 	for range v.providers {
 		p := v.providers[v.next]
 		lb, err := v.fetch(ctx, p, v.root.Height)
@@ -116,13 +117,16 @@ func (v *headerVerifier) start(ctx context.Context) error {
 			v.remember(lb)
 			return nil
 		}
+		if errors.Is(err, provider.ErrLightBlockNotFound) {
+			pruned++
+		}
 		errs = append(errs, fmt.Errorf("%s: %w", p, err))
 		v.next = (v.next + 1) % len(v.providers)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return fmt.Errorf("verify the root of trust at height %d: %w", v.root.Height, errors.Join(errs...))
+	return fmt.Errorf("verify the root of trust at height %d: %w", v.root.Height, allPruned(len(v.providers), pruned, errs))
 }
 
 // checkRoot checks that lb is the header the root names, signed by more

@@ -2,6 +2,7 @@ package receipt
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -216,5 +217,51 @@ func TestHeaderVerifierFromGenesis(t *testing.T) {
 	}
 	if _, err := v.Verify(context.Background(), 12); err == nil || !strings.Contains(err.Error(), "signed by the genesis validators") {
 		t.Fatalf("Verify(12) from another genesis = %v, want it refused", err)
+	}
+}
+
+// TestPrunedRoot: a root every source says is pruned is ErrRootPruned,
+// and a Verifier gives up on it at once instead of waiting out its
+// context; one source pruned and another down is an error to try again.
+func TestPrunedRoot(t *testing.T) {
+	c := makeTestChains(t)
+	doc := &cmttypes.GenesisDoc{ChainID: testChainID, GenesisTime: chainStart}
+	for _, v := range validators(0, 1, 2, 3).set.Validators {
+		doc.Validators = append(doc.Validators, cmttypes.GenesisValidator{PubKey: v.PubKey, Power: v.VotingPower})
+	}
+	hashRoot := Root{ChainID: testChainID, Height: c.steady[0].Height, Hash: c.steady[0].Hash()}
+	pruned := func(name string) *chainSource {
+		return &chainSource{name: name, err: provider.ErrLightBlockNotFound}
+	}
+	down := &chainSource{name: "down", err: provider.ErrNoResponse}
+	for _, tc := range []struct {
+		name       string
+		root       Root
+		srcs       []provider.Provider
+		wantPruned bool
+	}{
+		{"genesis, every source pruned", Root{ChainID: testChainID, Genesis: doc}, []provider.Provider{pruned("a"), pruned("b")}, true},
+		{"hash, every source pruned", hashRoot, []provider.Provider{pruned("a"), pruned("b")}, true},
+		{"genesis, one pruned one down", Root{ChainID: testChainID, Genesis: doc}, []provider.Provider{pruned("a"), down}, false},
+		{"hash, one pruned one down", hashRoot, []provider.Provider{down, pruned("b")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := newHeaderVerifier(tc.root, tc.srcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.Verify(context.Background(), 3)
+			if err == nil || errors.Is(err, ErrRootPruned) != tc.wantPruned {
+				t.Fatalf("Verify(3) = %v; want ErrRootPruned %v", err, tc.wantPruned)
+			}
+			if !tc.wantPruned {
+				return
+			}
+			// No deadline: Header returns only because it gives up.
+			v := &Verifier{headers: h, wait: time.Second}
+			if _, err := v.Header(context.Background(), 3); !errors.Is(err, ErrUnverified) || !errors.Is(err, ErrRootPruned) || !strings.Contains(err.Error(), "pruned") {
+				t.Fatalf("Header(3) = %v; want ErrUnverified and ErrRootPruned, saying pruned", err)
+			}
+		})
 	}
 }

@@ -61,10 +61,28 @@ func (r Root) Validate() error {
 	return nil
 }
 
+// ErrRootPruned means every source said the root of trust's height is
+// pruned: asking again will not bring it back, so the client needs a more
+// recent root (a chain id, trust height and trust hash). A lying source can
+// say so, as it can refuse to serve anything; it costs the client an error
+// at once rather than a wait.
+var ErrRootPruned = errors.New("the root of trust's height is pruned")
+
+// allPruned wraps errs as ErrRootPruned when n sources were asked and each
+// said the height is pruned.
+func allPruned(n, pruned int, errs []error) error {
+	err := errors.Join(errs...)
+	if n > 0 && pruned == n {
+		return fmt.Errorf("%w: %w", ErrRootPruned, err)
+	}
+	return err
+}
+
 // Resolve turns a genesis root into a height and hash: the header at
 // height 1 that more than two thirds of the genesis validators signed.
 // Each provider is asked in turn; one that serves another header is
-// skipped, with the reason kept.
+// skipped, with the reason kept. When every one says height 1 is pruned
+// the error is ErrRootPruned.
 func (r Root) Resolve(ctx context.Context, providers []provider.Provider) (Root, error) {
 	if r.Genesis == nil {
 		return r, nil
@@ -75,6 +93,7 @@ func (r Root) Resolve(ctx context.Context, providers []provider.Provider) (Root,
 	}
 	set := cmttypes.NewValidatorSet(vals)
 	var errs []error
+	pruned := 0
 	for _, p := range providers {
 		lb, err := p.LightBlock(ctx, 1)
 		if err == nil {
@@ -87,11 +106,12 @@ func (r Root) Resolve(ctx context.Context, providers []provider.Provider) (Root,
 			return Root{}, ctx.Err()
 		}
 		if errors.Is(err, provider.ErrLightBlockNotFound) {
+			pruned++
 			err = fmt.Errorf("%w: height 1 is pruned; take a recent root of trust (a chain id, trust height and trust hash) instead of genesis", err)
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", p, err))
 	}
-	return Root{}, fmt.Errorf("no source served a height-1 header signed by the genesis validators: %w", errors.Join(errs...))
+	return Root{}, fmt.Errorf("no source served a height-1 header signed by the genesis validators: %w", allPruned(len(providers), pruned, errs))
 }
 
 func checkGenesisBlock(chainID string, set *cmttypes.ValidatorSet, lb *cmttypes.LightBlock) error {

@@ -110,13 +110,17 @@ func NewVerifier(t Trust, gws []byzlogv1.GatewayClient, wait time.Duration) (*Ve
 
 // Header verifies the header at height, trying again until ctx is done:
 // right after a block the next header takes a moment, and a gateway that
-// is failing over may not serve one at once.
+// is failing over may not serve one at once. A root of trust every
+// gateway says is pruned (ErrRootPruned) fails at once.
 func (v *Verifier) Header(ctx context.Context, height int64) (*cmttypes.LightBlock, error) {
 	backoff := 50 * time.Millisecond
 	for {
 		lb, err := v.headers.Verify(ctx, height)
 		if err == nil {
 			return lb, nil
+		}
+		if errors.Is(err, ErrRootPruned) {
+			return nil, fmt.Errorf("%w: header %d: %w", ErrUnverified, height, err)
 		}
 		select {
 		case <-time.After(backoff):

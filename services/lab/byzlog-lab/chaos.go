@@ -149,7 +149,7 @@ cut: a network partition without network namespaces or firewall rules.
 }
 
 func (o *chaosOptions) addFlags(f *pflag.FlagSet) {
-	f.StringSliceVar(&o.nemeses, "nemeses", o.nemeses, "nemeses to run, in order (all, or names from the list above)")
+	f.StringSliceVar(&o.nemeses, "nemeses", o.nemeses, "nemeses to run, in order (all, or names from the list above; -name leaves one out: all,-txn-pause)")
 	f.DurationVar(&o.phase.Duration, "duration", o.phase.Duration, "load and faults per nemesis")
 	f.DurationVar(&o.phase.Hold, "hold", o.phase.Hold, "how long each fault lasts")
 	f.DurationVar(&o.phase.Gap, "gap", o.phase.Gap, "time between a heal and the next fault")

@@ -6,14 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/byzlog/byzlog/gateway/client"
 	"io"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/byzlog/byzlog/abciapp/failpoint"
+	"github.com/byzlog/byzlog/gateway/client"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 	"github.com/byzlog/byzlog/services/lab/tamper"
 )
@@ -423,10 +424,20 @@ var Nemeses = []Nemesis{
 	},
 }
 
-// Lookup finds nemeses by name ("all" is every one).
+// Lookup finds nemeses by name ("all" is every one without an open
+// finding); a name with a leading "-" leaves that nemesis out of what the
+// names before and after it choose ("all,-txn-pause").
 func Lookup(names []string) ([]Nemesis, error) {
 	var out []Nemesis
+	var without []string
 	for _, name := range names {
+		if rest, ok := strings.CutPrefix(name, "-"); ok {
+			if rest == "all" {
+				return nil, errors.New(`nemesis "-all" leaves every nemesis out: name the ones to run`)
+			}
+			without = append(without, rest)
+			name = rest
+		}
 		if name == "all" {
 			for _, n := range Nemeses {
 				if n.Open == "" {
@@ -438,7 +449,10 @@ func Lookup(names []string) ([]Nemesis, error) {
 		found := false
 		for _, n := range Nemeses {
 			if n.Name == name {
-				out, found = append(out, n), true
+				found = true
+				if !slices.Contains(without, name) {
+					out = append(out, n)
+				}
 			}
 		}
 		if !found {
@@ -446,8 +460,12 @@ func Lookup(names []string) ([]Nemesis, error) {
 			for _, n := range Nemeses {
 				known = append(known, n.Name)
 			}
-			return nil, fmt.Errorf("unknown nemesis %q: choose from all, %s", name, strings.Join(known, ", "))
+			return nil, fmt.Errorf("unknown nemesis %q: choose from all, %s (a leading - leaves one out)", name, strings.Join(known, ", "))
 		}
+	}
+	out = slices.DeleteFunc(out, func(n Nemesis) bool { return slices.Contains(without, n.Name) })
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the nemeses %s leave none to run", strings.Join(names, ","))
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -33,6 +34,15 @@ func TestLookup(t *testing.T) {
 	got, err := Lookup([]string{"kill-nats", "pause-proposer"})
 	if err != nil || len(got) != 2 || got[0].Name != "kill-nats" || got[1].Name != "pause-proposer" {
 		t.Fatalf("Lookup(kill-nats, pause-proposer) = %v, %v", got, err)
+	}
+	got, err = Lookup([]string{"all", "-txn-pause", "-kill-nats"})
+	if err != nil || len(got) != closed-2 || slices.ContainsFunc(got, func(n Nemesis) bool { return n.Name == "txn-pause" || n.Name == "kill-nats" }) {
+		t.Fatalf("Lookup(all, -txn-pause, -kill-nats) = %d nemeses, %v; want the %d others", len(got), err, closed-2)
+	}
+	for _, names := range [][]string{{"-kill-nats"}, {"kill-nats", "-kill-nats"}, {"all", "-all"}, {"all", "-kill-everything"}} {
+		if got, err := Lookup(names); err == nil {
+			t.Errorf("Lookup(%v) = %d nemeses, want an error", names, len(got))
+		}
 	}
 	if _, err := Lookup([]string{"kill-everything"}); err == nil || !strings.Contains(err.Error(), `unknown nemesis "kill-everything"`) || !strings.Contains(err.Error(), "kill-node") {
 		t.Fatalf("Lookup(kill-everything) = %v, want an error listing the nemeses", err)
