@@ -168,24 +168,7 @@ var Nemeses = []Nemesis{
 	{
 		Name: "partition-halves", Doc: "split the validators 2|2 (pairs in turn): no side has a quorum, so nothing may commit until the heal",
 		NeedsLinks: true,
-		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
-			if c.validators() != 4 {
-				return "", nil, fmt.Errorf("partition-halves needs 4 validators, the network has %d", c.validators())
-			}
-			splits := [][2][]int{{{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}, {{0, 3}, {1, 2}}}
-			split := splits[round%len(splits)]
-			before := maxCommitted(ctx, c)
-			c.Links.Partition(split[0], split[1])
-			return fmt.Sprintf("%v|%v", split[0], split[1]), func(ctx context.Context) error {
-				// One block may have been committing as the links were cut.
-				during := maxCommitted(ctx, c)
-				c.Links.Heal()
-				if during > before+1 {
-					return fmt.Errorf("the validators committed heights %d..%d during a 2|2 split: a side without a quorum committed", before+1, during)
-				}
-				return nil
-			}, nil
-		},
+		Inject:     partitionHalves,
 	},
 	{
 		Name: "crash-app", Doc: "restart a validator with a failpoints app that crashes itself (SIGKILL) at finalize-start, commit-before-write or commit-after-write a few blocks on, in turn; restart it clean",
@@ -235,20 +218,7 @@ var Nemeses = []Nemesis{
 	},
 	{
 		Name: "lying-gateway", Doc: "gateway0 (through a lying proxy) lies to its producers, in turn: invents receipts for batches it drops, moves a receipt's offsets, answers batches as duplicates of another's write, replays others' batches; then tells the truth (a verifying producer leaves a gateway whose receipt does not check, so later rounds see less of its traffic)",
-		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
-			px := c.GatewayProxy
-			if px == nil {
-				return "", nil, errors.New("lying-gateway: the cluster has no lying gateway proxy")
-			}
-			mode := tamper.GatewayModes[round%len(tamper.GatewayModes)]
-			before := px.Count(mode)
-			px.SetMode(mode)
-			return "gateway0 " + mode, func(context.Context) error {
-				px.SetMode("")
-				c.note(fmt.Sprintf("gateway0 lied %d times (%s)", px.Count(mode)-before, mode))
-				return nil
-			}, nil
-		},
+		Inject: lyingGateway,
 	},
 	{
 		Name: "kill-gateway", Doc: "kill -9 a gateway, each in turn; restart it",
@@ -279,6 +249,21 @@ var Nemeses = []Nemesis{
 		Inject: proxyLies("txn-lying-node", tamper.LiarModes),
 	},
 	{
+		Name: "txn-partition", Doc: "the transactional pipeline (see txn-kill): split the validators 2|2 as in partition-halves, so no transaction can end until the heal",
+		Kafka: true, Txn: true, NeedsLinks: true,
+		Inject: partitionHalves,
+	},
+	{
+		Name: "txn-power", Doc: "the transactional pipeline (see txn-kill): cut a validator's power as in power-one (unsynced writes dropped), one validator at a time in turn",
+		Kafka: true, Txn: true, NeedsDisks: true,
+		Inject: powerOne,
+	},
+	{
+		Name: "txn-lying-gateway", Doc: "the transactional pipeline (see txn-kill) over the whole workload (SDK producers and consumers beside the Kafka clients): gateway0 lies to its SDK producers as in lying-gateway, so the pipeline's input is written through a liar",
+		Txn:    true,
+		Inject: lyingGateway,
+	},
+	{
 		Name: "kill-indexer", Doc: "kill -9 the indexer; restart it (it resumes from its cursor)",
 		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
 			return killService(ctx, c, localnet.IndexerName)
@@ -293,9 +278,7 @@ var Nemeses = []Nemesis{
 	{
 		Name: "power-one", Doc: "cut a validator's power: kill -9 its cometbft and app and drop every write they had not fsynced (powerfs); restart both, one validator at a time in turn",
 		NeedsDisks: true,
-		Inject: func(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
-			return powerFail(ctx, c, []int{round % c.validators()})
-		},
+		Inject:     powerOne,
 	},
 	{
 		Name: "power-all", Doc: "cut every validator's power at the same instant: kill -9 all, drop every unsynced write everywhere; restart them",
@@ -468,6 +451,49 @@ func Lookup(names []string) ([]Nemesis, error) {
 		return nil, fmt.Errorf("the nemeses %s leave none to run", strings.Join(names, ","))
 	}
 	return out, nil
+}
+
+// partitionHalves splits the validators 2|2, pairs in turn; the heal
+// fails if a side without a quorum committed.
+func partitionHalves(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+	if c.validators() != 4 {
+		return "", nil, fmt.Errorf("partition-halves needs 4 validators, the network has %d", c.validators())
+	}
+	splits := [][2][]int{{{0, 1}, {2, 3}}, {{0, 2}, {1, 3}}, {{0, 3}, {1, 2}}}
+	split := splits[round%len(splits)]
+	before := maxCommitted(ctx, c)
+	c.Links.Partition(split[0], split[1])
+	return fmt.Sprintf("%v|%v", split[0], split[1]), func(ctx context.Context) error {
+		// One block may have been committing as the links were cut.
+		during := maxCommitted(ctx, c)
+		c.Links.Heal()
+		if during > before+1 {
+			return fmt.Errorf("the validators committed heights %d..%d during a 2|2 split: a side without a quorum committed", before+1, during)
+		}
+		return nil
+	}, nil
+}
+
+// powerOne cuts validator round's power (modulo their count).
+func powerOne(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+	return powerFail(ctx, c, []int{round % c.validators()})
+}
+
+// lyingGateway makes gateway0's proxy lie to its producers, a mode a
+// round in turn; the heal makes it tell the truth.
+func lyingGateway(ctx context.Context, c *Cluster, round int, _ *rand.Rand) (string, func(context.Context) error, error) {
+	px := c.GatewayProxy
+	if px == nil {
+		return "", nil, errors.New("lying-gateway: the cluster has no lying gateway proxy")
+	}
+	mode := tamper.GatewayModes[round%len(tamper.GatewayModes)]
+	before := px.Count(mode)
+	px.SetMode(mode)
+	return "gateway0 " + mode, func(context.Context) error {
+		px.SetMode("")
+		c.note(fmt.Sprintf("gateway0 lied %d times (%s)", px.Count(mode)-before, mode))
+		return nil
+	}, nil
 }
 
 // killGatewayAndNode kills gateway and validator round (modulo their
