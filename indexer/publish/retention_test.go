@@ -400,6 +400,13 @@ func TestRewindLeavesWhatLimitsRemoved(t *testing.T) {
 	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 4, 4); err != nil || from != 5 {
 		t.Errorf("rewind after MaxBytes removed t/0's records = %d (%s) %v, want 5: nothing to publish again", from, why, err)
 	}
+	// A cursor held at 1 behind an open transaction, with blocks up to 4
+	// followed (Cursor.Followed): the stream's first message, of height
+	// 2..4, is one this indexer published, so t/0's records were removed by
+	// the limits, not lost.
+	if from, why, err := reconcile.Rewind(ctx, p.js, ends, 1, 4); err != nil || from != 2 {
+		t.Errorf("rewind from a cursor held at 1, followed to 4, after MaxBytes removed t/0's records = %d (%s) %v, want 2: nothing to publish again", from, why, err)
+	}
 
 	// a keeps records 300 ms (JetStream's least MaxAge is 100 ms).
 	publish(topicBlock(5, time.Now(), []core.TopicChange{create("a", &byzlogv1.TopicConfig{Partitions: 1, RetentionMs: 300})}, records("a", 0, 0, 2, 10, 5, time.Now())))
