@@ -43,6 +43,10 @@ type Subscription struct {
 	queue   []*Record            // the rest of the message Next read last, in offset order
 	mine    map[uint32]delivered // group mode: per partition, this member's latest record in the stream
 	dec     layout.Decoder       // Next's
+	// aborts: in verify mode, per partition, the Kafka producer ids of
+	// aborted transactions' places Next passed over, each at its first
+	// such offset, until their transaction's marker proves the abort.
+	aborts map[uint32]map[int64]uint64
 
 	mu        sync.Mutex
 	positions map[uint32]uint64 // per partition, last delivered offset + 1
@@ -331,7 +335,11 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 			continue
 		}
 		if v := s.c.o.verifier; v != nil {
-			if err := s.verify(ctx, v, r); err != nil {
+			err := s.verify(ctx, v, r)
+			if err == nil {
+				err = s.proveAbort(r)
+			}
+			if err != nil {
 				_ = r.Ack() // done for the group too: no member should deliver it
 				return nil, err
 			}
@@ -352,6 +360,42 @@ func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 		}
 		return s.deliver(r), nil
 	}
+}
+
+// proveAbort keeps, in verify mode, what r (verified as the chain's record
+// at its place) says of aborted transactions: an aborted transaction's
+// place waits for its transaction's marker, and a marker that says the
+// transaction committed proves the places before it were a committed
+// transaction's records shown as aborted, which a reader would have
+// skipped: the error wraps ErrUnverified. Places and marker come in
+// offset order on the partition, so outside a group each place is proven
+// by the marker after it; a group member proves those whose marker it
+// gets.
+func (s *Subscription) proveAbort(r *Record) error {
+	st := r.stored
+	switch {
+	case st.Aborted:
+		if s.aborts == nil {
+			s.aborts = map[uint32]map[int64]uint64{}
+		}
+		if s.aborts[r.Partition] == nil {
+			s.aborts[r.Partition] = map[int64]uint64{}
+		}
+		if _, ok := s.aborts[r.Partition][st.KafkaProducerId]; !ok {
+			s.aborts[r.Partition][st.KafkaProducerId] = r.Offset
+		}
+	case st.KafkaControl != nil:
+		first, ok := s.aborts[r.Partition][st.KafkaProducerId]
+		if !ok {
+			return nil
+		}
+		delete(s.aborts[r.Partition], st.KafkaProducerId)
+		if st.KafkaControl.Commit {
+			return fmt.Errorf("%w: stream %s showed %s/%d from offset %d as an aborted transaction's records, but the chain's marker at offset %d says producer %d's transaction committed: committed records were hidden from this reader",
+				ErrUnverified, s.stream, r.Topic, r.Partition, first, r.Offset, st.KafkaProducerId)
+		}
+	}
+	return nil
 }
 
 // pass takes r, a placeholder (a transaction's marker, or an aborted
