@@ -59,8 +59,8 @@ var ErrForged = errors.New("record differs from what the chain committed")
 // topic, partition and offset: the node's proof must lead to the verified
 // app hash after r's block, and the proven record must equal r, or be the
 // transactional record r is the place of (layout.Aborted). That the
-// transaction aborted is not proven: a stream's writer could show a
-// committed transaction's record as its place, and the reader skip it.
+// transaction aborted is for the reader to prove from the transaction's
+// marker, later on the partition (the consumer SDK's verify mode does).
 func (h *Headers) VerifyRecord(ctx context.Context, r *byzlogv1.StoredRecord) error {
 	req, _ := proto.Marshal(&byzlogv1.ProofRequest{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset})
 	var errs []error
