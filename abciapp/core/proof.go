@@ -37,15 +37,8 @@ func partitionItem(p *byzlogv1.PartitionRoot) []byte {
 func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, Result, error) {
 	// The topic first: a name no topic has (NUL bytes in it) would make
 	// the record scan below reach another topic's keys.
-	t, code, missing, err := topicPartition(s, req.Topic, req.Partition)
-	if err != nil {
-		return nil, Result{}, err
-	}
-	switch {
-	case code == wire.CodeUnknownTopic:
-		return nil, reject(code, "topic %q does not exist", req.Topic), nil
-	case t == nil:
-		return nil, reject(code, "%s", missing), nil
+	if r, err := queryPartition(s, req.Topic, req.Partition); err != nil || !r.OK() {
+		return nil, r, err
 	}
 	var ps byzlogv1.PartitionState
 	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {

@@ -200,16 +200,25 @@ func topicInfo(r Reader, t *byzlogv1.TopicState) (*byzlogv1.TopicInfo, error) {
 	return info, nil
 }
 
-func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, error) {
-	t, code, missing, err := topicPartition(s, req.Topic, req.Partition)
-	if err != nil {
-		return nil, Result{}, err
-	}
+// queryPartition checks that a query names a topic that exists and one of
+// its partitions, and otherwise returns the rejection that says which is
+// missing.
+func queryPartition(r Reader, topic string, partition uint32) (Result, error) {
+	t, code, missing, err := topicPartition(r, topic, partition)
 	switch {
+	case err != nil:
+		return Result{}, err
 	case code == wire.CodeUnknownTopic:
-		return nil, reject(code, "topic %q does not exist", req.Topic), nil
+		return reject(code, "topic %q does not exist", topic), nil
 	case t == nil:
-		return nil, reject(code, "%s", missing), nil
+		return reject(code, "%s", missing), nil
+	}
+	return Result{}, nil
+}
+
+func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, error) {
+	if r, err := queryPartition(s, req.Topic, req.Partition); err != nil || !r.OK() {
+		return nil, r, err
 	}
 	maxRecords, maxBytes := int(req.MaxRecords), int(req.MaxBytes)
 	if maxRecords == 0 || maxRecords > wire.DefaultQueryRecords {
@@ -233,7 +242,7 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	}
 	resp := &byzlogv1.RecordsResponse{LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset, LastStableOffset: lastStable(&ps)}
 	size := 0
-	err = scanRecords(s, req.Topic, req.Partition, req.Offset, func(_ uint64, v []byte) bool {
+	err := scanRecords(s, req.Topic, req.Partition, req.Offset, func(_ uint64, v []byte) bool {
 		if len(resp.Records) > 0 && size+len(v) > maxBytes {
 			return false
 		}
