@@ -35,29 +35,9 @@ func partitionItem(p *byzlogv1.PartitionRoot) []byte {
 
 // proveRecord builds the proof of one stored record from its block's digest.
 func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, Result, error) {
-	// The topic first: a name no topic has (NUL bytes in it) would make
-	// the record scan below reach another topic's keys.
-	if r, err := queryPartition(s, req.Topic, req.Partition); err != nil || !r.OK() {
+	raw, ps, r, err := recordToProve(s, req)
+	if err != nil || !r.OK() {
 		return nil, r, err
-	}
-	var ps byzlogv1.PartitionState
-	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {
-		return nil, Result{}, err
-	}
-	var raw []byte
-	if req.Offset >= ps.LogStartOffset {
-		err := scanRecords(s, req.Topic, req.Partition, req.Offset, func(o uint64, v []byte) bool {
-			if o == req.Offset {
-				raw = bytes.Clone(v)
-			}
-			return false
-		})
-		if err != nil {
-			return nil, Result{}, err
-		}
-	}
-	if raw == nil {
-		return nil, reject(wire.CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, or deleted by retention)", req.Topic, req.Partition, req.Offset), nil
 	}
 	var rec byzlogv1.StoredRecord
 	if err := proto.Unmarshal(raw, &rec); err != nil {
@@ -71,14 +51,7 @@ func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, 
 	if !ok {
 		return nil, Result{}, fmt.Errorf("no digest stored for height %d", rec.Height)
 	}
-	pi := -1
-	items := make([][]byte, len(d.Partitions))
-	for i, p := range d.Partitions {
-		items[i] = partitionItem(p)
-		if p.Topic == req.Topic && p.Partition == req.Partition && req.Offset >= p.FirstOffset && req.Offset < p.FirstOffset+uint64(p.Count) {
-			pi = i
-		}
-	}
+	items, pi := coveringPartition(&d, req)
 	if pi < 0 {
 		return nil, Result{}, fmt.Errorf("digest of height %d does not cover %s/%d offset %d", rec.Height, req.Topic, req.Partition, req.Offset)
 	}
@@ -90,14 +63,7 @@ func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, 
 	if part.FirstOffset < ps.LogStartOffset {
 		return nil, gone, nil
 	}
-	leaves := make([][]byte, 0, part.Count)
-	err = scanRecords(s, part.Topic, part.Partition, part.FirstOffset, func(o uint64, v []byte) bool {
-		if o != part.FirstOffset+uint64(len(leaves)) {
-			return false
-		}
-		leaves = append(leaves, bytes.Clone(v))
-		return len(leaves) < int(part.Count)
-	})
+	leaves, err := blockRun(s, part)
 	if err != nil {
 		return nil, Result{}, err
 	}
@@ -112,6 +78,66 @@ func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, 
 		PartitionProof: &byzlogv1.MerkleProof{Total: int64(len(items)), Index: int64(pi), Aunts: aunts(leafHashes(items), pi)},
 		Height:         d.Height, PrevAppHash: d.PrevAppHash, RecordsRoot: d.RecordsRoot, MetaRoot: d.MetaRoot,
 	}, Result{}, nil
+}
+
+// recordToProve finds the stored record a proof request names, with its
+// partition's state, or a rejection saying why there is none.
+func recordToProve(s Scanner, req *byzlogv1.ProofRequest) ([]byte, *byzlogv1.PartitionState, Result, error) {
+	// The topic first: a name no topic has (NUL bytes in it) would make
+	// the record scan below reach another topic's keys.
+	if r, err := queryPartition(s, req.Topic, req.Partition); err != nil || !r.OK() {
+		return nil, nil, r, err
+	}
+	var ps byzlogv1.PartitionState
+	if _, err := getProto(s, CFMeta, partitionKey(req.Topic, req.Partition), &ps); err != nil {
+		return nil, nil, Result{}, err
+	}
+	var raw []byte
+	if req.Offset >= ps.LogStartOffset {
+		err := scanRecords(s, req.Topic, req.Partition, req.Offset, func(o uint64, v []byte) bool {
+			if o == req.Offset {
+				raw = bytes.Clone(v)
+			}
+			return false
+		})
+		if err != nil {
+			return nil, nil, Result{}, err
+		}
+	}
+	if raw == nil {
+		return nil, nil, reject(wire.CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, or deleted by retention)", req.Topic, req.Partition, req.Offset), nil
+	}
+	return raw, &ps, Result{}, nil
+}
+
+// coveringPartition returns the Merkle items of a block digest's partition
+// roots and the index of the one whose run holds the requested offset, or
+// -1 when none does.
+func coveringPartition(d *byzlogv1.BlockDigest, req *byzlogv1.ProofRequest) ([][]byte, int) {
+	pi := -1
+	items := make([][]byte, len(d.Partitions))
+	for i, p := range d.Partitions {
+		items[i] = partitionItem(p)
+		if p.Topic == req.Topic && p.Partition == req.Partition && req.Offset >= p.FirstOffset && req.Offset < p.FirstOffset+uint64(p.Count) {
+			pi = i
+		}
+	}
+	return items, pi
+}
+
+// blockRun reads the stored records of one partition's run in a block, in
+// offset order, stopping at the first gap: fewer than part.Count leaves
+// means retention deleted some of them.
+func blockRun(s Scanner, part *byzlogv1.PartitionRoot) ([][]byte, error) {
+	leaves := make([][]byte, 0, part.Count)
+	err := scanRecords(s, part.Topic, part.Partition, part.FirstOffset, func(o uint64, v []byte) bool {
+		if o != part.FirstOffset+uint64(len(leaves)) {
+			return false
+		}
+		leaves = append(leaves, bytes.Clone(v))
+		return len(leaves) < int(part.Count)
+	})
+	return leaves, err
 }
 
 // VerifyRecord checks that p proves a record against appHash, the app hash
