@@ -240,12 +240,21 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	if code, msg := ex.spend(cb.inflated, int64(cb.count)); code != wire.CodeOK {
 		return failBatch(body, code, "%s", msg), nil, nil
 	}
-	records := cb.records
 	br := &byzlogv1.BatchResult{Topic: body.Topic, Partition: body.Partition, Sequence: body.Sequence, RecordCount: cb.count}
 	if ex.mode == modeMempool {
 		return br, nil, nil
 	}
+	return ex.appendBatch(o, cb, br, pkey, txnID, txn)
+}
 
+// appendBatch writes a batch that passed every check into the block: its
+// place in an open transaction (txn, when it is transactional), its records
+// from the partition's next offset, the partition's state, the producer's
+// next sequence and the batch's reference. br is the batch's result, to
+// which it adds the base offset.
+func (ex *executor) appendBatch(o *overlay, cb *checkedBatch, br *byzlogv1.BatchResult, pkey []byte, txnID string, txn *byzlogv1.TxnState) (*byzlogv1.BatchResult, *appendedRun, error) {
+	sb, body := cb.sb, cb.body
+	records := cb.records
 	pk := partitionKey(body.Topic, body.Partition)
 	var part byzlogv1.PartitionState
 	if _, err := getProto(o, CFMeta, pk, &part); err != nil {
@@ -267,6 +276,7 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	first := len(run.leaves)
 	var rules uint64
 	if len(records) > 0 {
+		var err error
 		if rules, err = ex.rulesVersion(); err != nil {
 			return nil, nil, err
 		}
@@ -490,6 +500,17 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 	if err := proto.Unmarshal(req.Body, &body); err != nil {
 		return reject(wire.CodeMalformedTx, "admin body is not a byzlog.v1.AdminBody: %v", err), nil
 	}
+	if r, err := ex.authorizeAdmin(o, req, &body); err != nil || !r.OK() {
+		return r, err
+	}
+	return ex.applyAdmin(o, &body)
+}
+
+// authorizeAdmin checks an admin request before its operation runs: the
+// chain it was signed for, its signers against the admin set (a threshold
+// of them for a dangerous operation), its expiry, and its nonce, which in a
+// block it uses up.
+func (ex *executor) authorizeAdmin(o *overlay, req *byzlogv1.AdminRequest, body *byzlogv1.AdminBody) (Result, error) {
 	if body.ChainId != ex.params.ChainId {
 		return reject(wire.CodeWrongChain, "admin request signed for chain %s, this is %q", wire.Quote(body.ChainId), ex.params.ChainId), nil
 	}
@@ -497,7 +518,7 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
-	op, needsThreshold := dangerous(&body)
+	op, needsThreshold := dangerous(body)
 	rules, err := RulesAt(o, ex.b.Height)
 	if err != nil {
 		return Result{}, err
@@ -508,9 +529,11 @@ func (ex *executor) admin(o *overlay, req *byzlogv1.AdminRequest) (Result, error
 	if r := ex.expired("admin request", body.ExpiryHeight); !r.OK() {
 		return r, nil
 	}
-	if r, err := ex.useNonce(o, req.AdminKey, body.Nonce); err != nil || !r.OK() {
-		return r, err
-	}
+	return ex.useNonce(o, req.AdminKey, body.Nonce)
+}
+
+// applyAdmin runs the operation of an authorized admin request.
+func (ex *executor) applyAdmin(o *overlay, body *byzlogv1.AdminBody) (Result, error) {
 	l := ex.params.Limits
 	switch op := body.Op.(type) {
 	case *byzlogv1.AdminBody_CreateTopic, *byzlogv1.AdminBody_UpdateTopic:
