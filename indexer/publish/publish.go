@@ -517,12 +517,45 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 	}
 	var outs []outMsg
 	info := layout.BlockInfo{Height: b.Height, Time: b.Time.UTC().Format(time.RFC3339Nano), BlockHash: hex.EncodeToString(b.Hash), AppHash: hex.EncodeToString(b.AppHash)}
-	// A topic's stream exists from its creation, so consumers can
-	// subscribe before its first record, and goes with its deletion, so a
-	// topic created again under the name starts clean (its offsets start
-	// at 0 again; the old stream would take them for published).
-	// A created or updated topic's config is kept, and its limits set on
-	// the stream, before the block's records are published there.
+	if err := p.applyTopicChanges(ctx, b); err != nil {
+		return nil, err
+	}
+	if err := p.syncTopics(ctx, b.Appended.Partitions); err != nil {
+		return nil, err
+	}
+	clear(p.out)
+	for _, part := range b.Appended.Partitions {
+		root := part.Root
+		info.Records = append(info.Records, layout.PartitionCount{Topic: root.Topic, Partition: root.Partition, FirstOffset: root.FirstOffset, Count: root.Count})
+		if len(part.Records) == 0 {
+			continue
+		}
+		var err error
+		if outs, err = p.partitionMessages(part, m, outs); err != nil {
+			return nil, err
+		}
+	}
+	p.pruneDecided()
+	msg, err := p.blockMessage(ctx, b.Height, info)
+	if err != nil {
+		return nil, err
+	}
+	if msg != nil {
+		outs = append(outs, outMsg{p.blockAt, msg})
+	}
+	return p.send(ctx, outs, b.Height <= p.AckAllThrough)
+}
+
+// applyTopicChanges brings the streams and kept configs in line with the
+// topics block b creates, updates or deletes.
+//
+// A topic's stream exists from its creation, so consumers can
+// subscribe before its first record, and goes with its deletion, so a
+// topic created again under the name starts clean (its offsets start
+// at 0 again; the old stream would take them for published).
+// A created or updated topic's config is kept, and its limits set on
+// the stream, before the block's records are published there.
+func (p *Publisher) applyTopicChanges(ctx context.Context, b *verify.Block) error {
 	for _, c := range p.topicChanges(b) {
 		var err error
 		switch {
@@ -539,66 +572,73 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 			_, err = p.stream(ctx, c.Name)
 		}
 		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// partitionMessages appends to outs the messages of one partition's
+// records in a block: it skips those the stream already holds, holds back
+// those of transactions not yet decided, and releases those that are. It
+// advances the partition's next offset to publish and counts what it
+// skipped and published.
+func (p *Publisher) partitionMessages(part core.AppendedPartition, m Metrics, outs []outMsg) ([]outMsg, error) {
+	root := part.Root
+	h := p.held[root.Topic]
+	perMessage := p.formats[layout.StreamName(root.Topic)]
+	next := h.next[root.Partition]
+	k := reconcile.Key(root.Topic, root.Partition)
+	out := p.out[k]
+	rest := part.Records
+	for len(rest) > 0 && rest[0].Offset < next {
+		m.Skipped.Inc()
+		out.last = rest[0]
+		rest = rest[1:]
+	}
+	ho := p.holds[k]
+	if f := ho.first(); ho == nil || (f != nil && f.Offset < next) {
+		// Another indexer published past what this one held: the
+		// stream has those records, with their transactions' outcomes.
+		ho = &hold{key: k}
+		p.holds[k] = ho
+	}
+	var ready []*byzlogv1.StoredRecord
+	for _, r := range rest {
+		ready = append(ready, ho.add(r, p.decided)...)
+	}
+	p.bound(ho)
+	if ho.done() {
+		delete(p.holds, k)
+	}
+	if len(ready) > 0 {
+		out.first = cmp.Or(out.first, ready[0])
+		out.last = ready[len(ready)-1]
+	}
+	p.out[k] = out
+	for len(ready) > 0 {
+		msg, n, err := p.message(ready, perMessage)
+		if err != nil {
 			return nil, err
 		}
+		outs = append(outs, outMsg{h, msg})
+		next = ready[n-1].Offset + 1
+		m.Records.Add(float64(n))
+		ready = ready[n:]
 	}
-	if err := p.syncTopics(ctx, b.Appended.Partitions); err != nil {
-		return nil, err
+	h.next[root.Partition] = next
+	if h.ahead[root.Partition] {
+		delete(h.next, root.Partition)
 	}
-	clear(p.out)
-	for _, part := range b.Appended.Partitions {
-		root := part.Root
-		info.Records = append(info.Records, layout.PartitionCount{Topic: root.Topic, Partition: root.Partition, FirstOffset: root.FirstOffset, Count: root.Count})
-		if len(part.Records) == 0 {
-			continue
-		}
-		h := p.held[root.Topic]
-		perMessage := p.formats[layout.StreamName(root.Topic)]
-		next := h.next[root.Partition]
-		k := reconcile.Key(root.Topic, root.Partition)
-		out := p.out[k]
-		rest := part.Records
-		for len(rest) > 0 && rest[0].Offset < next {
-			m.Skipped.Inc()
-			out.last = rest[0]
-			rest = rest[1:]
-		}
-		ho := p.holds[k]
-		if f := ho.first(); ho == nil || (f != nil && f.Offset < next) {
-			// Another indexer published past what this one held: the
-			// stream has those records, with their transactions' outcomes.
-			ho = &hold{key: k}
-			p.holds[k] = ho
-		}
-		var ready []*byzlogv1.StoredRecord
-		for _, r := range rest {
-			ready = append(ready, ho.add(r, p.decided)...)
-		}
-		p.bound(ho)
-		if ho.done() {
-			delete(p.holds, k)
-		}
-		if len(ready) > 0 {
-			out.first = cmp.Or(out.first, ready[0])
-			out.last = ready[len(ready)-1]
-		}
-		p.out[k] = out
-		for len(ready) > 0 {
-			msg, n, err := p.message(ready, perMessage)
-			if err != nil {
-				return nil, err
-			}
-			outs = append(outs, outMsg{h, msg})
-			next = ready[n-1].Offset + 1
-			m.Records.Add(float64(n))
-			ready = ready[n:]
-		}
-		h.next[root.Partition] = next
-		if h.ahead[root.Partition] {
-			delete(h.next, root.Partition)
-		}
-	}
-	p.pruneDecided()
+	return outs, nil
+}
+
+// blockMessage is the blocks stream's message of the block at height, with
+// info, or nil when the stream already holds it. Until the publisher has
+// published to the blocks stream since it last read it, it first reads the
+// stream again for the first height it lacks: someone else may be
+// publishing it.
+func (p *Publisher) blockMessage(ctx context.Context, height int64, info layout.BlockInfo) (*nats.Msg, error) {
 	if p.blockAt == nil || !p.blockAt.sent {
 		var in int64
 		if err := p.sync(ctx, p.blocks, p.blockAt, func() (err error) { in, err = p.blocksIn(ctx, info); return err }, func(h *held) { p.blockAt = h }); err != nil {
@@ -606,18 +646,18 @@ func (p *Publisher) Publish(ctx context.Context, b *verify.Block, m Metrics) ([]
 		}
 		p.blockNext = max(p.blockNext, in)
 	}
-	if b.Height >= p.blockNext {
-		data, err := json.Marshal(info)
-		if err != nil {
-			return nil, err
-		}
-		msg := nats.NewMsg(layout.BlocksSubject)
-		msg.Data = data
-		msg.Header.Set(layout.HeaderHeight, strconv.FormatInt(b.Height, 10))
-		outs = append(outs, outMsg{p.blockAt, msg})
-		p.blockNext = b.Height + 1
+	if height < p.blockNext {
+		return nil, nil
 	}
-	return p.send(ctx, outs, b.Height <= p.AckAllThrough)
+	data, err := json.Marshal(info)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(layout.BlocksSubject)
+	msg.Data = data
+	msg.Header.Set(layout.HeaderHeight, strconv.FormatInt(height, 10))
+	p.blockNext = height + 1
+	return msg, nil
 }
 
 // message is the next message of records, consecutive records of one
