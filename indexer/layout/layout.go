@@ -523,13 +523,27 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 			return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, f.name, h.Get(f.name), err)
 		}
 	}
+	if err := kafkaFields(subject, h, r); err != nil {
+		return nil, err
+	}
+	if r.Headers, err = recordHeaders(subject, h, empty); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// kafkaFields sets the fields of r that a Kafka producer's record carries
+// (its producer id and epoch, whether it is transactional or aborted, a
+// transaction marker's outcome) from the message's headers.
+func kafkaFields(subject string, h nats.Header, r *byzlogv1.StoredRecord) error {
+	var err error
 	if v := h.Values(HeaderKafkaProducer); len(v) > 0 {
 		if r.KafkaProducerId, err = strconv.ParseInt(v[0], 10, 64); err != nil {
-			return nil, fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderKafkaProducer, v[0], err)
+			return fmt.Errorf("message on %s: header %s = %q: %v", subject, HeaderKafkaProducer, v[0], err)
 		}
 		e, err := strconv.ParseInt(h.Get(HeaderKafkaEpoch), 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("message on %s: header %s = %q (with %s): %v", subject, HeaderKafkaEpoch, h.Get(HeaderKafkaEpoch), HeaderKafkaProducer, err)
+			return fmt.Errorf("message on %s: header %s = %q (with %s): %v", subject, HeaderKafkaEpoch, h.Get(HeaderKafkaEpoch), HeaderKafkaProducer, err)
 		}
 		r.KafkaEpoch = int32(e)
 	}
@@ -542,7 +556,7 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 		case v[0] == "1":
 			*f.dst = true
 		default:
-			return nil, fmt.Errorf("message on %s: header %s = %q: want 1 or no header", subject, f.name, v[0])
+			return fmt.Errorf("message on %s: header %s = %q: want 1 or no header", subject, f.name, v[0])
 		}
 	}
 	if v := h.Values(HeaderControl); len(v) > 0 {
@@ -550,9 +564,16 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 		case "commit", "abort":
 			r.KafkaControl = &byzlogv1.KafkaControl{Commit: v[0] == "commit"}
 		default:
-			return nil, fmt.Errorf("message on %s: header %s = %q: want commit or abort", subject, HeaderControl, v[0])
+			return fmt.Errorf("message on %s: header %s = %q: want commit or abort", subject, HeaderControl, v[0])
 		}
 	}
+	return nil
+}
+
+// recordHeaders decodes a message's record headers, each
+// base64(key):base64(value); empty says which were empty rather than null.
+func recordHeaders(subject string, h nats.Header, empty map[string]bool) ([]*byzlogv1.RecordHeader, error) {
+	var headers []*byzlogv1.RecordHeader
 	for i, v := range h.Values(HeaderRecordHeader) {
 		k, val, ok := strings.Cut(v, ":")
 		kb, err1 := base64.StdEncoding.DecodeString(k)
@@ -560,9 +581,9 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 		if !ok || err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("message on %s: header %s = %q: want base64(key):base64(value)", subject, HeaderRecordHeader, v)
 		}
-		r.Headers = append(r.Headers, &byzlogv1.RecordHeader{Key: string(kb), Value: emptyOrNull(vb, empty["header:"+strconv.Itoa(i)])})
+		headers = append(headers, &byzlogv1.RecordHeader{Key: string(kb), Value: emptyOrNull(vb, empty["header:"+strconv.Itoa(i)])})
 	}
-	return r, nil
+	return headers, nil
 }
 
 // emptyOrNull is b, with nothing in it read as empty (non-nil) if the
