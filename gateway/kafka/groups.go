@@ -115,19 +115,10 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest, client mem
 		return resp
 	}
 	gs.mu.Lock()
-	g := gs.m[r.Group]
-	if g == nil {
-		if len(gs.m) >= maxGroups {
-			gs.mu.Unlock()
-			resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
-			return resp
-		}
-		g = &group{name: r.Group, members: map[string]*member{}}
-		gs.m[r.Group] = g
-	}
-	if g.protoType != "" && g.protoType != r.ProtocolType && len(g.members) > 0 {
+	g, code := gs.groupToJoin(r)
+	if code != 0 {
 		gs.mu.Unlock()
-		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		resp.ErrorCode = code
 		return resp
 	}
 	id := r.MemberID
@@ -176,21 +167,11 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest, client mem
 		return resp
 	}
 	delete(g.pending, id)
-	m := g.members[id]
-	if m == nil {
-		if len(g.members) >= maxGroupMembers {
-			gs.mu.Unlock()
-			resp.ErrorCode = kerr.GroupMaxSizeReached.Code
-			return resp
-		}
-		m = &member{id: id, instance: instance}
-		g.members[id] = m
-		if instance != "" {
-			if g.instances == nil {
-				g.instances = map[string]string{}
-			}
-			g.instances[instance] = id
-		}
+	m, code := g.memberToJoin(id, instance)
+	if code != 0 {
+		gs.mu.Unlock()
+		resp.ErrorCode = code
+		return resp
 	}
 	g.protoType = r.ProtocolType
 	m.protocols, m.session, m.rebalanceTimeout, m.ver, m.client = r.Protocols, session, rebalance, r.Version, client
@@ -199,6 +180,46 @@ func (gs *groups) join(ctx context.Context, r *kmsg.JoinGroupRequest, client mem
 	}
 	gs.touch(g, m)
 	return gs.joinPhase(ctx, g, m)
+}
+
+// groupToJoin is the group r joins, made if there is none yet, or the
+// error code that refuses the join: too many groups, or a protocol type
+// other than its members'. Called with gs.mu held.
+func (gs *groups) groupToJoin(r *kmsg.JoinGroupRequest) (*group, int16) {
+	g := gs.m[r.Group]
+	if g == nil {
+		if len(gs.m) >= maxGroups {
+			return nil, kerr.CoordinatorNotAvailable.Code
+		}
+		g = &group{name: r.Group, members: map[string]*member{}}
+		gs.m[r.Group] = g
+	}
+	if g.protoType != "" && g.protoType != r.ProtocolType && len(g.members) > 0 {
+		return nil, kerr.InconsistentGroupProtocol.Code
+	}
+	return g, 0
+}
+
+// memberToJoin is g's member id, added (with its static instance id, if
+// any) if it is not one yet, or GROUP_MAX_SIZE_REACHED's code when g is
+// full. Called with the groups' lock held.
+func (g *group) memberToJoin(id, instance string) (*member, int16) {
+	m := g.members[id]
+	if m != nil {
+		return m, 0
+	}
+	if len(g.members) >= maxGroupMembers {
+		return nil, kerr.GroupMaxSizeReached.Code
+	}
+	m = &member{id: id, instance: instance}
+	g.members[id] = m
+	if instance != "" {
+		if g.instances == nil {
+			g.instances = map[string]string{}
+		}
+		g.instances[instance] = id
+	}
+	return m, 0
 }
 
 // rejoinStatic takes a static member back under a new member id in the
