@@ -101,26 +101,44 @@ func (c *conn) handle(ctx context.Context, req kmsg.Request) (kmsg.Response, err
 		return c.describeUserScram(r), nil
 	case *kmsg.AlterUserSCRAMCredentialsRequest:
 		return c.alterUserScram(r), nil
+	}
+	if resp, ok := c.handleTxn(ctx, req); ok {
+		return resp, nil
+	}
+	return c.handleMembership(ctx, req)
+}
+
+// handleTxn answers the requests of producer ids and transactions, and
+// reports whether req was one.
+func (c *conn) handleTxn(ctx context.Context, req kmsg.Request) (kmsg.Response, bool) {
+	switch r := req.(type) {
 	case *kmsg.InitProducerIDRequest:
 		if r.TransactionalID != nil {
-			return c.initTxnProducer(ctx, r), nil
+			return c.initTxnProducer(ctx, r), true
 		}
-		return c.initProducerID(r), nil
+		return c.initProducerID(r), true
 	case *kmsg.AddPartitionsToTxnRequest:
-		return c.addPartitionsToTxn(ctx, r), nil
+		return c.addPartitionsToTxn(ctx, r), true
 	case *kmsg.AddOffsetsToTxnRequest:
-		return c.addOffsetsToTxn(ctx, r), nil
+		return c.addOffsetsToTxn(ctx, r), true
 	case *kmsg.TxnOffsetCommitRequest:
-		return c.txnOffsetCommit(ctx, r), nil
+		return c.txnOffsetCommit(ctx, r), true
 	case *kmsg.EndTxnRequest:
-		return c.endTxn(ctx, r), nil
+		return c.endTxn(ctx, r), true
 	case *kmsg.DescribeTransactionsRequest:
-		return c.describeTransactions(ctx, r), nil
+		return c.describeTransactions(ctx, r), true
 	case *kmsg.ListTransactionsRequest:
-		return c.listTransactions(ctx, r), nil
+		return c.listTransactions(ctx, r), true
 	case *kmsg.DescribeProducersRequest:
-		return c.describeProducers(ctx, r), nil
+		return c.describeProducers(ctx, r), true
 	}
+	return nil, false
+}
+
+// handleMembership answers a group member's requests (join, sync,
+// heartbeat, leave) when this gateway coordinates the group, and refuses
+// any other request as not served.
+func (c *conn) handleMembership(ctx context.Context, req kmsg.Request) (kmsg.Response, error) {
 	if group, ok := groupOf(req); ok && !c.coordinates(ctx, group) {
 		return notCoordinator(req), nil
 	}
