@@ -118,37 +118,10 @@ func (c *conn) serve(ctx context.Context) {
 // read reads requests until the connection ends, queues a pending
 // response for each in order, and starts its handling.
 func (c *conn) read(ctx context.Context, out chan<- *pending) error {
-	var size [4]byte
 	authDeadline := time.Now().Add(c.s.cfg.HandshakeTimeout)
 	for {
-		deadline := time.Now().Add(c.s.cfg.IdleTimeout)
-		if c.principal == nil {
-			deadline = authDeadline
-		}
-		_ = c.nc.SetReadDeadline(deadline)
-		if _, err := io.ReadFull(c.nc, size[:]); err != nil {
-			return err
-		}
-		n := int32(binary.BigEndian.Uint32(size[:]))
-		limit := c.s.cfg.MaxRequestBytes
-		if c.principal == nil {
-			limit = c.s.cfg.MaxPreAuthBytes
-		}
-		least := int32(8) // a request header
-		if c.rawSASL {
-			least = 0
-		}
-		if n < least || n > limit {
-			return fmt.Errorf("request of %d bytes is outside %d..%d", n, least, limit)
-		}
-		if err := c.s.buffered.Acquire(ctx, int64(n)); err != nil {
-			return err
-		}
-		p := &pending{size: int64(n), done: make(chan struct{})}
-		body := make([]byte, n)
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.RequestReadTimeout))
-		if _, err := io.ReadFull(c.nc, body); err != nil {
-			c.s.buffered.Release(p.size)
+		p, body, err := c.readFrame(ctx, authDeadline)
+		if err != nil {
 			return err
 		}
 		if c.rawSASL {
@@ -199,6 +172,45 @@ func (c *conn) read(ctx context.Context, out chan<- *pending) error {
 		}
 		go c.finish(ctx, p, rest)
 	}
+}
+
+// readFrame reads one size-prefixed request, within the size bounds and
+// deadlines that hold before authentication (authDeadline) or after it,
+// and takes its size from the server's buffer budget. The pending it
+// returns holds that size: whoever drops the request releases it.
+func (c *conn) readFrame(ctx context.Context, authDeadline time.Time) (*pending, []byte, error) {
+	var size [4]byte
+	deadline := time.Now().Add(c.s.cfg.IdleTimeout)
+	if c.principal == nil {
+		deadline = authDeadline
+	}
+	_ = c.nc.SetReadDeadline(deadline)
+	if _, err := io.ReadFull(c.nc, size[:]); err != nil {
+		return nil, nil, err
+	}
+	n := int32(binary.BigEndian.Uint32(size[:]))
+	limit := c.s.cfg.MaxRequestBytes
+	if c.principal == nil {
+		limit = c.s.cfg.MaxPreAuthBytes
+	}
+	least := int32(8) // a request header
+	if c.rawSASL {
+		least = 0
+	}
+	if n < least || n > limit {
+		return nil, nil, fmt.Errorf("request of %d bytes is outside %d..%d", n, least, limit)
+	}
+	if err := c.s.buffered.Acquire(ctx, int64(n)); err != nil {
+		return nil, nil, err
+	}
+	p := &pending{size: int64(n), done: make(chan struct{})}
+	body := make([]byte, n)
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.RequestReadTimeout))
+	if _, err := io.ReadFull(c.nc, body); err != nil {
+		c.s.buffered.Release(p.size)
+		return nil, nil, err
+	}
+	return p, body, nil
 }
 
 func isAuthKey(key int16) bool { return key == 18 || key == 17 || key == 36 }
