@@ -132,28 +132,7 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) an
 		}
 		return nil
 	}()
-	// Partitions the chain does not have are answered at once, as Kafka
-	// does, and left out of the commit: a commit the chain would refuse
-	// could hold the key's next nonce until it timed out.
-	unknown, tooLarge := map[string]bool{}, map[string]bool{}
-	var offsets []*byzlogv1.PartitionOffset
-	for _, t := range r.Topics {
-		n, _ := c.s.topics.partitions(ctx, t.Topic)
-		for _, p := range t.Partitions {
-			meta := ""
-			if p.Metadata != nil {
-				meta = *p.Metadata
-			}
-			switch {
-			case p.Partition < 0 || uint32(p.Partition) >= n:
-				unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)] = true
-			case len(meta) > maxOffsetMetadata:
-				tooLarge[fmt.Sprintf("%s/%d", t.Topic, p.Partition)] = true
-			case p.Offset >= 0:
-				offsets = append(offsets, &byzlogv1.PartitionOffset{Topic: t.Topic, Partition: uint32(p.Partition), Offset: uint64(p.Offset), Metadata: meta})
-			}
-		}
-	}
+	offsets, unknown, tooLarge := c.committable(ctx, r)
 	result := make(chan error, 1)
 	if code == nil && len(offsets) > 0 {
 		inMempool := make(chan struct{})
@@ -182,25 +161,60 @@ func (c *conn) offsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) an
 			c.log.Info().Err(err).Str("group", r.Group).Msg("kafka offset commit failed")
 			code = commitError(err)
 		}
-		for _, t := range r.Topics {
-			rt := kmsg.NewOffsetCommitResponseTopic()
-			rt.Topic = t.Topic
-			for _, p := range t.Partitions {
-				rp := kmsg.NewOffsetCommitResponseTopicPartition()
-				rp.Partition = p.Partition
-				switch {
-				case code != nil:
-					rp.ErrorCode = code.Code
-				case unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
-					rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
-				case tooLarge[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
-					rp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
-				}
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
+		answerCommit(resp, r, code, unknown, tooLarge)
 		return resp, nil
+	}
+}
+
+// committable sorts a commit's partitions into the offsets to commit and
+// those answered at once, keyed "topic/partition": unknown to the chain, or
+// with metadata over maxOffsetMetadata. Partitions the chain does not have
+// are answered at once, as Kafka does, and left out of the commit: a commit
+// the chain would refuse could hold the key's next nonce until it timed
+// out.
+func (c *conn) committable(ctx context.Context, r *kmsg.OffsetCommitRequest) (offsets []*byzlogv1.PartitionOffset, unknown, tooLarge map[string]bool) {
+	unknown, tooLarge = map[string]bool{}, map[string]bool{}
+	for _, t := range r.Topics {
+		n, _ := c.s.topics.partitions(ctx, t.Topic)
+		for _, p := range t.Partitions {
+			meta := ""
+			if p.Metadata != nil {
+				meta = *p.Metadata
+			}
+			switch {
+			case p.Partition < 0 || uint32(p.Partition) >= n:
+				unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)] = true
+			case len(meta) > maxOffsetMetadata:
+				tooLarge[fmt.Sprintf("%s/%d", t.Topic, p.Partition)] = true
+			case p.Offset >= 0:
+				offsets = append(offsets, &byzlogv1.PartitionOffset{Topic: t.Topic, Partition: uint32(p.Partition), Offset: uint64(p.Offset), Metadata: meta})
+			}
+		}
+	}
+	return offsets, unknown, tooLarge
+}
+
+// answerCommit fills resp with an error code for each partition of r: code
+// for all when the commit failed as a whole, else the partition's own
+// (unknown, or metadata too large), none for a committed one.
+func answerCommit(resp *kmsg.OffsetCommitResponse, r *kmsg.OffsetCommitRequest, code *kerr.Error, unknown, tooLarge map[string]bool) {
+	for _, t := range r.Topics {
+		rt := kmsg.NewOffsetCommitResponseTopic()
+		rt.Topic = t.Topic
+		for _, p := range t.Partitions {
+			rp := kmsg.NewOffsetCommitResponseTopicPartition()
+			rp.Partition = p.Partition
+			switch {
+			case code != nil:
+				rp.ErrorCode = code.Code
+			case unknown[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
+				rp.ErrorCode = kerr.UnknownTopicOrPartition.Code
+			case tooLarge[fmt.Sprintf("%s/%d", t.Topic, p.Partition)]:
+				rp.ErrorCode = kerr.OffsetMetadataTooLarge.Code
+			}
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
 	}
 }
 
