@@ -101,17 +101,8 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		return Row{}, err
 	}
 	row := Row{Nemesis: ph.Nemesis.Name, ConsumerErrors: map[string]int{}}
-	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
-	if err != nil {
+	if err := createPhaseTopics(ctx, c, w, trust, transport); err != nil {
 		return row, err
-	}
-	_, err = adm.CreateTopic(ctx, w.Topic, &byzlogv1.TopicConfig{Partitions: w.Partitions})
-	if err == nil && w.TxnProcessors > 0 {
-		_, err = adm.CreateTopic(ctx, txnOutputTopic(w), &byzlogv1.TopicConfig{Partitions: txnOutPartitions})
-	}
-	adm.Close()
-	if err != nil {
-		return row, fmt.Errorf("create the topics of %s: %w", w.Topic, err)
 	}
 	startHeight := maxCommitted(ctx, c)
 	rec := newRecorder()
@@ -149,7 +140,33 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		row.Errors = append(row.Errors, errs...)
 	}
 	readBackAll(ctx, c, w, rec, &row)
+	checkChain(ctx, c, rec, startHeight, &row)
+	summarize(c, w, rec, load, groupNotes, &row)
+	return row, nil
+}
 
+// createPhaseTopics creates the phase's topic and, with a transactional
+// pipeline, its output topic.
+func createPhaseTopics(ctx context.Context, c *Cluster, w Workload, trust client.Trust, transport client.Option) error {
+	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
+	if err != nil {
+		return err
+	}
+	_, err = adm.CreateTopic(ctx, w.Topic, &byzlogv1.TopicConfig{Partitions: w.Partitions})
+	if err == nil && w.TxnProcessors > 0 {
+		_, err = adm.CreateTopic(ctx, txnOutputTopic(w), &byzlogv1.TopicConfig{Partitions: txnOutPartitions})
+	}
+	adm.Close()
+	if err != nil {
+		return fmt.Errorf("create the topics of %s: %w", w.Topic, err)
+	}
+	return nil
+}
+
+// checkChain records into the history the app hashes every validator
+// reports for the heights the phase committed, and checks the evidence
+// the chain holds for them; what fails is one of the row's errors.
+func checkChain(ctx context.Context, c *Cluster, rec *recorder, startHeight int64, row *Row) {
 	endHeight := maxCommittedAll(ctx, c)
 	if err := appHashes(ctx, c.Net, startHeight, endHeight, rec.h.AppHashes, c.note); err != nil {
 		row.Errors = append(row.Errors, err.Error())
@@ -157,11 +174,16 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 	if err := evidence(ctx, c.Net, startHeight, endHeight, &rec.h, c.note); err != nil {
 		row.Errors = append(row.Errors, err.Error())
 	}
+}
 
+// summarize checks the recorded history and fills the row with its
+// report, the load's measures, the consumers' errors, the notes and the
+// sends of unknown outcome by kind.
+func summarize(c *Cluster, w Workload, rec *recorder, load loadTimes, groupNotes []string, row *Row) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	row.Report = Check(rec.h)
-	load.measure(&row, rec, w.consumers() > 0)
+	load.measure(row, rec, w.consumers() > 0)
 	for k, v := range rec.errs {
 		row.ConsumerErrors[k] = v
 	}
@@ -175,7 +197,6 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 			row.SendErrors[errorKind(snd.Err)]++
 		}
 	}
-	return row, nil
 }
 
 // startConsumers starts the workload's consumers, each reading every
