@@ -72,7 +72,12 @@ func chaosHelp() string {
 		}
 		names = append(names, line)
 	}
-	return `Start a 4-validator localnet with NATS, 2 gateways and the indexer, then run
+	return chaosHelpRun + strings.Join(names, "\n") + chaosHelpOutput
+}
+
+// chaosHelpRun is the chaos help before its list of nemeses: what a run
+// does and the anomalies it checks for.
+const chaosHelpRun = `Start a 4-validator localnet with NATS, 2 gateways and the indexer, then run
 each nemesis in --nemeses in turn, each on a fresh topic for --duration:
 producers (the SDK and franz-go Kafka producers, idempotent and plain, through
 both gateways) write unique values at --rate in all, consumers (the consumer
@@ -125,7 +130,11 @@ read_committed and read_uncommitted and checks:
   unprocessed           an input record with no committed output at the end
 
 Nemeses:
-` + strings.Join(names, "\n") + `
+`
+
+// chaosHelpOutput is the chaos help after its list of nemeses: what a run
+// prints and writes, and what it needs.
+const chaosHelpOutput = `
 
 It prints one table (nemesis, faults, sends, acknowledged, unknown,
 availability, longest stall, recovery after the last heal, each anomaly's
@@ -146,7 +155,6 @@ command (one per ordered pair, BASE+1000+10i+j), which the partition nemeses
 cut: a network partition without network namespaces or firewall rules.
 
 ` + testClusterPorts
-}
 
 func (o *chaosOptions) addFlags(f *pflag.FlagSet) {
 	f.StringSliceVar(&o.nemeses, "nemeses", o.nemeses, "nemeses to run, in order (all, or names from the list above; -name leaves one out: all,-txn-pause)")
