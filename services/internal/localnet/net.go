@@ -574,13 +574,9 @@ func (n *Net) create(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cometbft testnet: %w\n%s", err, out)
 	}
-	ids := make([]p2p.ID, c.Validators)
-	for i := range ids {
-		key, err := p2p.LoadNodeKey(filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "node_key.json"))
-		if err != nil {
-			return fmt.Errorf("read node %d key: %w", i, err)
-		}
-		ids[i] = key.ID()
+	ids, err := generatedNodeIDs(tmp, c.Validators)
+	if err != nil {
+		return err
 	}
 	gen, err := cmttypes.GenesisDocFromFile(filepath.Join(tmp, "node0", "config", "genesis.json"))
 	if err != nil {
@@ -588,15 +584,7 @@ func (n *Net) create(ctx context.Context) error {
 	}
 	gen.ChainID = c.ChainID
 	gen.ConsensusParams.Block.MaxBytes = c.BlockMaxBytes
-	admins := make([]string, max(c.Admins, 1))
-	for i := range admins {
-		admin, err := keyfile.Generate(filepath.Join(tmp, adminKeyName(i)))
-		if err != nil {
-			return err
-		}
-		admins[i] = hex.EncodeToString(admin.Public().(ed25519.PublicKey))
-	}
-	indexer, err := keyfile.Generate(filepath.Join(tmp, indexerKeyFile))
+	admins, indexer, err := c.generateKeys(tmp)
 	if err != nil {
 		return err
 	}
@@ -604,7 +592,7 @@ func (n *Net) create(ctx context.Context) error {
 	// the newest version of a later build.
 	c.RulesVersion = c.rulesVersion()
 	n.cfg.RulesVersion = c.RulesVersion
-	appState := c.appState(admins, hex.EncodeToString(indexer.Public().(ed25519.PublicKey)))
+	appState := c.appState(admins, indexer)
 	gen.AppState, err = json.Marshal(appState)
 	if err != nil {
 		return err
@@ -616,15 +604,8 @@ func (n *Net) create(ctx context.Context) error {
 		}
 		cmtcfg.WriteConfigFile(filepath.Join(home, "config", "config.toml"), c.nodeConfig(i, ids))
 	}
-	for i := 0; i < c.Validators; i++ {
-		if err := os.Rename(filepath.Join(tmp, fmt.Sprintf("node%d", i)), c.home(i)); err != nil {
-			return fmt.Errorf("move node %d into place: %w", i, err)
-		}
-	}
-	for _, k := range append(adminKeyNames(len(admins)), indexerKeyFile) {
-		if err := os.Rename(filepath.Join(tmp, k), filepath.Join(c.Dir, k)); err != nil {
-			return fmt.Errorf("move key %s into place: %w", k, err)
-		}
+	if err := c.moveIntoPlace(tmp, len(admins)); err != nil {
+		return err
 	}
 	b, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
@@ -632,6 +613,54 @@ func (n *Net) create(ctx context.Context) error {
 	}
 	if err := os.WriteFile(c.savedPath(), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("save localnet config: %w", err)
+	}
+	return nil
+}
+
+// generatedNodeIDs reads the p2p ids of the nodes `cometbft testnet`
+// generated in tmp.
+func generatedNodeIDs(tmp string, validators int) ([]p2p.ID, error) {
+	ids := make([]p2p.ID, validators)
+	for i := range ids {
+		key, err := p2p.LoadNodeKey(filepath.Join(tmp, fmt.Sprintf("node%d", i), "config", "node_key.json"))
+		if err != nil {
+			return nil, fmt.Errorf("read node %d key: %w", i, err)
+		}
+		ids[i] = key.ID()
+	}
+	return ids, nil
+}
+
+// generateKeys writes the admins' keys (at least one) and the indexer's
+// key into tmp and returns their public keys in hex.
+func (c Config) generateKeys(tmp string) (admins []string, indexer string, err error) {
+	admins = make([]string, max(c.Admins, 1))
+	for i := range admins {
+		admin, err := keyfile.Generate(filepath.Join(tmp, adminKeyName(i)))
+		if err != nil {
+			return nil, "", err
+		}
+		admins[i] = hex.EncodeToString(admin.Public().(ed25519.PublicKey))
+	}
+	key, err := keyfile.Generate(filepath.Join(tmp, indexerKeyFile))
+	if err != nil {
+		return nil, "", err
+	}
+	return admins, hex.EncodeToString(key.Public().(ed25519.PublicKey)), nil
+}
+
+// moveIntoPlace moves the nodes' homes and the keys (admins of them) made
+// in tmp into the run directory.
+func (c Config) moveIntoPlace(tmp string, admins int) error {
+	for i := 0; i < c.Validators; i++ {
+		if err := os.Rename(filepath.Join(tmp, fmt.Sprintf("node%d", i)), c.home(i)); err != nil {
+			return fmt.Errorf("move node %d into place: %w", i, err)
+		}
+	}
+	for _, k := range append(adminKeyNames(admins), indexerKeyFile) {
+		if err := os.Rename(filepath.Join(tmp, k), filepath.Join(c.Dir, k)); err != nil {
+			return fmt.Errorf("move key %s into place: %w", k, err)
+		}
 	}
 	return nil
 }
