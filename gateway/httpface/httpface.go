@@ -1,10 +1,12 @@
 // Package httpface is the gateway's HTTP/JSON face, for clients without
-// gRPC: a few of the gRPC service's calls (grpcface.Service) with the
-// protobuf messages in canonical JSON, their errors as HTTP statuses, and
-// every cost bounded before work is done. It decides nothing itself.
+// gRPC: a few of the gRPC service's calls (Backend, which grpcface.Service
+// is) with the protobuf messages in canonical JSON, their errors as HTTP
+// statuses, and every cost bounded before work is done. It decides nothing
+// itself.
 package httpface
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,10 +20,19 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/byzlog/byzlog/gateway/grpcface"
 	"github.com/byzlog/byzlog/gateway/pipeline"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
+
+// Backend is what the HTTP face needs of the gateway: the calls of the
+// byzlog.v1.Gateway service it serves in JSON. The gRPC face's
+// grpcface.Service is one, so both faces answer alike.
+type Backend interface {
+	Produce(ctx context.Context, req *byzlogv1.ProduceRequest) (*byzlogv1.ProduceResponse, error)
+	ListTopics(ctx context.Context, req *byzlogv1.ListTopicsRequest) (*byzlogv1.ListTopicsResponse, error)
+	DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicRequest) (*byzlogv1.DescribeTopicResponse, error)
+	GetGroupOffsets(ctx context.Context, req *byzlogv1.GroupRequest) (*byzlogv1.GroupOffsets, error)
+}
 
 // Handler is the HTTP/JSON face of the gateway, for clients without
 // gRPC. Bodies are the protobuf messages in their canonical JSON form
@@ -41,7 +52,7 @@ import (
 // arrive within ReadTimeout and be answered within WriteTimeout, set per
 // request so they hold whatever http.Server serves the handler (use
 // NewServer for the header and idle bounds).
-func Handler(s *grpcface.Service, cfg pipeline.HTTPConfig) http.Handler {
+func Handler(s Backend, cfg pipeline.HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/produce", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, cfg.MaxBodyBytes))

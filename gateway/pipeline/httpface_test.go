@@ -21,6 +21,9 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
+// The HTTP face serves the gRPC face's service.
+var _ httpface.Backend = (*grpcface.Service)(nil)
+
 // httpGateway serves the HTTP face over a gateway on c, with edit applied.
 func httpGateway(t *testing.T, c *pipeline.TestChain, edit func(*pipeline.HTTPConfig)) (*pipeline.Gateway, *httptest.Server) {
 	t.Helper()
