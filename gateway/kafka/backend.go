@@ -9,7 +9,7 @@ import (
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 )
 
-// Backend is what the face needs of the gateway, in four small parts a
+// Backend is what the face needs of the gateway, in five small parts a
 // request kind each uses: Over(g) makes one of a *pipeline.Gateway.
 type Backend struct {
 	// ChainID is the chain the face signs for (the gateway learns it from
