@@ -8,7 +8,9 @@
 //   - grpcface, httpface, kafka: the faces, beside each other over the
 //     pipeline, each through small interfaces it owns. Kafka transactions
 //     and admin APIs belong in kafka (and what they must decide on the
-//     chain, in abciapp/core); a console reads through grpcface.
+//     chain, in abciapp/core). A web console: a face of its own beside the
+//     others (reading through pipeline and protos/chain), wired by a main
+//     in services/.
 //   - nodes: the pool of CometBFT nodes a gateway submits to and reads from.
 //   - client: the producer and admin SDK.
 package gateway
