@@ -317,6 +317,12 @@ type nonces struct {
 
 // use runs submit with key's next nonce; submit calls accepted once the
 // transaction is in a mempool, which lets the next request of the key go.
+// A nonce a node refuses before its mempool takes it, as used or pending
+// (another gateway signs for the same key: a Kafka user's group commits
+// and transaction steps go to whichever gateways coordinate them), is
+// read again and tried again, up to nonceRetries times a nonceRetryWait
+// apart, with the counter still held: the key's later requests on this
+// gateway wait, so they still reach the chain in the order they came.
 func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(nonce uint64, accepted func()) error) error {
 	q.mu.Lock()
 	s := q.keys[string(key)]
@@ -325,7 +331,8 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 		q.keys[string(key)] = s
 	}
 	q.mu.Unlock()
-	nonce, release, answered, err := s.take(ctx, func(ctx context.Context) (uint64, error) { return q.b.Nonce(ctx, key) })
+	read := func(ctx context.Context) (uint64, error) { return q.b.Nonce(ctx, key) }
+	nonce, release, answered, err := s.take(ctx, read)
 	if err != nil {
 		return err
 	}
@@ -333,6 +340,21 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 	inMempool := false
 	accepted := func() { once.Do(func() { inMempool = true; release(true, false) }) }
 	err = submit(nonce, accepted)
+	for retry := 0; retry < nonceRetries && err != nil && !inMempool && nonceTaken(err); retry++ {
+		select {
+		case <-time.After(nonceRetryWait):
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		next, ok, rerr := s.reread(ctx, read)
+		if rerr != nil || !ok {
+			break
+		}
+		nonce = next
+		err = submit(nonce, accepted)
+	}
 	once.Do(func() { // not accepted: the counter is still held
 		if err == nil { // committed without a word from the mempool
 			release(true, false)
@@ -345,6 +367,21 @@ func (q *nonces) use(ctx context.Context, key ed25519.PublicKey, submit func(non
 		answered(err == nil)
 	}
 	return err
+}
+
+// nonceRetries and nonceRetryWait bound how long a request tries nonces
+// another signer of its key took (a block is 300 ms to 1 s: a pending one
+// commits within a few).
+const (
+	nonceRetries   = 10
+	nonceRetryWait = 200 * time.Millisecond
+)
+
+// nonceTaken reports whether err is a node refusing a transaction's nonce
+// as another transaction's: used, or pending in its mempool.
+func nonceTaken(err error) bool {
+	var re *pipeline.RejectedError
+	return errors.As(err, &re) && (re.Code == wire.CodeBadNonce || re.Code == wire.CodePending)
 }
 
 // commitOffsets commits a group's offsets signed with key; inMempool is

@@ -84,6 +84,24 @@ func (s *counter) take(ctx context.Context, read func(context.Context) (uint64, 
 	return n, release, answered, nil
 }
 
+// reread reads the chain's next number again for a holder of the counter
+// (between take and release) whose number a node refused as taken by
+// someone else signing for the key (another gateway): when none of this
+// counter's numbers is in flight it makes the read number the next, and
+// returns it; otherwise it reports false, and the holder gives up (the
+// read would not count what is in flight).
+func (s *counter) reread(ctx context.Context, read func(context.Context) (uint64, error)) (uint64, bool, error) {
+	if s.inflight > 0 {
+		return 0, false, nil
+	}
+	next, err := read(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	s.next = next
+	return next, true, nil
+}
+
 // sequencer hands out byzlog batch sequences to the batches the face signs
 // for one key in one partition (a plain Kafka producer's batches carry no
 // sequence of their own), a counter a stream.

@@ -434,3 +434,31 @@ func TestKafkaFaceCreatesManyTopicsAtOnce(t *testing.T) {
 		t.Fatalf("after CreateTopics dup, other, dup: %v; want other and not dup", td.Names())
 	}
 }
+
+// TestKafkaFaceTwoGatewaysSignForOneKey: two gateways sign for one key
+// (an admin user's topic creations through both, in turn; in the chaos
+// runs, a user's group commits and transaction steps through the gateways
+// that coordinate them): each request finds its gateway's next nonce
+// taken by the other's, and is tried again with the chain's, not failed.
+func TestKafkaFaceTwoGatewaysSignForOneKey(t *testing.T) {
+	gs := pipeline.StartTestGateways(t, 2)
+	var adms []*kadm.Client
+	for _, g := range gs {
+		addr := serveKafkaFace(t, g, func(c *kafka.Config) { c.AnonymousKey, c.AnonymousAdmin = pipeline.TestAdminKey, true })
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		adms = append(adms, kadm.NewClient(cl))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range 6 {
+		name := fmt.Sprintf("t%d", i)
+		r, err := adms[i%2].CreateTopic(ctx, 1, -1, nil, name)
+		if err != nil || r.Err != nil {
+			t.Fatalf("create %s through gateway %d: %v %v", name, i%2, err, r.Err)
+		}
+	}
+}
