@@ -50,10 +50,6 @@ const CompactRulesVersion uint64 = 9
 // MaxRetentionDeletes bounds retention.
 const MaxCompactionPasses = 10000
 
-// DefaultDeleteRetentionMs is delete_retention_ms when unset: Kafka's
-// delete.retention.ms default, a day.
-const DefaultDeleteRetentionMs = 86_400_000
-
 var (
 	prefixCompactKey = []byte("ck/") // topic, 0, partition, key: be64 offset, 1 byte tombstone
 	prefixTombstone  = []byte("ct/") // topic, 0, partition, be64 offset: be64 passed-at (unix ns), key
@@ -85,7 +81,7 @@ func Retains(c *byzlogv1.TopicConfig, rules uint64) bool {
 
 // deleteRetentionNs is how long a passed tombstone stays, in nanoseconds.
 func deleteRetentionNs(c *byzlogv1.TopicConfig) int64 {
-	ms := int64(DefaultDeleteRetentionMs)
+	ms := int64(wire.DefaultDeleteRetentionMs)
 	if c.DeleteRetentionMs != nil {
 		ms = *c.DeleteRetentionMs
 	}

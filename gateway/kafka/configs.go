@@ -10,8 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Topic configs as Kafka names them. The ones byzlog honours map onto the
@@ -90,7 +90,7 @@ var topicSettings = []topicSetting{
 		doc: "on a compacted topic, how long a tombstone (a record with a key and no value) stays once compaction passed it",
 		get: func(c *byzlogv1.TopicConfig, _ *byzlogv1.Limits) (string, bool) {
 			if c.DeleteRetentionMs == nil {
-				return strconv.FormatInt(core.DefaultDeleteRetentionMs, 10), true
+				return strconv.FormatInt(wire.DefaultDeleteRetentionMs, 10), true
 			}
 			return strconv.FormatInt(*c.DeleteRetentionMs, 10), false
 		},
