@@ -187,9 +187,17 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 	if err := switchRules(r, ex.block, b.Height, b.MaxRules); err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 	}
-	// Retention first, on committed state, from the block time. Prepare and
-	// Verify skip it: no transaction's validity depends on what it deletes.
-	if err := retain(r, ex.block, b.TimeUnixNano); err != nil {
+	// Retention and compaction first, on committed state, from the block
+	// time. Prepare and Verify skip them: no transaction's validity depends
+	// on what they remove.
+	rules, err := ex.rulesVersion()
+	if err != nil {
+		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+	}
+	if err := retain(r, ex.block, b.TimeUnixNano, rules); err != nil {
+		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+	}
+	if err := compact(r, ex.block, b.TimeUnixNano, rules); err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 	}
 	checked, err := b.checked(params, true)

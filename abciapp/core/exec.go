@@ -221,6 +221,9 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	if br, err := ex.createTimes(topic.Config, cb); br != nil || err != nil {
 		return br, nil, err
 	}
+	if br, err := ex.keys(topic.Config, cb); br != nil || err != nil {
+		return br, nil, err
+	}
 	var txnID string
 	var txn *byzlogv1.TxnState
 	if body.Kafka.GetTransactional() {
@@ -327,6 +330,24 @@ func (ex *executor) createTimes(cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*b
 		case after > 0 && at > now+after:
 			return failBatch(cb.body, wire.CodeBadTimestamp, "record %d's create time %d ms is more than the topic's timestamp_after_max_ms (%d) after the block's time %d ms", i, at, after, now), nil
 		}
+	}
+	return nil, nil
+}
+
+// keys refuses a batch with a record without a key to a compacted topic
+// (rules CompactRulesVersion on), as Kafka refuses one: compaction keeps
+// the latest record of each key, and a record without one has none.
+// CheckTx, which keeps no records, leaves it to the block.
+func (ex *executor) keys(cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*byzlogv1.BatchResult, error) {
+	if cfg.GetCleanupPolicy() == byzlogv1.CleanupPolicy_CLEANUP_DELETE || len(cb.records) == 0 {
+		return nil, nil
+	}
+	rules, err := ex.rulesVersion()
+	if err != nil || !Compacts(cfg, rules) {
+		return nil, err
+	}
+	if i := keyless(cb.records); i >= 0 {
+		return failBatch(cb.body, wire.CodeNoKey, "record %d has no key: topic %s is compacted (cleanup_policy %s), which keeps the latest record of each key", i, wire.Quote(cb.body.Topic), cfg.CleanupPolicy), nil
 	}
 	return nil, nil
 }

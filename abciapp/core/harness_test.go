@@ -238,16 +238,16 @@ func (c *testChain) readAll(topic string, p uint32) []*byzlogv1.StoredRecord {
 	for next := part.LogStartOffset; next < part.NextOffset; {
 		var resp byzlogv1.RecordsResponse
 		c.query(wire.PathRecords, &byzlogv1.RecordsRequest{Topic: topic, Partition: p, Offset: next}, &resp)
-		if len(resp.Records) == 0 {
-			c.t.Fatalf("records of %s/%d from %d: none, the partition ends at %d", topic, p, next, part.NextOffset)
+		if resp.ReadTo <= next {
+			c.t.Fatalf("records of %s/%d from %d: read to %d, the partition ends at %d", topic, p, next, resp.ReadTo, part.NextOffset)
 		}
+		next = resp.ReadTo
 		for _, b := range resp.Records {
 			r := &byzlogv1.StoredRecord{}
 			if err := proto.Unmarshal(b, r); err != nil {
 				c.t.Fatal(err)
 			}
 			out = append(out, r)
-			next = r.Offset + 1
 		}
 	}
 	return out

@@ -63,17 +63,17 @@ func proveRecord(s Scanner, req *byzlogv1.ProofRequest) (*byzlogv1.RecordProof, 
 	if part.FirstOffset < ps.LogStartOffset {
 		return nil, gone, nil
 	}
-	leaves, err := blockRun(s, part)
+	hashes, err := blockRun(s, part)
 	if err != nil {
 		return nil, Result{}, err
 	}
-	if len(leaves) != int(part.Count) {
+	if len(hashes) != int(part.Count) {
 		return nil, gone, nil
 	}
 	ri := int(req.Offset - part.FirstOffset)
 	return &byzlogv1.RecordProof{
 		Record:         raw,
-		RecordProof:    &byzlogv1.MerkleProof{Total: int64(len(leaves)), Index: int64(ri), Aunts: aunts(leafHashes(leaves), ri)},
+		RecordProof:    &byzlogv1.MerkleProof{Total: int64(len(hashes)), Index: int64(ri), Aunts: aunts(hashes, ri)},
 		Partition:      part,
 		PartitionProof: &byzlogv1.MerkleProof{Total: int64(len(items)), Index: int64(pi), Aunts: aunts(leafHashes(items), pi)},
 		Height:         d.Height, PrevAppHash: d.PrevAppHash, RecordsRoot: d.RecordsRoot, MetaRoot: d.MetaRoot,
@@ -105,7 +105,7 @@ func recordToProve(s Scanner, req *byzlogv1.ProofRequest) ([]byte, *byzlogv1.Par
 		}
 	}
 	if raw == nil {
-		return nil, nil, reject(wire.CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, or deleted by retention)", req.Topic, req.Partition, req.Offset), nil
+		return nil, nil, reject(wire.CodeOffsetOutOfRange, "%s/%d holds no record at offset %d (never written, deleted by retention, or removed by compaction)", req.Topic, req.Partition, req.Offset), nil
 	}
 	return raw, &ps, Result{}, nil
 }
@@ -125,19 +125,24 @@ func coveringPartition(d *byzlogv1.BlockDigest, req *byzlogv1.ProofRequest) ([][
 	return items, pi
 }
 
-// blockRun reads the stored records of one partition's run in a block, in
-// offset order, stopping at the first gap: fewer than part.Count leaves
-// means retention deleted some of them.
+// blockRun reads the leaf hashes of one partition's records in a block,
+// in offset order, from the records stored (a record compaction removed
+// left its leaf hash in its place), stopping at the first gap: fewer than
+// part.Count hashes means retention deleted some of them.
 func blockRun(s Scanner, part *byzlogv1.PartitionRoot) ([][]byte, error) {
-	leaves := make([][]byte, 0, part.Count)
-	err := scanRecords(s, part.Topic, part.Partition, part.FirstOffset, func(o uint64, v []byte) bool {
-		if o != part.FirstOffset+uint64(len(leaves)) {
+	hashes := make([][]byte, 0, part.Count)
+	err := scanStored(s, part.Topic, part.Partition, part.FirstOffset, func(o uint64, v []byte, removed bool) bool {
+		if o != part.FirstOffset+uint64(len(hashes)) {
 			return false
 		}
-		leaves = append(leaves, bytes.Clone(v))
-		return len(leaves) < int(part.Count)
+		if removed {
+			hashes = append(hashes, bytes.Clone(v))
+		} else {
+			hashes = append(hashes, leafHash(v))
+		}
+		return len(hashes) < int(part.Count)
 	})
-	return leaves, err
+	return hashes, err
 }
 
 // VerifyRecord checks that p proves a record against appHash, the app hash

@@ -240,18 +240,31 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	if req.Offset > ps.NextOffset {
 		return nil, reject(wire.CodeOffsetOutOfRange, "offset %d of %s/%d is beyond the log end offset %d", req.Offset, req.Topic, req.Partition, ps.NextOffset), nil
 	}
-	resp := &byzlogv1.RecordsResponse{LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset, LastStableOffset: lastStable(&ps)}
-	size := 0
-	err := scanRecords(s, req.Topic, req.Partition, req.Offset, func(_ uint64, v []byte) bool {
-		if len(resp.Records) > 0 && size+len(v) > maxBytes {
+	resp := &byzlogv1.RecordsResponse{LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset, LastStableOffset: lastStable(&ps), ReadTo: req.Offset}
+	// Holes compaction left count against the byte budget at their size
+	// in the store, so a read over many of them stays bounded.
+	size, ended := 0, true
+	err := scanStored(s, req.Topic, req.Partition, req.Offset, func(o uint64, v []byte, removed bool) bool {
+		if size+len(v) > maxBytes && (len(resp.Records) > 0 || removed) {
+			ended = false
 			return false
 		}
-		resp.Records = append(resp.Records, append([]byte(nil), v...))
 		size += len(v)
-		return len(resp.Records) < maxRecords
+		resp.ReadTo = o + 1
+		if !removed {
+			resp.Records = append(resp.Records, append([]byte(nil), v...))
+		}
+		if len(resp.Records) == maxRecords {
+			ended = false
+			return false
+		}
+		return true
 	})
 	if err != nil {
 		return nil, Result{}, fmt.Errorf("read records of %s/%d: %w", req.Topic, req.Partition, err)
+	}
+	if ended {
+		resp.ReadTo = ps.NextOffset
 	}
 	if req.Aborted {
 		if resp.Aborted, err = abortedIn(s, req.Topic, req.Partition, resp.Records); err != nil {

@@ -20,22 +20,14 @@ const MaxRetentionDeletes = 10000
 // below a partition's delete_below (DeleteRecords) are deleted with one
 // range delete per partition, and its log start offset moves up. It reads
 // committed state only: records appended in this block are never older
-// than the block itself.
-func retain(s Scanner, o *overlay, blockTime int64) error {
-	var topics []*byzlogv1.TopicState
-	var decodeErr error
-	err := s.Scan(CFMeta, prefixTopic, prefixEnd(prefixTopic), func(_, v []byte) bool {
-		var t byzlogv1.TopicState
-		if decodeErr = proto.Unmarshal(v, &t); decodeErr != nil {
-			return false
-		}
-		if t.Config.GetRetentionMs() > 0 || t.Config.GetRetentionBytes() > 0 {
-			topics = append(topics, &t)
-		}
-		return true
+// than the block itself. A topic compacted only (rules CompactRulesVersion
+// on) keeps its records from retention; DeleteRecords still removes them.
+func retain(s Scanner, o *overlay, blockTime int64, rules uint64) error {
+	topics, err := listTopics(s, func(t *byzlogv1.TopicState) bool {
+		return Retains(t.Config, rules) && (t.Config.GetRetentionMs() > 0 || t.Config.GetRetentionBytes() > 0)
 	})
-	if err = firstErr(err, decodeErr); err != nil {
-		return fmt.Errorf("retention: list topics: %w", err)
+	if err != nil {
+		return fmt.Errorf("retention: %w", err)
 	}
 	done := map[string]bool{}
 	for _, t := range topics {
@@ -46,12 +38,12 @@ func retain(s Scanner, o *overlay, blockTime int64) error {
 			}
 		}
 	}
-	return purge(s, o, done, blockTime)
+	return purge(s, o, done, blockTime, rules)
 }
 
 // purge removes what DeleteRecords deleted from the partitions of topics
 // without retention (done lists the others, whose retention did it).
-func purge(s Scanner, o *overlay, done map[string]bool, blockTime int64) error {
+func purge(s Scanner, o *overlay, done map[string]bool, blockTime int64, rules uint64) error {
 	type part struct {
 		topic string
 		p     uint32
@@ -81,6 +73,11 @@ func purge(s Scanner, o *overlay, done map[string]bool, blockTime int64) error {
 		if t == nil || pt.p >= t.Config.Partitions {
 			o.del(CFMeta, purgeKey(pt.topic, pt.p)) // deleted with its topic
 			continue
+		}
+		if !Retains(t.Config, rules) {
+			// DeleteRecords alone: the topic's retention settings stay off.
+			t = proto.Clone(t).(*byzlogv1.TopicState)
+			t.Config.RetentionMs, t.Config.RetentionBytes = 0, 0
 		}
 		if err := retainPartition(s, o, t, pt.p, blockTime); err != nil {
 			return fmt.Errorf("retention of %s/%d: %w", pt.topic, pt.p, err)

@@ -33,7 +33,11 @@ import (
 // Kafka producer's codec is stored with its records (kafka_codec), a topic's
 // compression_type, timestamp_type and timestamp bounds are checked when set,
 // and a batch whose create times pass the bounds is refused (bad_timestamp).
-// A new chain may start at any version this build knows
+// Version 7 takes CreateTopics, version 8 Kafka transactions (txn.go), and
+// version 9 compacted topics (compact.go): a topic's cleanup_policy and
+// compaction settings are checked when set, a compacted topic refuses
+// records without a key (no_key), and compaction runs at every block's
+// start. A new chain may start at any version this build knows
 // (genesis rules_version).
 //
 // The version is the app's, not CometBFT's: Info's app_version, which
@@ -41,7 +45,7 @@ import (
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 8
+const MaxRulesVersion uint64 = 9
 
 // CreateTopicsRulesVersion is the first rules version that takes a
 // CreateTopics admin request (many topics, all or none, in one

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,6 +26,11 @@ import (
 // is a StoredRecord's protobuf encoding, which never starts with 0x00 (a
 // field tag is at least 0x08), so the first byte tells the forms apart.
 //
+// A record compaction removed (rules version CompactRulesVersion on,
+// compact.go) stays in its run as removedMarker and its 32-byte leaf hash:
+// offsets and the block's Merkle tree stay, its bytes go. A StoredRecord's
+// encoding never starts with 0x01 either. Reads skip it (scanRecords).
+//
 // The layout is part of the state root (the snapshot chunks are the
 // store's keys and values), so every validator must store a block's
 // records the same way: it changes with the rules version, at one height.
@@ -35,6 +42,19 @@ const MaxRunBytes = 64 << 10
 
 // runMarker is the first byte of a run of more than one record.
 const runMarker = 0x00
+
+// removedMarker is the first byte of a removed record's place in a run:
+// then its leaf hash.
+const removedMarker = 0x01
+
+// removedLen is a removed record's place's size.
+const removedLen = 1 + sha256.Size
+
+// removedPlace is what stands for rec once compaction removed it.
+func removedPlace(rec []byte) []byte { return append([]byte{removedMarker}, leafHash(rec)...) }
+
+// isRemoved reports whether a stored record is a removed one's place.
+func isRemoved(rec []byte) bool { return len(rec) == removedLen && rec[0] == removedMarker }
 
 // appendRuns splits records (stored records of offsets first, first+1,
 // ...) into runs of at most MaxRunBytes and calls put with each run's key
@@ -130,6 +150,44 @@ func decodeRun(v []byte, fn func(i int, rec []byte) bool) (n int, err error) {
 	return len(recs), nil
 }
 
+// decodeStored is decodeRun with removed records' places: fn gets their
+// leaf hash, and removed true.
+func decodeStored(v []byte, fn func(i int, rec []byte, removed bool) bool) (int, error) {
+	return decodeRun(v, func(i int, rec []byte) bool {
+		if isRemoved(rec) {
+			return fn(i, rec[1:], true)
+		}
+		return fn(i, rec, false)
+	})
+}
+
+// removeFromRun returns the stored value v (a run whose first offset is
+// first, or one record) with the record at offset replaced by its place.
+// A place stays as it is.
+func removeFromRun(v []byte, first, offset uint64) ([]byte, error) {
+	var recs [][]byte
+	found := false
+	if _, err := decodeRun(v, func(i int, rec []byte) bool {
+		if first+uint64(i) == offset {
+			found = true
+			if !isRemoved(rec) {
+				rec = removedPlace(rec)
+			}
+		}
+		recs = append(recs, rec)
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("offset %d is not in the run from %d of %d records", offset, first, len(recs))
+	}
+	if len(recs) == 1 {
+		return bytes.Clone(recs[0]), nil
+	}
+	return encodeRun(recs), nil
+}
+
 // runLen is the number of records a stored value holds, without checking
 // each one's framing.
 func runLen(v []byte) (int, error) {
@@ -144,6 +202,14 @@ func runLen(v []byte) (int, error) {
 // start offset there may be records retention has deleted but a run that
 // straddles the start still holds; callers start at or above it.
 func scanRecords(s Scanner, topic string, p uint32, from uint64, fn func(offset uint64, rec []byte) bool) error {
+	return scanStored(s, topic, p, from, func(offset uint64, rec []byte, removed bool) bool {
+		return removed || fn(offset, rec)
+	})
+}
+
+// scanStored is scanRecords with the places of records compaction
+// removed: fn gets their leaf hash, and removed true.
+func scanStored(s Scanner, topic string, p uint32, from uint64, fn func(offset uint64, rec []byte, removed bool) bool) error {
 	prefix := recordPrefix(topic, p)
 	var ferr error
 	err := s.Scan(CFRecords, recordKey(topic, p, from), prefixEnd(prefix), func(k, v []byte) bool {
@@ -163,9 +229,9 @@ func scanRecords(s Scanner, topic string, p uint32, from uint64, fn func(offset 
 		}
 		first := last - uint64(n-1)
 		more := true
-		if _, err := decodeRun(v, func(i int, rec []byte) bool {
+		if _, err := decodeStored(v, func(i int, rec []byte, removed bool) bool {
 			if o := first + uint64(i); o >= from {
-				more = fn(o, rec)
+				more = fn(o, rec, removed)
 			}
 			return more
 		}); err != nil {

@@ -218,6 +218,9 @@ func checkTopicConfig(l *byzlogv1.Limits, c *byzlogv1.TopicConfig, rules uint64)
 	if r := checkKafkaConfig(c, rules); !r.OK() {
 		return r
 	}
+	if r := checkCompactionConfig(c, rules); !r.OK() {
+		return r
+	}
 	switch {
 	case c == nil:
 		return reject(wire.CodeBadTopicConfig, "topic config is missing")

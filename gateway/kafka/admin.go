@@ -182,6 +182,9 @@ func (c *conn) checkCreateTopic(ctx context.Context, t kmsg.CreateTopicsRequestT
 			return nil, kerr.InvalidConfig, err
 		}
 	}
+	if err := c.compactionServed(ctx, cfg); err != nil {
+		return nil, kerr.InvalidConfig, err
+	}
 	if parts > int32(l.GetMaxPartitions()) {
 		return nil, kerr.InvalidPartitions, fmt.Errorf("%d partitions: the chain allows at most %d a topic", parts, l.GetMaxPartitions())
 	}
@@ -412,16 +415,8 @@ func (c *conn) incrementalAlterConfigs(ctx context.Context, r *kmsg.IncrementalA
 						return err
 					}
 				case kmsg.IncrementalAlterConfigOpAppend, kmsg.IncrementalAlterConfigOpSubtract:
-					// cleanup.policy is the one list byzlog keeps, and its one
-					// value, delete, cannot go.
-					if kv.Name != "cleanup.policy" || kv.Value == nil || (*kv.Value != "delete" && kv.Op == kmsg.IncrementalAlterConfigOpSubtract) {
-						return fmt.Errorf("%s of %s: only cleanup.policy is a list, and its only value is delete", kv.Op, kv.Name)
-					}
-					if err := setConfig(cfg, kv.Name, kv.Value, l); err != nil {
+					if err := alterCleanupPolicy(cfg, kv.Name, kv.Value, kv.Op == kmsg.IncrementalAlterConfigOpAppend); err != nil {
 						return err
-					}
-					if kv.Op == kmsg.IncrementalAlterConfigOpSubtract {
-						return errors.New("cleanup.policy cannot lose delete: compact is not served yet")
 					}
 				default:
 					return fmt.Errorf("config operation %d: want 0 (set), 1 (delete), 2 (append) or 3 (subtract)", kv.Op)
@@ -460,7 +455,27 @@ func (c *conn) alterTopic(ctx context.Context, typ kmsg.ConfigResourceType, name
 	if err := change(cfg, l); err != nil {
 		return kerr.InvalidConfig, err
 	}
+	if err := c.compactionServed(ctx, cfg); err != nil {
+		return kerr.InvalidConfig, err
+	}
 	return c.updateTopic(ctx, name, cfg, validateOnly)
+}
+
+// compactionServed refuses a compacted topic on a chain whose rules do not
+// compact yet: before CompactRulesVersion a chain takes the setting and
+// ignores it, which would leave a client believing its topic compacted.
+func (c *conn) compactionServed(ctx context.Context, cfg *byzlogv1.TopicConfig) error {
+	if cfg.GetCleanupPolicy() == byzlogv1.CleanupPolicy_CLEANUP_DELETE {
+		return nil
+	}
+	rules, err := c.s.b.Groups.Rules(ctx)
+	if err != nil {
+		return fmt.Errorf("read the chain's rules version: %w", err)
+	}
+	if v := rules.GetVersion(); v < core.CompactRulesVersion {
+		return fmt.Errorf("cleanup.policy %s: the chain runs rules version %d, and compacts from %d on; an admin schedules the upgrade first", cleanupPolicies[cfg.CleanupPolicy], v, core.CompactRulesVersion)
+	}
+	return nil
 }
 
 // createPartitions grows topics: the count may only go up (Kafka's rule),

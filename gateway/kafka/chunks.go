@@ -72,8 +72,8 @@ func recordBytes(r *batch.Record) int {
 // chunkLarge writes each of b's records that is too large for one chain
 // record as chunks, committed whatever b's acks (its manifest names their
 // offsets), and puts the manifest in its place. A topic with its own
-// max_record_bytes keeps it: its large records go to the chain as they
-// are, and are refused there.
+// max_record_bytes keeps it, and a compacted topic takes no keyless chunks:
+// their large records go to the chain as they are, and are refused there.
 func (c *conn) chunkLarge(ctx context.Context, signer *wire.Signer, topic string, partition uint32, b *batch.Batch) error {
 	large := false
 	for i := range b.Records {
@@ -97,7 +97,7 @@ func (c *conn) chunkLarge(ctx context.Context, signer *wire.Signer, topic string
 		return err
 	}
 	cs := chunkSize(l)
-	if topics[topic].GetConfig().GetMaxRecordBytes() != 0 || cs < 1<<10 {
+	if cfg := topics[topic].GetConfig(); cfg.GetMaxRecordBytes() != 0 || cfg.GetCleanupPolicy() != byzlogv1.CleanupPolicy_CLEANUP_DELETE || cs < 1<<10 {
 		return nil
 	}
 	for i := range b.Records {

@@ -21,7 +21,7 @@ func chunkRecord(offset uint64) *byzlogv1.StoredRecord {
 // batch spanning its offsets, so that consumers fetch on past them.
 func TestEncodeRecordsHidesChunks(t *testing.T) {
 	in := []*byzlogv1.StoredRecord{chunkRecord(0), chunkRecord(1), stored(2, 1, 0, "a"), chunkRecord(3), stored(4, 1, 1, "b")}
-	out := encodeRecords(in, serving{})
+	out := encodeRecords(in, serving{}, in[0].Offset, in[len(in)-1].Offset+1)
 	if got := baseOffsets(out); !slices.Equal(got, []int64{0, 2, 3, 4}) {
 		t.Fatalf("base offsets = %v, want [0 2 3 4] (a gap, a, a gap, b)", got)
 	}
@@ -53,7 +53,7 @@ func TestEncodeRecordsMarkers(t *testing.T) {
 	txn := stored(0, 1, 0, "a")
 	txn.KafkaProducerId, txn.KafkaEpoch, txn.KafkaTransactional = 9, 2, true
 	in := []*byzlogv1.StoredRecord{txn, marker(1), chunkRecord(2), stored(3, 1, 1, "b")}
-	out := encodeRecords(in, serving{})
+	out := encodeRecords(in, serving{}, in[0].Offset, in[len(in)-1].Offset+1)
 	if got := baseOffsets(out); !slices.Equal(got, []int64{0, 1, 2, 3}) {
 		t.Fatalf("base offsets = %v, want [0 1 2 3] (a, the marker, a gap, b)", got)
 	}

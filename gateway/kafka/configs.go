@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // Topic configs as Kafka names them. The ones byzlog honours map onto the
@@ -41,27 +42,97 @@ const noBound = math.MaxInt64
 // nanoseconds in an int64); a bound from it on is no bound.
 const maxChainMs = math.MaxInt64 / 1_000_000
 
-// errCompaction refuses cleanup.policy=compact until compaction is served.
-var errCompaction = errors.New("cleanup.policy compact is not served yet: byzlog keeps every record until retention (retention.ms, retention.bytes) removes it; use delete")
+// cleanupPolicies are cleanup.policy's values as Kafka writes them.
+var cleanupPolicies = map[byzlogv1.CleanupPolicy]string{
+	byzlogv1.CleanupPolicy_CLEANUP_DELETE:         "delete",
+	byzlogv1.CleanupPolicy_CLEANUP_COMPACT:        "compact",
+	byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE: "compact,delete",
+}
+
+// parseCleanupPolicy reads cleanup.policy's list: delete, compact or both.
+func parseCleanupPolicy(v string) (byzlogv1.CleanupPolicy, error) {
+	var del, cmp bool
+	for p := range strings.SplitSeq(v, ",") {
+		switch strings.TrimSpace(p) {
+		case "delete":
+			del = true
+		case "compact":
+			cmp = true
+		default:
+			return 0, fmt.Errorf("cleanup.policy %q: want delete, compact or compact,delete", v)
+		}
+	}
+	switch {
+	case del && cmp:
+		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE, nil
+	case cmp:
+		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT, nil
+	}
+	return byzlogv1.CleanupPolicy_CLEANUP_DELETE, nil
+}
 
 var topicSettings = []topicSetting{
 	{
 		name: "cleanup.policy", typ: kmsg.ConfigTypeList,
-		doc: "delete: records go when retention.ms or retention.bytes says (compact is not served yet)",
-		get: func(*byzlogv1.TopicConfig, *byzlogv1.Limits) (string, bool) { return "delete", true },
-		set: func(_ *byzlogv1.TopicConfig, v string, _ *byzlogv1.Limits) error {
-			for p := range strings.SplitSeq(v, ",") {
-				switch strings.TrimSpace(p) {
-				case "delete":
-				case "compact":
-					return errCompaction
-				default:
-					return fmt.Errorf("cleanup.policy %q: want delete", v)
-				}
-			}
-			return nil
+		doc: "delete: records go when retention.ms or retention.bytes says; compact: the chain keeps the latest record of each key (records need a key), and retention is off; compact,delete: both",
+		get: func(c *byzlogv1.TopicConfig, _ *byzlogv1.Limits) (string, bool) {
+			return cleanupPolicies[c.CleanupPolicy], c.CleanupPolicy == byzlogv1.CleanupPolicy_CLEANUP_DELETE
 		},
-		reset: func(*byzlogv1.TopicConfig) {},
+		set: func(c *byzlogv1.TopicConfig, v string, _ *byzlogv1.Limits) error {
+			p, err := parseCleanupPolicy(v)
+			c.CleanupPolicy = p
+			return err
+		},
+		reset: func(c *byzlogv1.TopicConfig) { c.CleanupPolicy = byzlogv1.CleanupPolicy_CLEANUP_DELETE },
+	},
+	{
+		name: "delete.retention.ms", typ: kmsg.ConfigTypeLong,
+		doc: "on a compacted topic, how long a tombstone (a record with a key and no value) stays once compaction passed it",
+		get: func(c *byzlogv1.TopicConfig, _ *byzlogv1.Limits) (string, bool) {
+			if c.DeleteRetentionMs == nil {
+				return strconv.FormatInt(wire.DefaultDeleteRetentionMs, 10), true
+			}
+			return strconv.FormatInt(*c.DeleteRetentionMs, 10), false
+		},
+		set: func(c *byzlogv1.TopicConfig, v string, _ *byzlogv1.Limits) error {
+			n, err := parseLong(v, 0, noBound)
+			n = min(n, maxChainMs)
+			c.DeleteRetentionMs = &n
+			return err
+		},
+		reset: func(c *byzlogv1.TopicConfig) { c.DeleteRetentionMs = nil },
+	},
+	{
+		name: "min.compaction.lag.ms", typ: kmsg.ConfigTypeLong,
+		doc: "on a compacted topic, the least time a record stays after its block before compaction may remove it",
+		get: func(c *byzlogv1.TopicConfig, _ *byzlogv1.Limits) (string, bool) {
+			return strconv.FormatInt(c.MinCompactionLagMs, 10), c.MinCompactionLagMs == 0
+		},
+		set: func(c *byzlogv1.TopicConfig, v string, _ *byzlogv1.Limits) error {
+			n, err := parseLong(v, 0, noBound)
+			c.MinCompactionLagMs = min(n, maxChainMs)
+			return err
+		},
+		reset: func(c *byzlogv1.TopicConfig) { c.MinCompactionLagMs = 0 },
+	},
+	{
+		name: "max.compaction.lag.ms", typ: kmsg.ConfigTypeLong,
+		doc: "on a compacted topic, the longest a superseded record may stay: the chain compacts at every block, within a bounded work a block, so this holds while compaction keeps up",
+		get: func(c *byzlogv1.TopicConfig, _ *byzlogv1.Limits) (string, bool) {
+			if c.MaxCompactionLagMs == 0 {
+				return strconv.FormatInt(noBound, 10), true
+			}
+			return strconv.FormatInt(c.MaxCompactionLagMs, 10), false
+		},
+		set: func(c *byzlogv1.TopicConfig, v string, _ *byzlogv1.Limits) error {
+			n, err := parseLong(v, 1, noBound)
+			c.MaxCompactionLagMs = n
+			if n >= maxChainMs {
+				c.MaxCompactionLagMs = 0
+			}
+			return err
+		},
+		reset: func(c *byzlogv1.TopicConfig) { c.MaxCompactionLagMs = 0 },
 	},
 	{
 		name: "retention.ms", typ: kmsg.ConfigTypeLong,
@@ -205,11 +276,11 @@ func boundSetting(name, side string, field func(*byzlogv1.TopicConfig) *int64) t
 
 // ignoredConfigs are Kafka's topic configs byzlog takes and ignores.
 var ignoredConfigs = []string{
-	"delete.retention.ms", "file.delete.delay.ms", "flush.messages", "flush.ms",
+	"file.delete.delay.ms", "flush.messages", "flush.ms",
 	"follower.replication.throttled.replicas", "index.interval.bytes",
 	"leader.replication.throttled.replicas", "local.retention.bytes", "local.retention.ms",
-	"max.compaction.lag.ms", "message.downconversion.enable", "message.format.version",
-	"min.cleanable.dirty.ratio", "min.compaction.lag.ms", "min.insync.replicas", "preallocate",
+	"message.downconversion.enable", "message.format.version",
+	"min.cleanable.dirty.ratio", "min.insync.replicas", "preallocate",
 	"remote.storage.enable", "segment.bytes", "segment.index.bytes", "segment.jitter.ms",
 	"segment.ms", "unclean.leader.election.enable",
 }
@@ -301,4 +372,36 @@ func describeTopic(c *byzlogv1.TopicConfig, l *byzlogv1.Limits, names []string, 
 		out = append(out, rc)
 	}
 	return out
+}
+
+// alterCleanupPolicy appends value's policies to cleanup.policy, the one
+// list config byzlog keeps, or subtracts them (IncrementalAlterConfigs'
+// APPEND and SUBTRACT); a list left empty is refused.
+func alterCleanupPolicy(c *byzlogv1.TopicConfig, name string, value *string, add bool) error {
+	if name != "cleanup.policy" || value == nil {
+		return fmt.Errorf("append or subtract of %s: only cleanup.policy is a list", name)
+	}
+	have := map[string]bool{}
+	for p := range strings.SplitSeq(cleanupPolicies[c.CleanupPolicy], ",") {
+		have[p] = true
+	}
+	for p := range strings.SplitSeq(*value, ",") {
+		p = strings.TrimSpace(p)
+		if p != "delete" && p != "compact" {
+			return fmt.Errorf("cleanup.policy %q: want delete or compact", *value)
+		}
+		have[p] = add
+	}
+	var list []string
+	for _, p := range []string{"compact", "delete"} {
+		if have[p] {
+			list = append(list, p)
+		}
+	}
+	if len(list) == 0 {
+		return errors.New("cleanup.policy would be empty: keep delete or compact")
+	}
+	p, err := parseCleanupPolicy(strings.Join(list, ","))
+	c.CleanupPolicy = p
+	return err
 }

@@ -102,6 +102,9 @@ var codeErrors = map[wire.Code]struct{ idem, plain *kerr.Error }{
 	wire.CodeBadTxnState:   {idem: kerr.InvalidTxnState},
 	wire.CodeBadTxnTimeout: {idem: kerr.InvalidTransactionTimeout},
 	wire.CodeTxnLimit:      {idem: kerr.PolicyViolation},
+	// A record without a key to a compacted topic: the client's records
+	// must change (Kafka's INVALID_RECORD).
+	wire.CodeNoKey: {idem: kerr.InvalidRecord},
 }
 
 // rejectedError is the Kafka error of chain code c for an idempotent

@@ -22,7 +22,7 @@ var fatalCodes = map[wire.Code]bool{
 	wire.CodeNotAdmin: true, wire.CodeBadTopicName: true, wire.CodeTopicExists: true,
 	wire.CodeBadTopicConfig: true, wire.CodeBadGroup: true, wire.CodeNotGroupOwner: true,
 	wire.CodeBadQuery: true, wire.CodeOffsetOutOfRange: true, wire.CodeProducerFenced: true,
-	wire.CodeBelowThreshold: true, wire.CodeBadTimestamp: true,
+	wire.CodeBelowThreshold: true, wire.CodeBadTimestamp: true, wire.CodeNoKey: true,
 	// A transaction the producer must abort or start again.
 	wire.CodeUnknownTxn: true, wire.CodeNotTxnOwner: true, wire.CodeBadTxnState: true,
 	wire.CodeBadTxnTimeout: true, wire.CodeTxnLimit: true,
@@ -47,7 +47,7 @@ func TestCodeErrors(t *testing.T) {
 		}
 		for _, idem := range []bool{true, false} {
 			got := rejectedError(code, idem)
-			if got == kerr.InvalidRecord && code != wire.CodeTooManyHeaders && code != wire.CodeEmptyBatch {
+			if got == kerr.InvalidRecord && code != wire.CodeTooManyHeaders && code != wire.CodeEmptyBatch && code != wire.CodeNoKey {
 				t.Errorf("rejectedError(%s, %v) = INVALID_RECORD, for a code that says nothing of the records", code, idem)
 			}
 			wantFatal := fatalCodes[code]

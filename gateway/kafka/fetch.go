@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -148,7 +149,16 @@ func (c *conn) fetchPartition(ctx context.Context, r *kmsg.FetchRequest, topic s
 			return cmp.Compare(a.FirstOffset, b.FirstOffset)
 		})
 	}
-	if b := encodeRecords(recs, c.serving(ctx, topic, r.Version)); b != nil {
+	// The holes compaction left before, between and after the records
+	// are served as empty batches, so a consumer moves past them.
+	to := uint64(rp.FetchOffset)
+	if len(recs) > 0 {
+		to = recs[len(recs)-1].Offset + 1
+	}
+	if rr.ReadTo > to && (!readCommitted || rr.ReadTo <= lso) {
+		to = rr.ReadTo
+	}
+	if b := encodeRecords(recs, c.serving(ctx, topic, r.Version), uint64(rp.FetchOffset), to); b != nil {
 		out.RecordBatches = b
 	}
 }
@@ -222,19 +232,20 @@ func sameBatch(a, b *byzlogv1.StoredRecord) bool {
 		a.KafkaEpoch == b.KafkaEpoch && bytes.Equal(a.ProducerKey, b.ProducerKey)
 }
 
-// decodeStored decodes the records a query answered, the first at offset
-// and each at the next.
+// decodeStored decodes the records a query answered from offset on, in
+// offset order: each at the next offset, or past holes compaction left.
 func decodeStored(stored [][]byte, offset uint64) ([]*byzlogv1.StoredRecord, error) {
 	out := make([]*byzlogv1.StoredRecord, len(stored))
 	for i, b := range stored {
 		sr := &byzlogv1.StoredRecord{}
 		if err := proto.Unmarshal(b, sr); err != nil {
-			return nil, fmt.Errorf("stored record at offset %d: %w", offset+uint64(i), err)
+			return nil, fmt.Errorf("stored record at offset %d or after: %w", offset, err)
 		}
-		if sr.Offset != offset+uint64(i) {
-			return nil, fmt.Errorf("stored record has offset %d, want %d", sr.Offset, offset+uint64(i))
+		if sr.Offset < offset {
+			return nil, fmt.Errorf("stored record has offset %d, want %d or after", sr.Offset, offset)
 		}
 		out[i] = sr
+		offset = sr.Offset + 1
 	}
 	return out, nil
 }
@@ -281,12 +292,17 @@ func (s serving) codec(stored uint32) batch.Codec {
 // producer id and epoch, marked transactional); each run of chunk records
 // becomes an empty batch that spans their offsets, and each transaction
 // marker a control batch.
-func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
+func encodeRecords(recs []*byzlogv1.StoredRecord, s serving, from, to uint64) []byte {
 	var out []byte
 	var run []batch.Record
 	gap := -1
+	next := from // the offset after what out spans
 	for i, sr := range recs {
 		ms := sr.TimestampUnixNano / 1e6
+		if sr.Offset > next {
+			out = batch.EncodeGap(out, int64(next), int32(min(sr.Offset-next, math.MaxInt32)), ms)
+		}
+		next = sr.Offset + 1
 		if c := sr.KafkaControl; c != nil {
 			out = batch.EncodeControl(out, int64(sr.Offset), sr.KafkaProducerId, int16(sr.KafkaEpoch), c.Commit, ms)
 			continue
@@ -296,7 +312,7 @@ func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 				gap = i
 			}
 			if i+1 == len(recs) || !isChunk(recs[i+1]) {
-				out = batch.EncodeGap(out, int64(recs[gap].Offset), int32(i+1-gap), ms)
+				out = batch.EncodeGap(out, int64(recs[gap].Offset), int32(sr.Offset+1-recs[gap].Offset), ms)
 				gap = -1
 			}
 			continue
@@ -306,7 +322,7 @@ func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 			rec.Headers = append(rec.Headers, batch.Header{Key: h.Key, Value: h.Value})
 		}
 		run = append(run, rec)
-		if i+1 < len(recs) && !hidden(recs[i+1]) && sameBatch(sr, recs[i+1]) {
+		if i+1 < len(recs) && !hidden(recs[i+1]) && sameBatch(sr, recs[i+1]) && recs[i+1].Offset == next {
 			continue
 		}
 		e := batch.Encoding{Codec: s.codec(sr.KafkaCodec)}
@@ -318,6 +334,13 @@ func encodeRecords(recs []*byzlogv1.StoredRecord, s serving) []byte {
 		}
 		out = batch.EncodeAs(out, int64(recs[i+1-len(run)].Offset), run, e)
 		run = run[:0]
+	}
+	if to > next {
+		ms := int64(-1)
+		if len(recs) > 0 {
+			ms = recs[len(recs)-1].TimestampUnixNano / 1e6
+		}
+		out = batch.EncodeGap(out, int64(next), int32(min(to-next, math.MaxInt32)), ms)
 	}
 	return out
 }

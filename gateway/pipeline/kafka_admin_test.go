@@ -122,8 +122,16 @@ func TestKafkaFaceTopicConfigs(t *testing.T) {
 			rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.ms", Value: s("-5")}}, "c")
 			return errors.Join(err, rs[0].Err)
 		}, kerr.InvalidConfig, ""},
-		{"compaction", func() error {
-			rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: s("compact")}}, "c")
+		{"a cleanup policy Kafka has not", func() error {
+			rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "cleanup.policy", Value: s("compress")}}, "c")
+			return errors.Join(err, rs[0].Err)
+		}, kerr.InvalidConfig, ""},
+		{"an empty cleanup policy", func() error {
+			rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SubtractConfig, Name: "cleanup.policy", Value: s("delete")}}, "c")
+			return errors.Join(err, rs[0].Err)
+		}, kerr.InvalidConfig, ""},
+		{"a negative compaction lag", func() error {
+			rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "min.compaction.lag.ms", Value: s("-1")}}, "c")
 			return errors.Join(err, rs[0].Err)
 		}, kerr.InvalidConfig, ""},
 		{"a bad codec at creation", func() error {
@@ -157,6 +165,42 @@ func TestKafkaFaceTopicConfigs(t *testing.T) {
 	if !strings.Contains(rs[0].ErrMessage, "retention.msec") {
 		t.Errorf("unknown config message %q does not name it", rs[0].ErrMessage)
 	}
+}
+
+// TestKafkaFaceCompactedTopicConfigs: a compacted topic's configs as a
+// Kafka admin client sets and reads them: cleanup.policy compact at
+// creation with its tombstone retention and lags, then compact,delete by
+// an APPEND and back to delete by a SUBTRACT.
+func TestKafkaFaceCompactedTopicConfigs(t *testing.T) {
+	adm := startAdminFace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := kadm.StringPtr
+	created, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": s("compact"), "delete.retention.ms": s("1000"), "min.compaction.lag.ms": s("500")}, "table")
+	if err != nil || created.Err != nil {
+		t.Fatalf("create a compacted topic: %v %v", err, created.Err)
+	}
+	want := map[string]string{"cleanup.policy": "compact", "delete.retention.ms": "1000", "min.compaction.lag.ms": "500", "max.compaction.lag.ms": "9223372036854775807"}
+	check := func(when string) {
+		t.Helper()
+		got := configs(t, ctx, adm, "table")
+		for name, v := range want {
+			if c := got[name]; c.Value == nil || *c.Value != v {
+				t.Errorf("%s: %s = %v, want %s", when, name, c.Value, v)
+			}
+		}
+	}
+	check("created")
+	if rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.AppendConfig, Name: "cleanup.policy", Value: s("delete")}}, "table"); err != nil || rs[0].Err != nil {
+		t.Fatalf("append delete: %v %v", err, rs)
+	}
+	want["cleanup.policy"] = "compact,delete"
+	check("after appending delete")
+	if rs, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SubtractConfig, Name: "cleanup.policy", Value: s("compact")}, {Op: kadm.DeleteConfig, Name: "delete.retention.ms"}}, "table"); err != nil || rs[0].Err != nil {
+		t.Fatalf("subtract compact: %v %v", err, rs)
+	}
+	want["cleanup.policy"], want["delete.retention.ms"] = "delete", "86400000"
+	check("after subtracting compact")
 }
 
 // TestKafkaFaceGroupAdmin: the consumer-groups flows of Kafka's tools, as

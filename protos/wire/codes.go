@@ -159,6 +159,9 @@ const (
 	// one transaction, transactions open in one partition, transactional
 	// ids of one key (wire.MaxTxnPartitions and the others).
 	CodeTxnLimit Code = 54
+	// CodeNoKey: a record without a key to a compacted topic (Kafka's
+	// INVALID_RECORD: "Compacted topic cannot accept message without key").
+	CodeNoKey Code = 55
 )
 
 var codeNames = map[Code]string{
@@ -182,7 +185,7 @@ var codeNames = map[Code]string{
 	CodeDuplicateSigner: "duplicate_signer", CodeBadUpgrade: "bad_upgrade",
 	CodeBadTimestamp: "bad_timestamp",
 	CodeUnknownTxn:   "unknown_txn", CodeNotTxnOwner: "not_txn_owner", CodeBadTxnState: "bad_txn_state",
-	CodeBadTxnTimeout: "bad_txn_timeout", CodeTxnLimit: "txn_limit",
+	CodeBadTxnTimeout: "bad_txn_timeout", CodeTxnLimit: "txn_limit", CodeNoKey: "no_key",
 }
 
 // String names the code for logs and messages.

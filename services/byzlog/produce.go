@@ -15,6 +15,7 @@ import (
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/gatewaylink"
 	"github.com/byzlog/byzlog/services/internal/keyfile"
 )
@@ -80,6 +81,8 @@ type topicCreateOptions struct {
 	trust            gatewaylink.Trust
 	cfg              *byzlogv1.TopicConfig
 	allowed, readers []string
+	cleanupPolicy    string
+	deleteRetention  time.Duration
 }
 
 func newTopicCreateCommand(tf *topicFlags) *cobra.Command {
@@ -100,6 +103,9 @@ func newTopicCreateCommand(tf *topicFlags) *cobra.Command {
 	f.Int64Var(&o.cfg.RetentionBytes, "retention-bytes", 0, "keep at most this many bytes per partition (0: no limit)")
 	f.StringSliceVar(&o.allowed, "allowed-producer", nil, "public key (hex) allowed to produce; repeat for more (none: any key)")
 	f.StringSliceVar(&o.readers, "reader", nil, "public key (hex) allowed to consume, as a NATS nkey user (byzlog consume --nats-key-file); repeat for more (none: every consumer the cluster admits)")
+	f.StringVar(&o.cleanupPolicy, "cleanup-policy", "delete", "delete (retention removes the oldest records), compact (the chain keeps the latest record of each key; records need a key; retention is off) or compact,delete (both), as Kafka's cleanup.policy")
+	f.DurationVar(&o.deleteRetention, "delete-retention", 24*time.Hour, "on a compacted topic, how long a tombstone (a key without a value) stays once compaction passed it (Kafka's delete.retention.ms)")
+	f.Int64Var(&o.cfg.MinCompactionLagMs, "min-compaction-lag-ms", 0, "on a compacted topic, the least time in ms a record stays before compaction may remove it")
 	o.trust.Add(f)
 	_ = create.MarkFlagRequired("admin-key")
 	return create
@@ -114,6 +120,13 @@ func (o *topicCreateOptions) run(cmd *cobra.Command, tf *topicFlags, name string
 	cfg := o.cfg
 	if cfg.AllowedProducers, err = publicKeys("allowed-producer", o.allowed); err != nil {
 		return err
+	}
+	if cfg.CleanupPolicy, err = cleanupPolicy(o.cleanupPolicy); err != nil {
+		return err
+	}
+	if cmd.Flags().Changed("delete-retention") {
+		ms := o.deleteRetention.Milliseconds()
+		cfg.DeleteRetentionMs = &ms
 	}
 	if cfg.Readers, err = publicKeys("reader", o.readers); err != nil {
 		return err
@@ -139,6 +152,38 @@ func (o *topicCreateOptions) run(cmd *cobra.Command, tf *topicFlags, name string
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "created topic %s with %d partitions at height %d\n", name, cfg.Partitions, h)
 	return nil
+}
+
+// compactionText says how a compacted topic is compacted ("" for one that
+// is not).
+func compactionText(c *byzlogv1.TopicConfig) string {
+	switch c.GetCleanupPolicy() {
+	case byzlogv1.CleanupPolicy_CLEANUP_COMPACT:
+		return fmt.Sprintf(", compacted (tombstones kept %d ms, min lag %d ms; retention off)", deleteRetentionMs(c), c.GetMinCompactionLagMs())
+	case byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE:
+		return fmt.Sprintf(", compacted (tombstones kept %d ms, min lag %d ms) and retained", deleteRetentionMs(c), c.GetMinCompactionLagMs())
+	}
+	return ""
+}
+
+func deleteRetentionMs(c *byzlogv1.TopicConfig) int64 {
+	if c.DeleteRetentionMs != nil {
+		return *c.DeleteRetentionMs
+	}
+	return wire.DefaultDeleteRetentionMs
+}
+
+// cleanupPolicy reads --cleanup-policy.
+func cleanupPolicy(v string) (byzlogv1.CleanupPolicy, error) {
+	switch v {
+	case "delete":
+		return byzlogv1.CleanupPolicy_CLEANUP_DELETE, nil
+	case "compact":
+		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT, nil
+	case "compact,delete", "delete,compact":
+		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE, nil
+	}
+	return 0, fmt.Errorf("--cleanup-policy %q: want delete, compact or compact,delete", v)
 }
 
 // dialGateway connects to the topic commands' gateway.
@@ -197,8 +242,8 @@ func newTopicDescribeCommand(tf *topicFlags) *cobra.Command {
 			t := resp.Topic
 			c := t.GetConfig()
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "topic %s (created at height %d): %d partitions, max record bytes %d, retention %d ms / %d bytes, %d allowed producers, %s\n",
-				t.Name, t.CreatedHeight, c.GetPartitions(), c.GetMaxRecordBytes(), c.GetRetentionMs(), c.GetRetentionBytes(), len(c.GetAllowedProducers()), readersText(c.GetReaders()))
+			fmt.Fprintf(out, "topic %s (created at height %d): %d partitions, max record bytes %d, retention %d ms / %d bytes, %d allowed producers, %s%s\n",
+				t.Name, t.CreatedHeight, c.GetPartitions(), c.GetMaxRecordBytes(), c.GetRetentionMs(), c.GetRetentionBytes(), len(c.GetAllowedProducers()), readersText(c.GetReaders()), compactionText(c))
 			w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "PARTITION\tLOG START\tNEXT OFFSET\tBYTES")
 			for _, p := range t.Partitions {

@@ -1155,7 +1155,12 @@ type PartitionState struct {
 	// The Kafka transactions open in this partition (rules version 8 on), in
 	// the order they wrote their first record here: the last stable offset
 	// is the first's first offset (the next offset when none is open).
-	OpenTxns      []*OpenTxn `protobuf:"bytes,5,rep,name=open_txns,json=openTxns,proto3" json:"open_txns,omitempty"`
+	OpenTxns []*OpenTxn `protobuf:"bytes,5,rep,name=open_txns,json=openTxns,proto3" json:"open_txns,omitempty"`
+	// A compacted topic's (rules version 9 on): compaction has passed every
+	// record below this offset, keeping the latest of each key in the key
+	// index; and how many records it has removed.
+	CleanOffset   uint64 `protobuf:"varint,6,opt,name=clean_offset,json=cleanOffset,proto3" json:"clean_offset,omitempty"`
+	Compacted     uint64 `protobuf:"varint,7,opt,name=compacted,proto3" json:"compacted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1223,6 +1228,20 @@ func (x *PartitionState) GetOpenTxns() []*OpenTxn {
 		return x.OpenTxns
 	}
 	return nil
+}
+
+func (x *PartitionState) GetCleanOffset() uint64 {
+	if x != nil {
+		return x.CleanOffset
+	}
+	return 0
+}
+
+func (x *PartitionState) GetCompacted() uint64 {
+	if x != nil {
+		return x.Compacted
+	}
+	return 0
 }
 
 // OpenTxn is an open transaction's first record in a partition.
@@ -2568,7 +2587,12 @@ type RecordsResponse struct {
 	// among those returned, by producer id, then first offset. A
 	// read_committed reader skips a transactional record whose producer id
 	// has an entry here spanning its offset.
-	Aborted       []*AbortedTxn `protobuf:"bytes,5,rep,name=aborted,proto3" json:"aborted,omitempty"`
+	Aborted []*AbortedTxn `protobuf:"bytes,5,rep,name=aborted,proto3" json:"aborted,omitempty"`
+	// The offset after the last one this answer covers: past its last
+	// record, and past the holes compaction left after it (rules version 9
+	// on), up to the log end when the read reached it. A reader goes on from
+	// here; 0 from a node before this field.
+	ReadTo        uint64 `protobuf:"varint,6,opt,name=read_to,json=readTo,proto3" json:"read_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2636,6 +2660,13 @@ func (x *RecordsResponse) GetAborted() []*AbortedTxn {
 		return x.Aborted
 	}
 	return nil
+}
+
+func (x *RecordsResponse) GetReadTo() uint64 {
+	if x != nil {
+		return x.ReadTo
+	}
+	return 0
 }
 
 // "/group": GroupRequest; GroupOffsets.
@@ -4296,7 +4327,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"TopicState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\x12%\n" +
-	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"\xce\x01\n" +
+	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"\x8f\x02\n" +
 	"\x0ePartitionState\x12(\n" +
 	"\x10log_start_offset\x18\x01 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x02 \x01(\x04R\n" +
@@ -4304,7 +4335,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"size_bytes\x18\x03 \x01(\x04R\tsizeBytes\x12!\n" +
 	"\fdelete_below\x18\x04 \x01(\x04R\vdeleteBelow\x12/\n" +
-	"\topen_txns\x18\x05 \x03(\v2\x12.byzlog.v1.OpenTxnR\bopenTxns\"M\n" +
+	"\topen_txns\x18\x05 \x03(\v2\x12.byzlog.v1.OpenTxnR\bopenTxns\x12!\n" +
+	"\fclean_offset\x18\x06 \x01(\x04R\vcleanOffset\x12\x1c\n" +
+	"\tcompacted\x18\a \x01(\x04R\tcompacted\"M\n" +
 	"\aOpenTxn\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12!\n" +
@@ -4425,14 +4458,15 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vmax_records\x18\x04 \x01(\rR\n" +
 	"maxRecords\x12\x1b\n" +
 	"\tmax_bytes\x18\x05 \x01(\rR\bmaxBytes\x12\x18\n" +
-	"\aaborted\x18\x06 \x01(\bR\aaborted\"\xf1\x01\n" +
+	"\aaborted\x18\x06 \x01(\bR\aaborted\"\x8a\x02\n" +
 	"\x0fRecordsResponse\x12\x18\n" +
 	"\arecords\x18\x01 \x03(\fR\arecords\x12(\n" +
 	"\x10log_start_offset\x18\x02 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x03 \x01(\x04R\n" +
 	"nextOffset\x121\n" +
 	"\x12last_stable_offset\x18\x04 \x01(\x04H\x00R\x10lastStableOffset\x88\x01\x01\x12/\n" +
-	"\aaborted\x18\x05 \x03(\v2\x15.byzlog.v1.AbortedTxnR\aabortedB\x15\n" +
+	"\aaborted\x18\x05 \x03(\v2\x15.byzlog.v1.AbortedTxnR\aaborted\x12\x17\n" +
+	"\aread_to\x18\x06 \x01(\x04R\x06readToB\x15\n" +
 	"\x13_last_stable_offset\"$\n" +
 	"\fGroupRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\"w\n" +

@@ -79,6 +79,59 @@ func (Codec) EnumDescriptor() ([]byte, []int) {
 	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{0}
 }
 
+// CleanupPolicy is a topic's Kafka cleanup.policy.
+type CleanupPolicy int32
+
+const (
+	// Retention (retention_ms, retention_bytes) removes the oldest records.
+	CleanupPolicy_CLEANUP_DELETE CleanupPolicy = 0
+	// Compaction keeps the latest record of each key; retention is off.
+	CleanupPolicy_CLEANUP_COMPACT CleanupPolicy = 1
+	// Both: compaction, and retention on what compaction keeps.
+	CleanupPolicy_CLEANUP_COMPACT_DELETE CleanupPolicy = 2
+)
+
+// Enum value maps for CleanupPolicy.
+var (
+	CleanupPolicy_name = map[int32]string{
+		0: "CLEANUP_DELETE",
+		1: "CLEANUP_COMPACT",
+		2: "CLEANUP_COMPACT_DELETE",
+	}
+	CleanupPolicy_value = map[string]int32{
+		"CLEANUP_DELETE":         0,
+		"CLEANUP_COMPACT":        1,
+		"CLEANUP_COMPACT_DELETE": 2,
+	}
+)
+
+func (x CleanupPolicy) Enum() *CleanupPolicy {
+	p := new(CleanupPolicy)
+	*p = x
+	return p
+}
+
+func (x CleanupPolicy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CleanupPolicy) Descriptor() protoreflect.EnumDescriptor {
+	return file_byzlog_v1_tx_proto_enumTypes[1].Descriptor()
+}
+
+func (CleanupPolicy) Type() protoreflect.EnumType {
+	return &file_byzlog_v1_tx_proto_enumTypes[1]
+}
+
+func (x CleanupPolicy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CleanupPolicy.Descriptor instead.
+func (CleanupPolicy) EnumDescriptor() ([]byte, []int) {
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{1}
+}
+
 // TimestampType is which time a record's timestamp is, as Kafka's
 // message.timestamp.type.
 type TimestampType int32
@@ -114,11 +167,11 @@ func (x TimestampType) String() string {
 }
 
 func (TimestampType) Descriptor() protoreflect.EnumDescriptor {
-	return file_byzlog_v1_tx_proto_enumTypes[1].Descriptor()
+	return file_byzlog_v1_tx_proto_enumTypes[2].Descriptor()
 }
 
 func (TimestampType) Type() protoreflect.EnumType {
-	return &file_byzlog_v1_tx_proto_enumTypes[1]
+	return &file_byzlog_v1_tx_proto_enumTypes[2]
 }
 
 func (x TimestampType) Number() protoreflect.EnumNumber {
@@ -127,7 +180,7 @@ func (x TimestampType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TimestampType.Descriptor instead.
 func (TimestampType) EnumDescriptor() ([]byte, []int) {
-	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{1}
+	return file_byzlog_v1_tx_proto_rawDescGZIP(), []int{2}
 }
 
 // Tx is the envelope of one CometBFT transaction.
@@ -832,8 +885,26 @@ type TopicConfig struct {
 	// only, checked against block time (rules version 6 on).
 	TimestampBeforeMaxMs int64 `protobuf:"varint,9,opt,name=timestamp_before_max_ms,json=timestampBeforeMaxMs,proto3" json:"timestamp_before_max_ms,omitempty"`
 	TimestampAfterMaxMs  int64 `protobuf:"varint,10,opt,name=timestamp_after_max_ms,json=timestampAfterMaxMs,proto3" json:"timestamp_after_max_ms,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Kafka's cleanup.policy (rules version 9 on): delete (retention_ms and
+	// retention_bytes remove the oldest records), compact (the chain keeps the
+	// latest record of each key; retention removes nothing), or both.
+	CleanupPolicy CleanupPolicy `protobuf:"varint,11,opt,name=cleanup_policy,json=cleanupPolicy,proto3,enum=byzlog.v1.CleanupPolicy" json:"cleanup_policy,omitempty"`
+	// Kafka's delete.retention.ms: how long a compacted topic keeps a
+	// tombstone (a record with a key and no value) once compaction passed it,
+	// so a reader behind learns the key was deleted. Unset: 86,400,000 (a
+	// day, Kafka's default).
+	DeleteRetentionMs *int64 `protobuf:"varint,12,opt,name=delete_retention_ms,json=deleteRetentionMs,proto3,oneof" json:"delete_retention_ms,omitempty"`
+	// Kafka's min.compaction.lag.ms: a record stays at least this long
+	// after its block before compaction may remove it; 0 (the default): as
+	// soon as a later record of its key is passed.
+	MinCompactionLagMs int64 `protobuf:"varint,13,opt,name=min_compaction_lag_ms,json=minCompactionLagMs,proto3" json:"min_compaction_lag_ms,omitempty"`
+	// Kafka's max.compaction.lag.ms: the longest a superseded record may
+	// stay. The chain compacts every block, so it holds while compaction
+	// keeps up (its per-block work is bounded); 0: no bound (Kafka's
+	// Long.MAX).
+	MaxCompactionLagMs int64 `protobuf:"varint,14,opt,name=max_compaction_lag_ms,json=maxCompactionLagMs,proto3" json:"max_compaction_lag_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *TopicConfig) Reset() {
@@ -932,6 +1003,34 @@ func (x *TopicConfig) GetTimestampBeforeMaxMs() int64 {
 func (x *TopicConfig) GetTimestampAfterMaxMs() int64 {
 	if x != nil {
 		return x.TimestampAfterMaxMs
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetCleanupPolicy() CleanupPolicy {
+	if x != nil {
+		return x.CleanupPolicy
+	}
+	return CleanupPolicy_CLEANUP_DELETE
+}
+
+func (x *TopicConfig) GetDeleteRetentionMs() int64 {
+	if x != nil && x.DeleteRetentionMs != nil {
+		return *x.DeleteRetentionMs
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetMinCompactionLagMs() int64 {
+	if x != nil {
+		return x.MinCompactionLagMs
+	}
+	return 0
+}
+
+func (x *TopicConfig) GetMaxCompactionLagMs() int64 {
+	if x != nil {
+		return x.MaxCompactionLagMs
 	}
 	return 0
 }
@@ -2701,7 +2800,7 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\fRecordHeader\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x19\n" +
 	"\x05value\x18\x02 \x01(\fH\x00R\x05value\x88\x01\x01B\b\n" +
-	"\x06_value\"\xc2\x03\n" +
+	"\x06_value\"\xb6\x05\n" +
 	"\vTopicConfig\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x01 \x01(\rR\n" +
@@ -2715,7 +2814,12 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\x0etimestamp_type\x18\b \x01(\x0e2\x18.byzlog.v1.TimestampTypeR\rtimestampType\x125\n" +
 	"\x17timestamp_before_max_ms\x18\t \x01(\x03R\x14timestampBeforeMaxMs\x123\n" +
 	"\x16timestamp_after_max_ms\x18\n" +
-	" \x01(\x03R\x13timestampAfterMaxMs\"\x9c\x01\n" +
+	" \x01(\x03R\x13timestampAfterMaxMs\x12?\n" +
+	"\x0ecleanup_policy\x18\v \x01(\x0e2\x18.byzlog.v1.CleanupPolicyR\rcleanupPolicy\x123\n" +
+	"\x13delete_retention_ms\x18\f \x01(\x03H\x00R\x11deleteRetentionMs\x88\x01\x01\x121\n" +
+	"\x15min_compaction_lag_ms\x18\r \x01(\x03R\x12minCompactionLagMs\x121\n" +
+	"\x15max_compaction_lag_ms\x18\x0e \x01(\x03R\x12maxCompactionLagMsB\x16\n" +
+	"\x14_delete_retention_ms\"\x9c\x01\n" +
 	"\fAdminRequest\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1b\n" +
 	"\tadmin_key\x18\x02 \x01(\fR\badminKey\x12\x1c\n" +
@@ -2836,7 +2940,11 @@ const file_byzlog_v1_tx_proto_rawDesc = "" +
 	"\n" +
 	"CODEC_NONE\x10\x00\x12\x0e\n" +
 	"\n" +
-	"CODEC_ZSTD\x10\x01*I\n" +
+	"CODEC_ZSTD\x10\x01*T\n" +
+	"\rCleanupPolicy\x12\x12\n" +
+	"\x0eCLEANUP_DELETE\x10\x00\x12\x13\n" +
+	"\x0fCLEANUP_COMPACT\x10\x01\x12\x1a\n" +
+	"\x16CLEANUP_COMPACT_DELETE\x10\x02*I\n" +
 	"\rTimestampType\x12\x19\n" +
 	"\x15TIMESTAMP_CREATE_TIME\x10\x00\x12\x1d\n" +
 	"\x19TIMESTAMP_LOG_APPEND_TIME\x10\x01B4Z2github.com/byzlog/byzlog/protos/byzlog/v1;byzlogv1b\x06proto3"
@@ -2853,82 +2961,84 @@ func file_byzlog_v1_tx_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_tx_proto_rawDescData
 }
 
-var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_byzlog_v1_tx_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_byzlog_v1_tx_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_byzlog_v1_tx_proto_goTypes = []any{
 	(Codec)(0),                     // 0: byzlog.v1.Codec
-	(TimestampType)(0),             // 1: byzlog.v1.TimestampType
-	(*Tx)(nil),                     // 2: byzlog.v1.Tx
-	(*ProduceBundle)(nil),          // 3: byzlog.v1.ProduceBundle
-	(*SignedBatch)(nil),            // 4: byzlog.v1.SignedBatch
-	(*BatchBody)(nil),              // 5: byzlog.v1.BatchBody
-	(*KafkaProducer)(nil),          // 6: byzlog.v1.KafkaProducer
-	(*RecordSet)(nil),              // 7: byzlog.v1.RecordSet
-	(*Record)(nil),                 // 8: byzlog.v1.Record
-	(*RecordHeader)(nil),           // 9: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),            // 10: byzlog.v1.TopicConfig
-	(*AdminRequest)(nil),           // 11: byzlog.v1.AdminRequest
-	(*AdminSignature)(nil),         // 12: byzlog.v1.AdminSignature
-	(*AdminBody)(nil),              // 13: byzlog.v1.AdminBody
-	(*CreateTopic)(nil),            // 14: byzlog.v1.CreateTopic
-	(*CreateTopics)(nil),           // 15: byzlog.v1.CreateTopics
-	(*UpdateTopic)(nil),            // 16: byzlog.v1.UpdateTopic
-	(*DeleteTopic)(nil),            // 17: byzlog.v1.DeleteTopic
-	(*DeleteRecords)(nil),          // 18: byzlog.v1.DeleteRecords
-	(*DeleteRecordsPartition)(nil), // 19: byzlog.v1.DeleteRecordsPartition
-	(*SetValidator)(nil),           // 20: byzlog.v1.SetValidator
-	(*SetAdmins)(nil),              // 21: byzlog.v1.SetAdmins
-	(*SetIndexer)(nil),             // 22: byzlog.v1.SetIndexer
-	(*ScheduleUpgrade)(nil),        // 23: byzlog.v1.ScheduleUpgrade
-	(*IndexerProgress)(nil),        // 24: byzlog.v1.IndexerProgress
-	(*IndexerProgressBody)(nil),    // 25: byzlog.v1.IndexerProgressBody
-	(*CommitOffsets)(nil),          // 26: byzlog.v1.CommitOffsets
-	(*CommitOffsetsBody)(nil),      // 27: byzlog.v1.CommitOffsetsBody
-	(*PartitionOffset)(nil),        // 28: byzlog.v1.PartitionOffset
-	(*TxnRequest)(nil),             // 29: byzlog.v1.TxnRequest
-	(*TxnBody)(nil),                // 30: byzlog.v1.TxnBody
-	(*TxnInit)(nil),                // 31: byzlog.v1.TxnInit
-	(*TxnEnd)(nil),                 // 32: byzlog.v1.TxnEnd
-	(*TxnOffsets)(nil),             // 33: byzlog.v1.TxnOffsets
-	(*TxnExpire)(nil),              // 34: byzlog.v1.TxnExpire
+	(CleanupPolicy)(0),             // 1: byzlog.v1.CleanupPolicy
+	(TimestampType)(0),             // 2: byzlog.v1.TimestampType
+	(*Tx)(nil),                     // 3: byzlog.v1.Tx
+	(*ProduceBundle)(nil),          // 4: byzlog.v1.ProduceBundle
+	(*SignedBatch)(nil),            // 5: byzlog.v1.SignedBatch
+	(*BatchBody)(nil),              // 6: byzlog.v1.BatchBody
+	(*KafkaProducer)(nil),          // 7: byzlog.v1.KafkaProducer
+	(*RecordSet)(nil),              // 8: byzlog.v1.RecordSet
+	(*Record)(nil),                 // 9: byzlog.v1.Record
+	(*RecordHeader)(nil),           // 10: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),            // 11: byzlog.v1.TopicConfig
+	(*AdminRequest)(nil),           // 12: byzlog.v1.AdminRequest
+	(*AdminSignature)(nil),         // 13: byzlog.v1.AdminSignature
+	(*AdminBody)(nil),              // 14: byzlog.v1.AdminBody
+	(*CreateTopic)(nil),            // 15: byzlog.v1.CreateTopic
+	(*CreateTopics)(nil),           // 16: byzlog.v1.CreateTopics
+	(*UpdateTopic)(nil),            // 17: byzlog.v1.UpdateTopic
+	(*DeleteTopic)(nil),            // 18: byzlog.v1.DeleteTopic
+	(*DeleteRecords)(nil),          // 19: byzlog.v1.DeleteRecords
+	(*DeleteRecordsPartition)(nil), // 20: byzlog.v1.DeleteRecordsPartition
+	(*SetValidator)(nil),           // 21: byzlog.v1.SetValidator
+	(*SetAdmins)(nil),              // 22: byzlog.v1.SetAdmins
+	(*SetIndexer)(nil),             // 23: byzlog.v1.SetIndexer
+	(*ScheduleUpgrade)(nil),        // 24: byzlog.v1.ScheduleUpgrade
+	(*IndexerProgress)(nil),        // 25: byzlog.v1.IndexerProgress
+	(*IndexerProgressBody)(nil),    // 26: byzlog.v1.IndexerProgressBody
+	(*CommitOffsets)(nil),          // 27: byzlog.v1.CommitOffsets
+	(*CommitOffsetsBody)(nil),      // 28: byzlog.v1.CommitOffsetsBody
+	(*PartitionOffset)(nil),        // 29: byzlog.v1.PartitionOffset
+	(*TxnRequest)(nil),             // 30: byzlog.v1.TxnRequest
+	(*TxnBody)(nil),                // 31: byzlog.v1.TxnBody
+	(*TxnInit)(nil),                // 32: byzlog.v1.TxnInit
+	(*TxnEnd)(nil),                 // 33: byzlog.v1.TxnEnd
+	(*TxnOffsets)(nil),             // 34: byzlog.v1.TxnOffsets
+	(*TxnExpire)(nil),              // 35: byzlog.v1.TxnExpire
 }
 var file_byzlog_v1_tx_proto_depIdxs = []int32{
-	3,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
-	11, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
-	26, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
-	24, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
-	29, // 4: byzlog.v1.Tx.txn:type_name -> byzlog.v1.TxnRequest
-	34, // 5: byzlog.v1.Tx.txn_expire:type_name -> byzlog.v1.TxnExpire
-	4,  // 6: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
+	4,  // 0: byzlog.v1.Tx.produce_bundle:type_name -> byzlog.v1.ProduceBundle
+	12, // 1: byzlog.v1.Tx.admin:type_name -> byzlog.v1.AdminRequest
+	27, // 2: byzlog.v1.Tx.commit_offsets:type_name -> byzlog.v1.CommitOffsets
+	25, // 3: byzlog.v1.Tx.indexer_progress:type_name -> byzlog.v1.IndexerProgress
+	30, // 4: byzlog.v1.Tx.txn:type_name -> byzlog.v1.TxnRequest
+	35, // 5: byzlog.v1.Tx.txn_expire:type_name -> byzlog.v1.TxnExpire
+	5,  // 6: byzlog.v1.ProduceBundle.batches:type_name -> byzlog.v1.SignedBatch
 	0,  // 7: byzlog.v1.BatchBody.codec:type_name -> byzlog.v1.Codec
-	6,  // 8: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
-	8,  // 9: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
-	9,  // 10: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
-	1,  // 11: byzlog.v1.TopicConfig.timestamp_type:type_name -> byzlog.v1.TimestampType
-	12, // 12: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
-	14, // 13: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
-	16, // 14: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
-	17, // 15: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
-	20, // 16: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
-	21, // 17: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
-	22, // 18: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
-	23, // 19: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
-	18, // 20: byzlog.v1.AdminBody.delete_records:type_name -> byzlog.v1.DeleteRecords
-	15, // 21: byzlog.v1.AdminBody.create_topics:type_name -> byzlog.v1.CreateTopics
-	10, // 22: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
-	14, // 23: byzlog.v1.CreateTopics.topics:type_name -> byzlog.v1.CreateTopic
-	10, // 24: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
-	19, // 25: byzlog.v1.DeleteRecords.partitions:type_name -> byzlog.v1.DeleteRecordsPartition
-	28, // 26: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
-	31, // 27: byzlog.v1.TxnBody.init:type_name -> byzlog.v1.TxnInit
-	32, // 28: byzlog.v1.TxnBody.end:type_name -> byzlog.v1.TxnEnd
-	33, // 29: byzlog.v1.TxnBody.offsets:type_name -> byzlog.v1.TxnOffsets
-	28, // 30: byzlog.v1.TxnOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	31, // [31:31] is the sub-list for method output_type
-	31, // [31:31] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	7,  // 8: byzlog.v1.BatchBody.kafka:type_name -> byzlog.v1.KafkaProducer
+	9,  // 9: byzlog.v1.RecordSet.records:type_name -> byzlog.v1.Record
+	10, // 10: byzlog.v1.Record.headers:type_name -> byzlog.v1.RecordHeader
+	2,  // 11: byzlog.v1.TopicConfig.timestamp_type:type_name -> byzlog.v1.TimestampType
+	1,  // 12: byzlog.v1.TopicConfig.cleanup_policy:type_name -> byzlog.v1.CleanupPolicy
+	13, // 13: byzlog.v1.AdminRequest.cosignatures:type_name -> byzlog.v1.AdminSignature
+	15, // 14: byzlog.v1.AdminBody.create_topic:type_name -> byzlog.v1.CreateTopic
+	17, // 15: byzlog.v1.AdminBody.update_topic:type_name -> byzlog.v1.UpdateTopic
+	18, // 16: byzlog.v1.AdminBody.delete_topic:type_name -> byzlog.v1.DeleteTopic
+	21, // 17: byzlog.v1.AdminBody.set_validator:type_name -> byzlog.v1.SetValidator
+	22, // 18: byzlog.v1.AdminBody.set_admins:type_name -> byzlog.v1.SetAdmins
+	23, // 19: byzlog.v1.AdminBody.set_indexer:type_name -> byzlog.v1.SetIndexer
+	24, // 20: byzlog.v1.AdminBody.schedule_upgrade:type_name -> byzlog.v1.ScheduleUpgrade
+	19, // 21: byzlog.v1.AdminBody.delete_records:type_name -> byzlog.v1.DeleteRecords
+	16, // 22: byzlog.v1.AdminBody.create_topics:type_name -> byzlog.v1.CreateTopics
+	11, // 23: byzlog.v1.CreateTopic.config:type_name -> byzlog.v1.TopicConfig
+	15, // 24: byzlog.v1.CreateTopics.topics:type_name -> byzlog.v1.CreateTopic
+	11, // 25: byzlog.v1.UpdateTopic.config:type_name -> byzlog.v1.TopicConfig
+	20, // 26: byzlog.v1.DeleteRecords.partitions:type_name -> byzlog.v1.DeleteRecordsPartition
+	29, // 27: byzlog.v1.CommitOffsetsBody.offsets:type_name -> byzlog.v1.PartitionOffset
+	32, // 28: byzlog.v1.TxnBody.init:type_name -> byzlog.v1.TxnInit
+	33, // 29: byzlog.v1.TxnBody.end:type_name -> byzlog.v1.TxnEnd
+	34, // 30: byzlog.v1.TxnBody.offsets:type_name -> byzlog.v1.TxnOffsets
+	29, // 31: byzlog.v1.TxnOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_tx_proto_init() }
@@ -2947,6 +3057,7 @@ func file_byzlog_v1_tx_proto_init() {
 	}
 	file_byzlog_v1_tx_proto_msgTypes[6].OneofWrappers = []any{}
 	file_byzlog_v1_tx_proto_msgTypes[7].OneofWrappers = []any{}
+	file_byzlog_v1_tx_proto_msgTypes[8].OneofWrappers = []any{}
 	file_byzlog_v1_tx_proto_msgTypes[11].OneofWrappers = []any{
 		(*AdminBody_CreateTopic)(nil),
 		(*AdminBody_UpdateTopic)(nil),
@@ -2968,7 +3079,7 @@ func file_byzlog_v1_tx_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_tx_proto_rawDesc), len(file_byzlog_v1_tx_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -1,0 +1,459 @@
+package core
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+)
+
+// Log compaction (Kafka's cleanup.policy=compact), decided by the state
+// machine from committed state and block time only, so every validator
+// holds the same compacted log and the state root covers it.
+//
+// At the start of each block, before its transactions, every partition of
+// a compacted topic is passed on from its clean_offset, in offset order,
+// up to its last stable offset (an open transaction's records wait for
+// its end, so a pass never sees a record whose outcome is unknown), and
+// only records whose block is at least min_compaction_lag_ms old. At most
+// MaxCompactionPasses records a partition a block; the rest wait for the
+// next block. Passing a record:
+//
+//   - a record with a key and a value (or a tombstone: no value) becomes
+//     its key's latest in the key index (prefixCompactKey), and the record
+//     the index named before is removed;
+//   - a tombstone is also queued (prefixTombstone) with the block time it
+//     was passed at: delete_retention_ms later, if it is still its key's
+//     latest, it is removed and the key leaves the index;
+//   - a record of an aborted transaction, and a record without a key (only
+//     written before the topic became compacted: the chain refuses them
+//     since), is removed;
+//   - a transaction's marker stays.
+//
+// Offsets never move: a removed record leaves a hole. In its run it is
+// replaced by its leaf hash (removedMarker, runs.go), so the block's
+// Merkle tree, and so every other record's proof, is unchanged, while the
+// record's bytes are gone. Reads skip holes; a proof of a removed record
+// is refused. The index holds one entry per live key, each at most its
+// live record's key: it costs no more than the records compaction keeps.
+
+// CompactRulesVersion is the first rules version with compacted topics.
+const CompactRulesVersion uint64 = 9
+
+// MaxCompactionPasses bounds the records compaction passes in one
+// partition in one block (and the tombstones it expires), as
+// MaxRetentionDeletes bounds retention.
+const MaxCompactionPasses = 10000
+
+var (
+	prefixCompactKey = []byte("ck/") // topic, 0, partition, key: be64 offset, 1 byte tombstone
+	prefixTombstone  = []byte("ct/") // topic, 0, partition, be64 offset: be64 passed-at (unix ns), key
+)
+
+func compactPartitionPrefix(prefix []byte, topic string, p uint32) []byte {
+	return cat(prefix, []byte(topic), []byte{0}, be32(p))
+}
+
+func compactKeyKey(topic string, p uint32, key []byte) []byte {
+	return cat(compactPartitionPrefix(prefixCompactKey, topic, p), key)
+}
+
+func tombstoneKey(topic string, p uint32, offset uint64) []byte {
+	return cat(compactPartitionPrefix(prefixTombstone, topic, p), be64(offset))
+}
+
+// Compacts reports whether a topic's records are compacted under rules.
+func Compacts(c *byzlogv1.TopicConfig, rules uint64) bool {
+	return rules >= CompactRulesVersion && c.GetCleanupPolicy() != byzlogv1.CleanupPolicy_CLEANUP_DELETE
+}
+
+// Retains reports whether retention (retention_ms, retention_bytes)
+// removes a topic's oldest records under rules: not when it is compacted
+// only.
+func Retains(c *byzlogv1.TopicConfig, rules uint64) bool {
+	return rules < CompactRulesVersion || c.GetCleanupPolicy() != byzlogv1.CleanupPolicy_CLEANUP_COMPACT
+}
+
+// deleteRetentionNs is how long a passed tombstone stays, in nanoseconds.
+func deleteRetentionNs(c *byzlogv1.TopicConfig) int64 {
+	ms := int64(wire.DefaultDeleteRetentionMs)
+	if c.DeleteRetentionMs != nil {
+		ms = *c.DeleteRetentionMs
+	}
+	return ms * 1_000_000
+}
+
+// checkCompactionConfig checks a topic's compaction settings, from
+// CompactRulesVersion on (builds before it took any value and ignored it).
+func checkCompactionConfig(c *byzlogv1.TopicConfig, rules uint64) Result {
+	if c == nil || rules < CompactRulesVersion {
+		return Result{}
+	}
+	switch {
+	case c.CleanupPolicy != byzlogv1.CleanupPolicy_CLEANUP_DELETE && c.CleanupPolicy != byzlogv1.CleanupPolicy_CLEANUP_COMPACT &&
+		c.CleanupPolicy != byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE:
+		return reject(wire.CodeBadTopicConfig, "cleanup_policy %d: want %d (delete), %d (compact) or %d (compact,delete)", c.CleanupPolicy,
+			byzlogv1.CleanupPolicy_CLEANUP_DELETE, byzlogv1.CleanupPolicy_CLEANUP_COMPACT, byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE)
+	case c.DeleteRetentionMs != nil && (*c.DeleteRetentionMs < 0 || *c.DeleteRetentionMs > maxRetentionMs):
+		return reject(wire.CodeBadTopicConfig, "delete_retention_ms (%d) must be between 0 and %d", *c.DeleteRetentionMs, int64(maxRetentionMs))
+	case c.MinCompactionLagMs < 0 || c.MinCompactionLagMs > maxRetentionMs:
+		return reject(wire.CodeBadTopicConfig, "min_compaction_lag_ms (%d) must be between 0 and %d", c.MinCompactionLagMs, int64(maxRetentionMs))
+	case c.MaxCompactionLagMs < 0 || c.MaxCompactionLagMs > maxRetentionMs:
+		return reject(wire.CodeBadTopicConfig, "max_compaction_lag_ms (%d) must be 0 (no bound) or between 1 and %d", c.MaxCompactionLagMs, int64(maxRetentionMs))
+	case c.MaxCompactionLagMs > 0 && c.MaxCompactionLagMs < c.MinCompactionLagMs:
+		return reject(wire.CodeBadTopicConfig, "max_compaction_lag_ms (%d) must not be below min_compaction_lag_ms (%d)", c.MaxCompactionLagMs, c.MinCompactionLagMs)
+	}
+	return Result{}
+}
+
+// keyless is the index of a batch's first record without a key, or -1.
+func keyless(records []*byzlogv1.Record) int {
+	for i, r := range records {
+		if r.Key == nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// compact passes every compacted topic's partitions on, at the start of a
+// block (see the top of this file).
+func compact(s Scanner, o *overlay, blockTime int64, rules uint64) error {
+	if rules < CompactRulesVersion {
+		return nil
+	}
+	topics, err := listTopics(s, func(t *byzlogv1.TopicState) bool { return Compacts(t.Config, rules) })
+	if err != nil {
+		return fmt.Errorf("compaction: %w", err)
+	}
+	for _, t := range topics {
+		for p := uint32(0); p < t.Config.Partitions; p++ {
+			c := compactor{s: s, o: o, t: t, p: p, now: blockTime, latest: map[string]keyEntry{}}
+			if err := c.run(); err != nil {
+				return fmt.Errorf("compaction of %s/%d: %w", t.Name, p, err)
+			}
+		}
+	}
+	return nil
+}
+
+// listTopics reads every topic keep takes, in name order.
+func listTopics(s Scanner, keep func(*byzlogv1.TopicState) bool) ([]*byzlogv1.TopicState, error) {
+	var topics []*byzlogv1.TopicState
+	var decodeErr error
+	err := s.Scan(CFMeta, prefixTopic, prefixEnd(prefixTopic), func(_, v []byte) bool {
+		var t byzlogv1.TopicState
+		if decodeErr = proto.Unmarshal(v, &t); decodeErr != nil {
+			return false
+		}
+		if keep(&t) {
+			topics = append(topics, &t)
+		}
+		return true
+	})
+	if err = firstErr(err, decodeErr); err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	return topics, nil
+}
+
+// keyEntry is a key's latest record in the index: its offset, and whether
+// it is a tombstone. found is false for a key the index does not hold.
+type keyEntry struct {
+	offset    uint64
+	tombstone bool
+	found     bool
+}
+
+func (e keyEntry) value() []byte {
+	v := be64(e.offset)
+	if e.tombstone {
+		return append(v, 1)
+	}
+	return append(v, 0)
+}
+
+// compactor passes one partition on in one block.
+type compactor struct {
+	s   Scanner
+	o   *overlay
+	t   *byzlogv1.TopicState
+	p   uint32
+	now int64
+	// latest caches the index entries this block read or wrote (looked
+	// up by key, never ranged over).
+	latest  map[string]keyEntry
+	removed []uint64 // offsets to remove, in the order found
+	freed   uint64   // their stored bytes
+}
+
+func (c *compactor) run() error {
+	pk := partitionKey(c.t.Name, c.p)
+	var ps byzlogv1.PartitionState
+	if _, err := getProto(c.s, CFMeta, pk, &ps); err != nil {
+		return err
+	}
+	clean, err := c.pass(&ps)
+	if err != nil {
+		return err
+	}
+	if err := c.expireTombstones(); err != nil {
+		return err
+	}
+	if clean == ps.CleanOffset && len(c.removed) == 0 {
+		return nil
+	}
+	if err := removeRecords(c.s, c.o, c.t.Name, c.p, c.removed); err != nil {
+		return err
+	}
+	ps.CleanOffset = clean
+	ps.Compacted += uint64(len(c.removed))
+	ps.SizeBytes -= min(ps.SizeBytes, c.freed)
+	c.o.put(CFMeta, pk, marshal(&ps))
+	return nil
+}
+
+// pass passes the partition's records on from its clean offset and
+// returns the new clean offset.
+func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
+	end := LastStable(ps)
+	from := max(ps.CleanOffset, logStart(ps))
+	if from >= end {
+		return ps.CleanOffset, nil
+	}
+	lagCut := c.now - c.t.Config.MinCompactionLagMs*1_000_000
+	clean, passed, held := from, 0, false
+	var ferr error
+	err := scanRecords(c.s, c.t.Name, c.p, from, func(offset uint64, v []byte) bool {
+		if offset >= end {
+			return false
+		}
+		if passed == MaxCompactionPasses {
+			held = true
+			return false
+		}
+		var r byzlogv1.StoredRecord
+		if ferr = proto.Unmarshal(v, &r); ferr != nil {
+			return false
+		}
+		if r.TimestampUnixNano > lagCut {
+			held = true // block times only grow along the log
+			return false
+		}
+		if ferr = c.passRecord(&r, offset, len(v)); ferr != nil {
+			return false
+		}
+		clean, passed = offset+1, passed+1
+		return true
+	})
+	if err = firstErr(err, ferr); err != nil {
+		return 0, err
+	}
+	if !held {
+		clean = end // the holes up to it are passed too
+	}
+	return clean, nil
+}
+
+// passRecord passes one record (see the top of this file).
+func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, size int) error {
+	if r.KafkaControl != nil {
+		return nil
+	}
+	if r.KafkaTransactional {
+		aborted, err := c.aborted(r.KafkaProducerId, offset)
+		if err != nil {
+			return err
+		}
+		if aborted {
+			c.remove(offset, size)
+			return nil
+		}
+	}
+	if r.Key == nil {
+		c.remove(offset, size)
+		return nil
+	}
+	prev, err := c.entry(r.Key)
+	if err != nil {
+		return err
+	}
+	if prev.found && prev.offset < offset {
+		size, err := c.storedSize(prev.offset)
+		if err != nil {
+			return err
+		}
+		c.remove(prev.offset, size)
+	}
+	e := keyEntry{offset: offset, tombstone: r.Value == nil, found: true}
+	c.latest[string(r.Key)] = e
+	c.o.put(CFMeta, compactKeyKey(c.t.Name, c.p, r.Key), e.value())
+	if e.tombstone {
+		c.o.put(CFMeta, tombstoneKey(c.t.Name, c.p, offset), cat(be64(uint64(c.now)), r.Key))
+	}
+	return nil
+}
+
+func (c *compactor) remove(offset uint64, size int) {
+	c.removed = append(c.removed, offset)
+	c.freed += uint64(size)
+}
+
+// entry is key's latest record by the index, as this block left it.
+func (c *compactor) entry(key []byte) (keyEntry, error) {
+	if e, ok := c.latest[string(key)]; ok {
+		return e, nil
+	}
+	v, err := c.o.Get(CFMeta, compactKeyKey(c.t.Name, c.p, key))
+	if err != nil || v == nil {
+		return keyEntry{}, err
+	}
+	if len(v) != 9 {
+		return keyEntry{}, fmt.Errorf("key index entry of %s/%d is %d bytes, want 9", c.t.Name, c.p, len(v))
+	}
+	e := keyEntry{offset: binary.BigEndian.Uint64(v), tombstone: v[8] == 1, found: true}
+	c.latest[string(key)] = e
+	return e, nil
+}
+
+// storedSize is the stored bytes of the record at offset (0 when it is
+// already a hole).
+func (c *compactor) storedSize(offset uint64) (int, error) {
+	size := 0
+	key, value, err := runHolding(c.s, c.o, c.t.Name, c.p, offset)
+	if err != nil || value == nil {
+		return 0, err
+	}
+	first := runFirst(key, value)
+	_, err = decodeStored(value, func(i int, rec []byte, removed bool) bool {
+		if first+uint64(i) == offset && !removed {
+			size = len(rec)
+		}
+		return first+uint64(i) < offset
+	})
+	return size, err
+}
+
+// aborted reports whether producer pid's transactional record at offset
+// belongs to a transaction that aborted (its range in the aborted index).
+func (c *compactor) aborted(pid int64, offset uint64) (bool, error) {
+	prefix := cat(prefixAborted, []byte(c.t.Name), []byte{0}, be32(c.p), be64(uint64(pid)))
+	found := false
+	var bad error
+	err := c.s.Scan(CFMeta, cat(prefix, be64(offset)), prefixEnd(prefix), func(_, v []byte) bool {
+		var a byzlogv1.AbortedTxn
+		if bad = proto.Unmarshal(v, &a); bad == nil {
+			found = a.FirstOffset <= offset
+		}
+		return false
+	})
+	return found, firstErr(err, bad)
+}
+
+// expireTombstones removes the tombstones passed delete_retention_ms ago
+// or more that are still their key's latest, and their keys from the
+// index; a queued tombstone a later record superseded was removed then.
+func (c *compactor) expireTombstones() error {
+	prefix := compactPartitionPrefix(prefixTombstone, c.t.Name, c.p)
+	due := c.now - deleteRetentionNs(c.t.Config)
+	type expired struct {
+		offset uint64
+		key    []byte
+	}
+	var out []expired
+	var bad error
+	err := c.s.Scan(CFMeta, prefix, prefixEnd(prefix), func(k, v []byte) bool {
+		if len(out) == MaxCompactionPasses {
+			return false
+		}
+		if len(k) != len(prefix)+8 || len(v) < 8 {
+			bad = fmt.Errorf("tombstone queue entry %x is malformed", k)
+			return false
+		}
+		if int64(binary.BigEndian.Uint64(v)) > due {
+			return false // passed in offset order, so in time order
+		}
+		out = append(out, expired{binary.BigEndian.Uint64(k[len(prefix):]), bytes.Clone(v[8:])})
+		return true
+	})
+	if err = firstErr(err, bad); err != nil {
+		return err
+	}
+	for _, x := range out {
+		c.o.del(CFMeta, tombstoneKey(c.t.Name, c.p, x.offset))
+		e, err := c.entry(x.key)
+		if err != nil {
+			return err
+		}
+		if !e.found || e.offset != x.offset {
+			continue
+		}
+		size, err := c.storedSize(x.offset)
+		if err != nil {
+			return err
+		}
+		c.remove(x.offset, size)
+		c.latest[string(x.key)] = keyEntry{}
+		c.o.del(CFMeta, compactKeyKey(c.t.Name, c.p, x.key))
+	}
+	return nil
+}
+
+// removeRecords replaces the records at offsets (of topic/p) by their leaf
+// hashes in their runs: the bytes go, the block's Merkle tree stays.
+// Offsets already removed stay as they are.
+func removeRecords(s Scanner, o *overlay, topic string, p uint32, offsets []uint64) error {
+	for _, offset := range offsets {
+		key, value, err := runHolding(s, o, topic, p, offset)
+		if err != nil {
+			return err
+		}
+		if value == nil {
+			continue // retention removed it
+		}
+		out, err := removeFromRun(value, runFirst(key, value), offset)
+		if err != nil {
+			return fmt.Errorf("remove %s/%d offset %d: %w", topic, p, offset, err)
+		}
+		o.put(CFRecords, key, out)
+	}
+	return nil
+}
+
+// runHolding finds the stored value whose run holds offset: the first
+// record key at or after it in s, its value as o has it (compaction runs
+// before a block's appends, so it moves no key).
+func runHolding(s Scanner, o *overlay, topic string, p uint32, offset uint64) ([]byte, []byte, error) {
+	prefix := recordPrefix(topic, p)
+	var key []byte
+	err := s.Scan(CFRecords, recordKey(topic, p, offset), prefixEnd(prefix), func(k, _ []byte) bool {
+		key = bytes.Clone(k)
+		return false
+	})
+	if err != nil || key == nil {
+		return nil, nil, err
+	}
+	v, err := o.Get(CFRecords, key)
+	return key, v, err
+}
+
+// runFirst is the first offset of the run stored under key.
+func runFirst(key, value []byte) uint64 {
+	last := binary.BigEndian.Uint64(key[len(key)-8:])
+	n, err := runLen(value)
+	if err != nil || uint64(n) > last+1 {
+		return last
+	}
+	return last - uint64(n-1)
+}
+
+// leafHash is a stored record's RFC 6962 leaf hash.
+func leafHash(rec []byte) []byte {
+	h := sha256.Sum256(append([]byte{0}, rec...))
+	return h[:]
+}
