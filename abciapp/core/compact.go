@@ -187,17 +187,21 @@ type compactor struct {
 	now int64
 	// latest caches the index entries this block read or wrote (looked
 	// up by key, never ranged over).
-	latest  map[string]keyEntry
-	removed []uint64 // offsets to remove, in the order found
-	freed   uint64   // their stored bytes
+	latest   map[string]keyEntry
+	removed  []uint64 // offsets to remove, in the order found
+	freed    uint64   // their stored bytes
+	logStart uint64   // below it retention or DeleteRecords removed the records
 }
 
 func (c *compactor) run() error {
+	// The partition as retention left it in this block (its log start,
+	// its size), not as committed.
 	pk := partitionKey(c.t.Name, c.p)
 	var ps byzlogv1.PartitionState
-	if _, err := getProto(c.s, CFMeta, pk, &ps); err != nil {
+	if _, err := getProto(c.o, CFMeta, pk, &ps); err != nil {
 		return err
 	}
+	c.logStart = logStart(&ps)
 	clean, err := c.pass(&ps)
 	if err != nil {
 		return err
@@ -299,7 +303,12 @@ func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, size int
 	return nil
 }
 
+// remove removes the record at offset, unless retention or DeleteRecords
+// did (the index and the tombstone queue may still name it).
 func (c *compactor) remove(offset uint64, size int) {
+	if offset < c.logStart {
+		return
+	}
 	c.removed = append(c.removed, offset)
 	c.freed += uint64(size)
 }
@@ -326,7 +335,7 @@ func (c *compactor) entry(key []byte) (keyEntry, error) {
 func (c *compactor) storedSize(offset uint64) (int, error) {
 	size := 0
 	key, value, err := runHolding(c.s, c.o, c.t.Name, c.p, offset)
-	if err != nil || value == nil {
+	if err != nil || value == nil || runFirst(key, value) > offset {
 		return 0, err
 	}
 	first := runFirst(key, value)
@@ -413,8 +422,8 @@ func removeRecords(s Scanner, o *overlay, topic string, p uint32, offsets []uint
 		if err != nil {
 			return err
 		}
-		if value == nil {
-			continue // retention removed it
+		if value == nil || runFirst(key, value) > offset {
+			continue // retention removed it: the run found is a later one
 		}
 		out, err := removeFromRun(value, runFirst(key, value), offset)
 		if err != nil {

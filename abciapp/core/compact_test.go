@@ -211,3 +211,49 @@ func TestCompactionWaitsForTransactions(t *testing.T) {
 		t.Fatalf("after a committed transaction = %s, want a=2 removed by its a=3", got)
 	}
 }
+
+// TestCompactionAfterRetention: on a compact,delete topic, retention may
+// remove a key's indexed record before a later one supersedes it; passing
+// the later one then removes nothing (it must not take a later run for
+// the gone record's, which halted the chain), and the log start and size
+// retention set in the block stand.
+func TestCompactionAfterRetention(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE, RetentionMs: 2500})
+	p := wire.NewSigner(key("p"), chainID)
+	c.must(bundle(t, batch(t, p, "t", 0, 0, kv("a=1", "b=1"))))
+	for range 3 {
+		c.block() // passed, then removed by retention
+	}
+	if got := keyed(c.readAll("t", 0)); got != "" {
+		t.Fatalf("after retention_ms = %s, want nothing", got)
+	}
+	c.must(bundle(t, batch(t, p, "t", 0, 1, kv("a=2", "c=1"))))
+	c.block()
+	if got := keyed(c.readAll("t", 0)); got != "2:a=2,3:c=1" {
+		t.Fatalf("after a=2 superseded a retention removed = %s, want a=2 and c=1", got)
+	}
+	if info := c.partition("t", 0); info.LogStartOffset != 2 || info.NextOffset != 4 {
+		t.Errorf("partition = %v, want log start 2 (retention's), next 4", info)
+	}
+}
+
+// TestCompactionForgetsADeletedTopic: a topic deleted and created again
+// under its name starts with no key index: its new records are not
+// removed for keys the old topic held at their offsets.
+func TestCompactionForgetsADeletedTopic(t *testing.T) {
+	c := newChain(t, "")
+	cfg := &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT}
+	c.createTopic("t", cfg)
+	p := wire.NewSigner(key("p"), chainID)
+	c.must(bundle(t, batch(t, p, "t", 0, 0, kv("x0=1", "x1=1", "a=1"))))
+	c.block()
+	c.must(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.DeleteTopic{Name: "t"}))
+	c.createTopic("t", cfg)
+	q := wire.NewSigner(key("q"), chainID)
+	c.must(bundle(t, batch(t, q, "t", 0, 0, kv("y0=1", "y1=1", "y2=1", "a=2"))))
+	c.block()
+	if got := keyed(c.readAll("t", 0)); got != "0:y0=1,1:y1=1,2:y2=1,3:a=2" {
+		t.Fatalf("the topic created again = %s, want its four records (none removed for the old topic's a at 2)", got)
+	}
+}

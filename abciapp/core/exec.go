@@ -579,10 +579,16 @@ func (ex *executor) applyAdmin(o *overlay, body *byzlogv1.AdminBody) (Result, er
 		}
 		res, err := deleteTopic(o, op.DeleteTopic)
 		if err == nil && res.OK() && rules >= TxnRulesVersion {
-			// Its aborted transactions go with it: a topic created again
-			// under the name starts at offset 0, where they would
-			// otherwise hide a producer id's committed records.
-			for _, pre := range [][]byte{prefixAborted, prefixAbortEnd} {
+			// Its aborted transactions (and, from CompactRulesVersion, its
+			// key index and tombstone queue) go with it: a topic created
+			// again under the name starts at offset 0, where they would
+			// otherwise hide a producer id's committed records, or make
+			// compaction remove the new topic's records.
+			prefixes := [][]byte{prefixAborted, prefixAbortEnd}
+			if rules >= CompactRulesVersion {
+				prefixes = append(prefixes, prefixCompactKey, prefixTombstone)
+			}
+			for _, pre := range prefixes {
 				prefix := cat(pre, []byte(op.DeleteTopic.Name), []byte{0})
 				o.deleteRange(CFMeta, prefix, prefixEnd(prefix))
 			}

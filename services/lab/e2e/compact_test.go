@@ -1,0 +1,208 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+
+	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
+	"github.com/byzlog/byzlog/services/internal/localnet"
+)
+
+// TestCompactedTopic: on a 4-validator network of stock CometBFT, a topic
+// created compacted by the CLI takes 1,000 keys × 100 versions and
+// tombstones for 100 keys from franz-go at its defaults through the Kafka
+// face; once the chain has compacted it, a franz-go consumer from the
+// beginning reads exactly the latest record of each of the 900 live keys
+// in increasing offsets, every validator holds the same compacted log
+// (record for record), and the partitions hold fewer bytes.
+func TestCompactedTopic(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	n, _ := startNet(ctx, t, 10000)
+	base := basePort(t) + 10000
+	gw, broker := fmt.Sprintf("127.0.0.1:%d", base+900), fmt.Sprintf("127.0.0.1:%d", base+920)
+	faceKey := filepath.Join(t.TempDir(), "face.key")
+	if out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "keygen", faceKey).CombinedOutput(); err != nil {
+		t.Fatalf("keygen: %v\n%s", err, out)
+	}
+	startGateway(t, n, gw, "--insecure", "--kafka-listen", broker, "--kafka-insecure", "--kafka-anonymous-key", faceKey)
+	waitPort(t, broker)
+	const partitions = 4
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "topic", "create", "table", "--partitions", fmt.Sprint(partitions),
+		"--cleanup-policy", "compact", "--delete-retention", "1s",
+		"--admin-key", n.AdminKeyPath(), "--gateway="+gw, "--genesis="+n.GenesisPath(), "--insecure").CombinedOutput()
+	if err != nil {
+		t.Fatalf("topic create: %v\n%s", err, out)
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.DefaultProduceTopic("table"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const keys, versions, deleted = 1000, 100, 100
+	start := time.Now()
+	for v := range versions {
+		recs := make([]*kgo.Record, 0, keys)
+		for k := range keys {
+			recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "key-%04d", k), Value: fmt.Appendf(nil, "key-%04d-v%03d", k, v)})
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatalf("produce version %d: %v", v, err)
+		}
+	}
+	var tombstones []*kgo.Record
+	for k := range deleted {
+		tombstones = append(tombstones, &kgo.Record{Key: fmt.Appendf(nil, "key-%04d", k)})
+	}
+	if err := cl.ProduceSync(ctx, tombstones...).FirstErr(); err != nil {
+		t.Fatalf("produce tombstones: %v", err)
+	}
+	t.Logf("franz-go wrote %d records and %d tombstones in %.1f s", keys*versions, deleted, time.Since(start).Seconds())
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("no key")}).FirstErr(); !errors.Is(err, kerr.InvalidRecord) {
+		t.Errorf("a record without a key = %v, want INVALID_RECORD", err)
+	}
+	before := partitionBytes(ctx, t, n)
+
+	// Compaction passes 10,000 records a partition a block, then the
+	// tombstones go a second after they were passed.
+	var got map[string]string
+	var reads int
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got, reads = consumeTable(ctx, t, broker)
+		if reads == keys-deleted || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if reads != keys-deleted || len(got) != keys-deleted {
+		t.Fatalf("a consumer from the beginning read %d records of %d keys, want one record of each of the %d live keys", reads, len(got), keys-deleted)
+	}
+	for k := deleted; k < keys; k++ {
+		key := fmt.Sprintf("key-%04d", k)
+		if want := fmt.Sprintf("%s-v%03d", key, versions-1); got[key] != want {
+			t.Fatalf("%s = %q, want its latest, %s", key, got[key], want)
+		}
+	}
+	after := partitionBytes(ctx, t, n)
+	t.Logf("%d live keys read back as their latest records; the partitions hold %d bytes, %d before compaction", len(got), after, before)
+	if after >= before/10 {
+		t.Errorf("the partitions hold %d bytes after compaction, %d before: want at most a tenth", after, before)
+	}
+	for p := uint32(0); p < partitions; p++ {
+		sameLogs(ctx, t, n, "table", p)
+	}
+}
+
+// consumeTable reads table from the beginning with franz-go until a poll
+// brings nothing for 2 s, and returns each key's last value and how many
+// records it read, failing on an offset that does not increase.
+func consumeTable(ctx context.Context, t *testing.T, broker string) (map[string]string, int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics("table"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got, last, reads := map[string]string{}, map[int32]int64{}, 0
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if fs.NumRecords() == 0 {
+			return got, reads
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if prev, ok := last[r.Partition]; ok && r.Offset <= prev {
+				t.Fatalf("partition %d: offset %d after %d", r.Partition, r.Offset, prev)
+			}
+			last[r.Partition] = r.Offset
+			reads++
+			if r.Value == nil {
+				delete(got, string(r.Key))
+			} else {
+				got[string(r.Key)] = string(r.Value)
+			}
+		})
+	}
+}
+
+// partitionBytes is table's stored bytes over its partitions, by node0.
+func partitionBytes(ctx context.Context, t *testing.T, n *localnet.Net) uint64 {
+	t.Helper()
+	var info byzlogv1.TopicInfo
+	abciQuery(ctx, t, n, 0, wire.PathTopic, &byzlogv1.TopicRequest{Name: "table"}, &info)
+	var sum uint64
+	for _, p := range info.Partitions {
+		sum += p.SizeBytes
+	}
+	return sum
+}
+
+// sameLogs reads topic/p from every validator, record by record past the
+// holes compaction left, and fails unless all four hold the same records.
+func sameLogs(ctx context.Context, t *testing.T, n *localnet.Net, topic string, p uint32) {
+	t.Helper()
+	var first [][]byte
+	for i := range 4 {
+		var recs [][]byte
+		for offset := uint64(0); ; {
+			var resp byzlogv1.RecordsResponse
+			abciQuery(ctx, t, n, i, wire.PathRecords, &byzlogv1.RecordsRequest{Topic: topic, Partition: p, Offset: offset}, &resp)
+			recs = append(recs, resp.Records...)
+			if resp.ReadTo <= offset || resp.ReadTo >= resp.NextOffset {
+				break
+			}
+			offset = resp.ReadTo
+		}
+		if i == 0 {
+			first = recs
+			continue
+		}
+		if len(recs) != len(first) {
+			t.Fatalf("%s/%d: node%d holds %d records, node0 %d", topic, p, i, len(recs), len(first))
+		}
+		for j := range recs {
+			if !bytes.Equal(recs[j], first[j]) {
+				t.Fatalf("%s/%d: node%d's record %d differs from node0's", topic, p, i, j)
+			}
+		}
+	}
+}
+
+// abciQuery runs a query on node i that must succeed, into resp.
+func abciQuery(ctx context.Context, t *testing.T, n *localnet.Net, i int, path string, req, resp proto.Message) {
+	t.Helper()
+	c, err := n.Client(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := c.ABCIQuery(ctx, path, b)
+	if err != nil {
+		t.Fatalf("node%d %s: %v", i, path, err)
+	}
+	if q.Response.Code != 0 {
+		t.Fatalf("node%d %s: code %d %s", i, path, q.Response.Code, q.Response.Log)
+	}
+	if err := proto.Unmarshal(q.Response.Value, resp); err != nil {
+		t.Fatalf("node%d %s: %v", i, path, err)
+	}
+}
