@@ -209,9 +209,16 @@ func (c *compactor) run() error {
 	if err := c.expireTombstones(); err != nil {
 		return err
 	}
-	if clean == ps.CleanOffset && len(c.removed) == 0 {
+	swept := ps.IndexSwept
+	if c.logStart > 0 {
+		if swept, err = c.sweep(ps.IndexSwept); err != nil {
+			return err
+		}
+	}
+	if clean == ps.CleanOffset && len(c.removed) == 0 && bytes.Equal(swept, ps.IndexSwept) {
 		return nil
 	}
+	ps.IndexSwept = swept
 	if err := removeRecords(c.s, c.o, c.t.Name, c.p, c.removed); err != nil {
 		return err
 	}
@@ -411,6 +418,46 @@ func (c *compactor) expireTombstones() error {
 		c.o.del(CFMeta, compactKeyKey(c.t.Name, c.p, x.key))
 	}
 	return nil
+}
+
+// sweep drops from the key index up to MaxCompactionPasses keys, from the
+// one after the last swept on, whose latest record is below the log start
+// (retention or DeleteRecords removed it), so the index holds only keys
+// the partition still has; it returns the last key it looked at, or
+// nothing when it reached the end (the next sweep starts again). Keys
+// this block indexed are left alone.
+func (c *compactor) sweep(after []byte) ([]byte, error) {
+	prefix := compactPartitionPrefix(prefixCompactKey, c.t.Name, c.p)
+	start := prefix
+	if len(after) > 0 {
+		start = cat(prefix, after, []byte{0})
+	}
+	var last []byte
+	n := 0
+	var bad error
+	err := c.s.Scan(CFMeta, start, prefixEnd(prefix), func(k, v []byte) bool {
+		if n == MaxCompactionPasses {
+			return false
+		}
+		n++
+		key := k[len(prefix):]
+		last = bytes.Clone(key)
+		if len(v) != 9 {
+			bad = fmt.Errorf("key index entry of %s/%d is %d bytes, want 9", c.t.Name, c.p, len(v))
+			return false
+		}
+		if _, touched := c.latest[string(key)]; !touched && binary.BigEndian.Uint64(v) < c.logStart {
+			c.o.del(CFMeta, bytes.Clone(k))
+		}
+		return true
+	})
+	if err = firstErr(err, bad); err != nil {
+		return nil, err
+	}
+	if n < MaxCompactionPasses {
+		return nil, nil // the end: start again next time
+	}
+	return last, nil
 }
 
 // removeRecords replaces the records at offsets (of topic/p) by their leaf

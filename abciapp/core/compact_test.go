@@ -236,6 +236,12 @@ func TestCompactionAfterRetention(t *testing.T) {
 	if info := c.partition("t", 0); info.LogStartOffset != 2 || info.NextOffset != 4 {
 		t.Errorf("partition = %v, want log start 2 (retention's), next 4", info)
 	}
+	// b's only record went with retention: the sweep drops it from the
+	// index, which keeps the keys the partition has.
+	keys, err := core.IndexedKeys(c.store, "t", 0)
+	if err != nil || strings.Join(keys, ",") != "a,c" {
+		t.Errorf("indexed keys = %v, %v; want a,c", keys, err)
+	}
 }
 
 // TestCompactionForgetsADeletedTopic: a topic deleted and created again

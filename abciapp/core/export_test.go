@@ -12,3 +12,15 @@ func CountAborted(s Scanner, topic string, p uint32) (int, error) {
 	}
 	return n, nil
 }
+
+// IndexedKeys lists the keys topic/p's compaction index holds, in order,
+// for tests outside the package.
+func IndexedKeys(s Scanner, topic string, p uint32) ([]string, error) {
+	var keys []string
+	prefix := compactPartitionPrefix(prefixCompactKey, topic, p)
+	err := s.Scan(CFMeta, prefix, prefixEnd(prefix), func(k, _ []byte) bool {
+		keys = append(keys, string(k[len(prefix):]))
+		return true
+	})
+	return keys, err
+}

@@ -1159,8 +1159,12 @@ type PartitionState struct {
 	// A compacted topic's (rules version 9 on): compaction has passed every
 	// record below this offset, keeping the latest of each key in the key
 	// index; and how many records it has removed.
-	CleanOffset   uint64 `protobuf:"varint,6,opt,name=clean_offset,json=cleanOffset,proto3" json:"clean_offset,omitempty"`
-	Compacted     uint64 `protobuf:"varint,7,opt,name=compacted,proto3" json:"compacted,omitempty"`
+	CleanOffset uint64 `protobuf:"varint,6,opt,name=clean_offset,json=cleanOffset,proto3" json:"clean_offset,omitempty"`
+	Compacted   uint64 `protobuf:"varint,7,opt,name=compacted,proto3" json:"compacted,omitempty"`
+	// Where the sweep of the key index for keys whose records retention or
+	// DeleteRecords removed got to (the last key it looked at; empty: the
+	// start).
+	IndexSwept    []byte `protobuf:"bytes,8,opt,name=index_swept,json=indexSwept,proto3" json:"index_swept,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1242,6 +1246,13 @@ func (x *PartitionState) GetCompacted() uint64 {
 		return x.Compacted
 	}
 	return 0
+}
+
+func (x *PartitionState) GetIndexSwept() []byte {
+	if x != nil {
+		return x.IndexSwept
+	}
+	return nil
 }
 
 // OpenTxn is an open transaction's first record in a partition.
@@ -4327,7 +4338,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"TopicState\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
 	"\x06config\x18\x02 \x01(\v2\x16.byzlog.v1.TopicConfigR\x06config\x12%\n" +
-	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"\x8f\x02\n" +
+	"\x0ecreated_height\x18\x03 \x01(\x03R\rcreatedHeight\"\xb0\x02\n" +
 	"\x0ePartitionState\x12(\n" +
 	"\x10log_start_offset\x18\x01 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
 	"\vnext_offset\x18\x02 \x01(\x04R\n" +
@@ -4337,7 +4348,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\fdelete_below\x18\x04 \x01(\x04R\vdeleteBelow\x12/\n" +
 	"\topen_txns\x18\x05 \x03(\v2\x12.byzlog.v1.OpenTxnR\bopenTxns\x12!\n" +
 	"\fclean_offset\x18\x06 \x01(\x04R\vcleanOffset\x12\x1c\n" +
-	"\tcompacted\x18\a \x01(\x04R\tcompacted\"M\n" +
+	"\tcompacted\x18\a \x01(\x04R\tcompacted\x12\x1f\n" +
+	"\vindex_swept\x18\b \x01(\fR\n" +
+	"indexSwept\"M\n" +
 	"\aOpenTxn\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x01(\x03R\n" +
 	"producerId\x12!\n" +
