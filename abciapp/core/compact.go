@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -68,8 +69,11 @@ func tombstoneKey(topic string, p uint32, offset uint64) []byte {
 }
 
 // Compacts reports whether a topic's records are compacted under rules.
+// Only the two compacting policies count: a chain before rules version 9
+// stored any number unchecked, and a topic with another keeps to delete.
 func Compacts(c *byzlogv1.TopicConfig, rules uint64) bool {
-	return rules >= CompactRulesVersion && c.GetCleanupPolicy() != byzlogv1.CleanupPolicy_CLEANUP_DELETE
+	p := c.GetCleanupPolicy()
+	return rules >= CompactRulesVersion && (p == byzlogv1.CleanupPolicy_CLEANUP_COMPACT || p == byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE)
 }
 
 // Retains reports whether retention (retention_ms, retention_bytes)
@@ -79,13 +83,24 @@ func Retains(c *byzlogv1.TopicConfig, rules uint64) bool {
 	return rules < CompactRulesVersion || c.GetCleanupPolicy() != byzlogv1.CleanupPolicy_CLEANUP_COMPACT
 }
 
-// deleteRetentionNs is how long a passed tombstone stays, in nanoseconds.
+// deleteRetentionNs is how long a passed tombstone stays, in nanoseconds:
+// the default for a value out of range (stored unchecked before rules
+// version 9).
 func deleteRetentionNs(c *byzlogv1.TopicConfig) int64 {
 	ms := int64(wire.DefaultDeleteRetentionMs)
-	if c.DeleteRetentionMs != nil {
-		ms = *c.DeleteRetentionMs
+	if v := c.DeleteRetentionMs; v != nil && *v >= 0 && *v <= maxRetentionMs {
+		ms = *v
 	}
 	return ms * 1_000_000
+}
+
+// minLagNs is min_compaction_lag_ms in nanoseconds, 0 for a value out of
+// range (stored unchecked before rules version 9).
+func minLagNs(c *byzlogv1.TopicConfig) int64 {
+	if ms := c.MinCompactionLagMs; ms > 0 && ms <= maxRetentionMs {
+		return ms * 1_000_000
+	}
+	return 0
 }
 
 // checkCompactionConfig checks a topic's compaction settings, from
@@ -237,7 +252,7 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 	if from >= end {
 		return ps.CleanOffset, nil
 	}
-	lagCut := c.now - c.t.Config.MinCompactionLagMs*1_000_000
+	lagCut := c.now - minLagNs(c.t.Config)
 	clean, passed, held := from, 0, false
 	var ferr error
 	err := scanRecords(c.s, c.t.Name, c.p, from, func(offset uint64, v []byte) bool {
@@ -462,19 +477,34 @@ func (c *compactor) sweep(after []byte) ([]byte, error) {
 
 // removeRecords replaces the records at offsets (of topic/p) by their leaf
 // hashes in their runs: the bytes go, the block's Merkle tree stays.
-// Offsets already removed stay as they are.
+// Offsets already removed stay as they are. Each run is rewritten once,
+// for all of its offsets: a run is up to MaxRunBytes, and a block removes
+// up to MaxCompactionPasses records a partition, often many of one run.
 func removeRecords(s Scanner, o *overlay, topic string, p uint32, offsets []uint64) error {
-	for _, offset := range offsets {
-		key, value, err := runHolding(s, o, topic, p, offset)
+	sorted := slices.Clone(offsets)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	for len(sorted) > 0 {
+		key, value, err := runHolding(s, o, topic, p, sorted[0])
 		if err != nil {
 			return err
 		}
-		if value == nil || runFirst(key, value) > offset {
-			continue // retention removed it: the run found is a later one
+		if value == nil {
+			return nil // no run at or after it: retention removed them all
 		}
-		out, err := removeFromRun(value, runFirst(key, value), offset)
+		first, last := runFirst(key, value), binary.BigEndian.Uint64(key[len(key)-8:])
+		n := 0
+		for n < len(sorted) && sorted[n] <= last {
+			n++
+		}
+		in := slices.DeleteFunc(slices.Clone(sorted[:n]), func(o uint64) bool { return o < first })
+		sorted = sorted[n:]
+		if len(in) == 0 {
+			continue // retention removed them: the run found is a later one
+		}
+		out, err := removeFromRun(value, first, in)
 		if err != nil {
-			return fmt.Errorf("remove %s/%d offset %d: %w", topic, p, offset, err)
+			return fmt.Errorf("remove from %s/%d offsets %d..%d: %w", topic, p, in[0], in[len(in)-1], err)
 		}
 		o.put(CFRecords, key, out)
 	}

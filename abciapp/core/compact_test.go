@@ -263,3 +263,91 @@ func TestCompactionForgetsADeletedTopic(t *testing.T) {
 		t.Fatalf("the topic created again = %s, want its four records (none removed for the old topic's a at 2)", got)
 	}
 }
+
+// TestCompactionOfManyVersions: 3,000 records over 10 keys, in runs of
+// many records each, compact in one block to the 10 latest.
+func TestCompactionOfManyVersions(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT})
+	p := wire.NewSigner(key("p"), chainID)
+	var txs [][]byte
+	for b := range 3 {
+		var pairs []string
+		for i := range 1000 {
+			pairs = append(pairs, fmt.Sprintf("k%d=%d", i%10, b*1000+i))
+		}
+		txs = append(txs, bundle(t, batch(t, p, "t", 0, uint64(b), kv(pairs...))))
+	}
+	for _, tx := range txs {
+		c.must(tx)
+	}
+	c.block()
+	recs := c.readAll("t", 0)
+	if len(recs) != 10 {
+		t.Fatalf("after a pass: %d records, want the 10 latest", len(recs))
+	}
+	for i, r := range recs {
+		if want := fmt.Sprint(2990 + i); string(r.Value) != want || r.Offset != uint64(2990+i) {
+			t.Errorf("record %d = %s at %d, want %s at %d", i, r.Value, r.Offset, want, 2990+i)
+		}
+	}
+}
+
+// TestDeleteRecordsOverHoles: DeleteRecords up to an offset past holes
+// compaction left moves the log start there and is done.
+func TestDeleteRecordsOverHoles(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT})
+	p := wire.NewSigner(key("p"), chainID)
+	c.must(bundle(t, batch(t, p, "t", 0, 0, kv("a=1", "b=1", "a=2", "b=2", "c=1"))))
+	c.block() // a=1 and b=1 removed: holes at 0 and 1
+	c.must(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.DeleteRecords{Topic: "t", Partitions: []*byzlogv1.DeleteRecordsPartition{{Partition: 0, BeforeOffset: 2}}}))
+	c.block()
+	if info := c.partition("t", 0); info.LogStartOffset != 2 {
+		t.Fatalf("partition = %v, want log start 2 once DeleteRecords is done", info)
+	}
+	if got := keyed(c.readAll("t", 0)); got != "2:a=2,3:b=2,4:c=1" {
+		t.Errorf("records = %s, want a=2, b=2, c=1", got)
+	}
+}
+
+// TestRecordRefusalsLeaveProposalsValid: a batch refused for what its
+// records hold (no key on a compacted topic; a create time past a CreateTime
+// topic's bounds) passes the mempool, which keeps no records, so a proposal
+// may carry it: ProcessProposal (Verify) must take the proposal, and the
+// block refuses the batch alone. Rejecting the proposal instead halted the
+// chain: every proposer proposed the batch again (e2e, round 53 at one
+// height).
+func TestRecordRefusalsLeaveProposalsValid(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("k", &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT})
+	c.createTopic("ts", &byzlogv1.TopicConfig{Partitions: 1, TimestampBeforeMaxMs: 1000})
+	p := wire.NewSigner(key("p"), chainID)
+	for _, tc := range []struct {
+		name string
+		tx   []byte
+		want wire.Code
+	}{
+		{"keyless record to a compacted topic", bundle(t, batch(t, p, "k", 0, 0, []*byzlogv1.Record{{Value: []byte("v")}})), wire.CodeNoKey},
+		{"create time before the bound", bundle(t, batch(t, p, "ts", 0, 0, []*byzlogv1.Record{{Value: []byte("v"), CreateTimeUnixNano: 1}})), wire.CodeBadTimestamp},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := c.check(tc.tx); !r.OK() {
+				t.Fatalf("CheckTx = %s %s, want it admitted (the mempool keeps no records)", r.Code, r.Log)
+			}
+			params, err := core.LoadParams(c.store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := core.Block{Height: c.state.Height + 1, TimeUnixNano: c.time + 1_000_000_000, Txs: [][]byte{tc.tx},
+				Checked: []*core.Checked{core.Precheck(params, tc.tx, true)}}
+			bad, r, err := core.Verify(c.store, b)
+			if err != nil || bad >= 0 {
+				t.Fatalf("Verify = tx %d %s %q, %v; want the proposal taken", bad, r.Code, r.Log, err)
+			}
+			if r := c.block(tc.tx)[0]; r.Code != tc.want {
+				t.Errorf("in the block: %s %q, want %s", r.Code, r.Log, tc.want)
+			}
+		})
+	}
+}

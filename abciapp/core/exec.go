@@ -311,10 +311,13 @@ func (ex *executor) appendBatch(o *overlay, cb *checkedBatch, br *byzlogv1.Batch
 // from the block's time than its CreateTime topic's bounds allow (rules
 // KafkaTopicsRulesVersion on), as Kafka's message.timestamp.before.max.ms
 // and after.max.ms do. Without a block time (CheckTx) it is left to the
-// block.
+// block; so is a proposal's check (countOnly: Verify): the mempool, which
+// keeps no records, admits such a batch, so a proposal may carry it, and
+// the block refuses the batch alone (rejecting the proposal would have
+// every proposer propose it again, and halt the chain).
 func (ex *executor) createTimes(cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*byzlogv1.BatchResult, error) {
 	before, after := cfg.TimestampBeforeMaxMs, cfg.TimestampAfterMaxMs
-	if ex.b.TimeUnixNano == 0 || (before == 0 && after == 0) || cfg.TimestampType != byzlogv1.TimestampType_TIMESTAMP_CREATE_TIME {
+	if ex.countOnly || ex.b.TimeUnixNano == 0 || (before == 0 && after == 0) || cfg.TimestampType != byzlogv1.TimestampType_TIMESTAMP_CREATE_TIME {
 		return nil, nil
 	}
 	rules, err := ex.rulesVersion()
@@ -337,9 +340,10 @@ func (ex *executor) createTimes(cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*b
 // keys refuses a batch with a record without a key to a compacted topic
 // (rules CompactRulesVersion on), as Kafka refuses one: compaction keeps
 // the latest record of each key, and a record without one has none.
-// CheckTx, which keeps no records, leaves it to the block.
+// CheckTx, which keeps no records, leaves it to the block, and so does a
+// proposal's check (countOnly), as createTimes does.
 func (ex *executor) keys(cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*byzlogv1.BatchResult, error) {
-	if cfg.GetCleanupPolicy() == byzlogv1.CleanupPolicy_CLEANUP_DELETE || len(cb.records) == 0 {
+	if ex.countOnly || cfg.GetCleanupPolicy() == byzlogv1.CleanupPolicy_CLEANUP_DELETE || len(cb.records) == 0 {
 		return nil, nil
 	}
 	rules, err := ex.rulesVersion()

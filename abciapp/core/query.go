@@ -245,7 +245,7 @@ func queryRecords(s Scanner, req *byzlogv1.RecordsRequest) ([]byte, Result, erro
 	// in the store, so a read over many of them stays bounded.
 	size, ended := 0, true
 	err := scanStored(s, req.Topic, req.Partition, req.Offset, func(o uint64, v []byte, removed bool) bool {
-		if size+len(v) > maxBytes && (len(resp.Records) > 0 || removed) {
+		if size > 0 && size+len(v) > maxBytes {
 			ended = false
 			return false
 		}

@@ -114,6 +114,7 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 	// partition is still over its byte budget. Timestamps never decrease
 	// along the log, so the walk stops at the first record to keep.
 	newStart, size := ps.LogStartOffset, ps.SizeBytes
+	reach := limit // every record the walk saw below it is deleted
 	var decodeErr error
 	// Offset by offset, however the records are stored (one a key or in
 	// runs): what retention deletes is a rule, the same on every layout.
@@ -127,6 +128,7 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 			return false
 		}
 		if r.TimestampUnixNano >= cutoff && !overBytes && offset >= ps.DeleteBelow {
+			reach = offset
 			return false
 		}
 		newStart = offset + 1
@@ -135,6 +137,12 @@ func retainPartition(s Scanner, o *overlay, t *byzlogv1.TopicState, p uint32, bl
 	})
 	if err = firstErr(err, decodeErr); err != nil {
 		return err
+	}
+	// Holes compaction left below DeleteRecords' offset (the walk only
+	// meets records) are passed too, so DeleteRecords completes; without
+	// holes newStart is already there.
+	if ps.DeleteBelow > newStart {
+		newStart = max(newStart, min(ps.DeleteBelow, reach))
 	}
 	if newStart == ps.LogStartOffset {
 		return nil

@@ -162,14 +162,14 @@ func decodeStored(v []byte, fn func(i int, rec []byte, removed bool) bool) (int,
 }
 
 // removeFromRun returns the stored value v (a run whose first offset is
-// first, or one record) with the record at offset replaced by its place.
-// A place stays as it is.
-func removeFromRun(v []byte, first, offset uint64) ([]byte, error) {
+// first, or one record) with the records at offsets (ascending, each in
+// the run) replaced by their places. A place stays as it is.
+func removeFromRun(v []byte, first uint64, offsets []uint64) ([]byte, error) {
 	var recs [][]byte
-	found := false
+	next := 0
 	if _, err := decodeRun(v, func(i int, rec []byte) bool {
-		if first+uint64(i) == offset {
-			found = true
+		if next < len(offsets) && first+uint64(i) == offsets[next] {
+			next++
 			if !isRemoved(rec) {
 				rec = removedPlace(rec)
 			}
@@ -179,8 +179,8 @@ func removeFromRun(v []byte, first, offset uint64) ([]byte, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if !found {
-		return nil, fmt.Errorf("offset %d is not in the run from %d of %d records", offset, first, len(recs))
+	if next != len(offsets) {
+		return nil, fmt.Errorf("offset %d is not in the run from %d of %d records", offsets[next], first, len(recs))
 	}
 	if len(recs) == 1 {
 		return bytes.Clone(recs[0]), nil

@@ -122,11 +122,14 @@ func (c *conn) fetchPartition(ctx context.Context, r *kmsg.FetchRequest, topic s
 	}
 	out.HighWatermark, out.LastStableOffset, out.LogStartOffset = int64(rr.NextOffset), int64(lso), int64(rr.LogStartOffset)
 	recs, err := decodeStored(rr.Records, uint64(rp.FetchOffset))
+	cut := false // reassembling large records left some out
 	if err == nil {
 		recs, err = c.wholeFirstBatch(ctx, topic, uint32(rp.Partition), recs, rr.NextOffset)
 	}
 	if err == nil {
+		n := len(recs)
 		recs = c.reassemble(ctx, topic, uint32(rp.Partition), recs, room)
+		cut = len(recs) < n
 	}
 	if err != nil {
 		out.ErrorCode = kerr.UnknownServerError.Code
@@ -150,13 +153,19 @@ func (c *conn) fetchPartition(ctx context.Context, r *kmsg.FetchRequest, topic s
 		})
 	}
 	// The holes compaction left before, between and after the records
-	// are served as empty batches, so a consumer moves past them.
+	// are served as empty batches, so a consumer moves past them: up to
+	// where the read went (below the last stable offset for
+	// read_committed), unless the records were cut short.
 	to := uint64(rp.FetchOffset)
 	if len(recs) > 0 {
 		to = recs[len(recs)-1].Offset + 1
 	}
-	if rr.ReadTo > to && (!readCommitted || rr.ReadTo <= lso) {
-		to = rr.ReadTo
+	readTo := rr.ReadTo
+	if readCommitted {
+		readTo = min(readTo, lso)
+	}
+	if !cut && readTo > to {
+		to = readTo
 	}
 	if b := encodeRecords(recs, c.serving(ctx, topic, r.Version), uint64(rp.FetchOffset), to); b != nil {
 		out.RecordBatches = b
@@ -311,7 +320,7 @@ func encodeRecords(recs []*byzlogv1.StoredRecord, s serving, from, to uint64) []
 			if gap < 0 {
 				gap = i
 			}
-			if i+1 == len(recs) || !isChunk(recs[i+1]) {
+			if i+1 == len(recs) || !isChunk(recs[i+1]) || recs[i+1].Offset != sr.Offset+1 {
 				out = batch.EncodeGap(out, int64(recs[gap].Offset), int32(sr.Offset+1-recs[gap].Offset), ms)
 				gap = -1
 			}
