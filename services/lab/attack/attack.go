@@ -132,6 +132,8 @@ var Attacks = []Attack{
 		Run: forbiddenReader, Unauthorized: true},
 	{Name: "foreign-ca", Doc: "calls every gateway's gRPC face with a client certificate of another CA, with none and in plaintext, its HTTP face with the foreign certificate, and NATS in plaintext with the consumer's password",
 		Run: foreignCA, Unauthorized: true},
+	{Name: "refused-records", Doc: "fresh keys send batches the chain refuses for what their records hold, which the mempool (it keeps no records) cannot see: records without a key to a compacted topic, and records stamped in 1970 to a CreateTime topic bounded to a minute; through both gateways' gRPC Produce, over and over (every proposal carrying one was refused until 2026-12-07, which halted the chain)",
+		Run: refusedRecords, Unauthorized: true},
 	{Name: "huge-rpc", Doc: "the RPC proxy in front of node0 (gateway0's first node, the indexer's primary) answers every request with a 200 MiB body, generated as it is sent",
 		Run: hugeRPC},
 }
@@ -357,6 +359,38 @@ func produce(ctx context.Context, gw byzlogv1.GatewayClient, t *Tally, b *byzlog
 	default:
 		t.count(n, fmt.Sprintf("%s: %s", st.Code(), st.Message()), nil)
 	}
+}
+
+func refusedRecords(ctx context.Context, env *Env, t *Tally) error {
+	gws, closeAll, err := gateways(env)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	const workers, max = 16, 20_000
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(env.Seed, uint64(w)))
+			for i := w; ctx.Err() == nil && t.Sent() < max; i += workers {
+				topic, rec := CompactedTopic, record(rng, 100)
+				rec.Key = nil
+				if i%2 == 1 {
+					topic, rec.Key, rec.CreateTimeUnixNano = BoundedTopic, []byte("k"), 1
+				}
+				b, err := freshSigner(rng, env.ChainID).Batch(topic, rng.Uint32N(4), 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{rec})
+				if err != nil {
+					t.count(0, "", err)
+					return
+				}
+				produce(ctx, gws[i%len(gws)], t, b, byzlogv1.Ack_ACK_COMMIT, 30*time.Second)
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
 }
 
 func gapBatches(ctx context.Context, env *Env, t *Tally) error {

@@ -392,8 +392,8 @@ func TestWriteTable(t *testing.T) {
 
 func TestLookup(t *testing.T) {
 	all, err := Lookup([]string{"all"})
-	if err != nil || len(all) != len(Attacks) || len(Attacks) != 12 {
-		t.Fatalf("Lookup(all) = %d attacks, %v; want the 12", len(all), err)
+	if err != nil || len(all) != len(Attacks) || len(Attacks) != 13 {
+		t.Fatalf("Lookup(all) = %d attacks, %v; want the 13", len(all), err)
 	}
 	if _, err := Lookup([]string{"nuke"}); err == nil || !strings.Contains(err.Error(), "crash-input") {
 		t.Fatalf("Lookup(nuke) = %v, want an error listing the attacks", err)

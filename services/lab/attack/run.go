@@ -60,6 +60,14 @@ const (
 // keeps: what forbidden-reader tries to read.
 const SecretTopic = "attack-secret"
 
+// CompactedTopic is compacted (records need a key) and BoundedTopic a
+// CreateTime topic that refuses create times more than a minute from the
+// block's: what refused-records writes to.
+const (
+	CompactedTopic = "attack-compacted"
+	BoundedTopic   = "attack-bounded"
+)
+
 // accessEnv fills what forbidden-reader and foreign-ca need: the secret
 // topic's reader, a key no topic lists, NATS's TLS and the consumer's
 // password, and a client certificate of another CA.
@@ -172,6 +180,14 @@ func createTopics(ctx context.Context, c *chaos.Cluster) (ed25519.PrivateKey, er
 	_, err = adm.CreateTopic(ctx, SecretTopic, &byzlogv1.TopicConfig{Partitions: 1, Readers: [][]byte{reader.Public().(ed25519.PublicKey)}})
 	if err != nil {
 		return nil, fmt.Errorf("create the secret topic %s: %w", SecretTopic, err)
+	}
+	for name, cfg := range map[string]*byzlogv1.TopicConfig{
+		CompactedTopic: {Partitions: 4, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT},
+		BoundedTopic:   {Partitions: 4, TimestampBeforeMaxMs: 60_000, TimestampAfterMaxMs: 60_000},
+	} {
+		if _, err := adm.CreateTopic(ctx, name, cfg); err != nil {
+			return nil, fmt.Errorf("create the topic %s: %w", name, err)
+		}
 	}
 	return reader, nil
 }
