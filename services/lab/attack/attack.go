@@ -362,44 +362,33 @@ func produce(ctx context.Context, gw byzlogv1.GatewayClient, t *Tally, b *byzlog
 }
 
 func refusedRecords(ctx context.Context, env *Env, t *Tally) error {
-	gws, closeAll, err := gateways(env)
-	if err != nil {
-		return err
-	}
-	defer closeAll()
-	const workers, max = 16, 20_000
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(env.Seed, uint64(w)))
-			for i := w; ctx.Err() == nil && t.Sent() < max; i += workers {
-				topic, rec := CompactedTopic, record(rng, 100)
-				rec.Key = nil
-				if i%2 == 1 {
-					topic, rec.Key, rec.CreateTimeUnixNano = BoundedTopic, []byte("k"), 1
-				}
-				b, err := freshSigner(rng, env.ChainID).Batch(topic, rng.Uint32N(4), 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{rec})
-				if err != nil {
-					t.count(0, "", err)
-					return
-				}
-				produce(ctx, gws[i%len(gws)], t, b, byzlogv1.Ack_ACK_COMMIT, 30*time.Second)
-			}
-		}()
-	}
-	wg.Wait()
-	return nil
+	return produceEach(ctx, env, t, 16, func(rng *rand.Rand, i int) (*byzlogv1.SignedBatch, error) {
+		topic, rec := CompactedTopic, record(rng, 100)
+		rec.Key = nil
+		if i%2 == 1 {
+			topic, rec.Key, rec.CreateTimeUnixNano = BoundedTopic, []byte("k"), 1
+		}
+		return freshSigner(rng, env.ChainID).Batch(topic, rng.Uint32N(4), 0, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{rec})
+	})
 }
 
 func gapBatches(ctx context.Context, env *Env, t *Tally) error {
+	return produceEach(ctx, env, t, 64, func(rng *rand.Rand, _ int) (*byzlogv1.SignedBatch, error) {
+		return freshSigner(rng, env.ChainID).Batch(env.Junk, rng.Uint32N(env.JunkPartitions), 5, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{record(rng, 100)})
+	})
+}
+
+// produceEach runs workers that each send the batches batch makes (i
+// counts a worker's sends, from its number up, by workers) through the
+// gateways in turn, waiting for their commit, until ctx ends or 20,000
+// sends are counted.
+func produceEach(ctx context.Context, env *Env, t *Tally, workers int, batch func(rng *rand.Rand, i int) (*byzlogv1.SignedBatch, error)) error {
 	gws, closeAll, err := gateways(env)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	const workers, max = 64, 20_000
+	const max = 20_000
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -407,7 +396,7 @@ func gapBatches(ctx context.Context, env *Env, t *Tally) error {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(env.Seed, uint64(w)))
 			for i := w; ctx.Err() == nil && t.Sent() < max; i += workers {
-				b, err := freshSigner(rng, env.ChainID).Batch(env.Junk, rng.Uint32N(env.JunkPartitions), 5, byzlogv1.Codec_CODEC_NONE, []*byzlogv1.Record{record(rng, 100)})
+				b, err := batch(rng, i)
 				if err != nil {
 					t.count(0, "", err)
 					return
