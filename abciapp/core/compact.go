@@ -83,15 +83,9 @@ func Retains(c *byzlogv1.TopicConfig, rules uint64) bool {
 	return rules < CompactRulesVersion || c.GetCleanupPolicy() != byzlogv1.CleanupPolicy_CLEANUP_COMPACT
 }
 
-// deleteRetentionNs is how long a passed tombstone stays, in nanoseconds:
-// the default for a value out of range (stored unchecked before rules
-// version 9).
+// deleteRetentionNs is how long a passed tombstone stays, in nanoseconds.
 func deleteRetentionNs(c *byzlogv1.TopicConfig) int64 {
-	ms := int64(wire.DefaultDeleteRetentionMs)
-	if v := c.DeleteRetentionMs; v != nil && *v >= 0 && *v <= maxRetentionMs {
-		ms = *v
-	}
-	return ms * 1_000_000
+	return wire.DeleteRetentionMs(c) * 1_000_000
 }
 
 // minLagNs is min_compaction_lag_ms in nanoseconds, 0 for a value out of
@@ -136,17 +130,13 @@ func keyless(records []*byzlogv1.Record) int {
 	return -1
 }
 
-// compact passes every compacted topic's partitions on, at the start of a
-// block (see the top of this file).
-func compact(s Scanner, o *overlay, blockTime int64, rules uint64) error {
-	if rules < CompactRulesVersion {
-		return nil
-	}
-	topics, err := listTopics(s, func(t *byzlogv1.TopicState) bool { return Compacts(t.Config, rules) })
-	if err != nil {
-		return fmt.Errorf("compaction: %w", err)
-	}
+// compact passes the partitions of every compacted topic of topics (the
+// committed ones) on, at the start of a block (see the top of this file).
+func compact(s Scanner, o *overlay, topics []*byzlogv1.TopicState, blockTime int64, rules uint64) error {
 	for _, t := range topics {
+		if !Compacts(t.Config, rules) {
+			continue
+		}
 		for p := uint32(0); p < t.Config.Partitions; p++ {
 			c := compactor{s: s, o: o, t: t, p: p, now: blockTime, latest: map[string]keyEntry{}}
 			if err := c.run(); err != nil {
@@ -157,8 +147,8 @@ func compact(s Scanner, o *overlay, blockTime int64, rules uint64) error {
 	return nil
 }
 
-// listTopics reads every topic keep takes, in name order.
-func listTopics(s Scanner, keep func(*byzlogv1.TopicState) bool) ([]*byzlogv1.TopicState, error) {
+// listTopics reads every committed topic, in name order.
+func listTopics(s Scanner) ([]*byzlogv1.TopicState, error) {
 	var topics []*byzlogv1.TopicState
 	var decodeErr error
 	err := s.Scan(CFMeta, prefixTopic, prefixEnd(prefixTopic), func(_, v []byte) bool {
@@ -166,9 +156,7 @@ func listTopics(s Scanner, keep func(*byzlogv1.TopicState) bool) ([]*byzlogv1.To
 		if decodeErr = proto.Unmarshal(v, &t); decodeErr != nil {
 			return false
 		}
-		if keep(&t) {
-			topics = append(topics, &t)
-		}
+		topics = append(topics, &t)
 		return true
 	})
 	if err = firstErr(err, decodeErr); err != nil {

@@ -194,10 +194,14 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 	}
-	if err := retain(r, ex.block, b.TimeUnixNano, rules); err != nil {
+	topics, err := listTopics(r) // one read of the topics for both
+	if err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 	}
-	if err := compact(r, ex.block, b.TimeUnixNano, rules); err != nil {
+	if err := retain(r, ex.block, topics, b.TimeUnixNano, rules); err != nil {
+		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+	}
+	if err := compact(r, ex.block, topics, b.TimeUnixNano, rules); err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 	}
 	checked, err := b.checked(params, true)

@@ -22,15 +22,12 @@ const MaxRetentionDeletes = 10000
 // committed state only: records appended in this block are never older
 // than the block itself. A topic compacted only (rules CompactRulesVersion
 // on) keeps its records from retention; DeleteRecords still removes them.
-func retain(s Scanner, o *overlay, blockTime int64, rules uint64) error {
-	topics, err := listTopics(s, func(t *byzlogv1.TopicState) bool {
-		return Retains(t.Config, rules) && (t.Config.GetRetentionMs() > 0 || t.Config.GetRetentionBytes() > 0)
-	})
-	if err != nil {
-		return fmt.Errorf("retention: %w", err)
-	}
+func retain(s Scanner, o *overlay, topics []*byzlogv1.TopicState, blockTime int64, rules uint64) error {
 	done := map[string]bool{}
 	for _, t := range topics {
+		if !Retains(t.Config, rules) || (t.Config.GetRetentionMs() <= 0 && t.Config.GetRetentionBytes() <= 0) {
+			continue
+		}
 		done[t.Name] = true
 		for p := uint32(0); p < t.Config.Partitions; p++ {
 			if err := retainPartition(s, o, t, p, blockTime); err != nil {

@@ -473,7 +473,7 @@ func (c *conn) compactionServed(ctx context.Context, cfg *byzlogv1.TopicConfig) 
 		return fmt.Errorf("read the chain's rules version: %w", err)
 	}
 	if v := rules.GetVersion(); v < core.CompactRulesVersion {
-		return fmt.Errorf("cleanup.policy %s: the chain runs rules version %d, and compacts from %d on; an admin schedules the upgrade first", cleanupPolicies[cfg.CleanupPolicy], v, core.CompactRulesVersion)
+		return fmt.Errorf("cleanup.policy %s: the chain runs rules version %d, and compacts from %d on; an admin schedules the upgrade first", wire.CleanupPolicyName(cfg.CleanupPolicy), v, core.CompactRulesVersion)
 	}
 	return nil
 }

@@ -42,44 +42,15 @@ const noBound = math.MaxInt64
 // nanoseconds in an int64); a bound from it on is no bound.
 const maxChainMs = math.MaxInt64 / 1_000_000
 
-// cleanupPolicies are cleanup.policy's values as Kafka writes them.
-var cleanupPolicies = map[byzlogv1.CleanupPolicy]string{
-	byzlogv1.CleanupPolicy_CLEANUP_DELETE:         "delete",
-	byzlogv1.CleanupPolicy_CLEANUP_COMPACT:        "compact",
-	byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE: "compact,delete",
-}
-
-// parseCleanupPolicy reads cleanup.policy's list: delete, compact or both.
-func parseCleanupPolicy(v string) (byzlogv1.CleanupPolicy, error) {
-	var del, cmp bool
-	for p := range strings.SplitSeq(v, ",") {
-		switch strings.TrimSpace(p) {
-		case "delete":
-			del = true
-		case "compact":
-			cmp = true
-		default:
-			return 0, fmt.Errorf("cleanup.policy %q: want delete, compact or compact,delete", v)
-		}
-	}
-	switch {
-	case del && cmp:
-		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE, nil
-	case cmp:
-		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT, nil
-	}
-	return byzlogv1.CleanupPolicy_CLEANUP_DELETE, nil
-}
-
 var topicSettings = []topicSetting{
 	{
 		name: "cleanup.policy", typ: kmsg.ConfigTypeList,
 		doc: "delete: records go when retention.ms or retention.bytes says; compact: the chain keeps the latest record of each key (records need a key), and retention is off; compact,delete: both",
 		get: func(c *byzlogv1.TopicConfig, _ *byzlogv1.Limits) (string, bool) {
-			return cleanupPolicies[c.CleanupPolicy], c.CleanupPolicy == byzlogv1.CleanupPolicy_CLEANUP_DELETE
+			return wire.CleanupPolicyName(c.CleanupPolicy), c.CleanupPolicy == byzlogv1.CleanupPolicy_CLEANUP_DELETE
 		},
 		set: func(c *byzlogv1.TopicConfig, v string, _ *byzlogv1.Limits) error {
-			p, err := parseCleanupPolicy(v)
+			p, err := wire.ParseCleanupPolicy(v)
 			c.CleanupPolicy = p
 			return err
 		},
@@ -89,10 +60,7 @@ var topicSettings = []topicSetting{
 		name: "delete.retention.ms", typ: kmsg.ConfigTypeLong,
 		doc: "on a compacted topic, how long a tombstone (a record with a key and no value) stays once compaction passed it",
 		get: func(c *byzlogv1.TopicConfig, _ *byzlogv1.Limits) (string, bool) {
-			if c.DeleteRetentionMs == nil {
-				return strconv.FormatInt(wire.DefaultDeleteRetentionMs, 10), true
-			}
-			return strconv.FormatInt(*c.DeleteRetentionMs, 10), false
+			return strconv.FormatInt(wire.DeleteRetentionMs(c), 10), c.DeleteRetentionMs == nil
 		},
 		set: func(c *byzlogv1.TopicConfig, v string, _ *byzlogv1.Limits) error {
 			n, err := parseLong(v, 0, noBound)
@@ -382,7 +350,7 @@ func alterCleanupPolicy(c *byzlogv1.TopicConfig, name string, value *string, add
 		return fmt.Errorf("append or subtract of %s: only cleanup.policy is a list", name)
 	}
 	have := map[string]bool{}
-	for p := range strings.SplitSeq(cleanupPolicies[c.CleanupPolicy], ",") {
+	for p := range strings.SplitSeq(wire.CleanupPolicyName(c.CleanupPolicy), ",") {
 		have[p] = true
 	}
 	for p := range strings.SplitSeq(*value, ",") {
@@ -401,7 +369,7 @@ func alterCleanupPolicy(c *byzlogv1.TopicConfig, name string, value *string, add
 	if len(list) == 0 {
 		return errors.New("cleanup.policy would be empty: keep delete or compact")
 	}
-	p, err := parseCleanupPolicy(strings.Join(list, ","))
+	p, err := wire.ParseCleanupPolicy(strings.Join(list, ","))
 	c.CleanupPolicy = p
 	return err
 }

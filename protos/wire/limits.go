@@ -95,7 +95,3 @@ func DefaultLimits() *byzlogv1.Limits {
 // upgrade may take effect at the soonest: time for every validator to see
 // it and to replace its byzlog-app.
 const MinUpgradeLead = 20
-
-// DefaultDeleteRetentionMs is a compacted topic's delete_retention_ms when
-// unset: Kafka's delete.retention.ms default, a day.
-const DefaultDeleteRetentionMs = 86_400_000

@@ -121,8 +121,8 @@ func (o *topicCreateOptions) run(cmd *cobra.Command, tf *topicFlags, name string
 	if cfg.AllowedProducers, err = publicKeys("allowed-producer", o.allowed); err != nil {
 		return err
 	}
-	if cfg.CleanupPolicy, err = cleanupPolicy(o.cleanupPolicy); err != nil {
-		return err
+	if cfg.CleanupPolicy, err = wire.ParseCleanupPolicy(o.cleanupPolicy); err != nil {
+		return fmt.Errorf("--cleanup-policy: %w", err)
 	}
 	if cmd.Flags().Changed("delete-retention") {
 		ms := o.deleteRetention.Milliseconds()
@@ -159,31 +159,11 @@ func (o *topicCreateOptions) run(cmd *cobra.Command, tf *topicFlags, name string
 func compactionText(c *byzlogv1.TopicConfig) string {
 	switch c.GetCleanupPolicy() {
 	case byzlogv1.CleanupPolicy_CLEANUP_COMPACT:
-		return fmt.Sprintf(", compacted (tombstones kept %d ms, min lag %d ms; retention off)", deleteRetentionMs(c), c.GetMinCompactionLagMs())
+		return fmt.Sprintf(", compacted (tombstones kept %d ms, min lag %d ms; retention off)", wire.DeleteRetentionMs(c), c.GetMinCompactionLagMs())
 	case byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE:
-		return fmt.Sprintf(", compacted (tombstones kept %d ms, min lag %d ms) and retained", deleteRetentionMs(c), c.GetMinCompactionLagMs())
+		return fmt.Sprintf(", compacted (tombstones kept %d ms, min lag %d ms) and retained", wire.DeleteRetentionMs(c), c.GetMinCompactionLagMs())
 	}
 	return ""
-}
-
-func deleteRetentionMs(c *byzlogv1.TopicConfig) int64 {
-	if c.DeleteRetentionMs != nil {
-		return *c.DeleteRetentionMs
-	}
-	return wire.DefaultDeleteRetentionMs
-}
-
-// cleanupPolicy reads --cleanup-policy.
-func cleanupPolicy(v string) (byzlogv1.CleanupPolicy, error) {
-	switch v {
-	case "delete":
-		return byzlogv1.CleanupPolicy_CLEANUP_DELETE, nil
-	case "compact":
-		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT, nil
-	case "compact,delete", "delete,compact":
-		return byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE, nil
-	}
-	return 0, fmt.Errorf("--cleanup-policy %q: want delete, compact or compact,delete", v)
 }
 
 // dialGateway connects to the topic commands' gateway.
