@@ -10,12 +10,13 @@ usage() {
 init-cluster.sh generates what a byzlog cluster needs before its first start:
 each validator's CometBFT home (node key, validator key, config.toml), one
 genesis shared by all, with the admin's public key in app_state.admins and
-app_state.rules_version 9 (the newest: blocks reference large bundles, which
+app_state.rules_version 10 (the newest: blocks reference large bundles, which
 each byzlog-app fetches from the other nodes' RPC when it lacks one, the
 apps store a batch's records in runs, many a key, keep empty keys and
 values apart from null ones, keep a Kafka batch's codec and a topic's
 timestamp settings, create many topics in one transaction, keep Kafka
-transactions, and compact topics whose cleanup policy says so), and the
+transactions, compact topics whose cleanup policy says so, and keep the key
+tree that proves single state entries), and the
 admin key itself unless you bring your own public key; a local CA and, from it,
 every TLS certificate (each node's RPC, the gateways', NATS's, a client's); and
 NATS's configuration, accounts and users' passwords. It runs `cometbft
@@ -316,7 +317,7 @@ EOF
 jq --arg chain "$chain_id" --arg max "$block_max_bytes" --arg admin "$admin_pub" '
   .chain_id = $chain
   | .consensus_params.block.max_bytes = $max
-  | .app_state = {admins: [$admin], rules_version: 9}
+  | .app_state = {admins: [$admin], rules_version: 10}
 ' "$tmp/net/node0/config/genesis.json" >"$tmp/genesis.json"
 
 for ((i = 0; i < validators; i++)); do

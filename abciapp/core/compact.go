@@ -52,7 +52,7 @@ const CompactRulesVersion uint64 = 9
 const MaxCompactionPasses = 10000
 
 var (
-	prefixCompactKey = []byte("ck/") // topic, 0, partition, key: be64 offset, 1 byte tombstone
+	prefixCompactKey = []byte("ck/") // topic, 0, partition, key: be64 offset, 1 byte tombstone[, leaf hash from rules 10]
 	prefixTombstone  = []byte("ct/") // topic, 0, partition, be64 offset: be64 passed-at (unix ns), key
 )
 
@@ -138,7 +138,7 @@ func compact(s Scanner, o *overlay, topics []*byzlogv1.TopicState, blockTime int
 			continue
 		}
 		for p := uint32(0); p < t.Config.Partitions; p++ {
-			c := compactor{s: s, o: o, t: t, p: p, now: blockTime, latest: map[string]keyEntry{}}
+			c := compactor{s: s, o: o, t: t, p: p, now: blockTime, rules: rules, latest: map[string]keyEntry{}}
 			if err := c.run(); err != nil {
 				return fmt.Errorf("compaction of %s/%d: %w", t.Name, p, err)
 			}
@@ -165,20 +165,49 @@ func listTopics(s Scanner) ([]*byzlogv1.TopicState, error) {
 	return topics, nil
 }
 
-// keyEntry is a key's latest record in the index: its offset, and whether
-// it is a tombstone. found is false for a key the index does not hold.
+// keyEntry is a key's latest record in the index: its offset, whether it
+// is a tombstone, and (from rules version 10, for proofs of the latest
+// value: the key tree commits to the entry) the record's leaf hash. found
+// is false for a key the index does not hold.
 type keyEntry struct {
 	offset    uint64
 	tombstone bool
+	leaf      []byte
 	found     bool
 }
 
 func (e keyEntry) value() []byte {
 	v := be64(e.offset)
 	if e.tombstone {
-		return append(v, 1)
+		v = append(v, 1)
+	} else {
+		v = append(v, 0)
 	}
-	return append(v, 0)
+	return append(v, e.leaf...)
+}
+
+// decodeKeyEntry reads a stored index entry: 9 bytes, or 41 with the
+// record's leaf hash.
+func decodeKeyEntry(v []byte) (keyEntry, error) {
+	if len(v) != 9 && len(v) != 9+sha256.Size {
+		return keyEntry{}, fmt.Errorf("key index entry is %d bytes, want 9 or %d", len(v), 9+sha256.Size)
+	}
+	e := keyEntry{offset: binary.BigEndian.Uint64(v), tombstone: v[8] == 1, found: true}
+	if len(v) > 9 {
+		e.leaf = bytes.Clone(v[9:])
+	}
+	return e, nil
+}
+
+// DecodeIndexEntry reads a key index entry a LatestProof proves: the
+// offset of the key's latest record, whether it is a tombstone, and the
+// record's leaf hash.
+func DecodeIndexEntry(v []byte) (offset uint64, tombstone bool, leaf []byte, err error) {
+	e, err := decodeKeyEntry(v)
+	if err == nil && e.leaf == nil {
+		err = fmt.Errorf("key index entry of %d bytes holds no leaf hash", len(v))
+	}
+	return e.offset, e.tombstone, e.leaf, err
 }
 
 // compactor passes one partition on in one block.
@@ -186,8 +215,9 @@ type compactor struct {
 	s   Scanner
 	o   *overlay
 	t   *byzlogv1.TopicState
-	p   uint32
-	now int64
+	p     uint32
+	now   int64
+	rules uint64
 	// latest caches the index entries this block read or wrote (looked
 	// up by key, never ranged over).
 	latest   map[string]keyEntry
@@ -259,7 +289,7 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 			held = true // block times only grow along the log
 			return false
 		}
-		if ferr = c.passRecord(&r, offset, len(v)); ferr != nil {
+		if ferr = c.passRecord(&r, offset, v); ferr != nil {
 			return false
 		}
 		clean, passed = offset+1, passed+1
@@ -275,7 +305,8 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 }
 
 // passRecord passes one record (see the top of this file).
-func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, size int) error {
+func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, stored []byte) error {
+	size := len(stored)
 	if r.KafkaControl != nil {
 		return nil
 	}
@@ -305,6 +336,9 @@ func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, size int
 		c.remove(prev.offset, size)
 	}
 	e := keyEntry{offset: offset, tombstone: r.Value == nil, found: true}
+	if c.rules >= KeyTreeRulesVersion {
+		e.leaf = leafHash(stored)
+	}
 	c.latest[string(r.Key)] = e
 	c.o.put(CFMeta, compactKeyKey(c.t.Name, c.p, r.Key), e.value())
 	if e.tombstone {
@@ -332,10 +366,10 @@ func (c *compactor) entry(key []byte) (keyEntry, error) {
 	if err != nil || v == nil {
 		return keyEntry{}, err
 	}
-	if len(v) != 9 {
-		return keyEntry{}, fmt.Errorf("key index entry of %s/%d is %d bytes, want 9", c.t.Name, c.p, len(v))
+	e, err := decodeKeyEntry(v)
+	if err != nil {
+		return keyEntry{}, fmt.Errorf("%s/%d: %w", c.t.Name, c.p, err)
 	}
-	e := keyEntry{offset: binary.BigEndian.Uint64(v), tombstone: v[8] == 1, found: true}
 	c.latest[string(key)] = e
 	return e, nil
 }
@@ -343,20 +377,30 @@ func (c *compactor) entry(key []byte) (keyEntry, error) {
 // storedSize is the stored bytes of the record at offset (0 when it is
 // already a hole).
 func (c *compactor) storedSize(offset uint64) (int, error) {
-	size := 0
-	key, value, err := runHolding(c.s, c.o, c.t.Name, c.p, offset)
+	rec, err := storedRecordAt(c.s, c.o, c.t.Name, c.p, offset)
+	return len(rec), err
+}
+
+// storedRecordAt is the stored record at offset of topic/p as o has it,
+// or nil when it is a hole or gone.
+func storedRecordAt(s Scanner, o *overlay, topic string, p uint32, offset uint64) ([]byte, error) {
+	key, value, err := runHolding(s, o, topic, p, offset)
 	if err != nil || value == nil || runFirst(key, value) > offset {
-		return 0, err
+		return nil, err
 	}
 	first := runFirst(key, value)
+	var out []byte
 	_, err = decodeStored(value, func(i int, rec []byte, removed bool) bool {
 		if first+uint64(i) == offset && !removed {
-			size = len(rec)
+			out = bytes.Clone(rec)
 		}
 		return first+uint64(i) < offset
 	})
-	return size, err
+	return out, err
 }
+
+// be32At reads a big-endian uint32 from the start of b (4 bytes or more).
+func be32At(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
 
 // aborted reports whether producer pid's transactional record at offset
 // belongs to a transaction that aborted (its range in the aborted index).
@@ -445,8 +489,8 @@ func (c *compactor) sweep(after []byte) ([]byte, error) {
 		n++
 		key := k[len(prefix):]
 		last = bytes.Clone(key)
-		if len(v) != 9 {
-			bad = fmt.Errorf("key index entry of %s/%d is %d bytes, want 9", c.t.Name, c.p, len(v))
+		if _, bad = decodeKeyEntry(v); bad != nil {
+			bad = fmt.Errorf("%s/%d: %w", c.t.Name, c.p, bad)
 			return false
 		}
 		if _, touched := c.latest[string(key)]; !touched && binary.BigEndian.Uint64(v) < c.logStart {

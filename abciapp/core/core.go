@@ -227,6 +227,11 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 	}
+	if rules >= KeyTreeRulesVersion {
+		if err := updateKeyTree(r, ex.block); err != nil {
+			return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+		}
+	}
 	changes := ex.block.changeSet()
 	digest := digestOf(prev.AppHash, b.Height, ex.appended, changes)
 	// The digest is stored with the block's writes: inserted at its place in
@@ -238,7 +243,13 @@ func Execute(r Scanner, prev State, b Block) (Outcome, error) {
 			return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
 		}
 	}
-	changes.Changes = insertChange(changes.Changes, Change{CF: CFMeta, Key: digestKey(b.Height), Value: marshal(digest.proto())})
+	stored := digest.proto()
+	if rules >= KeyTreeRulesVersion {
+		if stored.KeyRoot, stored.KeyRootProof, err = keyRootProof(changes); err != nil {
+			return Outcome{}, fmt.Errorf("execute block %d: %w", b.Height, err)
+		}
+	}
+	changes.Changes = insertChange(changes.Changes, Change{CF: CFMeta, Key: digestKey(b.Height), Value: marshal(stored)})
 	return Outcome{
 		State:   State{Height: b.Height, AppHash: digest.AppHash()},
 		Results: results,

@@ -592,6 +592,9 @@ func (ex *executor) applyAdmin(o *overlay, body *byzlogv1.AdminBody) (Result, er
 			if rules >= CompactRulesVersion {
 				prefixes = append(prefixes, prefixCompactKey, prefixTombstone)
 			}
+			if rules >= KeyTreeRulesVersion {
+				prefixes = append(prefixes, prefixTopicTree) // the key tree drops its leaf (updateKeyTree)
+			}
 			for _, pre := range prefixes {
 				prefix := cat(pre, []byte(op.DeleteTopic.Name), []byte{0})
 				o.deleteRange(CFMeta, prefix, prefixEnd(prefix))

@@ -115,7 +115,21 @@ func (c *testChain) step(txs ...[]byte) core.Outcome {
 	}
 	c.store.apply(out.Changes)
 	c.state = out.State
+	c.checkKeyTree()
 	return out
+}
+
+// checkKeyTree fails unless the key tree the chain keeps is the one built
+// afresh from its state (under rules version 10 on, once it has one).
+func (c *testChain) checkKeyTree() {
+	c.t.Helper()
+	fresh, stored, err := core.KeyTreeFromScratch(c.store)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if stored != nil && !bytes.Equal(fresh, stored) {
+		c.t.Fatalf("block %d: the key tree's root is %X, one built afresh from the state %X", c.state.Height, stored, fresh)
+	}
 }
 
 // must executes a block of one tx that must succeed.

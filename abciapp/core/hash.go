@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"sort"
@@ -85,14 +86,20 @@ func digestOf(prev []byte, height int64, appended map[string]*appendedRun, chang
 	return d
 }
 
-// metaItems encodes every change but record puts (which records_root covers).
+// metaItems encodes every change but record puts (which records_root
+// covers) and the key tree's nodes (derived from the entries its root,
+// an item, commits to; rules version 10 on, before which no key had their
+// prefix).
 func metaItems(cs ChangeSet) [][]byte {
 	var items [][]byte
 	for _, r := range cs.RangeDeletes {
+		if r.CF == CFMeta && bytes.HasPrefix(r.Start, prefixTree) {
+			continue
+		}
 		items = append(items, cat([]byte{'r', byte(r.CF)}, be32(uint32(len(r.Start))), r.Start, r.End))
 	}
 	for _, c := range cs.Changes {
-		if c.CF == CFRecords && !c.Delete {
+		if (c.CF == CFRecords && !c.Delete) || (c.CF == CFMeta && bytes.HasPrefix(c.Key, prefixTree)) {
 			continue
 		}
 		items = append(items, metaItem(c))

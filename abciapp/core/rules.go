@@ -37,7 +37,9 @@ import (
 // version 9 compacted topics (compact.go): a topic's cleanup_policy and
 // compaction settings are checked when set, a compacted topic refuses
 // records without a key (no_key), and compaction runs at every block's
-// start. A new chain may start at any version this build knows
+// start. Version 10 keeps the key tree (keytree.go): every block commits
+// to a tree of topics', partitions', compacted keys' and producers' state
+// entries, so one entry proves against an app hash. A new chain may start at any version this build knows
 // (genesis rules_version).
 //
 // The version is the app's, not CometBFT's: Info's app_version, which
@@ -45,7 +47,7 @@ import (
 // CometBFT state to switch at one height too).
 
 // MaxRulesVersion is the newest rules version this build executes.
-const MaxRulesVersion uint64 = 9
+const MaxRulesVersion uint64 = 10
 
 // CreateTopicsRulesVersion is the first rules version that takes a
 // CreateTopics admin request (many topics, all or none, in one

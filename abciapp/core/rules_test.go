@@ -503,7 +503,7 @@ func TestGenesis(t *testing.T) {
 		{`{"rules_version": 6}`, ""},
 		{`{"rules_version": 7}`, ""},
 		{`{"rules_version": 8}`, ""},
-		{`{"rules_version": 10}`, "knows versions 1 to 9"},
+		{`{"rules_version": 11}`, "knows versions 1 to 10"},
 	}
 	for _, tt := range tests {
 		_, _, err := core.ParseGenesis(chainID, []byte(tt.appState))

@@ -199,14 +199,23 @@ func stateRootItem(root *byzlogv1.StateRoot) []byte {
 // stateRootProof is the Merkle path of root's item among the block's meta
 // items.
 func stateRootProof(changes ChangeSet, root *byzlogv1.StateRoot) (*byzlogv1.MerkleProof, error) {
+	p := metaItemProof(changes, stateRootItem(root))
+	if p == nil {
+		return nil, fmt.Errorf("the state root of height %d is not among the block's changes", root.Height)
+	}
+	return p, nil
+}
+
+// metaItemProof is the Merkle path of item among the block's meta items,
+// or nil when it is not one of them.
+func metaItemProof(changes ChangeSet, item []byte) *byzlogv1.MerkleProof {
 	items := metaItems(changes)
-	want := stateRootItem(root)
 	for i, it := range items {
-		if bytes.Equal(it, want) {
-			return &byzlogv1.MerkleProof{Total: int64(len(items)), Index: int64(i), Aunts: aunts(leafHashes(items), i)}, nil
+		if bytes.Equal(it, item) {
+			return &byzlogv1.MerkleProof{Total: int64(len(items)), Index: int64(i), Aunts: aunts(leafHashes(items), i)}
 		}
 	}
-	return nil, fmt.Errorf("the state root of height %d is not among the block's changes", root.Height)
+	return nil
 }
 
 // VerifySnapshotMeta checks a snapshot's metadata against the app hash of

@@ -40,10 +40,16 @@ const (
 	// PathTxns answers Kafka transactional ids and their state
 	// (byzlogv1.TxnsRequest, byzlogv1.TxnList; rules version 8 on).
 	PathTxns = "/txns"
+	// PathLatest answers the latest record of a key in a compacted
+	// partition with proofs (byzlogv1.LatestRequest, byzlogv1.LatestProof),
+	// and PathProducerProof a producer's sequence state with its proof
+	// (byzlogv1.ProducerRequest, byzlogv1.StateProof); rules version 10 on.
+	PathLatest        = "/latest"
+	PathProducerProof = "/producer-proof"
 )
 
 // QueryPaths lists the paths a validator answers, for error messages.
-var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathGroups, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx, PathBundles, PathTxns}
+var QueryPaths = []string{PathState, PathTopics, PathTopic, PathRecords, PathGroup, PathGroups, PathProducer, PathNonce, PathProof, PathDigest, PathAdmins, PathValidators, PathIndexers, PathPruning, PathRules, PathTx, PathBundles, PathTxns, PathLatest, PathProducerProof}
 
 // Bundles query bounds: the hashes one request names, and the bytes of
 // bundles one answer carries (the rest come back empty, to ask again).

@@ -3263,12 +3263,18 @@ func (x *ResultProof) GetTxAunts() [][]byte {
 // BlockDigest is what one block's app hash commits to (see core.Digest),
 // stored per height so records can be proven later.
 type BlockDigest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Height        int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
-	PrevAppHash   []byte                 `protobuf:"bytes,2,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
-	RecordsRoot   []byte                 `protobuf:"bytes,3,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
-	MetaRoot      []byte                 `protobuf:"bytes,4,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
-	Partitions    []*PartitionRoot       `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Height      int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	PrevAppHash []byte                 `protobuf:"bytes,2,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
+	RecordsRoot []byte                 `protobuf:"bytes,3,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
+	MetaRoot    []byte                 `protobuf:"bytes,4,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
+	Partitions  []*PartitionRoot       `protobuf:"bytes,5,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// From rules version 10: the key tree's root after the block, which the
+	// block writes under "keytree" (so its meta root holds it), and the
+	// Merkle path of that item among the block's meta items. Kept with the
+	// digest for proofs of state entries (LatestProof); not hashed itself.
+	KeyRoot       []byte       `protobuf:"bytes,6,opt,name=key_root,json=keyRoot,proto3" json:"key_root,omitempty"`
+	KeyRootProof  *MerkleProof `protobuf:"bytes,7,opt,name=key_root_proof,json=keyRootProof,proto3" json:"key_root_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3334,6 +3340,20 @@ func (x *BlockDigest) GetMetaRoot() []byte {
 func (x *BlockDigest) GetPartitions() []*PartitionRoot {
 	if x != nil {
 		return x.Partitions
+	}
+	return nil
+}
+
+func (x *BlockDigest) GetKeyRoot() []byte {
+	if x != nil {
+		return x.KeyRoot
+	}
+	return nil
+}
+
+func (x *BlockDigest) GetKeyRootProof() *MerkleProof {
+	if x != nil {
+		return x.KeyRootProof
 	}
 	return nil
 }
@@ -3789,6 +3809,384 @@ func (x *RecordProof) GetMetaRoot() []byte {
 	return nil
 }
 
+// KeyTreeProof is a proof of one key in a key tree (protos/chain/keytree):
+// the sibling hashes from the root down and the leaf found below them
+// (none: an empty subtree).
+type KeyTreeProof struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Siblings      [][]byte               `protobuf:"bytes,1,rep,name=siblings,proto3" json:"siblings,omitempty"`
+	LeafPath      []byte                 `protobuf:"bytes,2,opt,name=leaf_path,json=leafPath,proto3" json:"leaf_path,omitempty"`
+	LeafValueHash []byte                 `protobuf:"bytes,3,opt,name=leaf_value_hash,json=leafValueHash,proto3" json:"leaf_value_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyTreeProof) Reset() {
+	*x = KeyTreeProof{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyTreeProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyTreeProof) ProtoMessage() {}
+
+func (x *KeyTreeProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyTreeProof.ProtoReflect.Descriptor instead.
+func (*KeyTreeProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *KeyTreeProof) GetSiblings() [][]byte {
+	if x != nil {
+		return x.Siblings
+	}
+	return nil
+}
+
+func (x *KeyTreeProof) GetLeafPath() []byte {
+	if x != nil {
+		return x.LeafPath
+	}
+	return nil
+}
+
+func (x *KeyTreeProof) GetLeafValueHash() []byte {
+	if x != nil {
+		return x.LeafValueHash
+	}
+	return nil
+}
+
+// StateEntryProof proves one state entry (rules version 10 on): its
+// column family and key as the store holds them, its value (absent when
+// the state holds no such key), and the entry within its key tree.
+type StateEntryProof struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cf            uint32                 `protobuf:"varint,1,opt,name=cf,proto3" json:"cf,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3,oneof" json:"value,omitempty"`
+	Proof         *KeyTreeProof          `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateEntryProof) Reset() {
+	*x = StateEntryProof{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateEntryProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateEntryProof) ProtoMessage() {}
+
+func (x *StateEntryProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateEntryProof.ProtoReflect.Descriptor instead.
+func (*StateEntryProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *StateEntryProof) GetCf() uint32 {
+	if x != nil {
+		return x.Cf
+	}
+	return 0
+}
+
+func (x *StateEntryProof) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *StateEntryProof) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *StateEntryProof) GetProof() *KeyTreeProof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+// StateProof proves state entries against app_hash(height), which the
+// header of block height+1 carries. The key tree's root is an item of the
+// block's meta root; a topic's entries (its config, partitions and key
+// index) are in the topic's own tree, whose root is the value hash of the
+// topic's leaf "t/"+topic in the key tree; producers' entries are in the
+// key tree itself.
+type StateProof struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Height       int64                  `protobuf:"varint,1,opt,name=height,proto3" json:"height,omitempty"`
+	PrevAppHash  []byte                 `protobuf:"bytes,2,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
+	RecordsRoot  []byte                 `protobuf:"bytes,3,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
+	MetaRoot     []byte                 `protobuf:"bytes,4,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
+	KeyRoot      []byte                 `protobuf:"bytes,5,opt,name=key_root,json=keyRoot,proto3" json:"key_root,omitempty"`
+	KeyRootProof *MerkleProof           `protobuf:"bytes,6,opt,name=key_root_proof,json=keyRootProof,proto3" json:"key_root_proof,omitempty"`
+	// The topic's tree: its name, root (empty for a topic that does not
+	// exist) and leaf in the key tree.
+	Topic         string             `protobuf:"bytes,7,opt,name=topic,proto3" json:"topic,omitempty"`
+	TopicRoot     []byte             `protobuf:"bytes,8,opt,name=topic_root,json=topicRoot,proto3" json:"topic_root,omitempty"`
+	TopicProof    *KeyTreeProof      `protobuf:"bytes,9,opt,name=topic_proof,json=topicProof,proto3" json:"topic_proof,omitempty"`
+	Entries       []*StateEntryProof `protobuf:"bytes,10,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateProof) Reset() {
+	*x = StateProof{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateProof) ProtoMessage() {}
+
+func (x *StateProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateProof.ProtoReflect.Descriptor instead.
+func (*StateProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *StateProof) GetHeight() int64 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *StateProof) GetPrevAppHash() []byte {
+	if x != nil {
+		return x.PrevAppHash
+	}
+	return nil
+}
+
+func (x *StateProof) GetRecordsRoot() []byte {
+	if x != nil {
+		return x.RecordsRoot
+	}
+	return nil
+}
+
+func (x *StateProof) GetMetaRoot() []byte {
+	if x != nil {
+		return x.MetaRoot
+	}
+	return nil
+}
+
+func (x *StateProof) GetKeyRoot() []byte {
+	if x != nil {
+		return x.KeyRoot
+	}
+	return nil
+}
+
+func (x *StateProof) GetKeyRootProof() *MerkleProof {
+	if x != nil {
+		return x.KeyRootProof
+	}
+	return nil
+}
+
+func (x *StateProof) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *StateProof) GetTopicRoot() []byte {
+	if x != nil {
+		return x.TopicRoot
+	}
+	return nil
+}
+
+func (x *StateProof) GetTopicProof() *KeyTreeProof {
+	if x != nil {
+		return x.TopicProof
+	}
+	return nil
+}
+
+func (x *StateProof) GetEntries() []*StateEntryProof {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// "/latest": LatestRequest; LatestProof (rules version 10 on): the latest
+// record of a key in a compacted topic's partition, as far as compaction
+// has passed, with proofs.
+type LatestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     uint32                 `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Key           []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatestRequest) Reset() {
+	*x = LatestRequest{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatestRequest) ProtoMessage() {}
+
+func (x *LatestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatestRequest.ProtoReflect.Descriptor instead.
+func (*LatestRequest) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *LatestRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *LatestRequest) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *LatestRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+// LatestProof answers a LatestRequest: entries are the topic's state, the
+// partition's state and the key's entry in the key index (absent: no
+// record of the key below the clean offset, or it was deleted), and record
+// is the stored record the entry names (its leaf hash is in the entry)
+// unless retention removed it.
+type LatestProof struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         *StateProof            `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	Record        []byte                 `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LatestProof) Reset() {
+	*x = LatestProof{}
+	mi := &file_byzlog_v1_state_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LatestProof) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LatestProof) ProtoMessage() {}
+
+func (x *LatestProof) ProtoReflect() protoreflect.Message {
+	mi := &file_byzlog_v1_state_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LatestProof.ProtoReflect.Descriptor instead.
+func (*LatestProof) Descriptor() ([]byte, []int) {
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *LatestProof) GetState() *StateProof {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *LatestProof) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 // StateRoot commits to the whole state after block height: the Merkle root
 // of its chunks' hashes (core.StateChunks cuts the state, every column
 // family in key order, into chunks). Stored under "stateroot/" by block
@@ -3804,7 +4202,7 @@ type StateRoot struct {
 
 func (x *StateRoot) Reset() {
 	*x = StateRoot{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[52]
+	mi := &file_byzlog_v1_state_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +4214,7 @@ func (x *StateRoot) String() string {
 func (*StateRoot) ProtoMessage() {}
 
 func (x *StateRoot) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[52]
+	mi := &file_byzlog_v1_state_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +4227,7 @@ func (x *StateRoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateRoot.ProtoReflect.Descriptor instead.
 func (*StateRoot) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{52}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StateRoot) GetHeight() int64 {
@@ -3876,7 +4274,7 @@ type SnapshotMeta struct {
 
 func (x *SnapshotMeta) Reset() {
 	*x = SnapshotMeta{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[53]
+	mi := &file_byzlog_v1_state_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3888,7 +4286,7 @@ func (x *SnapshotMeta) String() string {
 func (*SnapshotMeta) ProtoMessage() {}
 
 func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[53]
+	mi := &file_byzlog_v1_state_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3901,7 +4299,7 @@ func (x *SnapshotMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMeta.ProtoReflect.Descriptor instead.
 func (*SnapshotMeta) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{53}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SnapshotMeta) GetState() *StateRoot {
@@ -3959,7 +4357,7 @@ type SnapshotBlock struct {
 
 func (x *SnapshotBlock) Reset() {
 	*x = SnapshotBlock{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[54]
+	mi := &file_byzlog_v1_state_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3971,7 +4369,7 @@ func (x *SnapshotBlock) String() string {
 func (*SnapshotBlock) ProtoMessage() {}
 
 func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[54]
+	mi := &file_byzlog_v1_state_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3984,7 +4382,7 @@ func (x *SnapshotBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBlock.ProtoReflect.Descriptor instead.
 func (*SnapshotBlock) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{54}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SnapshotBlock) GetHeight() int64 {
@@ -4025,7 +4423,7 @@ type TxnsRequest struct {
 
 func (x *TxnsRequest) Reset() {
 	*x = TxnsRequest{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	mi := &file_byzlog_v1_state_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4037,7 +4435,7 @@ func (x *TxnsRequest) String() string {
 func (*TxnsRequest) ProtoMessage() {}
 
 func (x *TxnsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[55]
+	mi := &file_byzlog_v1_state_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4050,7 +4448,7 @@ func (x *TxnsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnsRequest.ProtoReflect.Descriptor instead.
 func (*TxnsRequest) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{55}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TxnsRequest) GetTransactionalId() string {
@@ -4085,7 +4483,7 @@ type TxnList struct {
 
 func (x *TxnList) Reset() {
 	*x = TxnList{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[56]
+	mi := &file_byzlog_v1_state_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4495,7 @@ func (x *TxnList) String() string {
 func (*TxnList) ProtoMessage() {}
 
 func (x *TxnList) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[56]
+	mi := &file_byzlog_v1_state_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4508,7 @@ func (x *TxnList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnList.ProtoReflect.Descriptor instead.
 func (*TxnList) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{56}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *TxnList) GetTxns() []*TxnInfo {
@@ -4137,7 +4535,7 @@ type TxnInfo struct {
 
 func (x *TxnInfo) Reset() {
 	*x = TxnInfo{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[57]
+	mi := &file_byzlog_v1_state_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4547,7 @@ func (x *TxnInfo) String() string {
 func (*TxnInfo) ProtoMessage() {}
 
 func (x *TxnInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[57]
+	mi := &file_byzlog_v1_state_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4560,7 @@ func (x *TxnInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TxnInfo.ProtoReflect.Descriptor instead.
 func (*TxnInfo) Descriptor() ([]byte, []int) {
-	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{57}
+	return file_byzlog_v1_state_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TxnInfo) GetTransactionalId() string {
@@ -4191,7 +4589,7 @@ type ChunkedValue_Chunk struct {
 
 func (x *ChunkedValue_Chunk) Reset() {
 	*x = ChunkedValue_Chunk{}
-	mi := &file_byzlog_v1_state_proto_msgTypes[58]
+	mi := &file_byzlog_v1_state_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4203,7 +4601,7 @@ func (x *ChunkedValue_Chunk) String() string {
 func (*ChunkedValue_Chunk) ProtoMessage() {}
 
 func (x *ChunkedValue_Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_byzlog_v1_state_proto_msgTypes[58]
+	mi := &file_byzlog_v1_state_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4524,7 +4922,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\vbatch_index\x18\x05 \x01(\rR\n" +
 	"batchIndex\x12\x19\n" +
 	"\btx_total\x18\x06 \x01(\x03R\atxTotal\x12\x19\n" +
-	"\btx_aunts\x18\a \x03(\fR\atxAunts\"\xc3\x01\n" +
+	"\btx_aunts\x18\a \x03(\fR\atxAunts\"\x9c\x02\n" +
 	"\vBlockDigest\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12\"\n" +
 	"\rprev_app_hash\x18\x02 \x01(\fR\vprevAppHash\x12!\n" +
@@ -4532,7 +4930,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\tmeta_root\x18\x04 \x01(\fR\bmetaRoot\x128\n" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2\x18.byzlog.v1.PartitionRootR\n" +
-	"partitions\"\x90\x01\n" +
+	"partitions\x12\x19\n" +
+	"\bkey_root\x18\x06 \x01(\fR\akeyRoot\x12<\n" +
+	"\x0ekey_root_proof\x18\a \x01(\v2\x16.byzlog.v1.MerkleProofR\fkeyRootProof\"\x90\x01\n" +
 	"\rPartitionRoot\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12!\n" +
@@ -4561,7 +4961,39 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\x06height\x18\x05 \x01(\x03R\x06height\x12\"\n" +
 	"\rprev_app_hash\x18\x06 \x01(\fR\vprevAppHash\x12!\n" +
 	"\frecords_root\x18\a \x01(\fR\vrecordsRoot\x12\x1b\n" +
-	"\tmeta_root\x18\b \x01(\fR\bmetaRoot\"O\n" +
+	"\tmeta_root\x18\b \x01(\fR\bmetaRoot\"o\n" +
+	"\fKeyTreeProof\x12\x1a\n" +
+	"\bsiblings\x18\x01 \x03(\fR\bsiblings\x12\x1b\n" +
+	"\tleaf_path\x18\x02 \x01(\fR\bleafPath\x12&\n" +
+	"\x0fleaf_value_hash\x18\x03 \x01(\fR\rleafValueHash\"\x87\x01\n" +
+	"\x0fStateEntryProof\x12\x0e\n" +
+	"\x02cf\x18\x01 \x01(\rR\x02cf\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x19\n" +
+	"\x05value\x18\x03 \x01(\fH\x00R\x05value\x88\x01\x01\x12-\n" +
+	"\x05proof\x18\x04 \x01(\v2\x17.byzlog.v1.KeyTreeProofR\x05proofB\b\n" +
+	"\x06_value\"\x86\x03\n" +
+	"\n" +
+	"StateProof\x12\x16\n" +
+	"\x06height\x18\x01 \x01(\x03R\x06height\x12\"\n" +
+	"\rprev_app_hash\x18\x02 \x01(\fR\vprevAppHash\x12!\n" +
+	"\frecords_root\x18\x03 \x01(\fR\vrecordsRoot\x12\x1b\n" +
+	"\tmeta_root\x18\x04 \x01(\fR\bmetaRoot\x12\x19\n" +
+	"\bkey_root\x18\x05 \x01(\fR\akeyRoot\x12<\n" +
+	"\x0ekey_root_proof\x18\x06 \x01(\v2\x16.byzlog.v1.MerkleProofR\fkeyRootProof\x12\x14\n" +
+	"\x05topic\x18\a \x01(\tR\x05topic\x12\x1d\n" +
+	"\n" +
+	"topic_root\x18\b \x01(\fR\ttopicRoot\x128\n" +
+	"\vtopic_proof\x18\t \x01(\v2\x17.byzlog.v1.KeyTreeProofR\n" +
+	"topicProof\x124\n" +
+	"\aentries\x18\n" +
+	" \x03(\v2\x1a.byzlog.v1.StateEntryProofR\aentries\"U\n" +
+	"\rLatestRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\"R\n" +
+	"\vLatestProof\x12+\n" +
+	"\x05state\x18\x01 \x01(\v2\x15.byzlog.v1.StateProofR\x05state\x12\x16\n" +
+	"\x06record\x18\x02 \x01(\fR\x06record\"O\n" +
 	"\tStateRoot\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12\x12\n" +
 	"\x04root\x18\x02 \x01(\fR\x04root\x12\x16\n" +
@@ -4602,7 +5034,7 @@ func file_byzlog_v1_state_proto_rawDescGZIP() []byte {
 	return file_byzlog_v1_state_proto_rawDescData
 }
 
-var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_byzlog_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_byzlog_v1_state_proto_goTypes = []any{
 	(*StoredRecord)(nil),       // 0: byzlog.v1.StoredRecord
 	(*KafkaControl)(nil),       // 1: byzlog.v1.KafkaControl
@@ -4656,59 +5088,70 @@ var file_byzlog_v1_state_proto_goTypes = []any{
 	(*Bundles)(nil),            // 49: byzlog.v1.Bundles
 	(*ProofRequest)(nil),       // 50: byzlog.v1.ProofRequest
 	(*RecordProof)(nil),        // 51: byzlog.v1.RecordProof
-	(*StateRoot)(nil),          // 52: byzlog.v1.StateRoot
-	(*SnapshotMeta)(nil),       // 53: byzlog.v1.SnapshotMeta
-	(*SnapshotBlock)(nil),      // 54: byzlog.v1.SnapshotBlock
-	(*TxnsRequest)(nil),        // 55: byzlog.v1.TxnsRequest
-	(*TxnList)(nil),            // 56: byzlog.v1.TxnList
-	(*TxnInfo)(nil),            // 57: byzlog.v1.TxnInfo
-	(*ChunkedValue_Chunk)(nil), // 58: byzlog.v1.ChunkedValue.Chunk
-	(*RecordHeader)(nil),       // 59: byzlog.v1.RecordHeader
-	(*TopicConfig)(nil),        // 60: byzlog.v1.TopicConfig
-	(*PartitionOffset)(nil),    // 61: byzlog.v1.PartitionOffset
-	(*KafkaProducer)(nil),      // 62: byzlog.v1.KafkaProducer
+	(*KeyTreeProof)(nil),       // 52: byzlog.v1.KeyTreeProof
+	(*StateEntryProof)(nil),    // 53: byzlog.v1.StateEntryProof
+	(*StateProof)(nil),         // 54: byzlog.v1.StateProof
+	(*LatestRequest)(nil),      // 55: byzlog.v1.LatestRequest
+	(*LatestProof)(nil),        // 56: byzlog.v1.LatestProof
+	(*StateRoot)(nil),          // 57: byzlog.v1.StateRoot
+	(*SnapshotMeta)(nil),       // 58: byzlog.v1.SnapshotMeta
+	(*SnapshotBlock)(nil),      // 59: byzlog.v1.SnapshotBlock
+	(*TxnsRequest)(nil),        // 60: byzlog.v1.TxnsRequest
+	(*TxnList)(nil),            // 61: byzlog.v1.TxnList
+	(*TxnInfo)(nil),            // 62: byzlog.v1.TxnInfo
+	(*ChunkedValue_Chunk)(nil), // 63: byzlog.v1.ChunkedValue.Chunk
+	(*RecordHeader)(nil),       // 64: byzlog.v1.RecordHeader
+	(*TopicConfig)(nil),        // 65: byzlog.v1.TopicConfig
+	(*PartitionOffset)(nil),    // 66: byzlog.v1.PartitionOffset
+	(*KafkaProducer)(nil),      // 67: byzlog.v1.KafkaProducer
 }
 var file_byzlog_v1_state_proto_depIdxs = []int32{
-	59, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
+	64, // 0: byzlog.v1.StoredRecord.headers:type_name -> byzlog.v1.RecordHeader
 	1,  // 1: byzlog.v1.StoredRecord.kafka_control:type_name -> byzlog.v1.KafkaControl
 	0,  // 2: byzlog.v1.RecordRun.records:type_name -> byzlog.v1.StoredRecord
-	58, // 3: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
+	63, // 3: byzlog.v1.ChunkedValue.chunks:type_name -> byzlog.v1.ChunkedValue.Chunk
 	4,  // 4: byzlog.v1.ChainParams.limits:type_name -> byzlog.v1.Limits
 	9,  // 5: byzlog.v1.ChainParams.indexers:type_name -> byzlog.v1.Indexer
 	9,  // 6: byzlog.v1.IndexerSet.indexers:type_name -> byzlog.v1.Indexer
 	9,  // 7: byzlog.v1.Pruning.indexers:type_name -> byzlog.v1.Indexer
 	12, // 8: byzlog.v1.ValidatorSet.validators:type_name -> byzlog.v1.Validator
-	60, // 9: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
+	65, // 9: byzlog.v1.TopicState.config:type_name -> byzlog.v1.TopicConfig
 	15, // 10: byzlog.v1.PartitionState.open_txns:type_name -> byzlog.v1.OpenTxn
 	17, // 11: byzlog.v1.TxnState.partitions:type_name -> byzlog.v1.TxnPartition
 	18, // 12: byzlog.v1.TxnState.offsets:type_name -> byzlog.v1.TxnGroupOffsets
-	61, // 13: byzlog.v1.TxnGroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	66, // 13: byzlog.v1.TxnGroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
 	21, // 14: byzlog.v1.TxnOutcome.markers:type_name -> byzlog.v1.TxnMarkers
 	22, // 15: byzlog.v1.TxnMarkers.partitions:type_name -> byzlog.v1.TxnMarker
-	62, // 16: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	67, // 16: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
 	26, // 17: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	60, // 18: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	65, // 18: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
 	28, // 19: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
 	5,  // 20: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
 	29, // 21: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
 	19, // 22: byzlog.v1.RecordsResponse.aborted:type_name -> byzlog.v1.AbortedTxn
-	61, // 23: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	66, // 23: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
 	39, // 24: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
-	62, // 25: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	67, // 25: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
 	43, // 26: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
 	45, // 27: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	46, // 28: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	45, // 29: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	46, // 30: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	52, // 31: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	46, // 32: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	57, // 33: byzlog.v1.TxnList.txns:type_name -> byzlog.v1.TxnInfo
-	16, // 34: byzlog.v1.TxnInfo.state:type_name -> byzlog.v1.TxnState
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	46, // 28: byzlog.v1.BlockDigest.key_root_proof:type_name -> byzlog.v1.MerkleProof
+	46, // 29: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	45, // 30: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	46, // 31: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	52, // 32: byzlog.v1.StateEntryProof.proof:type_name -> byzlog.v1.KeyTreeProof
+	46, // 33: byzlog.v1.StateProof.key_root_proof:type_name -> byzlog.v1.MerkleProof
+	52, // 34: byzlog.v1.StateProof.topic_proof:type_name -> byzlog.v1.KeyTreeProof
+	53, // 35: byzlog.v1.StateProof.entries:type_name -> byzlog.v1.StateEntryProof
+	54, // 36: byzlog.v1.LatestProof.state:type_name -> byzlog.v1.StateProof
+	57, // 37: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	46, // 38: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	62, // 39: byzlog.v1.TxnList.txns:type_name -> byzlog.v1.TxnInfo
+	16, // 40: byzlog.v1.TxnInfo.state:type_name -> byzlog.v1.TxnState
+	41, // [41:41] is the sub-list for method output_type
+	41, // [41:41] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }
@@ -4720,13 +5163,14 @@ func file_byzlog_v1_state_proto_init() {
 	file_byzlog_v1_state_proto_msgTypes[0].OneofWrappers = []any{}
 	file_byzlog_v1_state_proto_msgTypes[28].OneofWrappers = []any{}
 	file_byzlog_v1_state_proto_msgTypes[34].OneofWrappers = []any{}
+	file_byzlog_v1_state_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_byzlog_v1_state_proto_rawDesc), len(file_byzlog_v1_state_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
