@@ -212,9 +212,9 @@ func DecodeIndexEntry(v []byte) (offset uint64, tombstone bool, leaf []byte, err
 
 // compactor passes one partition on in one block.
 type compactor struct {
-	s   Scanner
-	o   *overlay
-	t   *byzlogv1.TopicState
+	s     Scanner
+	o     *overlay
+	t     *byzlogv1.TopicState
 	p     uint32
 	now   int64
 	rules uint64

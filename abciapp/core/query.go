@@ -42,7 +42,9 @@ var queries = map[string]query{
 		return decoded(func(s Scanner, req *byzlogv1.LatestRequest) ([]byte, Result, error) { return queryLatest(s, st, req) })(s, st, data)
 	},
 	wire.PathProducerProof: func(s Scanner, st State, data []byte) ([]byte, Result, error) {
-		return decoded(func(s Scanner, req *byzlogv1.ProducerRequest) ([]byte, Result, error) { return queryProducerProof(s, st, req) })(s, st, data)
+		return decoded(func(s Scanner, req *byzlogv1.ProducerRequest) ([]byte, Result, error) {
+			return queryProducerProof(s, st, req)
+		})(s, st, data)
 	},
 	wire.PathAdmins: func(s Scanner, _ State, _ []byte) ([]byte, Result, error) {
 		params, err := LoadParams(s)
