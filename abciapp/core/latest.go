@@ -209,7 +209,9 @@ func verifyState(p *byzlogv1.StateProof, appHash []byte, topic string, want []st
 // none: Tombstone when its latest is a tombstone, Removed when retention
 // removed its latest record, neither when the key has none there.
 type Latest struct {
-	Height      int64
+	Height int64
+	// Partitions is the topic's partition count, as proven.
+	Partitions  uint32
 	CleanOffset uint64
 	NextOffset  uint64
 	Record      *byzlogv1.StoredRecord
@@ -242,7 +244,7 @@ func VerifyLatest(p *byzlogv1.LatestProof, appHash []byte, topic string, partiti
 	if partition >= t.GetConfig().GetPartitions() {
 		return nil, fmt.Errorf("verify latest: topic %s has %d partitions, not %d", topic, t.GetConfig().GetPartitions(), partition)
 	}
-	out := &Latest{Height: p.State.Height, CleanOffset: ps.CleanOffset, NextOffset: ps.NextOffset}
+	out := &Latest{Height: p.State.Height, Partitions: t.GetConfig().GetPartitions(), CleanOffset: ps.CleanOffset, NextOffset: ps.NextOffset}
 	if values[2] == nil {
 		return out, nil
 	}

@@ -247,6 +247,17 @@ func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRe
 	return &byzlogv1.ProducerState{NextSequence: next}, nil
 }
 
+// GetLatest relays one node's proven answer of a key's latest record in a
+// compacted partition: the proof, not the node, is what a client trusts
+// (core.VerifyLatest, client.Latest).
+func (s *Service) GetLatest(ctx context.Context, req *byzlogv1.LatestRequest) (*byzlogv1.LatestProof, error) {
+	var lp byzlogv1.LatestProof
+	if err := s.g.Query(ctx, wire.PathLatest, req, &lp); err != nil {
+		return nil, pipeline.GRPCError(err)
+	}
+	return &lp, nil
+}
+
 // GetNonce returns a key's next nonce, as f+1 nodes agree on it, with the
 // committed transaction that used the nonce before it and its proof: a
 // client that signs only nonces shown used up to the one before signs no

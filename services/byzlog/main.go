@@ -34,7 +34,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newLocalnetCommand(), newKeygenCommand(), newTopicCommand(), newProduceCommand(), newConsumeCommand(), newRunCommand(), newCertsCommand(), newNodeCommand(), newValidatorCommand(), newAdminCommand(), newIndexerCommand())
+	root.AddCommand(newLocalnetCommand(), newKeygenCommand(), newTopicCommand(), newProduceCommand(), newConsumeCommand(), newRunCommand(), newCertsCommand(), newNodeCommand(), newValidatorCommand(), newAdminCommand(), newIndexerCommand(), newGetCommand())
 	return root
 }
 

@@ -1066,7 +1066,7 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"\bACK_NONE\x10\x01\x12\x0f\n" +
 	"\vACK_MEMPOOL\x10\x02\x12\x0e\n" +
 	"\n" +
-	"ACK_COMMIT\x10\x032\xd0\x06\n" +
+	"ACK_COMMIT\x10\x032\x8f\a\n" +
 	"\aGateway\x12@\n" +
 	"\aProduce\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse\x12J\n" +
 	"\rProduceStream\x12\x19.byzlog.v1.ProduceRequest\x1a\x1a.byzlog.v1.ProduceResponse(\x010\x01\x12:\n" +
@@ -1075,6 +1075,7 @@ const file_byzlog_v1_gateway_proto_rawDesc = "" +
 	"ListTopics\x12\x1c.byzlog.v1.ListTopicsRequest\x1a\x1d.byzlog.v1.ListTopicsResponse\x12R\n" +
 	"\rDescribeTopic\x12\x1f.byzlog.v1.DescribeTopicRequest\x1a .byzlog.v1.DescribeTopicResponse\x12H\n" +
 	"\x10GetProducerState\x12\x1a.byzlog.v1.ProducerRequest\x1a\x18.byzlog.v1.ProducerState\x12=\n" +
+	"\tGetLatest\x12\x18.byzlog.v1.LatestRequest\x1a\x16.byzlog.v1.LatestProof\x12=\n" +
 	"\bGetNonce\x12\x17.byzlog.v1.NonceRequest\x1a\x18.byzlog.v1.NonceResponse\x12K\n" +
 	"\rCommitOffsets\x12\x18.byzlog.v1.CommitOffsets\x1a .byzlog.v1.CommitOffsetsResponse\x124\n" +
 	"\x03Txn\x12\x15.byzlog.v1.TxnRequest\x1a\x16.byzlog.v1.TxnResponse\x12C\n" +
@@ -1119,13 +1120,15 @@ var file_byzlog_v1_gateway_proto_goTypes = []any{
 	(*TopicInfo)(nil),             // 19: byzlog.v1.TopicInfo
 	(*AdminRequest)(nil),          // 20: byzlog.v1.AdminRequest
 	(*ProducerRequest)(nil),       // 21: byzlog.v1.ProducerRequest
-	(*NonceRequest)(nil),          // 22: byzlog.v1.NonceRequest
-	(*CommitOffsets)(nil),         // 23: byzlog.v1.CommitOffsets
-	(*TxnRequest)(nil),            // 24: byzlog.v1.TxnRequest
-	(*GroupRequest)(nil),          // 25: byzlog.v1.GroupRequest
-	(*ProducerState)(nil),         // 26: byzlog.v1.ProducerState
-	(*NonceResponse)(nil),         // 27: byzlog.v1.NonceResponse
-	(*GroupOffsets)(nil),          // 28: byzlog.v1.GroupOffsets
+	(*LatestRequest)(nil),         // 22: byzlog.v1.LatestRequest
+	(*NonceRequest)(nil),          // 23: byzlog.v1.NonceRequest
+	(*CommitOffsets)(nil),         // 24: byzlog.v1.CommitOffsets
+	(*TxnRequest)(nil),            // 25: byzlog.v1.TxnRequest
+	(*GroupRequest)(nil),          // 26: byzlog.v1.GroupRequest
+	(*ProducerState)(nil),         // 27: byzlog.v1.ProducerState
+	(*LatestProof)(nil),           // 28: byzlog.v1.LatestProof
+	(*NonceResponse)(nil),         // 29: byzlog.v1.NonceResponse
+	(*GroupOffsets)(nil),          // 30: byzlog.v1.GroupOffsets
 }
 var file_byzlog_v1_gateway_proto_depIdxs = []int32{
 	17, // 0: byzlog.v1.ProduceRequest.batch:type_name -> byzlog.v1.SignedBatch
@@ -1145,26 +1148,28 @@ var file_byzlog_v1_gateway_proto_depIdxs = []int32{
 	9,  // 14: byzlog.v1.Gateway.ListTopics:input_type -> byzlog.v1.ListTopicsRequest
 	11, // 15: byzlog.v1.Gateway.DescribeTopic:input_type -> byzlog.v1.DescribeTopicRequest
 	21, // 16: byzlog.v1.Gateway.GetProducerState:input_type -> byzlog.v1.ProducerRequest
-	22, // 17: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
-	23, // 18: byzlog.v1.Gateway.CommitOffsets:input_type -> byzlog.v1.CommitOffsets
-	24, // 19: byzlog.v1.Gateway.Txn:input_type -> byzlog.v1.TxnRequest
-	25, // 20: byzlog.v1.Gateway.GetGroupOffsets:input_type -> byzlog.v1.GroupRequest
-	13, // 21: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
-	4,  // 22: byzlog.v1.Gateway.GetLightBlock:input_type -> byzlog.v1.LightBlockRequest
-	2,  // 23: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
-	2,  // 24: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
-	6,  // 25: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
-	10, // 26: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
-	12, // 27: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
-	26, // 28: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
-	27, // 29: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
-	7,  // 30: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
-	8,  // 31: byzlog.v1.Gateway.Txn:output_type -> byzlog.v1.TxnResponse
-	28, // 32: byzlog.v1.Gateway.GetGroupOffsets:output_type -> byzlog.v1.GroupOffsets
-	14, // 33: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
-	5,  // 34: byzlog.v1.Gateway.GetLightBlock:output_type -> byzlog.v1.LightBlockResponse
-	23, // [23:35] is the sub-list for method output_type
-	11, // [11:23] is the sub-list for method input_type
+	22, // 17: byzlog.v1.Gateway.GetLatest:input_type -> byzlog.v1.LatestRequest
+	23, // 18: byzlog.v1.Gateway.GetNonce:input_type -> byzlog.v1.NonceRequest
+	24, // 19: byzlog.v1.Gateway.CommitOffsets:input_type -> byzlog.v1.CommitOffsets
+	25, // 20: byzlog.v1.Gateway.Txn:input_type -> byzlog.v1.TxnRequest
+	26, // 21: byzlog.v1.Gateway.GetGroupOffsets:input_type -> byzlog.v1.GroupRequest
+	13, // 22: byzlog.v1.Gateway.Health:input_type -> byzlog.v1.HealthRequest
+	4,  // 23: byzlog.v1.Gateway.GetLightBlock:input_type -> byzlog.v1.LightBlockRequest
+	2,  // 24: byzlog.v1.Gateway.Produce:output_type -> byzlog.v1.ProduceResponse
+	2,  // 25: byzlog.v1.Gateway.ProduceStream:output_type -> byzlog.v1.ProduceResponse
+	6,  // 26: byzlog.v1.Gateway.Admin:output_type -> byzlog.v1.AdminResponse
+	10, // 27: byzlog.v1.Gateway.ListTopics:output_type -> byzlog.v1.ListTopicsResponse
+	12, // 28: byzlog.v1.Gateway.DescribeTopic:output_type -> byzlog.v1.DescribeTopicResponse
+	27, // 29: byzlog.v1.Gateway.GetProducerState:output_type -> byzlog.v1.ProducerState
+	28, // 30: byzlog.v1.Gateway.GetLatest:output_type -> byzlog.v1.LatestProof
+	29, // 31: byzlog.v1.Gateway.GetNonce:output_type -> byzlog.v1.NonceResponse
+	7,  // 32: byzlog.v1.Gateway.CommitOffsets:output_type -> byzlog.v1.CommitOffsetsResponse
+	8,  // 33: byzlog.v1.Gateway.Txn:output_type -> byzlog.v1.TxnResponse
+	30, // 34: byzlog.v1.Gateway.GetGroupOffsets:output_type -> byzlog.v1.GroupOffsets
+	14, // 35: byzlog.v1.Gateway.Health:output_type -> byzlog.v1.HealthResponse
+	5,  // 36: byzlog.v1.Gateway.GetLightBlock:output_type -> byzlog.v1.LightBlockResponse
+	24, // [24:37] is the sub-list for method output_type
+	11, // [11:24] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name

@@ -31,6 +31,7 @@ const (
 	Gateway_ListTopics_FullMethodName       = "/byzlog.v1.Gateway/ListTopics"
 	Gateway_DescribeTopic_FullMethodName    = "/byzlog.v1.Gateway/DescribeTopic"
 	Gateway_GetProducerState_FullMethodName = "/byzlog.v1.Gateway/GetProducerState"
+	Gateway_GetLatest_FullMethodName        = "/byzlog.v1.Gateway/GetLatest"
 	Gateway_GetNonce_FullMethodName         = "/byzlog.v1.Gateway/GetNonce"
 	Gateway_CommitOffsets_FullMethodName    = "/byzlog.v1.Gateway/CommitOffsets"
 	Gateway_Txn_FullMethodName              = "/byzlog.v1.Gateway/Txn"
@@ -61,6 +62,11 @@ type GatewayClient interface {
 	// ProducerState returns a producer's next sequence in a topic-partition,
 	// so a restarted producer carries on where it stopped.
 	GetProducerState(ctx context.Context, in *ProducerRequest, opts ...grpc.CallOption) (*ProducerState, error)
+	// GetLatest returns the latest record of a key in a compacted topic's
+	// partition, as far as compaction has passed, with its proof from one
+	// node (rules version 10 on): the client checks it against the header
+	// after its height, so no node or gateway need be trusted.
+	GetLatest(ctx context.Context, in *LatestRequest, opts ...grpc.CallOption) (*LatestProof, error)
 	// GetNonce returns an admin or consumer key's next nonce.
 	GetNonce(ctx context.Context, in *NonceRequest, opts ...grpc.CallOption) (*NonceResponse, error)
 	// CommitOffsets forwards a consumer-signed commit of a group's offsets and
@@ -152,6 +158,16 @@ func (c *gatewayClient) GetProducerState(ctx context.Context, in *ProducerReques
 	return out, nil
 }
 
+func (c *gatewayClient) GetLatest(ctx context.Context, in *LatestRequest, opts ...grpc.CallOption) (*LatestProof, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LatestProof)
+	err := c.cc.Invoke(ctx, Gateway_GetLatest_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *gatewayClient) GetNonce(ctx context.Context, in *NonceRequest, opts ...grpc.CallOption) (*NonceResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(NonceResponse)
@@ -234,6 +250,11 @@ type GatewayServer interface {
 	// ProducerState returns a producer's next sequence in a topic-partition,
 	// so a restarted producer carries on where it stopped.
 	GetProducerState(context.Context, *ProducerRequest) (*ProducerState, error)
+	// GetLatest returns the latest record of a key in a compacted topic's
+	// partition, as far as compaction has passed, with its proof from one
+	// node (rules version 10 on): the client checks it against the header
+	// after its height, so no node or gateway need be trusted.
+	GetLatest(context.Context, *LatestRequest) (*LatestProof, error)
 	// GetNonce returns an admin or consumer key's next nonce.
 	GetNonce(context.Context, *NonceRequest) (*NonceResponse, error)
 	// CommitOffsets forwards a consumer-signed commit of a group's offsets and
@@ -279,6 +300,9 @@ func (UnimplementedGatewayServer) DescribeTopic(context.Context, *DescribeTopicR
 }
 func (UnimplementedGatewayServer) GetProducerState(context.Context, *ProducerRequest) (*ProducerState, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetProducerState not implemented")
+}
+func (UnimplementedGatewayServer) GetLatest(context.Context, *LatestRequest) (*LatestProof, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLatest not implemented")
 }
 func (UnimplementedGatewayServer) GetNonce(context.Context, *NonceRequest) (*NonceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetNonce not implemented")
@@ -412,6 +436,24 @@ func _Gateway_GetProducerState_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(GatewayServer).GetProducerState(ctx, req.(*ProducerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetLatest_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LatestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetLatest(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetLatest_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetLatest(ctx, req.(*LatestRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -550,6 +592,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetProducerState",
 			Handler:    _Gateway_GetProducerState_Handler,
+		},
+		{
+			MethodName: "GetLatest",
+			Handler:    _Gateway_GetLatest_Handler,
 		},
 		{
 			MethodName: "GetNonce",

@@ -16,9 +16,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
+	"github.com/byzlog/byzlog/services/lab/tamper"
 )
 
 // TestCompactedTopic: on a 4-validator network of stock CometBFT, a topic
@@ -108,6 +110,61 @@ func TestCompactedTopic(t *testing.T) {
 	}
 	for p := uint32(0); p < partitions; p++ {
 		sameLogs(ctx, t, n, "table", p)
+	}
+	provenReads(ctx, t, n, gw, cl)
+}
+
+// provenReads: the table's latest values read with proofs (client.Table,
+// `byzlog get`) match what was written, and a gateway that answers with an
+// older proof or leaves a key's entry out is caught.
+func provenReads(ctx context.Context, t *testing.T, n *localnet.Net, gw string, cl *kgo.Client) {
+	t.Helper()
+	px, err := tamper.StartGateway("127.0.0.1:0", gw, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = px.Close() })
+	tbl, err := client.NewTable(px.Addr(), trustOf(t, n), client.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	l, err := tbl.Get(ctx, "table", []byte("key-0500"))
+	if err != nil || l.Record == nil || string(l.Record.Value) != "key-0500-v099" {
+		t.Fatalf("proven latest of key-0500 = %+v, %v; want key-0500-v099", l, err)
+	}
+	if l, err := tbl.Get(ctx, "table", []byte("key-0050")); err != nil || l.Record != nil {
+		t.Fatalf("proven latest of tombstoned key-0050 = %+v, %v; want no record", l, err)
+	}
+	// A newer version, once compaction passed it: the proxy's first answer
+	// is now an older height's.
+	if err := cl.ProduceSync(ctx, &kgo.Record{Key: []byte("key-0500"), Value: []byte("key-0500-v100")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	var now *client.Latest
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		if now, err = tbl.Get(ctx, "table", []byte("key-0500")); err == nil && now.Record != nil && string(now.Record.Value) == "key-0500-v100" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key-0500's new version not proven latest within a minute: %+v, %v", now, err)
+		}
+	}
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "get", "table", "key-0500", "--gateway="+gw, "--genesis="+n.GenesisPath(), "--insecure").Output()
+	if err != nil || string(out) != "key-0500-v100\n" {
+		t.Fatalf("byzlog get table key-0500 = %q, %v; want key-0500-v100", out, err)
+	}
+	part := client.KafkaPartition([]byte("key-0500"), now.Partitions)
+	px.SetMode(tamper.OlderLatest)
+	if l, err := tbl.GetPartition(ctx, "table", part, []byte("key-0500"), now.Height); !errors.Is(err, client.ErrStale) {
+		t.Errorf("an older proof through a lying gateway = %+v, %v; want ErrStale", l, err)
+	}
+	px.SetMode(tamper.OmitLatest)
+	if l, err := tbl.Get(ctx, "table", []byte("key-0500")); !errors.Is(err, client.ErrUnverified) {
+		t.Errorf("key-0500 left out by a lying gateway = %+v, %v; want ErrUnverified", l, err)
+	}
+	if px.Count(tamper.OlderLatest) == 0 || px.Count(tamper.OmitLatest) == 0 {
+		t.Errorf("the proxy lied %d and %d times: the lies were not told", px.Count(tamper.OlderLatest), px.Count(tamper.OmitLatest))
 	}
 }
 

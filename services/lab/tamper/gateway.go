@@ -46,7 +46,48 @@ const (
 	// collect to play later. It lies to admin clients, not producers, so
 	// it is not in GatewayModes.
 	FutureNonce = "future-nonce"
+	// OlderLatest answers GetLatest with the first answer it relayed for
+	// the same key: a true proof of an older height, hiding later writes
+	// (the client's freshness bounds catch it).
+	OlderLatest = "older-latest"
+	// OmitLatest answers GetLatest with the key's index entry and record
+	// left out: "no such key" for a key that has a value (the key tree's
+	// proof catches it).
+	OmitLatest = "omit-latest"
 )
+
+// GetLatest forwards or lies per OlderLatest and OmitLatest; it
+// remembers the first answer for each key in every mode.
+func (p *GatewayProxy) GetLatest(ctx context.Context, req *byzlogv1.LatestRequest) (*byzlogv1.LatestProof, error) {
+	resp, err := p.Up.GetLatest(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	k := fmt.Sprintf("%s\x00%d\x00%x", req.Topic, req.Partition, req.Key)
+	p.mu.Lock()
+	first, seen := p.latest[k]
+	if !seen {
+		if p.latest == nil {
+			p.latest = map[string]*byzlogv1.LatestProof{}
+		}
+		p.latest[k] = resp
+	}
+	p.mu.Unlock()
+	switch p.mode.Load().(string) {
+	case OlderLatest:
+		if seen {
+			p.hit(OlderLatest)
+			return first, nil
+		}
+	case OmitLatest:
+		resp = proto.Clone(resp).(*byzlogv1.LatestProof)
+		if es := resp.GetState().GetEntries(); len(es) == 3 {
+			es[2].Value, resp.Record = nil, nil
+			p.hit(OmitLatest)
+		}
+	}
+	return resp, nil
+}
 
 // GatewayProxy is a lying byzlog gateway, for tests and chaos runs: a gRPC
 // server that forwards every call to a real gateway and, per mode, lies in
@@ -63,6 +104,8 @@ type GatewayProxy struct {
 	last *byzlogv1.Receipt     // the last genuine ACK_COMMIT receipt
 	prev *byzlogv1.SignedBatch // the last batch seen, for Rebundle
 	kept []*byzlogv1.AdminRequest
+	// latest is the first GetLatest answer per key, for OlderLatest.
+	latest map[string]*byzlogv1.LatestProof
 }
 
 // StartGateway serves a GatewayProxy on listen (host:port) in front of the
@@ -219,6 +262,10 @@ func (r Relay) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopicReq
 
 func (r Relay) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
 	return r.Up.GetProducerState(ctx, req)
+}
+
+func (r Relay) GetLatest(ctx context.Context, req *byzlogv1.LatestRequest) (*byzlogv1.LatestProof, error) {
+	return r.Up.GetLatest(ctx, req)
 }
 
 func (r Relay) GetNonce(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error) {
