@@ -5,7 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -89,7 +90,8 @@ func startSeq(ctx context.Context, st jetstream.Stream, topic string, parts []ui
 	if f.Offset == 0 && len(f.Offsets) == 0 && f.TimeNano == 0 {
 		return 0, nil
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(layout.TopicSubjects(topic)))
+	keyed := streamKeyed(st)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(layout.TopicFilter(topic, keyed)))
 	if err != nil {
 		return 0, fmt.Errorf("read stream %s: %w", st.CachedInfo().Config.Name, err)
 	}
@@ -101,18 +103,21 @@ func startSeq(ctx context.Context, st jetstream.Stream, topic string, parts []ui
 	for _, p := range parts {
 		want[p] = true
 	}
-	var subjects []string
+	// The partitions' filters: a partition's subject, or a keyed
+	// stream's subjects of its keys (the stream answers each key's
+	// subject; a search goes over all of them at once).
+	filters := map[string]uint32{}
 	for subj := range info.State.Subjects {
 		_, p, err := layout.ParseSubject(subj)
 		if err != nil || (len(parts) > 0 && !want[p]) {
 			continue
 		}
-		subjects = append(subjects, subj)
+		filters[layout.PartitionFilter(topic, p, keyed)] = p
 	}
-	sort.Strings(subjects)
+	subjects := slices.Sorted(maps.Keys(filters))
 	best := state.LastSeq + 1
 	for _, subj := range subjects {
-		_, p, _ := layout.ParseSubject(subj)
+		p := filters[subj]
 		at := func(r *byzlogv1.StoredRecord) bool { return f.admits(p, r.Offset, r.TimestampUnixNano) }
 		seq, err := seek(ctx, st, subj, state.FirstSeq, state.LastSeq, at)
 		if err != nil {
@@ -123,7 +128,14 @@ func startSeq(ctx context.Context, st jetstream.Stream, topic string, parts []ui
 	return best, nil
 }
 
-// seek returns the stream sequence of the first message on subject, within
+// streamKeyed reports whether st is a compacted topic's table of keys
+// (layout.FormatKey): its partitions have holes, each key's older records.
+func streamKeyed(st jetstream.Stream) bool {
+	return layout.Keyed(st.CachedInfo().Config.Metadata[layout.FormatMetadata])
+}
+
+// seek returns the stream sequence of the first message on subject (a
+// partition's filter), within
 // [first, last], for which at is true of its last record, or last+1 when there is none. at must
 // be monotonic along the subject's records (false, then true). It costs
 // O(log(last-first)) message reads: a read at sequence s returns the first
@@ -184,7 +196,7 @@ func nextMsg(ctx context.Context, st jetstream.Stream, subject string, seq uint6
 	if err != nil {
 		return nil, fmt.Errorf("read the message on %s at or after sequence %d: %w", subject, seq, err)
 	}
-	if m.Subject != subject || m.Sequence < seq {
+	if !layout.InFilter(subject, m.Subject) || m.Sequence < seq {
 		return nil, fmt.Errorf("%w: asked for the message on %s at or after sequence %d, the stream answered sequence %d on %s", ErrMalformed, subject, seq, m.Sequence, m.Subject)
 	}
 	return m, nil

@@ -26,6 +26,9 @@ type Subscription struct {
 	topic  string
 	group  string
 	stream string
+	// keyed: the stream is a compacted topic's table (layout.FormatKey),
+	// whose partitions have holes where older records of keys were.
+	keyed bool
 	// ackWait is the group's: runs are reported in progress (deliver).
 	ackWait time.Duration
 	st      jetstream.Stream
@@ -78,14 +81,15 @@ func (c *Consumer) Subscribe(ctx context.Context, topic string, opts ...Subscrib
 	}
 	parts := slices.Clone(o.partitions)
 	slices.Sort(parts)
-	filters := []string{layout.TopicSubjects(topic)}
+	keyed := streamKeyed(st)
+	filters := []string{layout.TopicFilter(topic, keyed)}
 	if len(parts) > 0 {
 		filters = filters[:0]
 		for _, p := range parts {
-			filters = append(filters, layout.Subject(topic, p))
+			filters = append(filters, layout.PartitionFilter(topic, p, keyed))
 		}
 	}
-	s := &Subscription{c: c, topic: topic, group: o.group, stream: name, st: st, ackWait: o.ackWait, positions: map[uint32]uint64{}, mine: map[uint32]delivered{}}
+	s := &Subscription{c: c, topic: topic, group: o.group, stream: name, st: st, keyed: keyed, ackWait: o.ackWait, positions: map[uint32]uint64{}, mine: map[uint32]delivered{}}
 	s.closing, s.stop = context.WithCancel(context.Background())
 	if o.group == "" {
 		err = s.ordered(ctx, st, parts, filters, o)
@@ -97,7 +101,7 @@ func (c *Consumer) Subscribe(ctx context.Context, topic string, opts ...Subscrib
 		return nil, err
 	}
 	buffer := o.buffer
-	if f := st.CachedInfo().Config.Metadata[layout.FormatMetadata]; !o.bufferSet && (f == "" || f == layout.FormatRecord) {
+	if f := st.CachedInfo().Config.Metadata[layout.FormatMetadata]; !o.bufferSet && (f == "" || f == layout.FormatRecord || keyed) {
 		buffer = RecordBuffer
 	}
 	s.iter, err = s.cons.Messages(jetstream.PullMaxMessages(buffer))
@@ -293,7 +297,9 @@ func GroupConsumerName(key ed25519.PrivateKey, group string) string {
 // be told from records another member read before retention removed them).
 // An error reading the stream is returned in ErrGap's place, and the next
 // call returns the record. In a group a record published twice may come
-// twice, as a redelivered one may.
+// twice, as a redelivered one may. A compacted topic's stream (a table of
+// keys, layout.FormatKey) holds each key's latest record only: the offsets
+// missing between are its older ones, and no gap is reported there.
 func (s *Subscription) Next(ctx context.Context) (*Record, error) {
 	s.nextMu.Lock()
 	defer s.nextMu.Unlock()
@@ -485,7 +491,7 @@ func (s *Subscription) gap(ctx context.Context, r *Record) (copied bool, err err
 	switch {
 	case seen && r.Offset < next:
 		return true, nil // published twice (after the stream's duplicate window)
-	case seen && r.Offset > next:
+	case seen && r.Offset > next && !s.keyed: // a table's holes are older records of keys
 		return false, gapError(s.topic, r.Partition, next, r.Offset, "the stream's retention dropped them before they were read, or the indexer skipped them")
 	}
 	return false, nil
@@ -497,8 +503,8 @@ func (s *Subscription) gap(ctx context.Context, r *Record) (copied bool, err err
 // before r's (or r's, a copy). It reads the stream only when this member's
 // own latest record of the partition is not that offset.
 func (s *Subscription) groupGap(ctx context.Context, r *Record) error {
-	if !r.first {
-		return nil // the record before it is in its message
+	if !r.first || s.keyed {
+		return nil // the record before it is in its message, or a table's holes are expected
 	}
 	mine, ok := s.mine[r.Partition]
 	ok = ok && mine.seq < r.seq

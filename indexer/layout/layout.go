@@ -19,6 +19,11 @@
 // key, value or headers), and a marker as itself (HeaderControl, no data),
 // so every offset is in the stream and a consumer's gap check holds; the
 // consumer SDK skips both (Placeholder).
+//
+// A compacted topic's stream (FormatKey) is a table instead: a subject a
+// key (KeySubject), one record a message, and JetStream keeps the latest
+// message of each subject. It holds a partition's records in offset order
+// with holes, and no markers or aborted places.
 package layout
 
 import (
@@ -123,15 +128,24 @@ func RunFormat(perMessage int) string {
 // ParseFormat is the records a message of format f carries at most: 1 for
 // FormatRecord, a run format's count for one this package cuts.
 func ParseFormat(f string) (int, error) {
-	if f == FormatRecord {
+	if f == FormatRecord || f == FormatKey {
 		return 1, nil
 	}
 	var n, size int
 	if _, err := fmt.Sscanf(f, "run/v1 %d %d", &n, &size); err != nil || f != RunFormat(n) || n < 2 || n > MaxRunRecords || size != MaxRunBytes {
-		return 0, fmt.Errorf("message format %q is none this byzlog writes (%q, or %q with 2 to %d records)", f, FormatRecord, RunFormat(DefaultRunRecords), MaxRunRecords)
+		return 0, fmt.Errorf("message format %q is none this byzlog writes (%q, %q, or %q with 2 to %d records)", f, FormatRecord, FormatKey, RunFormat(DefaultRunRecords), MaxRunRecords)
 	}
 	return n, nil
 }
+
+// FormatKey is the format of a compacted topic's stream: one record a
+// message, as FormatRecord, each on its key's subject (KeySubject), and
+// the stream keeps the latest message of each subject. Records without a
+// key, transaction markers and aborted places are not in it.
+const FormatKey = "key/v1"
+
+// Keyed reports whether a stream of format f is a table of keys (FormatKey).
+func Keyed(f string) bool { return f == FormatKey }
 
 // DefaultRunRecords is how many records a run carries at most unless the
 // indexer is told otherwise.
@@ -148,6 +162,88 @@ func Subject(topic string, partition uint32) string {
 // TopicSubjects is the subject filter of every partition of topic.
 func TopicSubjects(topic string) string {
 	return SubjectPrefix + "." + TopicToken(topic) + ".*"
+}
+
+// KeyToken is the subject token before a compacted topic's subjects: it
+// cannot start a topic's token (a topic name has no '$'), so no subject of
+// a compacted topic's stream is also another topic's. Without it,
+// byzlog.orders.*.* (a compacted orders) would take in byzlog.orders.eu.0
+// (partition 0 of a topic orders.eu), and JetStream refuses streams whose
+// subjects overlap.
+const KeyToken = "$key"
+
+// MaxKeyTokenBytes is the longest key that is its own subject token: a
+// longer one is named by its hash (KeySubjectToken), keeping subjects well
+// inside NATS's 4 KiB control line.
+const MaxKeyTokenBytes = 1024
+
+// KeySubjectToken is key as the last token of its subject: base64url
+// without padding (no '.', '*', '>' or white space, as a token must be);
+// "~" for the empty key, and "~" and the base64url SHA-256 of a key longer
+// than MaxKeyTokenBytes ('~' is no base64url character).
+func KeySubjectToken(key []byte) string {
+	switch {
+	case len(key) == 0:
+		return "~"
+	case len(key) > MaxKeyTokenBytes:
+		sum := sha256.Sum256(key)
+		return "~" + base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	return base64.RawURLEncoding.EncodeToString(key)
+}
+
+// KeySubject is the subject of key in a compacted topic's partition:
+// byzlog.$key.<topic>.<partition>.<key> (KeySubjectToken).
+func KeySubject(topic string, partition uint32, key []byte) string {
+	return keyPartition(topic, partition) + "." + KeySubjectToken(key)
+}
+
+func keyPartition(topic string, partition uint32) string {
+	return SubjectPrefix + "." + KeyToken + "." + TopicToken(topic) + "." + strconv.FormatUint(uint64(partition), 10)
+}
+
+// KeyPartitionSubjects is the subject filter of every key of a compacted
+// topic's partition.
+func KeyPartitionSubjects(topic string, partition uint32) string {
+	return keyPartition(topic, partition) + ".*"
+}
+
+// KeyTopicSubjects is the subject filter of a compacted topic's stream.
+func KeyTopicSubjects(topic string) string {
+	return SubjectPrefix + "." + KeyToken + "." + TopicToken(topic) + ".*.*"
+}
+
+// PartitionFilter is the subject filter of a partition's records in a
+// stream that is keyed (Keyed) or not.
+func PartitionFilter(topic string, partition uint32, keyed bool) string {
+	if keyed {
+		return KeyPartitionSubjects(topic, partition)
+	}
+	return Subject(topic, partition)
+}
+
+// TopicFilter is the subject filter of a topic's stream, keyed or not.
+func TopicFilter(topic string, keyed bool) string {
+	if keyed {
+		return KeyTopicSubjects(topic)
+	}
+	return TopicSubjects(topic)
+}
+
+// InFilter reports whether subject is filter, or matches it when filter
+// ends in the single-token wildcard ".*" (the filters this package makes).
+func InFilter(filter, subject string) bool {
+	prefix, ok := strings.CutSuffix(filter, ".*")
+	if !ok {
+		return subject == filter
+	}
+	if prefix, ok = strings.CutSuffix(prefix, ".*"); ok { // a topic's keys: partition.key
+		rest, ok := strings.CutPrefix(subject, prefix+".")
+		p, key, two := strings.Cut(rest, ".")
+		return ok && two && p != "" && key != "" && !strings.Contains(key, ".")
+	}
+	rest, ok := strings.CutPrefix(subject, prefix+".")
+	return ok && rest != "" && !strings.Contains(rest, ".")
 }
 
 // TopicToken is topic as it appears in subjects (see Subject).
@@ -275,6 +371,14 @@ func (e *Encoder) Message(r *byzlogv1.StoredRecord) *nats.Msg {
 	return m
 }
 
+// KeyMessage is r as a message of a compacted topic's stream: as Message
+// makes it, on its key's subject (KeySubject).
+func (e *Encoder) KeyMessage(r *byzlogv1.StoredRecord) *nats.Msg {
+	m := e.Message(r)
+	m.Subject = KeySubject(r.Topic, r.Partition, r.Key)
+	return m
+}
+
 // Run makes one run message of records, which must be consecutive records
 // of one partition committed by one block, in offset order: a RecordRun
 // payload with HeaderRecords, HeaderOffset and HeaderHeight. Split chooses
@@ -367,6 +471,9 @@ func (d *Decoder) Records(subject string, h nats.Header, data []byte) ([]*byzlog
 	if err := d.setSubject(subject); err != nil {
 		return nil, err
 	}
+	if d.keyToken != "" {
+		return nil, fmt.Errorf("message on %s: a run of %s records on a key's subject, which carries one record", subject, n[0])
+	}
 	count, err := strconv.ParseUint(n[0], 10, 32)
 	if err != nil || count == 0 {
 		return nil, fmt.Errorf("message on %s: header %s = %q: want a positive count", subject, HeaderRecords, n[0])
@@ -429,11 +536,11 @@ func (d *Decoder) setSubject(subject string) error {
 	if d.subject != "" && subject == d.subject {
 		return nil
 	}
-	topic, partition, err := ParseSubject(subject)
+	topic, partition, keyToken, err := ParseKeySubject(subject)
 	if err != nil {
 		return err
 	}
-	d.subject, d.topic, d.partition = subject, topic, partition
+	d.subject, d.topic, d.partition, d.keyToken = subject, topic, partition, keyToken
 	return nil
 }
 
@@ -445,6 +552,7 @@ func (d *Decoder) setSubject(subject string) error {
 type Decoder struct {
 	subject, topic string
 	partition      uint32
+	keyToken       string // of a key's subject (KeySubject), else ""
 	producer       memo[[]byte]
 	height         memo[int64]
 	sequence       memo[uint64]
@@ -506,6 +614,9 @@ func (d *Decoder) Record(subject string, h nats.Header, data []byte) (*byzlogv1.
 		}
 	}
 	r.Key = emptyOrNull(r.Key, empty["key"])
+	if d.keyToken != "" && (r.Key == nil || KeySubjectToken(r.Key) != d.keyToken) {
+		return nil, fmt.Errorf("message on %s: its record's key (header %s %q) is not the subject's", subject, HeaderKey, h.Get(HeaderKey))
+	}
 	key, err := d.producer.get(h.Get(HeaderProducer), hex.DecodeString)
 	if err != nil {
 		return nil, fmt.Errorf("message on %s: header %s is not hex: %v", subject, HeaderProducer, err)
@@ -598,27 +709,42 @@ func emptyOrNull(b []byte, empty bool) []byte {
 	return nil
 }
 
-// ParseSubject splits a record subject into topic and partition.
+// ParseSubject splits a record subject into topic and partition: a
+// partition's subject (Subject) or a key's (KeySubject).
 func ParseSubject(subject string) (string, uint32, error) {
+	topic, partition, _, err := ParseKeySubject(subject)
+	return topic, partition, err
+}
+
+// ParseKeySubject splits a record subject into topic, partition and, for
+// a key's subject (KeySubject), the key's token ("" for a partition's).
+func ParseKeySubject(subject string) (topic string, partition uint32, keyToken string, err error) {
 	rest, ok := strings.CutPrefix(subject, SubjectPrefix+".")
+	if keyed, isKey := strings.CutPrefix(rest, KeyToken+"."); ok && isKey {
+		i := strings.LastIndexByte(keyed, '.')
+		if i <= 0 || i == len(keyed)-1 {
+			return "", 0, "", fmt.Errorf("subject %q is not byzlog.%s.<topic>.<partition>.<key>", subject, KeyToken)
+		}
+		rest, keyToken = keyed[:i], keyed[i+1:]
+	}
 	i := strings.LastIndexByte(rest, '.')
 	if !ok || i <= 0 {
-		return "", 0, fmt.Errorf("subject %q is not byzlog.<topic>.<partition>", subject)
+		return "", 0, "", fmt.Errorf("subject %q is not byzlog.<topic>.<partition>", subject)
 	}
 	token, ps := rest[:i], rest[i+1:]
 	p, err := strconv.ParseUint(ps, 10, 32)
 	if err != nil {
-		return "", 0, fmt.Errorf("subject %q: partition %q is not a number", subject, ps)
+		return "", 0, "", fmt.Errorf("subject %q: partition %q is not a number", subject, ps)
 	}
-	topic := token
+	topic = token
 	if h, ok := strings.CutPrefix(token, "_x"); ok {
 		b, err := hex.DecodeString(h)
 		if err != nil {
-			return "", 0, fmt.Errorf("subject %q: escaped topic %q is not hex", subject, token)
+			return "", 0, "", fmt.Errorf("subject %q: escaped topic %q is not hex", subject, token)
 		}
 		topic = string(b)
 	}
-	return topic, uint32(p), nil
+	return topic, uint32(p), keyToken, nil
 }
 
 // BlockInfo is the message on BlocksSubject for each committed height, so

@@ -571,3 +571,60 @@ func TestEmptyIsNotNull(t *testing.T) {
 		t.Errorf("a message without %s read key %#v, value %#v, header value %#v; want all null", layout.HeaderEmpty, got.Key, got.Value, got.Headers[0].Value)
 	}
 }
+
+func TestKeySubjects(t *testing.T) {
+	long := bytes.Repeat([]byte{0xfb}, layout.MaxKeyTokenBytes+1)
+	for _, tc := range []struct {
+		topic string
+		p     uint32
+		key   []byte
+		want  string
+	}{
+		{"orders", 3, []byte("k1"), "byzlog.$key.orders.3.azE"},
+		{"a.b", 0, []byte{0xfb, 0xff}, "byzlog.$key.a.b.0.-_8"},
+		{"orders", 0, []byte{}, "byzlog.$key.orders.0.~"},
+		{"..", 1, long, "byzlog.$key._x2e2e.1.~" + layout.KeySubjectToken(long)[1:]},
+	} {
+		got := layout.KeySubject(tc.topic, tc.p, tc.key)
+		if got != tc.want {
+			t.Errorf("layout.KeySubject(%q, %d, %x) = %s, want %s", tc.topic, tc.p, tc.key, got, tc.want)
+		}
+		topic, p, token, err := layout.ParseKeySubject(got)
+		if err != nil || topic != tc.topic || p != tc.p || token != layout.KeySubjectToken(tc.key) {
+			t.Errorf("layout.ParseKeySubject(%s) = %q, %d, %q, %v; want %q, %d, %q", got, topic, p, token, err, tc.topic, tc.p, layout.KeySubjectToken(tc.key))
+		}
+		if !layout.InFilter(layout.KeyPartitionSubjects(tc.topic, tc.p), got) || !layout.InFilter(layout.KeyTopicSubjects(tc.topic), got) {
+			t.Errorf("layout.InFilter(%s, %s) or layout.InFilter(%s, %s) = false, want true", layout.KeyPartitionSubjects(tc.topic, tc.p), got, layout.KeyTopicSubjects(tc.topic), got)
+		}
+		if layout.InFilter(layout.KeyPartitionSubjects(tc.topic, tc.p+1), got) || layout.InFilter(layout.TopicSubjects(tc.topic), got) {
+			t.Errorf("%s is in another partition's or the unkeyed filter", got)
+		}
+	}
+	if len(layout.KeySubjectToken(long)) != 44 {
+		t.Errorf("layout.KeySubjectToken(a %d-byte key) = %d characters, want 44 (~ and a hash)", len(long), len(layout.KeySubjectToken(long)))
+	}
+	// A compacted topic's subjects never take another topic's in.
+	if layout.InFilter(layout.KeyTopicSubjects("orders"), layout.Subject("orders.eu", 0)) || layout.InFilter(layout.TopicSubjects("orders"), layout.KeySubject("orders", 0, []byte("k"))) {
+		t.Error("keyed and unkeyed filters overlap")
+	}
+}
+
+func TestKeyMessageRoundTrip(t *testing.T) {
+	r := &byzlogv1.StoredRecord{Topic: "t", Partition: 2, Offset: 7, Height: 3, Key: []byte("k"), ProducerKey: make([]byte, 32), TimestampUnixNano: 1, CreateTimeUnixNano: 1}
+	var e layout.Encoder
+	m := e.KeyMessage(r)
+	if m.Subject != "byzlog.$key.t.2.aw" {
+		t.Fatalf("KeyMessage subject = %s, want byzlog.$key.t.2.aw", m.Subject)
+	}
+	got, err := layout.Records(m.Subject, m.Header, m.Data)
+	if err != nil || len(got) != 1 || !layout.SameRecord(got[0], r) {
+		t.Fatalf("layout.Records(KeyMessage(r)) = %v, %v; want r", got, err)
+	}
+	if got[0].Value != nil {
+		t.Errorf("a tombstone's value decodes as %q, want null", got[0].Value)
+	}
+	// A message on another key's subject is refused.
+	if _, err := layout.Records(layout.KeySubject("t", 2, []byte("other")), m.Header, m.Data); err == nil {
+		t.Error("a record on another key's subject decoded; want an error")
+	}
+}

@@ -19,7 +19,7 @@
 // created, or unknown) is readable by nobody but the indexer: a stale or
 // missing file fails closed. Reading means: look a stream up, make and
 // read consumers of it, get its messages, ack, and subscribe to its
-// subjects. Nobody but the indexer may publish a record, claim a message
+// subjects (a partition's, and a compacted topic's keys'). Nobody but the indexer may publish a record, claim a message
 // id, make, delete or purge a stream, delete a consumer, or touch the
 // cursor. Each reader's replies come to an inbox prefix of its own
 // (InboxPrefix), which no other user may subscribe to; the consumer user
@@ -155,7 +155,7 @@ func permissions(inbox string, topics []string) string {
 	pub = append(pub, streamReads(layout.BlocksStream)...)
 	for _, t := range topics {
 		pub = append(pub, streamReads(layout.StreamName(t))...)
-		sub = append(sub, layout.TopicSubjects(t))
+		sub = append(sub, layout.TopicSubjects(t), layout.KeyTopicSubjects(t)) // a compacted topic's stream is a subject a key
 	}
 	deny := []string{"$JS.API.STREAM.INFO.KV_" + layout.CursorBucket}
 	return fmt.Sprintf("{publish: {allow: %s, deny: %s}, subscribe: {allow: %s}}", list(pub), list(deny), list(sub))

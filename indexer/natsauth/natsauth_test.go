@@ -175,6 +175,9 @@ func TestPermissionsFollowTopicConfigs(t *testing.T) {
 		{"consumer", consumer, "$JS.API.CONSUMER.NAMES." + layout.StreamName("open"), false},
 		{"alice", c.must(c.reader(alice)...), "$JS.API.CONSUMER.LIST." + layout.StreamName("secret"), false},
 		{"consumer", consumer, layout.TopicSubjects("secret"), true},
+		{"consumer", consumer, layout.KeyTopicSubjects("secret"), true},
+		{"alice", c.must(c.reader(alice)...), layout.KeyPartitionSubjects("a.b", 0), true},
+		{"bob", c.must(c.reader(bob)...), layout.KeySubject("secret", 0, []byte("k")), true},
 		{"bob", c.must(c.reader(bob)...), "_INBOX.>", true},
 		{"bob", c.must(c.reader(bob)...), "byzlog.>", true},
 	} {
@@ -275,6 +278,58 @@ func TestSpecValidate(t *testing.T) {
 		f(&s)
 		if err := s.Validate(); err == nil {
 			t.Errorf("%s: Validate() = nil", name)
+		}
+	}
+}
+
+// TestReadersReadTables: a compacted topic's stream (a subject a key) is
+// read by its readers, through a consumer and by subscribing to its
+// keys, and by nobody else.
+func TestReadersReadTables(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alice, bob := key("alice"), key("bob")
+	c := start(t, []natsauth.Topic{{Name: "kv", Readers: []ed25519.PublicKey{pub(alice)}}})
+	js, err := jetstream.New(c.must(nats.UserInfo("indexer", "ipw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: layout.StreamName("kv"), Subjects: []string{layout.KeyTopicSubjects("kv")}, MaxMsgsPerSubject: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, layout.KeySubject("kv", 0, []byte("k")), []byte("secret of kv")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := read(ctx, c.must(c.reader(alice)...), "kv"); err != nil || got != "secret of kv" {
+		t.Errorf("alice reads kv: %q, %v; want its record", got, err)
+	}
+	for _, tc := range []struct {
+		who string
+		ok  bool
+	}{{"alice", true}, {"consumer", false}, {"bob", false}} {
+		errs := make(chan error, 1)
+		nc, err := c.connect(append(connOpts(t, c, tc.who, alice, bob), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		}))...)
+		if tc.who == "bob" && err != nil {
+			continue // bob is no NATS user at all: no topic lists him
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err = nc.SubscribeSync(layout.KeyTopicSubjects("kv")); err == nil {
+			err = nc.Flush()
+		}
+		select {
+		case err = <-errs:
+		case <-time.After(time.Second):
+		}
+		nc.Close()
+		if denied := err != nil; denied == tc.ok {
+			t.Errorf("%s subscribes to %s: %v; want allowed %v", tc.who, layout.KeyTopicSubjects("kv"), err, tc.ok)
 		}
 	}
 }

@@ -45,6 +45,10 @@ type Publisher struct {
 	streams map[string]jetstream.Stream
 	held    map[string]*held // topic -> what its stream holds
 	formats map[string]int   // topic stream -> records a message, as its metadata says
+	keyed   map[string]bool  // topic stream -> a table of keys (layout.FormatKey)
+	// ttls: per keyed topic stream, how long a tombstone stays in it
+	// (the topic's delete_retention_ms, in whole seconds, at least 1).
+	ttls    map[string]int64
 	blocks  jetstream.Stream
 	blockAt *held // what the blocks stream holds
 	// blockNext is the first height whose BlockInfo to publish, as of
@@ -92,7 +96,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (*P
 	if err != nil {
 		return nil, err
 	}
-	p := &Publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, log: log,
+	p := &Publisher{cfg: cfg, js: js, streams: map[string]jetstream.Stream{}, held: map[string]*held{}, formats: map[string]int{}, keyed: map[string]bool{}, ttls: map[string]int64{}, log: log,
 		holds: map[string]*hold{}, out: map[string]outRange{}, decided: map[txnKey]outcome{}}
 	if err := p.EnsureCursorBucket(ctx); err != nil {
 		return nil, err
@@ -162,6 +166,7 @@ func (p *Publisher) Reset() {
 	clear(p.held)
 	clear(p.streams)
 	clear(p.formats)
+	clear(p.keyed)
 	clear(p.holds) // the indexer publishes again from before the first held
 	p.blocks, p.blockAt = nil, nil
 	p.blockNext = 0
@@ -189,7 +194,12 @@ func (p *Publisher) ensureStream(ctx context.Context, name, subject, desc string
 		Storage: jetstream.FileStorage, Replicas: p.cfg.Replicas, Duplicates: duplicateWindow,
 	}
 	if name != layout.BlocksStream {
-		sc.Metadata = map[string]string{layout.FormatMetadata: p.format()}
+		sc.Metadata = map[string]string{layout.FormatMetadata: p.format(c)}
+	}
+	if compacted(c) {
+		// A table: JetStream keeps each key's latest message, and a
+		// tombstone goes after its Nats-TTL (publish.go, message).
+		sc.MaxMsgsPerSubject, sc.AllowMsgTTL = 1, true
 	}
 	if c != nil {
 		l := topicLimits(c, sc.Duplicates)
@@ -239,7 +249,7 @@ func (p *Publisher) stream(ctx context.Context, topic string) (jetstream.Stream,
 // topicStream makes topic's stream with c's limits (nil: none), or sets
 // them on it, and remembers it.
 func (p *Publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.TopicConfig) (jetstream.Stream, error) {
-	st, err := p.ensureStream(ctx, layout.StreamName(topic), layout.TopicSubjects(topic), "byzlog topic "+topic, c)
+	st, err := p.ensureStream(ctx, layout.StreamName(topic), layout.TopicFilter(topic, compacted(c)), "byzlog topic "+topic, c)
 	if err != nil {
 		return nil, err
 	}
@@ -247,8 +257,11 @@ func (p *Publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.T
 	if err != nil {
 		return nil, err
 	}
+	name := st.CachedInfo().Config.Name
 	p.streams[topic] = st
-	p.formats[st.CachedInfo().Config.Name] = n
+	p.formats[name] = n
+	p.keyed[name] = layout.Keyed(st.CachedInfo().Config.Metadata[layout.FormatMetadata])
+	p.ttls[name] = tombstoneTTL(c)
 	return st, nil
 }
 
@@ -263,8 +276,13 @@ func (p *Publisher) topicStream(ctx context.Context, topic string, c *byzlogv1.T
 // runs are cut greedily from where the stream ends, so given the format,
 // the stream's state and the chain decide every message.
 
-// format is the format this indexer gives the streams it makes.
-func (p *Publisher) format() string {
+// format is the format this indexer gives the streams it makes, for a
+// topic of config c (nil: not known): a compacted topic's is a table of
+// keys.
+func (p *Publisher) format(c *byzlogv1.TopicConfig) string {
+	if compacted(c) {
+		return layout.FormatKey
+	}
 	if p.cfg.RecordsPerMessage == 1 {
 		return layout.FormatRecord
 	}
@@ -284,7 +302,7 @@ func (p *Publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jets
 		if sc.Metadata == nil {
 			sc.Metadata = map[string]string{}
 		}
-		sc.Metadata[layout.FormatMetadata] = p.format()
+		sc.Metadata[layout.FormatMetadata] = p.format(nil) // its subjects are a partition's: no table
 		if info.State.Msgs > 0 {
 			sc.Metadata[layout.FormatMetadata] = layout.FormatRecord
 		}
@@ -308,8 +326,8 @@ func (p *Publisher) ensureFormat(ctx context.Context, st jetstream.Stream) (jets
 // the publisher cuts by: someone changed it since the publisher read it.
 func (p *Publisher) checkFormat(sc jetstream.StreamConfig) error {
 	f := sc.Metadata[layout.FormatMetadata]
-	if n, err := layout.ParseFormat(f); err != nil || n != p.formats[sc.Name] {
-		return fmt.Errorf("stream %s's message format (metadata %s) is now %q, and this indexer cut %d records a message until now: it reads the streams again", sc.Name, layout.FormatMetadata, f, p.formats[sc.Name])
+	if n, err := layout.ParseFormat(f); err != nil || n != p.formats[sc.Name] || layout.Keyed(f) != p.keyed[sc.Name] {
+		return fmt.Errorf("stream %s's message format (metadata %s) is now %q, and this indexer cut %d records a message (a table of keys: %v) until now: it reads the streams again", sc.Name, layout.FormatMetadata, f, p.formats[sc.Name], p.keyed[sc.Name])
 	}
 	return nil
 }
@@ -323,6 +341,8 @@ func (p *Publisher) dropStream(ctx context.Context, topic string) error {
 	delete(p.streams, topic)
 	delete(p.held, topic)
 	delete(p.formats, layout.StreamName(topic))
+	delete(p.keyed, layout.StreamName(topic))
+	delete(p.ttls, layout.StreamName(topic))
 	return nil
 }
 
@@ -341,7 +361,10 @@ func (p *Publisher) dropStream(ctx context.Context, topic string) error {
 // last record too, as the chain has it, and ahead is true: the offset
 // returned is then part's end, and the stream must be asked again for the
 // next block, whose records this one did not check.
-func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedPartition) (next uint64, ahead bool, err error) {
+func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedPartition, keyed bool) (next uint64, ahead bool, err error) {
+	if keyed {
+		return keyedRecordsIn(ctx, st, part)
+	}
 	root := part.Root
 	subject := layout.Subject(root.Topic, root.Partition)
 	name := st.CachedInfo().Config.Name
@@ -356,7 +379,7 @@ func recordsIn(ctx context.Context, st jetstream.Stream, part core.AppendedParti
 	m := last
 	if r.Offset >= end {
 		ahead = true
-		if m, err = firstAtLeast(ctx, st, lastOffset, end-1, last); err != nil {
+		if m, err = firstAtLeast(ctx, st, subject, lastOffset, end-1, last); err != nil {
 			return 0, false, err
 		}
 		rs, err := reconcile.StreamRecords(m, subject)
@@ -426,7 +449,7 @@ func (p *Publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64,
 	}
 	m := last
 	if got.Height > info.Height {
-		if m, err = firstAtLeast(ctx, p.blocks, heightOf, uint64(info.Height), last); err != nil {
+		if m, err = firstAtLeast(ctx, p.blocks, layout.BlocksSubject, heightOf, uint64(info.Height), last); err != nil {
 			return 0, err
 		}
 		if got, err = blockInfo(m); err != nil {
@@ -442,12 +465,14 @@ func (p *Publisher) blocksIn(ctx context.Context, info layout.BlockInfo) (int64,
 	return got.Height + 1, nil
 }
 
-// firstAtLeast returns the first message on last's subject whose key is
-// at least want; last, the subject's last message, is. The key (read from
-// a message's headers) grows along the subject, as the publisher writes
-// it. It reads O(log n) messages, n last's stream sequence.
-func firstAtLeast(ctx context.Context, st jetstream.Stream, key func(*jetstream.RawStreamMsg) (uint64, error), want uint64, last *jetstream.RawStreamMsg) (*jetstream.RawStreamMsg, error) {
-	name, subject := st.CachedInfo().Config.Name, last.Subject
+// firstAtLeast returns the first message on subject (a filter: a keyed
+// stream's partition) whose key is at least want; last, the subject's last
+// message, is. The key (read from a message's headers) grows along the
+// subject, as the publisher writes it; messages between may be gone (a
+// keyed stream keeps each key's latest). It reads O(log n) messages, n
+// last's stream sequence.
+func firstAtLeast(ctx context.Context, st jetstream.Stream, subject string, key func(*jetstream.RawStreamMsg) (uint64, error), want uint64, last *jetstream.RawStreamMsg) (*jetstream.RawStreamMsg, error) {
+	name := st.CachedInfo().Config.Name
 	found := last
 	// Messages of subject before lo are below want; found is at least want,
 	// and the first message of subject from hi on.
@@ -462,7 +487,7 @@ func firstAtLeast(ctx context.Context, st jetstream.Stream, key func(*jetstream.
 			hi = mid
 			continue
 		}
-		if m.Subject != subject || m.Sequence < mid {
+		if !layout.InFilter(subject, m.Subject) || m.Sequence < mid {
 			return nil, fmt.Errorf("stream %s answered sequence %d on %s for the message on %s at or after sequence %d", name, m.Sequence, m.Subject, subject, mid)
 		}
 		v, err := key(m)
@@ -586,7 +611,8 @@ func (p *Publisher) applyTopicChanges(ctx context.Context, b *verify.Block) erro
 func (p *Publisher) partitionMessages(part core.AppendedPartition, m Metrics, outs []outMsg) ([]outMsg, error) {
 	root := part.Root
 	h := p.held[root.Topic]
-	perMessage := p.formats[layout.StreamName(root.Topic)]
+	name := layout.StreamName(root.Topic)
+	perMessage := p.formats[name]
 	next := h.next[root.Partition]
 	k := reconcile.Key(root.Topic, root.Partition)
 	out := p.out[k]
@@ -616,13 +642,17 @@ func (p *Publisher) partitionMessages(part core.AppendedPartition, m Metrics, ou
 		out.last = ready[len(ready)-1]
 	}
 	p.out[k] = out
+	if p.keyed[name] && len(ready) > 0 {
+		next = ready[len(ready)-1].Offset + 1
+		ready = slices.DeleteFunc(ready, notInTable)
+	}
 	for len(ready) > 0 {
-		msg, n, err := p.message(ready, perMessage)
+		msg, n, err := p.message(name, ready, perMessage)
 		if err != nil {
 			return nil, err
 		}
 		outs = append(outs, outMsg{h, msg})
-		next = ready[n-1].Offset + 1
+		next = max(next, ready[n-1].Offset+1)
 		m.Records.Add(float64(n))
 		ready = ready[n:]
 	}
@@ -661,9 +691,13 @@ func (p *Publisher) blockMessage(ctx context.Context, height int64, info layout.
 }
 
 // message is the next message of records, consecutive records of one
-// partition in one block, and how many of them it carries: a run of up to
-// perMessage (its stream's format), or the first alone when that is 1.
-func (p *Publisher) message(records []*byzlogv1.StoredRecord, perMessage int) (*nats.Msg, int, error) {
+// partition in one block, to stream, and how many of them it carries: a
+// run of up to perMessage (its stream's format), or the first alone when
+// that is 1 or the stream is keyed.
+func (p *Publisher) message(stream string, records []*byzlogv1.StoredRecord, perMessage int) (*nats.Msg, int, error) {
+	if p.keyed[stream] {
+		return p.keyMessage(stream, records[0]), 1, nil
+	}
 	if perMessage <= 1 {
 		return p.enc.Message(records[0]), 1, nil
 	}
@@ -755,7 +789,7 @@ func (p *Publisher) syncTopics(ctx context.Context, parts []core.AppendedPartiti
 		ahead := map[uint32]bool{}
 		err = p.sync(ctx, st, p.held[t], func() error {
 			for _, part := range read[t] {
-				in, past, err := recordsIn(ctx, st, part)
+				in, past, err := recordsIn(ctx, st, part, p.keyed[st.CachedInfo().Config.Name])
 				if err != nil {
 					return err
 				}

@@ -180,7 +180,7 @@ func removedByLimits(ctx context.Context, st jetstream.Stream, topic string, e E
 	if info.State.Msgs == 0 {
 		return false, nil
 	}
-	first, err := st.GetMsg(ctx, info.State.FirstSeq, jetstream.WithGetMsgSubject(layout.TopicSubjects(topic)))
+	first, err := st.GetMsg(ctx, info.State.FirstSeq, jetstream.WithGetMsgSubject(layout.TopicFilter(topic, keyed(st))))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -199,11 +199,20 @@ func lastHeld(ctx context.Context, st jetstream.Stream, topic string, partition 
 	if st == nil {
 		return 0, 0, nil
 	}
-	_, r, err := LastRecord(ctx, st, layout.Subject(topic, partition))
+	// A keyed stream keeps the last record of a partition (the latest of
+	// its key) unless it is a tombstone whose TTL passed, or a marker,
+	// which it does not hold: going back for those publishes again only
+	// what the stream lacks.
+	_, r, err := LastRecord(ctx, st, layout.PartitionFilter(topic, partition, keyed(st)))
 	if err != nil || r == nil {
 		return 0, 0, err
 	}
 	return r.Offset + 1, r.Height, nil
+}
+
+// keyed reports whether st is a compacted topic's table (layout.FormatKey).
+func keyed(st jetstream.Stream) bool {
+	return layout.Keyed(st.CachedInfo().Config.Metadata[layout.FormatMetadata])
 }
 
 // LastRecord is the stream's last message on subject and the last record
@@ -224,10 +233,11 @@ func LastRecord(ctx context.Context, st jetstream.Stream, subject string) (*jets
 	return last, rs[len(rs)-1], nil
 }
 
-// StreamRecords decodes a record or run message read from subject.
+// StreamRecords decodes a record or run message read from subject (or a
+// filter of a keyed stream's partition, layout.KeyPartitionSubjects).
 func StreamRecords(m *jetstream.RawStreamMsg, subject string) ([]*byzlogv1.StoredRecord, error) {
 	rs, err := layout.Records(m.Subject, m.Header, m.Data)
-	if err != nil || m.Subject != subject {
+	if err != nil || !layout.InFilter(subject, m.Subject) {
 		return nil, fmt.Errorf("a message that is not a byzlog record of it (%s: %v)", m.Subject, err)
 	}
 	return rs, nil
