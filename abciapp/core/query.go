@@ -202,7 +202,7 @@ func topicInfo(r Reader, t *byzlogv1.TopicState) (*byzlogv1.TopicInfo, error) {
 		}
 		info.Partitions = append(info.Partitions, &byzlogv1.PartitionInfo{
 			Partition: p, LogStartOffset: logStart(&ps), NextOffset: ps.NextOffset, SizeBytes: ps.SizeBytes,
-			LastStableOffset: lastStable(&ps),
+			LastStableOffset: lastStable(&ps), CleanOffset: ps.CleanOffset, Compacted: ps.Compacted,
 		})
 	}
 	return info, nil

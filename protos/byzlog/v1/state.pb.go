@@ -2205,8 +2205,12 @@ type PartitionInfo struct {
 	// transaction there; read_committed readers stop at it. Absent: the next
 	// offset.
 	LastStableOffset *uint64 `protobuf:"varint,5,opt,name=last_stable_offset,json=lastStableOffset,proto3,oneof" json:"last_stable_offset,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Of a compacted topic (rules version 9 on): compaction has passed the
+	// records below clean_offset, and removed compacted of them.
+	CleanOffset   uint64 `protobuf:"varint,6,opt,name=clean_offset,json=cleanOffset,proto3" json:"clean_offset,omitempty"`
+	Compacted     uint64 `protobuf:"varint,7,opt,name=compacted,proto3" json:"compacted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PartitionInfo) Reset() {
@@ -2270,6 +2274,20 @@ func (x *PartitionInfo) GetSizeBytes() uint64 {
 func (x *PartitionInfo) GetLastStableOffset() uint64 {
 	if x != nil && x.LastStableOffset != nil {
 		return *x.LastStableOffset
+	}
+	return 0
+}
+
+func (x *PartitionInfo) GetCleanOffset() uint64 {
+	if x != nil {
+		return x.CleanOffset
+	}
+	return 0
+}
+
+func (x *PartitionInfo) GetCompacted() uint64 {
+	if x != nil {
+		return x.Compacted
 	}
 	return 0
 }
@@ -4837,7 +4855,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"bodySha256\x12.\n" +
 	"\x05kafka\x18\f \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\"=\n" +
 	"\tTxOutcome\x120\n" +
-	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.BatchResultR\abatches\"\xe1\x01\n" +
+	"\abatches\x18\x01 \x03(\v2\x16.byzlog.v1.BatchResultR\abatches\"\xa2\x02\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\x12(\n" +
 	"\x10log_start_offset\x18\x02 \x01(\x04R\x0elogStartOffset\x12\x1f\n" +
@@ -4845,7 +4863,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"nextOffset\x12\x1d\n" +
 	"\n" +
 	"size_bytes\x18\x04 \x01(\x04R\tsizeBytes\x121\n" +
-	"\x12last_stable_offset\x18\x05 \x01(\x04H\x00R\x10lastStableOffset\x88\x01\x01B\x15\n" +
+	"\x12last_stable_offset\x18\x05 \x01(\x04H\x00R\x10lastStableOffset\x88\x01\x01\x12!\n" +
+	"\fclean_offset\x18\x06 \x01(\x04R\vcleanOffset\x12\x1c\n" +
+	"\tcompacted\x18\a \x01(\x04R\tcompactedB\x15\n" +
 	"\x13_last_stable_offset\"\xb0\x01\n" +
 	"\tTopicInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +

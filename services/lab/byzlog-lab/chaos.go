@@ -41,7 +41,7 @@ peer proxies BASE+1000..1033.`
 func newChaosCommand() *cobra.Command {
 	o := &chaosOptions{nemeses: []string{"all"}, basePort: 28656,
 		phase: chaos.Phase{Duration: 3 * time.Minute, Hold: 8 * time.Second, Gap: 6 * time.Second, Settle: 90 * time.Second, Seed: 1},
-		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, KafkaProducers: 4, KafkaMembers: 2, TxnProcessors: 2, Rate: 400, InFlight: 2000}}
+		load:  chaos.Workload{Partitions: 4, Producers: 4, Consumers: 2, KafkaProducers: 4, KafkaMembers: 2, TxnProcessors: 2, CompactKeys: 20, Rate: 400, InFlight: 2000}}
 	cmd := &cobra.Command{
 		Use:   "chaos",
 		Short: "Run byzlog under faults and check the history for lost, duplicated, reordered or forged records",

@@ -125,6 +125,12 @@ type History struct {
 	Txns          []Txn
 	TxnReads      []TxnRead
 	TxnOffsets    map[uint32]int64
+	// The compaction workload (compact.go): its sends, every validator's
+	// compacted log and, per validator and partition, how far compaction
+	// had passed.
+	TableSends []KeyedSend
+	TableReads []TableRead
+	TableClean map[string]map[uint32]uint64
 }
 
 // Anomaly names, as Jepsen's Kafka checker calls them (plus app-hash
@@ -148,9 +154,9 @@ const (
 )
 
 // Categories lists every anomaly, in report order, the transactional
-// workload's (checktxn.go) last. lost is the sum of its three parts.
+// workload's (checktxn.go) and the compaction workload's (compact.go) last. lost is the sum of its three parts.
 var Categories = []string{Lost, Unseen, Duplicate, InconsistentOffsets, NonmonotonicPoll, PollSkip, NonmonotonicSend, OffsetRegression, Forged, AppHashDivergence, ReplicaDivergence, DoubleSign,
-	AbortedRead, TornRead, LostCommit, TxnDuplicate, TxnNonmonotonicPoll, Unprocessed}
+	AbortedRead, TornRead, LostCommit, TxnDuplicate, TxnNonmonotonicPoll, Unprocessed, CompactionLost, CompactionStale}
 
 // Report is the checker's verdict.
 type Report struct {
@@ -232,6 +238,7 @@ func Check(h History) Report {
 		r.add(DoubleSign, "%s", e)
 	}
 	checkTxns(&r, h)
+	checkCompaction(&r, h)
 	return r
 }
 

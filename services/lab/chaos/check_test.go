@@ -505,3 +505,46 @@ func TestCheckTxnsNeedTheirWorkload(t *testing.T) {
 		t.Errorf("Check(processors, no output read) = %d unprocessed, %d lost commits; want 7, 2\n%s", r.Counts[Unprocessed], r.Counts[LostCommit], r.Summary())
 	}
 }
+
+// TestCheckCompaction: the compaction anomalies, each from a history that
+// has it and none from one that does not.
+func TestCheckCompaction(t *testing.T) {
+	sent := func(key, value string, offset uint64, tomb bool) KeyedSend {
+		return KeyedSend{Send: Send{Value: value, Outcome: Acked, Offset: offset}, Key: key, Tombstone: tomb}
+	}
+	read := func(node, key, value string, offset uint64) TableRead {
+		return TableRead{Node: node, Offset: offset, Key: key, Value: value, Tombstone: value == ""}
+	}
+	sends := []KeyedSend{sent("a", "a1", 0, false), sent("b", "b1", 1, false), sent("a", "a2", 2, false), sent("b", "", 3, true)}
+	both := func(rs ...TableRead) []TableRead {
+		var out []TableRead
+		for _, n := range []string{"node0", "node1"} {
+			for _, r := range rs {
+				r.Node = n
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	clean := map[string]map[uint32]uint64{"node0": {0: 4}, "node1": {0: 4}}
+	for _, tc := range []struct {
+		name  string
+		reads []TableRead
+		want  map[string]int
+	}{
+		{"compacted", both(read("", "a", "a2", 2), read("", "b", "", 3)), nil},
+		{"the latest of a lost", both(read("", "b", "", 3)), map[string]int{CompactionLost: 2}},
+		{"a newer unacknowledged record", both(read("", "a", "a3", 5), read("", "b", "", 3)), nil},
+		{"another value at the latest", both(read("", "a", "x", 2), read("", "b", "", 3)), map[string]int{CompactionLost: 2}},
+		{"an older a kept", both(read("", "a", "a1", 0), read("", "a", "a2", 2), read("", "b", "", 3)), map[string]int{CompactionStale: 2}},
+		{"one node differs", append(both(read("", "a", "a2", 2)), read("node0", "b", "", 3), read("node1", "b", "", 3), read("node1", "c", "c", 4)),
+			map[string]int{ReplicaDivergence: 1}},
+	} {
+		r := Check(History{TableSends: sends, TableReads: tc.reads, TableClean: clean})
+		for _, c := range []string{CompactionLost, CompactionStale, ReplicaDivergence} {
+			if r.Counts[c] != tc.want[c] {
+				t.Errorf("%s: %s = %d, want %d (%v)", tc.name, c, r.Counts[c], tc.want[c], r.Examples[c])
+			}
+		}
+	}
+}

@@ -140,13 +140,17 @@ func RunPhase(ctx context.Context, c *Cluster, w Workload, ph Phase, progress io
 		row.Errors = append(row.Errors, errs...)
 	}
 	readBackAll(ctx, c, w, rec, &row)
+	if w.CompactKeys > 0 {
+		readBackTable(ctx, c, w, rec, &row)
+	}
 	checkChain(ctx, c, rec, startHeight, &row)
 	summarize(c, w, rec, load, groupNotes, &row)
 	return row, nil
 }
 
 // createPhaseTopics creates the phase's topic and, with a transactional
-// pipeline, its output topic.
+// pipeline, its output topic, and with a compaction workload its
+// compacted topic.
 func createPhaseTopics(ctx context.Context, c *Cluster, w Workload, trust client.Trust, transport client.Option) error {
 	adm, err := client.NewAdmin(c.Services.GatewayAddr(0), c.AdminKey, trust, transport)
 	if err != nil {
@@ -155,6 +159,9 @@ func createPhaseTopics(ctx context.Context, c *Cluster, w Workload, trust client
 	_, err = adm.CreateTopic(ctx, w.Topic, &byzlogv1.TopicConfig{Partitions: w.Partitions})
 	if err == nil && w.TxnProcessors > 0 {
 		_, err = adm.CreateTopic(ctx, txnOutputTopic(w), &byzlogv1.TopicConfig{Partitions: txnOutPartitions})
+	}
+	if err == nil && w.CompactKeys > 0 {
+		_, err = adm.CreateTopic(ctx, tableTopic(w), &byzlogv1.TopicConfig{Partitions: 2, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT})
 	}
 	adm.Close()
 	if err != nil {
@@ -190,6 +197,15 @@ func summarize(c *Cluster, w Workload, rec *recorder, load loadTimes, groupNotes
 	row.Notes = append(c.notes, groupNotes...)
 	if w.KafkaProducers > 0 {
 		row.Notes = append(row.Notes, kafkaSendNote(w, rec, row.Report.RetryDuplicates))
+	}
+	if n := len(rec.h.TableSends); n > 0 {
+		acked := 0
+		for _, s := range rec.h.TableSends {
+			if s.Outcome == Acked {
+				acked++
+			}
+		}
+		row.Notes = append(row.Notes, fmt.Sprintf("compacted topic: %d sends of %d keys (%d acknowledged), %d records left on %d validators", n, w.CompactKeys, acked, len(rec.h.TableReads), len(rec.h.TableClean)))
 	}
 	row.SendErrors = map[string]int{}
 	for _, snd := range rec.h.Sends {
@@ -239,7 +255,7 @@ func runLoad(ctx context.Context, c *Cluster, w Workload, ph Phase, rec *recorde
 	lctx, stopLoad := context.WithTimeout(ctx, ph.Duration)
 	defer stopLoad()
 	var producers sync.WaitGroup
-	prodErrs := make(chan error, w.producers())
+	prodErrs := make(chan error, w.producers()+1)
 	for i := 0; i < w.producers(); i++ {
 		producers.Add(1)
 		go func() {
@@ -251,6 +267,15 @@ func runLoad(ctx context.Context, c *Cluster, w Workload, ph Phase, rec *recorde
 				err = produceKafka(lctx, c, w, i, ph, rec)
 			}
 			if err != nil {
+				prodErrs <- err
+			}
+		}()
+	}
+	if w.CompactKeys > 0 {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			if err := produceTable(lctx, c, w, ph.Nemesis.Name, rec, ph.Settle); err != nil {
 				prodErrs <- err
 			}
 		}()

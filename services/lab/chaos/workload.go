@@ -38,6 +38,9 @@ type Workload struct {
 	// which read the topic and write its output topic exactly once; none:
 	// no transactional workload.
 	TxnProcessors int
+	// CompactKeys is how many keys the compaction workload (compact.go)
+	// writes versions of to a compacted topic; 0: none.
+	CompactKeys int
 	// Rate is the records per second offered over all producers, SDK and
 	// Kafka; InFlight bounds each producer's unresolved records (past it,
 	// it waits).
