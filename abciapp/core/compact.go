@@ -2,7 +2,6 @@ package core
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -61,7 +61,7 @@ func compactPartitionPrefix(prefix []byte, topic string, p uint32) []byte {
 }
 
 func compactKeyKey(topic string, p uint32, key []byte) []byte {
-	return cat(compactPartitionPrefix(prefixCompactKey, topic, p), key)
+	return stateproof.IndexKey(topic, p, key)
 }
 
 func tombstoneKey(topic string, p uint32, offset uint64) []byte {
@@ -177,37 +177,17 @@ type keyEntry struct {
 }
 
 func (e keyEntry) value() []byte {
-	v := be64(e.offset)
-	if e.tombstone {
-		v = append(v, 1)
-	} else {
-		v = append(v, 0)
-	}
-	return append(v, e.leaf...)
+	return stateproof.IndexEntry{Offset: e.offset, Tombstone: e.tombstone, Leaf: e.leaf}.Encode()
 }
 
 // decodeKeyEntry reads a stored index entry: 9 bytes, or 41 with the
 // record's leaf hash.
 func decodeKeyEntry(v []byte) (keyEntry, error) {
-	if len(v) != 9 && len(v) != 9+sha256.Size {
-		return keyEntry{}, fmt.Errorf("key index entry is %d bytes, want 9 or %d", len(v), 9+sha256.Size)
+	e, err := stateproof.DecodeIndexEntry(v)
+	if err != nil {
+		return keyEntry{}, err
 	}
-	e := keyEntry{offset: binary.BigEndian.Uint64(v), tombstone: v[8] == 1, found: true}
-	if len(v) > 9 {
-		e.leaf = bytes.Clone(v[9:])
-	}
-	return e, nil
-}
-
-// DecodeIndexEntry reads a key index entry a LatestProof proves: the
-// offset of the key's latest record, whether it is a tombstone, and the
-// record's leaf hash.
-func DecodeIndexEntry(v []byte) (offset uint64, tombstone bool, leaf []byte, err error) {
-	e, err := decodeKeyEntry(v)
-	if err == nil && e.leaf == nil {
-		err = fmt.Errorf("key index entry of %d bytes holds no leaf hash", len(v))
-	}
-	return e.offset, e.tombstone, e.leaf, err
+	return keyEntry{offset: e.Offset, tombstone: e.Tombstone, leaf: e.Leaf, found: true}, nil
 }
 
 // compactor passes one partition on in one block.
@@ -571,7 +551,4 @@ func runFirst(key, value []byte) uint64 {
 }
 
 // leafHash is a stored record's RFC 6962 leaf hash.
-func leafHash(rec []byte) []byte {
-	h := sha256.Sum256(append([]byte{0}, rec...))
-	return h[:]
-}
+func leafHash(rec []byte) []byte { return stateproof.LeafHash(rec) }

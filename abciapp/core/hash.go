@@ -2,16 +2,12 @@ package core
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"sort"
 
 	"github.com/cometbft/cometbft/crypto/merkle"
-)
 
-// appHashDomain separates byzlog's app hash from any other use of SHA-256
-// over the same bytes, and versions its layout.
-const appHashDomain = "byzlog/app-hash/v1"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
+)
 
 // Digest is what one block's app hash commits to:
 //
@@ -55,13 +51,7 @@ func (d Digest) AppHash() []byte {
 }
 
 func chainStep(prev []byte, height int64, recordsRoot, metaRoot []byte) []byte {
-	h := sha256.New()
-	h.Write([]byte(appHashDomain))
-	h.Write(prev)
-	h.Write(binary.BigEndian.AppendUint64(nil, uint64(height)))
-	h.Write(recordsRoot)
-	h.Write(metaRoot)
-	return h.Sum(nil)
+	return stateproof.AppHash(prev, height, recordsRoot, metaRoot)
 }
 
 func digestOf(prev []byte, height int64, appended map[string]*appendedRun, changes ChangeSet) Digest {

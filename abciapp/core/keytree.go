@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/byzlog/byzlog/protos/chain/keytree"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 )
 
 // The key tree (rules version 10 on) commits to the state entries a
@@ -46,7 +47,7 @@ var (
 	prefixTree          = []byte("kt/")
 	prefixKeyTree       = []byte("kt/0/")
 	prefixTopicTree     = []byte("kt/t/")
-	keyKeyTree          = []byte("keytree")
+	keyKeyTree          = stateproof.KeyTreeKey
 	keyKeyTreeMigration = []byte("keytree-migration")
 )
 
@@ -54,10 +55,10 @@ var (
 func topicTreePrefix(topic string) []byte { return cat(prefixTopicTree, []byte(topic), []byte{0}) }
 
 // treeLeaf is the key of a state entry in its tree.
-func treeLeaf(cf CF, key []byte) []byte { return cat([]byte{byte(cf)}, key) }
+func treeLeaf(cf CF, key []byte) []byte { return stateproof.Leaf(byte(cf), key) }
 
 // topicLeaf is a topic's leaf in the key tree.
-func topicLeaf(topic string) []byte { return cat([]byte{0}, prefixTopic, []byte(topic)) }
+func topicLeaf(topic string) []byte { return stateproof.TopicLeaf(topic) }
 
 // treeEntry says where a state entry goes: in the key tree (topic ""), in
 // a topic's tree, or nowhere (ok false).

@@ -10,23 +10,24 @@ import (
 
 	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
 // latest asks for key's latest record in topic/p and verifies the answer
 // against the chain's app hash.
-func (c *testChain) latest(topic string, p uint32, key string) (*core.Latest, *byzlogv1.LatestProof) {
+func (c *testChain) latest(topic string, p uint32, key string) (*stateproof.Latest, *byzlogv1.LatestProof) {
 	c.t.Helper()
 	var lp byzlogv1.LatestProof
 	c.query(wire.PathLatest, &byzlogv1.LatestRequest{Topic: topic, Partition: p, Key: []byte(key)}, &lp)
-	l, err := core.VerifyLatest(&lp, c.state.AppHash, topic, p, []byte(key))
+	l, err := stateproof.VerifyLatest(&lp, c.state.AppHash, topic, p, []byte(key))
 	if err != nil {
 		c.t.Fatalf("latest of %s in %s/%d: %v", key, topic, p, err)
 	}
 	return l, &lp
 }
 
-func latestValue(l *core.Latest) string {
+func latestValue(l *stateproof.Latest) string {
 	switch {
 	case l.Tombstone:
 		return "tombstone"
@@ -102,11 +103,11 @@ func TestLatestProof(t *testing.T) {
 	}
 	for name, lie := range lies {
 		lp, k := lie()
-		if l, err := core.VerifyLatest(lp, c.state.AppHash, "t", 0, k); err == nil {
+		if l, err := stateproof.VerifyLatest(lp, c.state.AppHash, "t", 0, k); err == nil {
 			t.Errorf("%s: verified as %s", name, latestValue(l))
 		}
 	}
-	if _, err := core.VerifyLatest(now, c.state.AppHash, "t", 1, []byte("a")); err == nil {
+	if _, err := stateproof.VerifyLatest(now, c.state.AppHash, "t", 1, []byte("a")); err == nil {
 		t.Error("a proof of partition 0 verified for partition 1")
 	}
 
@@ -114,17 +115,17 @@ func TestLatestProof(t *testing.T) {
 	req := &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: "t", Partition: 0}
 	var sp byzlogv1.StateProof
 	c.query(wire.PathProducerProof, req, &sp)
-	ps, err := core.VerifyProducerState(&sp, c.state.AppHash, req)
+	ps, err := stateproof.VerifyProducerState(&sp, c.state.AppHash, req)
 	if err != nil || ps.NextSequence != 2 {
 		t.Fatalf("producer state = %v, %v; want next sequence 2, verified", ps, err)
 	}
 	other := proto.Clone(req).(*byzlogv1.ProducerRequest)
 	other.Partition = 1
-	if ps, err := core.VerifyProducerState(&sp, c.state.AppHash, other); err == nil {
+	if ps, err := stateproof.VerifyProducerState(&sp, c.state.AppHash, other); err == nil {
 		t.Errorf("partition 0's producer proof verified for partition 1 as %v", ps)
 	}
 	c.query(wire.PathProducerProof, other, &sp)
-	if ps, err := core.VerifyProducerState(&sp, c.state.AppHash, other); err != nil || ps.NextSequence != 0 {
+	if ps, err := stateproof.VerifyProducerState(&sp, c.state.AppHash, other); err != nil || ps.NextSequence != 0 {
 		t.Errorf("a producer that never wrote to partition 1 = %v, %v; want next sequence 0, verified", ps, err)
 	}
 }

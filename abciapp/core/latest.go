@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"google.golang.org/protobuf/proto"
-
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/chain/keytree"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -23,10 +22,6 @@ func keyRootProof(changes ChangeSet) ([]byte, *byzlogv1.MerkleProof, error) {
 		}
 	}
 	return nil, nil, errors.New("the block wrote no key tree root")
-}
-
-func keyRootItem(root []byte) []byte {
-	return metaItem(Change{CF: CFMeta, Key: keyKeyTree, Value: root})
 }
 
 // keyTreeReady refuses proofs of state entries on a chain before rules
@@ -76,15 +71,15 @@ func stateProof(s Scanner, st State, topic string, entries []stateKey) (*byzlogv
 		}
 	}
 	for _, e := range entries {
-		v, err := s.Get(e.cf, e.key)
+		v, err := s.Get(CF(e.CF), e.Key)
 		if err != nil {
 			return nil, err
 		}
-		p, err := tree.Prove(treeLeaf(e.cf, e.key))
+		p, err := tree.Prove(treeLeaf(CF(e.CF), e.Key))
 		if err != nil {
 			return nil, err
 		}
-		ep := &byzlogv1.StateEntryProof{Cf: uint32(e.cf), Key: e.key, Proof: treeProof(p)}
+		ep := &byzlogv1.StateEntryProof{Cf: uint32(e.CF), Key: e.Key, Proof: treeProof(p)}
 		if len(v) > 0 {
 			ep.Value = bytes.Clone(v)
 		}
@@ -94,25 +89,10 @@ func stateProof(s Scanner, st State, topic string, entries []stateKey) (*byzlogv
 }
 
 // stateKey names a state entry.
-type stateKey struct {
-	cf  CF
-	key []byte
-}
+type stateKey = stateproof.Entry
 
 func treeProof(p *keytree.Proof) *byzlogv1.KeyTreeProof {
 	return &byzlogv1.KeyTreeProof{Siblings: p.Siblings, LeafPath: p.LeafPath, LeafValueHash: p.LeafValueHash}
-}
-
-func fromTreeProof(p *byzlogv1.KeyTreeProof) *keytree.Proof {
-	if p == nil {
-		return nil
-	}
-	return &keytree.Proof{Siblings: p.Siblings, LeafPath: p.LeafPath, LeafValueHash: p.LeafValueHash}
-}
-
-// latestKeys are the entries a LatestProof proves, in its order.
-func latestKeys(topic string, partition uint32, key []byte) []stateKey {
-	return []stateKey{{CFMeta, topicKey(topic)}, {CFMeta, partitionKey(topic, partition)}, {CFMeta, compactKeyKey(topic, partition, key)}}
 }
 
 // queryLatest answers the latest record of a key in a compacted partition
@@ -127,7 +107,7 @@ func queryLatest(s Scanner, st State, req *byzlogv1.LatestRequest) ([]byte, Resu
 	if len(req.Key) == 0 {
 		return nil, reject(wire.CodeBadQuery, "no key: ask for the latest record of a key (records of a compacted topic all have one)"), nil
 	}
-	sp, err := stateProof(s, st, req.Topic, latestKeys(req.Topic, req.Partition, req.Key))
+	sp, err := stateProof(s, st, req.Topic, stateproof.LatestEntries(req.Topic, req.Partition, req.Key))
 	if err != nil {
 		return nil, Result{}, err
 	}
@@ -154,139 +134,9 @@ func queryProducerProof(s Scanner, st State, req *byzlogv1.ProducerRequest) ([]b
 	if len(req.ProducerKey) != 32 {
 		return nil, reject(wire.CodeBadQuery, "producer_key is %d bytes, want 32 (an ed25519 public key)", len(req.ProducerKey)), nil
 	}
-	sp, err := stateProof(s, st, "", []stateKey{{CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition, req.Kafka)}})
+	sp, err := stateProof(s, st, "", []stateKey{{CF: byte(CFProducers), Key: producerKey(req.ProducerKey, req.Topic, req.Partition, req.Kafka)}})
 	if err != nil {
 		return nil, Result{}, err
 	}
 	return marshal(sp), Result{Code: wire.CodeOK}, nil
-}
-
-// verifyState checks p against appHash (the app hash after block
-// p.Height) and returns the values of the entries named by want, in its
-// order (nil for an entry the state does not hold). It checks the entries
-// it was asked for, never the keys the proof names.
-func verifyState(p *byzlogv1.StateProof, appHash []byte, topic string, want []stateKey) ([][]byte, error) {
-	if p == nil || p.KeyRootProof == nil {
-		return nil, errors.New("the state proof is incomplete")
-	}
-	if got := chainStep(p.PrevAppHash, p.Height, p.RecordsRoot, p.MetaRoot); !bytes.Equal(got, appHash) {
-		return nil, fmt.Errorf("the proof yields app hash %X at height %d, the trusted one is %X", got, p.Height, appHash)
-	}
-	if err := verifyLeaf(p.KeyRootProof, p.MetaRoot, keyRootItem(p.KeyRoot)); err != nil {
-		return nil, fmt.Errorf("the key tree's root is not in the block's meta root: %w", err)
-	}
-	root := p.KeyRoot
-	if topic != "" {
-		if p.Topic != topic || len(p.TopicRoot) != keytree.HashSize {
-			return nil, fmt.Errorf("the proof is of topic %q, not %q", p.Topic, topic)
-		}
-		if err := fromTreeProof(p.TopicProof).Verify(root, topicLeaf(topic), p.TopicRoot); err != nil {
-			return nil, fmt.Errorf("topic %s: %w", topic, err)
-		}
-		root = p.TopicRoot
-	}
-	if len(p.Entries) != len(want) {
-		return nil, fmt.Errorf("the proof holds %d entries, want %d", len(p.Entries), len(want))
-	}
-	values := make([][]byte, len(want))
-	for i, w := range want {
-		e := p.Entries[i]
-		var vh []byte
-		if len(e.Value) > 0 {
-			vh = keytree.ValueHash(e.Value)
-			values[i] = e.Value
-		}
-		if err := fromTreeProof(e.Proof).Verify(root, treeLeaf(w.cf, w.key), vh); err != nil {
-			return nil, fmt.Errorf("state entry %x: %w", w.key, err)
-		}
-	}
-	return values, nil
-}
-
-// Latest is what a verified LatestProof says of a key: as of block
-// Height, compaction has passed the partition's records below CleanOffset
-// (of NextOffset written), and among them the key's latest is Record, or
-// none: Tombstone when its latest is a tombstone, Removed when retention
-// removed its latest record, neither when the key has none there.
-type Latest struct {
-	Height int64
-	// Partitions is the topic's partition count, as proven.
-	Partitions  uint32
-	CleanOffset uint64
-	NextOffset  uint64
-	Record      *byzlogv1.StoredRecord
-	Offset      uint64
-	Tombstone   bool
-	Removed     bool
-}
-
-// VerifyLatest checks that p answers the latest record of key in
-// topic/partition against appHash, the app hash after block p.State.Height
-// (carried by the header of the block after it). It is pure: callers
-// supply an app hash they trust, typically from a header the light client
-// verified.
-func VerifyLatest(p *byzlogv1.LatestProof, appHash []byte, topic string, partition uint32, key []byte) (*Latest, error) {
-	if p == nil {
-		return nil, errors.New("verify latest: no proof")
-	}
-	values, err := verifyState(p.State, appHash, topic, latestKeys(topic, partition, key))
-	if err != nil {
-		return nil, fmt.Errorf("verify latest: %w", err)
-	}
-	var t byzlogv1.TopicState
-	var ps byzlogv1.PartitionState
-	if values[0] == nil {
-		return nil, fmt.Errorf("verify latest: the proof shows no topic %s", topic)
-	}
-	if err := firstErr(proto.Unmarshal(values[0], &t), proto.Unmarshal(values[1], &ps)); err != nil {
-		return nil, fmt.Errorf("verify latest: a proven state entry does not decode: %w", err)
-	}
-	if partition >= t.GetConfig().GetPartitions() {
-		return nil, fmt.Errorf("verify latest: topic %s has %d partitions, not %d", topic, t.GetConfig().GetPartitions(), partition)
-	}
-	out := &Latest{Height: p.State.Height, Partitions: t.GetConfig().GetPartitions(), CleanOffset: ps.CleanOffset, NextOffset: ps.NextOffset}
-	if values[2] == nil {
-		return out, nil
-	}
-	offset, tombstone, leaf, err := DecodeIndexEntry(values[2])
-	if err != nil {
-		return nil, fmt.Errorf("verify latest: %w", err)
-	}
-	out.Offset, out.Tombstone = offset, tombstone
-	switch {
-	case tombstone:
-		return out, nil
-	case offset < logStart(&ps):
-		out.Removed = true
-		return out, nil
-	case p.Record == nil:
-		return nil, fmt.Errorf("verify latest: the key index names offset %d, and no record came with the proof", offset)
-	case !bytes.Equal(leafHash(p.Record), leaf):
-		return nil, fmt.Errorf("verify latest: the record sent is not the one the key index names at offset %d", offset)
-	}
-	var rec byzlogv1.StoredRecord
-	if err := proto.Unmarshal(p.Record, &rec); err != nil {
-		return nil, fmt.Errorf("verify latest: the record does not decode: %w", err)
-	}
-	if rec.Topic != topic || rec.Partition != partition || rec.Offset != offset || !bytes.Equal(rec.Key, key) {
-		return nil, fmt.Errorf("verify latest: the indexed record is %s/%d offset %d, not key %x at offset %d of %s/%d", rec.Topic, rec.Partition, rec.Offset, key, offset, topic, partition)
-	}
-	out.Record = &rec
-	return out, nil
-}
-
-// VerifyProducerState checks that p proves the sequence state of a
-// producer (producer key, topic, partition, and Kafka producer id when
-// kafka is set) against appHash, and returns it (zero when the chain holds
-// none: nothing committed yet).
-func VerifyProducerState(p *byzlogv1.StateProof, appHash []byte, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
-	values, err := verifyState(p, appHash, "", []stateKey{{CFProducers, producerKey(req.ProducerKey, req.Topic, req.Partition, req.Kafka)}})
-	if err != nil {
-		return nil, fmt.Errorf("verify producer state: %w", err)
-	}
-	var ps byzlogv1.ProducerState
-	if err := proto.Unmarshal(values[0], &ps); err != nil {
-		return nil, fmt.Errorf("verify producer state: it does not decode: %w", err)
-	}
-	return &ps, nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 )
 
 // CF names a column family of the committed state. The store maps each to
@@ -326,11 +327,9 @@ func cat(parts ...[]byte) []byte {
 	return out
 }
 
-func topicKey(topic string) []byte { return cat(prefixTopic, []byte(topic)) }
+func topicKey(topic string) []byte { return stateproof.TopicKey(topic) }
 
-func partitionKey(topic string, p uint32) []byte {
-	return cat(prefixPartition, []byte(topic), []byte{0}, be32(p))
-}
+func partitionKey(topic string, p uint32) []byte { return stateproof.PartitionKey(topic, p) }
 
 // partitionPrefix spans every partition key of a topic.
 func partitionPrefix(topic string) []byte { return cat(prefixPartition, []byte(topic), []byte{0}) }
@@ -358,10 +357,7 @@ func topicRecords(topic string) (start, end []byte) {
 // producerKey is the state of a producer's sequence space: a byzlog
 // producer's in a topic-partition, or with kafka one Kafka producer id's.
 func producerKey(pk []byte, topic string, p uint32, kafka *byzlogv1.KafkaProducer) []byte {
-	if kafka != nil {
-		return cat(prefixKafkaProducer, pk, []byte(topic), []byte{0}, be32(p), be64(uint64(kafka.ProducerId)))
-	}
-	return cat(prefixProducer, pk, []byte(topic), []byte{0}, be32(p))
+	return stateproof.ProducerKey(pk, topic, p, kafka)
 }
 
 // batchKey is where a committed batch landed, by its sequence (and a Kafka

@@ -9,9 +9,9 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/chain/receipt"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 )
 
 // Table reads a compacted topic as a key-value table: each key's latest
@@ -41,13 +41,13 @@ const DefaultMaxAge = time.Minute
 // reader accepts: a node or gateway may be hiding later writes.
 var ErrStale = errors.New("the proven answer is older than asked for")
 
-// Latest is what a proven answer says of a key (core.Latest): as of block
+// Latest is what a proven answer says of a key (stateproof.Latest): as of block
 // Height, compaction has passed the partition's records below CleanOffset
 // (of NextOffset written), and among them the key's latest is Record, or
 // there is none (Tombstone: deleted; Removed: retention removed it). A
 // record written after CleanOffset is not yet in the answer: compaction
 // passes each block's records at the start of the next.
-type Latest = core.Latest
+type Latest = stateproof.Latest
 
 // NewTable connects to one gateway. trust must verify (TrustGenesis or
 // TrustHeader): a table read is worth only its proof. Of opts, only the
@@ -127,7 +127,7 @@ func (t *Table) GetPartition(ctx context.Context, topic string, partition uint32
 	if age := time.Since(lb.Time); t.MaxAge > 0 && age > t.MaxAge {
 		return nil, fmt.Errorf("%w: latest of key %x in %s/%d: proven by header %d of %s, %s ago (at most %s)", ErrStale, key, topic, partition, h+1, lb.Time.UTC().Format(time.RFC3339), age.Round(time.Second), t.MaxAge)
 	}
-	l, err := core.VerifyLatest(lp, lb.AppHash, topic, partition, key)
+	l, err := stateproof.VerifyLatest(lp, lb.AppHash, topic, partition, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnverified, err)
 	}

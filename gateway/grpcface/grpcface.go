@@ -249,7 +249,7 @@ func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRe
 
 // GetLatest relays one node's proven answer of a key's latest record in a
 // compacted partition: the proof, not the node, is what a client trusts
-// (core.VerifyLatest, client.Latest).
+// (stateproof.VerifyLatest, client.Table).
 func (s *Service) GetLatest(ctx context.Context, req *byzlogv1.LatestRequest) (*byzlogv1.LatestProof, error) {
 	var lp byzlogv1.LatestProof
 	if err := s.g.Query(ctx, wire.PathLatest, req, &lp); err != nil {
