@@ -16,6 +16,8 @@ const (
 	SystemByzlogTrusted  = "byzlog-noverify"    // the same, receipts taken on the gateway's word
 	SystemByzlogPlain    = "byzlog-plaintext"   // the same as byzlog, every link without TLS
 	SystemByzlogWrite    = "byzlog-write"       // the write path alone: no indexer, NATS or consumer
+	SystemByzlogKeyed    = "byzlog-keyed"       // the write path alone, records of TableKeys keys
+	SystemByzlogTable    = "byzlog-compacted"   // the same to a compacted topic
 	SystemByzlogKafka    = "byzlog-kafka"       // the write path alone, franz-go producers through the Kafka face
 	SystemByzlogKafkaTxn = "byzlog-kafka-txn"   // the same, the producers committing Kafka transactions
 	SystemByzlogSocket   = "byzlog-socket"      // socket ABCI, random payload
@@ -35,9 +37,13 @@ const (
 	KafkaTxnPartitions = 3
 )
 
+// TableKeys is how many keys the byzlog-keyed and byzlog-compacted rows
+// write versions of (issue 49).
+const TableKeys = 1000
+
 // Systems lists every system a suite knows, in run order.
 func Systems() []string {
-	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogPlain, SystemByzlogWrite, SystemByzlogKafka, SystemByzlogKafkaTxn, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
+	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogPlain, SystemByzlogWrite, SystemByzlogKeyed, SystemByzlogTable, SystemByzlogKafka, SystemByzlogKafkaTxn, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
 }
 
 // SmokeSystems lists the systems the suite's short variant runs: all but
@@ -60,6 +66,10 @@ func Describe(system string) string {
 		return "byzlog as the first row, every link in plaintext (--insecure: producers to the gateway, the gateway and the indexer to the nodes' RPC, NATS) instead of TLS"
 	case SystemByzlogWrite:
 		return "byzlog's write path alone: 4 validators, gRPC ABCI, gateway, producers; no indexer, NATS or consumer"
+	case SystemByzlogKeyed:
+		return fmt.Sprintf("byzlog's write path as byzlog-write, records of %d keys (Kafka's partitioner), delete policy", TableKeys)
+	case SystemByzlogTable:
+		return fmt.Sprintf("byzlog-keyed to a compacted topic: the chain keeps the latest record of each of the %d keys", TableKeys)
 	case SystemByzlogKafka:
 		return "byzlog's write path as byzlog-write, the producers franz-go clients (idempotent, acks=all) through the gateway's Kafka face (TLS, SASL PLAIN) instead of the SDK"
 	case SystemByzlogKafkaTxn:
@@ -175,6 +185,8 @@ func (s Suite) Ratios() []Ratio {
 		add("byzlog-json-zstd / jetstream-sync records/s", SystemByzlogJSON, SystemJetStreamSync, 0, false)
 		add("byzlog / jetstream records/s", SystemByzlog, SystemJetStream, 0, false)
 		add("byzlog-kafka / byzlog-write records/s", SystemByzlogKafka, SystemByzlogWrite, 0, false)
+		// Issue 49's goal, at every record size.
+		add("byzlog-compacted / byzlog-keyed records/s", SystemByzlogTable, SystemByzlogKeyed, 0.8, false)
 		// Issue 48's goal, at every record size.
 		add("byzlog-kafka-txn / byzlog-kafka records/s", SystemByzlogKafkaTxn, SystemByzlogKafka, 0.7, false)
 		add("byzlog-socket / byzlog records/s", SystemByzlogSocket, SystemByzlog, 0, false)
@@ -231,7 +243,7 @@ func (s Suite) WriteTable(w io.Writer) {
 				keys := slices.Sorted(maps.Keys(res.Disk))
 				parts := make([]string, len(keys))
 				for i, k := range keys {
-					parts[i] = fmt.Sprintf("%s %d MiB", k, res.Disk[k]>>20)
+					parts[i] = fmt.Sprintf("%s %.1f MiB", k, float64(res.Disk[k])/(1<<20))
 				}
 				fmt.Fprintf(w, "  %-22s on disk at the end: %s\n", "", strings.Join(parts, ", "))
 			}

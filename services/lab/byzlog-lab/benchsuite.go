@@ -18,9 +18,11 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/gateway/client"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
 	"github.com/byzlog/byzlog/services/lab/bench"
 )
@@ -315,7 +317,11 @@ func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Con
 	}
 	run.Rate = load.Rate
 	kafka := r.system == bench.SystemByzlogKafka || r.system == bench.SystemByzlogKafkaTxn
-	writeOnly := r.system == bench.SystemByzlogWrite || kafka
+	table := r.system == bench.SystemByzlogKeyed || r.system == bench.SystemByzlogTable
+	writeOnly := r.system == bench.SystemByzlogWrite || kafka || table
+	if table {
+		load.Keys = bench.TableKeys
+	}
 	if r.system == bench.SystemByzlogKafkaTxn {
 		load.TxnRecords, load.TxnPartitions, load.Partitions = bench.KafkaTxnRecords, bench.KafkaTxnPartitions, int(o.partitions)
 	}
@@ -331,7 +337,8 @@ func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Con
 		}
 	}
 	row := byzlogRow{transport: transport, validators: r.validators, writeOnly: writeOnly,
-		verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain, kafka: kafka}
+		verify: r.system != bench.SystemByzlogTrusted, plaintext: r.system == bench.SystemByzlogPlain, kafka: kafka,
+		compacted: r.system == bench.SystemByzlogTable}
 	res, mean, err := suiteByzlog(ctx, o, row, load, tag, progress, profDir)
 	if r.system == bench.SystemByzlog && r.rate == 0 && mean > 0 {
 		bundle[r.size] = int(mean)
@@ -381,6 +388,7 @@ type byzlogRow struct {
 	verify     bool // producers verify receipts
 	plaintext  bool // every link without TLS
 	kafka      bool // franz-go producers through the Kafka face
+	compacted  bool // the topic is compacted
 }
 
 // suiteByzlog runs one byzlog row on a fresh cluster and returns the
@@ -411,6 +419,9 @@ func suiteByzlog(ctx context.Context, o suiteOptions, row byzlogRow, load bench.
 	done()
 	res.Processes = watch()
 	res.Disk = map[string]int64{"nats": bench.DirBytes(n.NATSStoreDir()), "node0/app": bench.DirBytes(filepath.Join(n.Home(0), "app")), "node0/cometbft": bench.DirBytes(filepath.Join(n.Home(0), "data"))}
+	if logBytes, err := topicBytes(ctx, n, load.Topic); err == nil {
+		res.Disk["node0 log"] = logBytes // the partitions' stored records, what retention and compaction left
+	}
 	if perr := <-profiled; perr != nil {
 		fmt.Fprintf(progress, "%s: profiles: %v\n", tag, perr)
 	} else if profDir != "" {
@@ -483,7 +494,11 @@ func byzlogLoad(ctx context.Context, o suiteOptions, row byzlogRow, n *localnet.
 	} else if load.NATSOptions, err = n.NATSOptions(svc, localnet.NATSConsumerUser); err != nil {
 		return load, err
 	}
-	return load, suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, &byzlogv1.TopicConfig{Partitions: o.partitions, RetentionBytes: o.retention}, tlsOpt)
+	topic := &byzlogv1.TopicConfig{Partitions: o.partitions, RetentionBytes: o.retention}
+	if row.compacted {
+		topic.CleanupPolicy = byzlogv1.CleanupPolicy_CLEANUP_COMPACT
+	}
+	return load, suiteTopic(ctx, n, svc.GatewayAddr(0), load.Topic, topic, tlsOpt)
 }
 
 // profileRow collects profiles into profDir in the middle of the
@@ -599,4 +614,33 @@ func suiteJetStream(ctx context.Context, o suiteOptions, syncAlways bool, load b
 	prog, done := rowProgress(progress, tag)
 	defer done()
 	return bench.RunJetStream(ctx, js, prog)
+}
+
+// topicBytes is topic's stored bytes over its partitions on node0: what
+// retention and compaction left of the records written.
+func topicBytes(ctx context.Context, n *localnet.Net, topic string) (int64, error) {
+	c, err := n.Client(0)
+	if err != nil {
+		return 0, err
+	}
+	req, err := proto.Marshal(&byzlogv1.TopicRequest{Name: topic})
+	if err != nil {
+		return 0, err
+	}
+	q, err := c.ABCIQuery(ctx, wire.PathTopic, req)
+	if err != nil {
+		return 0, err
+	}
+	if q.Response.Code != 0 {
+		return 0, fmt.Errorf("topic %s: %s", topic, q.Response.Log)
+	}
+	var info byzlogv1.TopicInfo
+	if err := proto.Unmarshal(q.Response.Value, &info); err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, p := range info.Partitions {
+		sum += int64(p.SizeBytes)
+	}
+	return sum, nil
 }

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -12,11 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/gateway/client"
+	"github.com/byzlog/byzlog/indexer/consumer"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 	"github.com/byzlog/byzlog/services/internal/localnet"
@@ -29,7 +33,10 @@ import (
 // face; once the chain has compacted it, a franz-go consumer from the
 // beginning reads exactly the latest record of each of the 900 live keys
 // in increasing offsets, every validator holds the same compacted log
-// (record for record), and the partitions hold fewer bytes.
+// (record for record), and the partitions hold fewer bytes; the NATS
+// stream is a table a plain nats.go client and the consumer SDK read as the
+// 900 latest records; latest values read with proofs match, and a gateway
+// that answers an older proof or leaves a key out is caught.
 func TestCompactedTopic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
@@ -42,6 +49,8 @@ func TestCompactedTopic(t *testing.T) {
 	}
 	startGateway(t, n, gw, "--insecure", "--kafka-listen", broker, "--kafka-insecure", "--kafka-anonymous-key", faceKey)
 	waitPort(t, broker)
+	natsURL := startNATS(t, base+850, t.TempDir())
+	startIndexer(t, n, natsURL, "a", base+860)
 	const partitions = 4
 	out, err := exec.CommandContext(ctx, filepath.Join(binDir(t), "byzlog"), "topic", "create", "table", "--partitions", fmt.Sprint(partitions),
 		"--cleanup-policy", "compact", "--delete-retention", "1s",
@@ -111,7 +120,94 @@ func TestCompactedTopic(t *testing.T) {
 	for p := uint32(0); p < partitions; p++ {
 		sameLogs(ctx, t, n, "table", p)
 	}
+	natsTable(ctx, t, natsURL, keys-deleted, func(key, value string) bool {
+		var k int
+		_, err := fmt.Sscanf(key, "key-%04d", &k)
+		return err == nil && k >= deleted && value == fmt.Sprintf("%s-v%03d", key, versions-1)
+	})
 	provenReads(ctx, t, n, gw, cl)
+}
+
+// natsTable reads table's NATS stream, once it holds live messages (the
+// tombstones' TTL passed), with the consumer SDK from the beginning and
+// with a plain nats.go client (no byzlog package): each must get exactly
+// one message a live key, its latest value, in increasing offsets.
+func natsTable(ctx context.Context, t *testing.T, natsURL string, live int, latest func(key, value string) bool) {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs uint64
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		st, err := js.Stream(ctx, "byzlog-table")
+		if err == nil {
+			info, ierr := st.Info(ctx)
+			if ierr == nil {
+				msgs = info.State.Msgs
+			}
+		}
+		if msgs == uint64(live) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if msgs != uint64(live) {
+		t.Fatalf("NATS stream byzlog-table holds %d messages, want one a live key, %d", msgs, live)
+	}
+	// A plain client: an ordered consumer over the stream.
+	oc, err := js.OrderedConsumer(ctx, "byzlog-table", jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := map[string]string{}
+	for range live {
+		m, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatalf("plain NATS client after %d messages: %v", len(plain), err)
+		}
+		key, err := base64.StdEncoding.DecodeString(m.Headers().Get("Byzlog-Key"))
+		if err != nil || !latest(string(key), string(m.Data())) {
+			t.Fatalf("plain NATS client: message on %s holds key %q = %q (%v), not a live key's latest", m.Subject(), key, m.Data(), err)
+		}
+		plain[string(key)] = string(m.Data())
+	}
+	if len(plain) != live {
+		t.Fatalf("plain NATS client read %d keys, want %d", len(plain), live)
+	}
+	// The consumer SDK.
+	c, err := consumer.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "table", consumer.FromBeginning())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	got, last := map[string]string{}, map[uint32]uint64{}
+	for len(got) < live {
+		nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		r, err := sub.Next(nctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("consumer SDK after %d records: %v", len(got), err)
+		}
+		if prev, ok := last[r.Partition]; ok && r.Offset <= prev {
+			t.Fatalf("consumer SDK: partition %d offset %d after %d", r.Partition, r.Offset, prev)
+		}
+		last[r.Partition] = r.Offset
+		if _, dup := got[string(r.Key)]; dup || !latest(string(r.Key), string(r.Value)) {
+			t.Fatalf("consumer SDK: key %q = %q at %d@%d: not a live key's latest, or a second record of it", r.Key, r.Value, r.Partition, r.Offset)
+		}
+		got[string(r.Key)] = string(r.Value)
+	}
+	t.Logf("NATS: %d messages in byzlog-table; a plain client and the consumer SDK each read the %d live keys' latest values", msgs, live)
 }
 
 // provenReads: the table's latest values read with proofs (client.Table,
