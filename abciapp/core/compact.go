@@ -357,16 +357,16 @@ func (c *compactor) entry(key []byte) (keyEntry, error) {
 // storedSize is the stored bytes of the record at offset (0 when it is
 // already a hole).
 func (c *compactor) storedSize(offset uint64) (int, error) {
-	rec, err := storedRecordAt(c.s, c.o, c.t.Name, c.p, offset)
+	rec, _, err := storedRecordAt(c.s, c.o, c.t.Name, c.p, offset)
 	return len(rec), err
 }
 
 // storedRecordAt is the stored record at offset of topic/p as o has it,
-// or nil when it is a hole or gone.
-func storedRecordAt(s Scanner, o *overlay, topic string, p uint32, offset uint64) ([]byte, error) {
+// or nil when it is a hole or gone, and the bytes of the run it read.
+func storedRecordAt(s Scanner, o *overlay, topic string, p uint32, offset uint64) ([]byte, int, error) {
 	key, value, err := runHolding(s, o, topic, p, offset)
 	if err != nil || value == nil || runFirst(key, value) > offset {
-		return nil, err
+		return nil, len(value), err
 	}
 	first := runFirst(key, value)
 	var out []byte
@@ -376,7 +376,7 @@ func storedRecordAt(s Scanner, o *overlay, topic string, p uint32, offset uint64
 		}
 		return first+uint64(i) < offset
 	})
-	return out, err
+	return out, len(value), err
 }
 
 // be32At reads a big-endian uint32 from the start of b (4 bytes or more).

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -777,7 +778,7 @@ func deleteRecords(o *overlay, d *byzlogv1.DeleteRecords) (Result, error) {
 
 // logStart is the first offset a partition serves: retention's log start,
 // or past it what DeleteRecords deleted and retention has not removed yet.
-func logStart(ps *byzlogv1.PartitionState) uint64 { return max(ps.LogStartOffset, ps.DeleteBelow) }
+func logStart(ps *byzlogv1.PartitionState) uint64 { return stateproof.LogStart(ps) }
 
 func adminOK(op, topic string) Result {
 	return Result{Code: wire.CodeOK, Events: []Event{{Type: "byzlog.admin", Attrs: []Attr{{"op", op}, {"topic", topic}}}}}

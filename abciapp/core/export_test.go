@@ -1,6 +1,10 @@
 package core
 
-import "github.com/byzlog/byzlog/protos/chain/keytree"
+import (
+	"fmt"
+
+	"github.com/byzlog/byzlog/protos/chain/keytree"
+)
 
 // CountAborted counts topic/p's aborted-range keys, under both of their
 // orders (abortedKey and abortEndKey), for tests outside the package.
@@ -35,12 +39,14 @@ func (m mapTreeStore) Put(k, v []byte)              { m[string(k)] = v }
 func (m mapTreeStore) Delete(k []byte)              { delete(m, string(k)) }
 
 // KeyTreeFromScratch builds the key tree afresh from every entry the state
-// holds and returns its root and the root the last block stored, which
-// must be the same: a block that missed an entry's change, or a tree that
-// kept a stale node, shows here.
+// holds and returns its root and the root the last block stored (nil while
+// the tree is being built), which must be the same, and an error when the
+// tree's nodes in the state are not exactly the fresh tree's: a block that
+// missed an entry's change, or a tree that left a node behind, shows here.
 func KeyTreeFromScratch(s Scanner) (fresh, stored []byte, err error) {
+	nodes := mapTreeStore{}
 	topics := map[string]keytree.Tree{}
-	top := keytree.New(mapTreeStore{}, nil)
+	top := keytree.New(nodes, prefixKeyTree)
 	for _, r := range migrationRanges {
 		var bad error
 		err := s.Scan(r.cf, r.prefix, prefixEnd(r.prefix), func(k, v []byte) bool {
@@ -51,7 +57,7 @@ func KeyTreeFromScratch(s Scanner) (fresh, stored []byte, err error) {
 			t := top
 			if topic != "" {
 				if t, ok = topics[topic]; !ok {
-					t = keytree.New(mapTreeStore{}, nil)
+					t = keytree.New(nodes, topicTreePrefix(topic))
 					topics[topic] = t
 				}
 			}
@@ -78,7 +84,21 @@ func KeyTreeFromScratch(s Scanner) (fresh, stored []byte, err error) {
 	if migrating, err := s.Get(CFMeta, keyKeyTreeMigration); err != nil || migrating != nil {
 		return fresh, nil, err
 	}
-	stored, err = s.Get(CFMeta, keyKeyTree)
+	if stored, err = s.Get(CFMeta, keyKeyTree); err != nil || stored == nil {
+		return fresh, stored, err
+	}
+	held := 0
+	var bad error
+	err = s.Scan(CFMeta, prefixTree, prefixEnd(prefixTree), func(k, v []byte) bool {
+		held++
+		if w, ok := nodes[string(k)]; !ok || string(w) != string(v) {
+			bad = fmt.Errorf("the state holds key tree node %x, which a tree built afresh does not (or not so)", k)
+		}
+		return bad == nil
+	})
+	if err = firstErr(err, bad); err == nil && held != len(nodes) {
+		err = fmt.Errorf("the state holds %d key tree nodes, a tree built afresh %d", held, len(nodes))
+	}
 	return fresh, stored, err
 }
 

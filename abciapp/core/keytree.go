@@ -40,6 +40,11 @@ const KeyTreeRulesVersion uint64 = 10
 // while a chain that switched to rules version 10 builds it.
 const MaxKeyTreeMigration = 10000
 
+// MaxKeyTreeMigrationBytes bounds the stored records a block reads while
+// it builds the tree (an index entry from before rules version 10 needs
+// its record's leaf hash, read from the record's run).
+const MaxKeyTreeMigrationBytes = 64 << 20
+
 // keyTreeMigrationStep is MaxKeyTreeMigration but in tests.
 var keyTreeMigrationStep = MaxKeyTreeMigration
 
@@ -220,7 +225,7 @@ func migrateKeyTree(s Scanner, o *overlay, add func(string, entryChange)) error 
 	if len(cursor) > 0 {
 		phase, after = int(cursor[0]), cursor[1:]
 	}
-	n := 0
+	n, read := 0, 0
 	for ; phase < len(migrationRanges); phase, after = phase+1, nil {
 		r := migrationRanges[phase]
 		start := r.prefix
@@ -229,19 +234,22 @@ func migrateKeyTree(s Scanner, o *overlay, add func(string, entryChange)) error 
 		}
 		var last []byte
 		var bad error
+		full := func() bool { return n == keyTreeMigrationStep || read >= MaxKeyTreeMigrationBytes }
 		err := s.Scan(r.cf, start, prefixEnd(r.prefix), func(k, _ []byte) bool {
-			if n == keyTreeMigrationStep {
+			if full() {
 				return false
 			}
 			n++
 			last = bytes.Clone(k)
-			bad = migrateEntry(s, o, r.cf, last, add)
+			var b int
+			b, bad = migrateEntry(s, o, r.cf, last, add)
+			read += b
 			return bad == nil
 		})
 		if err = firstErr(err, bad); err != nil {
 			return fmt.Errorf("key tree migration: %w", err)
 		}
-		if n == keyTreeMigrationStep {
+		if full() {
 			o.put(CFMeta, keyKeyTreeMigration, cat([]byte{byte(phase)}, last))
 			return nil
 		}
@@ -252,19 +260,21 @@ func migrateKeyTree(s Scanner, o *overlay, add func(string, entryChange)) error 
 	return nil
 }
 
-// migrateEntry hands add one committed entry as the block leaves it.
-func migrateEntry(s Scanner, o *overlay, cf CF, key []byte, add func(string, entryChange)) error {
+// migrateEntry hands add one committed entry as the block leaves it, and
+// returns the stored bytes it read to do so.
+func migrateEntry(s Scanner, o *overlay, cf CF, key []byte, add func(string, entryChange)) (int, error) {
 	topic, ok := treeEntry(cf, key)
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	v, err := o.Get(cf, key)
 	if err != nil || len(v) == 0 {
-		return err // deleted in this block: the block's own change says so
+		return 0, err // deleted in this block: the block's own change says so
 	}
+	read := 0
 	if cf == CFMeta && bytes.HasPrefix(key, prefixCompactKey) && len(v) == 9 {
-		if v, err = indexEntryWithLeaf(s, o, key, v); err != nil {
-			return err
+		if v, read, err = indexEntryWithLeaf(s, o, key, v); err != nil {
+			return read, err
 		}
 		if v == nil {
 			o.del(cf, key)
@@ -273,26 +283,27 @@ func migrateEntry(s Scanner, o *overlay, cf CF, key []byte, add func(string, ent
 		}
 	}
 	add(topic, entryChange{cf: cf, key: key, value: v})
-	return nil
+	return read, nil
 }
 
 // indexEntryWithLeaf is a 9-byte key index entry with its record's leaf
-// hash added, or nil when the record is gone.
-func indexEntryWithLeaf(s Scanner, o *overlay, key, v []byte) ([]byte, error) {
+// hash added, or nil when the record is gone, and the bytes of the run it
+// read.
+func indexEntryWithLeaf(s Scanner, o *overlay, key, v []byte) ([]byte, int, error) {
 	name := key[len(prefixCompactKey):]
 	i := bytes.IndexByte(name, 0)
 	if i < 0 || len(name) < i+5 {
-		return nil, fmt.Errorf("key index entry %x is malformed", key)
+		return nil, 0, fmt.Errorf("key index entry %x is malformed", key)
 	}
 	topic, p := string(name[:i]), be32At(name[i+1:])
 	e, err := decodeKeyEntry(v)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	rec, err := storedRecordAt(s, o, topic, p, e.offset)
+	rec, read, err := storedRecordAt(s, o, topic, p, e.offset)
 	if err != nil || rec == nil {
-		return nil, err
+		return nil, read, err
 	}
 	e.leaf = leafHash(rec)
-	return e.value(), nil
+	return e.value(), read, nil
 }

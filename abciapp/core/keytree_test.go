@@ -198,6 +198,8 @@ func TestKeyTreeMigration(t *testing.T) {
 	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT})
 	p := wire.NewSigner(key("p"), chainID)
 	c.must(bundle(t, batch(t, p, "t", 0, 0, kv("a=1", "b=1", "c=1", "d=1", "a=2"))))
+	c.createTopic("u", &byzlogv1.TopicConfig{Partitions: 2, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT})
+	c.must(bundle(t, batch(t, p, "u", 1, 0, kv("x=1", "y=1", "x=", "z=1"))))
 	c.block()
 	at := c.state.Height + 1 + wire.MinUpgradeLead
 	c.must(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.ScheduleUpgrade{RulesVersion: core.KeyTreeRulesVersion, Height: at}))
@@ -217,21 +219,28 @@ func TestKeyTreeMigration(t *testing.T) {
 			t.Fatalf("/latest while the key tree is built = %s %q (after %d refusals)", r.Code, r.Log, refused)
 		}
 		refused++
-		c.block()
+		switch refused {
+		case 1: // t's entries are behind the cursor: a change to one
+			c.must(bundle(t, batch(t, p, "t", 0, 1, kv("c=2"))))
+		case 2: // u is deleted while its entries are being taken
+			c.must(c.adminTx(c.admin, c.nextNonce(c.admin), &byzlogv1.DeleteTopic{Name: "u"}))
+		default:
+			c.block()
+		}
 	}
-	// Four index entries, a partition, a topic and a producer: 7 entries,
-	// three a block.
-	if refused < 2 {
-		t.Errorf("the key tree was built after %d blocks, want 3 (7 entries, 3 a block)", refused+1)
+	// Index entries (4 of t, 3 of u), partitions (1 + 2), topics (2) and
+	// producers (2): 14 entries, three a block.
+	if refused < 4 {
+		t.Errorf("the key tree was built after %d blocks, want 5 or more (14 entries, 3 a block)", refused+1)
 	}
-	for key, want := range map[string]string{"a": "4:2", "b": "1:1", "e": "none"} {
+	for key, want := range map[string]string{"a": "4:2", "b": "1:1", "c": "5:2", "e": "none"} {
 		if l, _ := c.latest("t", 0, key); latestValue(l) != want {
 			t.Errorf("latest of %s after the migration = %s, want %s", key, latestValue(l), want)
 		}
 	}
-	c.must(bundle(t, batch(t, p, "t", 0, 1, kv("b=2"))))
+	c.must(bundle(t, batch(t, p, "t", 0, 2, kv("b=2"))))
 	c.block()
-	if l, _ := c.latest("t", 0, "b"); latestValue(l) != "5:2" {
-		t.Errorf("latest of b = %s, want 5:2", latestValue(l))
+	if l, _ := c.latest("t", 0, "b"); latestValue(l) != "6:2" {
+		t.Errorf("latest of b = %s, want 6:2", latestValue(l))
 	}
 }

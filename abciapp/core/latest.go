@@ -38,6 +38,13 @@ func keyTreeReady(s Scanner) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	root, err := s.Get(CFMeta, keyKeyTree)
+	if err != nil {
+		return Result{}, err
+	}
+	if root == nil {
+		return reject(wire.CodeNotFound, "no block has committed the key tree yet: ask again after the next block"), nil
+	}
 	if cursor != nil {
 		return reject(wire.CodeNotFound, "the key tree is still taking the state from before rules version %d (%d entries a block): ask again later", KeyTreeRulesVersion, MaxKeyTreeMigration), nil
 	}
@@ -104,6 +111,13 @@ func queryLatest(s Scanner, st State, req *byzlogv1.LatestRequest) ([]byte, Resu
 	if r, err := queryPartition(s, req.Topic, req.Partition); err != nil || !r.OK() {
 		return nil, r, err
 	}
+	t, err := loadTopic(s, req.Topic)
+	if err != nil {
+		return nil, Result{}, err
+	}
+	if pol := t.GetConfig().GetCleanupPolicy(); pol != byzlogv1.CleanupPolicy_CLEANUP_COMPACT && pol != byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE {
+		return nil, reject(wire.CodeBadQuery, "topic %s is not compacted (cleanup_policy %s): it keeps no latest record per key", wire.Quote(req.Topic), pol), nil
+	}
 	if len(req.Key) == 0 {
 		return nil, reject(wire.CodeBadQuery, "no key: ask for the latest record of a key (records of a compacted topic all have one)"), nil
 	}
@@ -118,7 +132,7 @@ func queryLatest(s Scanner, st State, req *byzlogv1.LatestRequest) ([]byte, Resu
 			return nil, Result{}, err
 		}
 		if !e.tombstone {
-			if out.Record, err = storedRecordAt(s, newOverlay(s), req.Topic, req.Partition, e.offset); err != nil {
+			if out.Record, _, err = storedRecordAt(s, newOverlay(s), req.Topic, req.Partition, e.offset); err != nil {
 				return nil, Result{}, err
 			}
 		}

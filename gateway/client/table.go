@@ -21,9 +21,11 @@ import (
 //
 // A proof of an older height is a true statement about the past, so a
 // lying node or gateway could answer with one: Get refuses an answer whose
-// verified header is older than MaxAge by the local clock, and one below
-// the height a caller asks for (GetPartition's minHeight; a producer
-// passes its receipt's height to read its own write).
+// verified header is older than MaxAge by the local clock, and
+// GetPartition one whose compaction has not passed the offsets a caller
+// asks for (minClean: a producer that wrote the key at offset o passes
+// o+1 to read its own write, which compaction passes at the start of the
+// block after the write's, min.compaction.lag.ms permitting).
 type Table struct {
 	conn   *grpc.ClientConn
 	gw     byzlogv1.GatewayClient
@@ -94,21 +96,22 @@ func (t *Table) Get(ctx context.Context, topic string, key []byte) (*Latest, err
 	if n == 0 {
 		return nil, fmt.Errorf("topic %s: the gateway says it has no partitions", topic)
 	}
-	l, err := t.GetPartition(ctx, topic, KafkaPartition(key, n), key, 0)
-	if err != nil {
-		return nil, err
+	// The gateway's partition count may not be the chain's (or the
+	// topic's partitions may grow meanwhile): ask again in the partition
+	// the proven count gives, until the two agree.
+	for range 3 {
+		l, err := t.GetPartition(ctx, topic, KafkaPartition(key, n), key, 0)
+		if err != nil || l.Partitions == n {
+			return l, err
+		}
+		n = l.Partitions
 	}
-	if l.Partitions != n {
-		// The gateway's partition count was not the chain's: ask again in
-		// the partition the proven count gives.
-		return t.GetPartition(ctx, topic, KafkaPartition(key, l.Partitions), key, 0)
-	}
-	return l, nil
+	return nil, fmt.Errorf("%w: topic %s: the proven partition count kept changing", ErrUnverified, topic)
 }
 
-// GetPartition is key's latest record in topic/partition, proven at
-// minHeight or later.
-func (t *Table) GetPartition(ctx context.Context, topic string, partition uint32, key []byte, minHeight int64) (*Latest, error) {
+// GetPartition is key's latest record in topic/partition, from an answer
+// whose compaction had passed at least minClean records (0: any).
+func (t *Table) GetPartition(ctx context.Context, topic string, partition uint32, key []byte, minClean uint64) (*Latest, error) {
 	lp, err := t.gw.GetLatest(ctx, &byzlogv1.LatestRequest{Topic: topic, Partition: partition, Key: bytes.Clone(key)})
 	if err != nil {
 		return nil, fmt.Errorf("latest of key %x in %s/%d: %w", key, topic, partition, err)
@@ -116,9 +119,6 @@ func (t *Table) GetPartition(ctx context.Context, topic string, partition uint32
 	h := lp.GetState().GetHeight()
 	if h <= 0 {
 		return nil, fmt.Errorf("%w: latest of key %x in %s/%d: the answer names no height", ErrUnverified, key, topic, partition)
-	}
-	if h < minHeight {
-		return nil, fmt.Errorf("%w: latest of key %x in %s/%d: proven at height %d, asked for %d or later", ErrStale, key, topic, partition, h, minHeight)
 	}
 	lb, err := t.verify.Header(ctx, h+1)
 	if err != nil {
@@ -130,6 +130,9 @@ func (t *Table) GetPartition(ctx context.Context, topic string, partition uint32
 	l, err := stateproof.VerifyLatest(lp, lb.AppHash, topic, partition, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnverified, err)
+	}
+	if l.CleanOffset < minClean {
+		return nil, fmt.Errorf("%w: latest of key %x in %s/%d: at height %d compaction had passed %d records, asked for %d", ErrStale, key, topic, partition, l.Height, l.CleanOffset, minClean)
 	}
 	return l, nil
 }

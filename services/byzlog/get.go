@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,7 +18,7 @@ type getOptions struct {
 	gateway   string
 	partition int64
 	hexKey    bool
-	minHeight int64
+	after     int64
 	maxAge    time.Duration
 	tf        gatewaylink.Trust
 	tlsf      gatewaylink.TLS
@@ -34,7 +35,9 @@ default partitioner picks (murmur2), unless --partition names one.
 
 An older proof is a true statement about the past, so a node could hide later
 writes behind one: the answer's proving header must be at most --max-age old
-by the local clock, and at or above --min-height when given.
+by the local clock, and with --after-offset its compaction must have passed
+that offset (to read your own write: compaction passes a block's records at
+the start of the next).
 
 Prints the value, then on stderr the offset, the height it was proven at and
 how far compaction had passed. Exits 1 when the key has no value (never
@@ -53,7 +56,7 @@ func newGetCommand() *cobra.Command {
 	f.StringVar(&o.gateway, "gateway", o.gateway, "gateway address (host:port)")
 	f.Int64Var(&o.partition, "partition", o.partition, "the partition to read (default: the one Kafka's partitioner picks for KEY)")
 	f.BoolVar(&o.hexKey, "hex", false, "KEY is hex (for keys that are not text)")
-	f.Int64Var(&o.minHeight, "min-height", 0, "refuse an answer proven below this height (e.g. a receipt's, to read your own write); needs --partition or reads the partition Kafka's partitioner picks")
+	f.Int64Var(&o.after, "after-offset", -1, "wait (up to 30 s) for an answer that covers this offset of the key's partition, e.g. your write's, from its receipt")
 	f.DurationVar(&o.maxAge, "max-age", client.DefaultMaxAge, "refuse an answer whose proving header is older than this by the local clock (0: no bound)")
 	o.tf.Add(f)
 	o.tlsf.Add(f)
@@ -87,17 +90,7 @@ func runGet(cmd *cobra.Command, o *getOptions, topic, keyArg string) error {
 	tbl.MaxAge = o.maxAge
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 	defer cancel()
-	var l *client.Latest
-	switch {
-	case o.partition >= 0:
-		l, err = tbl.GetPartition(ctx, topic, uint32(o.partition), key, o.minHeight)
-	case o.minHeight > 0:
-		if l, err = tbl.Get(ctx, topic, key); err == nil && l.Height < o.minHeight {
-			l, err = tbl.GetPartition(ctx, topic, client.KafkaPartition(key, l.Partitions), key, o.minHeight)
-		}
-	default:
-		l, err = tbl.Get(ctx, topic, key)
-	}
+	l, err := getFresh(ctx, tbl, o, topic, key)
 	if err != nil {
 		return err
 	}
@@ -113,6 +106,29 @@ func runGet(cmd *cobra.Command, o *getOptions, topic, keyArg string) error {
 	fmt.Fprintf(cmd.OutOrStdout(), "%s\n", l.Record.Value)
 	fmt.Fprintf(cmd.ErrOrStderr(), "%s/%d@%d, %s\n", topic, l.Record.Partition, l.Offset, where)
 	return nil
+}
+
+// getFresh reads key, and with --after-offset again until compaction has
+// passed that offset (each block's records are passed at the start of the
+// next) or ctx ends.
+func getFresh(ctx context.Context, tbl *client.Table, o *getOptions, topic string, key []byte) (*client.Latest, error) {
+	for {
+		var l *client.Latest
+		var err error
+		if o.partition >= 0 {
+			l, err = tbl.GetPartition(ctx, topic, uint32(o.partition), key, uint64(o.after+1))
+		} else if l, err = tbl.Get(ctx, topic, key); err == nil && o.after >= 0 && l.CleanOffset <= uint64(o.after) {
+			err = fmt.Errorf("%w: compaction had passed %d records of the partition, not offset %d", client.ErrStale, l.CleanOffset, o.after)
+		}
+		if !errors.Is(err, client.ErrStale) || o.after < 0 {
+			return l, err
+		}
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, err
+		}
+	}
 }
 
 // tblPartition is the partition a get read.

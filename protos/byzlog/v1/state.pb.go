@@ -3975,8 +3975,8 @@ type StateProof struct {
 	MetaRoot     []byte                 `protobuf:"bytes,4,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
 	KeyRoot      []byte                 `protobuf:"bytes,5,opt,name=key_root,json=keyRoot,proto3" json:"key_root,omitempty"`
 	KeyRootProof *MerkleProof           `protobuf:"bytes,6,opt,name=key_root_proof,json=keyRootProof,proto3" json:"key_root_proof,omitempty"`
-	// The topic's tree: its name, root (empty for a topic that does not
-	// exist) and leaf in the key tree.
+	// The topic's tree (for a topic's entries): its name, root and the
+	// proof of its leaf in the key tree, whose value hash is that root.
 	Topic         string             `protobuf:"bytes,7,opt,name=topic,proto3" json:"topic,omitempty"`
 	TopicRoot     []byte             `protobuf:"bytes,8,opt,name=topic_root,json=topicRoot,proto3" json:"topic_root,omitempty"`
 	TopicProof    *KeyTreeProof      `protobuf:"bytes,9,opt,name=topic_proof,json=topicProof,proto3" json:"topic_proof,omitempty"`

@@ -244,6 +244,9 @@ func VerifyLatest(p *byzlogv1.LatestProof, appHash []byte, topic string, partiti
 	if err := errors.Join(proto.Unmarshal(values[0], &t), proto.Unmarshal(values[1], &ps)); err != nil {
 		return nil, fmt.Errorf("verify latest: a proven state entry does not decode: %w", err)
 	}
+	if pol := t.GetConfig().GetCleanupPolicy(); pol != byzlogv1.CleanupPolicy_CLEANUP_COMPACT && pol != byzlogv1.CleanupPolicy_CLEANUP_COMPACT_DELETE {
+		return nil, fmt.Errorf("verify latest: topic %s is not compacted (cleanup policy %s): it keeps no latest record per key", topic, pol)
+	}
 	if partition >= t.GetConfig().GetPartitions() {
 		return nil, fmt.Errorf("verify latest: topic %s has %d partitions, not %d", topic, t.GetConfig().GetPartitions(), partition)
 	}
@@ -262,7 +265,7 @@ func VerifyLatest(p *byzlogv1.LatestProof, appHash []byte, topic string, partiti
 	switch {
 	case e.Tombstone:
 		return out, nil
-	case e.Offset < max(ps.LogStartOffset, ps.DeleteBelow):
+	case e.Offset < LogStart(&ps):
 		out.Removed = true
 		return out, nil
 	case p.Record == nil:
@@ -280,6 +283,10 @@ func VerifyLatest(p *byzlogv1.LatestProof, appHash []byte, topic string, partiti
 	out.Record = &rec
 	return out, nil
 }
+
+// LogStart is a partition's log start offset: below it retention or
+// DeleteRecords removed the records (reads refuse them at once).
+func LogStart(ps *byzlogv1.PartitionState) uint64 { return max(ps.LogStartOffset, ps.DeleteBelow) }
 
 // VerifyProducerState checks that p proves the sequence state of a
 // producer (producer key, topic, partition, and Kafka producer id when

@@ -56,8 +56,12 @@ const (
 	OmitLatest = "omit-latest"
 )
 
+// maxRemembered bounds the keys whose first GetLatest answer a proxy keeps.
+const maxRemembered = 10000
+
 // GetLatest forwards or lies per OlderLatest and OmitLatest; it
-// remembers the first answer for each key in every mode.
+// remembers the first answer for each key (up to maxRemembered keys) in
+// every mode.
 func (p *GatewayProxy) GetLatest(ctx context.Context, req *byzlogv1.LatestRequest) (*byzlogv1.LatestProof, error) {
 	resp, err := p.Up.GetLatest(ctx, req)
 	if err != nil {
@@ -66,7 +70,7 @@ func (p *GatewayProxy) GetLatest(ctx context.Context, req *byzlogv1.LatestReques
 	k := fmt.Sprintf("%s\x00%d\x00%x", req.Topic, req.Partition, req.Key)
 	p.mu.Lock()
 	first, seen := p.latest[k]
-	if !seen {
+	if !seen && len(p.latest) < maxRemembered {
 		if p.latest == nil {
 			p.latest = map[string]*byzlogv1.LatestProof{}
 		}
