@@ -225,6 +225,9 @@ func (ex *executor) batch(o *overlay, cb *checkedBatch) (*byzlogv1.BatchResult, 
 	if br, err := ex.keys(topic.Config, cb); br != nil || err != nil {
 		return br, nil, err
 	}
+	if br, err := ex.liveBytes(o, topic.Config, cb); br != nil || err != nil {
+		return br, nil, err
+	}
 	var txnID string
 	var txn *byzlogv1.TxnState
 	if body.Kafka.GetTransactional() {
@@ -353,6 +356,42 @@ func (ex *executor) keys(cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*byzlogv1
 	}
 	if i := keyless(cb.records); i >= 0 {
 		return failBatch(cb.body, wire.CodeNoKey, "record %d has no key: topic %s is compacted (cleanup_policy %s), which keeps the latest record of each key", i, wire.Quote(cb.body.Topic), cfg.CleanupPolicy), nil
+	}
+	return nil, nil
+}
+
+// liveBytes refuses a batch that would take a compact-only partition's
+// stored records past the topic's retention_bytes (rules version 10 on):
+// compaction keeps every live key's latest record however old, so without
+// a bound a partition of ever new keys grows without end. Retention does
+// not apply to such a topic, so retention_bytes bounds what it keeps
+// instead (Kafka ignores retention.bytes there, and bounds nothing). A
+// batch of tombstones alone passes: it frees space once they expire. As
+// keys and createTimes, it is the block's check, not a proposal's.
+func (ex *executor) liveBytes(o *overlay, cfg *byzlogv1.TopicConfig, cb *checkedBatch) (*byzlogv1.BatchResult, error) {
+	if ex.countOnly || cfg.GetCleanupPolicy() != byzlogv1.CleanupPolicy_CLEANUP_COMPACT || cfg.GetRetentionBytes() <= 0 || len(cb.records) == 0 {
+		return nil, nil
+	}
+	rules, err := ex.rulesVersion()
+	if err != nil || rules < KeyTreeRulesVersion {
+		return nil, err
+	}
+	var adds uint64
+	for _, r := range cb.records {
+		if r.Value != nil {
+			adds += recordSize(r)
+		}
+	}
+	if adds == 0 {
+		return nil, nil
+	}
+	var part byzlogv1.PartitionState
+	if _, err := getProto(o, CFMeta, partitionKey(cb.body.Topic, cb.body.Partition), &part); err != nil {
+		return nil, err
+	}
+	if part.SizeBytes+adds > uint64(cfg.RetentionBytes) {
+		return failBatch(cb.body, wire.CodePartitionFull, "compacted partition %s/%d holds %d bytes of live records, and %d more would pass its retention_bytes (%d): delete keys (tombstones) or raise retention_bytes",
+			wire.Quote(cb.body.Topic), cb.body.Partition, part.SizeBytes, adds, cfg.RetentionBytes), nil
 	}
 	return nil, nil
 }

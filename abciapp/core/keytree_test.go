@@ -244,3 +244,29 @@ func TestKeyTreeMigration(t *testing.T) {
 		t.Errorf("latest of b = %s, want 6:2", latestValue(l))
 	}
 }
+
+// TestCompactedPartitionFull: a compact-only topic's retention_bytes
+// bounds its live records (rules version 10): a batch past it is refused
+// (partition_full) and writes nothing, tombstones still pass, and once
+// compaction removed what they deleted, writes pass again.
+func TestCompactedPartitionFull(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT, RetentionBytes: 300, DeleteRetentionMs: ms(500)})
+	p := wire.NewSigner(key("p"), chainID)
+	big := strings.Repeat("v", 100)
+	c.must(bundle(t, batch(t, p, "t", 0, 0, kv("a="+big, "b="+big))))
+	r := c.block(bundle(t, batch(t, p, "t", 0, 1, kv("c="+big))))[0]
+	if r.Code != wire.CodePartitionFull || !strings.Contains(r.Log, "retention_bytes (300)") {
+		t.Fatalf("a batch past retention_bytes = %s %q, want partition_full naming the bound", r.Code, r.Log)
+	}
+	if n := c.partition("t", 0).NextOffset; n != 2 {
+		t.Fatalf("the refused batch moved the log end to %d", n)
+	}
+	c.must(bundle(t, batch(t, p, "t", 0, 1, kv("a=", "b="))))
+	for range 3 {
+		c.block() // the tombstones are passed, then expire
+	}
+	if b := outcome(t, c.must(bundle(t, batch(t, p, "t", 0, 2, kv("c="+big))))).Batches[0]; b.Code != 0 {
+		t.Fatalf("a batch once the tombstones freed the partition = %s %q", wire.Code(b.Code), b.Log)
+	}
+}

@@ -105,6 +105,10 @@ var codeErrors = map[wire.Code]struct{ idem, plain *kerr.Error }{
 	// A record without a key to a compacted topic: the client's records
 	// must change (Kafka's INVALID_RECORD).
 	wire.CodeNoKey: {idem: kerr.InvalidRecord},
+	// A compact-only partition holds its retention_bytes of live records:
+	// the client must delete keys or the topic's bound go up (Kafka's
+	// POLICY_VIOLATION; Kafka itself sets no such bound).
+	wire.CodePartitionFull: {idem: kerr.PolicyViolation},
 }
 
 // rejectedError is the Kafka error of chain code c for an idempotent

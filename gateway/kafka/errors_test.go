@@ -22,7 +22,7 @@ var fatalCodes = map[wire.Code]bool{
 	wire.CodeNotAdmin: true, wire.CodeBadTopicName: true, wire.CodeTopicExists: true,
 	wire.CodeBadTopicConfig: true, wire.CodeBadGroup: true, wire.CodeNotGroupOwner: true,
 	wire.CodeBadQuery: true, wire.CodeOffsetOutOfRange: true, wire.CodeProducerFenced: true,
-	wire.CodeBelowThreshold: true, wire.CodeBadTimestamp: true, wire.CodeNoKey: true,
+	wire.CodeBelowThreshold: true, wire.CodeBadTimestamp: true, wire.CodeNoKey: true, wire.CodePartitionFull: true,
 	// A transaction the producer must abort or start again.
 	wire.CodeUnknownTxn: true, wire.CodeNotTxnOwner: true, wire.CodeBadTxnState: true,
 	wire.CodeBadTxnTimeout: true, wire.CodeTxnLimit: true,

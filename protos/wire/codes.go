@@ -162,6 +162,10 @@ const (
 	// CodeNoKey: a record without a key to a compacted topic (Kafka's
 	// INVALID_RECORD: "Compacted topic cannot accept message without key").
 	CodeNoKey Code = 55
+	// CodePartitionFull: a batch that would take a compact-only
+	// partition's live records past its topic's retention_bytes (rules
+	// version 10 on); tombstones still pass, to free space.
+	CodePartitionFull Code = 56
 )
 
 var codeNames = map[Code]string{
@@ -186,6 +190,7 @@ var codeNames = map[Code]string{
 	CodeBadTimestamp: "bad_timestamp",
 	CodeUnknownTxn:   "unknown_txn", CodeNotTxnOwner: "not_txn_owner", CodeBadTxnState: "bad_txn_state",
 	CodeBadTxnTimeout: "bad_txn_timeout", CodeTxnLimit: "txn_limit", CodeNoKey: "no_key",
+	CodePartitionFull: "partition_full",
 }
 
 // String names the code for logs and messages.
