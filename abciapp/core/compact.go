@@ -202,7 +202,6 @@ type compactor struct {
 	// up by key, never ranged over).
 	latest   map[string]keyEntry
 	removed  []uint64 // offsets to remove, in the order found
-	freed    uint64   // their stored bytes
 	logStart uint64   // below it retention or DeleteRecords removed the records
 }
 
@@ -232,12 +231,13 @@ func (c *compactor) run() error {
 		return nil
 	}
 	ps.IndexSwept = swept
-	if err := removeRecords(c.s, c.o, c.t.Name, c.p, c.removed); err != nil {
+	freed, err := removeRecords(c.s, c.o, c.t.Name, c.p, c.removed)
+	if err != nil {
 		return err
 	}
 	ps.CleanOffset = clean
 	ps.Compacted += uint64(len(c.removed))
-	ps.SizeBytes -= min(ps.SizeBytes, c.freed)
+	ps.SizeBytes -= min(ps.SizeBytes, freed)
 	c.o.put(CFMeta, pk, marshal(&ps))
 	return nil
 }
@@ -286,7 +286,6 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 
 // passRecord passes one record (see the top of this file).
 func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, stored []byte) error {
-	size := len(stored)
 	if r.KafkaControl != nil {
 		return nil
 	}
@@ -296,12 +295,12 @@ func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, stored [
 			return err
 		}
 		if aborted {
-			c.remove(offset, size)
+			c.remove(offset)
 			return nil
 		}
 	}
 	if r.Key == nil {
-		c.remove(offset, size)
+		c.remove(offset)
 		return nil
 	}
 	prev, err := c.entry(r.Key)
@@ -309,11 +308,7 @@ func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, stored [
 		return err
 	}
 	if prev.found && prev.offset < offset {
-		size, err := c.storedSize(prev.offset)
-		if err != nil {
-			return err
-		}
-		c.remove(prev.offset, size)
+		c.remove(prev.offset)
 	}
 	e := keyEntry{offset: offset, tombstone: r.Value == nil, found: true}
 	if c.rules >= KeyTreeRulesVersion {
@@ -328,13 +323,14 @@ func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, stored [
 }
 
 // remove removes the record at offset, unless retention or DeleteRecords
-// did (the index and the tombstone queue may still name it).
-func (c *compactor) remove(offset uint64, size int) {
+// did (the index and the tombstone queue may still name it). The bytes it
+// frees are counted where its run is rewritten (removeRecords), which
+// reads the run once for all of its removals.
+func (c *compactor) remove(offset uint64) {
 	if offset < c.logStart {
 		return
 	}
 	c.removed = append(c.removed, offset)
-	c.freed += uint64(size)
 }
 
 // entry is key's latest record by the index, as this block left it.
@@ -352,13 +348,6 @@ func (c *compactor) entry(key []byte) (keyEntry, error) {
 	}
 	c.latest[string(key)] = e
 	return e, nil
-}
-
-// storedSize is the stored bytes of the record at offset (0 when it is
-// already a hole).
-func (c *compactor) storedSize(offset uint64) (int, error) {
-	rec, _, err := storedRecordAt(c.s, c.o, c.t.Name, c.p, offset)
-	return len(rec), err
 }
 
 // storedRecordAt is the stored record at offset of topic/p as o has it,
@@ -436,11 +425,7 @@ func (c *compactor) expireTombstones() error {
 		if !e.found || e.offset != x.offset {
 			continue
 		}
-		size, err := c.storedSize(x.offset)
-		if err != nil {
-			return err
-		}
-		c.remove(x.offset, size)
+		c.remove(x.offset)
 		c.latest[string(x.key)] = keyEntry{}
 		c.o.del(CFMeta, compactKeyKey(c.t.Name, c.p, x.key))
 	}
@@ -488,21 +473,23 @@ func (c *compactor) sweep(after []byte) ([]byte, error) {
 }
 
 // removeRecords replaces the records at offsets (of topic/p) by their leaf
-// hashes in their runs: the bytes go, the block's Merkle tree stays.
+// hashes in their runs, and returns the stored bytes that went: the
+// block's Merkle tree stays.
 // Offsets already removed stay as they are. Each run is rewritten once,
 // for all of its offsets: a run is up to MaxRunBytes, and a block removes
 // up to MaxCompactionPasses records a partition, often many of one run.
-func removeRecords(s Scanner, o *overlay, topic string, p uint32, offsets []uint64) error {
+func removeRecords(s Scanner, o *overlay, topic string, p uint32, offsets []uint64) (uint64, error) {
 	sorted := slices.Clone(offsets)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
+	var freed uint64
 	for len(sorted) > 0 {
 		key, value, err := runHolding(s, o, topic, p, sorted[0])
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if value == nil {
-			return nil // no run at or after it: retention removed them all
+			return freed, nil // no run at or after it: retention removed them all
 		}
 		first, last := runFirst(key, value), binary.BigEndian.Uint64(key[len(key)-8:])
 		n := 0
@@ -514,13 +501,14 @@ func removeRecords(s Scanner, o *overlay, topic string, p uint32, offsets []uint
 		if len(in) == 0 {
 			continue // retention removed them: the run found is a later one
 		}
-		out, err := removeFromRun(value, first, in)
+		out, gone, err := removeFromRun(value, first, in)
 		if err != nil {
-			return fmt.Errorf("remove from %s/%d offsets %d..%d: %w", topic, p, in[0], in[len(in)-1], err)
+			return 0, fmt.Errorf("remove from %s/%d offsets %d..%d: %w", topic, p, in[0], in[len(in)-1], err)
 		}
+		freed += gone
 		o.put(CFRecords, key, out)
 	}
-	return nil
+	return freed, nil
 }
 
 // runHolding finds the stored value whose run holds offset: the first

@@ -164,28 +164,30 @@ func decodeStored(v []byte, fn func(i int, rec []byte, removed bool) bool) (int,
 // removeFromRun returns the stored value v (a run whose first offset is
 // first, or one record) with the records at offsets (ascending, each in
 // the run) replaced by their places. A place stays as it is.
-func removeFromRun(v []byte, first uint64, offsets []uint64) ([]byte, error) {
+func removeFromRun(v []byte, first uint64, offsets []uint64) ([]byte, uint64, error) {
 	var recs [][]byte
+	var freed uint64
 	next := 0
 	if _, err := decodeRun(v, func(i int, rec []byte) bool {
 		if next < len(offsets) && first+uint64(i) == offsets[next] {
 			next++
 			if !isRemoved(rec) {
+				freed += uint64(len(rec))
 				rec = removedPlace(rec)
 			}
 		}
 		recs = append(recs, rec)
 		return true
 	}); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if next != len(offsets) {
-		return nil, fmt.Errorf("offset %d is not in the run from %d of %d records", offsets[next], first, len(recs))
+		return nil, 0, fmt.Errorf("offset %d is not in the run from %d of %d records", offsets[next], first, len(recs))
 	}
 	if len(recs) == 1 {
-		return bytes.Clone(recs[0]), nil
+		return bytes.Clone(recs[0]), freed, nil
 	}
-	return encodeRun(recs), nil
+	return encodeRun(recs), freed, nil
 }
 
 // runLen is the number of records a stored value holds, without checking
