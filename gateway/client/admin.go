@@ -44,27 +44,45 @@ const adminWait = 30 * time.Second
 // only the transport options (WithTLS, WithInsecure) and WithCosigners
 // apply.
 func NewAdmin(gateway string, key ed25519.PrivateKey, trust Trust, opts ...Option) (*Admin, error) {
-	if err := trust.Validate("byzlog admin"); err != nil {
+	c, err := dialOne("byzlog admin", gateway, trust, opts)
+	if err != nil {
 		return nil, err
+	}
+	return &Admin{conn: c.conn, gw: c.gw, key: key, cosigners: c.opts.cosigners, trust: trust, verify: c.verify}, nil
+}
+
+// oneGateway is a connection to one gateway with a verifier of its
+// headers (nil for a Trust that does not verify).
+type oneGateway struct {
+	conn   *grpc.ClientConn
+	gw     byzlogv1.GatewayClient
+	verify *receipt.Verifier
+	opts   options
+}
+
+// dialOne connects who (for messages) to gateway with opts' transport.
+func dialOne(who, gateway string, trust Trust, opts []Option) (oneGateway, error) {
+	if err := trust.Validate(who); err != nil {
+		return oneGateway{}, err
 	}
 	o := defaults()
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.insecure && o.tls != nil {
-		return nil, fmt.Errorf("byzlog admin: WithInsecure and WithTLS: choose one")
+		return oneGateway{}, fmt.Errorf("%s: WithInsecure and WithTLS: choose one", who)
 	}
 	c, err := grpc.NewClient(gateway, o.dialCreds())
 	if err != nil {
-		return nil, fmt.Errorf("gateway %s: %w", gateway, err)
+		return oneGateway{}, fmt.Errorf("gateway %s: %w", gateway, err)
 	}
 	gw := byzlogv1.NewGatewayClient(c)
 	v, err := receipt.NewVerifier(trust, []byzlogv1.GatewayClient{gw}, adminWait)
 	if err != nil {
 		_ = c.Close()
-		return nil, err
+		return oneGateway{}, err
 	}
-	return &Admin{conn: c, gw: gw, key: key, cosigners: o.cosigners, trust: trust, verify: v}, nil
+	return oneGateway{conn: c, gw: gw, verify: v, opts: o}, nil
 }
 
 // Gateway is the admin's gateway client, for read calls.

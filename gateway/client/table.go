@@ -55,30 +55,14 @@ type Latest = stateproof.Latest
 // TrustHeader): a table read is worth only its proof. Of opts, only the
 // transport options (WithTLS, WithInsecure) apply.
 func NewTable(gateway string, trust Trust, opts ...Option) (*Table, error) {
-	if err := trust.Validate("byzlog table"); err != nil {
-		return nil, err
-	}
-	if !trust.Verifies() {
+	if trust.Validate("byzlog table") == nil && !trust.Verifies() {
 		return nil, errors.New("byzlog table: a table read is checked against a verified header: trust a genesis file or a header, not the gateway")
 	}
-	o := defaults()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.insecure && o.tls != nil {
-		return nil, fmt.Errorf("byzlog table: WithInsecure and WithTLS: choose one")
-	}
-	c, err := grpc.NewClient(gateway, o.dialCreds())
+	c, err := dialOne("byzlog table", gateway, trust, opts)
 	if err != nil {
-		return nil, fmt.Errorf("gateway %s: %w", gateway, err)
-	}
-	gw := byzlogv1.NewGatewayClient(c)
-	v, err := receipt.NewVerifier(trust, []byzlogv1.GatewayClient{gw}, adminWait)
-	if err != nil {
-		_ = c.Close()
 		return nil, err
 	}
-	return &Table{conn: c, gw: gw, verify: v, MaxAge: DefaultMaxAge}, nil
+	return &Table{conn: c.conn, gw: c.gw, verify: c.verify, MaxAge: DefaultMaxAge}, nil
 }
 
 // Close closes the connection.
