@@ -30,6 +30,7 @@ import (
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/chain/receipt"
+	"github.com/byzlog/byzlog/protos/chain/stateproof"
 	"github.com/byzlog/byzlog/protos/wire"
 )
 
@@ -534,7 +535,7 @@ func (p *Producer) sign(pt *partition, b batch) (*byzlogv1.SignedBatch, error) {
 		pt.known = false
 	}
 	if !pt.known {
-		seq, err := p.nextSequence(pt)
+		seq, err := p.nextSequence(pt, time.Now().Add(-DefaultMaxAge))
 		if err != nil {
 			return nil, err
 		}
@@ -560,7 +561,9 @@ func (p *Producer) rejected(pt *partition, err error, uncertainSince *time.Time)
 		return true // rejected, so not committed: the next batch reuses the sequence
 	}
 	if time.Since(*uncertainSince) > p.o.requestTimeout {
-		if next, qerr := p.nextSequence(pt); qerr == nil && next <= pt.seq {
+		// Proven (when verifying) by a header after the attempt whose
+		// outcome is unknown was sent.
+		if next, qerr := p.nextSequence(pt, *uncertainSince); qerr == nil && next <= pt.seq {
 			return true
 		}
 	}
@@ -586,13 +589,28 @@ func (b batch) fail(err error) {
 }
 
 // nextSequence asks a gateway where this producer stands in a partition.
-func (p *Producer) nextSequence(pt *partition) (uint64, error) {
+// A producer that verifies receipts takes only a proven answer (the
+// chain's rules version 10 on), from a header it verified that is no older
+// than notBefore: a gateway's low number would have it sign a used
+// sequence, or give up on a batch the chain holds, and a true proof of an
+// old height is such a number. A gateway whose answer does not verify is
+// passed over for the next.
+func (p *Producer) nextSequence(pt *partition, notBefore time.Time) (uint64, error) {
 	backoff := p.o.backoff
 	start := p.next.Load()
+	req := &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: pt.topic, Partition: pt.num, Prove: p.verify != nil && p.o.trust.Verifies()}
 	for attempt := uint64(0); ; attempt++ {
 		gw := p.gws[(start+attempt)%uint64(len(p.gws))]
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
-		ps, err := gw.GetProducerState(ctx, &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: pt.topic, Partition: pt.num})
+		ps, err := gw.GetProducerState(ctx, req)
+		if err == nil && req.Prove {
+			var next uint64
+			if next, err = p.provenSequence(ctx, req, ps.GetProof(), notBefore); err == nil {
+				cancel()
+				return next, nil
+			}
+			err = status.Errorf(codes.Unavailable, "%v", err) // try the next gateway
+		}
 		cancel()
 		if err == nil {
 			return ps.GetNextSequence(), nil
@@ -606,6 +624,28 @@ func (p *Producer) nextSequence(pt *partition) (uint64, error) {
 		}
 		backoff = min(2*backoff, p.o.maxBackoff)
 	}
+}
+
+// provenSequence checks sp, a gateway's proof of req's producer state,
+// against the verified header after its height, which must be no older than
+// notBefore, and returns the proven next sequence.
+func (p *Producer) provenSequence(ctx context.Context, req *byzlogv1.ProducerRequest, sp *byzlogv1.StateProof, notBefore time.Time) (uint64, error) {
+	h := sp.GetHeight()
+	if h <= 0 {
+		return 0, fmt.Errorf("%w: the gateway's producer state of %s/%d names no height", ErrUnverified, req.Topic, req.Partition)
+	}
+	lb, err := p.verify.Header(ctx, h+1)
+	if err != nil {
+		return 0, fmt.Errorf("producer state of %s/%d: %w", req.Topic, req.Partition, err)
+	}
+	if lb.Time.Before(notBefore) {
+		return 0, fmt.Errorf("%w: producer state of %s/%d proven by header %d of %s, before %s", ErrStale, req.Topic, req.Partition, h+1, lb.Time.UTC().Format(time.RFC3339Nano), notBefore.UTC().Format(time.RFC3339Nano))
+	}
+	ps, err := stateproof.VerifyProducerState(sp, lb.AppHash, req)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrUnverified, err)
+	}
+	return ps.GetNextSequence(), nil
 }
 
 // mayHaveSent reports whether a failed attempt may still have reached the

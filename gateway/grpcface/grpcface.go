@@ -47,6 +47,7 @@ type Reader interface {
 	Topics(ctx context.Context) ([]*byzlogv1.TopicInfo, error)
 	Group(ctx context.Context, group string) (*byzlogv1.GroupOffsets, error)
 	ProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (uint64, error)
+	ProducerProof(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.StateProof, error)
 	NonceProof(ctx context.Context, req *byzlogv1.NonceRequest) (*byzlogv1.NonceResponse, error)
 }
 
@@ -239,7 +240,18 @@ func (s *Service) DescribeTopic(ctx context.Context, req *byzlogv1.DescribeTopic
 // GetProducerState returns a producer's next sequence: what f+1 nodes
 // agree on, not one node's word. A producer starts from it, and a liar's low
 // value would have it re-sign used sequences.
+//
+// With req.Prove it relays one node's proof of the state instead (rules
+// version 10 on), which the producer checks against a header it verified:
+// then neither the gateway nor the node need be trusted.
 func (s *Service) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
+	if req.GetProve() {
+		sp, err := s.g.ProducerProof(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		return &byzlogv1.ProducerState{Proof: sp}, nil
+	}
 	next, err := s.g.ProducerState(ctx, req)
 	if err != nil {
 		return nil, pipeline.GRPCError(err)

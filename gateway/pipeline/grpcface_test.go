@@ -137,6 +137,13 @@ func TestService(t *testing.T) {
 			}
 			return err
 		}, codes.OK, ""},
+		{"producer state, proven", func(ctx context.Context) error {
+			resp, err := gc.GetProducerState(ctx, &byzlogv1.ProducerRequest{ProducerKey: stranger.PublicKey(), Topic: "t", Prove: true})
+			if err == nil && (resp.GetProof().GetHeight() <= 0 || len(resp.GetProof().GetEntries()) != 1) {
+				return status.Errorf(codes.Unknown, "proof %v: want one entry at a height", resp.GetProof())
+			}
+			return err
+		}, codes.OK, ""},
 		{"light block at a negative height", func(ctx context.Context) error {
 			_, err := gc.GetLightBlock(ctx, &byzlogv1.LightBlockRequest{Height: -1})
 			return err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/gateway/pipeline"
@@ -115,7 +116,8 @@ func TestKafkaFaceOrderLibrdkafka(t *testing.T) {
 // the order goroutines reached the key's nonce, and an older offset (49,
 // or 2) stuck (issue 45).
 func TestKafkaFaceAsyncCommitsLibrdkafka(t *testing.T) {
-	addr, g := startKafkaFace(t, nil)
+	g := pipeline.StartTestGateway(t, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 3}})
+	addr := serveKafkaFaceLogging(t, g, nil, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var prod struct {

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/byzlog/byzlog/abciapp/core"
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
 	"github.com/byzlog/byzlog/protos/wire"
 )
@@ -18,6 +19,22 @@ import (
 func (g *Gateway) ProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (uint64, error) {
 	next, _, err := g.agreedNextSequence(ctx, req, g.seenHeight(), "client")
 	return next, err
+}
+
+// ProducerProof is one node's proof of a producer's sequence state (query
+// /producer-proof), as a gRPC error when there is none: FAILED_PRECONDITION
+// on a chain before the key tree's rules version, UNAVAILABLE while the
+// key tree is not ready or no node answers.
+func (g *Gateway) ProducerProof(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.StateProof, error) {
+	var sp byzlogv1.StateProof
+	err := g.Query(ctx, wire.PathProducerProof, req, &sp)
+	if err == nil {
+		return &sp, nil
+	}
+	if rules, rerr := g.Rules(ctx); rerr == nil && rules.GetVersion() < core.KeyTreeRulesVersion {
+		return nil, status.Errorf(codes.FailedPrecondition, "the chain runs rules version %d, which proves no producer state (version %d does): produce with trust in the gateway, or switch the chain to version %d", rules.GetVersion(), core.KeyTreeRulesVersion, core.KeyTreeRulesVersion)
+	}
+	return nil, status.Errorf(codes.Unavailable, "no proof of the producer's state: %v", err)
 }
 
 // NonceProof is a key's next nonce, as f+1 nodes agree on it, with the

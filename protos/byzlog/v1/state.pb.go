@@ -1822,9 +1822,14 @@ func (x *TxnMarker) GetOffset() uint64 {
 // For a Kafka producer (see BatchBody.kafka) it is the position in the
 // latest epoch the chain has seen.
 type ProducerState struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NextSequence  uint64                 `protobuf:"varint,1,opt,name=next_sequence,json=nextSequence,proto3" json:"next_sequence,omitempty"`
-	KafkaEpoch    int32                  `protobuf:"varint,2,opt,name=kafka_epoch,json=kafkaEpoch,proto3" json:"kafka_epoch,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NextSequence uint64                 `protobuf:"varint,1,opt,name=next_sequence,json=nextSequence,proto3" json:"next_sequence,omitempty"`
+	KafkaEpoch   int32                  `protobuf:"varint,2,opt,name=kafka_epoch,json=kafkaEpoch,proto3" json:"kafka_epoch,omitempty"`
+	// proof is set only in a gateway's answer to GetProducerState (rules
+	// version 10 on), never in chain state: one node's proof of this state
+	// (query "/producer-proof"), which a producer checks against the header
+	// after its height instead of taking the gateway's word.
+	Proof         *StateProof `protobuf:"bytes,3,opt,name=proof,proto3" json:"proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1871,6 +1876,13 @@ func (x *ProducerState) GetKafkaEpoch() int32 {
 		return x.KafkaEpoch
 	}
 	return 0
+}
+
+func (x *ProducerState) GetProof() *StateProof {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
 }
 
 // BatchRef says where a committed batch landed, to answer duplicates.
@@ -2970,7 +2982,12 @@ type ProducerRequest struct {
 	Topic       string                 `protobuf:"bytes,2,opt,name=topic,proto3" json:"topic,omitempty"`
 	Partition   uint32                 `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
 	// Set: the state of this Kafka producer id (record_count is ignored).
-	Kafka         *KafkaProducer `protobuf:"bytes,4,opt,name=kafka,proto3" json:"kafka,omitempty"`
+	Kafka *KafkaProducer `protobuf:"bytes,4,opt,name=kafka,proto3" json:"kafka,omitempty"`
+	// prove asks a gateway's GetProducerState for the state's proof
+	// (ProducerState.proof): it answers with one or fails, FAILED_PRECONDITION
+	// on a chain before rules version 10, UNAVAILABLE while none can be had.
+	// Nodes' queries ignore it.
+	Prove         bool `protobuf:"varint,5,opt,name=prove,proto3" json:"prove,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3031,6 +3048,13 @@ func (x *ProducerRequest) GetKafka() *KafkaProducer {
 		return x.Kafka
 	}
 	return nil
+}
+
+func (x *ProducerRequest) GetProve() bool {
+	if x != nil {
+		return x.Prove
+	}
+	return false
 }
 
 // "/nonce": NonceRequest; NonceResponse: the next nonce of an admin or
@@ -4822,11 +4846,12 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\tTxnMarker\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x04R\x06offset\"U\n" +
+	"\x06offset\x18\x03 \x01(\x04R\x06offset\"\x82\x01\n" +
 	"\rProducerState\x12#\n" +
 	"\rnext_sequence\x18\x01 \x01(\x04R\fnextSequence\x12\x1f\n" +
 	"\vkafka_epoch\x18\x02 \x01(\x05R\n" +
-	"kafkaEpoch\"\x87\x01\n" +
+	"kafkaEpoch\x12+\n" +
+	"\x05proof\x18\x03 \x01(\v2\x15.byzlog.v1.StateProofR\x05proof\"\x87\x01\n" +
 	"\bBatchRef\x12\x1f\n" +
 	"\vbase_offset\x18\x01 \x01(\x04R\n" +
 	"baseOffset\x12!\n" +
@@ -4915,12 +4940,13 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"GroupEntry\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1b\n" +
-	"\towner_key\x18\x02 \x01(\fR\bownerKey\"\x98\x01\n" +
+	"\towner_key\x18\x02 \x01(\fR\bownerKey\"\xae\x01\n" +
 	"\x0fProducerRequest\x12!\n" +
 	"\fproducer_key\x18\x01 \x01(\fR\vproducerKey\x12\x14\n" +
 	"\x05topic\x18\x02 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x03 \x01(\rR\tpartition\x12.\n" +
-	"\x05kafka\x18\x04 \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\" \n" +
+	"\x05kafka\x18\x04 \x01(\v2\x18.byzlog.v1.KafkaProducerR\x05kafka\x12\x14\n" +
+	"\x05prove\x18\x05 \x01(\bR\x05prove\" \n" +
 	"\fNonceRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\"\xe4\x01\n" +
 	"\rNonceResponse\x12\x1d\n" +
@@ -5142,36 +5168,37 @@ var file_byzlog_v1_state_proto_depIdxs = []int32{
 	66, // 13: byzlog.v1.TxnGroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
 	21, // 14: byzlog.v1.TxnOutcome.markers:type_name -> byzlog.v1.TxnMarkers
 	22, // 15: byzlog.v1.TxnMarkers.partitions:type_name -> byzlog.v1.TxnMarker
-	67, // 16: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
-	26, // 17: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
-	65, // 18: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
-	28, // 19: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
-	5,  // 20: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
-	29, // 21: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
-	19, // 22: byzlog.v1.RecordsResponse.aborted:type_name -> byzlog.v1.AbortedTxn
-	66, // 23: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
-	39, // 24: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
-	67, // 25: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
-	43, // 26: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
-	45, // 27: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
-	46, // 28: byzlog.v1.BlockDigest.key_root_proof:type_name -> byzlog.v1.MerkleProof
-	46, // 29: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
-	45, // 30: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
-	46, // 31: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
-	52, // 32: byzlog.v1.StateEntryProof.proof:type_name -> byzlog.v1.KeyTreeProof
-	46, // 33: byzlog.v1.StateProof.key_root_proof:type_name -> byzlog.v1.MerkleProof
-	52, // 34: byzlog.v1.StateProof.topic_proof:type_name -> byzlog.v1.KeyTreeProof
-	53, // 35: byzlog.v1.StateProof.entries:type_name -> byzlog.v1.StateEntryProof
-	54, // 36: byzlog.v1.LatestProof.state:type_name -> byzlog.v1.StateProof
-	57, // 37: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
-	46, // 38: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
-	62, // 39: byzlog.v1.TxnList.txns:type_name -> byzlog.v1.TxnInfo
-	16, // 40: byzlog.v1.TxnInfo.state:type_name -> byzlog.v1.TxnState
-	41, // [41:41] is the sub-list for method output_type
-	41, // [41:41] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	54, // 16: byzlog.v1.ProducerState.proof:type_name -> byzlog.v1.StateProof
+	67, // 17: byzlog.v1.BatchResult.kafka:type_name -> byzlog.v1.KafkaProducer
+	26, // 18: byzlog.v1.TxOutcome.batches:type_name -> byzlog.v1.BatchResult
+	65, // 19: byzlog.v1.TopicInfo.config:type_name -> byzlog.v1.TopicConfig
+	28, // 20: byzlog.v1.TopicInfo.partitions:type_name -> byzlog.v1.PartitionInfo
+	5,  // 21: byzlog.v1.AppState.params:type_name -> byzlog.v1.ChainParams
+	29, // 22: byzlog.v1.TopicList.topics:type_name -> byzlog.v1.TopicInfo
+	19, // 23: byzlog.v1.RecordsResponse.aborted:type_name -> byzlog.v1.AbortedTxn
+	66, // 24: byzlog.v1.GroupOffsets.offsets:type_name -> byzlog.v1.PartitionOffset
+	39, // 25: byzlog.v1.GroupList.groups:type_name -> byzlog.v1.GroupEntry
+	67, // 26: byzlog.v1.ProducerRequest.kafka:type_name -> byzlog.v1.KafkaProducer
+	43, // 27: byzlog.v1.NonceResponse.used_proof:type_name -> byzlog.v1.ResultProof
+	45, // 28: byzlog.v1.BlockDigest.partitions:type_name -> byzlog.v1.PartitionRoot
+	46, // 29: byzlog.v1.BlockDigest.key_root_proof:type_name -> byzlog.v1.MerkleProof
+	46, // 30: byzlog.v1.RecordProof.record_proof:type_name -> byzlog.v1.MerkleProof
+	45, // 31: byzlog.v1.RecordProof.partition:type_name -> byzlog.v1.PartitionRoot
+	46, // 32: byzlog.v1.RecordProof.partition_proof:type_name -> byzlog.v1.MerkleProof
+	52, // 33: byzlog.v1.StateEntryProof.proof:type_name -> byzlog.v1.KeyTreeProof
+	46, // 34: byzlog.v1.StateProof.key_root_proof:type_name -> byzlog.v1.MerkleProof
+	52, // 35: byzlog.v1.StateProof.topic_proof:type_name -> byzlog.v1.KeyTreeProof
+	53, // 36: byzlog.v1.StateProof.entries:type_name -> byzlog.v1.StateEntryProof
+	54, // 37: byzlog.v1.LatestProof.state:type_name -> byzlog.v1.StateProof
+	57, // 38: byzlog.v1.SnapshotMeta.state:type_name -> byzlog.v1.StateRoot
+	46, // 39: byzlog.v1.SnapshotMeta.meta_proof:type_name -> byzlog.v1.MerkleProof
+	62, // 40: byzlog.v1.TxnList.txns:type_name -> byzlog.v1.TxnInfo
+	16, // 41: byzlog.v1.TxnInfo.state:type_name -> byzlog.v1.TxnState
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_byzlog_v1_state_proto_init() }

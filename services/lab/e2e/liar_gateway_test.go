@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"testing"
@@ -162,6 +163,53 @@ func TestLyingGatewayIsCaught(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("on the gateway's word the admin signed nonce %d, 5 ahead, for the gateway to keep; verifying, it signed none", body.Nonce)
+
+	// A producer that starts again with its key asks where it stands. A
+	// gateway that says sequence 0 where the key has written 3 batches
+	// would have it sign used sequences: verifying, the producer refuses
+	// the proof and takes the next gateway's, and its record commits; on
+	// the gateway's word it signs sequence 0, which the chain refuses.
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithKey(key), client.WithGateways(gw.addr), tlsOpt(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := produce(first, fmt.Sprintf("before-restart-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := first.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	px.SetMode(tamper.LowProducerState)
+	again, err := client.NewProducer(ctx, client.WithTrust(trust), client.WithKey(key), client.WithGateways(px.Addr(), gw.addr), client.WithRequestTimeout(5*time.Second), tlsOpt(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc, err := produce(again, "after-restart"); err != nil || !rc.Verified {
+		t.Fatalf("verifying producer shown sequence 0 by one of two gateways: %+v, %v; want a verified receipt", rc, err)
+	}
+	if px.Count(tamper.LowProducerState) == 0 {
+		t.Fatal("the proxy told no producer-state lie")
+	}
+	if err := again.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	believer, err := client.NewProducer(ctx, client.WithTrust(client.TrustGateway(trust.ChainID())), client.WithKey(key), client.WithGateways(px.Addr()), client.WithRequestTimeout(5*time.Second), tlsOpt(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, believed := produce(believer, "believed-sequence")
+	_ = believer.Close(ctx)
+	px.SetMode("")
+	if believed == nil {
+		t.Fatal("a producer on the gateway's word, shown sequence 0, had its record committed: the lie did not bite")
+	}
+	t.Logf("shown sequence 0 after 3 batches: verifying, the producer refused the proof and wrote at the right sequence; on the gateway's word: %v", believed)
 
 	// The lie verification stops: a producer on the gateway's word takes
 	// an invented receipt for a record that was never written.

@@ -54,7 +54,27 @@ const (
 	// left out: "no such key" for a key that has a value (the key tree's
 	// proof catches it).
 	OmitLatest = "omit-latest"
+	// LowProducerState answers GetProducerState with next sequence 0, in
+	// the gateway's number and in its proof's entry: a producer that
+	// believed it would sign sequences the chain has used (the proof
+	// catches it).
+	LowProducerState = "low-producer-state"
 )
+
+// GetProducerState forwards, or lies per LowProducerState.
+func (p *GatewayProxy) GetProducerState(ctx context.Context, req *byzlogv1.ProducerRequest) (*byzlogv1.ProducerState, error) {
+	resp, err := p.Up.GetProducerState(ctx, req)
+	if err != nil || p.mode.Load().(string) != LowProducerState {
+		return resp, err
+	}
+	resp = proto.Clone(resp).(*byzlogv1.ProducerState)
+	resp.NextSequence = 0
+	if es := resp.GetProof().GetEntries(); len(es) == 1 {
+		es[0].Value, _ = proto.Marshal(&byzlogv1.ProducerState{})
+	}
+	p.hit(LowProducerState)
+	return resp, nil
+}
 
 // maxRemembered bounds the keys whose first GetLatest answer a proxy keeps.
 const maxRemembered = 10000
