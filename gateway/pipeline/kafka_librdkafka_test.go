@@ -114,7 +114,9 @@ func TestKafkaFaceOrderLibrdkafka(t *testing.T) {
 // the group's committed offset is 50, for it and for a fresh consumer.
 // Before commits were started in request order, the face signed them in
 // the order goroutines reached the key's nonce, and an older offset (49,
-// or 2) stuck (issue 45).
+// or 2) stuck (issue 45). The probe waits for its coordinator before the
+// first commit: librdkafka reorders commits made while that connection
+// comes up by itself (a CI run saw 25 stick that way; docs/api.md).
 func TestKafkaFaceAsyncCommitsLibrdkafka(t *testing.T) {
 	g := pipeline.StartTestGateway(t, &byzlogv1.TopicState{Name: "k", Config: &byzlogv1.TopicConfig{Partitions: 3}})
 	addr := serveKafkaFaceLogging(t, g, nil, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
@@ -142,7 +144,7 @@ func TestKafkaFaceAsyncCommitsLibrdkafka(t *testing.T) {
 			t.Fatalf("run %d: read %d, %d commit callbacks, errors %v; want 50, 50, none", run, res.Read, res.Callbacks, res.Errors)
 		}
 		if res.Committed != 50 || res.Fresh != 50 {
-			t.Errorf("run %d: committed %d (a fresh consumer: %d) after 50 asynchronous commits of 1..50, want 50", run, res.Committed, res.Fresh)
+			t.Errorf("run %d: committed %d (a fresh consumer: %d; callbacks in offset order: %v) after 50 asynchronous commits of 1..50, want 50", run, res.Committed, res.Fresh, res.InOrder)
 		}
 		if o, err := g.Group(ctx, group); err != nil || len(o.Offsets) != 1 || o.Offsets[0].Offset != 50 {
 			t.Errorf("run %d: the chain holds %v (%v) for the group, want k/2 at 50", run, o, err)

@@ -29,6 +29,12 @@ def on_commit(err, partitions):
 conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
         "broker.address.family": "v4", "on_commit": on_commit, **extra}
 c = Consumer(conf)
+# Wait for the group coordinator before committing: librdkafka defers the
+# commits made while its coordinator connection comes up and sends those
+# made at the moment it is up ahead of them (rdkafka_cgrp.c re-queues the
+# deferred ones behind), so an older offset would land last against any
+# broker. The probe is about the broker keeping the order it is sent.
+c.committed([TopicPartition(topic, partition)], timeout=30)
 c.assign([TopicPartition(topic, partition, 0)])
 read = 0
 while read < n:
