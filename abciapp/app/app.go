@@ -411,13 +411,15 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 		for _, c := range checked {
 			b.Txs = append(b.Txs, c.Tx)
 		}
-		budget := req.MaxTxBytes
 		if refs {
-			// Carried or referenced, a block's bundles stay within
-			// what a validator takes (refBudget).
-			budget = min(budget, refBudget(a.params))
+			// Referenced, a block's bundles fill what a validator takes
+			// (refBudget), and only what the block carries counts
+			// against CometBFT's block.max_bytes (req.MaxTxBytes): a
+			// reference is 34 bytes.
+			txs, err = core.PrepareRefs(a.store, b, refBudget(a.params), req.MaxTxBytes, true)
+			return err
 		}
-		txs, err = core.Prepare(a.store, b, budget)
+		txs, err = core.Prepare(a.store, b, req.MaxTxBytes)
 		return err
 	})
 	if err != nil {
@@ -429,7 +431,7 @@ func (a *App) PrepareProposal(_ context.Context, req *abci.RequestPrepareProposa
 		a.mu.RUnlock()
 	}
 	if refs {
-		txs = a.toRefs(req.Height, txs, pool)
+		txs = carriedWithin(a.toRefs(req.Height, txs, pool), req.MaxTxBytes)
 	}
 	return &abci.ResponsePrepareProposal{Txs: txs}, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	abci "github.com/cometbft/cometbft/abci/types"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/bundles"
@@ -66,6 +67,21 @@ func (a *App) toRefs(height int64, txs [][]byte, pool *mempool.Pool) [][]byte {
 		out[i] = wire.NewBundleRef(sum)
 	}
 	return out
+}
+
+// carriedWithin is txs cut from the end to fit maxBytes as the block
+// carries them. PrepareRefs counted each bundle as its reference; one the
+// pool let go of meanwhile is carried whole, and a proposal past
+// block.max_bytes would fail. Cutting the end leaves every transaction
+// kept valid: none depends on a later one.
+func carriedWithin(txs [][]byte, maxBytes int64) [][]byte {
+	var size int64
+	for i, tx := range txs {
+		if size += int64(1 + protowire.SizeVarint(uint64(len(tx))) + len(tx)); size > maxBytes {
+			return txs[:i]
+		}
+	}
+	return txs
 }
 
 // refsName checks what a block's references resolved to: each a produce

@@ -22,8 +22,8 @@ import (
 )
 
 // State sync. A snapshot of height H = h + StateRootLag is the checkpoint
-// of the state after h, cut into its chunks, then blocks h+1..H, one chunk
-// each; its metadata (SnapshotMeta) ties the state root, which block H
+// of the state after h, cut into its chunks, then blocks h+1..H, each in
+// parts of at most snapshotPartBytes (SnapshotMeta.block_parts); its metadata (SnapshotMeta) ties the state root, which block H
 // committed, to the app hash of H. The receiver checks the metadata against
 // the app hash CometBFT's light client verified, every state chunk against
 // its hash before writing it, and executes the blocks on the state: the
@@ -51,7 +51,7 @@ func (a *App) snapshotBlocks(out *core.Outcome, b core.Block) error {
 		if err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(dir, "block-"+strconv.FormatInt(b.Height, 10)), raw); err != nil {
+		if err := writeFile(blockFile(dir, b.Height), raw); err != nil {
 			return err
 		}
 		if b.Height != h+wire.StateRootLag {
@@ -65,8 +65,12 @@ func (a *App) snapshotBlocks(out *core.Outcome, b core.Block) error {
 		if err != nil {
 			return err
 		}
+		parts, err := blockParts(dir, h)
+		if err != nil {
+			return err
+		}
 		meta := &byzlogv1.SnapshotMeta{State: root, ChunkHashes: hashes, PrevAppHash: out.Digest.PrevAppHash,
-			RecordsRoot: out.Digest.RecordsRoot, MetaRoot: out.Digest.MetaRoot, MetaProof: out.StateRootProof}
+			RecordsRoot: out.Digest.RecordsRoot, MetaRoot: out.Digest.MetaRoot, MetaProof: out.StateRootProof, BlockParts: parts}
 		raw, err = proto.Marshal(meta)
 		if err != nil {
 			return err
@@ -77,6 +81,61 @@ func (a *App) snapshotBlocks(out *core.Outcome, b core.Block) error {
 		a.log.Info().Int64("height", b.Height).Int64("state_height", h).Uint32("chunks", root.Chunks+wire.StateRootLag).Msg("snapshot ready")
 	}
 	return nil
+}
+
+// snapshotPartBytes is the most bytes of a block one chunk carries: under
+// the 4 MiB a CometBFT node's ABCI client takes in one message, whatever
+// a block references (up to wire.MaxBlockBundleBytes).
+const snapshotPartBytes = 3 << 20
+
+// maxBlockParts bounds the parts a snapshot's metadata may give one
+// block: enough for the largest block a validator takes, so a liar's
+// counts cost a restorer nothing before it refuses them.
+const maxBlockParts = (wire.MaxBlockBundleBytes+wire.MaxTxBytes)/snapshotPartBytes + 2
+
+// blockParts is how many parts each block file after h in dir is served in.
+func blockParts(dir string, h int64) ([]uint32, error) {
+	parts := make([]uint32, wire.StateRootLag)
+	for i := range parts {
+		fi, err := os.Stat(blockFile(dir, h+1+int64(i)))
+		if err != nil {
+			return nil, err
+		}
+		parts[i] = uint32(max(1, (fi.Size()+snapshotPartBytes-1)/snapshotPartBytes))
+	}
+	return parts, nil
+}
+
+// blockChunks is the number of chunks m's blocks take (one a block in
+// metadata written before blocks were cut into parts).
+func blockChunks(m *byzlogv1.SnapshotMeta) uint32 {
+	if len(m.BlockParts) == 0 {
+		return wire.StateRootLag
+	}
+	var n uint32
+	for _, p := range m.BlockParts {
+		n += p
+	}
+	return n
+}
+
+// blockPart says which block (0 for the first after the state) and which
+// part of it block chunk j is.
+func blockPart(m *byzlogv1.SnapshotMeta, j int) (block, part int, ok bool) {
+	if len(m.BlockParts) == 0 {
+		return j, 0, j < wire.StateRootLag
+	}
+	for b, p := range m.BlockParts {
+		if j < int(p) {
+			return b, j, true
+		}
+		j -= int(p)
+	}
+	return 0, 0, false
+}
+
+func blockFile(dir string, height int64) string {
+	return filepath.Join(dir, "block-"+strconv.FormatInt(height, 10))
 }
 
 func writeFile(path string, b []byte) error {
@@ -127,7 +186,7 @@ func (a *App) ListSnapshots(context.Context, *abci.RequestListSnapshots) (*abci.
 		}
 		sum := sha256.Sum256(raw)
 		resp.Snapshots = append(resp.Snapshots, &abci.Snapshot{Height: uint64(h + wire.StateRootLag), Format: snapshotFormat,
-			Chunks: m.State.Chunks + wire.StateRootLag, Hash: sum[:], Metadata: raw})
+			Chunks: m.State.Chunks + blockChunks(&m), Hash: sum[:], Metadata: raw})
 	}
 	return resp, nil
 }
@@ -146,11 +205,23 @@ func (a *App) LoadSnapshotChunk(_ context.Context, req *abci.RequestLoadSnapshot
 		return &abci.ResponseLoadSnapshotChunk{}, nil
 	}
 	if i := int(req.Chunk); i >= len(hashes) {
-		b, err := os.ReadFile(filepath.Join(dir, "block-"+strconv.FormatInt(h+1+int64(i-len(hashes)), 10)))
+		raw, err := os.ReadFile(filepath.Join(dir, "snapshot"))
 		if err != nil {
 			return &abci.ResponseLoadSnapshotChunk{}, nil
 		}
-		return &abci.ResponseLoadSnapshotChunk{Chunk: b}, nil
+		var m byzlogv1.SnapshotMeta
+		if err := proto.Unmarshal(raw, &m); err != nil {
+			return &abci.ResponseLoadSnapshotChunk{}, nil
+		}
+		blk, part, ok := blockPart(&m, i-len(hashes))
+		if !ok {
+			return &abci.ResponseLoadSnapshotChunk{}, nil
+		}
+		b, err := os.ReadFile(blockFile(dir, h+1+int64(blk)))
+		if err != nil || part*snapshotPartBytes > len(b) {
+			return &abci.ResponseLoadSnapshotChunk{}, nil
+		}
+		return &abci.ResponseLoadSnapshotChunk{Chunk: b[part*snapshotPartBytes : min(len(b), (part+1)*snapshotPartBytes)]}, nil
 	}
 	starts, err := readStarts(filepath.Join(dir, "starts"))
 	if err != nil || len(starts) != len(hashes) {
@@ -198,6 +269,10 @@ type restoring struct {
 	appHash []byte
 	meta    *byzlogv1.SnapshotMeta
 	blocks  []core.Block
+	// part holds the parts of the block being received so far, from
+	// chunk partFrom on.
+	part     []byte
+	partFrom uint32
 }
 
 // OfferSnapshot accepts a snapshot only if its metadata checks against the
@@ -226,8 +301,16 @@ func (a *App) OfferSnapshot(_ context.Context, req *abci.RequestOfferSnapshot) (
 	if err := core.VerifySnapshotMeta(&m, height, req.AppHash); err != nil {
 		return reject(abci.ResponseOfferSnapshot_REJECT, "%v", err)
 	}
-	if req.Snapshot.Chunks != m.State.Chunks+wire.StateRootLag {
-		return reject(abci.ResponseOfferSnapshot_REJECT, "%d chunks, the metadata says %d", req.Snapshot.Chunks, m.State.Chunks+wire.StateRootLag)
+	if n := len(m.BlockParts); n != 0 && n != wire.StateRootLag {
+		return reject(abci.ResponseOfferSnapshot_REJECT, "parts of %d blocks, the snapshot has %d", n, wire.StateRootLag)
+	}
+	for i, p := range m.BlockParts {
+		if p == 0 || p > maxBlockParts {
+			return reject(abci.ResponseOfferSnapshot_REJECT, "block %d in %d parts: 1 to %d", i, p, maxBlockParts)
+		}
+	}
+	if want := m.State.Chunks + blockChunks(&m); req.Snapshot.Chunks != want {
+		return reject(abci.ResponseOfferSnapshot_REJECT, "%d chunks, the metadata says %d", req.Snapshot.Chunks, want)
 	}
 	// An earlier restore that CometBFT gave up on (a chunk timed out) or
 	// that a crash cut short left its chunks in the store. Applied under
@@ -273,10 +356,29 @@ func (a *App) ApplySnapshotChunk(_ context.Context, req *abci.RequestApplySnapsh
 		}
 		return &abci.ResponseApplySnapshotChunk{Result: abci.ResponseApplySnapshotChunk_ACCEPT}, nil
 	}
-	b, err := core.DecodeSnapshotBlock(req.Chunk)
-	if err != nil || b.Height != r.meta.State.Height+1+int64(i-n) {
-		return retry(fmt.Sprintf("not block %d of the snapshot (%v)", r.meta.State.Height+1+int64(i-n), err))
+	blk, part, ok := blockPart(r.meta, i-n)
+	if !ok || blk != len(r.blocks) {
+		return retry(fmt.Sprintf("chunk %d is not the next of block %d of the snapshot", i, len(r.blocks)))
 	}
+	if part == 0 {
+		r.part, r.partFrom = nil, req.Index
+	}
+	r.part = append(r.part, req.Chunk...)
+	if len(r.meta.BlockParts) > 0 && part+1 < int(r.meta.BlockParts[blk]) {
+		return &abci.ResponseApplySnapshotChunk{Result: abci.ResponseApplySnapshotChunk_ACCEPT}, nil
+	}
+	b, err := core.DecodeSnapshotBlock(r.part)
+	if want := r.meta.State.Height + 1 + int64(blk); err != nil || b.Height != want {
+		// Any part may be the bad one: fetch them all again.
+		var again []uint32
+		for c := r.partFrom; c <= req.Index; c++ {
+			again = append(again, c)
+		}
+		r.part = nil
+		a.log.Warn().Uint32("chunk", req.Index).Str("sender", req.Sender).Int64("block", want).AnErr("decode", err).Msg("snapshot block refused; fetching its parts again")
+		return &abci.ResponseApplySnapshotChunk{Result: abci.ResponseApplySnapshotChunk_RETRY, RefetchChunks: again, RejectSenders: []string{req.Sender}}, nil
+	}
+	r.part = nil
 	r.blocks = append(r.blocks, b)
 	if len(r.blocks) < wire.StateRootLag {
 		return &abci.ResponseApplySnapshotChunk{Result: abci.ResponseApplySnapshotChunk_ACCEPT}, nil

@@ -9,6 +9,7 @@ import (
 
 	abci "github.com/cometbft/cometbft/abci/types"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/app"
 	"github.com/byzlog/byzlog/abciapp/store"
@@ -268,5 +269,94 @@ func TestSnapshotChunksConcurrently(t *testing.T) {
 	}
 	if res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: snap.Height, Format: snap.Format, Chunk: 0}); err != nil || len(res.Chunk) != 0 {
 		t.Fatalf("chunk 0 of pruned snapshot 24 = %d bytes, %v; want an empty answer", len(res.Chunk), err)
+	}
+}
+
+// TestSnapshotBigBlocksInParts: a block after a snapshot's state may
+// reference up to 16 MiB of bundles (a proposer fills blocks to what
+// validators take, not to block.max_bytes), more than one chunk may carry
+// across a node's gRPC ABCI client. Such a block is served in parts under
+// the cap, and a fresh node restores from them the app hash of the chain;
+// a part that is not what the block's others fit is refused with every
+// part of its block fetched again, and the restore then completes.
+func TestSnapshotBigBlocksInParts(t *testing.T) {
+	a := snapshotApp(t, `{"snapshot_interval": 16}`)
+	txsAt := map[int64][][]byte{}
+	hashes := map[int64][]byte{}
+	var seq uint64
+	for h := int64(1); h <= 24; h++ {
+		var txs [][]byte
+		n := 1
+		if h > 16 {
+			n = 3 // ~5.4 MiB a block: two parts
+		}
+		for range n {
+			var recs []*byzlogv1.Record
+			for i := 0; i < 3; i++ {
+				v := make([]byte, 600<<10)
+				for j := range v {
+					v[j] = byte(j*7 + i + int(h) + int(seq))
+				}
+				recs = append(recs, &byzlogv1.Record{Value: v})
+			}
+			txs = append(txs, producerTx(t, "producer", seq, byzlogv1.Codec_CODEC_NONE, recs...))
+			seq++
+		}
+		txsAt[h] = txs
+		hashes[h] = finalize(t, a, h, txs...)
+		commit(t, a)
+	}
+	snap := snapshotAt(t, a, 24)
+	chunks := make([][]byte, snap.Chunks)
+	for i := range chunks {
+		res, err := a.LoadSnapshotChunk(ctx, &abci.RequestLoadSnapshotChunk{Height: snap.Height, Format: snap.Format, Chunk: uint32(i)})
+		if err != nil || len(res.Chunk) == 0 {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		if n := res.Size(); n > grpcABCICap-64<<10 {
+			t.Errorf("LoadSnapshotChunk(%d) answers %d bytes, want under %d", i, n, grpcABCICap-64<<10)
+		}
+		chunks[i] = res.Chunk
+	}
+	var m byzlogv1.SnapshotMeta
+	if err := proto.Unmarshal(snap.Metadata, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.BlockParts) != wire.StateRootLag || m.BlockParts[0] < 2 {
+		t.Fatalf("block parts %v, want %d blocks of 2 or more parts", m.BlockParts, wire.StateRootLag)
+	}
+	state := len(m.ChunkHashes)
+
+	b := freshApp(t)
+	if r, err := b.OfferSnapshot(ctx, &abci.RequestOfferSnapshot{Snapshot: snap, AppHash: hashes[24]}); err != nil || r.Result != abci.ResponseOfferSnapshot_ACCEPT {
+		t.Fatalf("offer = %v, %v; want ACCEPT", r, err)
+	}
+	apply := func(i int, chunk []byte) *abci.ResponseApplySnapshotChunk {
+		t.Helper()
+		r, err := b.ApplySnapshotChunk(ctx, &abci.RequestApplySnapshotChunk{Index: uint32(i), Chunk: chunk, Sender: "peer"})
+		if err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		return r
+	}
+	for i := 0; i < state+1; i++ {
+		if r := apply(i, chunks[i]); r.Result != abci.ResponseApplySnapshotChunk_ACCEPT {
+			t.Fatalf("chunk %d = %v, want ACCEPT", i, r)
+		}
+	}
+	// The first block's second part, cut short: the block does not
+	// decode, and all of its parts are asked for again.
+	cut := chunks[state+1]
+	r := apply(state+1, cut[:len(cut)-100])
+	if r.Result != abci.ResponseApplySnapshotChunk_RETRY || len(r.RefetchChunks) != int(m.BlockParts[0]) || r.RefetchChunks[0] != uint32(state) {
+		t.Fatalf("a wrong part = %v, want RETRY refetching chunks %d..%d", r, state, state+int(m.BlockParts[0])-1)
+	}
+	for i := state; i < len(chunks); i++ {
+		if r := apply(i, chunks[i]); r.Result != abci.ResponseApplySnapshotChunk_ACCEPT {
+			t.Fatalf("chunk %d = %v, want ACCEPT", i, r)
+		}
+	}
+	if got := info(t, b); got.LastBlockHeight != 24 || !bytes.Equal(got.LastBlockAppHash, hashes[24]) {
+		t.Fatalf("restored at height %d hash %X, want 24 %X", got.LastBlockHeight, got.LastBlockAppHash, hashes[24])
 	}
 }

@@ -280,6 +280,17 @@ func blockValidatorUpdates(committed Reader, block *overlay) ([]*byzlogv1.Valida
 // Prepare picks, in order, the transactions of txs that are valid in a block
 // on top of r and fit in maxBytes: what a correct proposer proposes.
 func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
+	return PrepareRefs(r, b, maxBytes, maxBytes, false)
+}
+
+// PrepareRefs is Prepare for a block whose produce bundles of at least
+// wire.MinBundleRefBytes go out as references when refs is set (rules
+// version 3 on): the transactions picked hold at most maxBytes resolved,
+// and at most maxWire as the block carries them, a reference counting its
+// own 34 bytes. So a proposer fills a block to the bundle bytes validators
+// take (the caller's maxBytes) while CometBFT's block.max_bytes bounds only
+// what the block itself carries.
+func PrepareRefs(r Reader, b Block, maxBytes, maxWire int64, refs bool) ([][]byte, error) {
 	params, err := LoadParams(r)
 	if err != nil {
 		return nil, err
@@ -291,10 +302,14 @@ func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
 	ex := newExecutor(r, params, b)
 	ex.bounded, ex.countOnly = true, true
 	var picked [][]byte
-	var size int64
+	var size, carried int64
 	for i, tx := range b.Txs {
 		// CometBFT counts each tx as a protobuf bytes field: tag, length, data.
-		if size+txWireSize(tx) > maxBytes {
+		full, onWire := txWireSize(tx), txWireSize(tx)
+		if refs && len(tx) >= wire.MinBundleRefBytes && checked[i].IsBundle() {
+			onWire = refWireSize
+		}
+		if size+full > maxBytes || carried+onWire > maxWire {
 			continue // a smaller one further on may still fit
 		}
 		res, err := ex.apply(checked[i])
@@ -303,11 +318,16 @@ func Prepare(r Reader, b Block, maxBytes int64) ([][]byte, error) {
 		}
 		if res.OK() {
 			picked = append(picked, tx)
-			size += txWireSize(tx)
+			size += full
+			carried += onWire
 		}
 	}
 	return picked, nil
 }
+
+// refWireSize is what a bundle reference costs a block: tag, length and
+// the reference's bytes (wire.NewBundleRef).
+var refWireSize = txWireSize(wire.NewBundleRef([32]byte{}))
 
 // Verify checks a proposed block: every transaction must be valid in order.
 // It returns the index and result of the first invalid one, or -1.

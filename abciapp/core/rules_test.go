@@ -542,3 +542,44 @@ func TestBundleBatchLimitBeforeSignatures(t *testing.T) {
 		t.Errorf("Check(3 batches, limit 2) = %s %q, want %s", r.Code, r.Log, wire.CodeBundleTooLarge)
 	}
 }
+
+// TestPrepareRefsCountsReferences: with references, a bundle of at least
+// wire.MinBundleRefBytes costs the block its 36-byte reference, so a
+// block.max_bytes that carries 3 such bundles whole takes all 5, within
+// the resolved budget; the resolved budget still bounds them, and a
+// bundle below the reference size counts whole.
+func TestPrepareRefsCountsReferences(t *testing.T) {
+	c := newChain(t, `{"topics": [{"name": "t", "partitions": 1}]}`)
+	var big, small [][]byte
+	for i := range 5 {
+		big = append(big, bundle(t, batch(t, wire.NewSigner(key(fmt.Sprint(i)), chainID), "t", 0, 0, records(strings.Repeat("x", 2000)))))
+		small = append(small, bundle(t, batch(t, wire.NewSigner(key(fmt.Sprint("small", i)), chainID), "t", 0, 0, records("y"))))
+	}
+	if len(big[0]) < wire.MinBundleRefBytes || len(small[0]) >= wire.MinBundleRefBytes {
+		t.Fatalf("bundles of %d and %d bytes: want one past and one below %d", len(big[0]), len(small[0]), wire.MinBundleRefBytes)
+	}
+	wireBudget := int64(len(big[0])*3 + 10)
+	for _, tc := range []struct {
+		name     string
+		txs      [][]byte
+		resolved int64
+		want     int
+	}{
+		{"references fit where the bundles would not", big, 1 << 20, 5},
+		{"the resolved budget still bounds them", big, int64(len(big[0])*2 + 10), 2},
+		{"small bundles are carried and count whole", small, 1 << 20, min(5, int(wireBudget)/(len(small[0])+3))},
+	} {
+		picked, err := core.PrepareRefs(c.store, core.Block{Height: 1, TimeUnixNano: 1, Txs: tc.txs}, tc.resolved, wireBudget, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(picked) != tc.want {
+			t.Errorf("%s: picked %d, want %d", tc.name, len(picked), tc.want)
+		}
+	}
+	// Without references every bundle counts whole against both.
+	picked, err := core.PrepareRefs(c.store, core.Block{Height: 1, TimeUnixNano: 1, Txs: big}, 1<<20, wireBudget, false)
+	if err != nil || len(picked) != 3 {
+		t.Errorf("without references: picked %d (%v), want 3", len(picked), err)
+	}
+}

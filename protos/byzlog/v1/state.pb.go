@@ -4306,10 +4306,16 @@ type SnapshotMeta struct {
 	// The hash of each state chunk, in order; their Merkle root is state.root.
 	ChunkHashes [][]byte `protobuf:"bytes,2,rep,name=chunk_hashes,json=chunkHashes,proto3" json:"chunk_hashes,omitempty"`
 	// Block H's digest: app_hash(H) = chain step of these.
-	PrevAppHash   []byte       `protobuf:"bytes,3,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
-	RecordsRoot   []byte       `protobuf:"bytes,4,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
-	MetaRoot      []byte       `protobuf:"bytes,5,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
-	MetaProof     *MerkleProof `protobuf:"bytes,6,opt,name=meta_proof,json=metaProof,proto3" json:"meta_proof,omitempty"`
+	PrevAppHash []byte       `protobuf:"bytes,3,opt,name=prev_app_hash,json=prevAppHash,proto3" json:"prev_app_hash,omitempty"`
+	RecordsRoot []byte       `protobuf:"bytes,4,opt,name=records_root,json=recordsRoot,proto3" json:"records_root,omitempty"`
+	MetaRoot    []byte       `protobuf:"bytes,5,opt,name=meta_root,json=metaRoot,proto3" json:"meta_root,omitempty"`
+	MetaProof   *MerkleProof `protobuf:"bytes,6,opt,name=meta_proof,json=metaProof,proto3" json:"meta_proof,omitempty"`
+	// The parts each of the blocks after the state is served in, in order
+	// (empty: one each). A block is cut into parts of at most 3 MiB, so no
+	// chunk passes CometBFT's 4 MiB ABCI client limit however many bundles
+	// the block references. Not proven: a wrong count fails the restore, as
+	// a wrong block does, and the snapshot is refused.
+	BlockParts    []uint32 `protobuf:"varint,7,rep,packed,name=block_parts,json=blockParts,proto3" json:"block_parts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4382,6 +4388,13 @@ func (x *SnapshotMeta) GetMetaRoot() []byte {
 func (x *SnapshotMeta) GetMetaProof() *MerkleProof {
 	if x != nil {
 		return x.MetaProof
+	}
+	return nil
+}
+
+func (x *SnapshotMeta) GetBlockParts() []uint32 {
+	if x != nil {
+		return x.BlockParts
 	}
 	return nil
 }
@@ -5043,7 +5056,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\tStateRoot\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12\x12\n" +
 	"\x04root\x18\x02 \x01(\fR\x04root\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\rR\x06chunks\"\xf8\x01\n" +
+	"\x06chunks\x18\x03 \x01(\rR\x06chunks\"\x99\x02\n" +
 	"\fSnapshotMeta\x12*\n" +
 	"\x05state\x18\x01 \x01(\v2\x14.byzlog.v1.StateRootR\x05state\x12!\n" +
 	"\fchunk_hashes\x18\x02 \x03(\fR\vchunkHashes\x12\"\n" +
@@ -5051,7 +5064,9 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\frecords_root\x18\x04 \x01(\fR\vrecordsRoot\x12\x1b\n" +
 	"\tmeta_root\x18\x05 \x01(\fR\bmetaRoot\x125\n" +
 	"\n" +
-	"meta_proof\x18\x06 \x01(\v2\x16.byzlog.v1.MerkleProofR\tmetaProof\"_\n" +
+	"meta_proof\x18\x06 \x01(\v2\x16.byzlog.v1.MerkleProofR\tmetaProof\x12\x1f\n" +
+	"\vblock_parts\x18\a \x03(\rR\n" +
+	"blockParts\"_\n" +
 	"\rSnapshotBlock\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x10\n" +
