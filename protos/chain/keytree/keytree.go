@@ -124,6 +124,16 @@ func (n *node) encode() []byte {
 	return append(out, n.b...)
 }
 
+// sum is the node's hash, computed when first asked for: a node loaded on
+// the way down is usually written again (its hash recomputed then), so
+// loading does not hash it.
+func (n *node) sum() []byte {
+	if n.hash == nil {
+		n.rehash()
+	}
+	return n.hash
+}
+
 func (n *node) rehash() {
 	if n.leaf {
 		n.hash = leafHash(n.a, n.b)
@@ -161,7 +171,6 @@ func (t Tree) load(d int, path []byte) (*node, error) {
 	}
 	n.present, n.leaf = true, v[0] == 0
 	n.a, n.b = bytes.Clone(v[1:1+HashSize]), bytes.Clone(v[1+HashSize:])
-	n.rehash()
 	return n, nil
 }
 
@@ -176,7 +185,7 @@ func (t Tree) Root() ([]byte, error) {
 	if err != nil || !n.present {
 		return Empty(), err
 	}
-	return n.hash, nil
+	return n.sum(), nil
 }
 
 // descend walks from the root along path to the first node that is not
@@ -288,7 +297,7 @@ func (t Tree) Delete(key []byte) error {
 			if sib.present && sib.leaf {
 				t.store.Delete(sib.positionKey)
 				t.store.Delete(n.positionKey)
-				carry, h = sib, sib.hash
+				carry, h = sib, sib.sum()
 				continue
 			}
 		case carry != nil && bytes.Equal(other, empty):
