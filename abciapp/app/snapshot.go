@@ -65,12 +65,13 @@ func (a *App) snapshotBlocks(out *core.Outcome, b core.Block) error {
 		if err != nil {
 			return err
 		}
-		parts, err := blockParts(dir, h)
+		parts, partHashes, err := blockParts(dir, h)
 		if err != nil {
 			return err
 		}
 		meta := &byzlogv1.SnapshotMeta{State: root, ChunkHashes: hashes, PrevAppHash: out.Digest.PrevAppHash,
-			RecordsRoot: out.Digest.RecordsRoot, MetaRoot: out.Digest.MetaRoot, MetaProof: out.StateRootProof, BlockParts: parts}
+			RecordsRoot: out.Digest.RecordsRoot, MetaRoot: out.Digest.MetaRoot, MetaProof: out.StateRootProof,
+			BlockParts: parts, BlockPartHashes: partHashes}
 		raw, err = proto.Marshal(meta)
 		if err != nil {
 			return err
@@ -89,21 +90,28 @@ func (a *App) snapshotBlocks(out *core.Outcome, b core.Block) error {
 const snapshotPartBytes = 3 << 20
 
 // maxBlockParts bounds the parts a snapshot's metadata may give one
-// block: enough for the largest block a validator takes, so a liar's
+// block: enough for the largest block any chain makes (CometBFT's 100 MiB
+// block.max_bytes carried, plus the bundles it may reference), so a liar's
 // counts cost a restorer nothing before it refuses them.
-const maxBlockParts = (wire.MaxBlockBundleBytes+wire.MaxTxBytes)/snapshotPartBytes + 2
+const maxBlockParts = (100<<20+wire.MaxBlockBundleBytes)/snapshotPartBytes + 2
 
-// blockParts is how many parts each block file after h in dir is served in.
-func blockParts(dir string, h int64) ([]uint32, error) {
+// blockParts is how many parts each block file after h in dir is served
+// in, and each part's SHA-256, in order.
+func blockParts(dir string, h int64) ([]uint32, [][]byte, error) {
 	parts := make([]uint32, wire.StateRootLag)
+	var hashes [][]byte
 	for i := range parts {
-		fi, err := os.Stat(blockFile(dir, h+1+int64(i)))
+		b, err := os.ReadFile(blockFile(dir, h+1+int64(i)))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		parts[i] = uint32(max(1, (fi.Size()+snapshotPartBytes-1)/snapshotPartBytes))
+		parts[i] = uint32(max(1, (len(b)+snapshotPartBytes-1)/snapshotPartBytes))
+		for p := range int(parts[i]) {
+			sum := sha256.Sum256(b[p*snapshotPartBytes : min(len(b), (p+1)*snapshotPartBytes)])
+			hashes = append(hashes, sum[:])
+		}
 	}
-	return parts, nil
+	return parts, hashes, nil
 }
 
 // blockChunks is the number of chunks m's blocks take (one a block in
@@ -221,6 +229,9 @@ func (a *App) LoadSnapshotChunk(_ context.Context, req *abci.RequestLoadSnapshot
 		if err != nil || part*snapshotPartBytes > len(b) {
 			return &abci.ResponseLoadSnapshotChunk{}, nil
 		}
+		if len(m.BlockParts) == 0 {
+			return &abci.ResponseLoadSnapshotChunk{Chunk: b}, nil // written before parts: the block whole
+		}
 		return &abci.ResponseLoadSnapshotChunk{Chunk: b[part*snapshotPartBytes : min(len(b), (part+1)*snapshotPartBytes)]}, nil
 	}
 	starts, err := readStarts(filepath.Join(dir, "starts"))
@@ -309,6 +320,14 @@ func (a *App) OfferSnapshot(_ context.Context, req *abci.RequestOfferSnapshot) (
 			return reject(abci.ResponseOfferSnapshot_REJECT, "block %d in %d parts: 1 to %d", i, p, maxBlockParts)
 		}
 	}
+	if n := len(m.BlockPartHashes); n != 0 && (len(m.BlockParts) == 0 || uint32(n) != blockChunks(&m)) {
+		return reject(abci.ResponseOfferSnapshot_REJECT, "%d block part hashes for %d parts", n, blockChunks(&m))
+	}
+	for i, h := range m.BlockPartHashes {
+		if len(h) != sha256.Size {
+			return reject(abci.ResponseOfferSnapshot_REJECT, "block part hash %d is %d bytes", i, len(h))
+		}
+	}
 	if want := m.State.Chunks + blockChunks(&m); req.Snapshot.Chunks != want {
 		return reject(abci.ResponseOfferSnapshot_REJECT, "%d chunks, the metadata says %d", req.Snapshot.Chunks, want)
 	}
@@ -360,6 +379,11 @@ func (a *App) ApplySnapshotChunk(_ context.Context, req *abci.RequestApplySnapsh
 	if !ok || blk != len(r.blocks) {
 		return retry(fmt.Sprintf("chunk %d is not the next of block %d of the snapshot", i, len(r.blocks)))
 	}
+	if hs := r.meta.BlockPartHashes; len(hs) > 0 {
+		if sum := sha256.Sum256(req.Chunk); !bytes.Equal(sum[:], hs[i-n]) {
+			return retry("its hash is not the block part's the snapshot's metadata lists")
+		}
+	}
 	if part == 0 {
 		r.part, r.partFrom = nil, req.Index
 	}
@@ -368,7 +392,16 @@ func (a *App) ApplySnapshotChunk(_ context.Context, req *abci.RequestApplySnapsh
 		return &abci.ResponseApplySnapshotChunk{Result: abci.ResponseApplySnapshotChunk_ACCEPT}, nil
 	}
 	b, err := core.DecodeSnapshotBlock(r.part)
-	if want := r.meta.State.Height + 1 + int64(blk); err != nil || b.Height != want {
+	if want := r.meta.State.Height + 1 + int64(blk); (err != nil || b.Height != want) && len(r.meta.BlockPartHashes) > 0 {
+		// Every part matched its listed hash: the metadata itself, which
+		// every peer of this snapshot serves, names a block that is not one.
+		a.log.Warn().Int64("block", want).AnErr("decode", err).Msg("a snapshot's listed block parts do not make its block; refusing the snapshot")
+		a.restore = nil
+		if werr := a.store.Wipe(); werr != nil {
+			return nil, werr
+		}
+		return &abci.ResponseApplySnapshotChunk{Result: abci.ResponseApplySnapshotChunk_REJECT_SNAPSHOT}, nil
+	} else if err != nil || b.Height != want {
 		// Any part may be the bad one: fetch them all again.
 		var again []uint32
 		for c := r.partFrom; c <= req.Index; c++ {

@@ -277,8 +277,8 @@ func TestSnapshotChunksConcurrently(t *testing.T) {
 // validators take, not to block.max_bytes), more than one chunk may carry
 // across a node's gRPC ABCI client. Such a block is served in parts under
 // the cap, and a fresh node restores from them the app hash of the chain;
-// a part that is not what the block's others fit is refused with every
-// part of its block fetched again, and the restore then completes.
+// a part that is not the one the metadata lists is refused (and only it
+// fetched again, from another peer), and the restore then completes.
 func TestSnapshotBigBlocksInParts(t *testing.T) {
 	a := snapshotApp(t, `{"snapshot_interval": 16}`)
 	txsAt := map[int64][][]byte{}
@@ -344,14 +344,18 @@ func TestSnapshotBigBlocksInParts(t *testing.T) {
 			t.Fatalf("chunk %d = %v, want ACCEPT", i, r)
 		}
 	}
-	// The first block's second part, cut short: the block does not
-	// decode, and all of its parts are asked for again.
+	// The first block's second part, cut short: it is not the part whose
+	// hash the metadata lists, so it alone is asked for again, from
+	// another peer.
 	cut := chunks[state+1]
 	r := apply(state+1, cut[:len(cut)-100])
-	if r.Result != abci.ResponseApplySnapshotChunk_RETRY || len(r.RefetchChunks) != int(m.BlockParts[0]) || r.RefetchChunks[0] != uint32(state) {
-		t.Fatalf("a wrong part = %v, want RETRY refetching chunks %d..%d", r, state, state+int(m.BlockParts[0])-1)
+	if r.Result != abci.ResponseApplySnapshotChunk_RETRY || len(r.RefetchChunks) != 1 || r.RefetchChunks[0] != uint32(state+1) || len(r.RejectSenders) != 1 {
+		t.Fatalf("a wrong part = %v, want RETRY refetching chunk %d and refusing its sender", r, state+1)
 	}
-	for i := state; i < len(chunks); i++ {
+	if len(m.BlockPartHashes) != len(chunks)-state {
+		t.Fatalf("%d block part hashes for %d block chunks", len(m.BlockPartHashes), len(chunks)-state)
+	}
+	for i := state + 1; i < len(chunks); i++ {
 		if r := apply(i, chunks[i]); r.Result != abci.ResponseApplySnapshotChunk_ACCEPT {
 			t.Fatalf("chunk %d = %v, want ACCEPT", i, r)
 		}

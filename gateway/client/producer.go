@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -558,12 +559,19 @@ func (p *Producer) rejected(pt *partition, err error, uncertainSince *time.Time)
 		return false
 	}
 	if uncertainSince.IsZero() {
-		return true // rejected, so not committed: the next batch reuses the sequence
+		// Rejected, so not committed: the next batch reuses the sequence,
+		// unless the chain says this producer's sequence is not the
+		// partition's next (another producer with the key, or a number a
+		// gateway gave): then the next batch reads it again.
+		if msg := status.Convert(err).Message(); strings.HasPrefix(msg, wire.CodeSequenceReused.String()) || strings.HasPrefix(msg, wire.CodeSequenceGap.String()) {
+			pt.relearn.Store(true)
+		}
+		return true
 	}
 	if time.Since(*uncertainSince) > p.o.requestTimeout {
 		// Proven (when verifying) by a header after the attempt whose
 		// outcome is unknown was sent.
-		if next, qerr := p.nextSequence(pt, *uncertainSince); qerr == nil && next <= pt.seq {
+		if next, qerr := p.nextSequence(pt, later(*uncertainSince, time.Now().Add(-maxProofSkew))); qerr == nil && next <= pt.seq {
 			return true
 		}
 	}
@@ -593,31 +601,41 @@ func (b batch) fail(err error) {
 // chain's rules version 10 on), from a header it verified that is no older
 // than notBefore: a gateway's low number would have it sign a used
 // sequence, or give up on a batch the chain holds, and a true proof of an
-// old height is such a number. A gateway whose answer does not verify is
-// passed over for the next.
+// old height is such a number. A gateway that refuses, or whose answer
+// does not verify, is passed over for the next; once every gateway has in
+// a row, the last refusal is the error. Gateways that do not answer are
+// asked again, backing off, until the producer closes.
 func (p *Producer) nextSequence(pt *partition, notBefore time.Time) (uint64, error) {
 	backoff := p.o.backoff
 	start := p.next.Load()
 	req := &byzlogv1.ProducerRequest{ProducerKey: p.PublicKey(), Topic: pt.topic, Partition: pt.num, Prove: p.verify != nil && p.o.trust.Verifies()}
+	refused := 0 // gateways in a row that refused or did not verify
 	for attempt := uint64(0); ; attempt++ {
 		gw := p.gws[(start+attempt)%uint64(len(p.gws))]
 		ctx, cancel := context.WithTimeout(p.ctx, p.o.requestTimeout)
 		ps, err := gw.GetProducerState(ctx, req)
+		verifyErr := false
 		if err == nil && req.Prove {
 			var next uint64
 			if next, err = p.provenSequence(ctx, req, ps.GetProof(), notBefore); err == nil {
 				cancel()
 				return next, nil
 			}
-			err = status.Errorf(codes.Unavailable, "%v", err) // try the next gateway
+			verifyErr = errors.Is(err, ErrUnverified) || errors.Is(err, ErrStale)
 		}
 		cancel()
-		if err == nil {
+		switch {
+		case err == nil:
 			return ps.GetNextSequence(), nil
-		}
-		if !retriable(err) || p.ctx.Err() != nil {
+		case p.ctx.Err() != nil:
 			return 0, fmt.Errorf("read producer sequence of %s/%d: %w", pt.topic, pt.num, err)
+		case verifyErr || !retriable(err):
+			if refused++; refused >= len(p.gws) {
+				return 0, fmt.Errorf("read producer sequence of %s/%d: every gateway refused or did not prove it; the last: %w", pt.topic, pt.num, err)
+			}
+			continue // the next gateway at once
 		}
+		refused = 0
 		select {
 		case <-time.After(backoff):
 		case <-p.ctx.Done():
@@ -626,13 +644,26 @@ func (p *Producer) nextSequence(pt *partition, notBefore time.Time) (uint64, err
 	}
 }
 
+// maxProofSkew is how much older than the query a proof may be that
+// decides a batch whose outcome was unknown did not commit: a gateway can
+// only pick among the heights of the last few seconds, and the chain's
+// block times may trail this clock by that much.
+const maxProofSkew = 5 * time.Second
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // provenSequence checks sp, a gateway's proof of req's producer state,
 // against the verified header after its height, which must be no older than
 // notBefore, and returns the proven next sequence.
 func (p *Producer) provenSequence(ctx context.Context, req *byzlogv1.ProducerRequest, sp *byzlogv1.StateProof, notBefore time.Time) (uint64, error) {
 	h := sp.GetHeight()
 	if h <= 0 {
-		return 0, fmt.Errorf("%w: the gateway's producer state of %s/%d names no height", ErrUnverified, req.Topic, req.Partition)
+		return 0, fmt.Errorf("%w: the gateway gave no proof of the producer state of %s/%d (a gateway from before rules version 10's proofs ignores the request for one)", ErrUnverified, req.Topic, req.Partition)
 	}
 	lb, err := p.verify.Header(ctx, h+1)
 	if err != nil {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -202,5 +204,33 @@ func TestProduceFunc(t *testing.T) {
 	})
 	if !called {
 		t.Error("a record without a topic did not have its callback called with INVALID_ARGUMENT before ProduceFunc returned")
+	}
+}
+
+// refusingGateway answers GetProducerState with err.
+type refusingGateway struct {
+	byzlogv1.GatewayClient
+	err error
+}
+
+func (g refusingGateway) GetProducerState(context.Context, *byzlogv1.ProducerRequest, ...grpc.CallOption) (*byzlogv1.ProducerState, error) {
+	return nil, g.err
+}
+
+// TestNextSequencePassesRefusals: a gateway that refuses the sequence
+// read is passed over for the next, and only when every gateway has
+// refused in a row is the read an error (it was the first refusal).
+func TestNextSequencePassesRefusals(t *testing.T) {
+	refused := status.Error(codes.FailedPrecondition, "the chain runs rules version 9")
+	var mu sync.Mutex
+	var calls []string
+	var answers []answer
+	p := testProducer(t, refusingGateway{err: refused}, scriptedGateway{name: "b", mu: &mu, calls: &calls, answers: &answers, nextSeq: 7})
+	if next, err := p.nextSequence(&partition{topic: "t"}, time.Time{}); err != nil || next != 7 {
+		t.Errorf("one refusing gateway of two: %d, %v; want 7 from the other", next, err)
+	}
+	q := testProducer(t, refusingGateway{err: refused}, refusingGateway{err: refused})
+	if _, err := q.nextSequence(&partition{topic: "t"}, time.Time{}); status.Code(errors.Unwrap(err)) != codes.FailedPrecondition && !strings.Contains(fmt.Sprint(err), "every gateway refused") {
+		t.Errorf("every gateway refusing: %v; want the refusal", err)
 	}
 }

@@ -4315,9 +4315,14 @@ type SnapshotMeta struct {
 	// chunk passes CometBFT's 4 MiB ABCI client limit however many bundles
 	// the block references. Not proven: a wrong count fails the restore, as
 	// a wrong block does, and the snapshot is refused.
-	BlockParts    []uint32 `protobuf:"varint,7,rep,packed,name=block_parts,json=blockParts,proto3" json:"block_parts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BlockParts []uint32 `protobuf:"varint,7,rep,packed,name=block_parts,json=blockParts,proto3" json:"block_parts,omitempty"`
+	// The SHA-256 of each block part, in chunk order: every peer serving
+	// this snapshot serves this metadata (the snapshot's hash is over it),
+	// so a part that does not match is the sender's lie, refused before the
+	// block is put together.
+	BlockPartHashes [][]byte `protobuf:"bytes,8,rep,name=block_part_hashes,json=blockPartHashes,proto3" json:"block_part_hashes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SnapshotMeta) Reset() {
@@ -4395,6 +4400,13 @@ func (x *SnapshotMeta) GetMetaProof() *MerkleProof {
 func (x *SnapshotMeta) GetBlockParts() []uint32 {
 	if x != nil {
 		return x.BlockParts
+	}
+	return nil
+}
+
+func (x *SnapshotMeta) GetBlockPartHashes() [][]byte {
+	if x != nil {
+		return x.BlockPartHashes
 	}
 	return nil
 }
@@ -5056,7 +5068,7 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\tStateRoot\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12\x12\n" +
 	"\x04root\x18\x02 \x01(\fR\x04root\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\rR\x06chunks\"\x99\x02\n" +
+	"\x06chunks\x18\x03 \x01(\rR\x06chunks\"\xc5\x02\n" +
 	"\fSnapshotMeta\x12*\n" +
 	"\x05state\x18\x01 \x01(\v2\x14.byzlog.v1.StateRootR\x05state\x12!\n" +
 	"\fchunk_hashes\x18\x02 \x03(\fR\vchunkHashes\x12\"\n" +
@@ -5066,7 +5078,8 @@ const file_byzlog_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"meta_proof\x18\x06 \x01(\v2\x16.byzlog.v1.MerkleProofR\tmetaProof\x12\x1f\n" +
 	"\vblock_parts\x18\a \x03(\rR\n" +
-	"blockParts\"_\n" +
+	"blockParts\x12*\n" +
+	"\x11block_part_hashes\x18\b \x03(\fR\x0fblockPartHashes\"_\n" +
 	"\rSnapshotBlock\x12\x16\n" +
 	"\x06height\x18\x01 \x01(\x03R\x06height\x12$\n" +
 	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x10\n" +
