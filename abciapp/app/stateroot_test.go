@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -217,12 +218,9 @@ func TestStateSync(t *testing.T) {
 		commit(t, b)
 	}
 
-	// A block chunk that lies (another block's transactions) is caught by
-	// the app hash it leads to; the half-restored state goes.
-	c := freshApp(t)
-	if got := offer(c, hash40); got != abci.ResponseOfferSnapshot_ACCEPT {
-		t.Fatalf("offer = %v, want ACCEPT", got)
-	}
+	// A block chunk that lies (another block's transactions) from one
+	// peer is not the part whose hash the metadata lists: refused at once,
+	// the chunk asked of another peer.
 	last := len(chunks) - 1
 	var sb byzlogv1.SnapshotBlock
 	if err := proto.Unmarshal(chunks[last], &sb); err != nil {
@@ -233,13 +231,54 @@ func TestStateSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	d := freshApp(t)
+	if got := offer(d, hash40); got != abci.ResponseOfferSnapshot_ACCEPT {
+		t.Fatalf("offer = %v, want ACCEPT", got)
+	}
+	for i, ch := range chunks[:last] {
+		if got := apply(d, i, ch); got != abci.ResponseApplySnapshotChunk_ACCEPT {
+			t.Fatalf("chunk %d = %v", i, got)
+		}
+	}
+	if got := apply(d, last, lie); got != abci.ResponseApplySnapshotChunk_RETRY {
+		t.Fatalf("a lying block chunk = %v, want RETRY (another peer's)", got)
+	}
+	if got := apply(d, last, chunks[last]); got != abci.ResponseApplySnapshotChunk_ACCEPT {
+		t.Fatalf("the true block chunk after a lie = %v, want ACCEPT", got)
+	}
+	if got := info(t, d); got.LastBlockHeight != 40 || !bytes.Equal(got.LastBlockAppHash, hash40) {
+		t.Fatalf("restored past a lying chunk at height %d hash %X, want 40 %X", got.LastBlockHeight, got.LastBlockAppHash, hash40)
+	}
+
+	// Metadata that lists the lie's hash (a snapshot every liar serves
+	// alike) is caught by the app hash its blocks lead to; the
+	// half-restored state goes.
+	var m byzlogv1.SnapshotMeta
+	if err := proto.Unmarshal(snap.Metadata, &m); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(lie)
+	m.BlockPartHashes[len(m.BlockPartHashes)-1] = sum[:]
+	lyingMeta, err := proto.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	honest := snap
+	lyingSnap := *snap
+	lyingSnap.Metadata = lyingMeta
+	snap = &lyingSnap
+	c := freshApp(t)
+	if got := offer(c, hash40); got != abci.ResponseOfferSnapshot_ACCEPT {
+		t.Fatalf("offer = %v, want ACCEPT", got)
+	}
+	snap = honest
 	for i, ch := range chunks[:last] {
 		if got := apply(c, i, ch); got != abci.ResponseApplySnapshotChunk_ACCEPT {
 			t.Fatalf("chunk %d = %v", i, got)
 		}
 	}
 	if got := apply(c, last, lie); got != abci.ResponseApplySnapshotChunk_REJECT_SNAPSHOT {
-		t.Fatalf("a lying block chunk = %v, want REJECT_SNAPSHOT", got)
+		t.Fatalf("a lying block chunk its metadata lists = %v, want REJECT_SNAPSHOT", got)
 	}
 	if got := info(t, c); got.LastBlockHeight != 0 {
 		t.Fatalf("after a rejected snapshot the app is at height %d, want 0", got.LastBlockHeight)
