@@ -307,7 +307,12 @@ func TestKafkaFaceGroup(t *testing.T) {
 		}
 		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("g1"), kgo.ConsumeTopics("k"),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
-			kgo.SessionTimeout(6*time.Second), kgo.HeartbeatInterval(200*time.Millisecond), kgo.RebalanceTimeout(10*time.Second),
+			// A session of 30 s: a CI machine running every package under
+			// the race detector stalled heartbeats past 6 s once, and the
+			// member evicted then failed its next commit
+			// (UNKNOWN_MEMBER_ID). The members leave by LeaveGroup here,
+			// so nothing waits for a session to run out.
+			kgo.SessionTimeout(30*time.Second), kgo.HeartbeatInterval(200*time.Millisecond), kgo.RebalanceTimeout(30*time.Second),
 			kgo.OnPartitionsAssigned(track(1)), kgo.OnPartitionsRevoked(track(-1)), kgo.OnPartitionsLost(track(-1)))
 		if err != nil {
 			t.Fatal(err)
