@@ -10,7 +10,6 @@ import (
 	"time"
 
 	abci "github.com/cometbft/cometbft/abci/types"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/byzlog/byzlog/abciapp/bundles"
@@ -77,7 +76,7 @@ func (a *App) toRefs(height int64, txs [][]byte, pool *mempool.Pool) [][]byte {
 func carriedWithin(txs [][]byte, maxBytes int64) [][]byte {
 	var size int64
 	for i, tx := range txs {
-		if size += int64(1 + protowire.SizeVarint(uint64(len(tx))) + len(tx)); size > maxBytes {
+		if size += core.TxWireSize(tx); size > maxBytes {
 			return txs[:i]
 		}
 	}

@@ -305,7 +305,7 @@ func PrepareRefs(r Reader, b Block, maxBytes, maxWire int64, refs bool) ([][]byt
 	var size, carried int64
 	for i, tx := range b.Txs {
 		// CometBFT counts each tx as a protobuf bytes field: tag, length, data.
-		full, onWire := txWireSize(tx), txWireSize(tx)
+		full, onWire := TxWireSize(tx), TxWireSize(tx)
 		if refs && len(tx) >= wire.MinBundleRefBytes && checked[i].IsBundle() {
 			onWire = refWireSize
 		}
@@ -327,7 +327,7 @@ func PrepareRefs(r Reader, b Block, maxBytes, maxWire int64, refs bool) ([][]byt
 
 // refWireSize is what a bundle reference costs a block: tag, length and
 // the reference's bytes (wire.NewBundleRef).
-var refWireSize = txWireSize(wire.NewBundleRef([32]byte{}))
+var refWireSize = TxWireSize(wire.NewBundleRef([32]byte{}))
 
 // Verify checks a proposed block: every transaction must be valid in order.
 // It returns the index and result of the first invalid one, or -1.
@@ -354,7 +354,9 @@ func Verify(r Reader, b Block) (int, Result, error) {
 	return -1, Result{}, nil
 }
 
-func txWireSize(tx []byte) int64 { return int64(1 + protowire.SizeVarint(uint64(len(tx))) + len(tx)) }
+// TxWireSize is what tx costs a block as CometBFT counts it: a protobuf
+// bytes field (tag, length, data).
+func TxWireSize(tx []byte) int64 { return int64(1 + protowire.SizeVarint(uint64(len(tx))) + len(tx)) }
 
 // Check is CheckTx: the stateless checks plus the cheap stateful ones against
 // committed state (known topic and partition, allowed producer, sequence not
