@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	byzlogv1 "github.com/byzlog/byzlog/protos/byzlog/v1"
@@ -138,7 +139,7 @@ func compact(s Scanner, o *overlay, topics []*byzlogv1.TopicState, blockTime int
 			continue
 		}
 		for p := uint32(0); p < t.Config.Partitions; p++ {
-			c := compactor{s: s, o: o, t: t, p: p, now: blockTime, rules: rules, latest: map[string]keyEntry{}}
+			c := compactor{s: s, o: o, t: t, p: p, now: blockTime, rules: rules, latest: map[string]keyEntry{}, indexed: map[string][]byte{}}
 			if err := c.run(); err != nil {
 				return fmt.Errorf("compaction of %s/%d: %w", t.Name, p, err)
 			}
@@ -200,9 +201,14 @@ type compactor struct {
 	rules uint64
 	// latest caches the index entries this block read or wrote (looked
 	// up by key, never ranged over).
-	latest   map[string]keyEntry
-	removed  []uint64 // offsets to remove, in the order found
-	logStart uint64   // below it retention or DeleteRecords removed the records
+	latest map[string]keyEntry
+	// indexed holds, for each key the pass made the latest of (in
+	// indexOrder, first seen first), its latest stored record: its index
+	// entry is written when the pass ends (writeIndexed).
+	indexed    map[string][]byte
+	indexOrder []string
+	removed    []uint64 // offsets to remove, in the order found
+	logStart   uint64   // below it retention or DeleteRecords removed the records
 }
 
 func (c *compactor) run() error {
@@ -261,11 +267,11 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 			held = true
 			return false
 		}
-		var r byzlogv1.StoredRecord
-		if ferr = proto.Unmarshal(v, &r); ferr != nil {
+		var r passFields
+		if r, ferr = decodePassed(v); ferr != nil {
 			return false
 		}
-		if r.TimestampUnixNano > lagCut {
+		if r.timestamp > lagCut {
 			held = true // block times only grow along the log
 			return false
 		}
@@ -281,16 +287,33 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 	if !held {
 		clean = end // the holes up to it are passed too
 	}
+	c.writeIndexed()
 	return clean, nil
 }
 
+// writeIndexed writes the index entry of each key the pass indexed, once,
+// as its latest record left it: a pass sees a busy key many times in a
+// block, and the entry (with its record's leaf hash, from rules version
+// 10) is written and hashed for the last of them only.
+func (c *compactor) writeIndexed() {
+	for _, k := range c.indexOrder {
+		e := c.latest[k]
+		if c.rules >= KeyTreeRulesVersion {
+			e.leaf = leafHash(c.indexed[k])
+			c.latest[k] = e
+		}
+		c.o.put(CFMeta, compactKeyKey(c.t.Name, c.p, []byte(k)), e.value())
+	}
+	c.indexed, c.indexOrder = nil, nil
+}
+
 // passRecord passes one record (see the top of this file).
-func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, stored []byte) error {
-	if r.KafkaControl != nil {
+func (c *compactor) passRecord(r *passFields, offset uint64, stored []byte) error {
+	if r.control {
 		return nil
 	}
-	if r.KafkaTransactional {
-		aborted, err := c.aborted(r.KafkaProducerId, offset)
+	if r.transactional {
+		aborted, err := c.aborted(r.producerID, offset)
 		if err != nil {
 			return err
 		}
@@ -299,25 +322,26 @@ func (c *compactor) passRecord(r *byzlogv1.StoredRecord, offset uint64, stored [
 			return nil
 		}
 	}
-	if r.Key == nil {
+	if !r.hasKey {
 		c.remove(offset)
 		return nil
 	}
-	prev, err := c.entry(r.Key)
+	prev, err := c.entry(r.key)
 	if err != nil {
 		return err
 	}
 	if prev.found && prev.offset < offset {
 		c.remove(prev.offset)
 	}
-	e := keyEntry{offset: offset, tombstone: r.Value == nil, found: true}
-	if c.rules >= KeyTreeRulesVersion {
-		e.leaf = leafHash(stored)
+	e := keyEntry{offset: offset, tombstone: !r.hasValue, found: true}
+	k := string(r.key)
+	if _, ok := c.indexed[k]; !ok {
+		c.indexOrder = append(c.indexOrder, k)
 	}
-	c.latest[string(r.Key)] = e
-	c.o.put(CFMeta, compactKeyKey(c.t.Name, c.p, r.Key), e.value())
+	c.indexed[k] = bytes.Clone(stored)
+	c.latest[k] = e
 	if e.tombstone {
-		c.o.put(CFMeta, tombstoneKey(c.t.Name, c.p, offset), cat(be64(uint64(c.now)), r.Key))
+		c.o.put(CFMeta, tombstoneKey(c.t.Name, c.p, offset), cat(be64(uint64(c.now)), r.key))
 	}
 	return nil
 }
@@ -540,3 +564,69 @@ func runFirst(key, value []byte) uint64 {
 
 // leafHash is a stored record's RFC 6962 leaf hash.
 func leafHash(rec []byte) []byte { return stateproof.LeafHash(rec) }
+
+// passFields is what a compaction pass reads of a stored record, decoded
+// without the rest of it: a whole StoredRecord decoded per record passed
+// was a sixth of the app's CPU time on a compacted topic's write load
+// (docs/benchmarks.md). Field numbers are StoredRecord's.
+type passFields struct {
+	timestamp     int64  // timestamp_unix_nano (4)
+	key           []byte // key (6), nil when absent (hasKey)
+	hasKey        bool
+	hasValue      bool  // value (7) present: not a tombstone
+	producerID    int64 // kafka_producer_id (12)
+	transactional bool  // kafka_transactional (15)
+	control       bool  // kafka_control (16) present: a transaction's marker
+}
+
+// decodePassed reads a stored record's passFields. A record
+// proto.Unmarshal takes reads the same here (FuzzDecodePassed); a field of
+// another wire type than its own is skipped, as proto.Unmarshal keeps it
+// as unknown.
+func decodePassed(b []byte) (passFields, error) {
+	var p passFields
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return passFields{}, fmt.Errorf("stored record: bad field tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		switch {
+		case typ == protowire.VarintType && (num == 4 || num == 12 || num == 15):
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return passFields{}, fmt.Errorf("stored record: field %d: %w", num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			switch num {
+			case 4:
+				p.timestamp = int64(v)
+			case 12:
+				p.producerID = int64(v)
+			default:
+				p.transactional = protowire.DecodeBool(v)
+			}
+		case typ == protowire.BytesType && (num == 6 || num == 7 || num == 16):
+			v, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return passFields{}, fmt.Errorf("stored record: field %d: %w", num, protowire.ParseError(n))
+			}
+			b = b[n:]
+			switch num {
+			case 6:
+				p.key, p.hasKey = v, true
+			case 7:
+				p.hasValue = true
+			default:
+				p.control = true
+			}
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, b)
+			if n < 0 {
+				return passFields{}, fmt.Errorf("stored record: field %d: %w", num, protowire.ParseError(n))
+			}
+			b = b[n:]
+		}
+	}
+	return p, nil
+}

@@ -51,6 +51,8 @@ type Store struct {
 	byCF map[core.CF]*grocksdb.ColumnFamilyHandle
 	ro   *grocksdb.ReadOptions
 	wo   *grocksdb.WriteOptions
+	// cache holds small committed values Get reads often (cache.go).
+	cache *readCache
 }
 
 // cfNames are "default", "app", then core's column families in order.
@@ -92,7 +94,7 @@ func Open(dir string) (*Store, error) {
 	for i, cf := range core.CFs {
 		byCF[cf] = cfs[2+i]
 	}
-	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions(), wo: wo}, nil
+	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions(), wo: wo, cache: newReadCache()}, nil
 }
 
 // OpenReadOnly opens the store in dir for reading only: no lock is taken,
@@ -117,7 +119,7 @@ func OpenReadOnly(dir string) (*Store, error) {
 	for i, cf := range core.CFs {
 		byCF[cf] = cfs[2+i]
 	}
-	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions()}, nil
+	return &Store{db: db, opts: opts, cfs: cfs, app: cfs[1], byCF: byCF, ro: grocksdb.NewDefaultReadOptions(), cache: newReadCache()}, nil
 }
 
 // Verify opens the store in dir read-only, without changing a byte, and
@@ -283,7 +285,20 @@ func (s *Store) Get(cf core.CF, key []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("read: unknown column family %s", cf)
 	}
-	return s.get(h, key)
+	if !cacheable(cf) {
+		return s.get(h, key)
+	}
+	k := cacheKey(cf, key)
+	v, found, gen := s.cache.get(k)
+	if found {
+		return v, nil
+	}
+	v, err := s.get(h, key)
+	if err != nil {
+		return nil, err
+	}
+	s.cache.keep(k, bytes.Clone(v), gen)
+	return v, nil
 }
 
 // Scan walks [start, end) of a column family in key order.
@@ -324,8 +339,10 @@ func (s *Store) Apply(changes core.ChangeSet) error {
 		return err
 	}
 	if err := s.write(wb); err != nil {
+		s.cache.clear()
 		return fmt.Errorf("write genesis state: %w", err)
 	}
+	s.cache.wrote(changes)
 	return nil
 }
 
@@ -367,8 +384,10 @@ func (s *Store) Commit(c Committed, changes core.ChangeSet) error {
 	wb.PutCF(s.app, keyHeight, be[:])
 	wb.PutCF(s.app, keyAppHash, c.AppHash)
 	if err := s.write(wb); err != nil {
+		s.cache.clear()
 		return fmt.Errorf("commit height %d: %w", c.Height, err)
 	}
+	s.cache.wrote(changes)
 	return nil
 }
 
@@ -443,6 +462,7 @@ func (s *Store) Wipe() error {
 	}
 	wb.DeleteCF(s.app, keyHeight)
 	wb.DeleteCF(s.app, keyAppHash)
+	defer s.cache.clear()
 	if err := s.write(wb); err != nil {
 		return fmt.Errorf("wipe: %w", err)
 	}
