@@ -114,7 +114,9 @@ type entryChange struct {
 
 // updateKeyTree brings the key tree up to the block's writes (and, while a
 // chain builds it, up to a bounded number of older entries), then writes
-// its root. It runs at the end of a block, after every other write.
+// its root. It runs at the end of a block, after every other write. Each
+// tree is changed in a batch: a node the block changes is hashed and
+// written once, however many of its keys changed.
 func updateKeyTree(s Scanner, o *overlay) error {
 	byTopic := map[string][]entryChange{}
 	var topics []string
@@ -136,7 +138,7 @@ func updateKeyTree(s Scanner, o *overlay) error {
 		return err
 	}
 	slices.Sort(topics)
-	top := keyTree(o)
+	top := keyTree(o).Batch()
 	for _, topic := range topics {
 		changes := byTopic[topic]
 		slices.SortFunc(changes, func(a, b entryChange) int {
@@ -151,11 +153,14 @@ func updateKeyTree(s Scanner, o *overlay) error {
 			}
 			continue
 		}
-		tt := topicTree(o, topic)
+		tt := topicTree(o, topic).Batch()
 		if err := applyEntries(tt, changes); err != nil {
 			return err
 		}
 		root, err := tt.Root()
+		if err == nil {
+			err = tt.Flush()
+		}
 		if err != nil {
 			return err
 		}
@@ -169,6 +174,9 @@ func updateKeyTree(s Scanner, o *overlay) error {
 		}
 	}
 	root, err := top.Root()
+	if err == nil {
+		err = top.Flush()
+	}
 	if err != nil {
 		return err
 	}
@@ -178,7 +186,7 @@ func updateKeyTree(s Scanner, o *overlay) error {
 
 // applyEntries sets or deletes each change's entry in t, in order; a change
 // with no key (a topic's tree dropped) sets nothing.
-func applyEntries(t keytree.Tree, changes []entryChange) error {
+func applyEntries(t *keytree.Batch, changes []entryChange) error {
 	for _, c := range changes {
 		if c.key == nil {
 			continue

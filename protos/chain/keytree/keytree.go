@@ -27,6 +27,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // HashSize is the size of every hash in the tree.
@@ -47,6 +48,9 @@ type Store interface {
 type Tree struct {
 	store  Store
 	prefix []byte
+	// nodes, in a Batch, holds every node read or changed since the
+	// batch began, by store key (a node deleted: not present, dirty).
+	nodes map[string]*node
 }
 
 // New is the tree whose nodes are under prefix in store.
@@ -96,6 +100,8 @@ type node struct {
 	present     bool
 	depth       int
 	positionKey []byte
+	path        []byte // a path through the node: where its children are
+	dirty       bool   // changed in a batch, not yet written
 }
 
 func (n *node) child(side int) []byte {
@@ -111,6 +117,15 @@ func (n *node) setChild(side int, h []byte) {
 	} else {
 		n.b = h
 	}
+}
+
+// childPosition is the store key of the node on side of inner node n.
+func (t Tree) childPosition(n *node, side int) []byte {
+	p := n.path
+	if bit(p, n.depth) != side {
+		p = flip(p, n.depth)
+	}
+	return t.position(n.depth+1, p)
 }
 
 func (n *node) encode() []byte {
@@ -158,11 +173,17 @@ func (t Tree) position(d int, path []byte) []byte {
 
 func (t Tree) load(d int, path []byte) (*node, error) {
 	key := t.position(d, path)
+	if n, ok := t.nodes[string(key)]; ok {
+		return n, nil
+	}
 	v, err := t.store.Get(key)
 	if err != nil {
 		return nil, err
 	}
-	n := &node{depth: d, positionKey: key}
+	n := &node{depth: d, positionKey: key, path: path}
+	if t.nodes != nil {
+		t.nodes[string(key)] = n
+	}
 	if v == nil {
 		return n, nil
 	}
@@ -174,9 +195,60 @@ func (t Tree) load(d int, path []byte) (*node, error) {
 	return n, nil
 }
 
+// save writes n at its place. In a batch it is kept, its hash (and its
+// parent's hash of it) computed when the batch is flushed.
 func (t Tree) save(n *node) {
+	if t.nodes != nil {
+		n.hash, n.dirty = nil, true
+		t.nodes[string(n.positionKey)] = n
+		return
+	}
 	n.rehash()
 	t.store.Put(n.positionKey, n.encode())
+}
+
+// drop deletes n from its place.
+func (t Tree) drop(n *node) {
+	if t.nodes != nil {
+		t.nodes[string(n.positionKey)] = &node{positionKey: n.positionKey, depth: n.depth, path: n.path, dirty: true}
+		return
+	}
+	t.store.Delete(n.positionKey)
+}
+
+// ref is what a parent holds of n, just saved: its hash, or in a batch
+// nil, "changed: hash it at the flush".
+func (t Tree) ref(n *node) []byte {
+	if t.nodes != nil {
+		return nil
+	}
+	return n.hash
+}
+
+// resolve is n's hash, in a batch hashing first its changed children
+// (those its parent holds as nil), from the bottom up.
+func (t Tree) resolve(n *node) ([]byte, error) {
+	if n.hash != nil {
+		return n.hash, nil
+	}
+	if !n.leaf {
+		for side := range 2 {
+			if n.child(side) != nil {
+				continue
+			}
+			c, ok := t.nodes[string(t.childPosition(n, side))]
+			if !ok || !c.present {
+				return nil, fmt.Errorf("key tree node %x: a changed child is missing", n.positionKey)
+			}
+			h, err := t.resolve(c)
+			if err != nil {
+				return nil, err
+			}
+			n.setChild(side, h)
+		}
+	}
+	n.rehash()
+	return n.hash, nil
 }
 
 // Root is the tree's root hash.
@@ -184,6 +256,10 @@ func (t Tree) Root() ([]byte, error) {
 	n, err := t.load(0, empty)
 	if err != nil || !n.present {
 		return Empty(), err
+	}
+	if t.nodes != nil {
+		h, err := t.resolve(n)
+		return bytes.Clone(h), err
 	}
 	return n.sum(), nil
 }
@@ -208,6 +284,52 @@ func (t Tree) descend(path []byte) ([]*node, *node, error) {
 	return nil, nil, errors.New("key tree is deeper than a path: the store is corrupt")
 }
 
+// Batch is a tree whose changes stay in memory until Flush: a block that
+// changes thousands of keys hashes and writes each changed node once,
+// where Set and Delete on a Tree rewrite and rehash the whole path of
+// every key. Reads see its changes; its store must not change meanwhile.
+type Batch struct{ t Tree }
+
+// Batch begins a batch of changes to t.
+func (t Tree) Batch() *Batch {
+	t.nodes = map[string]*node{}
+	return &Batch{t: t}
+}
+
+// Set puts key's value hash in the tree.
+func (b *Batch) Set(key, valueHash []byte) error { return b.t.Set(key, valueHash) }
+
+// Delete removes key from the tree.
+func (b *Batch) Delete(key []byte) error { return b.t.Delete(key) }
+
+// Root is the root hash of the tree with the batch's changes.
+func (b *Batch) Root() ([]byte, error) { return b.t.Root() }
+
+// Flush hashes the changed nodes and writes them to the store, in key
+// order, and begins the batch anew.
+func (b *Batch) Flush() error {
+	keys := make([]string, 0, len(b.t.nodes))
+	for k, n := range b.t.nodes {
+		if n.dirty {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		n := b.t.nodes[k]
+		if !n.present {
+			b.t.store.Delete(n.positionKey)
+			continue
+		}
+		if _, err := b.t.resolve(n); err != nil {
+			return err
+		}
+		b.t.store.Put(n.positionKey, n.encode())
+	}
+	clear(b.t.nodes)
+	return nil
+}
+
 // Set puts key's value hash in the tree.
 func (t Tree) Set(key, valueHash []byte) error {
 	if len(valueHash) != HashSize {
@@ -218,7 +340,7 @@ func (t Tree) Set(key, valueHash []byte) error {
 	if err != nil {
 		return err
 	}
-	leaf := &node{present: true, leaf: true, a: path, b: bytes.Clone(valueHash)}
+	leaf := &node{present: true, leaf: true, a: path, b: bytes.Clone(valueHash), path: path}
 	var top *node
 	switch {
 	case !end.present || bytes.Equal(end.a, path):
@@ -228,7 +350,7 @@ func (t Tree) Set(key, valueHash []byte) error {
 	default:
 		top = t.split(end, leaf)
 	}
-	t.up(inners, path, top.hash)
+	t.up(inners, path, t.ref(top))
 	return nil
 }
 
@@ -241,17 +363,17 @@ func (t Tree) split(other, leaf *node) *node {
 	for bit(path, j) == bit(other.a, j) {
 		j++
 	}
-	moved := &node{present: true, leaf: true, a: other.a, b: other.b, depth: j + 1, positionKey: t.position(j+1, other.a)}
+	moved := &node{present: true, leaf: true, a: other.a, b: other.b, depth: j + 1, positionKey: t.position(j+1, other.a), path: other.a}
 	leaf.depth, leaf.positionKey = j+1, t.position(j+1, path)
 	t.save(moved)
 	t.save(leaf)
-	below := &node{present: true, depth: j, positionKey: t.position(j, path)}
-	below.setChild(bit(path, j), leaf.hash)
-	below.setChild(1-bit(path, j), moved.hash)
+	below := &node{present: true, depth: j, positionKey: t.position(j, path), path: path}
+	below.setChild(bit(path, j), t.ref(leaf))
+	below.setChild(1-bit(path, j), t.ref(moved))
 	t.save(below)
 	for d := j - 1; d >= other.depth; d-- {
-		n := &node{present: true, depth: d, positionKey: t.position(d, path), a: empty, b: empty}
-		n.setChild(bit(path, d), below.hash)
+		n := &node{present: true, depth: d, positionKey: t.position(d, path), a: empty, b: empty, path: path}
+		n.setChild(bit(path, d), t.ref(below))
 		t.save(n)
 		below = n
 	}
@@ -265,7 +387,7 @@ func (t Tree) up(inners []*node, path, h []byte) {
 		n := inners[i]
 		n.setChild(bit(path, n.depth), h)
 		t.save(n)
-		h = n.hash
+		h = t.ref(n)
 	}
 }
 
@@ -281,7 +403,7 @@ func (t Tree) Delete(key []byte) error {
 	if !end.present || !bytes.Equal(end.a, path) {
 		return nil
 	}
-	t.store.Delete(end.positionKey)
+	t.drop(end)
 	h := empty
 	var carry *node // a leaf moving up, its place not yet written
 	for i := len(inners) - 1; i >= 0; i-- {
@@ -295,25 +417,25 @@ func (t Tree) Delete(key []byte) error {
 				return err
 			}
 			if sib.present && sib.leaf {
-				t.store.Delete(sib.positionKey)
-				t.store.Delete(n.positionKey)
+				t.drop(sib)
+				t.drop(n)
 				carry, h = sib, sib.sum()
 				continue
 			}
 		case carry != nil && bytes.Equal(other, empty):
-			t.store.Delete(n.positionKey)
+			t.drop(n)
 			continue
 		case carry != nil:
-			carry.depth, carry.positionKey = n.depth+1, t.position(n.depth+1, carry.a)
+			carry.depth, carry.positionKey, carry.path = n.depth+1, t.position(n.depth+1, carry.a), carry.a
 			t.save(carry)
 			carry = nil
 		}
 		n.setChild(side, h)
 		t.save(n)
-		h = n.hash
+		h = t.ref(n)
 	}
 	if carry != nil {
-		carry.depth, carry.positionKey = 0, t.position(0, carry.a)
+		carry.depth, carry.positionKey, carry.path = 0, t.position(0, carry.a), carry.a
 		t.save(carry)
 	}
 	return nil

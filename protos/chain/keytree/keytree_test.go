@@ -194,3 +194,66 @@ func FuzzVerify(f *testing.F) {
 		_ = p.Verify(Empty(), key, ValueHash(key))
 	})
 }
+
+// TestBatchAgainstTree applies the same random sets and deletes to a tree
+// directly and through batches of random sizes (asking a batch's root now
+// and then before more changes): after each flush both stores must hold
+// the same nodes, and the batch's root the one computed from scratch.
+func TestBatchAgainstTree(t *testing.T) {
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		direct, batched := memStore{}, memStore{}
+		dt := New(direct, []byte("x/"))
+		b := New(batched, []byte("x/")).Batch()
+		pairs := map[string][]byte{}
+		keys := 20 + rng.IntN(200)
+		for round := range 40 {
+			for step := range rng.IntN(60) + 1 {
+				k := []byte(fmt.Sprintf("k%d", rng.IntN(keys)))
+				if rng.IntN(3) == 0 {
+					if err := dt.Delete(k); err != nil {
+						t.Fatal(err)
+					}
+					if err := b.Delete(k); err != nil {
+						t.Fatal(err)
+					}
+					delete(pairs, string(k))
+				} else {
+					vh := ValueHash(fmt.Appendf(nil, "v%d.%d", round, step))
+					if err := dt.Set(k, vh); err != nil {
+						t.Fatal(err)
+					}
+					if err := b.Set(k, vh); err != nil {
+						t.Fatal(err)
+					}
+					pairs[string(k)] = vh
+				}
+				if rng.IntN(10) == 0 {
+					root, err := b.Root()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := naiveRoot(pairs); !bytes.Equal(root, want) {
+						t.Fatalf("seed %d round %d: batch root before its flush = %X, want %X", seed, round, root, want)
+					}
+				}
+			}
+			root, err := b.Root()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if want := naiveRoot(pairs); !bytes.Equal(root, want) {
+				t.Fatalf("seed %d round %d: batch root = %X, want %X", seed, round, root, want)
+			}
+			if !maps.EqualFunc(direct, batched, bytes.Equal) {
+				t.Fatalf("seed %d round %d: the batch stored %d nodes, the tree changed directly %d", seed, round, len(batched), len(direct))
+			}
+			if after, _ := New(batched, []byte("x/")).Root(); !bytes.Equal(after, root) {
+				t.Fatalf("seed %d round %d: the flushed store's root %X is not the batch's %X", seed, round, after, root)
+			}
+		}
+	}
+}
