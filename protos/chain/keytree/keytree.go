@@ -17,8 +17,9 @@
 //	empty = 32 zero bytes
 //
 // It is pure: nodes live in a Store the caller gives (byzlog's is the
-// block's write overlay), and it never does I/O, reads a clock or
-// allocates beyond a node per level. Verify is all a client links.
+// block's write overlay), and it never does I/O or reads a clock. A Tree
+// writes through to the store; a Batch keeps the nodes it touches in
+// memory until Flush. Verify is all a client links.
 package keytree
 
 import (
