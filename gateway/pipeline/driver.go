@@ -316,12 +316,22 @@ func (g *Gateway) follow(ctx context.Context) {
 }
 
 // followOnce matches every block up to the height a node has, as far as
-// the tracker needs (tracker.next).
+// the tracker needs (tracker.next). While a client waits for a light block
+// above the height f+1 nodes have reported (a fresh receipt's next
+// header), it asks every node for its height at once, not one a poll, so
+// the wait ends one poll after f+1 nodes commit the block, not f+1 polls.
 func (g *Gateway) followOnce(ctx context.Context) error {
 	n := g.pool.Pick()
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.Waits.FollowTimeout)
 	defer cancel()
+	var others sync.WaitGroup
+	if g.tip.waiters() > 0 {
+		for _, m := range g.pool.Others(n) {
+			others.Go(func() { g.askHeight(cctx, m) })
+		}
+	}
 	st, err := n.Client.Status(cctx)
+	others.Wait()
 	if err != nil {
 		g.pool.MarkDown(n, err)
 		return err
@@ -342,6 +352,16 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 		}
 		g.matchBlock(ctx, h, d)
 	}
+}
+
+// askHeight reports node n's committed height to the tip.
+func (g *Gateway) askHeight(ctx context.Context, n *nodes.Node) {
+	st, err := n.Client.Status(ctx)
+	if err != nil {
+		g.pool.MarkDown(n, err)
+		return
+	}
+	g.tip.report(n.Addr, st.SyncInfo.LatestBlockHeight)
 }
 
 // matchBlock settles the pending transactions that confirmed block h

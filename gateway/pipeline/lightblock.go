@@ -30,7 +30,8 @@ import (
 // lightWaitAhead above the one f+1 nodes have reported is waited for, up
 // to Waits.LightWait, so the header a fresh receipt needs is served once
 // f+1 nodes report its block (the block follower asks one node each
-// poll_interval) rather than when the client next asks.
+// poll_interval, and every node while a request waits) rather than when
+// the client next asks.
 func (g *Gateway) LightBlock(ctx context.Context, height int64) (*cmttypes.LightBlock, error) {
 	if height < 0 {
 		return nil, errorf(ErrInvalid, "height %d: want 0 (the latest) or a height", height)
@@ -100,6 +101,13 @@ func (w *heightWatch) report(node string, h int64) {
 		close(w.moved)
 		w.moved = nil
 	}
+}
+
+// waiters is how many light block requests wait for a height.
+func (w *heightWatch) waiters() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.waiting
 }
 
 // waitFor returns once the height reaches h, ctx is done or d has passed,

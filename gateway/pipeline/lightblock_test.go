@@ -263,3 +263,56 @@ func TestLightBlockWaitsForTheNextHeight(t *testing.T) {
 		t.Errorf("LightBlock(4) answered after %s: want it released once block 4 commits, not at the end of the wait", took)
 	}
 }
+
+// TestFollowAsksEveryNodeWhileALightBlockWaits: one poll of the block
+// follower asks one node for its height, but every node while a light
+// block request waits, so f+1 reports of a new height take one poll.
+func TestFollowAsksEveryNodeWhileALightBlockWaits(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	if err := c.makeBlock(); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{c.srv.URL, c.node(t, nil), c.node(t, nil), c.node(t, nil)}
+	g := startGateway(t, c, func(cfg *Config) { cfg.Nodes.Addrs, cfg.PollInterval = addrs, time.Hour })
+	ctx := context.Background()
+	reports := func() int {
+		g.tip.mu.Lock()
+		defer g.tip.mu.Unlock()
+		return len(g.tip.reports)
+	}
+	for range 2 { // two nodes' reports: the height (1) is known
+		if err := g.followOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reports(); n != 2 {
+		t.Fatalf("with nobody waiting, two polls asked %d nodes, want one each", n)
+	}
+	waiting := make(chan struct{})
+	go func() {
+		defer close(waiting)
+		g.tip.waitFor(ctx, 2, 2, 5*time.Second) // the chain is at 1: held
+	}()
+	for deadline := time.Now().Add(5 * time.Second); g.tip.waiters() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the light block request did not wait")
+		}
+	}
+	if err := g.followOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := reports(); n != len(addrs) {
+		t.Errorf("with a light block request waiting, a poll asked %d nodes in all, want every one of %d", n, len(addrs))
+	}
+	if err := c.makeBlock(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.followOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waiting:
+	case <-time.After(5 * time.Second):
+		t.Error("one poll after block 2, the waiting request was still held")
+	}
+}

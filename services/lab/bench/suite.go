@@ -18,6 +18,7 @@ const (
 	SystemByzlogWrite    = "byzlog-write"       // the write path alone: no indexer, NATS or consumer
 	SystemByzlogKeyed    = "byzlog-keyed"       // the write path alone, records of TableKeys keys
 	SystemByzlogTable    = "byzlog-compacted"   // the same to a compacted topic
+	SystemByzlogIdle     = "byzlog-idle"        // byzlog with one record at a time: the latency of an idle produce
 	SystemByzlogKafka    = "byzlog-kafka"       // the write path alone, franz-go producers through the Kafka face
 	SystemByzlogKafkaTxn = "byzlog-kafka-txn"   // the same, the producers committing Kafka transactions
 	SystemByzlogSocket   = "byzlog-socket"      // socket ABCI, random payload
@@ -37,22 +38,35 @@ const (
 	KafkaTxnPartitions = 3
 )
 
+// IdleRate is the byzlog-idle row's offered load, records/s: one producer
+// sends a record a second, so each is alone in its block and the next
+// (a receipt takes about two block intervals).
+const IdleRate = 1.0
+
 // TableKeys is how many keys the byzlog-keyed and byzlog-compacted rows
 // write versions of (issue 49).
 const TableKeys = 1000
 
 // Systems lists every system a suite knows, in run order.
 func Systems() []string {
-	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogPlain, SystemByzlogWrite, SystemByzlogKeyed, SystemByzlogTable, SystemByzlogKafka, SystemByzlogKafkaTxn, SystemByzlogSocket, SystemByzlogJSON, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
+	return []string{SystemByzlog, SystemByzlogTrusted, SystemByzlogPlain, SystemByzlogWrite, SystemByzlogKeyed, SystemByzlogTable, SystemByzlogKafka, SystemByzlogKafkaTxn, SystemByzlogSocket, SystemByzlogJSON, SystemByzlogIdle, SystemKVStore, SystemNoop, SystemJetStream, SystemJetStreamSync}
 }
 
 // SmokeSystems lists the systems the suite's short variant runs: all but
 // byzlog-kafka-txn, whose row would cost the smoke 11 s more (measured;
-// the smoke took 163 s) for four transactions per producer in 3 s; make
+// the smoke took 163 s) for four transactions per producer in 3 s (make
 // bench runs it, and the e2e Kafka test covers transactions through the
-// face.
+// face), and byzlog-idle, the byzlog row's code under IdleLoad, whose 3
+// records in 3 s would cost a cluster's start.
 func SmokeSystems() []string {
-	return slices.DeleteFunc(Systems(), func(s string) bool { return s == SystemByzlogKafkaTxn })
+	return slices.DeleteFunc(Systems(), func(s string) bool { return s == SystemByzlogKafkaTxn || s == SystemByzlogIdle })
+}
+
+// IdleLoad is load as the byzlog-idle row offers it: one producer, one
+// record at a time, IdleRate records a second.
+func IdleLoad(load Config) Config {
+	load.Producers, load.Rate, load.InFlight = 1, IdleRate, 1
+	return load
 }
 
 // Describe says in a few words what a system row is.
@@ -76,6 +90,8 @@ func Describe(system string) string {
 		return fmt.Sprintf("byzlog-kafka with transactional producers: each commits transactions of %d records over %d partitions one after another", KafkaTxnRecords, KafkaTxnPartitions)
 	case SystemByzlogSocket:
 		return "byzlog, 4 validators, socket ABCI, random payload"
+	case SystemByzlogIdle:
+		return fmt.Sprintf("byzlog as the first row, one producer (already running) sending %.0f record a second: an idle produce's latency", IdleRate)
 	case SystemByzlogJSON:
 		return "byzlog, 4 validators, gRPC ABCI, JSON-like payload, zstd batches"
 	case SystemKVStore:

@@ -65,8 +65,22 @@ func TestSuiteRatios(t *testing.T) {
 
 func TestSmokeSystems(t *testing.T) {
 	smoke := SmokeSystems()
-	if slices.Contains(smoke, SystemByzlogKafkaTxn) || len(smoke) != len(Systems())-1 {
-		t.Errorf("SmokeSystems() = %v, want every system but %s", smoke, SystemByzlogKafkaTxn)
+	if slices.Contains(smoke, SystemByzlogKafkaTxn) || slices.Contains(smoke, SystemByzlogIdle) || len(smoke) != len(Systems())-2 {
+		t.Errorf("SmokeSystems() = %v, want every system but %s and %s", smoke, SystemByzlogKafkaTxn, SystemByzlogIdle)
+	}
+}
+
+// TestIdleLoad: the idle row offers one record at a time from one
+// producer, whatever the suite's load, and still validates.
+func TestIdleLoad(t *testing.T) {
+	load := Default()
+	load.Gateways, load.Producers, load.InFlight = []string{"g"}, 8, 8000
+	got := IdleLoad(load)
+	if got.Producers != 1 || got.InFlight != 1 || got.Rate != IdleRate {
+		t.Errorf("IdleLoad = %d producers, %d in flight, %v/s; want 1, 1, %v/s", got.Producers, got.InFlight, got.Rate, IdleRate)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("IdleLoad's load does not validate: %v", err)
 	}
 }
 

@@ -66,8 +66,12 @@ shape, warm-up and duration, every system in --systems:
   byzlog-kafka-txn  the same with transactional producers, each committing
                     transactions of 100 records over 3 partitions one after
                     another (BeginTransaction to EndTransaction: begin→commit)
+  byzlog-keyed      byzlog-write with records of 1,000 keys (Kafka's partitioner)
+  byzlog-compacted  the same to a compacted topic (cleanup.policy=compact)
   byzlog-socket     byzlog over the socket ABCI transport
   byzlog-json-zstd  the same with JSON-like records in zstd-compressed batches
+  byzlog-idle       byzlog with one producer, already running, sending one record
+                    a second: the latency of an idle produce (not in --smoke)
   kvstore           stock cometbft with its built-in kvstore app, one record per
                     transaction (the "no batching" baseline)
   noop              stock cometbft with its built-in noop app, fed transactions of
@@ -324,6 +328,10 @@ func runSuiteRow(ctx context.Context, o suiteOptions, r suiteRow, load bench.Con
 	}
 	if r.system == bench.SystemByzlogKafkaTxn {
 		load.TxnRecords, load.TxnPartitions, load.Partitions = bench.KafkaTxnRecords, bench.KafkaTxnPartitions, int(o.partitions)
+	}
+	if r.system == bench.SystemByzlogIdle {
+		load = bench.IdleLoad(load)
+		run.Rate = load.Rate
 	}
 	if r.system == bench.SystemByzlogJSON {
 		load.Payload = "json"
