@@ -76,8 +76,8 @@ func TestIdleLoad(t *testing.T) {
 	load := Default()
 	load.Gateways, load.Producers, load.InFlight = []string{"g"}, 8, 8000
 	got := IdleLoad(load)
-	if got.Producers != 1 || got.InFlight != 1 || got.Rate != IdleRate {
-		t.Errorf("IdleLoad = %d producers, %d in flight, %v/s; want 1, 1, %v/s", got.Producers, got.InFlight, got.Rate, IdleRate)
+	if got.Producers != 1 || got.InFlight != 1 || got.Rate != IdleRate || got.Keys != 1 {
+		t.Errorf("IdleLoad = %d producers, %d in flight, %v/s, %d keys; want 1, 1, %v/s, 1", got.Producers, got.InFlight, got.Rate, got.Keys, IdleRate)
 	}
 	if err := got.Validate(); err != nil {
 		t.Errorf("IdleLoad's load does not validate: %v", err)

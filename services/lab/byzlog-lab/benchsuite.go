@@ -71,7 +71,8 @@ shape, warm-up and duration, every system in --systems:
   byzlog-socket     byzlog over the socket ABCI transport
   byzlog-json-zstd  the same with JSON-like records in zstd-compressed batches
   byzlog-idle       byzlog with one producer, already running, sending one record
-                    a second: the latency of an idle produce (not in --smoke)
+                    a second, all of one key: the latency of an idle produce
+                    (not in --smoke)
   kvstore           stock cometbft with its built-in kvstore app, one record per
                     transaction (the "no batching" baseline)
   noop              stock cometbft with its built-in noop app, fed transactions of
