@@ -291,6 +291,11 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 	return clean, nil
 }
 
+// maxDeferredLeaf is the largest stored record whose leaf hash a pass
+// defers to writeIndexed, holding a copy meanwhile: a pass holds at most
+// MaxCompactionPasses of them (10 MiB); bigger ones are hashed at once.
+const maxDeferredLeaf = 1024
+
 // writeIndexed writes the index entry of each key the pass indexed, once,
 // as its latest record left it: a pass sees a busy key many times in a
 // block, and the entry (with its record's leaf hash, from rules version
@@ -298,8 +303,8 @@ func (c *compactor) pass(ps *byzlogv1.PartitionState) (uint64, error) {
 func (c *compactor) writeIndexed() {
 	for _, k := range c.indexOrder {
 		e := c.latest[k]
-		if c.rules >= KeyTreeRulesVersion {
-			e.leaf = leafHash(c.indexed[k])
+		if stored := c.indexed[k]; c.rules >= KeyTreeRulesVersion && stored != nil {
+			e.leaf = leafHash(stored)
 			c.latest[k] = e
 		}
 		c.o.put(CFMeta, compactKeyKey(c.t.Name, c.p, []byte(k)), e.value())
@@ -338,7 +343,15 @@ func (c *compactor) passRecord(r *passFields, offset uint64, stored []byte) erro
 	if _, ok := c.indexed[k]; !ok {
 		c.indexOrder = append(c.indexOrder, k)
 	}
-	c.indexed[k] = bytes.Clone(stored)
+	switch {
+	case c.rules < KeyTreeRulesVersion:
+		c.indexed[k] = nil // no leaf hash in the entry
+	case len(stored) > maxDeferredLeaf:
+		e.leaf = leafHash(stored) // a big record is hashed now, not held
+		c.indexed[k] = nil
+	default:
+		c.indexed[k] = bytes.Clone(stored)
+	}
 	c.latest[k] = e
 	if e.tombstone {
 		c.o.put(CFMeta, tombstoneKey(c.t.Name, c.p, offset), cat(be64(uint64(c.now)), r.key))

@@ -270,3 +270,21 @@ func TestCompactedPartitionFull(t *testing.T) {
 		t.Fatalf("a batch once the tombstones freed the partition = %s %q", wire.Code(b.Code), b.Log)
 	}
 }
+
+// TestLatestProofOfBigRecords: compaction hashes a record over
+// maxDeferredLeaf at once and a smaller one when its pass ends; either
+// way, whichever version of a key is its latest, its entry names that
+// record's leaf, so the proof of the latest value holds.
+func TestLatestProofOfBigRecords(t *testing.T) {
+	c := newChain(t, "")
+	c.createTopic("t", &byzlogv1.TopicConfig{Partitions: 1, CleanupPolicy: byzlogv1.CleanupPolicy_CLEANUP_COMPACT})
+	p := wire.NewSigner(key("p"), chainID)
+	big := strings.Repeat("x", 3000)
+	c.must(bundle(t, batch(t, p, "t", 0, 0, kv("a=small", "a="+big, "b="+big, "b=small", "c="+big))))
+	c.block()
+	for key, want := range map[string]string{"a": "1:" + big, "b": "3:small", "c": "4:" + big} {
+		if l, _ := c.latest("t", 0, key); latestValue(l) != want {
+			t.Errorf("latest of %s = %.12s…, want %.12s…", key, latestValue(l), want)
+		}
+	}
+}

@@ -113,16 +113,12 @@ func (c *readCache) wrote(changes core.ChangeSet) {
 	defer c.mu.Unlock()
 	c.gen++
 	for _, r := range changes.RangeDeletes {
-		if !cacheable(r.CF) {
-			continue
-		}
-		start, end := cacheKey(r.CF, r.Start), cacheKey(r.CF, r.End)
-		for _, m := range []map[string][]byte{c.cur, c.old} {
-			for k := range m {
-				if k >= start && k < end {
-					delete(m, k)
-				}
-			}
+		if cacheable(r.CF) {
+			// Rare (a topic or a group deleted), and a block may hold
+			// thousands: dropping everything costs less than walking the
+			// cache for each.
+			c.cur, c.old, c.size = map[string][]byte{}, map[string][]byte{}, 0
+			break
 		}
 	}
 	for _, ch := range changes.Changes {
@@ -132,7 +128,7 @@ func (c *readCache) wrote(changes core.ChangeSet) {
 		k := cacheKey(ch.CF, ch.Key)
 		delete(c.old, k)
 		switch {
-		case ch.Delete:
+		case ch.Delete || len(ch.Value) == 0:
 			c.insert(k, nil) // Get reads an absent key, and an empty value, as nil
 		case len(ch.Value) <= cacheMaxValue:
 			c.insert(k, bytes.Clone(ch.Value))

@@ -34,6 +34,10 @@ func TestReadCacheKeepsNoReadFromBeforeAWrite(t *testing.T) {
 	if v, _, _ := c.get(k); string(v) != "now" {
 		t.Fatalf("a caller changing what Get returned changed the cache: %q", v)
 	}
+	c.wrote(core.ChangeSet{Changes: []core.Change{{CF: core.CFMeta, Key: []byte("p/x"), Value: []byte{}}}})
+	if v, found, _ := c.get(k); !found || v != nil {
+		t.Fatalf("an empty value written reads %#v (found %v); RocksDB's reads give nil", v, found)
+	}
 	c.wrote(core.ChangeSet{Changes: []core.Change{{CF: core.CFRecords, Key: []byte("r/x"), Value: []byte("rec")}}})
 	if _, found, _ := c.get(cacheKey(core.CFRecords, []byte("r/x"))); found {
 		t.Fatal("a record was cached; records are read by scans and deleted by range")

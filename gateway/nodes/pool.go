@@ -121,6 +121,13 @@ type Health struct {
 	Err     string
 }
 
+// Healthy reports whether the last health check found n usable.
+func (n *Node) Healthy() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.healthy
+}
+
 func (n *Node) snapshot() Health {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -302,6 +302,7 @@ func (g *Gateway) lookup(ctx context.Context, n *nodes.Node, p *pendingTx) {
 func (g *Gateway) follow(ctx context.Context) {
 	t := time.NewTicker(g.cfg.PollInterval)
 	defer t.Stop()
+	defer g.asks.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -318,20 +319,17 @@ func (g *Gateway) follow(ctx context.Context) {
 // followOnce matches every block up to the height a node has, as far as
 // the tracker needs (tracker.next). While a client waits for a light block
 // above the height f+1 nodes have reported (a fresh receipt's next
-// header), it asks every node for its height at once, not one a poll, so
-// the wait ends one poll after f+1 nodes commit the block, not f+1 polls.
+// header), it also asks the other nodes for their heights (askHeights),
+// so the wait ends one poll after f+1 nodes commit the block, not f+1
+// polls.
 func (g *Gateway) followOnce(ctx context.Context) error {
 	n := g.pool.Pick()
+	if g.tip.waiters() > 0 {
+		g.askHeights(ctx, n)
+	}
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.Waits.FollowTimeout)
 	defer cancel()
-	var others sync.WaitGroup
-	if g.tip.waiters() > 0 {
-		for _, m := range g.pool.Others(n) {
-			others.Go(func() { g.askHeight(cctx, m) })
-		}
-	}
 	st, err := n.Client.Status(cctx)
-	others.Wait()
 	if err != nil {
 		g.pool.MarkDown(n, err)
 		return err
@@ -354,14 +352,39 @@ func (g *Gateway) followOnce(ctx context.Context) error {
 	}
 }
 
-// askHeight reports node n's committed height to the tip.
-func (g *Gateway) askHeight(ctx context.Context, n *nodes.Node) {
-	st, err := n.Client.Status(ctx)
-	if err != nil {
-		g.pool.MarkDown(n, err)
-		return
+// askHeights asks every healthy node but n for its committed height, in
+// the background, and reports the answers to the tip. A node is asked
+// again only once it has answered, so a node that hangs holds one
+// goroutine, and never the poll.
+func (g *Gateway) askHeights(ctx context.Context, n *nodes.Node) {
+	for _, m := range g.pool.Others(n) {
+		if !m.Healthy() {
+			continue
+		}
+		g.askMu.Lock()
+		busy := g.asking[m]
+		g.asking[m] = true
+		g.askMu.Unlock()
+		if busy {
+			continue
+		}
+		g.asks.Go(func() {
+			defer func() {
+				g.askMu.Lock()
+				delete(g.asking, m)
+				g.askMu.Unlock()
+			}()
+			actx, cancel := context.WithTimeout(ctx, g.cfg.Waits.FollowTimeout)
+			defer cancel()
+			st, err := m.Client.Status(actx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				g.pool.MarkDown(m, err)
+			case err == nil:
+				g.tip.report(m.Addr, st.SyncInfo.LatestBlockHeight)
+			}
+		})
 	}
-	g.tip.report(n.Addr, st.SyncInfo.LatestBlockHeight)
 }
 
 // matchBlock settles the pending transactions that confirmed block h

@@ -44,6 +44,10 @@ type Gateway struct {
 
 	lights lightCache  // light blocks f+1 nodes agreed on (lightblock.go)
 	tip    heightWatch // the height f+1 nodes reported (followOnce)
+
+	askMu  sync.Mutex
+	asking map[*nodes.Node]bool // nodes asked their height and not yet answered (askHeights)
+	asks   sync.WaitGroup       // those asks; follow waits for them before it returns
 }
 
 // New returns a gateway over the nodes in cfg. Run starts it.
@@ -63,6 +67,7 @@ func New(cfg Config, log zerolog.Logger) (*Gateway, error) {
 		usage:    map[string]*usage{},
 		seqs:     map[seqKey]*seqState{},
 		tip:      heightWatch{nodes: pool.Len()},
+		asking:   map[*nodes.Node]bool{},
 	}
 	g.metrics = newMetrics(g)
 	g.queries = &queryRouter{pool: pool, waits: cfg.Waits, disagreements: g.metrics.disagreements}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -301,8 +302,10 @@ func TestFollowAsksEveryNodeWhileALightBlockWaits(t *testing.T) {
 	if err := g.followOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := reports(); n != len(addrs) {
-		t.Errorf("with a light block request waiting, a poll asked %d nodes in all, want every one of %d", n, len(addrs))
+	for deadline := time.Now().Add(5 * time.Second); reports() < len(addrs); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("with a light block request waiting, a poll asked %d nodes in all, want every one of %d", reports(), len(addrs))
+		}
 	}
 	if err := c.makeBlock(); err != nil {
 		t.Fatal(err)
@@ -314,5 +317,58 @@ func TestFollowAsksEveryNodeWhileALightBlockWaits(t *testing.T) {
 	case <-waiting:
 	case <-time.After(5 * time.Second):
 		t.Error("one poll after block 2, the waiting request was still held")
+	}
+}
+
+// TestFollowIsNotHeldByAHungNode: a node that does not answer its height
+// holds neither the poll that asked it (the asks run beside it) nor more
+// than one ask at a time.
+func TestFollowIsNotHeldByAHungNode(t *testing.T) {
+	c := newTestChain(t, testTopics()...)
+	if err := c.makeBlock(); err != nil {
+		t.Fatal(err)
+	}
+	var hang atomic.Bool
+	release := make(chan struct{})
+	asked := make(chan struct{}, 16)
+	hung := func(method string, _ json.RawMessage, res any) any {
+		if method == "status" && hang.Load() {
+			asked <- struct{}{}
+			<-release
+		}
+		return res
+	}
+	addrs := []string{c.srv.URL, c.node(t, nil), c.node(t, nil), c.node(t, hung)}
+	g := startGateway(t, c, func(cfg *Config) {
+		cfg.Nodes.Addrs, cfg.PollInterval, cfg.Waits.FollowTimeout = addrs, time.Hour, 2*time.Second
+		cfg.Nodes.HealthInterval = time.Hour // only the polls ask the hung node
+	})
+	t.Cleanup(func() { close(release) }) // before the gateway stops: it waits for its asks
+	ctx := context.Background()
+	for range 4 {
+		if err := g.followOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go g.tip.waitFor(ctx, 2, 2, 10*time.Second)
+	for deadline := time.Now().Add(5 * time.Second); g.tip.waiters() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the light block request did not wait")
+		}
+	}
+	hang.Store(true)
+	slow := 0
+	for range 3 {
+		start := time.Now()
+		_ = g.followOnce(ctx) // fails when the poll picked the hung node itself
+		if time.Since(start) > time.Second {
+			slow++
+		}
+	}
+	if slow > 1 {
+		t.Errorf("%d of 3 polls waited for the hung node, want at most the one that picked it (round-robin)", slow)
+	}
+	if n := len(asked); n > 2 {
+		t.Errorf("the hung node was asked %d times at once, want at most one ask (and the poll's own)", n)
 	}
 }
