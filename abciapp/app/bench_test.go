@@ -2,6 +2,8 @@ package app_test
 
 import (
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -179,4 +181,73 @@ func benchValidator(b *testing.B, admit bool) {
 			b.ReportMetric(float64(elapsed.Nanoseconds())/float64(b.N*bb.records()), "ns/record")
 		})
 	}
+}
+
+// BenchmarkValidatorRefs is BenchmarkValidatorBundle on a chain that
+// carries bundles by reference (rules version 10, as localnet starts): the
+// bundle is admitted (InsertTx), the block of its reference prepared
+// (PrepareProposal), then ProcessProposal (which syncs the bundle into the
+// bundle store before the vote), FinalizeBlock and Commit (synced), per
+// record. It also reports the bytes the store and the bundle store hold on
+// disk at the end, per record: what a record costs at rest.
+func BenchmarkValidatorRefs(b *testing.B) {
+	for _, size := range []int{100, 1024} {
+		b.Run(fmt.Sprintf("record=%dB", size), func(b *testing.B) {
+			dir := b.TempDir()
+			a := openApp(b, dir)
+			defer a.Close()
+			genesis := []byte(`{"topics": [{"name": "bench", "partitions": 4}], "rules_version": 10}`)
+			if _, err := a.InitChain(ctx, &abci.RequestInitChain{ChainId: chainID, AppStateBytes: genesis}); err != nil {
+				b.Fatal(err)
+			}
+			bb := newBenchBlocks(size)
+			var elapsed time.Duration
+			for i := 0; i < b.N; i++ {
+				tx := bb.next(b)
+				h, at := int64(i+1), time.Unix(0, int64(i))
+				start := time.Now()
+				if ins, err := a.InsertTx(ctx, &abci.RequestInsertTx{Tx: tx}); err != nil || ins.Code != 0 {
+					b.Fatalf("insert %d: %v %v", i, err, ins.GetCode())
+				}
+				prep, err := a.PrepareProposal(ctx, &abci.RequestPrepareProposal{Height: h, Time: at, MaxTxBytes: 3 << 20})
+				if err != nil || len(prep.Txs) != 1 || len(prep.Txs[0]) >= len(tx) {
+					b.Fatalf("block %d: prepared %d txs (%v), want the bundle's reference", h, len(prep.GetTxs()), err)
+				}
+				pp, err := a.ProcessProposal(ctx, &abci.RequestProcessProposal{Height: h, Time: at, Txs: prep.Txs})
+				if err != nil || pp.Status != abci.ResponseProcessProposal_ACCEPT {
+					b.Fatalf("block %d: %v %v", h, err, pp.GetStatus())
+				}
+				res, err := a.FinalizeBlock(ctx, &abci.RequestFinalizeBlock{Height: h, Time: at, Txs: prep.Txs})
+				if err != nil || res.TxResults[0].Code != 0 {
+					b.Fatalf("block %d: %v %v", h, err, res.TxResults[0].Log)
+				}
+				if _, err := a.Commit(ctx, &abci.RequestCommit{}); err != nil {
+					b.Fatal(err)
+				}
+				elapsed += time.Since(start)
+			}
+			records := float64(b.N * bb.records())
+			b.ReportMetric(float64(elapsed.Nanoseconds())/records, "ns/record")
+			b.ReportMetric(float64(dirBytes(b, dir)+dirBytes(b, filepath.Clean(dir)+".bundles"))/records, "disk-B/record")
+		})
+	}
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(b *testing.B, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			n += info.Size()
+		}
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
