@@ -604,41 +604,32 @@ func decodePassed(b []byte) (passFields, error) {
 			return passFields{}, fmt.Errorf("stored record: bad field tag: %w", protowire.ParseError(n))
 		}
 		b = b[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return passFields{}, fmt.Errorf("stored record: field %d: %w", num, protowire.ParseError(n))
+		}
+		field := b[:n]
+		b = b[n:]
 		switch {
-		case typ == protowire.VarintType && (num == 4 || num == 12 || num == 15):
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return passFields{}, fmt.Errorf("stored record: field %d: %w", num, protowire.ParseError(n))
-			}
-			b = b[n:]
+		case typ == protowire.VarintType:
+			v, _ := protowire.ConsumeVarint(field)
 			switch num {
 			case 4:
 				p.timestamp = int64(v)
 			case 12:
 				p.producerID = int64(v)
-			default:
+			case 15:
 				p.transactional = protowire.DecodeBool(v)
 			}
-		case typ == protowire.BytesType && (num == 6 || num == 7 || num == 16):
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return passFields{}, fmt.Errorf("stored record: field %d: %w", num, protowire.ParseError(n))
-			}
-			b = b[n:]
+		case typ == protowire.BytesType:
+			v, _ := protowire.ConsumeBytes(field)
 			switch num {
 			case 6:
 				p.key, p.hasKey = v, true
 			case 7:
 				p.hasValue = true
-			default:
+			case 16:
 				p.control = true
 			}
-		default:
-			n := protowire.ConsumeFieldValue(num, typ, b)
-			if n < 0 {
-				return passFields{}, fmt.Errorf("stored record: field %d: %w", num, protowire.ParseError(n))
-			}
-			b = b[n:]
 		}
 	}
 	return p, nil
