@@ -41,8 +41,11 @@ func serveData(t *testing.T, a *app.App, c app.DataConfig) byzlogv1.NodeDataClie
 			t.Error("ServeData() did not return within 10 s of cancel")
 		}
 	})
+	// WaitForReady: the server starts listening in its goroutine, maybe
+	// after the first call dials (a refused dial failed the first call
+	// at once: CI of 0c49e45).
 	conn, err := grpc.NewClient("passthrough:///"+listen, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20), grpc.WaitForReady(true)))
 	if err != nil {
 		t.Fatal(err)
 	}
